@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Set up a Debian 12 machine to build and test tcgpu.
+#
+# Installs missing build dependencies with apt and provides CRIU >= 4.0.
+# Debian 12's criu (3.17) fails `criu check` on current kernels, so when the
+# installed criu is missing, too old or failing its check, we build CRIU 4.1.1
+# from Debian 13's source tarball (checksum verified) into /usr/local.
+#
+# Idempotent: a second run checks and returns within a second or two.
+# Needs root for installing; as a normal user it only reports what is missing.
+set -euo pipefail
+
+CRIU_VERSION=4.1.1
+CRIU_TARBALL=criu_${CRIU_VERSION}.orig.tar.xz
+CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
+
+BUILD_PKGS=(gcc make pkg-config meson ninja-build python3 xz-utils curl ca-certificates
+            libzstd-dev zstd liburing-dev libunwind-dev libinih-dev libxxhash-dev)
+CRIU_BUILD_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
+                 libnl-3-dev libnl-route-3-dev libnet1-dev libcap-dev libbsd-dev uuid-dev
+                 libgnutls28-dev libnftables-dev iproute2)
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+missing_pkgs() {
+    local p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
+    done
+}
+
+apt_install() {
+    local missing
+    missing=$(missing_pkgs "$@")
+    [ -z "$missing" ] && return 0
+    [ "$(id -u)" -eq 0 ] || die "missing packages (run as root to install): $(echo $missing)"
+    log "installing: $(echo $missing)"
+    export DEBIAN_FRONTEND=noninteractive
+    if [ ! -f /var/lib/apt/.tcgpu-updated ] || [ -n "$(find /var/lib/apt/.tcgpu-updated -mmin +1440 2>/dev/null)" ]; then
+        apt-get update -qq && touch /var/lib/apt/.tcgpu-updated
+    fi
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+}
+
+criu_ok() {
+    command -v criu >/dev/null 2>&1 || return 1
+    local v
+    v=$(criu --version 2>/dev/null | sed -n 's/^Version: *\([0-9]*\).*/\1/p')
+    [ -n "$v" ] && [ "$v" -ge 4 ] || return 1
+    # criu check needs root; as a user accept the version alone.
+    [ "$(id -u)" -ne 0 ] && return 0
+    criu check >/dev/null 2>&1
+}
+
+# The Debian archive this machine already uses (never hard-coded here).
+debian_mirror() {
+    local uri=""
+    if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+        uri=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' \
+              /etc/apt/sources.list.d/debian.sources)
+    fi
+    if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
+        uri=$(awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; exit } }' \
+              /etc/apt/sources.list)
+    fi
+    [ -n "$uri" ] || die "cannot find a Debian archive URI in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list"
+    echo "${uri%/}"
+}
+
+build_criu() {
+    [ "$(id -u)" -eq 0 ] || die "CRIU >= 4 is missing; run this script as root to build it"
+    apt_install "${CRIU_BUILD_PKGS[@]}"
+    local work cache url
+    cache=/var/cache/tcgpu
+    mkdir -p "$cache"
+    if ! echo "$CRIU_SHA256  $cache/$CRIU_TARBALL" | sha256sum -c --status 2>/dev/null; then
+        url="$(debian_mirror)/pool/main/c/criu/$CRIU_TARBALL"
+        log "downloading $url"
+        curl -fsSL --retry 3 -o "$cache/$CRIU_TARBALL.part" "$url" || die "download of $url failed"
+        echo "$CRIU_SHA256  $cache/$CRIU_TARBALL.part" | sha256sum -c --status \
+            || die "checksum mismatch for $CRIU_TARBALL (expected $CRIU_SHA256)"
+        mv "$cache/$CRIU_TARBALL.part" "$cache/$CRIU_TARBALL"
+    fi
+    work=$(mktemp -d)
+    tar -xJf "$cache/$CRIU_TARBALL" -C "$work"
+    log "building CRIU $CRIU_VERSION (a few minutes)"
+    make -C "$work/criu-$CRIU_VERSION" -j"$(nproc)" criu >"$work/build.log" 2>&1 \
+        || { tail -n 30 "$work/build.log" >&2; die "CRIU build failed (log: $work/build.log)"; }
+    install -D -m 0755 "$work/criu-$CRIU_VERSION/criu/criu" /usr/local/sbin/criu
+    rm -rf "$work"
+    hash -r
+    criu_ok || die "built CRIU $CRIU_VERSION but 'criu check' fails: $(criu check 2>&1 | tail -n 3)"
+    log "installed CRIU $CRIU_VERSION in /usr/local/sbin"
+}
+
+main() {
+    local want_criu=1
+    for a in "$@"; do
+        case "$a" in
+            --no-criu) want_criu=0 ;;
+            *) die "unknown option: $a" ;;
+        esac
+    done
+    apt_install "${BUILD_PKGS[@]}"
+    if [ "$want_criu" -eq 1 ] && ! criu_ok; then
+        build_criu
+    fi
+}
+
+main "$@"

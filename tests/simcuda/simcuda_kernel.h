@@ -1,0 +1,52 @@
+/*
+ * simcuda_kernel.h - how kernels are written for the simulated GPU.
+ *
+ * On simcuda a CUDA module is a shared object of host functions: cuModuleLoad()
+ * takes its path, cuModuleLoadData() its ELF bytes (it is loaded from a memfd).
+ * cuModuleGetFunction(&f, mod, "name") finds the exported symbol "name", which
+ * must have the type simcuda_kernel_fn below. cuLaunchKernel() runs it once per
+ * launch on the stream's worker thread (not once per CUDA thread): the kernel
+ * loops over the grid itself, so the result must not depend on how the work is
+ * split, exactly as on a real GPU.
+ *
+ * Device pointers are not host addresses. A kernel turns each device pointer
+ * argument into a host view with k->dev(k, ptr, bytes) before touching it; a
+ * pointer that is not inside one mapped device allocation for `bytes` bytes
+ * returns NULL and marks the launch as faulted: the context then reports
+ * CUDA_ERROR_ILLEGAL_ADDRESS, sticky, as a real GPU does after a bad access.
+ * The kernel must return promptly after a NULL.
+ *
+ * params[i] points at the i-th argument value, as given to cuLaunchKernel.
+ * Kernel-side code may not call the CUDA API.
+ */
+#ifndef SIMCUDA_KERNEL_H
+#define SIMCUDA_KERNEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIMCUDA_KERNEL_ABI 1
+
+typedef struct simcuda_kernel_ctx simcuda_kernel_ctx;
+
+struct simcuda_kernel_ctx {
+    unsigned int abi;              /* SIMCUDA_KERNEL_ABI */
+    unsigned int grid[3];          /* gridDimX/Y/Z as launched */
+    unsigned int block[3];         /* blockDimX/Y/Z as launched */
+    unsigned int shared_bytes;     /* sharedMemBytes as launched */
+    /* Host view of [ptr, ptr + bytes) in device memory, or NULL (see above). */
+    void *(*dev)(const simcuda_kernel_ctx *k, uint64_t ptr, size_t bytes);
+    void *priv;                    /* simcuda's own */
+};
+
+typedef void (*simcuda_kernel_fn)(const simcuda_kernel_ctx *k, void **params);
+
+/* Declare a kernel in a module: SIMCUDA_KERNEL(saxpy) { ... uses k, params ... } */
+#define SIMCUDA_KERNEL(name) \
+    __attribute__((visibility("default"))) \
+    void name(const simcuda_kernel_ctx *k, void **params)
+
+/* The i-th kernel argument, of type T. */
+#define SIMCUDA_ARG(T, i) (*(T *)params[(i)])
+
+#endif
