@@ -1,0 +1,34 @@
+/*
+ * ops.h - the operations on a process's GPU state, as every trigger sees them.
+ *
+ * The public C API (api.c), the control socket (control.c) and the signal
+ * trigger all end up here. Operations are serialised by an internal mutex:
+ * one runs at a time, a second caller waits for it. They run on the calling
+ * thread, which must not be inside a CUDA call (it is made exempt from the
+ * API gate for the duration).
+ *
+ * Each returns 0 or -errno (codes as documented in tcgpu.h). On failure the
+ * calling thread's message (tcgpu_op_error()) says what and where, e.g.
+ * "cuIpcGetMemHandle: IPC memory handles cannot be checkpointed".
+ */
+#ifndef TCGPU_OPS_H
+#define TCGPU_OPS_H
+
+#include <stdint.h>
+#include "tcgpu.h"
+
+/* Progress of a long operation, for gpuckpt's progress bar; may be NULL. */
+typedef void (*tcgpu_progress_fn)(uint64_t done_bytes, uint64_t total_bytes, void *arg);
+
+int tcgpu_op_checkpoint(const char *dir, tcgpu_progress_fn progress, void *arg);
+int tcgpu_op_suspend(const char *dir /* NULL: host memory */, tcgpu_progress_fn progress, void *arg);
+int tcgpu_op_resume(tcgpu_progress_fn progress, void *arg);
+int tcgpu_op_status(struct tcgpu_status *st);
+
+/* The calling thread's message for its last failed operation, or "". */
+const char *tcgpu_op_error(void);
+
+/* Set the calling thread's message (printf-style); used by ops and their callers. */
+void tcgpu_op_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif
