@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The README's two commands:
+#   scripts/quickstart.sh demo   set up, build, run the demo on the simulated GPU
+#   scripts/quickstart.sh test   set up, build, run the whole test suite
+#                                (unit, sim and criu suites; then unit and sim
+#                                again under ASan+UBSan)
+# Set-up needs root (apt, CRIU); as a user it re-runs scripts/setup.sh with sudo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+top=$(pwd)
+BUILD=${TCGPU_BUILD_DIR:-$top/build}
+ASAN_BUILD=${TCGPU_ASAN_BUILD_DIR:-$top/build-asan}
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+setup() {
+    if [ "$(id -u)" -eq 0 ]; then
+        scripts/setup.sh "$@"
+    elif ! scripts/setup.sh "$@" 2>/dev/null; then
+        command -v sudo >/dev/null || { echo "setup needs root: run scripts/setup.sh as root" >&2; exit 1; }
+        sudo scripts/setup.sh "$@"
+    fi
+}
+
+configure() { # dir [meson options...]
+    local dir=$1; shift
+    if [ ! -f "$dir/build.ninja" ]; then
+        meson setup "$dir" "$@" >/dev/null
+    fi
+    ninja -C "$dir" >/dev/null
+}
+
+# meson's test log -> "N passed, N failed, N skipped" (the line CI reads).
+summarize() { # build dirs...
+    python3 - "$@" <<'PY'
+import json, sys
+counts = {'OK': 0, 'FAIL': 0, 'SKIP': 0, 'TIMEOUT': 0, 'ERROR': 0, 'EXPECTEDFAIL': 0, 'UNEXPECTEDPASS': 0}
+for d in sys.argv[1:]:
+    try:
+        with open(d + '/meson-logs/testlog.json') as f:
+            for line in f:
+                r = json.loads(line)['result']
+                counts[r] = counts.get(r, 0) + 1
+    except FileNotFoundError:
+        pass
+passed = counts['OK'] + counts['EXPECTEDFAIL']
+failed = counts['FAIL'] + counts['TIMEOUT'] + counts['ERROR'] + counts['UNEXPECTEDPASS']
+print('tests: %d passed, %d failed, %d skipped' % (passed, failed, counts['SKIP']))
+PY
+}
+
+run_tests() {
+    local rc=0
+    log "setup (apt packages, CRIU >= 4)"
+    setup
+    log "build ($BUILD)"
+    configure "$BUILD"
+    log "tests: unit, sim, criu"
+    meson test -C "$BUILD" --suite unit --suite sim --suite criu --print-errorlogs --num-processes 2 || rc=1
+    log "build with ASan+UBSan ($ASAN_BUILD)"
+    configure "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false
+    log "tests under ASan+UBSan: unit, sim"
+    meson test -C "$ASAN_BUILD" --suite unit --suite sim --print-errorlogs --num-processes 2 || rc=1
+    summarize "$BUILD" "$ASAN_BUILD"
+    return $rc
+}
+
+run_demo() {
+    log "setup"
+    setup --no-criu
+    log "build ($BUILD)"
+    configure "$BUILD"
+    log "demo: the example training loop on a simulated 2 GiB GPU"
+    "$top/scripts/demo.sh" "$BUILD"
+}
+
+case "${1:-}" in
+    test) run_tests ;;
+    demo) run_demo ;;
+    *) echo "usage: $0 demo|test" >&2; exit 2 ;;
+esac
