@@ -110,10 +110,16 @@ def load(cuda_h, typedefs_h):
             target = None      # cuda.h maps the name to another function
         base_of = {}
         for i, ver in enumerate(legacy):
-            if i == len(legacy) - 1 and target:
+            numbered = sym if i == 0 else '%s_v%d' % (sym, i + 1)
+            # cuda.h names the newest version with a #define, except where an
+            # API grew a second version without one (CUDA 13's cuCtxGetDevice_v2,
+            # cuCtxSynchronize_v2, cuStreamGetCtx_v2): there the numbered name
+            # is declared and the plain name keeps the old prototype.
+            if i == len(legacy) - 1 and target and not (
+                    target == sym and i > 0 and numbered in declared):
                 base_of[ver] = target
             else:
-                base_of[ver] = sym if i == 0 else '%s_v%d' % (sym, i + 1)
+                base_of[ver] = numbered
         for ver in sorted(versions[sym]):
             for fl, (pfn, params) in sorted(versions[sym][ver].items()):
                 # A per-thread flavour is named after the legacy version it shadows.
