@@ -185,15 +185,17 @@ TCGPU_API int tcgpu_set_event_callback(tcgpu_event_fn fn, void *arg);
  */
 TCGPU_API int tcgpu_hint_skip(uint64_t ptr, size_t len, int skip);
 
+/* Element types; the values are stored in images and never change. */
 enum tcgpu_dtype {
-    TCGPU_DTYPE_UNKNOWN = 0,
-    TCGPU_DTYPE_BYTES,           /* opaque; no byte grouping */
-    TCGPU_DTYPE_FP32,
-    TCGPU_DTYPE_FP16,
-    TCGPU_DTYPE_BF16,
-    TCGPU_DTYPE_FP8,
-    TCGPU_DTYPE_INT32,
-    TCGPU_DTYPE_INT64,
+    TCGPU_DTYPE_UNKNOWN = 0,     /* detect */
+    TCGPU_DTYPE_U8 = 1,          /* opaque bytes; no byte grouping */
+    TCGPU_DTYPE_BF16 = 2,
+    TCGPU_DTYPE_FP16 = 3,
+    TCGPU_DTYPE_FP32 = 4,
+    TCGPU_DTYPE_FP64 = 5,
+    TCGPU_DTYPE_I32 = 6,
+    TCGPU_DTYPE_I64 = 7,
+    TCGPU_DTYPE_COUNT
 };
 
 /*

@@ -31,4 +31,7 @@ const char *tcgpu_op_error(void);
 /* Set the calling thread's message (printf-style); used by ops and their callers. */
 void tcgpu_op_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Delivers an event to the program's callback (tcgpu_set_event_callback); api.c. */
+void tcgpu_emit_event(enum tcgpu_event ev, enum tcgpu_op op, int result);
+
 #endif

@@ -1,0 +1,190 @@
+/*
+ * track_mem.c - cuMemAlloc and friends, served from address-stable memory
+ * (lib/devmem.c), and the queries that must answer per allocation.
+ *
+ * Every wrapper passes the API gate like the generated ones. Pointers that
+ * are not ours (memory of another kind, or garbage) go to the real driver,
+ * which answers as it would without us.
+ */
+#include <string.h>
+#include <cuda.h>
+
+#include "devmem.h"
+#include "driver.h"
+#include "gate.h"
+
+/* The per-thread-stream flavours are only declared for the driver's own build. */
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
+                                              CUmemoryPool pool, CUstream hStream);
+
+#define PITCH_ALIGN 512               /* what the driver uses on current GPUs */
+
+CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
+{
+    TCGPU_GATE_ENTER("cuMemAlloc_v2");
+    CUresult rc = devmem_alloc(dptr, bytesize, TC_ALLOC_DEVICE);
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                 size_t Height, unsigned int ElementSizeBytes)
+{
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    size_t pitch;
+
+    TCGPU_GATE_ENTER("cuMemAllocPitch_v2");
+    if (dptr && pPitch && WidthInBytes && Height &&
+        (ElementSizeBytes == 4 || ElementSizeBytes == 8 || ElementSizeBytes == 16)) {
+        pitch = (WidthInBytes + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN;
+        if (Height <= (size_t)-1 / pitch) {
+            rc = devmem_alloc(dptr, pitch * Height, TC_ALLOC_PITCH);
+            if (rc == CUDA_SUCCESS)
+                *pPitch = pitch;
+        }
+    }
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
+{
+    TCGPU_GATE_ENTER("cuMemFree_v2");
+    CUresult rc = devmem_free(dptr);
+    if (rc == CUDA_ERROR_NOT_FOUND)
+        rc = TCGPU_REAL(cuMemFree)(dptr);
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/* Stream-ordered allocation: the memory is ready at once, which is always
+ * in stream order; pools are not consulted (their attributes still are). */
+static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize)
+{
+    return devmem_alloc(dptr, bytesize, TC_ALLOC_ASYNC);
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    TCGPU_GATE_ENTER("cuMemAllocAsync");
+    CUresult rc = alloc_async(dptr, bytesize);
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    TCGPU_GATE_ENTER("cuMemAllocAsync_ptsz");
+    CUresult rc = alloc_async(dptr, bytesize);
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                         CUstream hStream)
+{
+    TCGPU_GATE_ENTER("cuMemAllocFromPoolAsync");
+    CUresult rc = pool ? alloc_async(dptr, bytesize) : CUDA_ERROR_INVALID_VALUE;
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
+                                              CUmemoryPool pool, CUstream hStream)
+{
+    TCGPU_GATE_ENTER("cuMemAllocFromPoolAsync_ptsz");
+    CUresult rc = pool ? alloc_async(dptr, bytesize) : CUDA_ERROR_INVALID_VALUE;
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    TCGPU_GATE_ENTER("cuMemFreeAsync");
+    devmem_trim();
+    CUresult rc = devmem_free_async(dptr, hStream, 0);
+    if (rc == CUDA_ERROR_NOT_FOUND)
+        rc = TCGPU_REAL(cuMemFreeAsync)(dptr, hStream);
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    TCGPU_GATE_ENTER("cuMemFreeAsync_ptsz");
+    devmem_trim();
+    CUresult rc = devmem_free_async(dptr, hStream, 1);
+    if (rc == CUDA_ERROR_NOT_FOUND)
+        rc = TCGPU_REAL(cuMemFreeAsync_ptsz)(dptr, hStream);
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    struct devmem_alloc a;
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuMemGetAddressRange_v2");
+    if (devmem_lookup(dptr, &a) == 0) {
+        if (pbase)
+            *pbase = a.va;
+        if (psize)
+            *psize = a.size;
+        rc = CUDA_SUCCESS;
+    } else {
+        rc = TCGPU_REAL(cuMemGetAddressRange)(pbase, psize, dptr);
+    }
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/* The attributes the driver would answer per segment; we answer per allocation. */
+static int answer_attribute(void *data, CUpointer_attribute attr, const struct devmem_alloc *a)
+{
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = a->va;
+        return 1;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = a->size;
+        return 1;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        *(unsigned long long *)data = a->id;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    struct devmem_alloc a;
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuPointerGetAttribute");
+    if (data && devmem_lookup(ptr, &a) == 0 && answer_attribute(data, attribute, &a))
+        rc = CUDA_SUCCESS;
+    else
+        rc = TCGPU_REAL(cuPointerGetAttribute)(data, attribute, ptr);
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
+                                        void **data, CUdeviceptr ptr)
+{
+    struct devmem_alloc a;
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuPointerGetAttributes");
+    rc = TCGPU_REAL(cuPointerGetAttributes)(numAttributes, attributes, data, ptr);
+    if (rc == CUDA_SUCCESS && attributes && data && devmem_lookup(ptr, &a) == 0)
+        for (unsigned i = 0; i < numAttributes; i++)
+            if (data[i])
+                answer_attribute(data[i], attributes[i], &a);
+    TCGPU_GATE_LEAVE();
+    return rc;
+}

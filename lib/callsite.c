@@ -1,0 +1,88 @@
+/*
+ * callsite.c - where a large allocation was made (TCGPU_TRACE_ALLOC=1).
+ *
+ * libunwind walks the caller's stack; each frame is named "object+0xoff" or
+ * "symbol+0xoff" via dladdr. Frames inside libtcgpu itself are skipped, so
+ * the first frame is the program's call into CUDA (or into the framework).
+ */
+#define UNW_LOCAL_ONLY
+#include <dlfcn.h>
+#include <libunwind.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "callsite.h"
+
+#define CALLSITE_FRAMES 6
+
+static int trace_state = -1;          /* -1 unknown, 0 off, 1 on */
+static size_t trace_min = 1u << 20;
+
+static int tracing(void)
+{
+    int st = __atomic_load_n(&trace_state, __ATOMIC_RELAXED);
+
+    if (st < 0) {
+        const char *v = getenv("TCGPU_TRACE_ALLOC");
+        const char *m = getenv("TCGPU_TRACE_ALLOC_MIN");
+        st = v && *v && strcmp(v, "0") != 0;
+        if (m && *m)
+            trace_min = strtoull(m, NULL, 0);
+        __atomic_store_n(&trace_state, st, __ATOMIC_RELAXED);
+    }
+    return st;
+}
+
+static int in_this_library(void *ip)
+{
+    static Dl_info self;
+    Dl_info info;
+
+    if (!self.dli_fbase && !dladdr((void *)in_this_library, &self))
+        return 0;
+    return dladdr(ip, &info) && info.dli_fbase == self.dli_fbase;
+}
+
+static int append_frame(char *buf, size_t cap, size_t *len, void *ip)
+{
+    Dl_info info;
+    const char *obj = "?", *slash;
+    int n;
+
+    if (dladdr(ip, &info) && info.dli_fname) {
+        obj = (slash = strrchr(info.dli_fname, '/')) ? slash + 1 : info.dli_fname;
+        if (info.dli_sname)
+            n = snprintf(buf + *len, cap - *len, "%s%s+0x%lx", *len ? " < " : "",
+                         info.dli_sname, (unsigned long)((char *)ip - (char *)info.dli_saddr));
+        else
+            n = snprintf(buf + *len, cap - *len, "%s%s+0x%lx", *len ? " < " : "",
+                         obj, (unsigned long)((char *)ip - (char *)info.dli_fbase));
+    } else {
+        n = snprintf(buf + *len, cap - *len, "%s%p", *len ? " < " : "", ip);
+    }
+    if (n < 0 || (size_t)n >= cap - *len)
+        return -1;
+    *len += (size_t)n;
+    return 0;
+}
+
+char *callsite_capture(size_t bytes)
+{
+    void *ips[CALLSITE_FRAMES + 16];
+    char buf[512];
+    size_t len = 0;
+    int n, shown = 0;
+
+    if (!tracing() || bytes < trace_min)
+        return NULL;
+    n = unw_backtrace(ips, (int)(sizeof(ips) / sizeof(ips[0])));
+    for (int i = 0; i < n && shown < CALLSITE_FRAMES; i++) {
+        if (in_this_library(ips[i]))
+            continue;
+        if (append_frame(buf, sizeof(buf), &len, ips[i]))
+            break;
+        shown++;
+    }
+    return len ? strdup(buf) : NULL;
+}

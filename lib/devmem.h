@@ -1,0 +1,75 @@
+/*
+ * devmem.h - address-stable device memory for cuMemAlloc and friends.
+ *
+ * The driver's own cuMemAlloc memory cannot be released and later put back at
+ * the same address. So the interposer serves cuMemAlloc, cuMemAllocPitch,
+ * cuMemAllocAsync and cuMemAllocFromPoolAsync itself, from *segments*: device
+ * VA reserved with cuMemAddressReserve and backed by one physical allocation
+ * (cuMemCreate + cuMemMap + cuMemSetAccess), recorded in the registry.
+ *
+ *   - A request of more than half an arena gets a dedicated segment, rounded
+ *     up to the allocation granularity (as the driver rounds large blocks).
+ *   - Smaller requests are carved out of shared 2 MiB arenas (first fit,
+ *     256-byte alignment, free neighbours merged), so small buffers do not
+ *     cost 2 MiB each.
+ *
+ * Each allocation keeps its own identity (base, size, buffer id), so that
+ * cuMemGetAddressRange and cuPointerGetAttribute answer per allocation, not
+ * per segment.
+ *
+ * All functions return CUresult (the wrappers hand them to the program) and
+ * take the registry lock themselves; they call the real driver through the
+ * function table. The calling thread must have a current context (the
+ * allocation goes to its device), as for the real calls.
+ */
+#ifndef TCGPU_DEVMEM_H
+#define TCGPU_DEVMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda.h>
+
+#include "registry.h"
+
+#define DEVMEM_ALIGN 256
+
+/* A tracked allocation, as handed to iteration callbacks. */
+struct devmem_alloc {
+    CUdeviceptr va;
+    size_t size;
+    enum tc_alloc_kind kind;
+    uint64_t id;
+    int device;
+    const char *site;             /* call site when TCGPU_TRACE_ALLOC=1, else NULL */
+};
+
+/* cuMemAlloc semantics: size 0 -> CUDA_ERROR_INVALID_VALUE. */
+CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind);
+
+/*
+ * Frees the allocation that starts at p. CUDA_ERROR_NOT_FOUND when p is not
+ * the start of one of ours (the caller then passes the call to the driver,
+ * which answers as it would); CUDA_SUCCESS otherwise.
+ */
+CUresult devmem_free(CUdeviceptr p);
+
+/*
+ * cuMemFreeAsync: the block returns to the allocator once `stream` reaches
+ * this point (a host function enqueued on it; `per_thread` picks the _ptsz
+ * flavour for stream 0). CUDA_ERROR_NOT_FOUND as for devmem_free.
+ */
+CUresult devmem_free_async(CUdeviceptr p, CUstream stream, int per_thread);
+
+/* The allocation containing p: 0 and *a filled, or -ENOENT. */
+int devmem_lookup(CUdeviceptr p, struct devmem_alloc *a);
+
+/* Calls fn for every live allocation, in address order; stops at a non-zero return. */
+int devmem_for_each(int (*fn)(const struct devmem_alloc *a, void *arg), void *arg);
+
+/* Bytes the program holds (sum of allocation sizes) and their count. */
+void devmem_usage(uint64_t *bytes, uint32_t *count);
+
+/* Releases cached empty segments (after frees queued by cuMemFreeAsync). */
+void devmem_trim(void);
+
+#endif

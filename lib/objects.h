@@ -1,0 +1,33 @@
+/*
+ * objects.h - the driver objects a process holds besides memory: contexts,
+ * streams, events and modules.
+ *
+ * Suspend in place keeps them all (only device memory is released), so the
+ * registry needs little about them: the live contexts, to wait for their
+ * work before draining, and counts for `gpuckpt status`. The interposer's
+ * wrappers report creations and destructions here after the real call
+ * succeeded. Thread-safe.
+ */
+#ifndef TCGPU_OBJECTS_H
+#define TCGPU_OBJECTS_H
+
+#include <stddef.h>
+#include <cuda.h>
+
+enum obj_kind { OBJ_CONTEXT, OBJ_STREAM, OBJ_EVENT, OBJ_MODULE, OBJ_KIND_COUNT };
+
+void objects_ctx_created(CUcontext ctx, CUdevice dev, int primary);
+/* A primary context released by its last reference, or a context destroyed. */
+void objects_ctx_destroyed(CUcontext ctx);
+void objects_count(enum obj_kind kind, int delta);
+
+/* Counts for status. */
+unsigned objects_get_count(enum obj_kind kind);
+
+/*
+ * Copies up to `max` live contexts (each with its device) into the arrays;
+ * returns how many there are (may exceed max).
+ */
+size_t objects_contexts(CUcontext *ctxs, CUdevice *devs, size_t max);
+
+#endif

@@ -1,0 +1,134 @@
+/*
+ * registry.h - the device memory a process holds, in a form that can be
+ * taken off the GPU and put back at the same addresses.
+ *
+ * Everything the snapshot engine releases is a *physical allocation* (a VMM
+ * handle from cuMemCreate) mapped into *reserved device VA*:
+ *
+ *   - memory the program allocated with cuMemAlloc and friends is served by
+ *     devmem.c from segments it creates this way (owner TC_OWNER_DEVMEM);
+ *   - programs that use the VMM API themselves (PyTorch's expandable
+ *     segments) have their handles and mappings recorded as they make them
+ *     (owner TC_OWNER_USER).
+ *
+ * Suspend unmaps every mapping and releases every physical allocation; the
+ * VA stays reserved. Resume creates physical allocations with the same
+ * properties and maps them at the same addresses. The program never sees a
+ * real VMM handle: it gets our handle (struct tc_phys id), which stays valid
+ * across suspend and resume while the real one behind it changes.
+ *
+ * What must be saved is a list of *regions*: the live blocks of devmem
+ * segments, and whole user mappings, minus ranges the framework marked as not
+ * worth saving (tcgpu_hint_skip).
+ *
+ * Locking: one mutex (reg_lock/reg_unlock) guards everything here. The API
+ * wrappers take it for short updates; the operations take it while the API
+ * gate is closed, so the structure is stable under them.
+ */
+#ifndef TCGPU_REGISTRY_H
+#define TCGPU_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda.h>
+
+#include "tcgpu.h"
+
+enum tc_owner { TC_OWNER_DEVMEM = 1, TC_OWNER_USER = 2 };
+
+#define TC_MAX_ACCESS 8           /* devices one mapping can be made accessible to */
+
+struct tc_phys {
+    uint64_t id;                  /* the handle the program sees (TC_OWNER_USER) */
+    CUmemGenericAllocationHandle real;   /* 0 while suspended */
+    size_t size;
+    CUmemAllocationProp prop;
+    unsigned long long flags;
+    enum tc_owner owner;
+    int refs;                     /* program's references (create, retain) */
+    int nmaps;                    /* mappings of it */
+    struct tc_phys *next;
+};
+
+struct tc_map {
+    CUdeviceptr va;
+    size_t size;
+    size_t offset;                /* into phys */
+    struct tc_phys *phys;
+    CUmemAccessDesc access[TC_MAX_ACCESS];
+    int naccess;
+    int unmapped;                 /* taken down by a suspend, not yet back */
+    struct tc_map *next;
+};
+
+/* A tracked allocation as the program sees it (cuMemAlloc & co). */
+enum tc_alloc_kind {
+    TC_ALLOC_DEVICE = 1,          /* cuMemAlloc */
+    TC_ALLOC_PITCH,               /* cuMemAllocPitch */
+    TC_ALLOC_ASYNC,               /* cuMemAllocAsync / FromPoolAsync */
+    TC_ALLOC_VMM,                 /* a user mapping */
+};
+
+/* A range of device memory whose contents a snapshot saves. */
+struct tc_region {
+    CUdeviceptr va;
+    size_t size;
+    enum tc_alloc_kind kind;
+    enum tcgpu_dtype dtype;
+    uint64_t alloc_id;
+    const char *site;             /* call site (TCGPU_TRACE_ALLOC), or NULL; owned by the registry */
+};
+
+void reg_lock(void);
+void reg_unlock(void);
+
+/* --- physical allocations and mappings (caller holds the lock) --- */
+
+/* Records a new physical allocation; returns it (refs = 1) or NULL (ENOMEM). */
+struct tc_phys *reg_phys_add(CUmemGenericAllocationHandle real, size_t size,
+                             const CUmemAllocationProp *prop, unsigned long long flags,
+                             enum tc_owner owner);
+/* The physical allocation with the program-visible handle `id`, or NULL. */
+struct tc_phys *reg_phys_find(uint64_t id);
+/* Forgets `p` (no mappings, no references left). Does not call the driver. */
+void reg_phys_remove(struct tc_phys *p);
+
+/* Records a mapping; returns it or NULL (ENOMEM). */
+struct tc_map *reg_map_add(CUdeviceptr va, size_t size, size_t offset, struct tc_phys *p);
+/* The mapping that starts exactly at va with this size, or NULL. */
+struct tc_map *reg_map_find(CUdeviceptr va, size_t size);
+/* The mapping that contains va, or NULL. */
+struct tc_map *reg_map_containing(CUdeviceptr va);
+void reg_map_remove(struct tc_map *m);
+/* Remembers what cuMemSetAccess granted over [va, va+size) for each mapping inside. */
+void reg_map_set_access(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc, size_t count);
+
+/* Iteration, for the snapshot engine (lock held). */
+struct tc_phys *reg_phys_first(void);
+struct tc_map *reg_map_first(void);
+
+/* --- hints (tcgpu_hint_skip / tcgpu_hint_dtype) --- */
+int reg_hint_skip(CUdeviceptr va, size_t len, int skip);
+int reg_hint_dtype(CUdeviceptr va, size_t len, enum tcgpu_dtype dtype);
+/* Drops hints inside [va, va+len) (the memory was freed). */
+void reg_hints_forget(CUdeviceptr va, size_t len);
+/* The dtype hinted for the range that contains va, or TCGPU_DTYPE_UNKNOWN. */
+enum tcgpu_dtype reg_hint_dtype_at(CUdeviceptr va);
+
+/*
+ * Splits [va, va+size) into the parts not marked "skip": calls fn for each
+ * part to save. Returns the first non-zero value fn returns, else 0.
+ */
+int reg_for_each_unskipped(CUdeviceptr va, size_t size,
+                           int (*fn)(CUdeviceptr va, size_t size, void *arg), void *arg);
+
+/* --- counters for status --- */
+struct reg_counts {
+    uint64_t phys_bytes;          /* physical device memory held now */
+    uint64_t tracked_bytes;       /* bytes the program allocated (devmem + user maps) */
+    uint32_t allocations;
+    uint32_t phys, maps;
+};
+void reg_counts(struct reg_counts *c);
+
+#endif

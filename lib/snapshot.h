@@ -1,0 +1,60 @@
+/*
+ * snapshot.h - the snapshot engine: what a checkpoint saves, and how device
+ * memory is taken down and put back at the same addresses.
+ *
+ * A snapshot is the list of *regions* to save (live cuMemAlloc-family
+ * allocations and the program's own VMM mappings, less ranges hinted as not
+ * worth saving) plus their contents, held either in host memory (raw) or in
+ * an image directory. ops.c drives it; every function here runs with the API
+ * gate closed, so nothing in the registry changes underneath.
+ *
+ * Functions return 0 or -errno and, on failure, set the operation's message
+ * (tcgpu_op_set_error) naming the object and the driver's error.
+ */
+#ifndef TCGPU_SNAPSHOT_H
+#define TCGPU_SNAPSHOT_H
+
+#include <stdint.h>
+
+#include "ops.h"
+
+struct snap;
+
+/*
+ * Lists the regions to save. -ENOTSUP when the process holds state that
+ * cannot be restored (the message names the call that made it). The caller
+ * owns *out (snap_free).
+ */
+int snap_collect(struct snap **out);
+
+/* Waits for the device work of every context to finish. */
+int snap_sync(void);
+
+/* Copies every region to host memory (the suspend-to-RAM path). */
+int snap_save_host(struct snap *s, tcgpu_progress_fn progress, void *arg);
+
+/* Writes every region to a new image at `dir` (complete or absent). */
+int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn progress, void *arg);
+
+/*
+ * Unmaps every mapping and releases every physical allocation: the device
+ * memory is free for others, the addresses stay reserved. On failure what
+ * was released is put back (from the saved contents) before returning.
+ */
+int snap_release(struct snap *s);
+
+/*
+ * Re-creates the physical memory, maps it at the same addresses and refills
+ * it from the saved contents (an image is verified whole first). On failure
+ * everything this call created is released again: the process stays off the
+ * device, safely, and a later call may succeed (-ENOMEM: no room yet).
+ */
+int snap_rebuild(struct snap *s, tcgpu_progress_fn progress, void *arg);
+
+/* Bytes of the regions, and bytes their saved form takes (host or image). */
+uint64_t snap_bytes(const struct snap *s);
+uint64_t snap_stored_bytes(const struct snap *s);
+
+void snap_free(struct snap *s);
+
+#endif
