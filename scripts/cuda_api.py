@@ -155,6 +155,46 @@ def resolve(entries, symbol, version, flags):
     return best, 'found'
 
 
+def abi_entries(entries):
+    """One entry per exported ABI name, sorted by name (strcmp order).
+
+    Where several (symbol, version) pairs share an ABI name, they share its
+    prototype too; the first is kept.
+    """
+    seen = {}
+    for e in entries:
+        seen.setdefault(e.abi, e)
+    return [seen[a] for a in sorted(seen)]
+
+
+def internal_types(cuda_h):
+    """Type names cuda.h declares only under __CUDA_API_VERSION_INTERNAL (the
+    pre-3.2 32-bit ABI: CUdeviceptr_v1, CUDA_MEMCPY2D_v1, ...)."""
+    with open(cuda_h) as f:
+        lines = f.read().split('\n')
+    names, depth, inside = set(), 0, None
+    for line in lines:
+        t = line.strip()
+        if t.startswith('#if'):
+            depth += 1
+            if inside is None and t == '#if defined(__CUDA_API_VERSION_INTERNAL)':
+                inside = depth
+        elif t.startswith('#endif'):
+            if inside == depth:
+                inside = None
+            depth -= 1
+        elif inside is not None:
+            m = re.match(r'(?:typedef\s+[^;]*?\b|\}\s*)(\w+)\s*;', t)
+            if m:
+                names.add(m.group(1))
+    return names
+
+
+def needs_internal(e, internal):
+    """Whether e's prototype uses a type from internal_types()."""
+    return any(w in internal for w in re.findall(r'\w+', e.params))
+
+
 def main(argv):
     if len(argv) == 3 and argv[1] == '--version':
         with open(argv[2]) as f:
