@@ -1,0 +1,68 @@
+/*
+ * iowriter.h - sequential file writer for image data: large aligned writes,
+ * a few in flight through io_uring, plain pwrite when io_uring is not
+ * available (disabled by sysctl, seccomp, old kernel).
+ *
+ * Appended bytes are copied into `depth` aligned buffers of `buf_size`
+ * bytes; a full buffer is submitted at its file offset while the next one
+ * fills. The file is opened O_DIRECT when the filesystem allows it (tmpfs
+ * does not: then the page cache is used).
+ *
+ * The ring exists only while a file is being written: iowriter_finish and
+ * iowriter_free tear it down, because a process holding an io_uring cannot be
+ * dumped by CRIU.
+ *
+ * Threads: one writer object is used by one thread at a time.
+ * Errors: 0 or -errno; the first I/O error is sticky and returned by every
+ * later call.
+ */
+#ifndef TCGPU_IOWRITER_H
+#define TCGPU_IOWRITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct iowriter;
+
+struct iowriter_opts {
+	size_t buf_size;  /* bytes per write; 0 = 4 MiB; rounded up to 4 KiB */
+	unsigned depth;   /* buffers (writes in flight + 1 filling); 0 = 4 */
+	int no_uring;     /* 1: always pwrite (tests, or TCGPU_IO_URING=0 in the env) */
+	int no_direct;    /* 1: never O_DIRECT (or TCGPU_IO_DIRECT=0 in the env) */
+};
+
+/*
+ * Creates `name` under `dirfd` (O_CREAT|O_EXCL, `mode`) and a writer for it.
+ * `opts` may be NULL. Returns 0 and sets *out (caller owns it; iowriter_free),
+ * or -errno from open/allocation.
+ */
+int iowriter_open(struct iowriter **out, int dirfd, const char *name, mode_t mode,
+		  const struct iowriter_opts *opts);
+
+/*
+ * Appends `len` bytes; they land at file offset iowriter_offset() as it was
+ * before the call. `data` may be reused as soon as the call returns.
+ * Returns 0 or -errno (e.g. -ENOSPC) of this or an earlier write.
+ */
+int iowriter_append(struct iowriter *w, const void *data, size_t len);
+
+/* Bytes appended so far (the logical file size). */
+uint64_t iowriter_offset(const struct iowriter *w);
+
+/*
+ * Writes what is buffered, waits for every write, closes the ring and
+ * fsyncs the file. The fd stays open until iowriter_free. Returns 0 or
+ * -errno of any write or of fsync.
+ */
+int iowriter_finish(struct iowriter *w);
+
+/* Closes the ring (if still open) and the file; NULL is fine. Does not
+ * unlink the file. */
+void iowriter_free(struct iowriter *w);
+
+/* Whether io_uring / O_DIRECT are in use (for logs and tests). */
+int iowriter_uses_uring(const struct iowriter *w);
+int iowriter_uses_direct(const struct iowriter *w);
+
+#endif /* TCGPU_IOWRITER_H */
