@@ -11,18 +11,6 @@
 #include "gate.h"
 #include "objects.h"
 
-/* Current context's device, for contexts made by cuCtxCreate. */
-static CUdevice ctx_device(CUcontext ctx)
-{
-    CUdevice dev = 0;
-
-    if (TCGPU_REAL(cuCtxPushCurrent)(ctx) == CUDA_SUCCESS) {
-        TCGPU_REAL(cuCtxGetDevice)(&dev);
-        TCGPU_REAL(cuCtxPopCurrent)(&ctx);
-    }
-    return dev;
-}
-
 CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags,
                              CUdevice dev)
 {

@@ -225,7 +225,7 @@ static void record(const struct op_run *r)
     last.last_quiesce_ns = r->t_quiesced ? r->t_quiesced - r->t_start : 0;
     last.last_free_ns = r->t_freed ? r->t_freed - r->t_start : 0;
     last.last_total_ns = r->t_end - r->t_start;
-    snprintf(last.last_error, sizeof(last.last_error), "%s", r->error);
+    snprintf(last.last_error, sizeof(last.last_error), "%.255s", r->error);
     pthread_mutex_unlock(&status_mutex);
 }
 

@@ -1,0 +1,72 @@
+# Shared helpers of the integration tests on simcuda (sourced by tests/sim/*.sh).
+#
+# Each test gets its own simulated device (SIMCUDA_SHM) and its own run dir for
+# control sockets, and cleans both up, so tests run in parallel.
+set -euo pipefail
+
+B=${TCGPU_BUILD_ROOT:?run through meson test}
+GPUCKPT=$B/tools/gpuckpt
+TRAIN=$B/examples/train/train
+TRAIN_MT=$B/examples/train/train_mt
+SMI=$B/tests/simcuda/simcuda-smi
+PROGS=$B/tests/sim/progs
+
+TEST_NAME=${TEST_NAME:-$(basename "$0" .sh)}
+export SIMCUDA_SHM=/simcuda-t-$TEST_NAME-$$
+export SIMCUDA_DEVICE_MEM=${SIMCUDA_DEVICE_MEM:-1G}
+export TCGPU_RUN_DIR
+TCGPU_RUN_DIR=$(mktemp -d /tmp/tcgpu-test-XXXXXX)
+WORK=$(mktemp -d /tmp/tcgpu-work-XXXXXX)
+BG_PIDS=()
+
+cleanup() {
+    local p
+    for p in "${BG_PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -f "/dev/shm$SIMCUDA_SHM"
+    rm -rf "$TCGPU_RUN_DIR" "$WORK"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+note() { echo "-- $*" >&2; }
+
+checksum_of() { sed -n 's/^checksum: *\([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
+
+# start_bg OUTFILE CMD... : run CMD in the background; sets BG (its pid).
+start_bg() {
+    local out=$1; shift
+    "$@" >"$out" 2>&1 &
+    BG=$!
+    BG_PIDS+=("$BG")
+}
+
+# wait_for_socket PID : the process's control socket exists (it initialised CUDA).
+wait_for_socket() {
+    local i
+    for i in $(seq 1 500); do
+        [ -S "$TCGPU_RUN_DIR/$1.sock" ] && return 0
+        kill -0 "$1" 2>/dev/null || fail "process $1 died before its control socket appeared"
+        sleep 0.01
+    done
+    fail "no control socket for $1 after 5 s"
+}
+
+# wait_for_line FILE PATTERN : a line matching PATTERN appeared in FILE.
+wait_for_line() {
+    local i
+    for i in $(seq 1 1000); do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.01
+    done
+    fail "'$2' never appeared in $1: $(tail -n 5 "$1")"
+}
+
+# device_bytes_of PID : device memory simcuda accounts to PID (simcuda-smi -q).
+device_bytes_of() {
+    "$SMI" -q | awk -v pid="$1" '$1 == "process" && $2 == pid { print $3; found = 1 } END { if (!found) print 0 }'
+}
+
+# random_ms LO HI
+random_ms() { echo $(( $1 + RANDOM % ($2 - $1 + 1) )); }
+sleep_ms() { sleep "$(printf '0.%03d' "$1")"; }

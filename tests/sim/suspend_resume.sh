@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The example training loop under tcgpu, suspended and resumed at random
+# moments (to host memory, and now and then to an image on disk): its final
+# checksum equals an uninterrupted run's, every time. While it is suspended
+# simcuda accounts (close to) no device memory to it and another process can
+# allocate what it gave back, which it could not while the job ran.
+#
+#   suspend_resume.sh train|train_mt CYCLES
+. "$(dirname "$0")/lib.sh"
+
+which=${1:-train}
+cycles=${2:-20}
+case "$which" in
+    train)    prog=$TRAIN;    args=(--mb 256 --steps 800 --print-every 100) ;;
+    train_mt) prog=$TRAIN_MT; args=(--mb 128 --steps 300 --threads 4 --print-every 100) ;;
+    *) fail "unknown program $which" ;;
+esac
+slack=$((4 << 20))        # what a suspended process may still hold
+
+"$prog" "${args[@]}" >"$WORK/ref.out" 2>&1 || fail "reference run failed: $(tail -n 3 "$WORK/ref.out")"
+ref=$(checksum_of "$WORK/ref.out")
+[ -n "$ref" ] || fail "no checksum in the reference run"
+
+start_bg "$WORK/run.out" "$GPUCKPT" run -- "$prog" "${args[@]}" --sleep-ms 2
+pid=$BG
+wait_for_socket "$pid"
+wait_for_line "$WORK/run.out" '^step'
+
+# The probe is meaningful: while the job holds its memory, 900 MiB do not fit.
+rc=0; "$PROGS/alloc_probe" 900 >/dev/null 2>&1 || rc=$?
+[ "$rc" -eq 3 ] || fail "alloc_probe 900 should hit OOM while the job runs (exit $rc)"
+
+for i in $(seq 1 "$cycles"); do
+    sleep_ms "$(random_ms 0 150)"
+    kill -0 "$pid" 2>/dev/null || fail "the job ended after only $((i - 1)) cycles: make it longer"
+    dir=()
+    [ $((i % 5)) -eq 0 ] && dir=(-D "$WORK/img-$i")
+    "$GPUCKPT" suspend "$pid" "${dir[@]}" || fail "suspend $i failed"
+    held=$(device_bytes_of "$pid")
+    [ "$held" -le "$slack" ] || fail "suspended job still holds $held bytes of device memory"
+    if [ "$i" -eq 1 ]; then
+        "$PROGS/alloc_probe" 900 >/dev/null || fail "another process could not allocate the memory the suspended job freed"
+    fi
+    sleep_ms "$(random_ms 0 50)"
+    "$GPUCKPT" resume "$pid" || fail "resume $i failed"
+    note "cycle $i ok (held $held bytes while suspended)"
+done
+
+wait "$pid" || fail "the job failed: $(tail -n 5 "$WORK/run.out")"
+got=$(checksum_of "$WORK/run.out")
+[ "$got" = "$ref" ] || fail "checksum after $cycles suspend/resume cycles: $got, uninterrupted: $ref"
+echo "ok: $cycles cycles, checksum $got"
