@@ -25,6 +25,15 @@ static _Atomic(struct tcgpu_gate_thread *) closer;         /* record of the clos
 static _Atomic unsigned parked;
 static _Atomic bool use_membarrier;
 
+/* The full fence of the fallback (no membarrier) mode. Under TSan every gate
+ * access is seq_cst already (gate.h), which orders them without it. */
+static inline void full_fence(void)
+{
+#ifndef TCGPU_GATE_TSAN
+    atomic_thread_fence(memory_order_seq_cst);
+#endif
+}
+
 static long sys_membarrier(int cmd)
 {
     return syscall(SYS_membarrier, cmd, 0, 0);
@@ -135,7 +144,7 @@ void tcgpu_gate_enter_slow(struct tcgpu_gate_thread *t)
     for (;;) {
         unsigned w = atomic_load_explicit(&tcgpu_gate_word, memory_order_acquire);
         if (w & TCGPU_GATE_FENCE) {
-            atomic_thread_fence(memory_order_seq_cst);
+            full_fence();
             w = atomic_load_explicit(&tcgpu_gate_word, memory_order_acquire);
         }
         if (!(w & TCGPU_GATE_CLOSED))
@@ -151,7 +160,7 @@ void tcgpu_gate_enter_slow(struct tcgpu_gate_thread *t)
             futex(&tcgpu_gate_word, FUTEX_WAIT_PRIVATE, w);
         atomic_fetch_sub_explicit(&parked, 1, memory_order_relaxed);
 
-        atomic_store_explicit(&t->depth, 1, memory_order_relaxed);
+        atomic_store_explicit(&t->depth, 1, TCGPU_GATE_ORDER_STORE);
         TCGPU_GATE_ENTER_FENCE();
         /* and check again: the gate may have closed once more */
     }
@@ -184,7 +193,7 @@ static void close_barrier(void)
         struct timespec ms = { 0, 1000000 };
         nanosleep(&ms, NULL);
     }
-    atomic_thread_fence(memory_order_seq_cst);
+    full_fence();
 }
 
 int tcgpu_gate_close(unsigned timeout_ms, struct tcgpu_gate_straggler *straggler)
@@ -211,7 +220,7 @@ int tcgpu_gate_close(unsigned timeout_ms, struct tcgpu_gate_straggler *straggler
         for (;;) {
             if (atomic_load_explicit(&t->tid, memory_order_acquire) == 0 ||
                 atomic_load_explicit(&t->exempt, memory_order_relaxed) ||
-                atomic_load_explicit(&t->depth, memory_order_acquire) == 0)
+                atomic_load_explicit(&t->depth, TCGPU_GATE_ORDER_LOAD) == 0)
                 break;
             uint64_t now = now_ns();
             if (now >= deadline) {

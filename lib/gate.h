@@ -57,16 +57,23 @@ extern __thread struct tcgpu_gate_thread *tcgpu_gate_self
 struct tcgpu_gate_thread *tcgpu_gate_register(void);
 void tcgpu_gate_enter_slow(struct tcgpu_gate_thread *t);
 
-/* Under ThreadSanitizer the enter side uses a real fence, so that TSan's
- * model (which knows nothing of membarrier) sees a correct algorithm. */
+/* Under ThreadSanitizer, which knows nothing of membarrier (and not much of
+ * fences), the depth store and the gate-word load are seq_cst instead: the
+ * same algorithm, in a form TSan models exactly. */
 #if defined(__SANITIZE_THREAD__)
-#define TCGPU_GATE_ENTER_FENCE() atomic_thread_fence(memory_order_seq_cst)
+#define TCGPU_GATE_TSAN 1
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-#define TCGPU_GATE_ENTER_FENCE() atomic_thread_fence(memory_order_seq_cst)
+#define TCGPU_GATE_TSAN 1
 #endif
 #endif
-#ifndef TCGPU_GATE_ENTER_FENCE
+#ifdef TCGPU_GATE_TSAN
+#define TCGPU_GATE_ORDER_STORE memory_order_seq_cst
+#define TCGPU_GATE_ORDER_LOAD memory_order_seq_cst
+#define TCGPU_GATE_ENTER_FENCE() ((void)0)
+#else
+#define TCGPU_GATE_ORDER_STORE memory_order_relaxed
+#define TCGPU_GATE_ORDER_LOAD memory_order_acquire
 #define TCGPU_GATE_ENTER_FENCE() atomic_signal_fence(memory_order_seq_cst)
 #endif
 
@@ -84,9 +91,9 @@ static inline void tcgpu_gate_enter(const char *call)
         return;
     }
     atomic_store_explicit(&t->call, call, memory_order_relaxed);
-    atomic_store_explicit(&t->depth, 1, memory_order_relaxed);
+    atomic_store_explicit(&t->depth, 1, TCGPU_GATE_ORDER_STORE);
     TCGPU_GATE_ENTER_FENCE();
-    if (__builtin_expect(atomic_load_explicit(&tcgpu_gate_word, memory_order_acquire) != 0, 0))
+    if (__builtin_expect(atomic_load_explicit(&tcgpu_gate_word, TCGPU_GATE_ORDER_LOAD) != 0, 0))
         tcgpu_gate_enter_slow(t);
 }
 
