@@ -1,0 +1,54 @@
+/*
+ * control.h - the control channel inside a tcgpu process: the socket
+ * (<run dir>/<pid>.sock, see rundir.h), the signal trigger (see
+ * signal_trigger.h) and the one service thread that serves both.
+ *
+ * The service thread runs every operation it is asked for (tcgpu_op_* of
+ * ops.h) on itself, one at a time: a status query that arrives while a
+ * suspend runs is answered when the suspend is done. It never calls CUDA on
+ * its own, blocks every signal (the program's handlers run on the program's
+ * threads), and never takes a lock the program's threads hold.
+ *
+ * Environment, read by tcgpu_control_start():
+ *   TCGPU_RUN_DIR          where the socket goes (see rundir.h)
+ *   TCGPU_SIGNAL           trigger signal: "RTMIN+4" (default), "USR2", "SIGUSR2", "38", "off"
+ *   TCGPU_SIGNAL_ACTION    toggle (default) | suspend | resume | checkpoint
+ *   TCGPU_CHECKPOINT_DIR   where the checkpoint action writes ckpt-<pid>-<n>
+ *   TCGPU_LOG              quiet | info (default) | debug  (log.h)
+ */
+#ifndef TCGPU_CONTROL_H
+#define TCGPU_CONTROL_H
+
+/*
+ * Start the channel: create the socket, install the signal handler, start
+ * the service thread. Idempotent and thread-safe; may be called from a
+ * library constructor. In a forked child it starts a new channel of the
+ * child's own (the parent's is forgotten at fork, see below).
+ *
+ * Returns 0 when the socket is up, else -errno of the socket's failure (the
+ * signal trigger and the thread may still be running; the reason is logged).
+ * Never fatal for the program.
+ */
+int tcgpu_control_start(void);
+
+/*
+ * Stop the service thread (after the operation it is running, if any),
+ * remove the socket and put the signal's previous disposition back. For
+ * tests and orderly shutdown; must not be called from the service thread
+ * (an event callback): it then returns without doing anything.
+ */
+void tcgpu_control_stop(void);
+
+/*
+ * For a child after fork(): forget the parent's channel without touching it
+ * (close the inherited descriptors, never unlink the parent's socket; the
+ * service thread does not exist in the child), and give the signal trigger
+ * a fresh eventfd. The first tcgpu_control_start() registers this with
+ * pthread_atfork, so callers need not; calling it again is harmless.
+ */
+void tcgpu_control_atfork_child(void);
+
+/* The socket's path, or "" when there is none. */
+const char *tcgpu_control_socket_path(void);
+
+#endif

@@ -1,0 +1,217 @@
+/* Where control sockets live; see rundir.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "rundir.h"
+
+#define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!err || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+int tcgpu_rundir_check(const char *dir, uid_t uid, char *err, size_t errlen)
+{
+    struct stat st;
+
+    if (lstat(dir, &st) < 0) {
+        int e = errno;
+        set_err(err, errlen, "run dir %s: %s", dir, strerror(e));
+        return -e;
+    }
+    if (S_ISLNK(st.st_mode)) {
+        set_err(err, errlen, "run dir %s is a symbolic link: refusing to use it", dir);
+        return -ENOTDIR;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        set_err(err, errlen, "run dir %s is not a directory: refusing to use it", dir);
+        return -ENOTDIR;
+    }
+    if (st.st_uid != uid) {
+        set_err(err, errlen, "run dir %s is owned by uid %u, not %u: refusing to use it",
+                dir, (unsigned)st.st_uid, (unsigned)uid);
+        return -EPERM;
+    }
+    if (st.st_mode & 077) {
+        set_err(err, errlen, "run dir %s has mode %04o; it must be 0700 (no group or other "
+                "access): refusing to use it", dir, (unsigned)(st.st_mode & 07777));
+        return -EPERM;
+    }
+    return 0;
+}
+
+/* A directory owned by uid (for XDG_RUNTIME_DIR); follows symlinks like a shell would. */
+static int dir_owned_by(const char *dir, uid_t uid)
+{
+    struct stat st;
+
+    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == uid;
+}
+
+static int choose_dir(char *dir, size_t dirlen, uid_t uid)
+{
+    const char *v = getenv("TCGPU_RUN_DIR");
+    int n;
+
+    if (v && *v)
+        n = snprintf(dir, dirlen, "%s", v);
+    else if ((v = getenv("XDG_RUNTIME_DIR")) && *v == '/' && dir_owned_by(v, uid))
+        n = snprintf(dir, dirlen, "%s/tcgpu", v);
+    else
+        n = snprintf(dir, dirlen, "/tmp/tcgpu-%u", (unsigned)uid);
+    if (n < 0 || (size_t)n >= dirlen)
+        return -ENAMETOOLONG;
+    /* "dir/" and "dir" are the same place; keep one spelling */
+    while (n > 1 && dir[n - 1] == '/')
+        dir[--n] = '\0';
+    return 0;
+}
+
+int tcgpu_rundir_prepare(char *dir, size_t dirlen, char *err, size_t errlen)
+{
+    uid_t uid = geteuid();
+    int r;
+
+    r = choose_dir(dir, dirlen, uid);
+    if (r < 0) {
+        set_err(err, errlen, "run dir path is too long (TCGPU_RUN_DIR, XDG_RUNTIME_DIR)");
+        return r;
+    }
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        r = -errno;
+        set_err(err, errlen, "cannot create run dir %s: %s", dir, strerror(-r));
+        return r;
+    }
+    return tcgpu_rundir_check(dir, uid, err, errlen);
+}
+
+int tcgpu_rundir_socket_path(const char *dir, pid_t pid, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s/%d.sock", dir, (int)pid);
+
+    if (n < 0 || (size_t)n >= len || (size_t)n > SUN_PATH_MAX)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+/* Read /proc/PID/environ and find NAME's value; NULL if absent or unreadable. */
+static char *proc_getenv(char *env, size_t envlen, const char *name)
+{
+    size_t nl = strlen(name);
+
+    for (size_t i = 0; i < envlen;) {
+        char *e = env + i;
+        size_t l = strnlen(e, envlen - i);
+        if (l > nl && !memcmp(e, name, nl) && e[nl] == '=')
+            return e + nl + 1;
+        i += l + 1;
+    }
+    return NULL;
+}
+
+static size_t read_environ(pid_t pid, char *buf, size_t cap)
+{
+    char path[64];
+    size_t n = 0;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    while (n < cap - 1) {
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    buf[n] = '\0';
+    return n;
+}
+
+/* Append "<a><suffix>" unless it is already there or does not fit. */
+static void add_candidate(char dirs[][PATH_MAX], int *n, int max, const char *a, const char *suffix)
+{
+    char d[PATH_MAX];
+    int l;
+
+    if (*n >= max)
+        return;
+    l = snprintf(d, sizeof(d), "%s%s", a, suffix);
+    if (l <= 0 || (size_t)l >= sizeof(d))
+        return;
+    while (l > 1 && d[l - 1] == '/')
+        d[--l] = '\0';
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(dirs[i], d))
+            return;
+    memcpy(dirs[(*n)++], d, (size_t)l + 1);
+}
+
+int tcgpu_rundir_candidates(pid_t pid, uid_t uid, char dirs[][PATH_MAX], int max)
+{
+    static const size_t cap = 1 << 20;
+    char *env = malloc(cap);
+    size_t envlen = env ? read_environ(pid, env, cap) : 0;
+    const char *v;
+    char u[32];
+    int n = 0;
+
+    v = getenv("TCGPU_RUN_DIR");
+    if (v && *v)
+        add_candidate(dirs, &n, max, v, "");
+    v = envlen ? proc_getenv(env, envlen, "TCGPU_RUN_DIR") : NULL;
+    if (v && *v)
+        add_candidate(dirs, &n, max, v, "");
+    v = envlen ? proc_getenv(env, envlen, "XDG_RUNTIME_DIR") : NULL;
+    if (v && *v == '/')
+        add_candidate(dirs, &n, max, v, "/tcgpu");
+    snprintf(u, sizeof(u), "/run/user/%u", (unsigned)uid);
+    add_candidate(dirs, &n, max, u, "/tcgpu");
+    snprintf(u, sizeof(u), "%u", (unsigned)uid);
+    add_candidate(dirs, &n, max, "/tmp/tcgpu-", u);
+    free(env);
+    return n;
+}
+
+int tcgpu_proc_uid(pid_t pid, uid_t *uid)
+{
+    char path[64], line[256];
+    FILE *f;
+    int r = -ESRCH;
+
+    if (pid <= 0)
+        return -ESRCH;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "re");
+    if (!f)
+        return errno == ENOENT ? -ESRCH : -errno;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned real, eff;
+        if (sscanf(line, "Uid: %u %u", &real, &eff) == 2) {
+            *uid = (uid_t)eff;
+            r = 0;
+            break;
+        }
+    }
+    fclose(f);
+    return r;
+}

@@ -1,0 +1,58 @@
+/*
+ * rundir.h - where control sockets live, and the checks that make them safe.
+ *
+ * A process's socket is <run dir>/<pid>.sock. The run dir is, in order:
+ *   1. $TCGPU_RUN_DIR, when set and not empty;
+ *   2. $XDG_RUNTIME_DIR/tcgpu, when XDG_RUNTIME_DIR is set and is a directory
+ *      owned by the process's effective uid (systemd's /run/user/UID);
+ *   3. /tmp/tcgpu-<euid>.
+ * It is created with mode 0700 (only its last component), and before every
+ * use it must be a real directory (lstat: not a symlink) owned by the uid
+ * with no group or other permission bits; anything else is refused, so no
+ * other user can plant, replace or read a socket there.
+ */
+#ifndef TCGPU_RUNDIR_H
+#define TCGPU_RUNDIR_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* The most candidate directories tcgpu_rundir_candidates() returns. */
+#define TCGPU_RUNDIR_MAX_CANDIDATES 5
+
+/*
+ * The run dir of the calling process (rules above), created if missing and
+ * checked. Writes the path to dir (dirlen bytes). Returns 0 or -errno with a
+ * one-line explanation in err ("run dir /tmp/tcgpu-1000 is owned by uid 0,
+ * not 1000: refusing to use it").
+ */
+int tcgpu_rundir_prepare(char *dir, size_t dirlen, char *err, size_t errlen);
+
+/*
+ * Check that dir is a directory (not a symlink) owned by uid whose mode has
+ * no group/other bits. Returns 0, -ENOENT (missing), -ENOTDIR (not a
+ * directory, or a symlink), -EPERM (wrong owner or mode); err says which.
+ */
+int tcgpu_rundir_check(const char *dir, uid_t uid, char *err, size_t errlen);
+
+/*
+ * "<dir>/<pid>.sock" into buf. Returns 0, or -ENAMETOOLONG when the path
+ * does not fit an AF_UNIX address (107 bytes) or buf.
+ */
+int tcgpu_rundir_socket_path(const char *dir, pid_t pid, char *buf, size_t len);
+
+/*
+ * For a client: the directories in which process `pid` (running as `uid`)
+ * may have put its socket, best first, without duplicates: the client's own
+ * $TCGPU_RUN_DIR, then the target's TCGPU_RUN_DIR and XDG_RUNTIME_DIR/tcgpu
+ * from /proc/PID/environ (readable by the same user and by root), then
+ * /run/user/<uid>/tcgpu, then /tmp/tcgpu-<uid>. Returns how many were
+ * written to dirs (0..max).
+ */
+int tcgpu_rundir_candidates(pid_t pid, uid_t uid, char dirs[][PATH_MAX], int max);
+
+/* The effective uid of process pid from /proc/PID/status: 0 or -ESRCH, -EACCES... */
+int tcgpu_proc_uid(pid_t pid, uid_t *uid);
+
+#endif

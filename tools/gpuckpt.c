@@ -1,0 +1,787 @@
+/*
+ * gpuckpt - checkpoint, suspend and resume GPU programs running under tcgpu.
+ *
+ *   gpuckpt run [OPTIONS] [--] CMD [ARG...]
+ *   gpuckpt status PID [--json]
+ *   gpuckpt checkpoint PID -D DIR
+ *   gpuckpt suspend PID [-D DIR]
+ *   gpuckpt resume PID
+ *   gpuckpt inspect DIR [--json]
+ *   gpuckpt verify DIR
+ *
+ * Exit codes (docs/cli.md; scripts rely on them): see enum ctl_exit in
+ * lib/ctlclient.h.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctlclient.h"
+#include "ctlproto.h"
+#include "gpuckpt.h"
+#include "signal_trigger.h"
+#include "tcgpu.h"
+
+#ifndef TCGPU_INSTALL_LIBDIR
+#define TCGPU_INSTALL_LIBDIR "/usr/local/lib"
+#endif
+
+static const char *prog = "gpuckpt";
+
+void gpuckpt_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "%s: ", prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* ---------------------------------------------------------------------------
+ * Help
+ * ------------------------------------------------------------------------- */
+
+struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *usage;
+    const char *help;
+};
+
+static const struct command *find_command(const char *name);
+
+static void print_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: gpuckpt COMMAND [ARGS]\n"
+        "\n"
+        "Checkpoint, suspend and resume GPU programs running under tcgpu.\n"
+        "\n"
+        "commands:\n"
+        "  run [OPTIONS] [--] CMD [ARG...]   run CMD with libtcgpu.so preloaded\n"
+        "  status PID [--json]               state, memory and last operation of PID\n"
+        "  checkpoint PID -D DIR             write an image of PID's GPU state to DIR; PID goes on\n"
+        "  suspend PID [-D DIR]              take PID off the GPU (to host memory, or to DIR)\n"
+        "  resume PID                        put PID back on the GPU\n"
+        "  inspect DIR [--json]              show an image's manifest\n"
+        "  verify DIR                        check every checksum of an image\n"
+        "\n"
+        "gpuckpt COMMAND --help shows a command's options; gpuckpt --version its version.\n"
+        "Exit codes: 0 ok, 1 failed, 2 usage, 3 no such (tcgpu) process, 4 refused in this\n"
+        "state, 5 timeout, 6 permission denied, 7 corrupt image, 8 not enough memory now.\n");
+}
+
+static void print_command_help(const struct command *c, FILE *f)
+{
+    fprintf(f, "usage: gpuckpt %s\n\n%s", c->usage, c->help);
+}
+
+/* Handles -h/--help and unknown options for every command: returns -1 to go on. */
+static int usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "%s %s: ", prog, cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(gpuckpt %s --help shows its usage)\n", cmd);
+    return CTL_EXIT_USAGE;
+}
+
+/* ---------------------------------------------------------------------------
+ * Argument helpers
+ * ------------------------------------------------------------------------- */
+
+static int parse_pid(const char *s, pid_t *pid)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v <= 0 || v > INT_MAX)
+        return -1;
+    *pid = (pid_t)v;
+    return 0;
+}
+
+/* Seconds (may be fractional) to milliseconds; -1 on error. */
+static int parse_seconds_ms(const char *s)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0) || v > 2000000)
+        return -1;
+    return (int)(v * 1000 + 0.5);
+}
+
+/* DIR as an absolute path (the process resolves it, from its own cwd). */
+static int absolute_dir(const char *dir, char *out, size_t len)
+{
+    char cwd[PATH_MAX];
+    int n;
+
+    if (!*dir)
+        return -EINVAL;
+    if (dir[0] == '/')
+        n = snprintf(out, len, "%s", dir);
+    else if (!getcwd(cwd, sizeof(cwd)))
+        return -errno;
+    else
+        n = snprintf(out, len, "%s/%s", strcmp(cwd, "/") ? cwd : "", dir);
+    if (n < 0 || (size_t)n >= len)
+        return -ENAMETOOLONG;
+    while (n > 1 && out[n - 1] == '/')
+        out[--n] = '\0';
+    return 0;
+}
+
+static const char *fmt_bytes(uint64_t b, char *buf, size_t len)
+{
+    static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+    double v = (double)b;
+    int u = 0;
+
+    while (v >= 1024 && u < 5) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+    return buf;
+}
+
+static const char *fmt_ns(uint64_t ns, char *buf, size_t len)
+{
+    if (ns == 0)
+        snprintf(buf, len, "-");
+    else if (ns >= 1000000000ull)
+        snprintf(buf, len, "%.2f s", (double)ns / 1e9);
+    else if (ns >= 1000000ull)
+        snprintf(buf, len, "%.1f ms", (double)ns / 1e6);
+    else
+        snprintf(buf, len, "%.1f us", (double)ns / 1e3);
+    return buf;
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void gpuckpt_json_string(FILE *f, const char *s)
+{
+    json_string(f, s);
+}
+
+static int is_integer(const char *s)
+{
+    if (*s == '-')
+        s++;
+    if (!*s || strlen(s) > 19 || (s[0] == '0' && s[1]))
+        return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return 0;
+    return 1;
+}
+
+/* ---------------------------------------------------------------------------
+ * Talking to a process
+ * ------------------------------------------------------------------------- */
+
+struct client_opts {
+    int timeout_ms;             /* -1: no limit */
+    int wait_ms;                /* keep trying to connect this long (0: once) */
+    int json;
+    int quiet;
+    const char *dir;
+};
+
+struct progress_view {
+    const char *what;
+    int shown;
+    uint64_t t0_ns;
+};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void show_progress(uint64_t done, uint64_t total, void *arg)
+{
+    struct progress_view *v = arg;
+    char d[32], t[32];
+    double secs = (double)(mono_ns() - v->t0_ns) / 1e9;
+
+    if (total)
+        fprintf(stderr, "\r%s: %s / %s (%3.0f%%)  %.1f s ", v->what, fmt_bytes(done, d, sizeof(d)),
+                fmt_bytes(total, t, sizeof(t)), 100.0 * (double)done / (double)total, secs);
+    else
+        fprintf(stderr, "\r%s: %s  %.1f s ", v->what, fmt_bytes(done, d, sizeof(d)), secs);
+    fflush(stderr);
+    v->shown = 1;
+}
+
+static int connect_retrying(pid_t pid, struct ctl_conn *c, int wait_ms, char *err, size_t errlen)
+{
+    uint64_t deadline = mono_ns() + (uint64_t)wait_ms * 1000000u;
+    int r;
+
+    for (;;) {
+        r = ctl_connect(pid, c, err, errlen);
+        /* only "not there yet" is worth waiting for */
+        if (r != -ENOENT || mono_ns() >= deadline)
+            return r;
+        usleep(50000);
+    }
+}
+
+/*
+ * Connect, send `req`, wait for the final reply into *reply. Prints errors.
+ * Returns an exit code; CTL_EXIT_OK means *reply is "ok".
+ */
+static int call(const char *cmd, pid_t pid, struct ctl_buf *req, struct ctl_msg *reply,
+                const struct client_opts *o)
+{
+    struct ctl_conn c;
+    struct progress_view view = { .what = cmd, .t0_ns = mono_ns() };
+    char err[PATH_MAX + 512];
+    long len = ctl_buf_finish(req);
+    int r, show;
+
+    if (len < 0) {
+        gpuckpt_error("%s %d: request too long", cmd, (int)pid);
+        return CTL_EXIT_USAGE;
+    }
+    r = connect_retrying(pid, &c, o->wait_ms, err, sizeof(err));
+    if (r < 0) {
+        gpuckpt_error("%s", err);
+        return ctl_exit_code(r, 0);
+    }
+    show = !o->quiet && strcmp(cmd, "status") && isatty(STDERR_FILENO);
+    r = ctl_call(&c, req->data, (size_t)len, reply, o->timeout_ms, show ? show_progress : NULL, &view);
+    ctl_close(&c);
+    if (view.shown)
+        fprintf(stderr, "\r\033[K");
+    if (r == -ETIMEDOUT) {
+        gpuckpt_error("%s %d: no reply within the timeout; the operation goes on in the process "
+                      "(check with gpuckpt status %d)", cmd, (int)pid, (int)pid);
+        return CTL_EXIT_TIMEOUT;
+    }
+    if (r < 0) {
+        gpuckpt_error("%s %d: %s", cmd, (int)pid,
+                      r == -ECONNRESET ? "the process closed the connection without a reply "
+                                         "(did it exit?)"
+                      : r == -EPROTO ? "malformed reply" : strerror(-r));
+        return ctl_exit_code(r, 0);
+    }
+    if (reply->err) {
+        gpuckpt_error("%s %d: %s: %s", cmd, (int)pid, reply->err_name, reply->err_text);
+        return ctl_exit_code(reply->err, 1);
+    }
+    return CTL_EXIT_OK;
+}
+
+static void print_status_json(pid_t pid, const struct ctl_msg *m, FILE *f)
+{
+    int first = 1;
+
+    fprintf(f, "{");
+    if (!ctl_get(m, "pid")) {
+        fprintf(f, "\"pid\":%d", (int)pid);
+        first = 0;
+    }
+    for (int i = 0; i < m->nfields; i++) {
+        const struct ctl_field *fl = &m->fields[i];
+        fprintf(f, "%s\"%s\":", first ? "" : ",", fl->key);
+        if (is_integer(fl->value))
+            fputs(fl->value, f);
+        else
+            json_string(f, fl->value);
+        first = 0;
+    }
+    fprintf(f, "}\n");
+}
+
+static void print_status_human(pid_t pid, const struct ctl_msg *m, FILE *f)
+{
+    struct tcgpu_status st;
+    char a[32], b[32], c[32], q[32], fr[32], t[32];
+    const char *sig = ctl_get(m, "trigger_signal");
+    const char *act = ctl_get(m, "trigger_action");
+    const char *inst = ctl_get(m, "trigger_installed");
+
+    if (ctl_get_status(m, &st) < 0) {
+        fprintf(f, "process %d: (unreadable status)\n", (int)pid);
+        return;
+    }
+    fprintf(f, "process %d: %s\n", (int)pid, ctl_state_name(st.state));
+    fprintf(f, "  gpu memory   %s held, %s tracked, last image %s\n",
+            fmt_bytes(st.gpu_bytes, a, sizeof(a)), fmt_bytes(st.tracked_bytes, b, sizeof(b)),
+            fmt_bytes(st.image_bytes, c, sizeof(c)));
+    fprintf(f, "  objects      %u allocations, %u contexts, %u streams, %u events, %u modules\n",
+            st.allocations, st.contexts, st.streams, st.events, st.modules);
+    if (st.last_op == TCGPU_OP_NONE)
+        fprintf(f, "  last op      none\n");
+    else {
+        fprintf(f, "  last op      %s: %s%s%s\n", ctl_op_name(st.last_op),
+                st.last_result ? ctl_errno_name(st.last_result) : "ok",
+                st.last_error[0] ? ": " : "", st.last_error);
+        fprintf(f, "  timings      quiesce %s, gpu free %s, total %s\n",
+                fmt_ns(st.last_quiesce_ns, q, sizeof(q)), fmt_ns(st.last_free_ns, fr, sizeof(fr)),
+                fmt_ns(st.last_total_ns, t, sizeof(t)));
+    }
+    if (sig) {
+        if (!strcmp(sig, "off"))
+            fprintf(f, "  signal       off\n");
+        else
+            fprintf(f, "  signal       %s -> %s%s\n", sig, act ? act : "?",
+                    inst && !strcmp(inst, "0") ? " (NOT in place: the program replaced the handler)"
+                                               : "");
+    }
+}
+
+/* Options common to the commands that talk to a process. */
+enum { OPT_TIMEOUT = 1000, OPT_WAIT, OPT_JSON };
+
+static int parse_client_args(const char *cmd, int argc, char **argv, const char *shortopts,
+                             struct client_opts *o, pid_t *pid)
+{
+    static const struct option longopts[] = {
+        { "dir", required_argument, NULL, 'D' },
+        { "timeout", required_argument, NULL, OPT_TIMEOUT },
+        { "wait", required_argument, NULL, OPT_WAIT },
+        { "json", no_argument, NULL, OPT_JSON },
+        { "quiet", no_argument, NULL, 'q' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    int ch;
+
+    memset(o, 0, sizeof(*o));
+    o->timeout_ms = -1;
+    optind = 1;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'h':
+            print_command_help(find_command(cmd), stdout);
+            return -1;
+        case 'D':
+            if (!strchr(shortopts, 'D'))
+                return usage_error(cmd, "no -D/--dir for this command");
+            o->dir = optarg;
+            break;
+        case 'q':
+            o->quiet = 1;
+            break;
+        case OPT_TIMEOUT:
+            if ((o->timeout_ms = parse_seconds_ms(optarg)) < 0)
+                return usage_error(cmd, "--timeout wants seconds, not '%s'", optarg);
+            break;
+        case OPT_WAIT:
+            if ((o->wait_ms = parse_seconds_ms(optarg)) < 0)
+                return usage_error(cmd, "--wait wants seconds, not '%s'", optarg);
+            break;
+        case OPT_JSON:
+            if (strcmp(cmd, "status"))
+                return usage_error(cmd, "--json is for status and inspect");
+            o->json = 1;
+            break;
+        default:
+            return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind != argc - 1)
+        return usage_error(cmd, optind >= argc ? "which PID?" : "one PID, please");
+    if (parse_pid(argv[optind], pid) < 0)
+        return usage_error(cmd, "'%s' is not a process id", argv[optind]);
+    return 0;
+}
+
+static int cmd_status(int argc, char **argv)
+{
+    struct client_opts o;
+    struct ctl_buf *req = malloc(sizeof(*req));
+    struct ctl_msg *rep = malloc(sizeof(*rep));
+    pid_t pid;
+    int r;
+
+    if (!req || !rep) {
+        r = CTL_EXIT_FAILED;
+        goto out;
+    }
+    r = parse_client_args("status", argc, argv, "hq", &o, &pid);
+    if (r != 0) {
+        r = r < 0 ? CTL_EXIT_OK : r;
+        goto out;
+    }
+    ctl_buf_request(req, "status");
+    r = call("status", pid, req, rep, &o);
+    if (r == CTL_EXIT_OK) {
+        if (o.json)
+            print_status_json(pid, rep, stdout);
+        else
+            print_status_human(pid, rep, stdout);
+    }
+out:
+    free(req);
+    free(rep);
+    return r;
+}
+
+static int run_op_command(const char *cmd, int argc, char **argv, const char *shortopts,
+                          int dir_required)
+{
+    struct client_opts o;
+    struct ctl_buf *req = malloc(sizeof(*req));
+    struct ctl_msg *rep = malloc(sizeof(*rep));
+    char dir[PATH_MAX];
+    pid_t pid;
+    int r;
+
+    if (!req || !rep) {
+        r = CTL_EXIT_FAILED;
+        goto out;
+    }
+    r = parse_client_args(cmd, argc, argv, shortopts, &o, &pid);
+    if (r != 0) {
+        r = r < 0 ? CTL_EXIT_OK : r;
+        goto out;
+    }
+    if (dir_required && !o.dir) {
+        r = usage_error(cmd, "-D DIR is required");
+        goto out;
+    }
+    ctl_buf_request(req, cmd);
+    if (o.dir) {
+        int e = absolute_dir(o.dir, dir, sizeof(dir));
+        if (e < 0) {
+            r = usage_error(cmd, "bad directory '%s': %s", o.dir, strerror(-e));
+            goto out;
+        }
+        ctl_buf_put(req, "dir", dir);
+    }
+    r = call(cmd, pid, req, rep, &o);
+    if (r == CTL_EXIT_OK && !o.quiet) {
+        struct tcgpu_status st;
+        char t[32], b[32];
+        if (ctl_get_status(rep, &st) == 0) {
+            if (!strcmp(cmd, "suspend"))
+                printf("process %d suspended in %s (gpu memory released after %s)%s%s\n", (int)pid,
+                       fmt_ns(st.last_total_ns, t, sizeof(t)), fmt_ns(st.last_free_ns, b, sizeof(b)),
+                       o.dir ? ", image " : "", o.dir ? dir : "");
+            else if (!strcmp(cmd, "resume"))
+                printf("process %d resumed in %s\n", (int)pid, fmt_ns(st.last_total_ns, t, sizeof(t)));
+            else
+                printf("process %d checkpointed to %s in %s (%s)\n", (int)pid, dir,
+                       fmt_ns(st.last_total_ns, t, sizeof(t)), fmt_bytes(st.image_bytes, b, sizeof(b)));
+        } else {
+            printf("process %d: %s done\n", (int)pid, cmd);
+        }
+    }
+out:
+    free(req);
+    free(rep);
+    return r;
+}
+
+static int cmd_checkpoint(int argc, char **argv)
+{
+    return run_op_command("checkpoint", argc, argv, "hqD:", 1);
+}
+
+static int cmd_suspend(int argc, char **argv)
+{
+    return run_op_command("suspend", argc, argv, "hqD:", 0);
+}
+
+static int cmd_resume(int argc, char **argv)
+{
+    return run_op_command("resume", argc, argv, "hq", 0);
+}
+
+/* ---------------------------------------------------------------------------
+ * run
+ * ------------------------------------------------------------------------- */
+
+static int readable_file(const char *p)
+{
+    struct stat st;
+
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, R_OK) == 0;
+}
+
+/* Where libtcgpu.so is: $TCGPU_LIB, else next to gpuckpt (build tree or install). */
+static int find_library(char *out, size_t len)
+{
+    const char *env = getenv("TCGPU_LIB");
+    char exe[PATH_MAX], looked[4 * PATH_MAX] = "";
+    static const char *const rel[] = {
+        "/../interpose/libtcgpu.so",    /* build tree: tools/gpuckpt */
+        "/../lib/tcgpu/libtcgpu.so",    /* installed: bin/gpuckpt */
+        "/../lib/libtcgpu.so",
+        "/../lib64/libtcgpu.so",
+    };
+    char cand[PATH_MAX];
+    ssize_t n;
+
+    if (env && *env) {
+        if (!realpath(env, out) || !readable_file(out)) {
+            gpuckpt_error("TCGPU_LIB=%s: not a readable file", env);
+            return -1;
+        }
+        return 0;
+    }
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = '\0';
+        for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+            snprintf(cand, sizeof(cand), "%s%s", exe, rel[i]);
+            size_t l = strlen(looked);
+            snprintf(looked + l, sizeof(looked) - l, "\n  %s", cand);
+            if (readable_file(cand) && realpath(cand, out))
+                return 0;
+        }
+    }
+    const char *fixed[] = { TCGPU_INSTALL_LIBDIR "/tcgpu/libtcgpu.so", TCGPU_INSTALL_LIBDIR "/libtcgpu.so" };
+    for (size_t i = 0; i < 2; i++) {
+        size_t l = strlen(looked);
+        snprintf(looked + l, sizeof(looked) - l, "\n  %s", fixed[i]);
+        if (readable_file(fixed[i]) && realpath(fixed[i], out))
+            return 0;
+    }
+    (void)len;
+    gpuckpt_error("cannot find libtcgpu.so; set TCGPU_LIB=/path/to/libtcgpu.so. Looked in:%s", looked);
+    return -1;
+}
+
+/* LD_PRELOAD with lib first; the existing entries (space- or colon-separated) kept. */
+static int preload_with(const char *lib)
+{
+    const char *old = getenv("LD_PRELOAD");
+    char *v;
+    int r;
+
+    if (strpbrk(lib, " :")) {
+        gpuckpt_error("%s: LD_PRELOAD cannot hold a path with a space or colon; "
+                      "move the library or set TCGPU_LIB to a link without them", lib);
+        return -1;
+    }
+    if (old && *old) {
+        /* already there? then leave LD_PRELOAD alone */
+        char *copy = strdup(old), *save = NULL;
+        for (char *t = copy ? strtok_r(copy, " :", &save) : NULL; t; t = strtok_r(NULL, " :", &save)) {
+            if (!strcmp(t, lib)) {
+                free(copy);
+                return 0;
+            }
+        }
+        free(copy);
+        if (asprintf(&v, "%s:%s", lib, old) < 0)
+            return -1;
+    } else if (!(v = strdup(lib))) {
+        return -1;
+    }
+    r = setenv("LD_PRELOAD", v, 1);
+    free(v);
+    return r;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "signal", required_argument, NULL, 's' },
+        { "signal-action", required_argument, NULL, 'a' },
+        { "checkpoint-dir", required_argument, NULL, 'D' },
+        { "run-dir", required_argument, NULL, 'R' },
+        { "log", required_argument, NULL, 'l' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    char lib[PATH_MAX], dir[PATH_MAX];
+    int ch;
+
+    optind = 1;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, "+hs:a:D:R:l:", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'h':
+            print_command_help(find_command("run"), stdout);
+            return CTL_EXIT_OK;
+        case 's':
+            if (tcgpu_signal_parse(optarg) < 0)
+                return usage_error("run", "--signal %s: unknown or unusable signal "
+                                   "(try RTMIN+4, USR2, 38 or off)", optarg);
+            setenv("TCGPU_SIGNAL", optarg, 1);
+            break;
+        case 'a':
+            if (tcgpu_sigaction_parse(optarg) < 0)
+                return usage_error("run", "--signal-action %s: one of toggle, suspend, resume, "
+                                   "checkpoint", optarg);
+            setenv("TCGPU_SIGNAL_ACTION", optarg, 1);
+            break;
+        case 'D':
+            if (absolute_dir(optarg, dir, sizeof(dir)) < 0)
+                return usage_error("run", "bad directory '%s'", optarg);
+            setenv("TCGPU_CHECKPOINT_DIR", dir, 1);
+            break;
+        case 'R':
+            if (absolute_dir(optarg, dir, sizeof(dir)) < 0)
+                return usage_error("run", "bad directory '%s'", optarg);
+            setenv("TCGPU_RUN_DIR", dir, 1);
+            break;
+        case 'l':
+            if (strcmp(optarg, "quiet") && strcmp(optarg, "info") && strcmp(optarg, "debug"))
+                return usage_error("run", "--log is quiet, info or debug");
+            setenv("TCGPU_LOG", optarg, 1);
+            break;
+        default:
+            return usage_error("run", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return usage_error("run", "which command?");
+    if (find_library(lib, sizeof(lib)) < 0)
+        return CTL_EXIT_FAILED;
+    if (preload_with(lib) < 0) {
+        gpuckpt_error("cannot set LD_PRELOAD");
+        return CTL_EXIT_FAILED;
+    }
+    execvp(argv[optind], argv + optind);
+    gpuckpt_error("cannot run %s: %s", argv[optind], strerror(errno));
+    return errno == ENOENT ? 127 : 126;
+}
+
+/* ---------------------------------------------------------------------------
+ * Commands
+ * ------------------------------------------------------------------------- */
+
+static const struct command commands[] = {
+    { "run", cmd_run, "run [OPTIONS] [--] CMD [ARG...]",
+      "Run CMD with libtcgpu.so preloaded (prepended to LD_PRELOAD); gpuckpt is replaced by\n"
+      "CMD, so its pid is CMD's pid and its exit status CMD's (127/126 if it cannot be run).\n"
+      "The library is $TCGPU_LIB, else found next to gpuckpt.\n"
+      "\n"
+      "  -s, --signal SIG          trigger signal (TCGPU_SIGNAL): RTMIN+4 (default), USR2, 38, off\n"
+      "  -a, --signal-action ACT   toggle (default), suspend, resume, checkpoint (TCGPU_SIGNAL_ACTION)\n"
+      "  -D, --checkpoint-dir DIR  where the checkpoint action writes (TCGPU_CHECKPOINT_DIR)\n"
+      "  -R, --run-dir DIR         where the control socket goes (TCGPU_RUN_DIR)\n"
+      "  -l, --log LEVEL           quiet, info (default), debug (TCGPU_LOG)\n" },
+    { "status", cmd_status, "status PID [--json] [--wait SEC] [--timeout SEC]",
+      "Show PID's state, GPU memory, tracked objects, last operation and its timings.\n"
+      "\n"
+      "  --json          one JSON object on stdout (the protocol's fields, numbers as numbers)\n"
+      "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
+      "  --timeout SEC   give up waiting for the reply after SEC seconds (exit 5)\n" },
+    { "checkpoint", cmd_checkpoint, "checkpoint PID -D DIR [--timeout SEC] [--wait SEC] [-q]",
+      "Write an image of PID's GPU state to DIR (which must not exist); PID carries on.\n"
+      "\n"
+      "  -D, --dir DIR   the image directory (relative paths are made absolute here)\n"
+      "  --timeout SEC   stop waiting after SEC seconds (exit 5; the operation goes on)\n"
+      "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
+      "  -q, --quiet     no progress and no summary line\n" },
+    { "suspend", cmd_suspend, "suspend PID [-D DIR] [--timeout SEC] [--wait SEC] [-q]",
+      "Take PID off the GPU: drain its device memory to host memory (or to the image DIR),\n"
+      "release it, and park PID's CUDA calls until gpuckpt resume.\n"
+      "\n"
+      "  -D, --dir DIR   drain to an image directory instead of host memory\n"
+      "  --timeout SEC   stop waiting after SEC seconds (exit 5; the operation goes on)\n"
+      "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
+      "  -q, --quiet     no progress and no summary line\n" },
+    { "resume", cmd_resume, "resume PID [--timeout SEC] [--wait SEC] [-q]",
+      "Put PID back on the GPU at the same device addresses and release its threads.\n"
+      "Exit 8 when the device has no room now (PID stays suspended, safely).\n"
+      "\n"
+      "  --timeout SEC   stop waiting after SEC seconds (exit 5; the operation goes on)\n"
+      "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
+      "  -q, --quiet     no progress and no summary line\n" },
+    { "inspect", gpuckpt_cmd_inspect, "inspect DIR [--json]",
+      "Show an image's manifest: process, devices, allocations, chunks and compression.\n"
+      "\n"
+      "  --json   one JSON object on stdout\n" },
+    { "verify", gpuckpt_cmd_verify, "verify DIR",
+      "Read every chunk of the image at DIR and check its checksums.\n"
+      "Exit 0 when the image is whole, 7 when it is corrupt or truncated.\n" },
+};
+
+static const struct command *find_command(const char *name)
+{
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (!strcmp(commands[i].name, name))
+            return &commands[i];
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    const struct command *c;
+
+    if (argc < 2) {
+        print_usage(stderr);
+        return CTL_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+        printf("gpuckpt %s\n", TCGPU_VERSION_STRING);
+        return CTL_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        print_usage(stdout);
+        return CTL_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "help")) {
+        if (argc > 2 && (c = find_command(argv[2]))) {
+            print_command_help(c, stdout);
+            return CTL_EXIT_OK;
+        }
+        print_usage(stdout);
+        return argc > 2 ? CTL_EXIT_USAGE : CTL_EXIT_OK;
+    }
+    c = find_command(argv[1]);
+    if (!c) {
+        gpuckpt_error("unknown command '%s'", argv[1]);
+        print_usage(stderr);
+        return CTL_EXIT_USAGE;
+    }
+    return c->fn(argc - 1, argv + 1);
+}
+
+int gpuckpt_usage_error(const char *cmd, const char *msg)
+{
+    return usage_error(cmd, "%s", msg);
+}
+
+void gpuckpt_command_help(const char *cmd)
+{
+    print_command_help(find_command(cmd), stdout);
+}
