@@ -18,6 +18,12 @@
  *
  * params[i] points at the i-th argument value, as given to cuLaunchKernel.
  * Kernel-side code may not call the CUDA API.
+ *
+ * Argument sizes: a real driver knows them from the kernel image and copies
+ * the values at launch, so the caller may reuse its variables at once. Give
+ * simcuda the same knowledge with SIMCUDA_KERNEL_PARAMS(name, sizeof(T0), ...)
+ * next to the kernel; a kernel without it still works, but its launches wait
+ * for the kernel to finish (simcuda warns once).
  */
 #ifndef SIMCUDA_KERNEL_H
 #define SIMCUDA_KERNEL_H
@@ -44,7 +50,18 @@ typedef void (*simcuda_kernel_fn)(const simcuda_kernel_ctx *k, void **params);
 /* Declare a kernel in a module: SIMCUDA_KERNEL(saxpy) { ... uses k, params ... } */
 #define SIMCUDA_KERNEL(name) \
     __attribute__((visibility("default"))) \
+    void name(const simcuda_kernel_ctx *k, void **params); \
+    __attribute__((visibility("default"))) \
     void name(const simcuda_kernel_ctx *k, void **params)
+
+/* Argument sizes of kernel name, in order: exported as simcuda_params__<name>
+ * = { count, size0, size1, ... }. E.g. SIMCUDA_KERNEL_PARAMS(saxpy,
+ * sizeof(float), sizeof(uint64_t), sizeof(uint64_t), sizeof(size_t)); */
+#define SIMCUDA_KERNEL_PARAMS(name, ...) \
+    extern const uint32_t simcuda_params__##name[]; \
+    __attribute__((visibility("default"))) \
+    const uint32_t simcuda_params__##name[] = { \
+        (uint32_t)(sizeof((uint32_t[]){ __VA_ARGS__ }) / sizeof(uint32_t)), __VA_ARGS__ }
 
 /* The i-th kernel argument, of type T. */
 #define SIMCUDA_ARG(T, i) (*(T *)params[(i)])

@@ -1,0 +1,313 @@
+/*
+ * checkpoint.c - the driver checkpoint API, callable from another process.
+ *
+ * Every attached process runs a service thread (its tid is the "restore
+ * thread id") that waits on its slot of the shm table for commands. A caller
+ * (another process, like cuda-checkpoint) takes the slot's command lock,
+ * writes the command, bumps cmd_seq and wakes the futex; the service thread
+ * executes it in the target process and answers through ack_seq. The futexes
+ * are process-shared (no FUTEX_PRIVATE_FLAG): they live in the shm mapping.
+ *
+ * While attached, a process holds an io_uring instance with its rings
+ * mapped: CRIU refuses to dump it, as it refuses /dev/nvidia* for a real
+ * GPU process. Checkpoint closes it (and releases the device capacity);
+ * Restore opens it again.
+ */
+#include "sim.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <liburing.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct io_uring ring;
+static bool ring_open;
+
+int sim_attach_resources(void)
+{
+    int rc;
+
+    if (ring_open)
+        return 0;
+    rc = io_uring_queue_init(4, &ring, 0);
+    if (rc)
+        return rc;
+    ring_open = true;
+    return 0;
+}
+
+void sim_detach_resources(void)
+{
+    if (!ring_open)
+        return;
+    io_uring_queue_exit(&ring);
+    ring_open = false;
+}
+
+static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
+}
+
+/* ---- capacity while checkpointed ------------------------------------------- */
+
+/* Device memory moves to host memory: our backing store already is host
+ * memory, so what changes is the machine-wide accounting. */
+void sim_ckpt_park_all(void)
+{
+    sim_shm_lock(sim_shm);
+    for (int d = 0; d < sim_shm->ndev; d++) {
+        uint64_t u = sim_self->used[d];
+
+        sim_self->parked[d] = u;
+        sim_shm->used[d] -= u <= sim_shm->used[d] ? u : sim_shm->used[d];
+        sim_self->used[d] = 0;
+    }
+    sim_shm_unlock(sim_shm);
+}
+
+/* All or nothing: OUT_OF_MEMORY if any device lacks room now. */
+CUresult sim_ckpt_unpark_all(void)
+{
+    CUresult r = CUDA_SUCCESS;
+
+    sim_shm_lock(sim_shm);
+    sim_shm_reap(sim_shm);
+    for (int d = 0; d < sim_shm->ndev; d++)
+        if (sim_shm->used[d] + sim_self->parked[d] > sim_shm->capacity[d])
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!r)
+        for (int d = 0; d < sim_shm->ndev; d++) {
+            sim_shm->used[d] += sim_self->parked[d];
+            sim_self->used[d] = sim_self->parked[d];
+            sim_self->parked[d] = 0;
+        }
+    sim_shm_unlock(sim_shm);
+    return r;
+}
+
+/* ---- the service thread (in the target process) ---------------------------- */
+
+static void set_state(int state)
+{
+    __atomic_store_n(&sim_self->state, state, __ATOMIC_RELEASE);
+}
+
+static CUresult do_command(uint32_t cmd, uint32_t arg)
+{
+    int state = __atomic_load_n(&sim_self->state, __ATOMIC_ACQUIRE);
+    CUresult r;
+
+    switch (cmd) {
+    case SIM_CMD_LOCK:
+        if (state != CU_PROCESS_STATE_RUNNING)
+            return CUDA_ERROR_ILLEGAL_STATE;
+        if ((r = sim_gate_close(arg)))
+            return r;                       /* timed out: still RUNNING */
+        set_state(CU_PROCESS_STATE_LOCKED);
+        return CUDA_SUCCESS;
+    case SIM_CMD_CHECKPOINT:
+        if (state != CU_PROCESS_STATE_LOCKED)
+            return CUDA_ERROR_ILLEGAL_STATE;
+        sim_ckpt_park_all();
+        sim_detach_resources();
+        set_state(CU_PROCESS_STATE_CHECKPOINTED);
+        return CUDA_SUCCESS;
+    case SIM_CMD_RESTORE:
+        if (state != CU_PROCESS_STATE_CHECKPOINTED)
+            return CUDA_ERROR_ILLEGAL_STATE;
+        if ((r = sim_ckpt_unpark_all()))
+            return r;                       /* still CHECKPOINTED */
+        if (sim_attach_resources()) {
+            sim_ckpt_park_all();
+            return CUDA_ERROR_OPERATING_SYSTEM;
+        }
+        set_state(CU_PROCESS_STATE_LOCKED);
+        return CUDA_SUCCESS;
+    case SIM_CMD_UNLOCK:
+        if (state != CU_PROCESS_STATE_LOCKED)
+            return CUDA_ERROR_ILLEGAL_STATE;
+        set_state(CU_PROCESS_STATE_RUNNING);
+        sim_gate_open();
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static void *service(void *unused)
+{
+    struct sim_shm_proc *p = sim_self;
+    uint32_t seen = __atomic_load_n(&p->cmd_seq, __ATOMIC_ACQUIRE);
+
+    (void)unused;
+    __atomic_store_n(&p->ack_seq, seen, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->restore_tid, (int32_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+    for (;;) {
+        uint32_t cur = __atomic_load_n(&p->cmd_seq, __ATOMIC_ACQUIRE);
+
+        if (cur == seen) {
+            futex(&p->cmd_seq, FUTEX_WAIT, seen, NULL);
+            continue;
+        }
+        seen = cur;
+        p->result = (int32_t)do_command(p->cmd, p->arg);
+        __atomic_store_n(&p->ack_seq, cur, __ATOMIC_RELEASE);
+        futex(&p->ack_seq, FUTEX_WAKE, INT_MAX, NULL);
+    }
+    return NULL;
+}
+
+int sim_service_start(void)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+    int rc;
+
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&t, &attr, service, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc)
+        return -rc;
+    /* GetRestoreThreadId must answer as soon as cuInit has returned. */
+    while (!__atomic_load_n(&sim_self->restore_tid, __ATOMIC_ACQUIRE)) {
+        struct timespec ts = { 0, 100000 };
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+/* ---- the caller's side ---------------------------------------------------------- */
+
+static CUresult find_proc(int pid, struct sim_shm_proc **out)
+{
+    if (!sim_initialized())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (pid <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_shm_lock(sim_shm);
+    sim_shm_reap(sim_shm);
+    *out = sim_shm_find(sim_shm, pid);
+    sim_shm_unlock(sim_shm);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static void cmd_lock(struct sim_shm_proc *p)
+{
+    if (pthread_mutex_lock(&p->cmd_lock) == EOWNERDEAD)
+        pthread_mutex_consistent(&p->cmd_lock);   /* a previous caller died mid-command */
+}
+
+/* Send cmd to pid's service thread and wait for its answer. */
+static CUresult send_command(int pid, uint32_t cmd, uint32_t arg)
+{
+    struct sim_shm_proc *p;
+    uint32_t seq;
+    CUresult r;
+
+    if ((r = find_proc(pid, &p)))
+        return r;
+    cmd_lock(p);
+    if (__atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) != pid) {
+        pthread_mutex_unlock(&p->cmd_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    p->cmd = cmd;
+    p->arg = arg;
+    seq = __atomic_add_fetch(&p->cmd_seq, 1, __ATOMIC_ACQ_REL);
+    futex(&p->cmd_seq, FUTEX_WAKE, INT_MAX, NULL);
+    for (;;) {
+        uint32_t ack = __atomic_load_n(&p->ack_seq, __ATOMIC_ACQUIRE);
+        struct timespec ts = { 0, 100000000 };
+
+        if (ack == seq) {
+            r = (CUresult)p->result;
+            break;
+        }
+        if (!sim_pid_alive(pid)) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        futex(&p->ack_seq, FUTEX_WAIT, ack, &ts);
+    }
+    pthread_mutex_unlock(&p->cmd_lock);
+    return r;
+}
+
+static bool zeroed(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+
+    for (size_t i = 0; i < n; i++)
+        if (b[i])
+            return false;
+    return true;
+}
+
+CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
+{
+    struct sim_shm_proc *p;
+    CUresult r;
+
+    if (!tid)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = find_proc(pid, &p)))
+        return r;
+    *tid = __atomic_load_n(&p->restore_tid, __ATOMIC_ACQUIRE);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuCheckpointProcessGetRestoreThreadId);
+
+CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
+{
+    struct sim_shm_proc *p;
+    CUresult r;
+
+    if (!state)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = find_proc(pid, &p)))
+        return r;
+    *state = (CUprocessState)__atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuCheckpointProcessGetState);
+
+CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
+{
+    if (args && (args->reserved0 || !zeroed(args->reserved1, sizeof(args->reserved1))))
+        return CUDA_ERROR_INVALID_VALUE;
+    return send_command(pid, SIM_CMD_LOCK, args ? args->timeoutMs : 0);
+}
+SIM_EXPORT(cuCheckpointProcessLock);
+
+CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
+{
+    if (args && !zeroed(args->reserved, sizeof(args->reserved)))
+        return CUDA_ERROR_INVALID_VALUE;
+    return send_command(pid, SIM_CMD_CHECKPOINT, 0);
+}
+SIM_EXPORT(cuCheckpointProcessCheckpoint);
+
+CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
+{
+    if (args && (args->gpuPairs || args->gpuPairsCount))
+        return CUDA_ERROR_NOT_SUPPORTED;    /* GPU remapping is not simulated */
+    if (args && (!zeroed(args->reserved, sizeof(args->reserved)) || args->reserved1))
+        return CUDA_ERROR_INVALID_VALUE;
+    return send_command(pid, SIM_CMD_RESTORE, 0);
+}
+SIM_EXPORT(cuCheckpointProcessRestore);
+
+CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
+{
+    if (args && !zeroed(args->reserved, sizeof(args->reserved)))
+        return CUDA_ERROR_INVALID_VALUE;
+    return send_command(pid, SIM_CMD_UNLOCK, 0);
+}
+SIM_EXPORT(cuCheckpointProcessUnlock);

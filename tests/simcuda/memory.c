@@ -1,0 +1,826 @@
+/*
+ * memory.c - allocations, copies, memsets, host memory, pointer attributes.
+ *
+ * Copies and memsets are stream operations executed by a worker; synchronous
+ * variants go to the default stream (legacy, or the thread's per-thread
+ * stream for the _ptds ABI) and wait. Arguments are checked when the call is
+ * made (unmapped device memory: CUDA_ERROR_INVALID_VALUE); when the operation
+ * runs, the memory is translated again, and memory that has gone meanwhile is
+ * a device fault (sticky CUDA_ERROR_ILLEGAL_ADDRESS), as on a GPU.
+ */
+#include "sim.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* ---- execution on the workers ---------------------------------------------- */
+
+/* Host view for n bytes at addr on side dev (device: translated; host: as is).
+ * Returns the bytes available contiguously, 0 if the address is not mapped. */
+static uint64_t side_view(uint64_t addr, bool dev, uint64_t n, unsigned char **view)
+{
+    uint64_t got;
+
+    if (!dev) {
+        *view = (unsigned char *)(uintptr_t)addr;
+        return n;
+    }
+    got = sim_map_span(addr, view);
+    return got < n ? got : n;
+}
+
+static int copy_row(uint64_t d, bool ddev, uint64_t s, bool sdev, uint64_t n)
+{
+    while (n) {
+        unsigned char *dp, *sp;
+        uint64_t dn = side_view(d, ddev, n, &dp);
+        uint64_t sn = side_view(s, sdev, n, &sp);
+        uint64_t k = dn < sn ? dn : sn;
+
+        if (!k)
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        memmove(dp, sp, k);
+        d += k;
+        s += k;
+        n -= k;
+    }
+    return 0;
+}
+
+int sim_exec_copy(struct sim_op *op)
+{
+    int res = 0;
+
+    sim_map_rdlock();
+    for (uint64_t y = 0; y < op->u.copy.height && !res; y++)
+        res = copy_row(op->u.copy.dst + y * op->u.copy.dpitch, op->u.copy.dst_dev,
+                       op->u.copy.src + y * op->u.copy.spitch, op->u.copy.src_dev,
+                       op->u.copy.width);
+    sim_map_unlock();
+    return res;
+}
+
+static void fill(unsigned char *p, uint64_t count, unsigned elem, uint32_t v)
+{
+    switch (elem) {
+    case 1:
+        memset(p, (int)(v & 0xff), count);
+        break;
+    case 2:
+        for (uint64_t i = 0; i < count; i++)
+            memcpy(p + 2 * i, &(uint16_t){ (uint16_t)v }, 2);
+        break;
+    default:
+        for (uint64_t i = 0; i < count; i++)
+            memcpy(p + 4 * i, &v, 4);
+        break;
+    }
+}
+
+int sim_exec_memset(struct sim_op *op)
+{
+    unsigned elem = op->u.set.elem;
+    int res = 0;
+
+    sim_map_rdlock();
+    for (uint64_t y = 0; y < op->u.set.height && !res; y++) {
+        uint64_t a = op->u.set.dst + y * op->u.set.pitch;
+        uint64_t left = op->u.set.width * elem;
+
+        while (left) {
+            unsigned char *p;
+            uint64_t n = side_view(a, true, left, &p);
+
+            n -= n % elem;
+            if (!n) {
+                res = CUDA_ERROR_ILLEGAL_ADDRESS;
+                break;
+            }
+            fill(p, n / elem, elem, op->u.set.value);
+            a += n;
+            left -= n;
+        }
+    }
+    sim_map_unlock();
+    return res;
+}
+
+/* ---- argument checks ------------------------------------------------------ */
+
+static bool is_device(uint64_t addr)
+{
+    bool r;
+
+    sim_map_rdlock();
+    r = sim_map_find(addr) != NULL;
+    sim_map_unlock();
+    return r;
+}
+
+static bool rows_covered(uint64_t a, uint64_t width, uint64_t height, uint64_t pitch)
+{
+    bool ok = true;
+
+    if (!width || !height)
+        return true;
+    sim_map_rdlock();
+    for (uint64_t y = 0; y < height && ok; y++)
+        ok = sim_map_covered(a + y * pitch, width);
+    sim_map_unlock();
+    return ok;
+}
+
+/* ---- copies ---------------------------------------------------------------- */
+
+struct copy_args {
+    uint64_t dst, src;
+    bool dst_dev, src_dev;
+    uint64_t width, height, dpitch, spitch;
+};
+
+/* Queue a copy on hs (sync: wait for it). pt: per-thread default stream ABI. */
+static CUresult do_copy(const struct copy_args *a, CUstream hs, bool sync, bool pt)
+{
+    struct sim_stream *s;
+    struct sim_op *op;
+    CUresult r;
+
+    if ((r = sim_stream_get(hs, pt, &s)))
+        return r;
+    if (!a->width || !a->height)
+        return CUDA_SUCCESS;
+    if ((a->dst_dev && !rows_covered(a->dst, a->width, a->height, a->dpitch)) ||
+        (a->src_dev && !rows_covered(a->src, a->width, a->height, a->spitch)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((!a->dst_dev && !a->dst) || (!a->src_dev && !a->src))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(op = sim_op_new(SIM_OP_COPY)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.copy.dst = a->dst;
+    op->u.copy.src = a->src;
+    op->u.copy.dst_dev = a->dst_dev;
+    op->u.copy.src_dev = a->src_dev;
+    op->u.copy.width = a->width;
+    op->u.copy.height = a->height;
+    op->u.copy.dpitch = a->dpitch;
+    op->u.copy.spitch = a->spitch;
+    return sync ? sim_submit_sync(s, op) : sim_submit(s, op, NULL, 0, NULL);
+}
+
+static CUresult copy1d(uint64_t dst, bool ddev, uint64_t src, bool sdev, size_t n,
+                       CUstream hs, bool sync, bool pt)
+{
+    struct copy_args a = { dst, src, ddev, sdev, n, 1, n, n };
+
+    SIM_BEGIN();
+    return do_copy(&a, hs, sync, pt);
+}
+
+/* Unified addressing: the direction follows from the addresses. */
+static CUresult copy_unified(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hs, bool sync, bool pt)
+{
+    SIM_BEGIN();
+    return copy1d(dst, is_device(dst), src, is_device(src), n, hs, sync, pt);
+}
+
+#define H(p) ((uint64_t)(uintptr_t)(p))
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) { return copy1d(d, true, H(h), false, n, NULL, true, false); }
+SIM_EXPORT(cuMemcpyHtoD_v2);
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *h, size_t n) { return copy1d(d, true, H(h), false, n, NULL, true, true); }
+SIM_EXPORT(cuMemcpyHtoD_v2_ptds);
+CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) { return copy1d(H(h), false, d, true, n, NULL, true, false); }
+SIM_EXPORT(cuMemcpyDtoH_v2);
+CUresult cuMemcpyDtoH_v2_ptds(void *h, CUdeviceptr d, size_t n) { return copy1d(H(h), false, d, true, n, NULL, true, true); }
+SIM_EXPORT(cuMemcpyDtoH_v2_ptds);
+CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy1d(d, true, s, true, n, NULL, true, false); }
+SIM_EXPORT(cuMemcpyDtoD_v2);
+CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy1d(d, true, s, true, n, NULL, true, true); }
+SIM_EXPORT(cuMemcpyDtoD_v2_ptds);
+CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy_unified(d, s, n, NULL, true, false); }
+SIM_EXPORT(cuMemcpy);
+CUresult cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy_unified(d, s, n, NULL, true, true); }
+SIM_EXPORT(cuMemcpy_ptds);
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, CUstream s) { return copy1d(d, true, H(h), false, n, s, false, false); }
+SIM_EXPORT(cuMemcpyHtoDAsync_v2);
+CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *h, size_t n, CUstream s) { return copy1d(d, true, H(h), false, n, s, false, true); }
+SIM_EXPORT(cuMemcpyHtoDAsync_v2_ptsz);
+CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream s) { return copy1d(H(h), false, d, true, n, s, false, false); }
+SIM_EXPORT(cuMemcpyDtoHAsync_v2);
+CUresult cuMemcpyDtoHAsync_v2_ptsz(void *h, CUdeviceptr d, size_t n, CUstream s) { return copy1d(H(h), false, d, true, n, s, false, true); }
+SIM_EXPORT(cuMemcpyDtoHAsync_v2_ptsz);
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr sp, size_t n, CUstream s) { return copy1d(d, true, sp, true, n, s, false, false); }
+SIM_EXPORT(cuMemcpyDtoDAsync_v2);
+CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr sp, size_t n, CUstream s) { return copy1d(d, true, sp, true, n, s, false, true); }
+SIM_EXPORT(cuMemcpyDtoDAsync_v2_ptsz);
+CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr sp, size_t n, CUstream s) { return copy_unified(d, sp, n, s, false, false); }
+SIM_EXPORT(cuMemcpyAsync);
+CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr sp, size_t n, CUstream s) { return copy_unified(d, sp, n, s, false, true); }
+SIM_EXPORT(cuMemcpyAsync_ptsz);
+
+/* One side of a CUDA_MEMCPY2D: its address and whether it is device memory. */
+static CUresult side_2d(CUmemorytype t, const void *host, CUdeviceptr dev, CUarray arr,
+                        size_t x, size_t y, size_t pitch, uint64_t *addr, bool *is_dev)
+{
+    uint64_t base;
+
+    switch (t) {
+    case CU_MEMORYTYPE_HOST:
+        base = H(host);
+        *is_dev = false;
+        break;
+    case CU_MEMORYTYPE_DEVICE:
+        base = dev;
+        *is_dev = true;
+        break;
+    case CU_MEMORYTYPE_UNIFIED:
+        base = dev;
+        *is_dev = is_device(dev);
+        break;
+    case CU_MEMORYTYPE_ARRAY:
+        (void)arr;
+        return CUDA_ERROR_NOT_SUPPORTED;    /* CUDA arrays are not simulated */
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *addr = base + y * pitch + x;
+    return CUDA_SUCCESS;
+}
+
+static CUresult copy2d(const CUDA_MEMCPY2D *p, CUstream hs, bool sync, bool pt)
+{
+    struct copy_args a;
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = side_2d(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes,
+                     p->srcY, p->srcPitch, &a.src, &a.src_dev)) ||
+        (r = side_2d(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
+                     p->dstY, p->dstPitch, &a.dst, &a.dst_dev)))
+        return r;
+    if ((p->Height > 1 && (p->WidthInBytes > p->srcPitch || p->WidthInBytes > p->dstPitch)))
+        return CUDA_ERROR_INVALID_VALUE;
+    a.width = p->WidthInBytes;
+    a.height = p->Height;
+    a.spitch = p->srcPitch;
+    a.dpitch = p->dstPitch;
+    return do_copy(&a, hs, sync, pt);
+}
+
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p) { return copy2d(p, NULL, true, false); }
+SIM_EXPORT(cuMemcpy2D_v2);
+CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *p) { return copy2d(p, NULL, true, true); }
+SIM_EXPORT(cuMemcpy2D_v2_ptds);
+CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p) { return copy2d(p, NULL, true, false); }
+SIM_EXPORT(cuMemcpy2DUnaligned_v2);
+CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *p) { return copy2d(p, NULL, true, true); }
+SIM_EXPORT(cuMemcpy2DUnaligned_v2_ptds);
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream s) { return copy2d(p, s, false, false); }
+SIM_EXPORT(cuMemcpy2DAsync_v2);
+CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *p, CUstream s) { return copy2d(p, s, false, true); }
+SIM_EXPORT(cuMemcpy2DAsync_v2_ptsz);
+
+/* ---- memsets ------------------------------------------------------------------ */
+
+static CUresult do_memset(CUdeviceptr dst, size_t pitch, uint32_t v, unsigned elem,
+                          size_t width, size_t height, CUstream hs, bool sync, bool pt)
+{
+    struct sim_stream *s;
+    struct sim_op *op;
+    CUresult r;
+
+    SIM_BEGIN();
+    if ((r = sim_stream_get(hs, pt, &s)))
+        return r;
+    if (!width || !height)
+        return CUDA_SUCCESS;
+    if (dst % elem || (height > 1 && (pitch < width * elem || pitch % elem)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!rows_covered(dst, width * elem, height, pitch))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(op = sim_op_new(SIM_OP_MEMSET)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.set.dst = dst;
+    op->u.set.value = v;
+    op->u.set.elem = elem;
+    op->u.set.width = width;
+    op->u.set.height = height;
+    op->u.set.pitch = pitch;
+    return sync ? sim_submit_sync(s, op) : sim_submit(s, op, NULL, 0, NULL);
+}
+
+#define MEMSET_1D(name, T, elem, sync, pt)                                       \
+    CUresult name(CUdeviceptr d, T v, size_t n)                                  \
+    {                                                                            \
+        return do_memset(d, n * (elem), v, elem, n, 1, NULL, sync, pt);          \
+    }                                                                            \
+    SIM_EXPORT(name)
+#define MEMSET_1D_ASYNC(name, T, elem, pt)                                       \
+    CUresult name(CUdeviceptr d, T v, size_t n, CUstream s)                      \
+    {                                                                            \
+        return do_memset(d, n * (elem), v, elem, n, 1, s, false, pt);            \
+    }                                                                            \
+    SIM_EXPORT(name)
+#define MEMSET_2D(name, T, elem, sync, pt)                                       \
+    CUresult name(CUdeviceptr d, size_t pitch, T v, size_t w, size_t h)          \
+    {                                                                            \
+        return do_memset(d, pitch, v, elem, w, h, NULL, sync, pt);               \
+    }                                                                            \
+    SIM_EXPORT(name)
+#define MEMSET_2D_ASYNC(name, T, elem, pt)                                       \
+    CUresult name(CUdeviceptr d, size_t pitch, T v, size_t w, size_t h, CUstream s) \
+    {                                                                            \
+        return do_memset(d, pitch, v, elem, w, h, s, false, pt);                 \
+    }                                                                            \
+    SIM_EXPORT(name)
+
+MEMSET_1D(cuMemsetD8_v2, unsigned char, 1, true, false);
+MEMSET_1D(cuMemsetD8_v2_ptds, unsigned char, 1, true, true);
+MEMSET_1D(cuMemsetD16_v2, unsigned short, 2, true, false);
+MEMSET_1D(cuMemsetD16_v2_ptds, unsigned short, 2, true, true);
+MEMSET_1D(cuMemsetD32_v2, unsigned int, 4, true, false);
+MEMSET_1D(cuMemsetD32_v2_ptds, unsigned int, 4, true, true);
+MEMSET_1D_ASYNC(cuMemsetD8Async, unsigned char, 1, false);
+MEMSET_1D_ASYNC(cuMemsetD8Async_ptsz, unsigned char, 1, true);
+MEMSET_1D_ASYNC(cuMemsetD16Async, unsigned short, 2, false);
+MEMSET_1D_ASYNC(cuMemsetD16Async_ptsz, unsigned short, 2, true);
+MEMSET_1D_ASYNC(cuMemsetD32Async, unsigned int, 4, false);
+MEMSET_1D_ASYNC(cuMemsetD32Async_ptsz, unsigned int, 4, true);
+MEMSET_2D(cuMemsetD2D8_v2, unsigned char, 1, true, false);
+MEMSET_2D(cuMemsetD2D8_v2_ptds, unsigned char, 1, true, true);
+MEMSET_2D(cuMemsetD2D16_v2, unsigned short, 2, true, false);
+MEMSET_2D(cuMemsetD2D16_v2_ptds, unsigned short, 2, true, true);
+MEMSET_2D(cuMemsetD2D32_v2, unsigned int, 4, true, false);
+MEMSET_2D(cuMemsetD2D32_v2_ptds, unsigned int, 4, true, true);
+MEMSET_2D_ASYNC(cuMemsetD2D8Async, unsigned char, 1, false);
+MEMSET_2D_ASYNC(cuMemsetD2D8Async_ptsz, unsigned char, 1, true);
+MEMSET_2D_ASYNC(cuMemsetD2D16Async, unsigned short, 2, false);
+MEMSET_2D_ASYNC(cuMemsetD2D16Async_ptsz, unsigned short, 2, true);
+MEMSET_2D_ASYNC(cuMemsetD2D32Async, unsigned int, 4, false);
+MEMSET_2D_ASYNC(cuMemsetD2D32Async_ptsz, unsigned int, 4, true);
+
+/* ---- device allocations ----------------------------------------------------- */
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    struct sim_ctx *c;
+    struct sim_range *r;
+    CUresult res;
+
+    SIM_BEGIN();
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((res = sim_ctx_current(&c)))
+        return res;
+    if (!bytesize)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((res = sim_dev_alloc(c, bytesize, SIM_R_DEVICE, &r)))
+        return res;
+    *dptr = r->va;
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuMemAlloc_v2);
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                            size_t Height, unsigned int ElementSizeBytes)
+{
+    size_t pitch;
+
+    SIM_BEGIN();
+    if (!dptr || !pPitch || !WidthInBytes || !Height ||
+        (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    pitch = sim_round_up(WidthInBytes, 512);
+    if (Height > SIZE_MAX / pitch)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *pPitch = pitch;
+    return cuMemAlloc_v2(dptr, pitch * Height);
+}
+SIM_EXPORT(cuMemAllocPitch_v2);
+
+/* Take the range whose base is va and of one of the kinds, out of the map. */
+static struct sim_range *take_base(uint64_t va, unsigned kinds)
+{
+    struct sim_range *r;
+
+    sim_map_wrlock();
+    r = sim_map_find(va);
+    if (r && (r->va != va || !(kinds & (1u << r->kind))))
+        r = NULL;
+    if (r)
+        sim_map_remove(r);
+    sim_map_unlock();
+    return r;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    struct sim_ctx *c;
+    struct sim_range *r;
+    CUresult res;
+
+    SIM_BEGIN();
+    if ((res = sim_ctx_current(&c)))
+        return res;
+    if (!dptr)
+        return CUDA_SUCCESS;
+    /* cuMemFree synchronises: work using the memory finishes first. */
+    if ((res = sim_ctx_sync(c)))
+        return res;
+    r = take_base(dptr, 1u << SIM_R_DEVICE | 1u << SIM_R_MANAGED);
+    if (!r)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_dev_free_range(r);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuMemFree_v2);
+
+CUresult cuMemGetInfo_v2(size_t *free_, size_t *total)
+{
+    struct sim_ctx *c;
+    CUresult res;
+
+    SIM_BEGIN();
+    if ((res = sim_ctx_current(&c)))
+        return res;
+    if (!free_ || !total)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_shm_lock(sim_shm);
+    sim_shm_reap(sim_shm);
+    *total = sim_shm->capacity[c->dev];
+    *free_ = sim_shm->capacity[c->dev] - sim_shm->used[c->dev];
+    sim_shm_unlock(sim_shm);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuMemGetInfo_v2);
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    struct sim_ctx *c;
+    struct sim_range *r;
+    CUresult res;
+
+    SIM_BEGIN();
+    if ((res = sim_ctx_current(&c)))
+        return res;
+    sim_map_rdlock();
+    r = sim_map_find(dptr);
+    if (r) {
+        if (pbase)
+            *pbase = r->va;
+        if (psize)
+            *psize = r->size;
+    }
+    sim_map_unlock();
+    return r ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+SIM_EXPORT(cuMemGetAddressRange_v2);
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    struct sim_ctx *c;
+    struct sim_range *r;
+    size_t len = sim_round_up(bytesize, (uint64_t)sysconf(_SC_PAGESIZE));
+    CUresult res;
+
+    SIM_BEGIN();
+    if (!dptr || !bytesize || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((res = sim_ctx_current(&c)))
+        return res;
+    if (!(r = calloc(1, sizeof(*r))))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((res = sim_capacity_charge(c->dev, len)))
+        goto err_free;
+    res = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!(r->host = sim_backing_alloc(len)))
+        goto err_charge;
+    r->va = H(r->host);     /* managed memory is host-accessible at the same address */
+    r->size = bytesize;
+    r->kind = SIM_R_MANAGED;
+    r->ctx = c;
+    r->dev = c->dev;
+    r->id = sim_next_buffer_id();
+    r->charged = len;
+    r->map_len = len;
+    sim_map_wrlock();
+    if (sim_map_insert(r)) {
+        sim_map_unlock();
+        goto err_backing;
+    }
+    sim_map_unlock();
+    *dptr = r->va;
+    return CUDA_SUCCESS;
+err_backing:
+    sim_backing_free(r->host, len);
+err_charge:
+    sim_capacity_release(c->dev, len);
+err_free:
+    free(r);
+    return res;
+}
+SIM_EXPORT(cuMemAllocManaged);
+
+/* ---- host memory ------------------------------------------------------------- */
+
+/* Register [p, p+size) as pinned host memory (owned: we mmap'd it). */
+static CUresult host_insert(struct sim_ctx *c, void *p, size_t size, size_t map_len,
+                            unsigned flags, bool registered)
+{
+    struct sim_range *r = calloc(1, sizeof(*r));
+    int rc;
+
+    if (!r)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r->va = H(p);
+    r->host = p;
+    r->size = size;
+    r->kind = SIM_R_HOST;
+    r->ctx = c;
+    r->dev = c->dev;
+    r->id = sim_next_buffer_id();
+    r->map_len = map_len;
+    r->host_flags = flags;
+    r->host_registered = registered;
+    sim_map_wrlock();
+    rc = sim_map_insert(r);
+    sim_map_unlock();
+    if (rc) {
+        free(r);
+        return rc == -EEXIST ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    const unsigned known = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+    struct sim_ctx *c;
+    size_t len = sim_round_up(bytesize, (uint64_t)sysconf(_SC_PAGESIZE));
+    void *p;
+    CUresult res;
+
+    SIM_BEGIN();
+    if (!pp || !bytesize || (Flags & ~known))
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((res = sim_ctx_current(&c)))
+        return res;
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((res = host_insert(c, p, bytesize, len, Flags, false))) {
+        munmap(p, len);
+        return res;
+    }
+    *pp = p;
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuMemHostAlloc);
+
+CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    return cuMemHostAlloc(pp, bytesize, 0);
+}
+SIM_EXPORT(cuMemAllocHost_v2);
+
+CUresult cuMemFreeHost(void *p)
+{
+    struct sim_range *r;
+
+    SIM_BEGIN();
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_map_wrlock();
+    r = sim_map_find(H(p));
+    if (r && (r->va != H(p) || r->kind != SIM_R_HOST || r->host_registered))
+        r = NULL;
+    if (r)
+        sim_map_remove(r);
+    sim_map_unlock();
+    if (!r)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_dev_free_range(r);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuMemFreeHost);
+
+CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    const unsigned known = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                           CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+    struct sim_ctx *c;
+    CUresult res;
+
+    SIM_BEGIN();
+    if (!p || !bytesize || (Flags & ~known))
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((res = sim_ctx_current(&c)))
+        return res;
+    if (sim_va_in_device_region(H(p), 1))
+        return CUDA_ERROR_INVALID_VALUE;
+    return host_insert(c, p, bytesize, 0, Flags, true);
+}
+SIM_EXPORT(cuMemHostRegister_v2);
+
+CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+    return cuMemHostRegister_v2(p, bytesize, Flags);
+}
+SIM_EXPORT(cuMemHostRegister);
+
+CUresult cuMemHostUnregister(void *p)
+{
+    struct sim_range *r;
+
+    SIM_BEGIN();
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_map_wrlock();
+    r = sim_map_find(H(p));
+    if (r && (r->va != H(p) || r->kind != SIM_R_HOST || !r->host_registered))
+        r = NULL;
+    if (r)
+        sim_map_remove(r);
+    sim_map_unlock();
+    if (!r)
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    free(r);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuMemHostUnregister);
+
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    struct sim_range *r;
+
+    SIM_BEGIN();
+    if (!pdptr || !p || Flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_map_rdlock();
+    r = sim_map_find(H(p));
+    if (r && r->kind != SIM_R_HOST)
+        r = NULL;
+    sim_map_unlock();
+    if (!r)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pdptr = H(p);      /* unified addressing: the device sees it at the host address */
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuMemHostGetDevicePointer_v2);
+
+CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+    struct sim_range *r;
+
+    SIM_BEGIN();
+    if (!pFlags || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_map_rdlock();
+    r = sim_map_find(H(p));
+    if (r && r->kind == SIM_R_HOST)
+        *pFlags = r->host_flags;
+    sim_map_unlock();
+    return r && r->kind == SIM_R_HOST ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+SIM_EXPORT(cuMemHostGetFlags);
+
+/* ---- pointer attributes ----------------------------------------------------------- */
+
+/* Size of each attribute's value, so unknown pointers can be zeroed. */
+static size_t attr_size(CUpointer_attribute a)
+{
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: return sizeof(CUcontext);
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: return sizeof(unsigned int);
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: return sizeof(void *);
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: return sizeof(bool);
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: return sizeof(unsigned long long);
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: return sizeof(bool);
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: return sizeof(int);
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: return sizeof(bool);
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: return sizeof(size_t);
+    case CU_POINTER_ATTRIBUTE_MAPPED: return sizeof(bool);
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: return sizeof(unsigned int);
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: return sizeof(CUmemoryPool);
+    default: return 0;
+    }
+}
+
+/* One attribute of the range r containing ptr (map lock held). */
+static CUresult attr_of(const struct sim_range *r, CUpointer_attribute a, void *data, uint64_t ptr)
+{
+    bool host = r->kind == SIM_R_HOST || r->kind == SIM_R_MANAGED;
+
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = (CUcontext)r->ctx;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data = r->kind == SIM_R_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        *(CUdeviceptr *)data = ptr;
+        break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        if (!host)
+            return CUDA_ERROR_INVALID_VALUE;    /* device memory has no host address */
+        *(void **)data = (void *)(uintptr_t)ptr;
+        break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+        *(bool *)data = false;
+        break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        *(unsigned long long *)data = r->id;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *(bool *)data = r->kind == SIM_R_MANAGED;
+        break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = r->dev;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        *(bool *)data = r->kind == SIM_R_DEVICE;
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = r->va;
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = r->size;
+        break;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        *(bool *)data = true;
+        break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+        *(unsigned int *)data = r->kind == SIM_R_VMM && !r->access ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE
+                                                                 : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *(CUmemoryPool *)data = (CUmemoryPool)r->pool;
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    struct sim_range *r;
+    CUresult res;
+
+    SIM_BEGIN();
+    if (!data || !attr_size(attribute))
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_map_rdlock();
+    r = sim_map_find(ptr);
+    res = r ? attr_of(r, attribute, data, ptr) : CUDA_ERROR_INVALID_VALUE;
+    sim_map_unlock();
+    return res;
+}
+SIM_EXPORT(cuPointerGetAttribute);
+
+/* Unknown pointers are not an error here: their attributes read as zero. */
+CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
+                                void **data, CUdeviceptr ptr)
+{
+    struct sim_range *r;
+
+    SIM_BEGIN();
+    if (!numAttributes || !attributes || !data)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < numAttributes; i++)
+        if (!attr_size(attributes[i]) || !data[i])
+            return CUDA_ERROR_INVALID_VALUE;
+    sim_map_rdlock();
+    r = sim_map_find(ptr);
+    for (unsigned i = 0; i < numAttributes; i++)
+        if (!r || attr_of(r, attributes[i], data[i], ptr))
+            memset(data[i], 0, attr_size(attributes[i]));
+    sim_map_unlock();
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuPointerGetAttributes);
+
+/* ---- context teardown ------------------------------------------------------------ */
+
+void sim_mem_release_ctx(struct sim_ctx *c)
+{
+    struct sim_range **v;
+    size_t n = sim_map_take(c, 1u << SIM_R_DEVICE | 1u << SIM_R_MANAGED | 1u << SIM_R_HOST, &v);
+
+    for (size_t i = 0; i < n; i++) {
+        if (v[i]->kind == SIM_R_HOST && v[i]->host_registered)
+            free(v[i]);         /* the memory is the application's */
+        else
+            sim_dev_free_range(v[i]);
+    }
+    free(v);
+}

@@ -1,0 +1,434 @@
+/*
+ * vmm.c - the virtual memory management API.
+ *
+ * A physical allocation (cuMemCreate) is backing memory charged against the
+ * device capacity; a reservation is a piece of the device address space; a
+ * mapping puts part of a physical allocation at an address of a reservation
+ * and is a translation range with no access until cuMemSetAccess, like on a
+ * GPU. The physical memory (and its capacity) goes when its handle has been
+ * released and no mapping is left.
+ */
+#include "sim.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sim_phys {
+    uint32_t magic;
+    int dev;
+    uint64_t size;
+    unsigned char *backing;
+    int handle_refs;     /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
+    int map_refs;        /* live mappings */
+    CUmemAllocationProp prop;
+};
+
+struct resv {
+    uint64_t va, size;
+};
+
+/* Guards reservations and phys reference counts. Lock order: vmm -> map. */
+static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct resv *resvs;
+static size_t nresv, resv_cap;
+
+static CUresult check_prop(const CUmemAllocationProp *prop)
+{
+    if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (prop->location.id < 0 || prop->location.id >= sim_device_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                       CUmemAllocationGranularity_flags option)
+{
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!granularity || (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+                         option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = check_prop(prop)))
+        return r;
+    *granularity = SIM_GRANULARITY;
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuMemGetAllocationGranularity);
+
+/* Free the physical memory once nothing refers to it (vmm_lock held). */
+static void phys_put(struct sim_phys *p)
+{
+    if (p->handle_refs || p->map_refs)
+        return;
+    sim_handle_del(p);
+    sim_backing_free(p->backing, p->size);
+    sim_capacity_release(p->dev, p->size);
+    p->magic = 0;
+    free(p);
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                     const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    struct sim_phys *p;
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!handle || flags || !size || size % SIM_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = check_prop(prop)))
+        return r;
+    if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE)
+        return CUDA_ERROR_NOT_SUPPORTED;    /* shareable handles are not simulated */
+    if (size > sim_device_capacity(prop->location.id))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!(p = calloc(1, sizeof(*p))))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((r = sim_capacity_charge(prop->location.id, size))) {
+        free(p);
+        return r;
+    }
+    if (!(p->backing = sim_backing_alloc(size))) {
+        sim_capacity_release(prop->location.id, size);
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    p->magic = SIM_MAGIC_PHYS;
+    p->dev = prop->location.id;
+    p->size = size;
+    p->handle_refs = 1;
+    p->prop = *prop;
+    sim_handle_add(p);
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuMemCreate);
+
+static struct sim_phys *phys_of(CUmemGenericAllocationHandle h)
+{
+    struct sim_phys *p = (struct sim_phys *)(uintptr_t)h;
+
+    return sim_handle_ok(p, SIM_MAGIC_PHYS) ? p : NULL;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    struct sim_phys *p;
+    CUresult r = CUDA_SUCCESS;
+
+    SIM_BEGIN();
+    pthread_mutex_lock(&vmm_lock);
+    if (!(p = phys_of(handle)) || p->handle_refs <= 0) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        p->handle_refs--;
+        phys_put(p);
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return r;
+}
+SIM_EXPORT(cuMemRelease);
+
+static bool is_pow2(uint64_t v)
+{
+    return v && !(v & (v - 1));
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags)
+{
+    uint64_t va = 0;
+    CUresult r = CUDA_SUCCESS;
+
+    SIM_BEGIN();
+    if (!ptr || !size || size % SIM_GRANULARITY || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!alignment)
+        alignment = SIM_GRANULARITY;
+    if (!is_pow2(alignment) || alignment % SIM_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vmm_lock);
+    if (nresv == resv_cap) {
+        size_t ncap = resv_cap ? resv_cap * 2 : 16;
+        struct resv *n = realloc(resvs, ncap * sizeof(*n));
+
+        if (!n) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+        resvs = n;
+        resv_cap = ncap;
+    }
+    /* The requested address is a hint: honoured when free, else another is chosen. */
+    if (addr && addr % alignment == 0)
+        va = sim_va_alloc(size, alignment, addr);
+    if (!va)
+        va = sim_va_alloc(size, alignment, 0);
+    if (!va) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    resvs[nresv++] = (struct resv){ va, size };
+    *ptr = va;
+out:
+    pthread_mutex_unlock(&vmm_lock);
+    return r;
+}
+SIM_EXPORT(cuMemAddressReserve);
+
+/* The reservation containing [va, va+size), or NULL (vmm_lock held). */
+static struct resv *resv_find(uint64_t va, uint64_t size)
+{
+    for (size_t i = 0; i < nresv; i++)
+        if (va >= resvs[i].va && size <= resvs[i].size && va - resvs[i].va <= resvs[i].size - size)
+            return &resvs[i];
+    return NULL;
+}
+
+static bool any_mapping(uint64_t va, uint64_t size)
+{
+    bool found;
+
+    sim_map_rdlock();
+    found = sim_map_overlaps(va, size);
+    sim_map_unlock();
+    return found;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    struct resv *rv;
+    CUresult r = CUDA_SUCCESS;
+
+    SIM_BEGIN();
+    pthread_mutex_lock(&vmm_lock);
+    rv = resv_find(ptr, size);
+    if (!rv || rv->va != ptr || rv->size != size || any_mapping(ptr, size)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        sim_va_free(ptr);
+        *rv = resvs[--nresv];
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return r;
+}
+SIM_EXPORT(cuMemAddressFree);
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags)
+{
+    struct sim_phys *p;
+    struct sim_range *m;
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+
+    SIM_BEGIN();
+    if (flags || !size || size % SIM_GRANULARITY || offset % SIM_GRANULARITY || ptr % SIM_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(m = calloc(1, sizeof(*m))))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&vmm_lock);
+    if (!(p = phys_of(handle)) || p->handle_refs <= 0)
+        goto out;
+    if (offset > p->size || size > p->size - offset || !resv_find(ptr, size))
+        goto out;
+    m->va = ptr;
+    m->size = size;
+    m->host = p->backing + offset;
+    m->kind = SIM_R_VMM;
+    m->ctx = NULL;
+    m->dev = p->dev;
+    m->id = sim_next_buffer_id();
+    m->phys = p;
+    m->phys_off = offset;
+    sim_map_wrlock();
+    if (sim_map_overlaps(ptr, size)) {
+        sim_map_unlock();
+        goto out;           /* already mapped */
+    }
+    if (sim_map_insert(m)) {
+        sim_map_unlock();
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    sim_map_unlock();
+    p->map_refs++;
+    m = NULL;
+    r = CUDA_SUCCESS;
+out:
+    pthread_mutex_unlock(&vmm_lock);
+    free(m);
+    return r;
+}
+SIM_EXPORT(cuMemMap);
+
+/* Every range in [va, va+size) must be a whole VMM mapping; they are
+ * collected into *out (map lock held). Returns the count or -1. */
+static long vmm_ranges(uint64_t va, uint64_t size, struct sim_range ***out)
+{
+    long n = 0;
+    struct sim_range **v = NULL;
+
+    for (int pass = 0; pass < 2; pass++) {
+        uint64_t a = va;
+        long k = 0;
+        struct sim_range *r;
+
+        while ((r = sim_map_next(a)) && r->va < va + size) {
+            if (r->kind != SIM_R_VMM || r->va < va || r->va + r->size > va + size) {
+                free(v);
+                return -1;
+            }
+            if (pass)
+                v[k] = r;
+            k++;
+            a = r->va + r->size;
+        }
+        if (!pass) {
+            n = k;
+            if (!n || !(v = calloc((size_t)n, sizeof(*v))))
+                return n ? -1 : 0;
+        }
+    }
+    *out = v;
+    return n;
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    struct sim_range **v = NULL;
+    long n;
+    CUresult r = CUDA_SUCCESS;
+
+    SIM_BEGIN();
+    if (!size || size % SIM_GRANULARITY || ptr % SIM_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vmm_lock);
+    /* The write lock waits for copies and kernels using the memory now;
+     * work queued after this faults, as on a GPU. */
+    sim_map_wrlock();
+    n = vmm_ranges(ptr, size, &v);
+    if (n <= 0 || !sim_map_covered(ptr, size)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        n = 0;
+    }
+    for (long i = 0; i < n; i++)
+        sim_map_remove(v[i]);
+    sim_map_unlock();
+    for (long i = 0; i < n; i++) {
+        struct sim_phys *p = v[i]->phys;
+
+        p->map_refs--;
+        free(v[i]);
+        phys_put(p);
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    free(v);
+    return r;
+}
+SIM_EXPORT(cuMemUnmap);
+
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    struct sim_range **v = NULL;
+    unsigned flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    long n;
+
+    SIM_BEGIN();
+    if (!desc || !count || !size)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (desc[i].location.id < 0 || desc[i].location.id >= sim_device_count())
+            return CUDA_ERROR_INVALID_DEVICE;
+        if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+            desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    sim_map_wrlock();
+    n = vmm_ranges(ptr, size, &v);
+    if (n <= 0 || !sim_map_covered(ptr, size)) {
+        sim_map_unlock();
+        free(v);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (long i = 0; i < n; i++) {
+        /* Access is per device; the mapping's own device is what kernels use. */
+        for (size_t j = 0; j < count; j++)
+            if (desc[j].location.id == v[i]->dev)
+                flags = desc[j].flags;
+        v[i]->access_flags = flags;
+        v[i]->access = flags != CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    }
+    sim_map_unlock();
+    free(v);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuMemSetAccess);
+
+CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
+{
+    struct sim_range *r;
+    CUresult res = CUDA_SUCCESS;
+
+    SIM_BEGIN();
+    if (!flags || !location || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (location->id < 0 || location->id >= sim_device_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    sim_map_rdlock();
+    r = sim_map_find(ptr);
+    if (!r || r->kind != SIM_R_VMM)
+        res = CUDA_ERROR_INVALID_VALUE;
+    else
+        *flags = location->id == r->dev ? r->access_flags : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    sim_map_unlock();
+    return res;
+}
+SIM_EXPORT(cuMemGetAccess);
+
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    struct sim_range *r;
+    CUresult res = CUDA_SUCCESS;
+
+    SIM_BEGIN();
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vmm_lock);
+    sim_map_rdlock();
+    r = sim_map_find((uint64_t)(uintptr_t)addr);
+    if (!r || r->kind != SIM_R_VMM) {
+        res = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        r->phys->handle_refs++;
+        *handle = (CUmemGenericAllocationHandle)(uintptr_t)r->phys;
+    }
+    sim_map_unlock();
+    pthread_mutex_unlock(&vmm_lock);
+    return res;
+}
+SIM_EXPORT(cuMemRetainAllocationHandle);
+
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
+{
+    struct sim_phys *p;
+    CUresult r = CUDA_SUCCESS;
+
+    SIM_BEGIN();
+    if (!prop)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vmm_lock);
+    if (!(p = phys_of(handle)) || p->handle_refs <= 0)
+        r = CUDA_ERROR_INVALID_VALUE;
+    else
+        *prop = p->prop;
+    pthread_mutex_unlock(&vmm_lock);
+    return r;
+}
+SIM_EXPORT(cuMemGetAllocationPropertiesFromHandle);
