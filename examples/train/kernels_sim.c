@@ -19,16 +19,28 @@
 #define ARG_U64(i) SIMCUDA_ARG(uint64_t, i)
 #define ARG_F(i) SIMCUDA_ARG(float, i)
 
-SIMCUDA_KERNEL(init_uniform);
-SIMCUDA_KERNEL(fwd_hidden);
-SIMCUDA_KERNEL(fwd_out);
-SIMCUDA_KERNEL(loss_reduce);
-SIMCUDA_KERNEL(bwd_out);
-SIMCUDA_KERNEL(bwd_hidden);
-SIMCUDA_KERNEL(adam);
-SIMCUDA_KERNEL(dedupe);
-SIMCUDA_KERNEL(adam_rows);
-SIMCUDA_KERNEL(ring_mix);
+/*
+ * Argument sizes (SIMCUDA_KERNEL_PARAMS), as a real driver reads them from the
+ * kernel image: simcuda copies the values at launch, so launches are
+ * asynchronous like on a GPU. I = int, P = device pointer or 64-bit count,
+ * F = float; they must match kernels.cu's parameter lists.
+ */
+#define I sizeof(int)
+#define P sizeof(uint64_t)
+#define F sizeof(float)
+SIMCUDA_KERNEL_PARAMS(init_uniform, P, P, P, F);
+SIMCUDA_KERNEL_PARAMS(fwd_hidden, I, I, I, I, P, P, P, P, P, P, P, P);
+SIMCUDA_KERNEL_PARAMS(fwd_out, I, I, I, P, P, P, P, P, P);
+SIMCUDA_KERNEL_PARAMS(loss_reduce, I, P, P);
+SIMCUDA_KERNEL_PARAMS(bwd_out, I, I, I, P, P, P, P, P, P, P);
+SIMCUDA_KERNEL_PARAMS(bwd_hidden, I, I, I, P, P, P, P);
+SIMCUDA_KERNEL_PARAMS(adam, P, P, P, P, P, F, F, F, F, F, F);
+SIMCUDA_KERNEL_PARAMS(dedupe, I, P, P, P);
+SIMCUDA_KERNEL_PARAMS(adam_rows, I, I, I, P, P, P, P, P, P, P, F, F, F, F, F, F);
+SIMCUDA_KERNEL_PARAMS(ring_mix, I, P, P, P);
+#undef I
+#undef P
+#undef F
 
 /* init_uniform(p, n, seed, scale) */
 SIMCUDA_KERNEL(init_uniform)

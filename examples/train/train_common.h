@@ -89,7 +89,7 @@ struct tr_model {
     double teacher[TR_O][TR_D];
 };
 
-/* Bytes one replica uses for a given bank size; rows that fit in `budget` bytes. */
+/* Embedding rows such that one replica, temporaries included, fits in `budget` bytes. */
 int tr_model_rows_for(size_t budget);
 
 /*
