@@ -253,19 +253,24 @@ void *sim_map_view(uint64_t va, uint64_t len)
     return n && len <= n ? v : NULL;
 }
 
+/* A copy must stay inside one allocation; only VMM mappings that are
+ * contiguous in a reservation can be crossed, as on a GPU. */
 bool sim_map_covered(uint64_t va, uint64_t len)
 {
+    struct sim_range *prev = NULL;
+
     while (len) {
         struct sim_range *r = sim_map_find(va);
         uint64_t n;
 
-        if (!r)
+        if (!r || (prev && (prev->kind != SIM_R_VMM || r->kind != SIM_R_VMM)))
             return false;
         n = r->va + r->size - va;
         if (n >= len)
             return true;
         va += n;
         len -= n;
+        prev = r;
     }
     return true;
 }
