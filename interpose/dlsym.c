@@ -1,16 +1,19 @@
 /*
- * dlsym.c - the dlsym/dlvsym override: dlsym(handle, "cuFoo") hands out our
+ * dlsym.c - the dlsym override: dlsym(handle, "cuFoo") hands out our
  * wrapper of cuFoo whenever the real lookup finds cuFoo (any handle: a
  * libcuda handle, RTLD_DEFAULT, RTLD_NEXT) and we have a wrapper of that ABI
  * name. Everything else is glibc's own answer.
  *
- * On x86-64 the exported dlsym/dlvsym are a few instructions of assembly:
+ * On x86-64 the exported dlsym is a few instructions of assembly:
  * they ask tcgpu_dlsym_hook() first and otherwise *jump* to glibc's function
  * with the caller's return address still in place, so that glibc sees the
  * real caller. That matters for RTLD_NEXT (relative to the caller's object)
  * and keeps other interposers that look up their "next" symbol working.
  * Callers inside libtcgpu itself and inside the real driver always get the
- * real answer. See docs/interposition.md.
+ * real answer. dlvsym is not overridden: we need glibc's to find glibc's
+ * dlsym (a versioned lookup, which our unversioned dlsym never matches), and
+ * nobody asks libcuda's unversioned symbols for a version. See
+ * docs/interposition.md.
  */
 #include <dlfcn.h>
 #include <link.h>
@@ -23,7 +26,6 @@
 #include "wrappers.h"
 
 void *tcgpu_dlsym_hook(void *handle, const char *name, const void *caller);
-void *tcgpu_dlvsym_hook(void *handle, const char *name, const char *version, const void *caller);
 
 #define MAX_SELF 8
 static struct {
@@ -91,21 +93,12 @@ static int wrapped_index(const char *name, const void *caller)
 
 __attribute__((used)) void *tcgpu_dlsym_hook(void *handle, const char *name, const void *caller)
 {
+    tcgpu_real_dlsym_init();       /* the trampoline jumps through the pointer */
     int fn = wrapped_index(name, caller);
     if (fn < 0 || !tcgpu_real_dlsym(handle, name))
         return NULL;
     return tcgpu_wrappers[fn];
 }
-
-__attribute__((used)) void *tcgpu_dlvsym_hook(void *handle, const char *name, const char *version,
-                                              const void *caller)
-{
-    int fn = wrapped_index(name, caller);
-    if (fn < 0 || !tcgpu_real_dlvsym(handle, name, version))
-        return NULL;
-    return tcgpu_wrappers[fn];
-}
-
 
 #if defined(__x86_64__)
 #if defined(__CET__)
@@ -113,9 +106,6 @@ __attribute__((used)) void *tcgpu_dlvsym_hook(void *handle, const char *name, co
 #else
 #define ENDBR ""
 #endif
-/* glibc's functions by version (see lib/driver.c): the jump targets. */
-__asm__(".symver tcgpu_libc_dlsym, dlsym@" TCGPU_GLIBC_DL_VERSION "\n"
-        ".symver tcgpu_libc_dlvsym, dlvsym@" TCGPU_GLIBC_DL_VERSION "\n");
 __asm__(
     ".text\n"
     ".globl dlsym\n"
@@ -134,31 +124,10 @@ __asm__(
     "popq %rdi\n.cfi_adjust_cfa_offset -8\n"
     "testq %rax, %rax\n"
     "jnz 1f\n"
-    "jmp tcgpu_libc_dlsym@PLT\n"             /* tail call: glibc sees our caller */
+    "jmp *tcgpu_libc_dlsym_ptr(%rip)\n"      /* tail call: glibc sees our caller */
     "1: ret\n"
     ".cfi_endproc\n"
-    ".size dlsym, .-dlsym\n"
-    "\n"
-    ".globl dlvsym\n"
-    ".type dlvsym, @function\n"
-    ".p2align 4\n"
-    "dlvsym:\n"
-    ".cfi_startproc\n"
-    ENDBR
-    "pushq %rdi\n.cfi_adjust_cfa_offset 8\n"
-    "pushq %rsi\n.cfi_adjust_cfa_offset 8\n"
-    "pushq %rdx\n.cfi_adjust_cfa_offset 8\n"
-    "movq 24(%rsp), %rcx\n"
-    "call tcgpu_dlvsym_hook\n"
-    "popq %rdx\n.cfi_adjust_cfa_offset -8\n"
-    "popq %rsi\n.cfi_adjust_cfa_offset -8\n"
-    "popq %rdi\n.cfi_adjust_cfa_offset -8\n"
-    "testq %rax, %rax\n"
-    "jnz 1f\n"
-    "jmp tcgpu_libc_dlvsym@PLT\n"
-    "1: ret\n"
-    ".cfi_endproc\n"
-    ".size dlvsym, .-dlvsym\n");
+    ".size dlsym, .-dlsym\n");
 #else
 /* Portable fallback: correct for the cu* names; for other names with
  * RTLD_NEXT, glibc sees libtcgpu as the caller (its "next" starts after us). */
@@ -168,9 +137,4 @@ __attribute__((visibility("default"))) void *dlsym(void *handle, const char *nam
     return w ? w : tcgpu_real_dlsym(handle, name);
 }
 
-__attribute__((visibility("default"))) void *dlvsym(void *handle, const char *name, const char *version)
-{
-    void *w = tcgpu_dlvsym_hook(handle, name, version, __builtin_return_address(0));
-    return w ? w : tcgpu_real_dlvsym(handle, name, version);
-}
 #endif

@@ -11,24 +11,40 @@
 #include "log.h"
 
 #ifndef TCGPU_GLIBC_DL_VERSION
-#error "TCGPU_GLIBC_DL_VERSION (the glibc symbol version of dlsym) must be defined by the build"
+#define TCGPU_GLIBC_DL_VERSION "GLIBC_2.34"
 #endif
 
-/* glibc's own dlsym/dlvsym, by symbol version: our exported override has a
- * different version (interpose/libtcgpu.map), so these never resolve to it. */
-extern void *tcgpu_libc_dlsym(void *handle, const char *name);
-extern void *tcgpu_libc_dlvsym(void *handle, const char *name, const char *version);
-__asm__(".symver tcgpu_libc_dlsym, dlsym@" TCGPU_GLIBC_DL_VERSION);
-__asm__(".symver tcgpu_libc_dlvsym, dlvsym@" TCGPU_GLIBC_DL_VERSION);
+/* glibc's own dlsym, found with dlvsym (a versioned lookup never matches the
+ * interposer's unversioned dlsym; the interposer does not override dlvsym). */
+void *(*tcgpu_libc_dlsym_ptr)(void *, const char *);
+static pthread_once_t libc_dlsym_once = PTHREAD_ONCE_INIT;
+
+static void find_libc_dlsym(void)
+{
+    static const char *const versions[] = { TCGPU_GLIBC_DL_VERSION, "GLIBC_2.34", "GLIBC_2.2.5",
+                                            "GLIBC_2.17" };
+    void *p = NULL;
+    for (size_t i = 0; !p && i < sizeof(versions) / sizeof(versions[0]); i++) {
+        p = dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+        if (!p)
+            p = dlvsym(RTLD_DEFAULT, "dlsym", versions[i]);
+    }
+    if (!p) {
+        log_err("cannot find glibc's dlsym (dlvsym failed for every known version)");
+        abort();
+    }
+    tcgpu_libc_dlsym_ptr = (void *(*)(void *, const char *))p;
+}
+
+void tcgpu_real_dlsym_init(void)
+{
+    pthread_once(&libc_dlsym_once, find_libc_dlsym);
+}
 
 void *tcgpu_real_dlsym(void *handle, const char *name)
 {
-    return tcgpu_libc_dlsym(handle, name);
-}
-
-void *tcgpu_real_dlvsym(void *handle, const char *name, const char *version)
-{
-    return tcgpu_libc_dlvsym(handle, name, version);
+    tcgpu_real_dlsym_init();
+    return tcgpu_libc_dlsym_ptr(handle, name);
 }
 
 union tcgpu_driver_table tcgpu_driver;

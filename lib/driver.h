@@ -95,9 +95,10 @@ void *tcgpu_driver_handle(void);
  * logs the first time for each function. */
 CUresult tcgpu_driver_missing(int fn);
 
-/* glibc's dlsym/dlvsym, bound at link time to their GLIBC_x version: never
+/* glibc's dlsym, found once with dlvsym(RTLD_NEXT, "dlsym", "GLIBC_x"): never
  * the interposer's override, whatever the symbol search order. */
 void *tcgpu_real_dlsym(void *handle, const char *name);
-void *tcgpu_real_dlvsym(void *handle, const char *name, const char *version);
+void tcgpu_real_dlsym_init(void);
+extern void *(*tcgpu_libc_dlsym_ptr)(void *, const char *);   /* after init */
 
 #endif /* TCGPU_DRIVER_H */
