@@ -434,7 +434,12 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hs, bool pt)
     r->free_pending = true;
     sim_map_unlock();
     op->u.pool_free.range = r;
-    return sim_submit(s, op, NULL, 0, NULL);
+    if ((res = sim_submit(s, op, NULL, 0, NULL))) {
+        sim_map_wrlock();
+        r->free_pending = false;    /* not queued: the block is still allocated */
+        sim_map_unlock();
+    }
+    return res;
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { return free_async(dptr, hStream, false); }
