@@ -99,6 +99,10 @@ CUresult tcgpu_driver_missing(int fn);
  * the interposer's override, whatever the symbol search order. */
 void *tcgpu_real_dlsym(void *handle, const char *name);
 void tcgpu_real_dlsym_init(void);
+
+/* For code our dlsym runs before a sanitizer runtime has initialised (ASan's
+ * own start-up looks up the functions it intercepts with dlsym(RTLD_NEXT)). */
+#define TCGPU_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
 extern void *(*tcgpu_libc_dlsym_ptr)(void *, const char *);   /* after init */
 
 #endif /* TCGPU_DRIVER_H */
