@@ -9,7 +9,7 @@ GPUCKPT=$B/tools/gpuckpt
 TRAIN=$B/examples/train/train
 TRAIN_MT=$B/examples/train/train_mt
 SMI=$B/tests/simcuda/simcuda-smi
-PROGS=$B/tests/sim/progs
+PROGS=$B/tests/sim
 
 TEST_NAME=${TEST_NAME:-$(basename "$0" .sh)}
 export SIMCUDA_SHM=/simcuda-t-$TEST_NAME-$$
@@ -62,9 +62,14 @@ wait_for_line() {
     fail "'$2' never appeared in $1: $(tail -n 5 "$1")"
 }
 
-# device_bytes_of PID : device memory simcuda accounts to PID (simcuda-smi -q).
+# device_bytes_of PID : device memory simcuda accounts to PID, all devices
+# ("process pid=N device=D used=BYTES ..." lines of simcuda-smi -q).
 device_bytes_of() {
-    "$SMI" -q | awk -v pid="$1" '$1 == "process" && $2 == pid { print $3; found = 1 } END { if (!found) print 0 }'
+    "$SMI" -q | awk -v want="pid=$1" '
+        $1 == "process" && $2 == want {
+            for (i = 3; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); sum += $i }
+        }
+        END { print sum + 0 }'
 }
 
 # random_ms LO HI

@@ -4,7 +4,7 @@
 #   refusals.sh gate-timeout   a kernel that never ends: suspend times out at the
 #                              gate naming the thread and call; the job is untouched
 #   refusals.sh ipc            an exported IPC handle: checkpoint refuses naming
-#                              cuIpcGetMemHandle; the job runs on
+#                              cuIpcGetEventHandle; the job runs on
 #   refusals.sh corrupt-image  resume from a damaged image is refused before
 #                              anything is touched; with the image repaired the job
 #                              resumes and finishes with the right checksum
@@ -49,12 +49,12 @@ gate-timeout)
     [ "$held" -ge $((1 << 20)) ] || fail "the job lost its memory after a refused suspend ($held bytes)"
     ;;
 ipc)
-    start_bg "$WORK/ipc.out" "$GPUCKPT" run -- "$PROGS/ipc_hold" 2
+    start_bg "$WORK/ipc.out" "$GPUCKPT" run -- "$PROGS/ipc_hold" 2 --expect-mem-refused
     pid=$BG
     wait_for_line "$WORK/ipc.out" exported
     wait_for_socket "$pid"
     expect_exit 4 "$GPUCKPT" checkpoint "$pid" -D "$WORK/img"
-    grep -q cuIpcGetMemHandle "$WORK/last.out" || fail "the refusal does not name the call: $(cat "$WORK/last.out")"
+    grep -q cuIpcGetEventHandle "$WORK/last.out" || fail "the refusal does not name the call: $(cat "$WORK/last.out")"
     [ ! -e "$WORK/img" ] || fail "a refused checkpoint left $WORK/img behind"
     expect_exit 4 "$GPUCKPT" suspend "$pid"
     wait "$pid" || fail "the job failed after the refusals: $(cat "$WORK/ipc.out")"

@@ -11,6 +11,7 @@
 #include "sim.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -481,6 +482,49 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr 
     return r ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 SIM_EXPORT(cuMemGetAddressRange_v2);
+
+/*
+ * IPC memory handles: as on a GPU, only the base of a cuMemAlloc allocation
+ * can be exported (VMM and pool memory cannot: CUDA_ERROR_INVALID_VALUE).
+ * Opening a handle in another process is not simulated.
+ */
+CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    struct sim_range *r;
+    int ok;
+
+    SIM_BEGIN();
+    if (!pHandle)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_map_rdlock();
+    r = sim_map_find(dptr);
+    ok = r && r->kind == SIM_R_DEVICE && r->va == dptr;
+    sim_map_unlock();
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(pHandle, 0, sizeof(*pHandle));
+    snprintf(pHandle->reserved, sizeof(pHandle->reserved), "simcuda-ipc-mem %d %llx",
+             (int)getpid(), (unsigned long long)dptr);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuIpcGetMemHandle);
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    SIM_BEGIN();
+    (void)handle;
+    (void)Flags;
+    return pdptr ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+}
+SIM_EXPORT(cuIpcOpenMemHandle_v2);
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    SIM_BEGIN();
+    (void)dptr;
+    return CUDA_ERROR_INVALID_VALUE;    /* nothing can have been opened */
+}
+SIM_EXPORT(cuIpcCloseMemHandle);
 
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {

@@ -15,9 +15,11 @@
 #include "sim.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static uint64_t stream_ids;
 
@@ -790,6 +792,38 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuEventCreate);
+
+/*
+ * IPC event handles: exporting works as on a GPU (interprocess events only);
+ * opening one in another process is not simulated (CUDA_ERROR_NOT_SUPPORTED).
+ * The handle names the exporting process and event, nothing more.
+ */
+CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
+{
+    struct sim_event *e;
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!pHandle)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = event_get(event, &e)))
+        return r;
+    if (!(e->flags & CU_EVENT_INTERPROCESS))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(pHandle, 0, sizeof(*pHandle));
+    snprintf(pHandle->reserved, sizeof(pHandle->reserved), "simcuda-ipc-event %d %p",
+             (int)getpid(), (void *)e);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuIpcGetEventHandle);
+
+CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+{
+    SIM_BEGIN();
+    (void)handle;
+    return phEvent ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+}
+SIM_EXPORT(cuIpcOpenEventHandle);
 
 static CUresult event_destroy(CUevent h)
 {

@@ -37,7 +37,9 @@ int main(int argc, char **argv)
     check(cuMemAlloc(&p, 1 << 20), "cuMemAlloc");
     check(cuModuleLoad(&mod, argv[1]), "cuModuleLoad");
     check(cuModuleGetFunction(&fn, mod, "spin_forever"), "cuModuleGetFunction");
-    check(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), "cuLaunchKernel");
+    int unused = 0;
+    void *args[] = { &unused };
+    check(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL), "cuLaunchKernel");
     printf("spinning\n");
     fflush(stdout);
     check(cuCtxSynchronize(), "cuCtxSynchronize");

@@ -3,6 +3,9 @@
 
 #include "simcuda_kernel.h"
 
+/* One argument, so that simcuda knows the launch's size and runs it
+ * asynchronously, as a GPU would. */
+SIMCUDA_KERNEL_PARAMS(spin_forever, sizeof(int));
 SIMCUDA_KERNEL(spin_forever)
 {
     (void)k;
