@@ -6,6 +6,7 @@
  * are not ours (memory of another kind, or garbage) go to the real driver,
  * which answers as it would without us.
  */
+#include <errno.h>
 #include <string.h>
 #include <cuda.h>
 
@@ -128,14 +129,20 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
     CUresult rc;
 
     TCGPU_GATE_ENTER("cuMemGetAddressRange_v2");
-    if (devmem_lookup(dptr, &a) == 0) {
+    switch (devmem_lookup(dptr, &a)) {
+    case 0:
         if (pbase)
             *pbase = a.va;
         if (psize)
             *psize = a.size;
         rc = CUDA_SUCCESS;
-    } else {
+        break;
+    case -EFAULT:
+        rc = CUDA_ERROR_NOT_FOUND;          /* freed: no allocation there */
+        break;
+    default:
         rc = TCGPU_REAL(cuMemGetAddressRange)(pbase, psize, dptr);
+        break;
     }
     TCGPU_GATE_LEAVE();
     return rc;
@@ -165,7 +172,10 @@ CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute
     CUresult rc;
 
     TCGPU_GATE_ENTER("cuPointerGetAttribute");
-    if (data && devmem_lookup(ptr, &a) == 0 && answer_attribute(data, attribute, &a))
+    int found = devmem_lookup(ptr, &a);
+    if (found == -EFAULT)
+        rc = CUDA_ERROR_INVALID_VALUE;      /* freed: the driver knows no such pointer */
+    else if (found == 0 && data && answer_attribute(data, attribute, &a))
         rc = CUDA_SUCCESS;
     else
         rc = TCGPU_REAL(cuPointerGetAttribute)(data, attribute, ptr);
@@ -180,8 +190,13 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
     CUresult rc;
 
     TCGPU_GATE_ENTER("cuPointerGetAttributes");
-    rc = TCGPU_REAL(cuPointerGetAttributes)(numAttributes, attributes, data, ptr);
-    if (rc == CUDA_SUCCESS && attributes && data && devmem_lookup(ptr, &a) == 0)
+    int found = devmem_lookup(ptr, &a);
+    /* Freed memory inside one of our segments: the driver would describe the
+     * segment. Ask about a pointer it knows nothing of instead, which gets
+     * exactly its answer for an unknown pointer (defaults, not an error). */
+    rc = TCGPU_REAL(cuPointerGetAttributes)(numAttributes, attributes, data,
+                                            found == -EFAULT ? 0 : ptr);
+    if (rc == CUDA_SUCCESS && attributes && data && found == 0)
         for (unsigned i = 0; i < numAttributes; i++)
             if (data[i])
                 answer_attribute(data[i], attributes[i], &a);

@@ -472,10 +472,13 @@ int devmem_lookup(CUdeviceptr p, struct devmem_alloc *a)
 
     reg_lock();
     s = seg_containing(p);
-    i = s ? block_find(s, p, 0) : -1;
-    if (i >= 0) {
-        fill_alloc(s, &s->blocks[i], a);
-        rc = 0;
+    if (s) {
+        i = block_find(s, p, 0);
+        rc = -EFAULT;
+        if (i >= 0) {
+            fill_alloc(s, &s->blocks[i], a);
+            rc = 0;
+        }
     }
     reg_unlock();
     return rc;

@@ -60,7 +60,12 @@ CUresult devmem_free(CUdeviceptr p);
  */
 CUresult devmem_free_async(CUdeviceptr p, CUstream stream, int per_thread);
 
-/* The allocation containing p: 0 and *a filled, or -ENOENT. */
+/*
+ * The allocation containing p: 0 and *a filled; -EFAULT when p lies in one
+ * of our segments but in no live allocation (freed memory: the caller must
+ * answer as the driver does for an unknown pointer, not pass it on, since the
+ * driver would see the segment); -ENOENT when p is not ours at all.
+ */
 int devmem_lookup(CUdeviceptr p, struct devmem_alloc *a);
 
 /* Calls fn for every live allocation, in address order; stops at a non-zero return. */
