@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The example training loop under tcgpu, suspended and resumed at random
-# moments (to host memory, and now and then to an image on disk): its final
-# checksum equals an uninterrupted run's, every time. While it is suspended
+# moments (to host memory, and now and then to an image on disk; sometimes
+# three requests at once, of which exactly one may win): its final checksum
+# equals an uninterrupted run's, every time. While it is suspended
 # simcuda accounts (close to) no device memory to it and another process can
 # allocate what it gave back, which it could not while the job ran.
 #
@@ -30,19 +31,41 @@ wait_for_line "$WORK/run.out" '^step'
 rc=0; "$PROGS/alloc_probe" 900 >/dev/null 2>&1 || rc=$?
 [ "$rc" -eq 3 ] || fail "alloc_probe 900 should hit OOM while the job runs (exit $rc)"
 
+# storm OP : three concurrent `gpuckpt OP`: exactly one succeeds, the others
+# are refused as already done (exit 4); operations are serialised.
+storm() {
+    local codes=() p rc ok=0 refused=0
+    local pids=()
+    for p in 1 2 3; do "$GPUCKPT" "$1" "$pid" -q & pids+=($!); done
+    for p in "${pids[@]}"; do rc=0; wait "$p" || rc=$?; codes+=("$rc"); done
+    for rc in "${codes[@]}"; do
+        [ "$rc" -eq 0 ] && ok=$((ok + 1))
+        [ "$rc" -eq 4 ] && refused=$((refused + 1))
+    done
+    [ "$ok" -eq 1 ] && [ "$refused" -eq 2 ] || fail "three concurrent $1 requests exited ${codes[*]}"
+}
+
 for i in $(seq 1 "$cycles"); do
     sleep_ms "$(random_ms 0 150)"
     kill -0 "$pid" 2>/dev/null || fail "the job ended after only $((i - 1)) cycles: make it longer"
     dir=()
     [ $((i % 5)) -eq 0 ] && dir=(-D "$WORK/img-$i")
-    "$GPUCKPT" suspend "$pid" "${dir[@]}" || fail "suspend $i failed"
+    if [ $((i % 7)) -eq 3 ]; then
+        storm suspend
+    else
+        "$GPUCKPT" suspend "$pid" "${dir[@]}" || fail "suspend $i failed"
+    fi
     held=$(device_bytes_of "$pid")
     [ "$held" -le "$slack" ] || fail "suspended job still holds $held bytes of device memory"
     if [ "$i" -eq 1 ]; then
         "$PROGS/alloc_probe" 900 >/dev/null || fail "another process could not allocate the memory the suspended job freed"
     fi
     sleep_ms "$(random_ms 0 50)"
-    "$GPUCKPT" resume "$pid" || fail "resume $i failed"
+    if [ $((i % 7)) -eq 3 ]; then
+        storm resume
+    else
+        "$GPUCKPT" resume "$pid" || fail "resume $i failed"
+    fi
     note "cycle $i ok (held $held bytes while suspended)"
 done
 
