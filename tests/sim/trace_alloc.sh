@@ -16,7 +16,7 @@ for trace in 1 0; do
     "$GPUCKPT" checkpoint "$pid" -D "$WORK/img-$trace" || fail "checkpoint failed"
     "$GPUCKPT" verify "$WORK/img-$trace" || fail "the image does not verify"
     "$GPUCKPT" inspect "$WORK/img-$trace" --json >"$WORK/inspect-$trace.json" || fail "inspect failed"
-    sites=$(grep -o '"callsite" *: *"[^"]*train+0x[0-9a-f]*' "$WORK/inspect-$trace.json" | wc -l)
+    sites=$({ grep -o '"callsite" *: *"[^"]*train+0x[0-9a-f]*' "$WORK/inspect-$trace.json" || true; } | wc -l)
     if [ "$trace" = 1 ]; then
         [ "$sites" -ge 3 ] || fail "expected call sites of the 3 large bank allocations, found $sites: $(head -c 2000 "$WORK/inspect-$trace.json")"
     else
