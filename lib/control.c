@@ -130,7 +130,7 @@ static int run_op(enum tcgpu_op op, const char *dir, struct progress_sink *sink)
     case TCGPU_OP_SUSPEND:
         return tcgpu_op_suspend(dir, send_progress, sink);
     case TCGPU_OP_RESUME:
-        return tcgpu_op_resume(send_progress, sink);
+        return tcgpu_op_resume_from(dir, send_progress, sink);
     default:
         return -EINVAL;
     }
@@ -279,8 +279,6 @@ static void handle_request(int fd, const struct ucred *peer, const struct ctl_ms
         ctl_buf_error(b, -EINVAL, "checkpoint needs dir=PATH");
         return;
     }
-    if (op == TCGPU_OP_RESUME)
-        dir = NULL;
     if (dir && !*dir)
         dir = NULL;
     if (dir && dir[0] != '/') {

@@ -179,21 +179,51 @@ fail:
     return rc;
 }
 
+/*
+ * Resume from an image that has moved (gpuckpt save renames its temporary
+ * directory after the process wrote into it). *prev receives the old path.
+ */
+static int move_image(const char *dir, char **prev)
+{
+    const char *cur = snap_image_dir(suspended);
+
+    if (!cur) {
+        tcgpu_op_set_error("the process was suspended to host memory, not to an image: "
+                           "no image directory to resume from");
+        return -EINVAL;
+    }
+    if (!(*prev = strdup(cur)) || snap_set_image_dir(suspended, dir) != 0) {
+        free(*prev);
+        *prev = NULL;
+        tcgpu_op_set_error("out of host memory");
+        return -ENOMEM;
+    }
+    return 0;
+}
+
 static int do_resume(struct op_run *r)
 {
+    char *prev = NULL;
     int rc;
 
     if (state != TCGPU_STATE_SUSPENDED) {
         tcgpu_op_set_error("the process is not suspended");
         return -EALREADY;
     }
+    if (r->dir && (rc = move_image(r->dir, &prev)) != 0)
+        return rc;
     set_state(TCGPU_STATE_RESUMING);
     r->t_quiesced = now_ns();
     rc = snap_rebuild(suspended, r->progress, r->arg);
     if (rc) {
+        /* the new place was for this attempt only */
+        if (prev)
+            snap_set_image_dir(suspended, prev);
+        free(prev);
         set_state(TCGPU_STATE_SUSPENDED);
         return rc;
     }
+    free(prev);
     snap_free(suspended);
     suspended = NULL;
     devmem_trim();
@@ -350,6 +380,15 @@ int tcgpu_op_suspend(const char *dir, tcgpu_progress_fn progress, void *arg)
 int tcgpu_op_resume(tcgpu_progress_fn progress, void *arg)
 {
     return run_op(TCGPU_OP_RESUME, NULL, progress, arg);
+}
+
+int tcgpu_op_resume_from(const char *dir, tcgpu_progress_fn progress, void *arg)
+{
+    if (dir && *dir && dir[0] != '/') {
+        tcgpu_op_set_error("resume needs an absolute image directory, not '%s'", dir);
+        return -EINVAL;
+    }
+    return run_op(TCGPU_OP_RESUME, dir && *dir ? dir : NULL, progress, arg);
 }
 
 int tcgpu_op_status(struct tcgpu_status *st)

@@ -23,6 +23,11 @@ typedef void (*tcgpu_progress_fn)(uint64_t done_bytes, uint64_t total_bytes, voi
 int tcgpu_op_checkpoint(const char *dir, tcgpu_progress_fn progress, void *arg);
 int tcgpu_op_suspend(const char *dir /* NULL: host memory */, tcgpu_progress_fn progress, void *arg);
 int tcgpu_op_resume(tcgpu_progress_fn progress, void *arg);
+/* Resume from the suspend's image, which now lives at dir (absolute; NULL:
+ * where it was written). For gpuckpt save/restore, which move images after
+ * the process wrote them. -EINVAL when the process was suspended to host
+ * memory. The new place counts for this attempt only. */
+int tcgpu_op_resume_from(const char *dir, tcgpu_progress_fn progress, void *arg);
 int tcgpu_op_status(struct tcgpu_status *st);
 
 /* The calling thread's message for its last failed operation, or "". */

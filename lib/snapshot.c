@@ -672,6 +672,24 @@ int snap_release(struct snap *s)
     return rc;
 }
 
+const char *snap_image_dir(const struct snap *s)
+{
+    return s->image_dir;
+}
+
+int snap_set_image_dir(struct snap *s, const char *dir)
+{
+    char *copy;
+
+    if (!s->image_dir || !dir || dir[0] != '/')
+        return -EINVAL;
+    if (!(copy = strdup(dir)))
+        return -ENOMEM;
+    free(s->image_dir);
+    s->image_dir = copy;
+    return 0;
+}
+
 uint64_t snap_bytes(const struct snap *s)
 {
     return s->bytes;

@@ -51,6 +51,17 @@ int snap_release(struct snap *s);
  */
 int snap_rebuild(struct snap *s, tcgpu_progress_fn progress, void *arg);
 
+/*
+ * The image a snapshot was saved to, or NULL for a host-memory snapshot; and
+ * where to find it from now on, when its owner moved it (gpuckpt save writes
+ * into a temporary directory and renames it; CRIU restores the process with
+ * the old path in its memory). snap_rebuild still checks that the image there
+ * holds this process's allocations. Returns 0, -EINVAL (a host-memory
+ * snapshot, or dir not absolute), -ENOMEM.
+ */
+const char *snap_image_dir(const struct snap *s);
+int snap_set_image_dir(struct snap *s, const char *dir);
+
 /* Bytes of the regions, and bytes their saved form takes (host or image). */
 uint64_t snap_bytes(const struct snap *s);
 uint64_t snap_stored_bytes(const struct snap *s);

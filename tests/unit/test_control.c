@@ -143,6 +143,11 @@ int tcgpu_op_resume(tcgpu_progress_fn progress, void *arg)
     return fake_op(TCGPU_OP_RESUME, NULL, progress, arg);
 }
 
+int tcgpu_op_resume_from(const char *dir, tcgpu_progress_fn progress, void *arg)
+{
+    return fake_op(TCGPU_OP_RESUME, dir, progress, arg);
+}
+
 int tcgpu_op_status(struct tcgpu_status *st)
 {
     pthread_mutex_lock(&fk_lock);
@@ -436,8 +441,10 @@ static int test_e2e(void)
     CHECK(request("checkpoint", "/x/ckpt", 5000) == CTL_EXIT_REFUSED && reply.err == -EBUSY);
     CHECK(ctl_get_status(&reply, &ts) == 0 && ts.state == TCGPU_STATE_SUSPENDED);
 
-    CHECK(request("resume", "/ignored", 5000) == 0);
+    /* resume dir=: the image moved (gpuckpt save/restore) */
+    CHECK(request("resume", "/moved/img", 5000) == 0);
     CHECK(calls(TCGPU_OP_RESUME) == 1 && fk.state == TCGPU_STATE_RUNNING);
+    CHECK(fk.had_dir && !strcmp(fk.dir, "/moved/img"));
     CHECK(request("resume", NULL, 5000) == CTL_EXIT_REFUSED);
 
     /* checkpoint with a directory that needs escaping */
