@@ -13,6 +13,7 @@
 #include "devmem.h"
 #include "driver.h"
 #include "gate.h"
+#include "unsupported.h"
 
 /* The per-thread-stream flavours are only declared for the driver's own build. */
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
@@ -60,17 +61,44 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
     return rc;
 }
 
-/* Stream-ordered allocation: the memory is ready at once, which is always
- * in stream order; pools are not consulted (their attributes still are). */
-static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize)
+/*
+ * Stream-ordered allocation: the memory is ready at once, which is always in
+ * stream order; pools are not consulted (their attributes still are).
+ *
+ * Inside stream capture the allocation must become a node of the graph, to
+ * be made anew at every launch: only the driver can do that. Such memory is
+ * left to the driver and noted as state a checkpoint cannot restore.
+ */
+CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+
+static int capturing(CUstream stream, int per_thread)
 {
-    return devmem_alloc(dptr, bytesize, TC_ALLOC_ASYNC);
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult rc = per_thread ? TCGPU_REAL(cuStreamIsCapturing_ptsz)(stream, &st)
+                             : TCGPU_REAL(cuStreamIsCapturing)(stream, &st);
+
+    return rc == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+static const char capture_note[] =
+    "stream-ordered allocations inside graph capture cannot be checkpointed yet";
+
+static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream stream, int per_thread,
+                            const char *call)
+{
+    if (!capturing(stream, per_thread))
+        return devmem_alloc(dptr, bytesize, TC_ALLOC_ASYNC);
+    CUresult rc = per_thread ? TCGPU_REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, stream)
+                             : TCGPU_REAL(cuMemAllocAsync)(dptr, bytesize, stream);
+    if (rc == CUDA_SUCCESS)
+        tcgpu_note_unsupported(call, capture_note);
+    return rc;
 }
 
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemAllocAsync");
-    CUresult rc = alloc_async(dptr, bytesize);
+    CUresult rc = alloc_async(dptr, bytesize, hStream, 0, "cuMemAllocAsync");
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -78,7 +106,7 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hS
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemAllocAsync_ptsz");
-    CUresult rc = alloc_async(dptr, bytesize);
+    CUresult rc = alloc_async(dptr, bytesize, hStream, 1, "cuMemAllocAsync_ptsz");
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -87,7 +115,8 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
                                          CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemAllocFromPoolAsync");
-    CUresult rc = pool ? alloc_async(dptr, bytesize) : CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = pool ? alloc_async(dptr, bytesize, hStream, 0, "cuMemAllocFromPoolAsync")
+                       : CUDA_ERROR_INVALID_VALUE;
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -96,18 +125,38 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
                                               CUmemoryPool pool, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemAllocFromPoolAsync_ptsz");
-    CUresult rc = pool ? alloc_async(dptr, bytesize) : CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = pool ? alloc_async(dptr, bytesize, hStream, 1, "cuMemAllocFromPoolAsync_ptsz")
+                       : CUDA_ERROR_INVALID_VALUE;
     TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/* A free of our memory recorded into a graph would run at every launch. */
+static CUresult free_async(CUdeviceptr dptr, CUstream stream, int per_thread, const char *call)
+{
+    CUresult rc;
+
+    devmem_trim();
+    if (capturing(stream, per_thread)) {
+        struct devmem_alloc a;
+        if (devmem_lookup(dptr, &a) == 0) {
+            /* Left allocated: freed now, the block could go to another
+             * allocation while the graph's earlier nodes still use it. */
+            tcgpu_note_unsupported(call, capture_note);
+            return CUDA_SUCCESS;
+        }
+    }
+    rc = devmem_free_async(dptr, stream, per_thread);
+    if (rc == CUDA_ERROR_NOT_FOUND)
+        rc = per_thread ? TCGPU_REAL(cuMemFreeAsync_ptsz)(dptr, stream)
+                        : TCGPU_REAL(cuMemFreeAsync)(dptr, stream);
     return rc;
 }
 
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemFreeAsync");
-    devmem_trim();
-    CUresult rc = devmem_free_async(dptr, hStream, 0);
-    if (rc == CUDA_ERROR_NOT_FOUND)
-        rc = TCGPU_REAL(cuMemFreeAsync)(dptr, hStream);
+    CUresult rc = free_async(dptr, hStream, 0, "cuMemFreeAsync");
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -115,10 +164,7 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemFreeAsync_ptsz");
-    devmem_trim();
-    CUresult rc = devmem_free_async(dptr, hStream, 1);
-    if (rc == CUDA_ERROR_NOT_FOUND)
-        rc = TCGPU_REAL(cuMemFreeAsync_ptsz)(dptr, hStream);
+    CUresult rc = free_async(dptr, hStream, 1, "cuMemFreeAsync_ptsz");
     TCGPU_GATE_LEAVE();
     return rc;
 }
