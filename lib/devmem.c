@@ -5,6 +5,7 @@
  * search); each segment's blocks, used and free, tile it in offset order.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,8 @@ static size_t nsegs, segs_cap;
 static uint64_t next_alloc_id = 1;
 static uint64_t live_bytes;
 static uint32_t live_count;
+
+static void drain_pending_frees(void);
 
 static size_t round_up(size_t v, size_t a)
 {
@@ -331,6 +334,16 @@ static struct segment *arena_with_room(size_t len, int device)
     return NULL;
 }
 
+static int devmem_owns(CUdeviceptr p)
+{
+    int owns;
+
+    reg_lock();
+    owns = seg_containing(p) != NULL;
+    reg_unlock();
+    return owns;
+}
+
 CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind)
 {
     struct segment *s;
@@ -348,6 +361,7 @@ CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind)
         return CUDA_ERROR_OUT_OF_MEMORY;
 
     reg_lock();
+    drain_pending_frees();
     if (len > ARENA_SIZE / 2) {
         rc = seg_create(len, 1, &s);
         if (rc == CUDA_SUCCESS) {
@@ -394,7 +408,15 @@ CUresult devmem_free(CUdeviceptr p)
     struct segment *s;
     long i;
 
+    /* As the driver's cuMemFree: work in flight may still use the block, so
+     * wait for it before the block can be handed out again. */
+    if (devmem_owns(p)) {
+        CUresult rc = TCGPU_REAL(cuCtxSynchronize)();
+        if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_INVALID_CONTEXT)
+            return rc;
+    }
     reg_lock();
+    drain_pending_frees();
     s = seg_containing(p);
     i = s ? block_find(s, p, 1) : -1;
     if (i < 0) {
@@ -408,26 +430,47 @@ CUresult devmem_free(CUdeviceptr p)
 }
 
 /*
- * Runs on the driver's callback thread when the stream reaches the free: it
- * may not call CUDA, so it only returns the block to the allocator; empty
- * segments are released later by devmem_trim() on an ordinary thread.
+ * Frees queued by cuMemFreeAsync whose stream has reached them. The driver's
+ * callback thread only pushes onto this list (it may not call CUDA, and must
+ * not wait for the registry lock: a thread holding it may be in a driver call
+ * that waits for that very callback); whoever takes the lock next returns the
+ * blocks to the allocator.
  */
+struct pending_free {
+    CUdeviceptr p;
+    struct pending_free *next;
+};
+static _Atomic(struct pending_free *) pending_frees;
+
 static void free_when_reached(void *arg)
 {
-    CUdeviceptr p = (CUdeviceptr)(uintptr_t)arg;
-    struct segment *s;
-    long i;
+    struct pending_free *f = arg;
 
-    reg_lock();
-    s = seg_containing(p);
-    i = s ? block_find(s, p, 1) : -1;
-    if (i >= 0)
-        block_release(s, (size_t)i);
-    reg_unlock();
+    f->next = atomic_load_explicit(&pending_frees, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(&pending_frees, &f->next, f,
+                                                  memory_order_release, memory_order_relaxed))
+        ;
+}
+
+/* Lock held. */
+static void drain_pending_frees(void)
+{
+    struct pending_free *f = atomic_exchange_explicit(&pending_frees, NULL, memory_order_acquire);
+
+    while (f) {
+        struct pending_free *next = f->next;
+        struct segment *s = seg_containing(f->p);
+        long i = s ? block_find(s, f->p, 1) : -1;
+        if (i >= 0)
+            block_release(s, (size_t)i);
+        free(f);
+        f = next;
+    }
 }
 
 CUresult devmem_free_async(CUdeviceptr p, CUstream stream, int per_thread)
 {
+    struct pending_free *f;
     struct segment *s;
     CUresult rc;
 
@@ -437,14 +480,21 @@ CUresult devmem_free_async(CUdeviceptr p, CUstream stream, int per_thread)
     reg_unlock();
     if (rc != CUDA_SUCCESS)
         return rc;
-    void *arg = (void *)(uintptr_t)p;
-    return per_thread ? TCGPU_REAL(cuLaunchHostFunc_ptsz)(stream, free_when_reached, arg)
-                      : TCGPU_REAL(cuLaunchHostFunc)(stream, free_when_reached, arg);
+    f = malloc(sizeof(*f));
+    if (!f)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    f->p = p;
+    rc = per_thread ? TCGPU_REAL(cuLaunchHostFunc_ptsz)(stream, free_when_reached, f)
+                    : TCGPU_REAL(cuLaunchHostFunc)(stream, free_when_reached, f);
+    if (rc != CUDA_SUCCESS)
+        free(f);
+    return rc;
 }
 
 void devmem_trim(void)
 {
     reg_lock();
+    drain_pending_frees();
     for (size_t i = 0; i < nsegs; i++) {
         size_t before = nsegs;
         release_if_unused(segs[i]);

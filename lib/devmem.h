@@ -74,7 +74,10 @@ int devmem_for_each(int (*fn)(const struct devmem_alloc *a, void *arg), void *ar
 /* Bytes the program holds (sum of allocation sizes) and their count. */
 void devmem_usage(uint64_t *bytes, uint32_t *count);
 
-/* Releases cached empty segments (after frees queued by cuMemFreeAsync). */
+/*
+ * Returns the blocks of completed cuMemFreeAsync calls to the allocator and
+ * releases cached empty segments. Calls the driver; not from a callback.
+ */
 void devmem_trim(void);
 
 #endif

@@ -208,6 +208,7 @@ int snap_collect(struct snap **out)
     s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
+    devmem_trim();                    /* frees the streams have reached are not saved */
     rc = devmem_for_each(add_devmem, s);
     if (rc == 0)
         rc = add_user_maps(s);
