@@ -11,6 +11,14 @@
 #include "gate.h"
 #include "objects.h"
 
+/* Counts an object the real call made or destroyed. */
+static CUresult counted(CUresult rc, enum obj_kind kind, int delta)
+{
+    if (rc == CUDA_SUCCESS)
+        objects_count(kind, delta);
+    return rc;
+}
+
 CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags,
                              CUdevice dev)
 {
@@ -90,9 +98,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
 CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
     TCGPU_GATE_ENTER("cuStreamCreate");
-    CUresult rc = TCGPU_REAL(cuStreamCreate)(phStream, Flags);
-    if (rc == CUDA_SUCCESS)
-        objects_count(OBJ_STREAM, +1);
+    CUresult rc = counted(TCGPU_REAL(cuStreamCreate)(phStream, Flags), OBJ_STREAM, +1);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -100,9 +106,7 @@ CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
 CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
     TCGPU_GATE_ENTER("cuStreamCreateWithPriority");
-    CUresult rc = TCGPU_REAL(cuStreamCreateWithPriority)(phStream, flags, priority);
-    if (rc == CUDA_SUCCESS)
-        objects_count(OBJ_STREAM, +1);
+    CUresult rc = counted(TCGPU_REAL(cuStreamCreateWithPriority)(phStream, flags, priority), OBJ_STREAM, +1);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -110,9 +114,7 @@ CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int fla
 CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuStreamDestroy_v2");
-    CUresult rc = TCGPU_REAL(cuStreamDestroy)(hStream);
-    if (rc == CUDA_SUCCESS)
-        objects_count(OBJ_STREAM, -1);
+    CUresult rc = counted(TCGPU_REAL(cuStreamDestroy)(hStream), OBJ_STREAM, -1);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -120,9 +122,7 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
 CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     TCGPU_GATE_ENTER("cuEventCreate");
-    CUresult rc = TCGPU_REAL(cuEventCreate)(phEvent, Flags);
-    if (rc == CUDA_SUCCESS)
-        objects_count(OBJ_EVENT, +1);
+    CUresult rc = counted(TCGPU_REAL(cuEventCreate)(phEvent, Flags), OBJ_EVENT, +1);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -130,9 +130,7 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
 CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
 {
     TCGPU_GATE_ENTER("cuEventDestroy_v2");
-    CUresult rc = TCGPU_REAL(cuEventDestroy)(hEvent);
-    if (rc == CUDA_SUCCESS)
-        objects_count(OBJ_EVENT, -1);
+    CUresult rc = counted(TCGPU_REAL(cuEventDestroy)(hEvent), OBJ_EVENT, -1);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -140,9 +138,7 @@ CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
 CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
 {
     TCGPU_GATE_ENTER("cuModuleLoad");
-    CUresult rc = TCGPU_REAL(cuModuleLoad)(module, fname);
-    if (rc == CUDA_SUCCESS)
-        objects_count(OBJ_MODULE, +1);
+    CUresult rc = counted(TCGPU_REAL(cuModuleLoad)(module, fname), OBJ_MODULE, +1);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -150,9 +146,7 @@ CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
 CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
 {
     TCGPU_GATE_ENTER("cuModuleLoadData");
-    CUresult rc = TCGPU_REAL(cuModuleLoadData)(module, image);
-    if (rc == CUDA_SUCCESS)
-        objects_count(OBJ_MODULE, +1);
+    CUresult rc = counted(TCGPU_REAL(cuModuleLoadData)(module, image), OBJ_MODULE, +1);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -161,9 +155,7 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigne
                                     CUjit_option *options, void **optionValues)
 {
     TCGPU_GATE_ENTER("cuModuleLoadDataEx");
-    CUresult rc = TCGPU_REAL(cuModuleLoadDataEx)(module, image, numOptions, options, optionValues);
-    if (rc == CUDA_SUCCESS)
-        objects_count(OBJ_MODULE, +1);
+    CUresult rc = counted(TCGPU_REAL(cuModuleLoadDataEx)(module, image, numOptions, options, optionValues), OBJ_MODULE, +1);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -171,9 +163,7 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigne
 CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
 {
     TCGPU_GATE_ENTER("cuModuleUnload");
-    CUresult rc = TCGPU_REAL(cuModuleUnload)(hmod);
-    if (rc == CUDA_SUCCESS)
-        objects_count(OBJ_MODULE, -1);
+    CUresult rc = counted(TCGPU_REAL(cuModuleUnload)(hmod), OBJ_MODULE, -1);
     TCGPU_GATE_LEAVE();
     return rc;
 }

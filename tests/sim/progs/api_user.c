@@ -21,31 +21,13 @@
 #include <string.h>
 #include <cuda.h>
 
+#include "check.h"
+
 #include "tcgpu.h"
 
 #define N (8u << 20)
 #define SKIP_OFF (1u << 20)
 #define SKIP_LEN (1u << 20)
-
-static int failures;
-
-#define CHECK(cond) do { \
-    if (!(cond)) { \
-        fprintf(stderr, "api_user:%d: CHECK(%s) failed\n", __LINE__, #cond); \
-        failures++; \
-    } \
-} while (0)
-
-static void cu(CUresult rc, const char *what)
-{
-    const char *name = "?";
-
-    if (rc == CUDA_SUCCESS)
-        return;
-    cuGetErrorName(rc, &name);
-    fprintf(stderr, "api_user: %s failed: %s\n", what, name);
-    exit(1);
-}
 
 struct api {
     int (*suspend)(const char *);

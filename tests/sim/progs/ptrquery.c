@@ -10,25 +10,7 @@
 #include <stdlib.h>
 #include <cuda.h>
 
-static int failures;
-
-#define CHECK(cond) do { \
-    if (!(cond)) { \
-        fprintf(stderr, "ptrquery:%d: CHECK(%s) failed\n", __LINE__, #cond); \
-        failures++; \
-    } \
-} while (0)
-
-static void cu(CUresult rc, const char *what)
-{
-    const char *name = "?";
-
-    if (rc == CUDA_SUCCESS)
-        return;
-    cuGetErrorName(rc, &name);
-    fprintf(stderr, "ptrquery: %s failed: %s\n", what, name);
-    exit(1);
-}
+#include "check.h"
 
 int main(void)
 {

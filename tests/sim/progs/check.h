@@ -1,0 +1,33 @@
+/*
+ * check.h - the two assertions of the small test programs in tests/sim/progs:
+ * CHECK(cond) counts a failure and goes on; cu(rc, what) stops the program
+ * on a driver error, naming the call and the error.
+ */
+#ifndef TCGPU_TEST_CHECK_H
+#define TCGPU_TEST_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <cuda.h>
+
+static int failures;
+
+#define CHECK(cond) do { \
+    if (!(cond)) { \
+        fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+        failures++; \
+    } \
+} while (0)
+
+static inline void cu(CUresult rc, const char *what)
+{
+    const char *name = "?";
+
+    if (rc == CUDA_SUCCESS)
+        return;
+    cuGetErrorName(rc, &name);
+    fprintf(stderr, "%s failed: %s\n", what, name);
+    exit(1);
+}
+
+#endif
