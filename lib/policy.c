@@ -112,17 +112,19 @@ static uint64_t dev_free(const struct policy *p, int dev)
     return taken >= p->cap[dev] ? 0 : p->cap[dev] - taken;
 }
 
-uint64_t policy_reserved(const struct policy *p, int idx, int dev)
+uint64_t pol_project_reserved(const struct pol_project *pr, int dev)
 {
-    const struct pol_project *pr;
-
-    if (idx < 0 || idx >= p->nproj)
-        return 0;
-    pr = &p->proj[idx];
     for (int i = 0; i < pr->nreserve; i++)
         if (pr->reserve[i].device == dev)
             return pr->reserve[i].bytes;
     return 0;
+}
+
+uint64_t policy_reserved(const struct policy *p, int idx, int dev)
+{
+    if (idx < 0 || idx >= p->nproj)
+        return 0;
+    return pol_project_reserved(&p->proj[idx], dev);
 }
 
 uint64_t policy_project_used(const struct policy *p, int idx, int dev)

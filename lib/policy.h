@@ -205,6 +205,8 @@ int policy_add_project(struct policy *p, const struct pol_project *proj);
 int policy_project_count(const struct policy *p);
 const struct pol_project *policy_project(const struct policy *p, int idx);
 int policy_project_find(const struct policy *p, const char *name);
+/* Bytes a project reserves on dev (pure, for config checks). */
+uint64_t pol_project_reserved(const struct pol_project *pr, int dev);
 /* Bytes project idx reserves on dev / holds there (non-suspended jobs). */
 uint64_t policy_reserved(const struct policy *p, int idx, int dev);
 uint64_t policy_project_used(const struct policy *p, int idx, int dev);

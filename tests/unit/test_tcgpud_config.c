@@ -1,0 +1,131 @@
+/*
+ * tcgpud's configuration (lib/tcgpud_config.c): the shipped example parses
+ * to what it says; every kind of mistake is refused with the right line.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tcgpud_config.h"
+#include "tcheck.h"
+
+#define GiB (1ull << 30)
+
+static int test_example(void)
+{
+    const char *src = getenv("TCGPU_SOURCE_ROOT");
+    char path[4096], err[512];
+    struct tcgpud_config c;
+    const struct tcgpud_project *p;
+    const char *groups[] = { "users", "ml-interns" };
+
+    CHECK(src != NULL, "TCGPU_SOURCE_ROOT not set (run through meson test)");
+    snprintf(path, sizeof(path), "%s/examples/tcgpud.ini", src);
+    CHECK(tcgpud_config_load(&c, path, err, sizeof(err)) == 0, "%s", err);
+    CHECK(!strcmp(c.socket, "/run/tcgpud.sock") && !strcmp(c.admins, "gpuadmin"), "daemon keys");
+    CHECK(c.min_runtime_ns == 30000000000ull && c.resume_retry_ns == 5000000000ull, "durations");
+    CHECK(c.ngpus == 2 && c.gpus[1].id == 1 && c.gpus[1].capacity == 80 * GiB, "gpus");
+    CHECK(c.nprojects == 3, "projects: %d", c.nprojects);
+    p = tcgpud_config_project(&c, "research");
+    CHECK(p && p->pol.priority == 50 && p->pol.nreserve == 2 && p->pol.reserve[1].device == 1 &&
+          p->pol.reserve[1].bytes == 20 * GiB && p->pol.default_limit == 24 * GiB, "research");
+    CHECK(p->nmembers == 4, "members over two lines: %d", p->nmembers);
+    CHECK(tcgpud_project_has_member(p, "carol", NULL, 0), "carol");
+    CHECK(tcgpud_project_has_member(p, "zed", groups, 2), "@ml-interns");
+    CHECK(!tcgpud_project_has_member(p, "zed", groups, 1), "zed is not");
+    p = tcgpud_config_project(&c, "batch");
+    CHECK(p && tcgpud_project_has_member(p, "anyone", NULL, 0), "* is everyone");
+    tcgpud_config_free(&c);
+    CHECK(tcgpud_config_load(&c, "/nonexistent/tcgpud.ini", err, sizeof(err)) == -ENOENT &&
+          strstr(err, "/nonexistent/tcgpud.ini"), "missing file: %s", err);
+    tcgpud_config_free(&c);
+    return 0;
+}
+
+struct bad {
+    const char *text;
+    const char *want;             /* substring of the message, with the line */
+};
+
+static int test_errors(void)
+{
+    static const struct bad cases[] = {
+        { "[daemon]\nsocket = /a\nsockett = /b\n", "t.ini:3: [daemon]: unknown key 'sockett'" },
+        { "[daemon]\nsocket = relative\n", "t.ini:2: socket: 'relative' must be an absolute path" },
+        { "[daemon]\nmin_runtime = 3 weeks\n", "t.ini:2: min_runtime: '3 weeks' is not a duration" },
+        { "[daemon]\nsocket = /a\nsocket = /b\n", "t.ini:3: [daemon]: 'socket' given twice" },
+        { "[daemon]\n[daemon]\nsocket = /a\n", "t.ini:2: [daemon] appears twice" },
+        { "socket = /a\n", "t.ini:1: a key before any section" },
+        { "[demon]\nsocket = /a\n", "t.ini:1: unknown section [demon]" },
+        { "[gpu x]\ncapacity = 1G\n", "t.ini:1: [gpu x]: want a GPU number" },
+        { "[gpu 0]\ncapacity = lots\n", "t.ini:2: capacity: 'lots' is not a size" },
+        { "\n[gpu 1]\n", "t.ini:2: [gpu 1]: capacity is missing" },
+        { "[project a]\npriority = high\nmembers = *\n", "t.ini:2: priority: 'high' is not an integer" },
+        { "[project a]\nmembers = *\nreservation = 8G\n", "t.ini:3: reservation '8G': want SIZE on GPU" },
+        { "[project a]\nmembers = *\nreservation = 8Q on 0\n", "t.ini:3: reservation: '8Q' is not a size" },
+        { "[project a]\nmembers = *\nreservation = 1G on 0, 2G on 0\n", "GPU 0 given twice" },
+        { "[project a]\nmembers = *\nborrow = maybe\n", "t.ini:3: borrow: 'maybe' is not yes or no" },
+        { "[project a]\nmembers = a b!\n", "t.ini:2: members: 'b!' is not a user, @group or *" },
+        { "[project a]\npriority = 1\n", "t.ini:1: [project a]: members is missing" },
+        { "[project a]\nmembers = *\n[project a]\nmembers = *\n", "t.ini:3: [project a] appears twice" },
+        { "[project a]\nmembers = *\npriority = 1\npriority = 2\n", "t.ini:4: [project a]: 'priority' given twice" },
+        { "[project a]\nmembers = *\ncolour = red\n", "t.ini:3: [project a]: unknown key 'colour'" },
+        { "[project a b]\nmembers = *\n", "t.ini:1: [project a b]: a project name" },
+        { "[gpu 0]\ncapacity = 10G\n[project a]\nmembers = *\nreservation = 8G on 0\n"
+          "[project b]\nmembers = *\nreservation = 4G on 0\n",
+          "t.ini:1: [gpu 0]: the projects reserve 12288 MiB, more than its capacity of 10240 MiB" },
+        { "[daemon]\nthis is not ini\n", "t.ini:2: not a section header or key = value line" },
+        { "[daemon]\nadmins =\n", "t.ini:2: 'admins' has no value" },
+    };
+    char err[512];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct tcgpud_config c;
+        int r = tcgpud_config_parse(&c, cases[i].text, "t.ini", err, sizeof(err));
+        tcgpud_config_free(&c);
+        CHECK(r == -EINVAL, "case %zu accepted:\n%s", i, cases[i].text);
+        CHECK(strstr(err, cases[i].want), "case %zu: got '%s', want '%s'", i, err, cases[i].want);
+    }
+    /* an overlong line */
+    char *big = malloc(1000);
+    strcpy(big, "[project a]\nmembers = ");
+    memset(big + strlen(big), 'x', 400);
+    strcpy(big + 22 + 400, "\n");
+    struct tcgpud_config c;
+    int r = tcgpud_config_parse(&c, big, "t.ini", err, sizeof(err));
+    tcgpud_config_free(&c);
+    free(big);
+    CHECK(r == -EINVAL && strstr(err, "t.ini:2: line longer"), "long line: %s", err);
+    return 0;
+}
+
+static int test_values(void)
+{
+    uint64_t v;
+
+    CHECK(tcgpud_parse_size("8G", &v) == 0 && v == 8 * GiB, "8G");
+    CHECK(tcgpud_parse_size("512 MiB", &v) == 0 && v == 512ull << 20, "512 MiB");
+    CHECK(tcgpud_parse_size("1.5T", &v) == 0 && v == 3ull << 39, "1.5T");
+    CHECK(tcgpud_parse_size("4096", &v) == 0 && v == 4096, "bytes");
+    CHECK(tcgpud_parse_size("0", &v) == 0 && v == 0, "0");
+    CHECK(tcgpud_parse_size("-1G", &v) < 0, "negative");
+    CHECK(tcgpud_parse_size("0.5", &v) < 0, "half a byte");
+    CHECK(tcgpud_parse_size("99999999T", &v) < 0, "overflow");
+    CHECK(tcgpud_parse_size("8X", &v) < 0, "unit");
+    CHECK(tcgpud_parse_duration("500ms", &v) == 0 && v == 500000000ull, "ms");
+    CHECK(tcgpud_parse_duration("2m", &v) == 0 && v == 120000000000ull, "m");
+    CHECK(tcgpud_parse_duration("10", &v) == 0 && v == 10000000000ull, "plain seconds");
+    CHECK(tcgpud_parse_duration("1d", &v) < 0, "days are not a unit");
+    return 0;
+}
+
+int main(void)
+{
+    int failed_ = 0;
+
+    RUN(test_example);
+    RUN(test_errors);
+    RUN(test_values);
+    return failed_;
+}
