@@ -1,0 +1,943 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh - the real-GPU suite in one command (tests/gpu/README.md,
+# docs/gpu-suite.md).
+#
+#   tests/gpu/run.sh [OPTIONS] [BUILD_DIR]
+#
+# BUILD_DIR is a tcgpu build tree (meson) or a bundle made by
+# tests/gpu/bundle.sh (the same layout, plus the shared libraries a bare
+# machine lacks). Without it: ./build-gpu-bundle if present, else a meson
+# build made here in a scratch directory (needs meson, ninja and the -dev
+# packages; the GPU machine usually has none of those: carry a bundle).
+#
+# Options:
+#   --dry-run      list the steps and what each checks; run nothing
+#   --sim          rehearse on simcuda (a build tree with tests/simcuda): the
+#                  driver-API program and the driver checkpoint path only
+#   --quick        smaller jobs (a rerun when device time is short)
+#   --only LIST    run only these steps (comma-separated names, see --dry-run)
+#   --pack         keep $OUT to three files: results.txt, results.tsv and
+#                  logs.tar.gz (the device tool brings back at most 8 files)
+#   --budget SEC   stop starting steps after SEC seconds (default 450)
+#
+# Results go to $OUT when it is set, else ./gpu-results: every step's log
+# (<step>.log, or inside logs.tar.gz with --pack), results.tsv (one row per
+# check or measurement) and results.txt (the table, then "name value" lines).
+# Exit status: 0 when every check passed or was skipped, 1 when any failed
+# (a checksum differed, memory was not released, an operation failed), 2 usage.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SRC=$(cd "$HERE/../.." && pwd)
+PROGS_SRC=$HERE/progs
+
+STEPS=(env build bw train rt torch torch_exp drvckpt tcgpud)
+declare -A STEP_DOC=(
+    [env]="the machine: GPU, driver, CUDA, PyTorch, tools found"
+    [build]="tcgpu (BUILD_DIR, a carried bundle, or meson here) and the GPU programs (nvcc -arch=sm_90)"
+    [bw]="pinned H2D/D2H bandwidth, 1 GiB best of 5 (bw.cu): the limit for drain and refill"
+    [train]="examples/train train_gpu (driver API, real kernels): reference, under tcgpu, suspend/resume cycles with memory released, checkpoint+inspect+verify, driver checkpoint of a suspended process, save/restore"
+    [rt]="rt_train.cu (CUDA runtime: cudaMalloc, streams, events, cudaMallocAsync): same scenarios"
+    [torch]="torch_train.py (transformer, bf16 autocast, AdamW, caching allocator): same scenarios, step-time ratio, free/resume time vs bandwidth, image size"
+    [torch_exp]="torch_train.py with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the VMM API): same scenarios"
+    [drvckpt]="the PyTorch job without tcgpu through the driver checkpoint API alone (drv_ckpt.c): lock/checkpoint/restore/unlock times, memory released, checksum"
+    [tcgpud]="two PyTorch jobs under tcgpud: the high-priority one preempts the low one, both checksums right"
+)
+
+DRY=0 SIM=0 QUICK=0 PACK=0 ONLY="" BUDGET=450 BUILD_ARG=""
+usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+    case $1 in
+        --dry-run) DRY=1 ;;
+        --sim) SIM=1 ;;
+        --quick) QUICK=1 ;;
+        --pack) PACK=1 ;;
+        --only) [ $# -ge 2 ] || usage; ONLY=$2; shift ;;
+        --budget) [ $# -ge 2 ] || usage; BUDGET=$2; shift ;;
+        -h|--help) usage ;;
+        -*) echo "run.sh: unknown option $1" >&2; usage ;;
+        *) [ -z "$BUILD_ARG" ] || usage; BUILD_ARG=$1 ;;
+    esac
+    shift
+done
+
+OUT=${OUT:-$PWD/gpu-results}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+TSV=$OUT/results.tsv
+TXT=$OUT/results.txt
+
+# --- small helpers ------------------------------------------------------------
+
+exec 3>&1                                   # the console, whatever a step redirects
+say() { printf '%s\n' "$*" >&3; }
+log() { printf '%s %s\n' "$(date +%T)" "$*"; }          # into the current step's log
+
+# record KIND NAME STATUS VALUE UNIT DETAIL: one row of results.tsv.
+record() {
+    local detail=${6//$'\t'/ }
+    detail=${detail//$'\n'/ | }
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$detail" >>"$TSV"
+    if [ "$1" = check ]; then
+        printf '%-4s %-34s %s\n' "$3" "$2" "$detail" >&3
+    else
+        printf '     %-34s %s %s\n' "$2" "$4" "$5" >&3
+    fi
+    log "$1 $2 $3 $4 $5 $detail"
+}
+check()  { record check "$1" "$2" "" "" "${3:-}"; }      # NAME PASS|FAIL|SKIP DETAIL
+pass()   { check "$1" PASS "${2:-}"; }
+failc()  { check "$1" FAIL "${2:-}"; }
+skip()   { check "$1" SKIP "${2:-}"; }
+metric() { [ -n "$2" ] && record metric "$1" INFO "$2" "${3:-}" "${4:-}"; return 0; }
+
+# metric_get NAME: the last value recorded for NAME (empty if none).
+metric_get() { awk -F'\t' -v n="$1" '$1 == "metric" && $2 == n { v = $4 } END { print v }' "$TSV"; }
+
+checksum_of() { sed -n 's/^checksum: *\([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
+ms_of() { sed -n 's/^time: *\([0-9.]*\) ms\/step.*/\1/p' "$1" | tail -n 1; }
+tail_of() { tail -n "${2:-3}" "$1" 2>/dev/null | tr '\n' ' ' | cut -c1-300; }
+
+# div A B: A / B to 3 decimals, empty when either is empty or B is 0.
+div() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { if (b != 0) printf "%.3f", a / b }'; }
+ns_to_ms() { [ -n "$1" ] && awk -v a="$1" 'BEGIN { printf "%.1f", a / 1e6 }'; }
+
+# jget JSON KEY[.KEY...]: a field of a JSON object (python3), empty if absent.
+jget() {
+    python3 -c '
+import json, sys
+try:
+    v = json.loads(sys.argv[1])
+    for k in sys.argv[2].split("."):
+        v = v[k]
+    print(v)
+except Exception:
+    pass' "$1" "$2"
+}
+
+sleep_ms() { sleep "$(awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }')"; }
+random_ms() { echo $(( $1 + RANDOM % ($2 - $1 + 1) )); }
+want_step() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+
+# --- the programs and the tools -------------------------------------------------
+
+B=""                       # tcgpu build tree or bundle
+GPUCKPT="" LIBTCGPU="" TRAIN_GPU="" TRAIN_CUBIN="" TCGPUD=""
+RT_TRAIN="" BW="" DRV_CKPT=""
+TORCH_PY=$PROGS_SRC/torch_train.py
+SMI_MODE=none              # how device memory per process is read: sim, pid, device, none
+SLACK=$((2048 << 20))      # what a suspended process may still hold (context, modules)
+CTX_SLACK=$((64 << 20))    # ... after the driver checkpointed it as well
+
+# find_build: BUILD_DIR if given (and only it), else a carried bundle or build.
+find_build() {
+    local cand cands=("$SRC/build-gpu-bundle" "$SRC/build-gpu")
+    [ -n "$BUILD_ARG" ] && cands=("$BUILD_ARG")
+    for cand in "${cands[@]}"; do
+        if [ -x "$cand/tools/gpuckpt" ] && [ -f "$cand/interpose/libtcgpu.so" ]; then
+            B=$(cd "$cand" && pwd)
+            return 0
+        fi
+    done
+    [ -n "$BUILD_ARG" ] && log "BUILD_DIR $BUILD_ARG has no tools/gpuckpt + interpose/libtcgpu.so"
+    return 1
+}
+
+# Shared libraries the build needs that this machine lacks come from the
+# bundle's deps/ (only those: the machine's own stay first).
+link_missing_deps() {
+    local f lib
+    mkdir -p "$WORK/deps"
+    [ -d "$B/deps" ] || return 0
+    for f in "$B/tools/gpuckpt" "$B/interpose/libtcgpu.so" "$B/bin/criu" "$B/tools/tcgpud"; do
+        [ -f "$f" ] || continue
+        for lib in $(LD_LIBRARY_PATH="$WORK/deps" ldd "$f" 2>/dev/null | awk '/not found/ { print $1 }'); do
+            if [ -f "$B/deps/$lib" ]; then
+                ln -sf "$B/deps/$lib" "$WORK/deps/$lib"
+                log "using the bundle's $lib"
+            else
+                log "missing $lib for $f, and the bundle has none"
+            fi
+        done
+    done
+}
+
+# meson build in the scratch directory, when nothing was given or carried.
+build_tcgpu_here() {
+    local meson_cmd=()
+    if command -v meson >/dev/null; then
+        meson_cmd=(meson)
+    elif python3 -c 'import mesonbuild' 2>/dev/null; then
+        meson_cmd=(python3 -m mesonbuild.mesonmain)
+    else
+        log "no meson here (and none can be installed offline): carry a bundle (tests/gpu/bundle.sh)"
+        return 1
+    fi
+    command -v ninja >/dev/null || { log "no ninja here"; return 1; }
+    log "building tcgpu with ${meson_cmd[*]} in $WORK/build"
+    "${meson_cmd[@]}" setup "$WORK/build" "$SRC" -Dgpu_suite=auto || return 1
+    ninja -C "$WORK/build" tools/gpuckpt interpose/libtcgpu.so || return 1
+    ninja -C "$WORK/build" || log "the full build failed; the library and gpuckpt were built"
+    B=$WORK/build
+}
+
+# The GPU programs: built here with nvcc when there is one (the machine's own
+# toolkit), else taken from the build tree or bundle.
+build_progs() {
+    local p=$WORK/progs cuda=${CUDA_HOME:-/usr/local/cuda} nvcc
+    mkdir -p "$p"
+    nvcc=$(command -v nvcc || true)
+    [ -z "$nvcc" ] && [ -x "$cuda/bin/nvcc" ] && nvcc=$cuda/bin/nvcc
+    if [ -n "$nvcc" ]; then
+        log "nvcc: $("$nvcc" --version | tail -n 2 | tr '\n' ' ')"
+        "$nvcc" -arch=sm_90 -O2 -o "$p/rt_train" "$PROGS_SRC/rt_train.cu" && RT_TRAIN=$p/rt_train
+        "$nvcc" -arch=sm_90 -O2 -o "$p/bw" "$PROGS_SRC/bw.cu" && BW=$p/bw
+        if [ ! -f "$B/examples/train/train_gpu" ] && [ -f "$SRC/examples/train/kernels.cu" ]; then
+            local t=$SRC/examples/train
+            "$nvcc" -arch=sm_90 -cubin -O3 -I"$t" -o "$p/train_kernels.cubin" "$t/kernels.cu" &&
+            cc -O2 -DTRAIN_KERNELS_FILE='"train_kernels.cubin"' -I"$cuda/include" \
+                "$t/train.c" "$t/train_common.c" -o "$p/train_gpu" \
+                -L"$cuda/lib64/stubs" -lcuda -lm && TRAIN_GPU=$p/train_gpu
+        fi
+    fi
+    if [ -f "$PROGS_SRC/drv_ckpt.c" ] && command -v cc >/dev/null; then
+        cc -O2 -I"$cuda/include" -o "$p/drv_ckpt" "$PROGS_SRC/drv_ckpt.c" -ldl && DRV_CKPT=$p/drv_ckpt
+    fi
+    [ -n "$RT_TRAIN" ] || { [ -x "$B/tests/gpu/rt_train" ] && RT_TRAIN=$B/tests/gpu/rt_train; } || true
+    [ -n "$BW" ] || { [ -x "$B/tests/gpu/bw" ] && BW=$B/tests/gpu/bw; } || true
+    [ -n "$DRV_CKPT" ] || { [ -x "$B/tests/gpu/drv_ckpt" ] && DRV_CKPT=$B/tests/gpu/drv_ckpt; } || true
+    if [ -z "$TRAIN_GPU" ] && [ -x "$B/examples/train/train_gpu" ]; then
+        TRAIN_GPU=$B/examples/train/train_gpu
+    fi
+    return 0
+}
+
+# Resolves everything a step may need (each step runs in a subshell, so this
+# runs in the parent after the build step and its results are inherited).
+resolve_tools() {
+    GPUCKPT=$B/tools/gpuckpt
+    LIBTCGPU=$B/interpose/libtcgpu.so
+    export TCGPU_LIB=$LIBTCGPU
+    [ -x "$B/tools/tcgpud" ] && TCGPUD=$B/tools/tcgpud
+    [ -x "$B/tools/tcgpud/tcgpud" ] && TCGPUD=$B/tools/tcgpud/tcgpud
+    [ -d "$B/bin" ] && PATH=$B/bin:$PATH
+    if [ "$SIM" = 1 ]; then
+        TRAIN_GPU=$B/examples/train/train
+        TRAIN_CUBIN=""
+        export DRV_CKPT_LIBCUDA=$B/tests/simcuda/libcuda.so.1
+    fi
+}
+
+# --- device memory of a process -----------------------------------------------------
+
+choose_smi_mode() {
+    if [ "$SIM" = 1 ]; then
+        SMI_MODE=sim
+        SLACK=$((4 << 20))
+        CTX_SLACK=$((1 << 20))
+    elif command -v nvidia-smi >/dev/null; then
+        SMI_MODE=pid                # may fall back to "device" per job (see mem_probe)
+    fi
+    [ -n "${GPU_SUITE_SLACK_MB:-}" ] && SLACK=$((GPU_SUITE_SLACK_MB << 20))
+    return 0
+}
+
+# gpu_mem_of PID: bytes of device memory PID holds ("" when unknown).
+gpu_mem_of() {
+    case $SMI_MODE in
+        sim)
+            "$B/tests/simcuda/simcuda-smi" -q | awk -v want="pid=$1" '
+                $1 == "process" && $2 == want {
+                    for (i = 3; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); s += $i } }
+                END { print s + 0 }' ;;
+        pid)
+            nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
+                awk -F', *' -v p="$1" '$1 == p { s += $2; f = 1 } END { if (f) printf "%d\n", s * 1048576 }' ;;
+        device)
+            nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null |
+                awk '{ s += $1 } END { printf "%d\n", s * 1048576 }' ;;
+        *) echo "" ;;
+    esac
+}
+
+# The per-process query shows nothing in some containers: then the device's
+# total (this suite is the only user of the GPU) is the next best thing.
+mem_probe() {
+    local v
+    [ "$SMI_MODE" = pid ] || return 0
+    v=$(gpu_mem_of "$1")
+    if [ -z "$v" ] || [ "$v" = 0 ]; then
+        log "nvidia-smi lists no memory for pid $1: using the device's used memory instead"
+        SMI_MODE=device
+    fi
+}
+
+# wait_held_below PID LIMIT: polls up to 3 s (NVML can lag); prints the last reading.
+wait_held_below() {
+    local i v=""
+    for i in $(seq 1 30); do
+        v=$(gpu_mem_of "$1")
+        [ -n "$v" ] && [ "$v" -le "$2" ] && break
+        sleep 0.1
+    done
+    echo "$v"
+}
+
+# --- jobs -----------------------------------------------------------------------------
+
+JOBS=()
+job_start() {               # OUTFILE CMD... ; sets JOB
+    local out=$1; shift
+    "$@" >"$out" 2>&1 &
+    JOB=$!
+    JOBS+=("$JOB")
+    log "started $JOB: $*"
+}
+kill_jobs() {
+    local p
+    for p in "${JOBS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+}
+
+wait_socket() {             # PID SECONDS
+    "$GPUCKPT" status "$1" --wait "$2" --json >/dev/null 2>&1
+}
+wait_line() {               # FILE PATTERN SECONDS PID
+    local end=$((SECONDS + $3))
+    while [ $SECONDS -lt $end ]; do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        [ -n "${4:-}" ] && ! kill -0 "$4" 2>/dev/null && return 1
+        sleep 0.05
+    done
+    return 1
+}
+# wait_job PID SECONDS: its exit status, or 124 after killing it at the deadline.
+wait_job() {
+    local end=$((SECONDS + $2)) rc=0
+    while kill -0 "$1" 2>/dev/null; do
+        if [ $SECONDS -ge "$end" ]; then
+            kill -9 "$1" 2>/dev/null || true
+            wait "$1" 2>/dev/null || true
+            return 124
+        fi
+        sleep 0.1
+    done
+    wait "$1" 2>/dev/null || rc=$?
+    return $rc
+}
+# wait_gone PID SECONDS: for processes that are not our children (restored).
+wait_gone() {
+    local end=$((SECONDS + $2))
+    while kill -0 "$1" 2>/dev/null; do
+        [ $SECONDS -lt "$end" ] || return 1
+        sleep 0.1
+    done
+}
+status_json() { "$GPUCKPT" status "$1" --json 2>/dev/null || true; }
+
+# run_fg NAME SECONDS CMD...: runs to completion, output in $WORK/NAME.out.
+run_fg() {
+    local name=$1 secs=$2 rc=0; shift 2
+    log "run $name: $*"
+    timeout -k 5 "$secs" "$@" >"$WORK/$name.out" 2>&1 || rc=$?
+    log "$name exited $rc; $(tail_of "$WORK/$name.out" 2)"
+    return $rc
+}
+
+# --- one program, every scenario -------------------------------------------------------
+#
+# Set before calling: P (name), P_CMD (argv), P_ENV (VAR=value...), P_SLEEP
+# (extra argv for the runs that are signalled), P_CYCLES, P_TIME (seconds a
+# run may take).
+
+scenario() {
+    local ref got rc ms_ref ms_lib
+    if ! run_fg "$P-ref" "$P_TIME" env "${P_ENV[@]}" "${P_CMD[@]}"; then
+        failc "$P.reference" "the program failed without tcgpu: $(tail_of "$WORK/$P-ref.out")"
+        return 0
+    fi
+    ref=$(checksum_of "$WORK/$P-ref.out")
+    [ -n "$ref" ] || { failc "$P.reference" "no checksum line"; return 0; }
+    echo "$ref" >"$WORK/ref-$P"
+    pass "$P.reference" "checksum $ref (no tcgpu)"
+    ms_ref=$(ms_of "$WORK/$P-ref.out")
+    metric "$P.ms_per_step_plain" "$ms_ref" ms
+
+    # Uninterrupted under the library: same checksum, and what the library costs.
+    rc=0
+    run_fg "$P-lib" "$P_TIME" env "${P_ENV[@]}" "$GPUCKPT" run -- "${P_CMD[@]}" || rc=$?
+    got=$(checksum_of "$WORK/$P-lib.out")
+    if [ "$rc" -ne 0 ]; then
+        failc "$P.lib" "failed under tcgpu (exit $rc): $(tail_of "$WORK/$P-lib.out")"
+        return 0
+    elif [ "$got" = "$ref" ]; then
+        pass "$P.lib" "checksum $got under tcgpu"
+    else
+        failc "$P.lib" "checksum $got under tcgpu, $ref without ($(determinism_probe))"
+    fi
+    ms_lib=$(ms_of "$WORK/$P-lib.out")
+    metric "$P.ms_per_step_tcgpu" "$ms_lib" ms
+    metric "$P.step_time_ratio" "$(div "$ms_lib" "$ms_ref")" x "tcgpu / plain"
+
+    cycles "$ref"
+    save_restore "$ref"
+}
+
+# When the library's run differs: is the program itself deterministic?
+determinism_probe() {
+    local again
+    run_fg "$P-ref2" "$P_TIME" env "${P_ENV[@]}" "${P_CMD[@]}" || true
+    again=$(checksum_of "$WORK/$P-ref2.out")
+    if [ "$again" = "$(cat "$WORK/ref-$P")" ]; then
+        echo "a second run without tcgpu gave the reference again"
+    else
+        echo "NONDETERMINISTIC: a second run without tcgpu gave $again"
+    fi
+}
+
+# Checkpoint once, then suspend/resume cycles (the second to a disk image, the
+# third with the driver's checkpoint of the suspended process), then the
+# checksum at the end.
+cycles() {
+    local ref=$1 out=$WORK/$P-ops.out pid st img=$WORK/$P-ckpt i n=0 rc
+    local bytes mem_run held held_drv fails="" first_free="" first_susp="" first_res=""
+    local disk_susp="" disk_res="" ckpt_ms
+    job_start "$out" env "${P_ENV[@]}" "$GPUCKPT" run -- "${P_CMD[@]}" "${P_SLEEP[@]}"
+    pid=$JOB
+    if ! wait_socket "$pid" 120 || ! wait_line "$out" '^step ' 120 "$pid"; then
+        failc "$P.suspend_resume" "the job did not start: $(tail_of "$out")"
+        kill -9 "$pid" 2>/dev/null || true
+        return 0
+    fi
+    mem_probe "$pid"
+    st=$(status_json "$pid")
+    bytes=$(jget "$st" gpu_bytes)
+    mem_run=$(gpu_mem_of "$pid")
+    metric "$P.gpu_bytes" "$bytes" B "device memory tcgpu holds for the job"
+    metric "$P.device_mem_running" "$mem_run" B "memory the job holds ($SMI_MODE)"
+
+    # Checkpoint: an image while the job goes on; inspect and verify it.
+    rc=0
+    "$GPUCKPT" checkpoint "$pid" -D "$img" || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        st=$(status_json "$pid")
+        ckpt_ms=$(ns_to_ms "$(jget "$st" last_total_ns)")
+        metric "$P.checkpoint_ms" "$ckpt_ms" ms
+        local insp stored raw
+        insp=$("$GPUCKPT" inspect "$img" --json 2>/dev/null || true)
+        stored=$(jget "$insp" totals.stored_bytes)
+        raw=$(jget "$insp" totals.raw_bytes)
+        if [ -n "$stored" ]; then
+            pass "$P.inspect" "$(jget "$insp" totals.allocations) allocations, $raw bytes -> $stored stored"
+        else
+            failc "$P.inspect" "inspect --json gave no totals"
+        fi
+        metric "$P.image_bytes" "$(du -sb "$img" | cut -f1)" B "on disk"
+        metric "$P.image_raw_bytes" "$raw" B "device bytes saved"
+        metric "$P.image_vs_gpu_bytes" "$(div "$stored" "$bytes")" x "stored / tcgpu-held"
+        metric "$P.image_vs_device_mem" "$(div "$stored" "$mem_run")" x "stored / process memory ($SMI_MODE)"
+        if "$GPUCKPT" verify "$img" >"$WORK/$P-verify.out" 2>&1; then
+            pass "$P.verify" "$(tail_of "$WORK/$P-verify.out" 1)"
+        else
+            failc "$P.verify" "$(tail_of "$WORK/$P-verify.out")"
+        fi
+        rm -rf "$img"
+    else
+        failc "$P.checkpoint" "gpuckpt checkpoint exit $rc"
+    fi
+
+    for i in $(seq 1 "$P_CYCLES"); do
+        sleep_ms "$(random_ms 100 400)"
+        kill -0 "$pid" 2>/dev/null || break
+        local dir=() label=mem
+        [ "$i" -eq 2 ] && { dir=(-D "$WORK/$P-susp-img"); label=disk; }
+        st=$(status_json "$pid")
+        bytes=$(jget "$st" gpu_bytes)
+        rc=0
+        "$GPUCKPT" suspend "$pid" "${dir[@]}" -q || rc=$?
+        if [ "$rc" -ne 0 ]; then
+            fails+="suspend $i exit $rc; "
+            [ "$rc" -eq 4 ] && ! kill -0 "$pid" 2>/dev/null && break
+            continue
+        fi
+        st=$(status_json "$pid")
+        local free_ms susp_ms
+        free_ms=$(ns_to_ms "$(jget "$st" last_free_ns)")
+        susp_ms=$(ns_to_ms "$(jget "$st" last_total_ns)")
+        held=$(wait_held_below "$pid" "$SLACK")
+        log "cycle $i ($label): $bytes bytes, freed in $free_ms ms, suspend $susp_ms ms, held $held"
+        if [ -n "$held" ] && [ "$held" -gt "$SLACK" ]; then
+            fails+="cycle $i: $held bytes held while suspended; "
+        fi
+        [ "$i" -eq 1 ] && { first_free=$free_ms; first_susp=$susp_ms; metric "$P.held_suspended" "$held" B "left on the GPU while suspended (context, modules)"; }
+        [ "$i" -eq 2 ] && disk_susp=$susp_ms
+        if [ "$i" -eq 3 ]; then
+            driver_release "$pid"
+        fi
+        sleep_ms "$(random_ms 50 200)"
+        rc=0
+        "$GPUCKPT" resume "$pid" -q || rc=$?
+        if [ "$rc" -ne 0 ]; then
+            fails+="resume $i exit $rc; "
+            break
+        fi
+        st=$(status_json "$pid")
+        [ "$i" -eq 1 ] && first_res=$(ns_to_ms "$(jget "$st" last_total_ns)")
+        [ "$i" -eq 2 ] && disk_res=$(ns_to_ms "$(jget "$st" last_total_ns)")
+        n=$i
+    done
+    rm -rf "$WORK/$P-susp-img"
+
+    metric "$P.suspend_bytes" "$bytes" B "gpu_bytes before the suspends"
+    metric "$P.time_to_free_ms" "$first_free" ms "suspend to host memory: until the GPU memory was released"
+    metric "$P.suspend_ms" "$first_susp" ms "suspend to host memory, total"
+    metric "$P.resume_ms" "$first_res" ms "resume from host memory"
+    metric "$P.suspend_disk_ms" "$disk_susp" ms "suspend to an image on disk"
+    metric "$P.resume_disk_ms" "$disk_res" ms "resume from the image"
+    local d2h h2d
+    d2h=$(metric_get bw_d2h_gbps) h2d=$(metric_get bw_h2d_gbps)
+    if [ -n "$d2h" ] && [ -n "$bytes" ]; then
+        local lim_free lim_res
+        lim_free=$(awk -v b="$bytes" -v g="$d2h" 'BEGIN { printf "%.1f", b / (g * 1e9) * 1e3 }')
+        lim_res=$(awk -v b="$bytes" -v g="$h2d" 'BEGIN { printf "%.1f", b / (g * 1e9) * 1e3 }')
+        metric "$P.free_limit_ms" "$lim_free" ms "gpu_bytes / pinned D2H bandwidth"
+        metric "$P.resume_limit_ms" "$lim_res" ms "gpu_bytes / pinned H2D bandwidth"
+        metric "$P.free_vs_limit" "$(div "$first_free" "$lim_free")" x "1.0 = at the PCIe limit"
+        metric "$P.resume_vs_limit" "$(div "$first_res" "$lim_res")" x "1.0 = at the PCIe limit"
+    fi
+
+    rc=0
+    wait_job "$pid" "$P_TIME" || rc=$?
+    local got
+    got=$(checksum_of "$out")
+    if [ "$n" -lt 2 ]; then
+        fails+="only $n cycles before the job ended (make it longer); "
+    fi
+    if [ -z "$fails" ] && [ "$rc" -eq 0 ] && [ "$got" = "$ref" ]; then
+        pass "$P.suspend_resume" "$n cycles (one to disk), checksum $got, memory released each time"
+    elif [ "$rc" -ne 0 ]; then
+        failc "$P.suspend_resume" "${fails}the job exited $rc: $(tail_of "$out")"
+    elif [ "$got" != "$ref" ]; then
+        failc "$P.suspend_resume" "${fails}checksum $got after $n cycles, reference $ref"
+    else
+        failc "$P.suspend_resume" "$fails"
+    fi
+    if [[ "$fails" == *"held while suspended"* ]]; then
+        failc "$P.memory_released" "$fails"
+    elif [ "$SMI_MODE" = none ]; then
+        skip "$P.memory_released" "no nvidia-smi"
+    elif [ "$n" -ge 1 ]; then
+        pass "$P.memory_released" "at most $((SLACK >> 20)) MiB left while suspended ($SMI_MODE)"
+    fi
+    return 0
+}
+
+# The context too (design decision 5): the driver's checkpoint of a process
+# tcgpu has already suspended leaves nothing on the GPU.
+driver_release() {
+    local pid=$1 held_drv rc=0
+    if [ -z "$DRV_CKPT" ]; then
+        skip "$P.driver_release" "drv_ckpt not built"
+        return 0
+    fi
+    "$DRV_CKPT" suspend "$pid" >"$WORK/$P-drv.out" 2>&1 || rc=$?
+    if [ "$rc" -eq 3 ]; then
+        skip "$P.driver_release" "no driver checkpoint API: $(tail_of "$WORK/$P-drv.out" 1)"
+        return 0
+    elif [ "$rc" -ne 0 ]; then
+        failc "$P.driver_release" "drv_ckpt suspend of the suspended process: $(tail_of "$WORK/$P-drv.out")"
+        return 0
+    fi
+    held_drv=$(wait_held_below "$pid" "$CTX_SLACK")
+    rc=0
+    "$DRV_CKPT" resume "$pid" >>"$WORK/$P-drv.out" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        failc "$P.driver_release" "drv_ckpt resume: $(tail_of "$WORK/$P-drv.out")"
+    elif [ -n "$held_drv" ] && [ "$held_drv" -gt "$CTX_SLACK" ]; then
+        failc "$P.driver_release" "$held_drv bytes held after the driver checkpoint"
+    else
+        pass "$P.driver_release" "tcgpu suspend + driver checkpoint: ${held_drv:-?} bytes held; $(grep -h '^drv_' "$WORK/$P-drv.out" | tr '\n' ' ')"
+    fi
+}
+
+# gpuckpt save/restore (CRIU), when this build has them.
+save_restore() {
+    local ref=$1 out=$WORK/$P-save.out img=$WORK/$P-save-img pid rc=0 got rargs
+    if [ "$SIM" = 1 ] && [ -z "${GPU_SUITE_SIM_SAVE:-}" ]; then
+        skip "$P.save_restore" "simcuda: tests/criu covers it (GPU_SUITE_SIM_SAVE=1 to run it here)"
+        return 0
+    fi
+    if ! "$GPUCKPT" save --help >"$WORK/save-help.out" 2>&1; then
+        skip "$P.save_restore" "skipped: not built (gpuckpt save --help fails)"
+        return 0
+    fi
+    if ! command -v criu >/dev/null; then
+        skip "$P.save_restore" "criu not found (carry it in the bundle's bin/)"
+        return 0
+    fi
+    # CRIU wants the tree in a session of its own.
+    job_start "$out" setsid env "${P_ENV[@]}" "$GPUCKPT" run -- "${P_CMD[@]}" "${P_SLEEP[@]}"
+    pid=$JOB
+    if ! wait_socket "$pid" 120 || ! wait_line "$out" '^step ' 120 "$pid"; then
+        failc "$P.save_restore" "the job did not start: $(tail_of "$out")"
+        return 0
+    fi
+    sleep 0.3
+    "$GPUCKPT" save "$pid" -D "$img" >"$WORK/$P-save-cmd.out" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        failc "$P.save_restore" "gpuckpt save exit $rc: $(tail_of "$WORK/$P-save-cmd.out")"
+        kill -9 "$pid" 2>/dev/null || true
+        return 0
+    fi
+    wait_job "$pid" 30 || true                  # CRIU ends the dumped tree
+    metric "$P.save_image_bytes" "$(du -sb "$img" | cut -f1)" B "CRIU + GPU image"
+    rargs=("$img")
+    "$GPUCKPT" restore --help 2>&1 | grep -q -- '-D' && rargs=(-D "$img")
+    rc=0
+    "$GPUCKPT" restore "${rargs[@]}" >"$WORK/$P-restore-cmd.out" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        failc "$P.save_restore" "gpuckpt restore exit $rc: $(tail_of "$WORK/$P-restore-cmd.out")"
+        return 0
+    fi
+    wait_gone "$pid" "$P_TIME" || { kill -9 "$pid" 2>/dev/null || true; }
+    got=$(checksum_of "$out")
+    if [ "$got" = "$ref" ]; then
+        pass "$P.save_restore" "checksum $got after save (CRIU) and restore"
+    else
+        failc "$P.save_restore" "checksum '$got' after save/restore, reference $ref: $(tail_of "$out")"
+    fi
+    rm -rf "$img"
+}
+
+# --- the steps ------------------------------------------------------------------------
+
+step_env() {
+    uname -a
+    cat /etc/os-release 2>/dev/null | head -n 2 || true
+    nproc; free -g 2>/dev/null || true
+    if [ "$SIM" = 1 ]; then
+        "$B/tests/simcuda/simcuda-smi" -q || true
+    elif command -v nvidia-smi >/dev/null; then
+        nvidia-smi || true
+        local q
+        q=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
+        metric gpu "\"$q\"" "" "nvidia-smi"
+    else
+        failc env.gpu "no nvidia-smi: not a GPU machine (use --sim on simcuda)"
+    fi
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1 || true
+    python3 -c 'import numpy; print("numpy", numpy.__version__)' 2>&1 || true
+    command -v nvcc && nvcc --version | tail -n 1 || true
+    command -v criu && criu --version || true
+    log "build: $B"
+    cat "$B/BUNDLE-INFO" 2>/dev/null || true
+    echo "gpuckpt: $GPUCKPT; libtcgpu: $LIBTCGPU; tcgpud: ${TCGPUD:-none}"
+    echo "train_gpu: ${TRAIN_GPU:-none}; rt_train: ${RT_TRAIN:-none}; bw: ${BW:-none}; drv_ckpt: ${DRV_CKPT:-none}"
+    echo "memory readings: $SMI_MODE, slack $((SLACK >> 20)) MiB"
+    pass env "$(uname -r); memory read by $SMI_MODE"
+}
+
+step_bw() {
+    if [ "$SIM" = 1 ]; then skip bw "simcuda: the runtime cannot run on it"; return 0; fi
+    [ -n "$BW" ] || { failc bw "bw not built"; return 0; }
+    if ! run_fg bw 120 "$BW" --mb 1024 --reps 5; then
+        failc bw "$(tail_of "$WORK/bw.out")"
+        return 0
+    fi
+    cat "$WORK/bw.out"
+    local k
+    for k in bw_h2d_gbps bw_d2h_gbps bw_d2d_gbps; do
+        metric "$k" "$(awk -v k="$k" '$1 == k { print $2 }' "$WORK/bw.out")" GB/s "pinned, 1 GiB, best of 5"
+    done
+    pass bw "H2D $(metric_get bw_h2d_gbps) GB/s, D2H $(metric_get bw_d2h_gbps) GB/s"
+}
+
+step_train() {
+    [ -n "$TRAIN_GPU" ] || { failc train "train_gpu not built (gpu_suite option / nvcc)"; return 0; }
+    P=train
+    P_ENV=()
+    if [ "$SIM" = 1 ]; then
+        P_CMD=("$TRAIN_GPU" --mb 64 --steps 600 --print-every 100)
+        P_SLEEP=(--sleep-ms 5)
+    elif [ "$QUICK" = 1 ]; then
+        P_CMD=("$TRAIN_GPU" --mb 1024 --steps 400 --print-every 100)
+        P_SLEEP=(--sleep-ms 10)
+    else
+        P_CMD=("$TRAIN_GPU" --mb 2048 --steps 800 --print-every 100)
+        P_SLEEP=(--sleep-ms 10)
+    fi
+    P_CYCLES=5 P_TIME=180
+    scenario
+}
+
+step_rt() {
+    if [ "$SIM" = 1 ]; then skip rt "simcuda: libcudart cannot run on it (export tables)"; return 0; fi
+    [ -n "$RT_TRAIN" ] || { failc rt "rt_train not built (nvcc)"; return 0; }
+    P=rt P_ENV=()
+    if [ "$QUICK" = 1 ]; then
+        P_CMD=("$RT_TRAIN" --mb 512 --steps 200 --print-every 50)
+    else
+        P_CMD=("$RT_TRAIN" --mb 2048 --steps 300 --print-every 50)
+    fi
+    P_SLEEP=(--sleep-ms 25) P_CYCLES=5 P_TIME=180
+    scenario
+}
+
+torch_cmd() {
+    if [ "$QUICK" = 1 ]; then
+        P_CMD=(python3 "$TORCH_PY" --steps 120 --layers 4 --print-every 20)
+    else
+        P_CMD=(python3 "$TORCH_PY" --steps 200 --print-every 20)
+    fi
+}
+
+torch_ok() {
+    if [ "$SIM" = 1 ]; then skip "$1" "simcuda: PyTorch needs the real driver"; return 1; fi
+    if ! python3 -c 'import torch, numpy; assert torch.cuda.is_available()' >"$WORK/torchcheck.out" 2>&1; then
+        failc "$1" "no usable PyTorch with CUDA: $(tail_of "$WORK/torchcheck.out" 2)"
+        return 1
+    fi
+}
+
+step_torch() {
+    torch_ok torch || return 0
+    P=torch P_ENV=(PYTHONUNBUFFERED=1)
+    torch_cmd
+    P_SLEEP=(--sleep-ms 40) P_CYCLES=5 P_TIME=240
+    scenario
+}
+
+step_torch_exp() {
+    torch_ok torch_exp || return 0
+    P=torch_exp P_ENV=(PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
+    torch_cmd
+    P_SLEEP=(--sleep-ms 40) P_CYCLES=5 P_TIME=240
+    scenario
+}
+
+# The same job through the driver's checkpoint API alone (no tcgpu).
+step_drvckpt() {
+    [ -n "$DRV_CKPT" ] || { failc drvckpt "drv_ckpt not built"; return 0; }
+    local ref out=$WORK/drvckpt.out pid rc=0 before held got
+    if [ "$SIM" = 1 ]; then
+        P=train P_ENV=() P_CMD=("$TRAIN_GPU" --mb 64 --steps 600 --print-every 100) P_SLEEP=(--sleep-ms 5)
+    else
+        torch_ok drvckpt || return 0
+        P=torch P_ENV=(PYTHONUNBUFFERED=1)
+        torch_cmd
+        P_SLEEP=(--sleep-ms 40)
+    fi
+    ref=$(cat "$WORK/ref-$P" 2>/dev/null || true)
+    if [ -z "$ref" ]; then
+        run_fg "$P-ref" 240 env "${P_ENV[@]}" "${P_CMD[@]}" || true
+        ref=$(checksum_of "$WORK/$P-ref.out")
+        [ -n "$ref" ] || { failc drvckpt "reference run failed: $(tail_of "$WORK/$P-ref.out")"; return 0; }
+    fi
+    job_start "$out" env "${P_ENV[@]}" "${P_CMD[@]}" "${P_SLEEP[@]}"
+    pid=$JOB
+    wait_line "$out" '^step ' 120 "$pid" || { failc drvckpt "the job did not start: $(tail_of "$out")"; return 0; }
+    mem_probe "$pid"
+    before=$(gpu_mem_of "$pid")
+    "$DRV_CKPT" suspend "$pid" --timeout-ms 20000 >"$WORK/drv-times.out" 2>&1 || rc=$?
+    if [ "$rc" -eq 3 ]; then
+        skip drvckpt "no driver checkpoint API: $(tail_of "$WORK/drv-times.out" 1)"
+        kill -9 "$pid" 2>/dev/null || true
+        return 0
+    elif [ "$rc" -ne 0 ]; then
+        failc drvckpt "lock/checkpoint: $(tail_of "$WORK/drv-times.out")"
+        kill -9 "$pid" 2>/dev/null || true
+        return 0
+    fi
+    held=$(wait_held_below "$pid" "$CTX_SLACK")
+    sleep 0.2
+    "$DRV_CKPT" resume "$pid" >>"$WORK/drv-times.out" 2>&1 || rc=$?
+    cat "$WORK/drv-times.out"
+    local k
+    for k in lock checkpoint restore unlock; do
+        metric "drv.${k}_ms" "$(awk -v k="drv_${k}_ms" '$1 == k { print $2 }' "$WORK/drv-times.out")" ms "driver checkpoint API, $P job without tcgpu"
+    done
+    metric drv.device_mem_running "$before" B "$SMI_MODE"
+    metric drv.held_checkpointed "$held" B "left on the GPU while checkpointed by the driver"
+    local d2h ck
+    d2h=$(metric_get bw_d2h_gbps)
+    ck=$(metric_get drv.checkpoint_ms)
+    if [ -n "$d2h" ] && [ -n "$before" ] && [ -n "$ck" ]; then
+        metric drv.checkpoint_vs_limit "$(awk -v c="$ck" -v b="$before" -v g="$d2h" 'BEGIN { l = b / (g * 1e9) * 1e3; if (l > 0) printf "%.3f", c / l }')" x "checkpoint time / (process memory / D2H bandwidth)"
+    fi
+    if [ "$rc" -ne 0 ]; then
+        failc drvckpt "restore/unlock: $(tail_of "$WORK/drv-times.out")"
+        kill -9 "$pid" 2>/dev/null || true
+        return 0
+    fi
+    rc=0
+    wait_job "$pid" 240 || rc=$?
+    got=$(checksum_of "$out")
+    if [ "$rc" -eq 0 ] && [ "$got" = "$ref" ]; then
+        pass drvckpt "driver checkpoint/restore alone: checksum $got, ${held:-?} bytes held while checkpointed"
+    else
+        failc drvckpt "exit $rc, checksum '$got', reference $ref: $(tail_of "$out")"
+    fi
+    if [ -n "$held" ] && [ "$held" -gt "$CTX_SLACK" ]; then
+        failc drvckpt.memory_released "$held bytes held while checkpointed by the driver"
+    fi
+}
+
+# Two PyTorch jobs under tcgpud. Written against the interface the issue names
+# (gpuckpt run --project P --priority N; tcgpud started in the background);
+# GPU_SUITE_TCGPUD_ARGS overrides the daemon's arguments.
+step_tcgpud() {
+    if [ -z "$TCGPUD" ]; then skip tcgpud "skipped: tcgpud not built"; return 0; fi
+    torch_ok tcgpud || return 0
+    "$TCGPUD" --help 2>&1 || true
+    "$GPUCKPT" run --help 2>&1 || true
+    if ! "$GPUCKPT" run --help 2>&1 | grep -q -- '--priority'; then
+        skip tcgpud "gpuckpt run has no --priority yet"
+        return 0
+    fi
+    local total_mb ballast ref low high lo_out=$WORK/tcgpud-low.out hi_out=$WORK/tcgpud-high.out
+    local dargs=() rc=0 preempted=0 i
+    read -r -a dargs <<<"${GPU_SUITE_TCGPUD_ARGS:-}"
+    total_mb=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+    # Each job holds a bit more than half the GPU: they cannot run together.
+    ballast=${GPU_SUITE_BALLAST_GB:-$(awk -v m="$total_mb" 'BEGIN { printf "%d", m * 0.55 / 1024 }')}
+    P=torch P_ENV=(PYTHONUNBUFFERED=1)
+    torch_cmd
+    ref=$(cat "$WORK/ref-torch" 2>/dev/null || true)
+    if [ -z "$ref" ]; then
+        run_fg torch-ref 240 env "${P_ENV[@]}" "${P_CMD[@]}" || true
+        ref=$(checksum_of "$WORK/torch-ref.out")
+    fi
+    [ -n "$ref" ] || { failc tcgpud "no reference checksum"; return 0; }
+    job_start "$WORK/tcgpud-daemon.out" "$TCGPUD" "${dargs[@]}"
+    sleep 1
+    kill -0 "$JOB" 2>/dev/null || { failc tcgpud "tcgpud exited: $(tail_of "$WORK/tcgpud-daemon.out")"; return 0; }
+    job_start "$lo_out" env "${P_ENV[@]}" "$GPUCKPT" run --project low --priority 1 -- \
+        "${P_CMD[@]}" --sleep-ms 40 --ballast-gb "$ballast"
+    low=$JOB
+    wait_line "$lo_out" '^step ' 180 "$low" || { failc tcgpud "the low-priority job did not start: $(tail_of "$lo_out")"; return 0; }
+    job_start "$hi_out" env "${P_ENV[@]}" "$GPUCKPT" run --project high --priority 10 -- \
+        "${P_CMD[@]}" --ballast-gb "$ballast"
+    high=$JOB
+    for i in $(seq 1 600); do
+        if [ "$(jget "$(status_json "$low")" state)" = suspended ]; then preempted=1; break; fi
+        kill -0 "$high" 2>/dev/null || break
+        sleep 0.1
+    done
+    [ "$preempted" = 1 ] && pass tcgpud.preempt "the low-priority job was suspended for the high one" ||
+        failc tcgpud.preempt "the low-priority job was never suspended"
+    wait_job "$high" 300 || rc=$?
+    [ "$(checksum_of "$hi_out")" = "$ref" ] && pass tcgpud.high "checksum $ref" ||
+        failc tcgpud.high "exit $rc, checksum '$(checksum_of "$hi_out")', reference $ref"
+    rc=0
+    wait_job "$low" 300 || rc=$?
+    [ "$(checksum_of "$lo_out")" = "$ref" ] && pass tcgpud.low "checksum $ref after preemption" ||
+        failc tcgpud.low "exit $rc, checksum '$(checksum_of "$lo_out")', reference $ref"
+}
+
+# --- the table ----------------------------------------------------------------------
+
+write_table() {
+    {
+        echo "tcgpu real-GPU suite, $(date -u '+%Y-%m-%d %H:%M UTC'), $(hostname)"
+        echo "build: ${B:-none}$( [ -f "${B:-/nonexistent}/BUNDLE-INFO" ] && echo " ($(head -n 1 "$B/BUNDLE-INFO"))")"
+        echo
+        echo "checks"
+        awk -F'\t' '$1 == "check" { printf "  %-4s  %-34s %s\n", $3, $2, $6 }' "$TSV"
+        echo
+        echo "measurements (name value unit: note)"
+        awk -F'\t' '$1 == "metric" { printf "%s %s %s%s\n", $2, $4, $5, ($6 != "" ? "  # " $6 : "") }' "$TSV"
+        echo
+        awk -F'\t' '$1 == "check" { n[$3]++ } END {
+            printf "summary: %d passed, %d failed, %d skipped\n", n["PASS"], n["FAIL"], n["SKIP"] }' "$TSV"
+    } >"$TXT"
+}
+
+pack_logs() {
+    [ "$PACK" = 1 ] || return 0
+    (cd "$LOGDIR" && tar czf "$OUT/logs.tar.gz.tmp" ./*.log 2>/dev/null && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz") || true
+}
+
+# --- main ---------------------------------------------------------------------------
+
+if [ "$DRY" = 1 ]; then
+    echo "tests/gpu/run.sh --dry-run: steps, in order (logs: \$OUT/<step>.log; OUT=$OUT)"
+    for s in "${STEPS[@]}"; do
+        want_step "$s" || continue
+        printf '  %-10s %s\n' "$s" "${STEP_DOC[$s]}"
+    done
+    if find_build; then echo "build: $B"; else echo "build: none found (would build with meson in a scratch dir)"; fi
+    echo "nvcc: $(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")"
+    echo "nvidia-smi: $(command -v nvidia-smi || echo 'not found (no GPU here)')"
+    echo "results: $TSV, $TXT"
+    exit 0
+fi
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tcgpu-gpu-XXXXXX")
+export TCGPU_RUN_DIR=$WORK/run
+mkdir -m 0700 "$TCGPU_RUN_DIR"
+if [ "$SIM" = 1 ]; then
+    export SIMCUDA_SHM=/simcuda-gpu-suite-$$
+    export SIMCUDA_DEVICE_MEM=${SIMCUDA_DEVICE_MEM:-2G}
+fi
+LOGDIR=$OUT
+[ "$PACK" = 1 ] && { LOGDIR=$WORK/logs; mkdir -p "$LOGDIR"; rm -f "$OUT"/*.log; }
+printf 'kind\tname\tstatus\tvalue\tunit\tdetail\n' >"$TSV"
+
+cleanup() {
+    kill_jobs
+    write_table 2>/dev/null || true
+    pack_logs
+    [ "$SIM" = 1 ] && rm -f "/dev/shm${SIMCUDA_SHM:-/none}"
+    if [ -n "${GPU_SUITE_KEEP:-}" ]; then say "work dir kept: $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say "tcgpu GPU suite: results in $OUT (work dir $WORK)"
+
+# The build comes first and is not a subshell: every later step inherits what
+# it found.
+{
+    log "step build"
+    if find_build || build_tcgpu_here; then
+        link_missing_deps
+        export LD_LIBRARY_PATH=$WORK/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        resolve_tools
+        build_progs || true
+        if "$GPUCKPT" --version; then
+            pass build "tcgpu from $B; programs in $WORK/progs"
+        else
+            failc build "gpuckpt from $B does not run here (missing libraries?)"
+            B=""
+        fi
+    else
+        failc build "no tcgpu build: pass BUILD_DIR, carry build-gpu-bundle, or install meson+ninja+-dev packages"
+    fi
+} >"$LOGDIR/build.log" 2>&1
+choose_smi_mode
+pack_logs
+
+for s in "${STEPS[@]}"; do
+    [ "$s" = build ] && continue
+    want_step "$s" || continue
+    if [ "$SECONDS" -gt "$BUDGET" ]; then
+        skip "$s" "out of time (${SECONDS}s > budget ${BUDGET}s)"
+        continue
+    fi
+    if [ -z "$B" ] && [ "$s" != env ] && [ "$s" != bw ] && [ "$s" != drvckpt ]; then
+        skip "$s" "no tcgpu build"
+        continue
+    fi
+    say "== $s (${SECONDS}s)"
+    rc=0
+    ( trap kill_jobs EXIT; log "step $s"; "step_$s" ) >"$LOGDIR/$s.log" 2>&1 || rc=$?
+    [ "$rc" -eq 0 ] || failc "$s" "the step stopped on an error (exit $rc): see $s.log"
+    write_table
+    pack_logs
+done
+
+write_table
+fails=$(awk -F'\t' '$1 == "check" && $3 == "FAIL"' "$TSV" | wc -l)
+say ""
+cat "$TXT" >&3
+say "(${SECONDS}s)"
+[ "$fails" -eq 0 ]
