@@ -27,6 +27,7 @@
 #include "ctlclient.h"
 #include "ctlproto.h"
 #include "gpuckpt.h"
+#include "gpuckpt_driver.h"
 #include "signal_trigger.h"
 #include "tcgpu.h"
 
@@ -73,6 +74,8 @@ static void print_usage(FILE *f)
         "  checkpoint PID -D DIR             write an image of PID's GPU state to DIR; PID goes on\n"
         "  suspend PID [-D DIR]              take PID off the GPU (to host memory, or to DIR)\n"
         "  resume PID                        put PID back on the GPU\n"
+        "  save PID -D DIR [--leave-running] save the process tree under PID with CRIU\n"
+        "  restore -D DIR [-d]               restore a saved tree and put it back on the GPU\n"
         "  inspect DIR [--json]              show an image's manifest\n"
         "  verify DIR                        check every checksum of an image\n"
         "\n"
@@ -217,6 +220,7 @@ struct client_opts {
     int wait_ms;                /* keep trying to connect this long (0: once) */
     int json;
     int quiet;
+    int keep_context;           /* suspend: leave the CUDA context to the process */
     const char *dir;
 };
 
@@ -309,7 +313,7 @@ static int call(const char *cmd, pid_t pid, struct ctl_buf *req, struct ctl_msg 
     return CTL_EXIT_OK;
 }
 
-static void print_status_json(pid_t pid, const struct ctl_msg *m, FILE *f)
+static void print_status_json(pid_t pid, const struct ctl_msg *m, const char *drv, FILE *f)
 {
     int first = 1;
 
@@ -327,6 +331,8 @@ static void print_status_json(pid_t pid, const struct ctl_msg *m, FILE *f)
             json_string(f, fl->value);
         first = 0;
     }
+    fprintf(f, ",\"driver_state\":");
+    json_string(f, drv);
     fprintf(f, "}\n");
 }
 
@@ -369,7 +375,7 @@ static void print_status_human(pid_t pid, const struct ctl_msg *m, FILE *f)
 }
 
 /* Options common to the commands that talk to a process. */
-enum { OPT_TIMEOUT = 1000, OPT_WAIT, OPT_JSON };
+enum { OPT_TIMEOUT = 1000, OPT_WAIT, OPT_JSON, OPT_KEEP_CONTEXT };
 
 static int parse_client_args(const char *cmd, int argc, char **argv, const char *shortopts,
                              struct client_opts *o, pid_t *pid)
@@ -379,6 +385,7 @@ static int parse_client_args(const char *cmd, int argc, char **argv, const char 
         { "timeout", required_argument, NULL, OPT_TIMEOUT },
         { "wait", required_argument, NULL, OPT_WAIT },
         { "json", no_argument, NULL, OPT_JSON },
+        { "keep-context", no_argument, NULL, OPT_KEEP_CONTEXT },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
@@ -415,6 +422,11 @@ static int parse_client_args(const char *cmd, int argc, char **argv, const char 
                 return usage_error(cmd, "--json is for status and inspect");
             o->json = 1;
             break;
+        case OPT_KEEP_CONTEXT:
+            if (strcmp(cmd, "suspend"))
+                return usage_error(cmd, "--keep-context is for suspend");
+            o->keep_context = 1;
+            break;
         default:
             return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
         }
@@ -424,6 +436,33 @@ static int parse_client_args(const char *cmd, int argc, char **argv, const char 
     if (parse_pid(argv[optind], pid) < 0)
         return usage_error(cmd, "'%s' is not a process id", argv[optind]);
     return 0;
+}
+
+/* The driver's checkpoint state of pid: "running", "locked", "checkpointed",
+ * "failed", "none" (unknown to the driver) or "unavailable" (no API). */
+static const char *driver_state_word(pid_t pid)
+{
+    int state;
+
+    if (!gdrv_available(NULL, 0))
+        return "unavailable";
+    gdrv_get_state(pid, &state, NULL, 0);
+    return gdrv_state_name(state);
+}
+
+static const char *driver_state_human(const char *w)
+{
+    if (!strcmp(w, "running"))
+        return "held by the process (driver state running)";
+    if (!strcmp(w, "checkpointed"))
+        return "released to the driver (driver state checkpointed)";
+    if (!strcmp(w, "locked"))
+        return "held, CUDA calls locked by the driver (driver state locked)";
+    if (!strcmp(w, "failed"))
+        return "driver checkpoint FAILED";
+    if (!strcmp(w, "unavailable"))
+        return "held (the driver has no checkpoint API)";
+    return "unknown to the driver";
 }
 
 static int cmd_status(int argc, char **argv)
@@ -446,15 +485,82 @@ static int cmd_status(int argc, char **argv)
     ctl_buf_request(req, "status");
     r = call("status", pid, req, rep, &o);
     if (r == CTL_EXIT_OK) {
+        const char *drv = driver_state_word(pid);
         if (o.json)
-            print_status_json(pid, rep, stdout);
-        else
+            print_status_json(pid, rep, drv, stdout);
+        else {
             print_status_human(pid, rep, stdout);
+            fprintf(stdout, "  context      %s\n", driver_state_human(drv));
+        }
     }
 out:
     free(req);
     free(rep);
     return r;
+}
+
+/* Lock bound for the driver's checkpoint: --timeout, else the gate's default. */
+static unsigned lock_timeout_ms(const struct client_opts *o)
+{
+    return o->timeout_ms > 0 ? (unsigned)o->timeout_ms : 10000;
+}
+
+/*
+ * Suspend's second half (design decision 5): with the driver checkpoint API,
+ * hand the process's context to the driver, which releases it. On failure
+ * the process stays tcgpu-suspended with its context (gdrv_release is all
+ * or nothing). note receives what to add to the summary line.
+ */
+static int release_context(pid_t pid, const struct client_opts *o, char *note, size_t len)
+{
+    char why[512], err[512];
+    int r;
+
+    if (!gdrv_available(why, sizeof(why))) {
+        snprintf(note, len, "; context kept (%s)", why);
+        return CTL_EXIT_OK;
+    }
+    r = gdrv_release(pid, lock_timeout_ms(o), err, sizeof(err));
+    if (r == 0) {
+        snprintf(note, len, "; context released");
+        return CTL_EXIT_OK;
+    }
+    gpuckpt_error("suspend %d: suspended (device memory released), but the CUDA context could "
+                  "not be released: %s", (int)pid, err);
+    return r == -ETIMEDOUT ? CTL_EXIT_TIMEOUT : CTL_EXIT_FAILED;
+}
+
+/*
+ * Resume's first half: take the context back from the driver (Restore +
+ * Unlock, as GetState says), so that tcgpu can re-create memory. *taken
+ * says whether there was anything to take back.
+ */
+static int reacquire_context(pid_t pid, int *taken)
+{
+    char err[512];
+    int state, r;
+
+    *taken = 0;
+    if (!gdrv_available(NULL, 0) || gdrv_get_state(pid, &state, err, sizeof(err)) < 0 ||
+        state == GDRV_RUNNING)
+        return CTL_EXIT_OK;     /* nothing of ours to take back */
+    r = gdrv_reacquire(pid, err, sizeof(err));
+    if (r == 0) {
+        *taken = 1;
+        return CTL_EXIT_OK;
+    }
+    gpuckpt_error("resume %d: cannot take the CUDA context back from the driver (the process "
+                  "stays suspended): %s", (int)pid, err);
+    return r == -ENOMEM ? CTL_EXIT_NOROOM : CTL_EXIT_FAILED;
+}
+
+/* A resume that failed after the context came back: release it again, as it was. */
+static void rerelease_context(pid_t pid, const struct client_opts *o)
+{
+    char err[512];
+
+    if (gdrv_release(pid, lock_timeout_ms(o), err, sizeof(err)) < 0)
+        gpuckpt_error("resume %d: the process keeps its CUDA context (suspended): %s", (int)pid, err);
 }
 
 static int run_op_command(const char *cmd, int argc, char **argv, const char *shortopts,
@@ -463,9 +569,9 @@ static int run_op_command(const char *cmd, int argc, char **argv, const char *sh
     struct client_opts o;
     struct ctl_buf *req = malloc(sizeof(*req));
     struct ctl_msg *rep = malloc(sizeof(*rep));
-    char dir[PATH_MAX];
+    char dir[PATH_MAX], note[600] = "";
     pid_t pid;
-    int r;
+    int r, taken = 0, is_suspend = !strcmp(cmd, "suspend"), is_resume = !strcmp(cmd, "resume");
 
     if (!req || !rep) {
         r = CTL_EXIT_FAILED;
@@ -489,15 +595,21 @@ static int run_op_command(const char *cmd, int argc, char **argv, const char *sh
         }
         ctl_buf_put(req, "dir", dir);
     }
+    if (is_resume && (r = reacquire_context(pid, &taken)) != CTL_EXIT_OK)
+        goto out;
     r = call(cmd, pid, req, rep, &o);
+    if (is_resume && r != CTL_EXIT_OK && taken)
+        rerelease_context(pid, &o);
+    if (is_suspend && r == CTL_EXIT_OK && !o.keep_context)
+        r = release_context(pid, &o, note, sizeof(note));
     if (r == CTL_EXIT_OK && !o.quiet) {
         struct tcgpu_status st;
         char t[32], b[32];
         if (ctl_get_status(rep, &st) == 0) {
             if (!strcmp(cmd, "suspend"))
-                printf("process %d suspended in %s (gpu memory released after %s)%s%s\n", (int)pid,
+                printf("process %d suspended in %s (gpu memory released after %s)%s%s%s\n", (int)pid,
                        fmt_ns(st.last_total_ns, t, sizeof(t)), fmt_ns(st.last_free_ns, b, sizeof(b)),
-                       o.dir ? ", image " : "", o.dir ? dir : "");
+                       o.dir ? ", image " : "", o.dir ? dir : "", note);
             else if (!strcmp(cmd, "resume"))
                 printf("process %d resumed in %s\n", (int)pid, fmt_ns(st.last_total_ns, t, sizeof(t)));
             else
@@ -525,7 +637,27 @@ static int cmd_suspend(int argc, char **argv)
 
 static int cmd_resume(int argc, char **argv)
 {
-    return run_op_command("resume", argc, argv, "hq", 0);
+    return run_op_command("resume", argc, argv, "hqD:", 0);
+}
+
+int gpuckpt_call(const char *cmd, pid_t pid, const char *dir, struct tcgpu_status *st)
+{
+    struct client_opts o = { .timeout_ms = -1, .quiet = 1 };
+    struct ctl_buf *req = malloc(sizeof(*req));
+    struct ctl_msg *rep = malloc(sizeof(*rep));
+    int r = CTL_EXIT_FAILED;
+
+    if (req && rep) {
+        ctl_buf_request(req, cmd);
+        if (dir)
+            ctl_buf_put(req, "dir", dir);
+        r = call(cmd, pid, req, rep, &o);
+        if (st && (r == CTL_EXIT_OK || rep->err) && ctl_get_status(rep, st) < 0)
+            memset(st, 0, sizeof(*st));
+    }
+    free(req);
+    free(rep);
+    return r;
 }
 
 /* ---------------------------------------------------------------------------
@@ -711,27 +843,58 @@ static const struct command commands[] = {
       "  --timeout SEC   stop waiting after SEC seconds (exit 5; the operation goes on)\n"
       "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
       "  -q, --quiet     no progress and no summary line\n" },
-    { "suspend", cmd_suspend, "suspend PID [-D DIR] [--timeout SEC] [--wait SEC] [-q]",
+    { "suspend", cmd_suspend, "suspend PID [-D DIR] [--keep-context] [--timeout SEC] [--wait SEC] [-q]",
       "Take PID off the GPU: drain its device memory to host memory (or to the image DIR),\n"
-      "release it, and park PID's CUDA calls until gpuckpt resume.\n"
+      "release it, and park PID's CUDA calls until gpuckpt resume. Where the driver has the\n"
+      "checkpoint API (CUDA 12.8+), PID's context is then handed to the driver and released\n"
+      "too (Lock + Checkpoint): PID holds nothing on the GPU. If that step fails, PID stays\n"
+      "suspended with its context and gpuckpt says so (exit 1, or 5 for a lock timeout).\n"
+      "Resume such a process with gpuckpt resume (not the signal): it takes the context back.\n"
       "\n"
       "  -D, --dir DIR   drain to an image directory instead of host memory\n"
+      "  --keep-context  leave the CUDA context with the process (device memory only)\n"
       "  --timeout SEC   stop waiting after SEC seconds (exit 5; the operation goes on)\n"
       "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
       "  -q, --quiet     no progress and no summary line\n" },
-    { "resume", cmd_resume, "resume PID [--timeout SEC] [--wait SEC] [-q]",
+    { "resume", cmd_resume, "resume PID [-D DIR] [--timeout SEC] [--wait SEC] [-q]",
       "Put PID back on the GPU at the same device addresses and release its threads.\n"
+      "A context released to the driver is taken back first (Restore + Unlock).\n"
       "Exit 8 when the device has no room now (PID stays suspended, safely).\n"
       "\n"
+      "  -D, --dir DIR   the suspend's image now lives at DIR (moved, e.g. by gpuckpt save)\n"
       "  --timeout SEC   stop waiting after SEC seconds (exit 5; the operation goes on)\n"
       "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
       "  -q, --quiet     no progress and no summary line\n" },
+    { "save", gpuckpt_cmd_save,
+      "save PID -D DIR [--leave-running] [--tcp-established] [--shell-job]",
+      "Save the whole process tree under PID to DIR (which must not exist) with CRIU: every\n"
+      "process under tcgpu is suspended to an image in DIR/gpu/<pid> and its CUDA context\n"
+      "released to the driver, then CRIU dumps the tree into DIR/criu. DIR is written as\n"
+      "DIR.tmp-XXXXXX and renamed only when everything succeeded; on failure every process\n"
+      "is resumed and nothing is left behind. Refused before anything is touched: a process\n"
+      "in the tree that uses the GPU without tcgpu, a tcgpu process that is not running.\n"
+      "CRIU is $TCGPU_CRIU, else criu on PATH or in /usr/local/sbin, /usr/sbin.\n"
+      "\n"
+      "  -D, --dir DIR       the save directory\n"
+      "  --leave-running     resume the tree after the dump (default: CRIU ends it)\n"
+      "  --tcp-established   dump established TCP connections (CRIU's option)\n"
+      "  --shell-job         the tree is a shell job (CRIU's option; restore repeats it)\n" },
+    { "restore", gpuckpt_cmd_restore, "restore -D DIR [-d]",
+      "Restore a tree saved by gpuckpt save: verify the whole save first (every checksum, the\n"
+      "GPU model, the pids free), then CRIU restores the tree, and every tcgpu process takes\n"
+      "its context back and is resumed from DIR/gpu/<pid> at the same device addresses.\n"
+      "Without -d, gpuckpt stays the tree's parent and exits with the root's exit status.\n"
+      "\n"
+      "  -D, --dir DIR   the save directory\n"
+      "  -d, --detach    return once the tree runs\n" },
     { "inspect", gpuckpt_cmd_inspect, "inspect DIR [--json]",
       "Show an image's manifest: process, devices, allocations, chunks and compression.\n"
+      "For a save directory: every process, its GPU image's sizes and compression, CRIU's images.\n"
       "\n"
       "  --json   one JSON object on stdout\n" },
     { "verify", gpuckpt_cmd_verify, "verify DIR",
-      "Read every chunk of the image at DIR and check its checksums.\n"
+      "Read every chunk of the image at DIR and check its checksums (for a save directory:\n"
+      "the tree manifest, every GPU image, and that CRIU's images are there).\n"
       "Exit 0 when the image is whole, 7 when it is corrupt or truncated.\n" },
 };
 
@@ -774,6 +937,11 @@ int main(int argc, char **argv)
         return CTL_EXIT_USAGE;
     }
     return c->fn(argc - 1, argv + 1);
+}
+
+int gpuckpt_absolute_dir(const char *dir, char *out, size_t len)
+{
+    return absolute_dir(dir, out, len);
 }
 
 int gpuckpt_usage_error(const char *cmd, const char *msg)

@@ -7,6 +7,7 @@
 
 #include "ctlclient.h"
 #include "gpuckpt.h"
+#include "gpuckpt_tree.h"
 #include "image.h"
 
 /* Exit code for an image_open / image_verify_all failure. */
@@ -65,6 +66,8 @@ int gpuckpt_cmd_inspect(int argc, char **argv)
     r = parse_dir_args("inspect", argc, argv, 1, &json, &dir);
     if (r)
         return r < 0 ? CTL_EXIT_OK : r;
+    if (tree_is_save_dir(dir))
+        return gpuckpt_tree_inspect(dir, json);
     r = image_open(&img, dir, 0, err, sizeof(err));
     if (r == -EBADMSG || r == -EIO) {
         /* damaged data files: still show what the manifest says */
@@ -99,6 +102,8 @@ int gpuckpt_cmd_verify(int argc, char **argv)
     r = parse_dir_args("verify", argc, argv, 0, &json, &dir);
     if (r)
         return r < 0 ? CTL_EXIT_OK : r;
+    if (tree_is_save_dir(dir))
+        return gpuckpt_tree_verify(dir);
     r = image_open(&img, dir, 0, err, sizeof(err));
     if (r < 0) {
         gpuckpt_error("verify %s: %s", dir, err[0] ? err : strerror(-r));

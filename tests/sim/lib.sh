@@ -10,6 +10,9 @@ TRAIN=$B/examples/train/train
 TRAIN_MT=$B/examples/train/train_mt
 SMI=$B/tests/simcuda/simcuda-smi
 PROGS=$B/tests/sim
+# gpuckpt is not preloaded: it loads the driver itself for the checkpoint API
+# (context release on suspend, save/restore). Point it at simcuda.
+export TCGPU_REAL_LIBCUDA=$B/tests/simcuda/libcuda.so.1
 
 TEST_NAME=${TEST_NAME:-$(basename "$0" .sh)}
 export SIMCUDA_SHM=/simcuda-t-$TEST_NAME-$$
