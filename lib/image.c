@@ -353,9 +353,9 @@ int image_writer_add_allocation(struct image_writer *w, const struct image_alloc
 
 /* ---- chunks ------------------------------------------------------------------- */
 
-int image_chunk_encode(struct codec_ctx *ctx, const void *src, size_t len,
-		       enum tcgpu_dtype dtype, void *dst, size_t dst_cap,
-		       struct image_chunk *c, const void **stored)
+static int encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dtype,
+		  const uint64_t *raw_csum, void *dst, size_t dst_cap, struct image_chunk *c,
+		  const void **stored)
 {
 	struct codec_out o;
 	int rc;
@@ -368,10 +368,35 @@ int image_chunk_encode(struct codec_ctx *ctx, const void *src, size_t len,
 	c->raw_len = (uint32_t)len;
 	c->stored_len = (uint32_t)o.stored_len;
 	c->codec = o.codec;
-	c->raw_csum = XXH3_64bits(src, len);
-	c->stored_csum = XXH3_64bits(o.data, o.stored_len);
+	c->raw_csum = raw_csum ? *raw_csum : XXH3_64bits(src, len);
+	/* RAW stores the raw bytes: same checksum, no second pass. */
+	c->stored_csum = o.codec == TCGPU_CODEC_RAW ? c->raw_csum
+						   : XXH3_64bits(o.data, o.stored_len);
 	*stored = o.data;
 	return 0;
+}
+
+int image_chunk_encode(struct codec_ctx *ctx, const void *src, size_t len,
+		       enum tcgpu_dtype dtype, void *dst, size_t dst_cap,
+		       struct image_chunk *c, const void **stored)
+{
+	return encode(ctx, src, len, dtype, NULL, dst, dst_cap, c, stored);
+}
+
+int image_chunk_encode_hashed(struct codec_ctx *ctx, const void *src, size_t len,
+			      enum tcgpu_dtype dtype, uint64_t raw_csum, void *dst,
+			      size_t dst_cap, struct image_chunk *c, const void **stored)
+{
+	return encode(ctx, src, len, dtype, &raw_csum, dst, dst_cap, c, stored);
+}
+
+void image_chunk_parent(struct image_chunk *c, size_t len, uint64_t raw_csum)
+{
+	c->raw_len = (uint32_t)len;
+	c->stored_len = 0;
+	c->codec = TCGPU_CODEC_PARENT;
+	c->raw_csum = raw_csum;
+	c->stored_csum = XXH3_64bits(NULL, 0);
 }
 
 static int stored_len_ok(const struct image_chunk *c, int have_parent)
@@ -573,10 +598,31 @@ static void put_chunks(struct mbuf *b, const struct image_writer *w)
 	mb_end_section(b, s);
 }
 
+static int any_dev_hash(const struct image_writer *w)
+{
+	for (size_t i = 0; i < w->nchunks; i++)
+		if (w->chunks[i].has_dev_hash)
+			return 1;
+	return 0;
+}
+
+static void put_devhash(struct mbuf *b, const struct image_writer *w)
+{
+	size_t s = mb_section(b, TCGPU_IMG_SEC_DEVHASH, 0);
+
+	mb_int(b, w->nchunks, 8);
+	for (size_t i = 0; i < w->nchunks; i++) {
+		mb_int(b, w->chunks[i].has_dev_hash ? 1 : 0, 1);
+		mb_int(b, w->chunks[i].has_dev_hash ? w->chunks[i].dev_hash : 0, 8);
+	}
+	mb_end_section(b, s);
+}
+
 /* Serialises the whole manifest (header, sections, trailer) into `b`. */
 static void build_manifest(struct mbuf *b, const struct image_writer *w, uint64_t data_size)
 {
-	uint32_t nsec = 4 + w->ndevs + (w->have_parent ? 1 : 0);
+	int devhash = any_dev_hash(w);
+	uint32_t nsec = 4 + w->ndevs + (w->have_parent ? 1 : 0) + (devhash ? 1 : 0);
 	XXH128_hash_t h;
 	size_t s;
 
@@ -605,6 +651,8 @@ static void build_manifest(struct mbuf *b, const struct image_writer *w, uint64_
 	mb_end_section(b, s);
 	put_allocs(b, w);
 	put_chunks(b, w);
+	if (devhash)
+		put_devhash(b, w);
 	mb_put(b, TCGPU_IMG_TRAILER_MAGIC, 8);
 	if (b->oom)
 		return;

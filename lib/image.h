@@ -69,6 +69,8 @@ struct image_chunk {
 	uint64_t file_offset;
 	uint64_t raw_csum;       /* XXH3_64 of the raw bytes */
 	uint64_t stored_csum;    /* XXH3_64 of the stored bytes */
+	uint64_t dev_hash;       /* device hash (kernels/devhash.h) when has_dev_hash */
+	uint8_t has_dev_hash;    /* the DEVHASH section carries it (minor 1) */
 };
 
 /* ---- writer ------------------------------------------------------------------ */
@@ -104,8 +106,9 @@ int image_writer_set_process(struct image_writer *w, const struct image_process 
 int image_writer_add_device(struct image_writer *w, const struct image_device *d,
 			    uint32_t *index);
 
-/* Names the parent of an incremental image. Reserved in v1: the writer
- * records it, but only PARENT chunks need it. 0, -EINVAL (path too long). */
+/* Names the parent of an incremental image (its path and manifest checksum,
+ * image_manifest_csum): required before PARENT chunks are added. 0, -EINVAL
+ * (path too long). */
 int image_writer_set_parent(struct image_writer *w, const char *path,
 			    const uint8_t manifest_csum[16]);
 
@@ -137,6 +140,23 @@ int image_writer_add_data(struct image_writer *w, uint64_t alloc_id, uint64_t of
 int image_chunk_encode(struct codec_ctx *ctx, const void *src, size_t len,
 		       enum tcgpu_dtype dtype, void *dst, size_t dst_cap,
 		       struct image_chunk *c, const void **stored);
+
+/*
+ * image_chunk_encode for a caller that already has the XXH3_64 of the raw
+ * bytes (the incremental path hashes before it decides to encode).
+ */
+int image_chunk_encode_hashed(struct codec_ctx *ctx, const void *src, size_t len,
+			      enum tcgpu_dtype dtype, uint64_t raw_csum, void *dst,
+			      size_t dst_cap, struct image_chunk *c, const void **stored);
+
+/*
+ * Fills `c` as a PARENT chunk of `len` raw bytes whose XXH3_64 is `raw_csum`:
+ * unchanged since the parent image, nothing stored. The caller sets alloc_id
+ * and alloc_offset; the writer needs image_writer_set_parent first, and the
+ * reader requires the parent's chunk at the same allocation and offset to
+ * have the same length and checksum.
+ */
+void image_chunk_parent(struct image_chunk *c, size_t len, uint64_t raw_csum);
 
 /*
  * Appends a chunk encoded by image_chunk_encode: `c` as it returned it with
@@ -172,12 +192,18 @@ void image_writer_stats(const struct image_writer *w, uint64_t *raw_bytes,
 struct image;
 
 #define IMAGE_OPEN_MANIFEST_ONLY 0x1u  /* do not open data files (inspect a damaged image) */
+#define IMAGE_OPEN_NO_PARENT     0x2u  /* do not open the parent chain (PARENT chunks
+					  then read as -EOPNOTSUPP) */
 #define IMAGE_VERIFY_STORED_ONLY 0x1u  /* verify_all: skip decoding and raw checksums */
 
 /*
  * Opens the image at `dir`: reads the manifest, verifies its checksums and
  * every bound, opens the data files and checks their sizes against the
- * chunks. Returns 0 and sets *out (caller owns it; image_close), or -errno:
+ * chunks. An incremental image opens its parent chain too (the recorded
+ * path, else a directory of the same name next to `dir`), checks each
+ * parent's manifest checksum against the one recorded, and resolves every
+ * PARENT chunk to the ancestor chunk holding its bytes: a missing parent is
+ * -ENOENT, a different or corrupt one -EBADMSG, with a message naming it. Returns 0 and sets *out (caller owns it; image_close), or -errno:
  * -EBADMSG (corrupt manifest), -EPROTONOSUPPORT (other major version),
  * -ENOENT, -EIO... errbuf (may be NULL) receives a message naming the file.
  */
@@ -201,6 +227,13 @@ size_t image_chunk_count(const struct image *img);
 const struct image_chunk *image_chunk_at(const struct image *img, size_t i);
 /* The manifest's checksum (its identity for child images). */
 void image_manifest_csum(const struct image *img, uint8_t out[16]);
+/* The chunk at (alloc_id, offset): 1 and *index, or 0. */
+int image_find_chunk(const struct image *img, uint64_t alloc_id, uint64_t offset,
+		     size_t *index);
+/* Codec and stored length of where chunk i's bytes really are: the chunk
+ * itself, or for a resolved PARENT chunk the ancestor's chunk. */
+void image_chunk_resolved(const struct image *img, size_t i, unsigned *codec,
+			  uint32_t *stored_len);
 /* Parent path, or NULL when the image is not incremental. */
 const char *image_parent(const struct image *img, uint8_t csum[16]);
 uint32_t image_version_minor(const struct image *img);
@@ -231,7 +264,8 @@ typedef int (*image_chunk_cb)(void *arg, uint64_t offset, const void *data, size
 int image_read_allocation_cb(struct image *img, uint64_t id, image_chunk_cb cb, void *arg);
 
 /*
- * Reads chunk `i`'s stored bytes into `buf` (>= its stored_len) and checks
+ * Reads chunk `i`'s stored bytes into `buf` (>= its resolved stored length,
+ * image_chunk_resolved; a PARENT chunk reads from the ancestor) and checks
  * the stored checksum. Thread-safe (pread). errbuf may be NULL. 0 or -errno.
  */
 int image_read_stored(const struct image *img, size_t i, void *buf, char *errbuf,

@@ -26,7 +26,7 @@
 #define TCGPU_IMG_DATA_FMT      "data.%u"
 
 #define TCGPU_IMG_VERSION_MAJOR 1
-#define TCGPU_IMG_VERSION_MINOR 0
+#define TCGPU_IMG_VERSION_MINOR 1   /* 1: DEVHASH section */
 
 /*
  * Manifest = header, `section_count` sections, trailer.
@@ -108,6 +108,12 @@ enum tcgpu_img_section {
 	 * free by the framework) and read back as zeros. Chunks of one
 	 * allocation never overlap. */
 	TCGPU_IMG_SEC_CHUNKS = 6,
+	/* at most once, after CHUNKS, not critical (minor 1): the device hash
+	 * (lib/kernels/devhash.h) of chunks whose drain computed one on the
+	 * device, for the next incremental image to compare without copying:
+	 *   u64 count (= the chunk count), then count records in chunk-table
+	 *   order: u8 present (0/1), u64 device hash (0 when absent) */
+	TCGPU_IMG_SEC_DEVHASH = 7,
 };
 #define TCGPU_IMG_CHUNK_REC_LEN 56u
 
@@ -117,7 +123,7 @@ enum tcgpu_codec {
 	TCGPU_CODEC_RAW = 1,       /* stored as is */
 	TCGPU_CODEC_ZSTD = 2,      /* one zstd frame of the raw bytes */
 	TCGPU_CODEC_BYTEGROUP = 3, /* byte planes, each zstd or raw (below) */
-	TCGPU_CODEC_PARENT = 4,    /* reserved: unchanged since the parent image;
+	TCGPU_CODEC_PARENT = 4,    /* unchanged since the parent image;
 	                              the bytes live in the parent's chunk with the
 	                              same allocation id and offset; stored length 0 */
 	TCGPU_CODEC_COUNT

@@ -29,6 +29,16 @@ struct alloc_span {
 	size_t first, count;
 };
 
+/* Where a chunk's bytes are: the chunk itself, or for a PARENT chunk the
+ * ancestor's chunk it resolves to (never a PARENT chunk itself). */
+struct chunk_src {
+	const struct image *img;
+	size_t idx;
+};
+
+/* Longest chain of parents followed; deeper chains are refused. */
+#define MAX_PARENT_DEPTH 64
+
 struct image {
 	char *dir;
 	uint16_t vmajor, vminor;
@@ -46,10 +56,12 @@ struct image {
 	struct image_alloc *allocs;
 	struct alloc_span *spans;
 	size_t nallocs;
-	int have_allocs, have_chunks;
+	int have_allocs, have_chunks, have_devhash;
 	struct idmap ids;
 	struct image_chunk *chunks;   /* sorted by (allocation id, offset) */
 	size_t nchunks;
+	struct image *parent;         /* opened when the image is incremental */
+	struct chunk_src *src;        /* per chunk, after resolve_parent_chunks */
 	struct codec_ctx *ctx;
 	uint8_t *stored_buf, *raw_buf;
 	size_t max_stored, max_raw;
@@ -293,6 +305,27 @@ static int parse_chunks(struct image *img, struct cur *c)
 	return c->bad ? -EBADMSG : 0;
 }
 
+static int parse_devhash(struct image *img, struct cur *c)
+{
+	uint64_t count;
+
+	if (!img->have_chunks || img->have_devhash)
+		return -EBADMSG;
+	img->have_devhash = 1;
+	count = cur_int(c, 8);
+	if (c->bad || count != img->nchunks || count > (c->len - c->off) / 9)
+		return -EBADMSG;
+	for (size_t i = 0; i < img->nchunks; i++) {
+		uint64_t has = cur_int(c, 1), h = cur_int(c, 8);
+
+		if (has > 1)
+			return -EBADMSG;
+		img->chunks[i].has_dev_hash = (uint8_t)has;
+		img->chunks[i].dev_hash = h;
+	}
+	return c->bad ? -EBADMSG : 0;
+}
+
 /* Parses one section's payload; unknown non-critical sections are skipped. */
 static int parse_section(struct image *img, uint32_t type, uint32_t flags, struct cur *c)
 {
@@ -305,6 +338,7 @@ static int parse_section(struct image *img, uint32_t type, uint32_t flags, struc
 	case TCGPU_IMG_SEC_DATA_FILE: rc = parse_data_file(img, c); break;
 	case TCGPU_IMG_SEC_ALLOCATIONS: rc = parse_allocs(img, c); break;
 	case TCGPU_IMG_SEC_CHUNKS: rc = parse_chunks(img, c); break;
+	case TCGPU_IMG_SEC_DEVHASH: rc = parse_devhash(img, c); break;
 	default:
 		if (flags & TCGPU_IMG_SECTION_CRITICAL) {
 			say(img, "unknown critical section %u in %s/manifest", type, img->dir);
@@ -582,6 +616,8 @@ void image_close(struct image *img)
 {
 	if (!img)
 		return;
+	image_close(img->parent);
+	free(img->src);
 	for (uint32_t f = 0; f < img->nfiles; f++)
 		if (img->files[f].fd >= 0)
 			close(img->files[f].fd);
@@ -600,7 +636,115 @@ void image_close(struct image *img)
 	free(img);
 }
 
-int image_open(struct image **out, const char *dir, unsigned flags, char *errbuf, size_t errlen)
+/* The chunk of `img` at (alloc_id, offset), binary search in its span. */
+static int find_chunk(const struct image *img, uint64_t alloc_id, uint64_t offset, size_t *index)
+{
+	struct alloc_span sp;
+	size_t a, lo, hi;
+
+	if (!idmap_get(&img->ids, alloc_id, &a))
+		return 0;
+	sp = img->spans[a];
+	lo = sp.first, hi = sp.first + sp.count;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (img->chunks[mid].alloc_offset < offset)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < sp.first + sp.count && img->chunks[lo].alloc_offset == offset) {
+		*index = lo;
+		return 1;
+	}
+	return 0;
+}
+
+int image_find_chunk(const struct image *img, uint64_t alloc_id, uint64_t offset, size_t *index)
+{
+	return find_chunk(img, alloc_id, offset, index);
+}
+
+/*
+ * Resolves every PARENT chunk to the ancestor chunk that holds its bytes: the
+ * parent's chunk at the same allocation and offset, with the same length and
+ * raw checksum (itself resolved already, so chains collapse to one hop).
+ */
+static int resolve_parent_chunks(struct image *img)
+{
+	char label[160];
+
+	img->src = calloc(img->nchunks ? img->nchunks : 1, sizeof(*img->src));
+	if (!img->src)
+		return -ENOMEM;
+	for (size_t i = 0; i < img->nchunks; i++) {
+		const struct image_chunk *k = &img->chunks[i];
+		const struct image *p = img->parent;
+		size_t j;
+
+		img->src[i] = (struct chunk_src){ img, i };
+		if (k->codec != TCGPU_CODEC_PARENT)
+			continue;
+		if (!p || !find_chunk(p, k->alloc_id, k->alloc_offset, &j) ||
+		    p->chunks[j].raw_len != k->raw_len || p->chunks[j].raw_csum != k->raw_csum) {
+			chunk_label(img, i, label, sizeof(label));
+			say(img, "%s of %s: the parent image %s holds no matching chunk", label,
+			    img->dir, img->parent_path);
+			return -EBADMSG;
+		}
+		img->src[i] = p->src[j];
+	}
+	for (size_t i = 0; i < img->nchunks; i++) {
+		const struct chunk_src *c = &img->src[i];
+		uint32_t n = c->img->chunks[c->idx].stored_len;
+
+		if (n > img->max_stored)
+			img->max_stored = n;
+	}
+	return 0;
+}
+
+static int open_depth(struct image **out, const char *dir, unsigned flags, char *errbuf,
+		      size_t errlen, int depth);
+
+/* The parent's recorded path, or if that is gone, a directory of the same
+ * name next to this image (a chain of images moved together). */
+static int open_parent(struct image *img, unsigned flags, int depth)
+{
+	char err[512] = "", alt[4200];
+	uint8_t csum[16];
+	const char *base;
+	int rc;
+
+	if (depth >= MAX_PARENT_DEPTH) {
+		say(img, "%s: chain of parent images longer than %d", img->dir, MAX_PARENT_DEPTH);
+		return -ELOOP;
+	}
+	rc = open_depth(&img->parent, img->parent_path, flags, err, sizeof(err), depth + 1);
+	if (rc == -ENOENT && (base = strrchr(img->parent_path, '/')) != NULL) {
+		const char *slash = strrchr(img->dir, '/');
+		int n = slash ? (int)(slash - img->dir) : 1;
+
+		snprintf(alt, sizeof(alt), "%.*s%s", n, slash ? img->dir : ".", base);
+		if (strcmp(alt, img->parent_path) && access(alt, F_OK) == 0)
+			rc = open_depth(&img->parent, alt, flags, err, sizeof(err), depth + 1);
+	}
+	if (rc) {
+		say(img, "parent image of %s: %s", img->dir, err[0] ? err : strerror(-rc));
+		return rc == -ENOMEM ? rc : rc == -ENOENT ? -ENOENT : -EBADMSG;
+	}
+	image_manifest_csum(img->parent, csum);
+	if (memcmp(csum, img->parent_csum, 16)) {
+		say(img, "parent image %s is not the image %s was made from (manifest checksum "
+		    "differs)", img->parent->dir, img->dir);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+static int open_depth(struct image **out, const char *dir, unsigned flags, char *errbuf,
+		      size_t errlen, int depth)
 {
 	struct image *img;
 	uint8_t *m = NULL;
@@ -621,8 +765,13 @@ int image_open(struct image **out, const char *dir, unsigned flags, char *errbuf
 	rc = parse_manifest(img, m, mlen);
 	if (!rc)
 		rc = check_tables(img);
-	if (!rc && !(flags & IMAGE_OPEN_MANIFEST_ONLY))
+	if (!rc && !(flags & IMAGE_OPEN_MANIFEST_ONLY)) {
 		rc = open_data_files(img);
+		if (!rc && img->have_parent && !(flags & IMAGE_OPEN_NO_PARENT))
+			rc = open_parent(img, flags, depth);
+		if (!rc)
+			rc = resolve_parent_chunks(img);
+	}
 	if (!rc)
 		rc = codec_ctx_new(&img->ctx, NULL);
 	if (rc)
@@ -638,6 +787,11 @@ err:
 	free(m);
 	image_close(img);
 	return rc;
+}
+
+int image_open(struct image **out, const char *dir, unsigned flags, char *errbuf, size_t errlen)
+{
+	return open_depth(out, dir, flags, errbuf, errlen, 0);
 }
 
 /* ---- accessors ------------------------------------------------------------------ */
@@ -699,20 +853,43 @@ static void put_err(char *errbuf, size_t errlen, const char *fmt, ...)
 	va_end(ap);
 }
 
+void image_chunk_resolved(const struct image *img, size_t i, unsigned *codec,
+			  uint32_t *stored_len)
+{
+	const struct image_chunk *k = &img->chunks[i];
+
+	if (img->src && k->codec == TCGPU_CODEC_PARENT)
+		k = &img->src[i].img->chunks[img->src[i].idx];
+	if (codec)
+		*codec = k->codec;
+	if (stored_len)
+		*stored_len = k->stored_len;
+}
+
 int image_read_stored(const struct image *img, size_t i, void *buf, char *errbuf, size_t errlen)
 {
 	const struct image_chunk *k;
 	const struct datafile *f;
+	const struct image *o = img;
 	char label[160];
 	size_t got = 0;
 
 	if (i >= img->nchunks)
 		return -EINVAL;
 	k = &img->chunks[i];
-	f = &img->files[k->file];
 	chunk_label(img, i, label, sizeof(label));
+	if (k->codec == TCGPU_CODEC_PARENT) {
+		if (!img->src || img->src[i].img == img) {
+			put_err(errbuf, errlen, "%s: stored in the parent image %s, which is not open",
+				label, img->parent_path);
+			return -EOPNOTSUPP;
+		}
+		o = img->src[i].img;
+		k = &o->chunks[img->src[i].idx];
+	}
+	f = &o->files[k->file];
 	if (f->fd < 0) {
-		put_err(errbuf, errlen, "%s: %s/%s not open", label, img->dir, f->name);
+		put_err(errbuf, errlen, "%s: %s/%s not open", label, o->dir, f->name);
 		return -EBADF;
 	}
 	while (got < k->stored_len) {
@@ -722,14 +899,14 @@ int image_read_stored(const struct image *img, size_t i, void *buf, char *errbuf
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			put_err(errbuf, errlen, "%s: cannot read %s/%s: %s", label, img->dir, f->name,
+			put_err(errbuf, errlen, "%s: cannot read %s/%s: %s", label, o->dir, f->name,
 				n < 0 ? strerror(errno) : "unexpected end of file");
 			return n < 0 ? -errno : -EBADMSG;
 		}
 		got += (size_t)n;
 	}
 	if (XXH3_64bits(buf, k->stored_len) != k->stored_csum) {
-		put_err(errbuf, errlen, "%s: stored checksum mismatch in %s/%s", label, img->dir,
+		put_err(errbuf, errlen, "%s: stored checksum mismatch in %s/%s", label, o->dir,
 			f->name);
 		return -EBADMSG;
 	}
@@ -739,28 +916,33 @@ int image_read_stored(const struct image *img, size_t i, void *buf, char *errbuf
 int image_decode_chunk(const struct image *img, size_t i, struct codec_ctx *ctx,
 		       const void *stored, void *dst, char *errbuf, size_t errlen)
 {
-	const struct image_chunk *k;
+	const struct image_chunk *k, *s;
+	const struct image *o = img;
 	char label[160];
 	int rc;
 
 	if (i >= img->nchunks || !ctx)
 		return -EINVAL;
-	k = &img->chunks[i];
+	k = s = &img->chunks[i];
+	if (k->codec == TCGPU_CODEC_PARENT && img->src && img->src[i].img != img) {
+		o = img->src[i].img;
+		s = &o->chunks[img->src[i].idx];
+	}
 	chunk_label(img, i, label, sizeof(label));
-	rc = codec_decode(ctx, k->codec, stored, k->stored_len, dst, k->raw_len);
+	rc = codec_decode(ctx, s->codec, stored, s->stored_len, dst, k->raw_len);
 	if (rc == -EOPNOTSUPP) {
-		put_err(errbuf, errlen, "%s: stored in the parent image %s (incremental images "
-			"cannot be read yet)", label, img->parent_path);
+		put_err(errbuf, errlen, "%s: stored in the parent image %s, which is not open",
+			label, img->parent_path);
 		return rc;
 	}
 	if (rc) {
 		put_err(errbuf, errlen, "%s: %s data does not decode (%s) in %s/%s", label,
-			codec_name(k->codec), strerror(-rc), img->dir, img->files[k->file].name);
+			codec_name(s->codec), strerror(-rc), o->dir, o->files[s->file].name);
 		return rc;
 	}
 	if (XXH3_64bits(dst, k->raw_len) != k->raw_csum) {
 		put_err(errbuf, errlen, "%s: raw checksum mismatch after decoding from %s/%s",
-			label, img->dir, img->files[k->file].name);
+			label, o->dir, o->files[s->file].name);
 		return -EBADMSG;
 	}
 	return 0;
@@ -779,14 +961,17 @@ static int ensure_bufs(struct image *img)
 static int load_chunk(struct image *img, size_t i, void *dst, int decode)
 {
 	int rc = ensure_bufs(img);
+	unsigned codec;
+	uint32_t stored_len;
 
 	if (rc)
 		return rc;
-	if (img->chunks[i].stored_len) {
+	image_chunk_resolved(img, i, &codec, &stored_len);
+	if (stored_len) {
 		rc = image_read_stored(img, i, img->stored_buf, img->msg, sizeof(img->msg));
 		if (rc || !decode)
 			return rc;
-	} else if (img->chunks[i].codec == TCGPU_CODEC_ZERO && !decode) {
+	} else if (codec == TCGPU_CODEC_ZERO && !decode) {
 		return 0;
 	}
 	return image_decode_chunk(img, i, img->ctx, img->stored_buf, dst, img->msg,
