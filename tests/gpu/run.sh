@@ -19,6 +19,7 @@
 #   --pack         keep $OUT to three files: results.txt, results.tsv and
 #                  logs.tar.gz (the device tool brings back at most 8 files)
 #   --budget SEC   stop starting steps after SEC seconds (default 450)
+#   --skip-without-gpu  exit 77 (meson's "skipped") when there is no nvidia-smi
 #
 # Results go to $OUT when it is set, else ./gpu-results: every step's log
 # (<step>.log, or inside logs.tar.gz with --pack), results.tsv (one row per
@@ -44,14 +45,15 @@ declare -A STEP_DOC=(
     [tcgpud]="two PyTorch jobs under tcgpud: the high-priority one preempts the low one, both checksums right"
 )
 
-DRY=0 SIM=0 QUICK=0 PACK=0 ONLY="" BUDGET=450 BUILD_ARG=""
-usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+DRY=0 SIM=0 QUICK=0 PACK=0 ONLY="" BUDGET=450 BUILD_ARG="" SKIP_NO_GPU=0
+usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
         --dry-run) DRY=1 ;;
         --sim) SIM=1 ;;
         --quick) QUICK=1 ;;
         --pack) PACK=1 ;;
+        --skip-without-gpu) SKIP_NO_GPU=1 ;;
         --only) [ $# -ge 2 ] || usage; ONLY=$2; shift ;;
         --budget) [ $# -ge 2 ] || usage; BUDGET=$2; shift ;;
         -h|--help) usage ;;
@@ -146,19 +148,25 @@ find_build() {
 # Shared libraries the build needs that this machine lacks come from the
 # bundle's deps/ (only those: the machine's own stay first).
 link_missing_deps() {
-    local f lib
+    local f lib pass added
     mkdir -p "$WORK/deps"
     [ -d "$B/deps" ] || return 0
-    for f in "$B/tools/gpuckpt" "$B/interpose/libtcgpu.so" "$B/bin/criu" "$B/tools/tcgpud"; do
-        [ -f "$f" ] || continue
-        for lib in $(LD_LIBRARY_PATH="$WORK/deps" ldd "$f" 2>/dev/null | awk '/not found/ { print $1 }'); do
-            if [ -f "$B/deps/$lib" ]; then
-                ln -sf "$B/deps/$lib" "$WORK/deps/$lib"
-                log "using the bundle's $lib"
-            else
-                log "missing $lib for $f, and the bundle has none"
-            fi
+    for pass in 1 2 3 4 5; do          # a library found may need others in turn
+        added=0
+        for f in "$B/tools/gpuckpt" "$B/interpose/libtcgpu.so" "$B/bin/criu" "$B/tools/tcgpud"; do
+            [ -f "$f" ] || continue
+            for lib in $(LD_LIBRARY_PATH="$WORK/deps" ldd "$f" 2>/dev/null | awk '/not found/ { print $1 }'); do
+                [ -e "$WORK/deps/$lib" ] && continue
+                if [ -f "$B/deps/$lib" ]; then
+                    ln -s "$B/deps/$lib" "$WORK/deps/$lib"
+                    log "using the bundle's $lib (pass $pass)"
+                    added=1
+                else
+                    log "missing $lib for $f, and the bundle has none"
+                fi
+            done
         done
+        [ "$added" = 1 ] || break
     done
 }
 
@@ -188,6 +196,7 @@ build_progs() {
     mkdir -p "$p"
     nvcc=$(command -v nvcc || true)
     [ -z "$nvcc" ] && [ -x "$cuda/bin/nvcc" ] && nvcc=$cuda/bin/nvcc
+    [ "$SIM" = 1 ] && nvcc=""          # the unit test compiles them; simcuda cannot run them
     if [ -n "$nvcc" ]; then
         log "nvcc: $("$nvcc" --version | tail -n 2 | tr '\n' ' ')"
         "$nvcc" -arch=sm_90 -O2 -o "$p/rt_train" "$PROGS_SRC/rt_train.cu" && RT_TRAIN=$p/rt_train
@@ -869,6 +878,11 @@ if [ "$DRY" = 1 ]; then
     echo "nvidia-smi: $(command -v nvidia-smi || echo 'not found (no GPU here)')"
     echo "results: $TSV, $TXT"
     exit 0
+fi
+
+if [ "$SKIP_NO_GPU" = 1 ] && [ "$SIM" = 0 ] && ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "run.sh: no GPU here (nvidia-smi -L fails): skipped"
+    exit 77
 fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/tcgpu-gpu-XXXXXX")
