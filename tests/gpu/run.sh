@@ -37,7 +37,7 @@ declare -A STEP_DOC=(
     [env]="the machine: GPU, driver, CUDA, PyTorch, tools found"
     [build]="tcgpu (BUILD_DIR, a carried bundle, or meson here) and the GPU programs (nvcc -arch=sm_90)"
     [bw]="pinned H2D/D2H bandwidth, 1 GiB best of 5 (bw.cu): the limit for drain and refill"
-    [train]="examples/train train_gpu (driver API, real kernels): reference, under tcgpu, suspend/resume cycles with memory released, checkpoint+inspect+verify, driver checkpoint of a suspended process, save/restore"
+    [train]="examples/train train_gpu (driver API, real kernels): reference, under tcgpu, checkpoint+inspect+verify, suspend/resume cycles (host memory, disk, --keep-context) with memory and context released, save/restore (CRIU)"
     [rt]="rt_train.cu (CUDA runtime: cudaMalloc, streams, events, cudaMallocAsync): same scenarios"
     [torch]="torch_train.py (transformer, bf16 autocast, AdamW, caching allocator): same scenarios, step-time ratio, free/resume time vs bandwidth, image size"
     [torch_exp]="torch_train.py with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the VMM API): same scenarios"
@@ -234,6 +234,7 @@ resolve_tools() {
         TRAIN_GPU=$B/examples/train/train
         TRAIN_CUBIN=""
         export DRV_CKPT_LIBCUDA=$B/tests/simcuda/libcuda.so.1
+        export TCGPU_REAL_LIBCUDA=$DRV_CKPT_LIBCUDA      # gpuckpt's driver checkpoint API
     fi
 }
 
@@ -404,12 +405,15 @@ determinism_probe() {
 }
 
 # Checkpoint once, then suspend/resume cycles (the second to a disk image, the
-# third with the driver's checkpoint of the suspended process), then the
-# checksum at the end.
+# third with --keep-context: device memory only), then the checksum at the end.
+# A plain suspend also hands the context to the driver where it has the
+# checkpoint API (gpuckpt status: driver_state checkpointed): then the process
+# must hold (almost) nothing on the GPU.
 cycles() {
     local ref=$1 out=$WORK/$P-ops.out pid st img=$WORK/$P-ckpt i n=0 rc
     local bytes mem_run held held_drv fails="" first_free="" first_susp="" first_res=""
-    local disk_susp="" disk_res="" ckpt_ms
+    local disk_susp="" disk_res="" ckpt_ms keep=0 drv_state ctx_fails="" ctx_ok=0
+    "$GPUCKPT" suspend --help 2>&1 | grep -q -- '--keep-context' && keep=1
     job_start "$out" env "${P_ENV[@]}" "$GPUCKPT" run -- "${P_CMD[@]}" "${P_SLEEP[@]}"
     pid=$JOB
     if ! wait_socket "$pid" 120 || ! wait_line "$out" '^step ' 120 "$pid"; then
@@ -459,29 +463,42 @@ cycles() {
         kill -0 "$pid" 2>/dev/null || break
         local dir=() label=mem
         [ "$i" -eq 2 ] && { dir=(-D "$WORK/$P-susp-img"); label=disk; }
+        [ "$i" -eq 3 ] && [ "$keep" = 1 ] && { dir=(--keep-context); label=keep-context; }
         st=$(status_json "$pid")
         bytes=$(jget "$st" gpu_bytes)
         rc=0
         "$GPUCKPT" suspend "$pid" "${dir[@]}" -q || rc=$?
         if [ "$rc" -ne 0 ]; then
+            kill -0 "$pid" 2>/dev/null || break        # it just ended: not the suspend's fault
             fails+="suspend $i exit $rc; "
-            [ "$rc" -eq 4 ] && ! kill -0 "$pid" 2>/dev/null && break
             continue
         fi
         st=$(status_json "$pid")
         local free_ms susp_ms
         free_ms=$(ns_to_ms "$(jget "$st" last_free_ns)")
         susp_ms=$(ns_to_ms "$(jget "$st" last_total_ns)")
-        held=$(wait_held_below "$pid" "$SLACK")
-        log "cycle $i ($label): $bytes bytes, freed in $free_ms ms, suspend $susp_ms ms, held $held"
+        drv_state=$(jget "$st" driver_state)
+        if [ "$drv_state" = checkpointed ]; then
+            held=$(wait_held_below "$pid" "$CTX_SLACK")
+            if [ -n "$held" ] && [ "$held" -gt "$CTX_SLACK" ]; then
+                ctx_fails+="cycle $i: $held bytes held with the context released; "
+            else
+                ctx_ok=$((ctx_ok + 1))
+            fi
+        else
+            held=$(wait_held_below "$pid" "$SLACK")
+        fi
+        log "cycle $i ($label): $bytes bytes, freed in $free_ms ms, suspend $susp_ms ms, held $held, driver $drv_state"
         if [ -n "$held" ] && [ "$held" -gt "$SLACK" ]; then
             fails+="cycle $i: $held bytes held while suspended; "
         fi
-        [ "$i" -eq 1 ] && { first_free=$free_ms; first_susp=$susp_ms; metric "$P.held_suspended" "$held" B "left on the GPU while suspended (context, modules)"; }
-        [ "$i" -eq 2 ] && disk_susp=$susp_ms
-        if [ "$i" -eq 3 ]; then
-            driver_release "$pid"
+        if [ "$i" -eq 1 ]; then
+            first_free=$free_ms first_susp=$susp_ms
+            metric "$P.held_suspended" "$held" B "left on the GPU while suspended (driver_state $drv_state)"
         fi
+        [ "$i" -eq 2 ] && disk_susp=$susp_ms
+        [ "$label" = keep-context ] &&
+            metric "$P.held_keep_context" "$held" B "left on the GPU by suspend --keep-context (context, modules)"
         sleep_ms "$(random_ms 50 200)"
         rc=0
         "$GPUCKPT" resume "$pid" -q || rc=$?
@@ -530,6 +547,13 @@ cycles() {
     else
         failc "$P.suspend_resume" "$fails"
     fi
+    if [ -n "$ctx_fails" ]; then
+        failc "$P.context_released" "$ctx_fails"
+    elif [ "$ctx_ok" -gt 0 ]; then
+        pass "$P.context_released" "$ctx_ok suspends with the context released to the driver: at most $((CTX_SLACK >> 20)) MiB held"
+    else
+        skip "$P.context_released" "the driver checkpoint API was not used (driver_state ${drv_state:-?})"
+    fi
     if [[ "$fails" == *"held while suspended"* ]]; then
         failc "$P.memory_released" "$fails"
     elif [ "$SMI_MODE" = none ]; then
@@ -538,34 +562,6 @@ cycles() {
         pass "$P.memory_released" "at most $((SLACK >> 20)) MiB left while suspended ($SMI_MODE)"
     fi
     return 0
-}
-
-# The context too (design decision 5): the driver's checkpoint of a process
-# tcgpu has already suspended leaves nothing on the GPU.
-driver_release() {
-    local pid=$1 held_drv rc=0
-    if [ -z "$DRV_CKPT" ]; then
-        skip "$P.driver_release" "drv_ckpt not built"
-        return 0
-    fi
-    "$DRV_CKPT" suspend "$pid" >"$WORK/$P-drv.out" 2>&1 || rc=$?
-    if [ "$rc" -eq 3 ]; then
-        skip "$P.driver_release" "no driver checkpoint API: $(tail_of "$WORK/$P-drv.out" 1)"
-        return 0
-    elif [ "$rc" -ne 0 ]; then
-        failc "$P.driver_release" "drv_ckpt suspend of the suspended process: $(tail_of "$WORK/$P-drv.out")"
-        return 0
-    fi
-    held_drv=$(wait_held_below "$pid" "$CTX_SLACK")
-    rc=0
-    "$DRV_CKPT" resume "$pid" >>"$WORK/$P-drv.out" 2>&1 || rc=$?
-    if [ "$rc" -ne 0 ]; then
-        failc "$P.driver_release" "drv_ckpt resume: $(tail_of "$WORK/$P-drv.out")"
-    elif [ -n "$held_drv" ] && [ "$held_drv" -gt "$CTX_SLACK" ]; then
-        failc "$P.driver_release" "$held_drv bytes held after the driver checkpoint"
-    else
-        pass "$P.driver_release" "tcgpu suspend + driver checkpoint: ${held_drv:-?} bytes held; $(grep -h '^drv_' "$WORK/$P-drv.out" | tr '\n' ' ')"
-    fi
 }
 
 # gpuckpt save/restore (CRIU), when this build has them.
@@ -597,22 +593,23 @@ save_restore() {
         kill -9 "$pid" 2>/dev/null || true
         return 0
     fi
-    wait_job "$pid" 30 || true                  # CRIU ends the dumped tree
-    metric "$P.save_image_bytes" "$(du -sb "$img" | cut -f1)" B "CRIU + GPU image"
-    rargs=("$img")
-    "$GPUCKPT" restore --help 2>&1 | grep -q -- '-D' && rargs=(-D "$img")
-    rc=0
-    "$GPUCKPT" restore "${rargs[@]}" >"$WORK/$P-restore-cmd.out" 2>&1 || rc=$?
-    if [ "$rc" -ne 0 ]; then
-        failc "$P.save_restore" "gpuckpt restore exit $rc: $(tail_of "$WORK/$P-restore-cmd.out")"
-        return 0
+    wait_job "$pid" 30 || true                  # CRIU ends the dumped tree; its pid must be free
+    metric "$P.save_image_bytes" "$(du -sb "$img" | cut -f1)" B "CRIU + GPU images"
+    if "$GPUCKPT" verify "$img" >"$WORK/$P-save-verify.out" 2>&1; then
+        pass "$P.save_verify" "$(tail_of "$WORK/$P-save-verify.out" 1)"
+    else
+        failc "$P.save_verify" "$(tail_of "$WORK/$P-save-verify.out")"
     fi
-    wait_gone "$pid" "$P_TIME" || { kill -9 "$pid" 2>/dev/null || true; }
+    # Without -d, gpuckpt restore stays the tree's parent and exits with its status.
+    local t0=$SECONDS
+    rc=0
+    timeout -k 5 "$P_TIME" "$GPUCKPT" restore -D "$img" >"$WORK/$P-restore-cmd.out" 2>&1 || rc=$?
+    metric "$P.restore_and_finish_s" "$((SECONDS - t0))" s "gpuckpt restore until the job ended"
     got=$(checksum_of "$out")
-    if [ "$got" = "$ref" ]; then
+    if [ "$rc" -eq 0 ] && [ "$got" = "$ref" ]; then
         pass "$P.save_restore" "checksum $got after save (CRIU) and restore"
     else
-        failc "$P.save_restore" "checksum '$got' after save/restore, reference $ref: $(tail_of "$out")"
+        failc "$P.save_restore" "restore exit $rc, checksum '$got', reference $ref: $(tail_of "$WORK/$P-restore-cmd.out") / $(tail_of "$out")"
     fi
     rm -rf "$img"
 }
@@ -665,7 +662,7 @@ step_train() {
     P=train
     P_ENV=()
     if [ "$SIM" = 1 ]; then
-        P_CMD=("$TRAIN_GPU" --mb 64 --steps 600 --print-every 100)
+        P_CMD=("$TRAIN_GPU" --mb 64 --steps 800 --print-every 100)
         P_SLEEP=(--sleep-ms 5)
     elif [ "$QUICK" = 1 ]; then
         P_CMD=("$TRAIN_GPU" --mb 1024 --steps 400 --print-every 100)
@@ -728,7 +725,7 @@ step_drvckpt() {
     [ -n "$DRV_CKPT" ] || { failc drvckpt "drv_ckpt not built"; return 0; }
     local ref out=$WORK/drvckpt.out pid rc=0 before held got
     if [ "$SIM" = 1 ]; then
-        P=train P_ENV=() P_CMD=("$TRAIN_GPU" --mb 64 --steps 600 --print-every 100) P_SLEEP=(--sleep-ms 5)
+        P=train P_ENV=() P_CMD=("$TRAIN_GPU" --mb 64 --steps 800 --print-every 100) P_SLEEP=(--sleep-ms 5)
     else
         torch_ok drvckpt || return 0
         P=torch P_ENV=(PYTHONUNBUFFERED=1)
