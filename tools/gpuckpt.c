@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -554,6 +556,60 @@ static int reacquire_context(pid_t pid, int *taken)
     return r == -ENOMEM ? CTL_EXIT_NOROOM : CTL_EXIT_FAILED;
 }
 
+/*
+ * Serialises gpuckpt's suspend and resume of one process across gpuckpt
+ * processes: the tcgpu operation and the driver step together must not
+ * interleave with another gpuckpt's (two resumes would both see the context
+ * checkpointed and race on Restore/Unlock). The process serialises its own
+ * operations; this covers the driver step. A lock file <run dir>/<pid>.lock
+ * next to the control socket (the run dir is private to the user, checked by
+ * ctl_connect); the holder removes it, and a waiter that finds it replaced
+ * after getting the lock tries again. Returns the descriptor, or -1 when no
+ * lock could be had (the operation then goes on unserialised, as before).
+ */
+static int lock_process(pid_t pid)
+{
+    struct ctl_conn c;
+    char err[PATH_MAX + 512], path[PATH_MAX];
+    struct stat a, b;
+    int fd;
+
+    if (ctl_connect(pid, &c, err, sizeof(err)) < 0)
+        return -1;              /* the operation reports the problem */
+    ctl_close(&c);
+    snprintf(path, sizeof(path), "%s", c.path);
+    if (!strrchr(path, '/'))
+        return -1;
+    snprintf(strrchr(path, '/') + 1, sizeof(path) - (size_t)(strrchr(path, '/') + 1 - path),
+             "%d.lock", (int)pid);
+    for (int tries = 0; tries < 100; tries++) {
+        fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return -1;
+        if (flock(fd, LOCK_EX) == 0 && fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
+            a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+            return fd;
+        close(fd);              /* removed by the previous holder: take the new one */
+    }
+    return -1;
+}
+
+static void unlock_process(int fd)
+{
+    char link[64], path[PATH_MAX];
+    ssize_t n;
+
+    if (fd < 0)
+        return;
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    n = readlink(link, path, sizeof(path) - 1);
+    if (n > 0) {
+        path[n] = '\0';
+        unlink(path);           /* while holding it: waiters see a new file */
+    }
+    close(fd);
+}
+
 /* A resume that failed after the context came back: release it again, as it was. */
 static void rerelease_context(pid_t pid, const struct client_opts *o)
 {
@@ -571,7 +627,8 @@ static int run_op_command(const char *cmd, int argc, char **argv, const char *sh
     struct ctl_msg *rep = malloc(sizeof(*rep));
     char dir[PATH_MAX], note[600] = "";
     pid_t pid;
-    int r, taken = 0, is_suspend = !strcmp(cmd, "suspend"), is_resume = !strcmp(cmd, "resume");
+    int r, taken = 0, lock = -1;
+    int is_suspend = !strcmp(cmd, "suspend"), is_resume = !strcmp(cmd, "resume");
 
     if (!req || !rep) {
         r = CTL_EXIT_FAILED;
@@ -595,10 +652,12 @@ static int run_op_command(const char *cmd, int argc, char **argv, const char *sh
         }
         ctl_buf_put(req, "dir", dir);
     }
+    if (is_suspend || is_resume)
+        lock = lock_process(pid);
     if (is_resume && (r = reacquire_context(pid, &taken)) != CTL_EXIT_OK)
         goto out;
     r = call(cmd, pid, req, rep, &o);
-    if (is_resume && r != CTL_EXIT_OK && taken)
+    if (is_resume && r != CTL_EXIT_OK && r != CTL_EXIT_REFUSED && taken)
         rerelease_context(pid, &o);
     if (is_suspend && r == CTL_EXIT_OK && !o.keep_context)
         r = release_context(pid, &o, note, sizeof(note));
@@ -620,6 +679,7 @@ static int run_op_command(const char *cmd, int argc, char **argv, const char *sh
         }
     }
 out:
+    unlock_process(lock);
     free(req);
     free(rep);
     return r;

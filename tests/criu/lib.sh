@@ -1,0 +1,53 @@
+# Helpers of the save/restore tests (sourced by tests/criu/*.sh), on top of
+# tests/sim/lib.sh: a private simulated device and run dir per test, gpuckpt
+# aimed at simcuda. CRIU needs root: skip (77) without it or without criu.
+#
+# Processes restored by CRIU are not children of the test shell: wait for
+# them by polling /proc, and read what they print from files (their stdout is
+# redirected to a file before the save; CRIU restores the descriptor).
+if [ "$(id -u)" -ne 0 ]; then echo "skipped: needs root (CRIU)"; exit 77; fi
+CRIU=${TCGPU_CRIU:-$(command -v criu || echo /usr/local/sbin/criu)}
+if [ ! -x "$CRIU" ]; then echo "skipped: criu not found"; exit 77; fi
+export TCGPU_CRIU=$CRIU
+
+. "$(dirname "$0")/../sim/lib.sh"
+
+GPU_TREE=$B/tests/criu/gpu_tree
+KILL_PIDS=()
+MOUNTS=()
+
+criu_cleanup() {
+    local p m
+    for p in "${KILL_PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    for m in "${MOUNTS[@]}"; do umount -l "$m" 2>/dev/null || true; done
+    cleanup
+}
+trap criu_cleanup EXIT
+
+# children_of PID : pids of PID's children (every thread's).
+children_of() { cat /proc/"$1"/task/*/children 2>/dev/null | tr ' ' '\n' | grep -v '^$' || true; }
+
+# wait_gone PID [SEC] : the process no longer exists (restored ones are not our children).
+wait_gone() {
+    local i n=$(( ${2:-120} * 20 ))
+    for i in $(seq 1 "$n"); do
+        kill -0 "$1" 2>/dev/null || return 0
+        # a zombie whose parent is gone is reaped by init soon; ours we reap
+        [ "$(awk '{print $3}' /proc/"$1"/stat 2>/dev/null)" = Z ] && { wait "$1" 2>/dev/null || true; }
+        sleep 0.05
+    done
+    fail "process $1 still runs after ${2:-120} s: $(tail -n 3 "$WORK"/*.out 2>/dev/null)"
+}
+
+# clean_checksum FILE : checksum of a file that may hold NUL bytes (a restored
+# process writes at its saved offset into a truncated file).
+clean_checksum() { tr -d '\000' <"$1" >"$1.clean"; checksum_of "$1.clean"; }
+
+# expect_fail CODE MESSAGE_PATTERN CMD... : CMD exits with CODE and says MESSAGE_PATTERN.
+expect_fail() {
+    local code=$1 pat=$2 rc=0; shift 2
+    "$@" >"$WORK/cmd.out" 2>"$WORK/cmd.err" || rc=$?
+    [ "$rc" -eq "$code" ] || fail "$* exited $rc, expected $code: $(cat "$WORK/cmd.err")"
+    grep -q -- "$pat" "$WORK/cmd.err" || fail "$* did not say '$pat': $(cat "$WORK/cmd.err")"
+    note "refused as expected: $(head -n 1 "$WORK/cmd.err")"
+}

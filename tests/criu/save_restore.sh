@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# gpuckpt save / restore of whole process trees with CRIU, on simcuda.
+#
+#   save_restore.sh train|leave-running|tree|cycles
+#
+# train          the example training loop saved mid-run (the tree is gone),
+#                restored, run to the end: checksum equal to an uninterrupted run
+# leave-running  saved with --leave-running: the original finishes right; after it
+#                ended (its pid is free) the save is restored and finishes right too
+# tree           a parent and two GPU workers sharing a pipe (tests/criu/progs):
+#                saved, restored, all three finish with the right results
+# cycles         save -> restore three times (restore -d), checksum still right
+. "$(dirname "$0")/lib.sh"
+
+mode=${1:?mode}
+TRAIN_ARGS=(--mb 64 --steps 400 --print-every 50)
+TREE_ARGS=(--steps 120 --mb 4)
+
+reference() {   # reference OUT CMD... : uninterrupted run, prints its checksum
+    local out=$1; shift
+    "$@" >"$out" 2>&1 || fail "reference run failed: $(tail -n 3 "$out")"
+    checksum_of "$out"
+}
+
+# start_job OUT CMD... : under tcgpu, in its own session (CRIU dumps whole
+# sessions; --shell-job is for jobs that share the caller's), stdin /dev/null.
+start_job() {
+    local out=$1; shift
+    setsid "$GPUCKPT" run -- "$@" >"$out" 2>&1 </dev/null &
+    BG=$!
+    BG_PIDS+=("$BG")
+}
+
+save() {        # save PID DIR [OPTS...]
+    local pid=$1 dir=$2; shift 2
+    "$GPUCKPT" save "$pid" -D "$dir" "$@" || fail "save of $pid failed"
+    [ "$(stat -c %a "$dir")" = 700 ] || fail "save dir $dir is not private (mode $(stat -c %a "$dir"))"
+    ls -d "$dir".tmp-* >/dev/null 2>&1 && fail "a temporary directory was left next to $dir"
+    "$GPUCKPT" verify "$dir" >/dev/null || fail "verify $dir failed"
+    "$GPUCKPT" inspect "$dir" >"$WORK/inspect.out" || fail "inspect $dir failed"
+    grep -q "criu images: present" "$WORK/inspect.out" || fail "inspect: no CRIU images: $(cat "$WORK/inspect.out")"
+}
+
+# The driver state of pid as simcuda-smi sees it.
+smi_state() { "$SMI" -q | awk -v want="pid=$1" '$1 == "process" && $2 == want { for (i = 3; i <= NF; i++) if ($i ~ /^state=/) { sub(/^state=/, "", $i); print $i } }'; }
+
+case "$mode" in
+train)
+    ref=$(reference "$WORK/ref.out" "$TRAIN" "${TRAIN_ARGS[@]}")
+    start_job "$WORK/run.out" "$TRAIN" "${TRAIN_ARGS[@]}" --sleep-ms 10
+    pid=$BG
+    wait_for_socket "$pid"
+    wait_for_line "$WORK/run.out" '^step 50 '
+    save "$pid" "$WORK/save"
+    grep -q "tcgpu, image gpu/$pid" "$WORK/inspect.out" || fail "inspect does not show the GPU image: $(cat "$WORK/inspect.out")"
+    wait "$pid" 2>/dev/null || true
+    kill -0 "$pid" 2>/dev/null && fail "the tree still runs after save without --leave-running"
+    grep -q '^checksum' "$WORK/run.out" && fail "the job finished before it was saved: make it longer"
+    "$GPUCKPT" restore -D "$WORK/save" &
+    rpid=$!
+    wait "$rpid" || fail "the restored job failed (gpuckpt restore exit $?): $(tail -n 3 "$WORK/run.out")"
+    got=$(checksum_of "$WORK/run.out")
+    [ "$got" = "$ref" ] || fail "checksum after save/restore: $got, uninterrupted: $ref"
+    echo "ok: train saved at step 50+ and restored, checksum $got"
+    ;;
+leave-running)
+    ref=$(reference "$WORK/ref.out" "$TRAIN" "${TRAIN_ARGS[@]}")
+    start_job "$WORK/run.out" "$TRAIN" "${TRAIN_ARGS[@]}" --sleep-ms 5
+    pid=$BG
+    wait_for_socket "$pid"
+    wait_for_line "$WORK/run.out" '^step 50 '
+    save "$pid" "$WORK/save" --leave-running
+    "$GPUCKPT" status "$pid" | grep -q ': running' || fail "not running after save --leave-running"
+    [ "$(smi_state "$pid")" = running ] || fail "driver state after --leave-running: $(smi_state "$pid")"
+    wait "$pid" || fail "the original failed after save --leave-running: $(tail -n 3 "$WORK/run.out")"
+    got=$(checksum_of "$WORK/run.out")
+    [ "$got" = "$ref" ] || fail "original after --leave-running: checksum $got, uninterrupted: $ref"
+    # the restored copy writes into the same file from where it was: start it empty
+    : >"$WORK/run.out"
+    "$GPUCKPT" restore -D "$WORK/save" || fail "restore after the original ended failed (exit $?)"
+    got=$(clean_checksum "$WORK/run.out")
+    [ "$got" = "$ref" ] || fail "restored copy: checksum $got, uninterrupted: $ref"
+    echo "ok: --leave-running: original and restored copy both $got"
+    ;;
+tree)
+    ref=$(reference "$WORK/ref.out" "$GPU_TREE" "${TREE_ARGS[@]}")
+    start_job "$WORK/run.out" "$GPU_TREE" "${TREE_ARGS[@]}" --sleep-ms 20
+    pid=$BG
+    wait_for_line "$WORK/run.out" '^gpu_tree: parent'
+    mapfile -t kids < <(children_of "$pid")
+    [ "${#kids[@]}" -eq 2 ] || fail "expected 2 workers under $pid, found: ${kids[*]}"
+    KILL_PIDS+=("${kids[@]}")
+    for k in "${kids[@]}"; do wait_for_socket "$k"; done
+    sleep 0.5
+    save "$pid" "$WORK/save"
+    grep -c "tcgpu, image" "$WORK/inspect.out" | grep -qx 2 || fail "inspect should show 2 GPU images: $(cat "$WORK/inspect.out")"
+    grep -q "process $pid .*no GPU" "$WORK/inspect.out" || fail "inspect should show the parent without GPU: $(cat "$WORK/inspect.out")"
+    wait "$pid" 2>/dev/null || true
+    for p in "$pid" "${kids[@]}"; do kill -0 "$p" 2>/dev/null && fail "process $p still runs after save"; done
+    grep -q '^checksum' "$WORK/run.out" && fail "the tree finished before it was saved: make it longer"
+    "$GPUCKPT" restore -D "$WORK/save" || fail "the restored tree failed (exit $?): $(tail -n 3 "$WORK/run.out")"
+    for k in "${kids[@]}"; do wait_gone "$k" 30; done
+    got=$(checksum_of "$WORK/run.out")
+    [ "$got" = "$ref" ] || fail "tree checksum after save/restore: $got, uninterrupted: $ref"
+    for w in 0 1; do
+        grep "^worker $w:" "$WORK/ref.out" | cmp -s - <(grep "^worker $w:" "$WORK/run.out") ||
+            fail "worker $w's result differs: $(grep "^worker" "$WORK/run.out")"
+    done
+    echo "ok: tree of 3 (2 GPU workers) saved and restored, checksum $got"
+    ;;
+cycles)
+    ref=$(reference "$WORK/ref.out" "$TRAIN" "${TRAIN_ARGS[@]}")
+    start_job "$WORK/run.out" "$TRAIN" "${TRAIN_ARGS[@]}" --sleep-ms 10
+    pid=$BG
+    wait_for_socket "$pid"
+    for c in 1 2 3; do
+        wait_for_line "$WORK/run.out" "^step $((c * 50)) "
+        save "$pid" "$WORK/save-$c"
+        [ "$c" -eq 1 ] && { wait "$pid" 2>/dev/null || true; }
+        wait_gone "$pid" 10
+        grep -q '^checksum' "$WORK/run.out" && fail "the job finished before save $c: make it longer"
+        "$GPUCKPT" restore -D "$WORK/save-$c" -d >"$WORK/restore.out" || fail "restore $c failed"
+        grep -q "restored the tree under $pid" "$WORK/restore.out" || fail "restore $c said: $(cat "$WORK/restore.out")"
+        "$GPUCKPT" status "$pid" | grep -q ': running' || fail "not running after restore $c"
+        [ "$(smi_state "$pid")" = running ] || fail "driver state after restore $c: $(smi_state "$pid")"
+        note "cycle $c ok"
+    done
+    wait_gone "$pid" 120
+    got=$(checksum_of "$WORK/run.out")
+    [ "$got" = "$ref" ] || fail "checksum after 3 save/restore cycles: $got, uninterrupted: $ref"
+    echo "ok: 3 save/restore cycles, checksum $got"
+    ;;
+*) fail "unknown mode $mode" ;;
+esac
