@@ -33,6 +33,7 @@
 #include <sys/types.h>
 
 #include "policy.h"
+#include "tcgpud_units.h"
 
 #define TCGPUD_DEFAULT_SOCKET     "/run/tcgpud.sock"
 #define TCGPUD_DEFAULT_STATE      "/var/lib/tcgpud/state"
@@ -94,10 +95,6 @@ const struct tcgpud_project *tcgpud_config_project(const struct tcgpud_config *c
 int tcgpud_project_has_member(const struct tcgpud_project *p, const char *user,
                               const char *const *groups, int ngroups);
 
-/* "8G", "512 MiB", "1.5T", "0" -> bytes. 0 or -EINVAL (bad number, unit, overflow). */
-int tcgpud_parse_size(const char *s, uint64_t *bytes);
-/* "30s", "500ms", "2m", "1h", "10" (seconds) -> ns. 0 or -EINVAL. */
-int tcgpud_parse_duration(const char *s, uint64_t *ns);
 /* "8G on 0, 4G on 1" -> pol_project reservations. 0 or -EINVAL with a message. */
 int tcgpud_parse_reservation(const char *s, struct pol_project *p, char *err, size_t errlen);
 
