@@ -39,10 +39,6 @@ wait_gone() {
     fail "process $1 still runs after ${2:-120} s: $(tail -n 3 "$WORK"/*.out 2>/dev/null)"
 }
 
-# clean_checksum FILE : checksum of a file that may hold NUL bytes (a restored
-# process writes at its saved offset into a truncated file).
-clean_checksum() { tr -d '\000' <"$1" >"$1.clean"; checksum_of "$1.clean"; }
-
 # expect_fail CODE MESSAGE_PATTERN CMD... : CMD exits with CODE and says MESSAGE_PATTERN.
 expect_fail() {
     local code=$1 pat=$2 rc=0; shift 2

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# gpuckpt suspend with the driver checkpoint API (design decision 5): after
+# tcgpu has released the device memory, the process's context goes to the
+# driver (Lock + Checkpoint): simcuda-smi shows state=checkpointed and
+# `gpuckpt status` says so; resume takes it back (Restore + Unlock) before
+# tcgpu refills: the final checksum equals an uninterrupted run's.
+# --keep-context leaves the context with the process (state=running), and
+# the signal trigger does not touch the driver. Without the API (a driver
+# that lacks it), suspend still works and says the context was kept.
+. "$(dirname "$0")/lib.sh"
+
+args=(--mb 128 --steps 400 --print-every 100)
+smi_state() { "$SMI" -q | awk -v want="pid=$1" '$1 == "process" && $2 == want { for (i = 3; i <= NF; i++) if ($i ~ /^state=/) { sub(/^state=/, "", $i); print $i } }'; }
+
+"$TRAIN" "${args[@]}" >"$WORK/ref.out" 2>&1 || fail "reference run failed"
+ref=$(checksum_of "$WORK/ref.out")
+
+start_bg "$WORK/run.out" "$GPUCKPT" run -- "$TRAIN" "${args[@]}" --sleep-ms 3
+pid=$BG
+wait_for_socket "$pid"
+wait_for_line "$WORK/run.out" '^step'
+[ "$(smi_state "$pid")" = running ] || fail "driver state before suspend: $(smi_state "$pid")"
+
+for i in 1 2 3 4 5; do
+    dir=()
+    [ "$i" -eq 3 ] && dir=(-D "$WORK/img-$i")
+    "$GPUCKPT" suspend "$pid" "${dir[@]}" >"$WORK/suspend.out" || fail "suspend $i failed"
+    grep -q "context released" "$WORK/suspend.out" || fail "suspend $i did not release the context: $(cat "$WORK/suspend.out")"
+    [ "$(smi_state "$pid")" = checkpointed ] || fail "driver state after suspend $i: $(smi_state "$pid")"
+    "$GPUCKPT" status "$pid" | grep -q "context *released to the driver" || fail "status does not show the released context"
+    "$GPUCKPT" status "$pid" --json | grep -q '"driver_state":"checkpointed"' || fail "status --json: no driver_state"
+    [ "$(device_bytes_of "$pid")" -eq 0 ] || fail "checkpointed process holds $(device_bytes_of "$pid") bytes"
+    # suspending again is refused and changes nothing
+    rc=0; "$GPUCKPT" suspend "$pid" -q 2>/dev/null || rc=$?
+    [ "$rc" -eq 4 ] || fail "second suspend exited $rc, expected 4"
+    [ "$(smi_state "$pid")" = checkpointed ] || fail "a refused suspend changed the driver state"
+    sleep_ms "$(random_ms 0 80)"
+    "$GPUCKPT" resume "$pid" -q || fail "resume $i failed"
+    [ "$(smi_state "$pid")" = running ] || fail "driver state after resume $i: $(smi_state "$pid")"
+    note "cycle $i ok"
+    sleep_ms "$(random_ms 20 120)"
+done
+
+# --keep-context: device memory only
+"$GPUCKPT" suspend "$pid" --keep-context -q || fail "suspend --keep-context failed"
+[ "$(smi_state "$pid")" = running ] || fail "--keep-context: driver state $(smi_state "$pid")"
+"$GPUCKPT" status "$pid" | grep -q "context *held by the process" || fail "status should show the context held"
+"$GPUCKPT" resume "$pid" -q || fail "resume after --keep-context failed"
+
+# a driver without the API: suspend works, the context stays
+rc=0
+TCGPU_REAL_LIBCUDA=/nonexistent/libcuda.so.1 "$GPUCKPT" suspend "$pid" >"$WORK/suspend.out" 2>&1 || rc=$?
+[ "$rc" -eq 0 ] || fail "suspend without the driver API exited $rc: $(cat "$WORK/suspend.out")"
+grep -q "context kept (cannot load the CUDA driver" "$WORK/suspend.out" || fail "no 'context kept' note: $(cat "$WORK/suspend.out")"
+[ "$(smi_state "$pid")" = running ] || fail "without the API the driver state changed: $(smi_state "$pid")"
+"$GPUCKPT" resume "$pid" -q || fail "resume failed"
+
+wait "$pid" || fail "the job failed: $(tail -n 5 "$WORK/run.out")"
+got=$(checksum_of "$WORK/run.out")
+[ "$got" = "$ref" ] || fail "checksum after context release/re-acquire: $got, uninterrupted: $ref"
+echo "ok: 5 suspends with the context released, checksum $got"
