@@ -17,6 +17,9 @@ export TCGPU_REAL_LIBCUDA=$B/tests/simcuda/libcuda.so.1
 TEST_NAME=${TEST_NAME:-$(basename "$0" .sh)}
 export SIMCUDA_SHM=/simcuda-t-$TEST_NAME-$$
 export SIMCUDA_DEVICE_MEM=${SIMCUDA_DEVICE_MEM:-1G}
+# A context takes device memory of its own, as on a GPU, so that tests can
+# tell "the program's memory was released" from "the context was too".
+export SIMCUDA_CONTEXT_MEM=${SIMCUDA_CONTEXT_MEM:-32M}
 export TCGPU_RUN_DIR
 TCGPU_RUN_DIR=$(mktemp -d /tmp/tcgpu-test-XXXXXX)
 WORK=$(mktemp -d /tmp/tcgpu-work-XXXXXX)

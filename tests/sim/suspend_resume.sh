@@ -17,6 +17,7 @@ case "$which" in
     *) fail "unknown program $which" ;;
 esac
 slack=$((4 << 20))        # what a suspended process may still hold
+context=$((32 << 20))     # SIMCUDA_CONTEXT_MEM (lib.sh): kept with --keep-context
 
 "$prog" "${args[@]}" >"$WORK/ref.out" 2>&1 || fail "reference run failed: $(tail -n 3 "$WORK/ref.out")"
 ref=$(checksum_of "$WORK/ref.out")
@@ -48,15 +49,22 @@ storm() {
 for i in $(seq 1 "$cycles"); do
     sleep_ms "$(random_ms 0 150)"
     kill -0 "$pid" 2>/dev/null || fail "the job ended after only $((i - 1)) cycles: make it longer"
-    dir=()
-    [ $((i % 5)) -eq 0 ] && dir=(-D "$WORK/img-$i")
+    opts=()
+    [ $((i % 5)) -eq 0 ] && opts+=(-D "$WORK/img-$i")
+    [ $((i % 4)) -eq 1 ] && opts+=(--keep-context)
     if [ $((i % 7)) -eq 3 ]; then
         storm suspend
     else
-        "$GPUCKPT" suspend "$pid" "${dir[@]}" || fail "suspend $i failed"
+        "$GPUCKPT" suspend "$pid" "${opts[@]}" || fail "suspend $i failed"
     fi
     held=$(device_bytes_of "$pid")
-    [ "$held" -le "$slack" ] || fail "suspended job still holds $held bytes of device memory"
+    if [[ " ${opts[*]} " == *" --keep-context "* ]]; then
+        # Only the context is left: the program's memory is free.
+        [ "$held" -ge "$context" ] && [ "$held" -le $((context + slack)) ] ||
+            fail "suspended with its context kept, the job holds $held bytes (context: $context)"
+    else
+        [ "$held" -le "$slack" ] || fail "suspended job still holds $held bytes of device memory"
+    fi
     if [ "$i" -eq 1 ]; then
         "$PROGS/alloc_probe" 900 >/dev/null || fail "another process could not allocate the memory the suspended job freed"
     fi

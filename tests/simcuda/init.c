@@ -486,18 +486,35 @@ static void ctx_init_sync(struct sim_ctx *c)
 }
 
 /* Bring a context to life: its legacy default stream. */
+/*
+ * Device memory a context itself takes (code, stacks, driver heaps: a few
+ * hundred MiB on a real GPU), from SIMCUDA_CONTEXT_MEM, default 0. Tests set
+ * it to tell "the program's memory was released" from "the context was
+ * released too" (the driver checkpoint API releases both).
+ */
+static uint64_t context_bytes(void)
+{
+    return sim_parse_size(getenv("SIMCUDA_CONTEXT_MEM"), 0);
+}
+
 static CUresult ctx_activate(struct sim_ctx *c, unsigned flags)
 {
     CUresult r;
 
+    c->charged = context_bytes();
+    if (c->charged && (r = sim_capacity_charge(c->dev, c->charged)))
+        return r;
     c->id = __atomic_add_fetch(&ctx_ids, 1, __ATOMIC_RELAXED);
     c->flags = flags;
     c->sticky = 0;
     c->streams = NULL;
     c->live_workers = 0;
     r = sim_stream_create(c, SIM_STREAM_LEGACY, 0, 0, &c->legacy);
-    if (r)
+    if (r) {
+        if (c->charged)
+            sim_capacity_release(c->dev, c->charged);
         return r;
+    }
     c->active = true;
     return CUDA_SUCCESS;
 }
@@ -505,6 +522,9 @@ static CUresult ctx_activate(struct sim_ctx *c, unsigned flags)
 /* Everything a context owns goes: work drains, streams, memory, modules. */
 static void ctx_deactivate(struct sim_ctx *c)
 {
+    if (c->charged)
+        sim_capacity_release(c->dev, c->charged);
+    c->charged = 0;
     c->active = false;
     sim_ctx_streams_teardown(c);
     c->legacy = NULL;

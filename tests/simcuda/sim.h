@@ -167,6 +167,7 @@ struct sim_ctx {
     bool primary;
     bool active;                 /* primary: retained at least once since reset */
     int retain;                  /* primary: retain count */
+    uint64_t charged;            /* device memory the context itself takes (SIMCUDA_CONTEXT_MEM) */
     pthread_mutex_t lock;        /* guards streams list, submit counters, live_workers */
     pthread_cond_t cv;           /* live_workers changes */
     struct sim_stream *streams;  /* every stream of the context (legacy and per-thread too) */
