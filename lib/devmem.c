@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "callsite.h"
+#include "daemon_client.h"
 #include "devmem.h"
 #include "driver.h"
 #include "log.h"
@@ -344,7 +345,8 @@ static int devmem_owns(CUdeviceptr p)
     return owns;
 }
 
-CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind)
+/* One try. *over: it failed because of the job's memory limit, not the device. */
+static CUresult alloc_once(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind, int *over)
 {
     struct segment *s;
     size_t len;
@@ -362,6 +364,11 @@ CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind)
 
     reg_lock();
     drain_pending_frees();
+    if (tcgpu_daemon_limit() && live_bytes + len > tcgpu_daemon_limit()) {
+        *over = 1;                      /* the job's limit (tcgpud, TCGPU_GPU_MEM) */
+        reg_unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     if (len > ARENA_SIZE / 2) {
         rc = seg_create(len, 1, &s);
         if (rc == CUDA_SUCCESS) {
@@ -385,6 +392,32 @@ CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind)
     block_claim(s, (size_t)i, len, kind, out);
     reg_unlock();
     return CUDA_SUCCESS;
+}
+
+/*
+ * An allocation that does not fit (beyond the job's limit, or the device is
+ * full) asks tcgpud before it fails: tcgpud may make room by suspending
+ * other jobs (or raise a borrowing job's limit), and the allocation is
+ * tried again. Without tcgpud, tcgpu_daemon_make_room() says no at once.
+ */
+#define MAKE_ROOM_TRIES 4
+
+CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind)
+{
+    for (int attempt = 0;; attempt++) {
+        uint64_t used;
+        uint32_t count;
+        int over = 0, device;
+        CUresult rc = alloc_once(out, size, kind, &over);
+
+        if (rc != CUDA_ERROR_OUT_OF_MEMORY || attempt == MAKE_ROOM_TRIES)
+            return rc;
+        devmem_usage(&used, &count);
+        /* what the device needs for it: an arena for a small block */
+        if (current_device(&device) != CUDA_SUCCESS ||
+            !tcgpu_daemon_make_room(device, round_up(size, ARENA_SIZE), used, over))
+            return rc;
+    }
 }
 
 /* Keeps one empty arena per device cached, releases the rest. Lock held. */

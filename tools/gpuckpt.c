@@ -29,6 +29,7 @@
 #include "ctlclient.h"
 #include "ctlproto.h"
 #include "gpuckpt.h"
+#include "gpuckpt_tcgpud.h"
 #include "gpuckpt_driver.h"
 #include "signal_trigger.h"
 #include "tcgpu.h"
@@ -76,6 +77,8 @@ static void print_usage(FILE *f)
         "  checkpoint PID -D DIR             write an image of PID's GPU state to DIR; PID goes on\n"
         "  suspend PID [-D DIR]              take PID off the GPU (to host memory, or to DIR)\n"
         "  resume PID                        put PID back on the GPU\n"
+        "  ps [--json]                       jobs tcgpud manages\n"
+        "  events [--follow] [--json]        tcgpud's events\n"
         "  save PID -D DIR [--leave-running] save the process tree under PID with CRIU\n"
         "  restore -D DIR [-d]               restore a saved tree and put it back on the GPU\n"
         "  inspect DIR [--json]              show an image's manifest\n"
@@ -223,6 +226,7 @@ struct client_opts {
     int json;
     int quiet;
     int keep_context;           /* suspend: leave the CUDA context to the process */
+    int auto_resume;            /* suspend through tcgpud: it may resume when memory fits */
     const char *dir;
 };
 
@@ -388,6 +392,7 @@ static int parse_client_args(const char *cmd, int argc, char **argv, const char 
         { "wait", required_argument, NULL, OPT_WAIT },
         { "json", no_argument, NULL, OPT_JSON },
         { "keep-context", no_argument, NULL, OPT_KEEP_CONTEXT },
+        { "auto-resume", no_argument, NULL, GPUCKPT_OPT_AUTO_RESUME },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
@@ -428,6 +433,11 @@ static int parse_client_args(const char *cmd, int argc, char **argv, const char 
             if (strcmp(cmd, "suspend"))
                 return usage_error(cmd, "--keep-context is for suspend");
             o->keep_context = 1;
+            break;
+        case GPUCKPT_OPT_AUTO_RESUME:
+            if (strcmp(cmd, "suspend"))
+                return usage_error(cmd, "--auto-resume is for suspend");
+            o->auto_resume = 1;
             break;
         default:
             return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
@@ -652,6 +662,12 @@ static int run_op_command(const char *cmd, int argc, char **argv, const char *sh
         }
         ctl_buf_put(req, "dir", dir);
     }
+    /* A job tcgpud manages is suspended and resumed by tcgpud, so that its
+     * view stays true (and a manual suspension is not undone automatically). */
+    if ((is_suspend || is_resume) &&
+        (r = gpuckpt_tcgpud_op(cmd, pid, o.dir ? dir : NULL, o.auto_resume, o.quiet,
+                               o.timeout_ms)) >= 0)
+        goto out;
     if (is_suspend || is_resume)
         lock = lock_process(pid);
     if (is_resume && (r = reacquire_context(pid, &taken)) != CTL_EXIT_OK)
@@ -818,6 +834,7 @@ static int cmd_run(int argc, char **argv)
         { "checkpoint-dir", required_argument, NULL, 'D' },
         { "run-dir", required_argument, NULL, 'R' },
         { "log", required_argument, NULL, 'l' },
+        GPUCKPT_TCGPUD_RUN_LONGOPTS,
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -858,6 +875,12 @@ static int cmd_run(int argc, char **argv)
                 return usage_error("run", "--log is quiet, info or debug");
             setenv("TCGPU_LOG", optarg, 1);
             break;
+        case GPUCKPT_OPT_PROJECT ... GPUCKPT_OPT_TCGPUD_LAST - 1: {
+            int e = gpuckpt_tcgpud_run_option(ch, optarg);   /* tcgpud's: sets TCGPU_* */
+            if (e)
+                return e;
+            break;
+        }
         default:
             return usage_error("run", "unknown option '%s'", argv[optind - 1]);
         }
@@ -889,7 +912,8 @@ static const struct command commands[] = {
       "  -a, --signal-action ACT   toggle (default), suspend, resume, checkpoint (TCGPU_SIGNAL_ACTION)\n"
       "  -D, --checkpoint-dir DIR  where the checkpoint action writes (TCGPU_CHECKPOINT_DIR)\n"
       "  -R, --run-dir DIR         where the control socket goes (TCGPU_RUN_DIR)\n"
-      "  -l, --log LEVEL           quiet, info (default), debug (TCGPU_LOG)\n" },
+      "  -l, --log LEVEL           quiet, info (default), debug (TCGPU_LOG)\n"
+      GPUCKPT_TCGPUD_RUN_HELP },
     { "status", cmd_status, "status PID [--json] [--wait SEC] [--timeout SEC]",
       "Show PID's state, GPU memory, tracked objects, last operation and its timings.\n"
       "\n"
@@ -913,6 +937,7 @@ static const struct command commands[] = {
       "\n"
       "  -D, --dir DIR   drain to an image directory instead of host memory\n"
       "  --keep-context  leave the CUDA context with the process (device memory only)\n"
+      "  --auto-resume   a job tcgpud manages: tcgpud may resume it when memory fits\n"
       "  --timeout SEC   stop waiting after SEC seconds (exit 5; the operation goes on)\n"
       "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
       "  -q, --quiet     no progress and no summary line\n" },
@@ -947,6 +972,17 @@ static const struct command commands[] = {
       "\n"
       "  -D, --dir DIR   the save directory\n"
       "  -d, --detach    return once the tree runs\n" },
+    { "ps", gpuckpt_cmd_ps, "ps [--json]",
+      "The jobs tcgpud manages: pid, user, project, priority, state, GPU, memory, limit,\n"
+      "run time, preemptions, and who suspended a suspended job and why.\n"
+      "\n"
+      "  --json   one JSON object: {\"devices\": [...], \"jobs\": [...]}\n" },
+    { "events", gpuckpt_cmd_events, "events [--follow] [--json]",
+      "tcgpud's recent events (registered, request, suspending, suspended, resumed,\n"
+      "granted, denied, exited, refused...), with who, why and latencies.\n"
+      "\n"
+      "  -f, --follow   keep printing events as they happen\n"
+      "  --json         one JSON object a line\n" },
     { "inspect", gpuckpt_cmd_inspect, "inspect DIR [--json]",
       "Show an image's manifest: process, devices, allocations, chunks and compression.\n"
       "For a save directory: every process, its GPU image's sizes and compression, CRIU's images.\n"
