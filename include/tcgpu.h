@@ -133,9 +133,12 @@ struct tcgpu_status {
     enum tcgpu_op last_op;
     int last_result;             /* 0 or -errno of last_op */
     uint64_t last_quiesce_ns;    /* gate closed and threads parked */
-    uint64_t last_free_ns;       /* from start to GPU memory released (suspend) */
+    uint64_t last_free_ns;       /* from start to GPU memory released (suspend); a
+                                    suspend to an image releases before it compresses */
     uint64_t last_total_ns;      /* whole operation */
     char last_error[256];        /* message of last_op's failure, "" on success */
+    uint64_t last_image_ns;      /* from start to image committed (checkpoint, suspend
+                                    to an image); 0 otherwise */
 };
 
 /* Fill *st with the process's current state. Never blocks on an operation. */

@@ -122,11 +122,13 @@ static void send_progress(uint64_t done, uint64_t total, void *arg)
     free(b);
 }
 
-static int run_op(enum tcgpu_op op, const char *dir, struct progress_sink *sink)
+static int run_op(enum tcgpu_op op, const char *dir, const char *parent,
+                  struct progress_sink *sink)
 {
     switch (op) {
     case TCGPU_OP_CHECKPOINT:
-        return tcgpu_op_checkpoint(dir, send_progress, sink);
+        return parent ? tcgpu_op_checkpoint_parent(dir, parent, send_progress, sink)
+                      : tcgpu_op_checkpoint(dir, send_progress, sink);
     case TCGPU_OP_SUSPEND:
         return tcgpu_op_suspend(dir, send_progress, sink);
     case TCGPU_OP_RESUME:
@@ -210,7 +212,7 @@ static void on_signal_action(void)
         log_info("%s: checkpoint to %s", who, dir);
     }
     t0 = now_ns();
-    r = run_op(op, d, NULL);
+    r = run_op(op, d, NULL, NULL);
     log_op(op, who, r, now_ns() - t0, &st);
 }
 
@@ -291,7 +293,7 @@ static void handle_request(int fd, const struct ucred *peer, const struct ctl_ms
     snprintf(who, sizeof(who), "uid %u pid %d", (unsigned)peer->uid, (int)peer->pid);
     log_info("%s requested by %s%s%s", ctl_op_name(op), who, dir ? ", dir " : "", dir ? dir : "");
     t0 = now_ns();
-    r = run_op(op, dir, &sink);
+    r = run_op(op, dir, ctl_get(req, "parent"), &sink);
     log_op(op, who, r, now_ns() - t0, &st);
     if (r < 0)
         ctl_buf_error(b, r, tcgpu_op_error());

@@ -463,6 +463,7 @@ void ctl_put_status(struct ctl_buf *b, const struct tcgpu_status *st)
     ctl_buf_put_u64(b, "last_quiesce_ns", st->last_quiesce_ns);
     ctl_buf_put_u64(b, "last_free_ns", st->last_free_ns);
     ctl_buf_put_u64(b, "last_total_ns", st->last_total_ns);
+    ctl_buf_put_u64(b, "last_image_ns", st->last_image_ns);
     /* last_error may lack its NUL if a writer filled it whole */
     memcpy(err, st->last_error, sizeof(err));
     err[sizeof(err) - 1] = '\0';
@@ -496,6 +497,7 @@ int ctl_get_status(const struct ctl_msg *m, struct tcgpu_status *st)
         { "last_quiesce_ns", offsetof(struct tcgpu_status, last_quiesce_ns), 0 },
         { "last_free_ns", offsetof(struct tcgpu_status, last_free_ns), 0 },
         { "last_total_ns", offsetof(struct tcgpu_status, last_total_ns), 0 },
+        { "last_image_ns", offsetof(struct tcgpu_status, last_image_ns), 0 },
     };
     const char *s;
     int64_t res;

@@ -684,9 +684,11 @@ static int resolve_parent_chunks(struct image *img)
 		size_t j;
 
 		img->src[i] = (struct chunk_src){ img, i };
-		if (k->codec != TCGPU_CODEC_PARENT)
+		/* Without the parent (IMAGE_OPEN_NO_PARENT) a PARENT chunk stays
+		 * unresolved and reads as -EOPNOTSUPP. */
+		if (k->codec != TCGPU_CODEC_PARENT || !p)
 			continue;
-		if (!p || !find_chunk(p, k->alloc_id, k->alloc_offset, &j) ||
+		if ( !find_chunk(p, k->alloc_id, k->alloc_offset, &j) ||
 		    p->chunks[j].raw_len != k->raw_len || p->chunks[j].raw_csum != k->raw_csum) {
 			chunk_label(img, i, label, sizeof(label));
 			say(img, "%s of %s: the parent image %s holds no matching chunk", label,
@@ -717,6 +719,10 @@ static int open_parent(struct image *img, unsigned flags, int depth)
 	const char *base;
 	int rc;
 
+	if (!strcmp(img->parent_path, img->dir)) {
+		say(img, "%s names itself as its parent image", img->dir);
+		return -EBADMSG;
+	}
 	if (depth >= MAX_PARENT_DEPTH) {
 		say(img, "%s: chain of parent images longer than %d", img->dir, MAX_PARENT_DEPTH);
 		return -ELOOP;

@@ -86,12 +86,25 @@ static unsigned gate_timeout_ms(void)
 struct op_run {
     enum tcgpu_op op;
     const char *dir;
+    const char *parent;               /* checkpoint: parent image, "auto", or NULL */
     tcgpu_progress_fn progress;
     void *arg;
     int result;
     char error[512];
-    uint64_t t_start, t_quiesced, t_freed, t_end;
+    uint64_t t_start, t_quiesced, t_freed, t_image, t_end;
 };
+
+static char *last_checkpoint_dir;     /* for --parent auto (op_mutex) */
+
+/* TCGPU_HOST_COMPRESS=1: compress a suspend's host copy in the background
+ * once the device memory is released (docs/engine.md: the default keeps it
+ * raw, which frees the GPU as fast and resumes faster). */
+static int host_compress_wanted(void)
+{
+    const char *v = getenv("TCGPU_HOST_COMPRESS");
+
+    return v && !strcmp(v, "1");
+}
 
 static int quiesce(struct op_run *r)
 {
@@ -128,12 +141,22 @@ static int do_checkpoint(struct op_run *r)
     if ((rc = quiesce(r)) != 0)
         goto out;
     rc = snap_collect(&s);
+    if (rc == 0 && r->parent) {
+        const char *parent = strcmp(r->parent, "auto") ? r->parent : last_checkpoint_dir;
+        if (parent && snap_set_parent(s, parent) != 0) {
+            tcgpu_op_set_error("out of host memory");
+            rc = -ENOMEM;
+        }
+    }
     if (rc == 0)
         rc = snap_save_image(s, r->dir, r->progress, r->arg);
     if (rc == 0) {
+        r->t_image = now_ns();
         pthread_mutex_lock(&status_mutex);
         last.image_bytes = snap_stored_bytes(s);
         pthread_mutex_unlock(&status_mutex);
+        free(last_checkpoint_dir);
+        last_checkpoint_dir = realpath(r->dir, NULL);
     }
     tcgpu_gate_open();
     snap_free(s);
@@ -156,13 +179,35 @@ static int do_suspend(struct op_run *r)
         goto fail;
     if ((rc = snap_collect(&s)) != 0)
         goto fail_open;
-    rc = r->dir ? snap_save_image(s, r->dir, r->progress, r->arg)
-                : snap_save_host(s, r->progress, r->arg);
+    /* Raw to host memory first, even for an image: the device is released
+     * as soon as the bytes are off it; compressing and writing come after. */
+    rc = snap_save_host(s, r->progress, r->arg);
     if (rc == 0)
         rc = snap_release(s);
     if (rc)
         goto fail_open;
     r->t_freed = now_ns();
+    if (r->dir) {
+        pthread_mutex_lock(&status_mutex);
+        last.last_free_ns = r->t_freed - r->t_start;   /* visible while writing */
+        pthread_mutex_unlock(&status_mutex);
+        rc = snap_save_image(s, r->dir, r->progress, r->arg);
+        if (rc) {
+            /* Put the memory back from the host copy: a failed suspend
+             * leaves the program running, as before. */
+            char why[512];
+            snprintf(why, sizeof(why), "%s", tcgpu_op_error());
+            if (snap_rebuild(s, NULL, NULL) != 0)
+                log_err("suspend to %s failed (%s) and the memory could not be put back: %s",
+                        r->dir, why, tcgpu_op_error());
+            tcgpu_op_set_error("%s", why);
+            r->t_freed = 0;
+            goto fail_open;
+        }
+        r->t_image = now_ns();
+    } else if (host_compress_wanted()) {
+        snap_compress_host(s);
+    }
     /* The gate stays closed: the program's CUDA threads park until resume. */
     suspended = s;
     pthread_mutex_lock(&status_mutex);
@@ -254,6 +299,7 @@ static void record(const struct op_run *r)
     last.last_result = r->result;
     last.last_quiesce_ns = r->t_quiesced ? r->t_quiesced - r->t_start : 0;
     last.last_free_ns = r->t_freed ? r->t_freed - r->t_start : 0;
+    last.last_image_ns = r->t_image ? r->t_image - r->t_start : 0;
     last.last_total_ns = r->t_end - r->t_start;
     snprintf(last.last_error, sizeof(last.last_error), "%.255s", r->error);
     pthread_mutex_unlock(&status_mutex);
@@ -333,9 +379,10 @@ static int worker_run(struct op_run *r)
     return 0;
 }
 
-static int run_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress, void *arg)
+static int run_op_parent(enum tcgpu_op op, const char *dir, const char *parent,
+                         tcgpu_progress_fn progress, void *arg)
 {
-    struct op_run r = { .op = op, .dir = dir, .progress = progress, .arg = arg };
+    struct op_run r = { .op = op, .dir = dir, .parent = parent, .progress = progress, .arg = arg };
     int rc;
 
     if (tcgpu_driver_load() != 0) {
@@ -363,13 +410,25 @@ static int run_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress,
     return r.result;
 }
 
+static int run_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress, void *arg)
+{
+    return run_op_parent(op, dir, NULL, progress, arg);
+}
+
 int tcgpu_op_checkpoint(const char *dir, tcgpu_progress_fn progress, void *arg)
+{
+    return tcgpu_op_checkpoint_parent(dir, NULL, progress, arg);
+}
+
+int tcgpu_op_checkpoint_parent(const char *dir, const char *parent, tcgpu_progress_fn progress,
+                               void *arg)
 {
     if (!dir || !*dir) {
         tcgpu_op_set_error("checkpoint needs an image directory");
         return -EINVAL;
     }
-    return run_op(TCGPU_OP_CHECKPOINT, dir, progress, arg);
+    return run_op_parent(TCGPU_OP_CHECKPOINT, dir, parent && *parent ? parent : NULL, progress,
+                         arg);
 }
 
 int tcgpu_op_suspend(const char *dir, tcgpu_progress_fn progress, void *arg)

@@ -21,6 +21,11 @@
 typedef void (*tcgpu_progress_fn)(uint64_t done_bytes, uint64_t total_bytes, void *arg);
 
 int tcgpu_op_checkpoint(const char *dir, tcgpu_progress_fn progress, void *arg);
+/* An incremental checkpoint: chunks unchanged since the image `parent` are
+ * stored as references to it; "auto" = this process's last checkpoint (a
+ * full image when there is none); NULL = a full image. */
+int tcgpu_op_checkpoint_parent(const char *dir, const char *parent, tcgpu_progress_fn progress,
+                               void *arg);
 int tcgpu_op_suspend(const char *dir /* NULL: host memory */, tcgpu_progress_fn progress, void *arg);
 int tcgpu_op_resume(tcgpu_progress_fn progress, void *arg);
 /* Resume from the suspend's image, which now lives at dir (absolute; NULL:

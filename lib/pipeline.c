@@ -523,8 +523,9 @@ static int make_pieces(struct pipe *p, const struct pipe_ext *e, size_t n, struc
 }
 
 /* Runs the device-side scan over the pieces of the current device in
- * [from, to): zero flags and device hashes. No helpers: nothing to do. */
-static int scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to)
+ * [from, to): zero flags, and device hashes when `hash`. No helpers: nothing
+ * to do. */
+static int scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, int hash)
 {
     struct pdev_desc *d;
     struct pdev_result *r;
@@ -545,9 +546,9 @@ static int scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to)
 
         for (size_t k = 0; k < n; k++)
             d[k] = (struct pdev_desc){ pc[i + k].va, pc[i + k].len };
-        rc = pdev_scan(p->dev, p->stream, d, n, r, err, sizeof(err));
+        rc = pdev_scan(p->dev, p->stream, d, n, hash ? PDEV_SCAN_HASH : 0, r, err, sizeof(err));
         for (size_t k = 0; k < n && rc == 0; k++) {
-            pc[i + k].scanned = 1;
+            pc[i + k].scanned = 1 + !!hash;     /* 2: devhash valid */
             pc[i + k].nonzero = r[k].nonzero != 0;
             pc[i + k].devhash = r[k].hash;
         }
@@ -684,9 +685,40 @@ static int stream_sync(struct pipe *p)
     return 0;
 }
 
+/*
+ * Faults the store's pages in (MADV_POPULATE_WRITE) on a thread of its own
+ * while the stream copies: fresh pages cost a fault and a page of zeroing
+ * each, as much as the copy itself on some machines. Chunks the device
+ * found zero are left untouched (no memory at all).
+ */
+struct prefault {
+    struct pipe_store *s;
+    pthread_t th;
+    int started;
+};
+
+static void *prefault_main(void *arg)
+{
+    struct prefault *f = arg;
+
+    tcgpu_gate_set_exempt(true);
+    for (size_t i = 0; i < f->s->n; i++) {
+        struct piece *q = &f->s->pc[i];
+        uintptr_t a = (uintptr_t)q->host & ~(uintptr_t)4095;
+        uintptr_t b = ((uintptr_t)q->host + q->len + 4095) & ~(uintptr_t)4095;
+
+        if (q->state == P_ZERO)
+            continue;
+        if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) != 0)
+            break;            /* old kernel: the copies fault the pages in */
+    }
+    return NULL;
+}
+
 int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out)
 {
     struct pipe_store *s = NULL;
+    struct prefault pf = { 0 };
     uint64_t since_sync = 0;
     int rc;
 
@@ -700,15 +732,21 @@ int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct p
         size_t end = device_run(s->pc, s->n, i);
 
         if ((rc = use_device(p, s->pc[i].device, 1)) != 0 ||
-            (rc = scan_pieces(p, s->pc, i, end)) != 0)
+            (rc = scan_pieces(p, s->pc, i, end, 0)) != 0)
             break;
+        for (size_t k = i; k < end; k++)
+            if (s->pc[k].scanned && !s->pc[k].nonzero)
+                s->pc[k].state = P_ZERO;
+        if (!pf.started && getenv("TCGPU_PREFAULT") && strcmp(getenv("TCGPU_PREFAULT"), "0")) {
+            pf.s = s;
+            pf.started = pthread_create(&pf.th, NULL, prefault_main, &pf) == 0;
+        }
         while (i < end && rc == 0) {
             struct piece *q = &s->pc[i];
             size_t run = q->len, j = i + 1;
 
-            if (q->scanned && !q->nonzero) {
+            if (q->state == P_ZERO) {
                 /* Zero on the device: the store's untouched pages are zero. */
-                q->state = P_ZERO;
                 p->st.zero_chunks++;
                 p->st.device_skipped++;
                 i++;
@@ -716,7 +754,7 @@ int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct p
             }
             /* One copy for a run of adjacent non-zero chunks. */
             while (j < end && run < HOST_COPY_MAX && s->pc[j].va == q->va + run &&
-                   s->pc[j].host == q->host + run && !(s->pc[j].scanned && !s->pc[j].nonzero))
+                   s->pc[j].host == q->host + run && s->pc[j].state != P_ZERO)
                 run += s->pc[j++].len;
             rc = copy_d2h(p, q->host, q->va, run);
             since_sync += run;
@@ -734,6 +772,8 @@ int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct p
         rc = leave_device(p);
     else
         leave_device(p);
+    if (pf.started)
+        pthread_join(pf.th, NULL);
     if (rc) {
         pipe_store_free(s);
         return rc;
@@ -834,7 +874,7 @@ static int fill_slot(struct drain *d, unsigned si)
         j->slot = -1;
         j->c.alloc_id = q->alloc_id;
         j->c.alloc_offset = q->offset;
-        if (q->scanned) {
+        if (q->scanned == 2) {
             j->c.dev_hash = q->devhash;
             j->c.has_dev_hash = 1;
         }
@@ -847,7 +887,7 @@ static int fill_slot(struct drain *d, unsigned si)
             j->state = J_READY;
             if (d->from_device)
                 p->st.device_skipped++;
-        } else if (pcnk && q->scanned && pcnk->has_dev_hash && pcnk->dev_hash == q->devhash) {
+        } else if (pcnk && q->scanned == 2 && pcnk->has_dev_hash && pcnk->dev_hash == q->devhash) {
             /* Unchanged by the device hash: stays on the device. */
             image_chunk_parent(&j->c, q->len, pcnk->raw_csum);
             j->c.dev_hash = q->devhash;
@@ -1049,7 +1089,7 @@ int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n,
         if (rc == 0)
             rc = make_ring(p, 1);
         if (rc == 0)
-            rc = scan_pieces(p, d.pc, i, end);
+            rc = scan_pieces(p, d.pc, i, end, 1);
         if (rc == 0)
             rc = run_drain(&run);
     }
@@ -1224,7 +1264,7 @@ static int run_refill(struct refill *r)
     struct pipe *p = r->p;
     size_t *slot_first = calloc(p->nslots, sizeof(size_t));
     size_t *slot_last = calloc(p->nslots, sizeof(size_t));
-    unsigned fill = 0, oldest = 0;
+    unsigned fill = 0, next_up = 0, oldest = 0;
     int rc = 0;
 
     if (!slot_first || !slot_last) {
@@ -1276,44 +1316,40 @@ static int run_refill(struct refill *r)
             fill = (fill + 1) % p->nslots;
             progressed = 1;
         }
-        /* 2. in ring order: upload decoded slots, free uploaded ones */
-        for (unsigned k = 0; k < p->nslots; k++) {
-            unsigned si = (oldest + k) % p->nslots;
-            struct slot *s = &p->slots[si];
+        /* 2. in ring order: upload decoded slots (next_up), free uploaded
+         * ones (oldest); both follow the order the slots were filled in */
+        while (p->slots[next_up].state == S_WORKING) {
+            int all = 1;
 
-            if (s->state == S_WORKING) {
-                int all = 1;
-
-                for (size_t i = slot_first[si]; i < slot_last[si] && all; i++)
-                    if (r->items[i].slot == (int)si && !task_done(p, &r->items[i].t))
-                        all = 0;
-                if (!all)
-                    break;
-                if ((rc = upload_slot(r, si, slot_first[si], slot_last[si])) != 0 && !r->err)
-                    r->err = rc;
-                progressed = 1;
-            } else if (s->state == S_UPLOADING) {
-                if (!r->err && TCGPU_REAL(cuEventQuery)(s->ev) == CUDA_ERROR_NOT_READY)
-                    break;
-                s->state = S_FREE;
-                oldest = (si + 1) % p->nslots;
-                progressed = 1;
-            } else {
+            for (size_t i = slot_first[next_up]; i < slot_last[next_up] && all; i++)
+                if (r->items[i].slot == (int)next_up && !task_done(p, &r->items[i].t))
+                    all = 0;
+            if (!all)
                 break;
-            }
+            if ((rc = upload_slot(r, next_up, slot_first[next_up], slot_last[next_up])) != 0 &&
+                !r->err)
+                r->err = rc;
+            next_up = (next_up + 1) % p->nslots;
+            progressed = 1;
+        }
+        while (p->slots[oldest].state == S_UPLOADING) {
+            if (!r->err && TCGPU_REAL(cuEventQuery)(p->slots[oldest].ev) == CUDA_ERROR_NOT_READY)
+                break;
+            p->slots[oldest].state = S_FREE;
+            oldest = (oldest + 1) % p->nslots;
+            progressed = 1;
         }
         if (!slots_busy(p) && (r->next == r->n || r->err))
             break;
         if (progressed)
             continue;
-        /* 3. wait for the oldest slot: its decoding, or its upload */
-        struct slot *s = &p->slots[oldest];
-        if (s->state == S_WORKING) {
-            for (size_t i = slot_first[oldest]; i < slot_last[oldest]; i++)
-                if (r->items[i].slot == (int)oldest)
+        /* 3. wait: for the next slot's decoding, else the oldest upload */
+        if (p->slots[next_up].state == S_WORKING) {
+            for (size_t i = slot_first[next_up]; i < slot_last[next_up]; i++)
+                if (r->items[i].slot == (int)next_up)
                     task_wait(p, &r->items[i].t);
-        } else if (s->state == S_UPLOADING) {
-            TCGPU_REAL(cuEventSynchronize)(s->ev);
+        } else if (p->slots[oldest].state == S_UPLOADING) {
+            TCGPU_REAL(cuEventSynchronize)(p->slots[oldest].ev);
         }
     }
     free(slot_first);

@@ -79,10 +79,10 @@ int pdev_kind(const struct pdev *d)
 }
 
 int pdev_scan(struct pdev *d, CUstream stream, const struct pdev_desc *desc, size_t n,
-              struct pdev_result *res, char *err, size_t errlen)
+              unsigned flags, struct pdev_result *res, char *err, size_t errlen)
 {
-    uint32_t count = (uint32_t)n;
-    void *params[] = { &d->desc, &count, &d->out };
+    uint32_t count = (uint32_t)n, fl = flags;
+    void *params[] = { &d->desc, &count, &d->out, &fl };
     const char *what = "cuMemcpyHtoDAsync";
     CUresult rc;
 

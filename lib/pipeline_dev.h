@@ -4,8 +4,9 @@
  * since the parent image never cross the host link.
  *
  * Kernels (lib/kernels/, semantics in devhash.h):
- *   tcgpu_scan(desc, n, out)   for each of n chunks {va, len}: whether every
- *                              byte is zero, and the chunk's device hash.
+ *   tcgpu_scan(desc, n, out, flags)  for each of n chunks {va, len}: whether
+ *                              every byte is zero, and (flags bit 0) the
+ *                              chunk's device hash.
  *
  * Two images carry them, both embedded in the library: a cubin/fatbin built
  * by nvcc from lib/kernels/scan.cu (when nvcc was found), and the simcuda
@@ -50,12 +51,15 @@ int pdev_load(struct pdev **out, size_t max_batch);
 /* PDEV_SIM_TWIN or PDEV_CUBIN. */
 int pdev_kind(const struct pdev *d);
 
+#define PDEV_SCAN_HASH 0x1u   /* compute the device hash too (else zero detection only) */
+
 /*
  * Scans n (<= max_batch) chunks on `stream` and waits: res[i] for desc[i].
+ * Without PDEV_SCAN_HASH in `flags` only res[i].nonzero is set (hash 0).
  * 0 or -EIO (the driver's error name in `err`).
  */
 int pdev_scan(struct pdev *d, CUstream stream, const struct pdev_desc *desc, size_t n,
-              struct pdev_result *res, char *err, size_t errlen);
+              unsigned flags, struct pdev_result *res, char *err, size_t errlen);
 
 /* Frees the buffers and unloads the module (same context); NULL is fine. */
 void pdev_unload(struct pdev *d);

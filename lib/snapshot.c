@@ -1,8 +1,8 @@
 /*
  * snapshot.c - collect, save, release and rebuild device memory; see
- * snapshot.h. Version 1 of the engine: copies are synchronous, one region
- * after another, through a staging buffer; the pipelined engine (pinned ring,
- * chunk workers, io_uring) replaces the copy loops, not the structure.
+ * snapshot.h. The bytes move through the pipelined engine (pipeline.h:
+ * pinned staging ring, chunk workers, io_uring writer, parallel refill);
+ * this file decides what is saved, where, and when memory is released.
  */
 #include <errno.h>
 #include <limits.h>
@@ -17,11 +17,11 @@
 #include "image.h"
 #include "log.h"
 #include "objects.h"
+#include "pipeline.h"
 #include "registry.h"
 #include "snapshot.h"
 #include "unsupported.h"
 
-#define STAGE_BYTES (64u << 20)       /* device -> host copies per step */
 #define MAX_CTX 64
 
 struct region {
@@ -32,7 +32,6 @@ struct region {
     uint32_t dtype;
     int device;
     const char *site;
-    void *host;                       /* raw copy (host mode) */
 };
 
 struct snap {
@@ -40,7 +39,10 @@ struct snap {
     size_t n, cap;
     uint64_t bytes;
     uint64_t stored;
+    struct pipe_store *store;         /* host copy (host mode, or before an image) */
     char *image_dir;                  /* saved to this image (image mode) */
+    char *parent_dir;                 /* incremental: the parent image */
+    struct pipe_stats stats;          /* of the last drain or refill */
 };
 
 /* The driver's name for an error ("CUDA_ERROR_OUT_OF_MEMORY"). */
@@ -60,13 +62,6 @@ struct progress {
     void *arg;
     uint64_t done, total;
 };
-
-static void progress_add(struct progress *p, uint64_t bytes)
-{
-    p->done += bytes;
-    if (p->fn)
-        p->fn(p->done, p->total, p->arg);
-}
 
 /* --- contexts ------------------------------------------------------------ */
 
@@ -224,85 +219,129 @@ int snap_collect(struct snap **out)
 
 /* --- saving -------------------------------------------------------------- */
 
-struct copy_job {
+static int pipe_ctx_enter(int device, void *arg)
+{
+    (void)arg;
+    return ctx_enter(device);
+}
+
+static void pipe_ctx_leave(void *arg)
+{
+    (void)arg;
+    ctx_leave();
+}
+
+static void pipe_progress(uint64_t bytes, void *arg)
+{
+    struct progress *p = arg;
+
+    p->done = bytes;
+    if (p->fn)
+        p->fn(p->done, p->total, p->arg);
+}
+
+/* A pipe for one operation; the caller frees it. */
+static int open_pipe(struct pipe **out, struct progress *prog)
+{
+    struct pipe_opts o = {
+        .ctx_enter = pipe_ctx_enter, .ctx_leave = pipe_ctx_leave,
+        .progress = pipe_progress, .progress_arg = prog,
+    };
+    int rc = pipe_new(out, &o);
+
+    if (rc)
+        tcgpu_op_set_error("cannot start the copy engine: %s", strerror(-rc));
+    return rc;
+}
+
+struct ext_list {
+    struct pipe_ext *e;
+    size_t n, cap;
     const struct region *r;
-    void *dst;                        /* host copy of the whole region (host mode) */
-    struct image_writer *w;           /* or the image (image mode) */
-    void *stage;
-    struct progress *prog;
 };
 
-static int copy_part_to_host(CUdeviceptr va, size_t len, void *arg)
+static int add_ext(CUdeviceptr va, size_t len, void *arg)
 {
-    struct copy_job *j = arg;
-    size_t off = va - j->r->va;
-    CUresult rc = TCGPU_REAL(cuMemcpyDtoH)((char *)j->dst + off, va, len);
+    struct ext_list *l = arg;
 
-    if (rc != CUDA_SUCCESS) {
-        tcgpu_op_set_error("cuMemcpyDtoH of %zu bytes at %#llx: %s", len,
-                           (unsigned long long)va, cu_error_name(rc));
-        return -EIO;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        struct pipe_ext *n = realloc(l->e, cap * sizeof(*n));
+        if (!n)
+            return -ENOMEM;
+        l->e = n;
+        l->cap = cap;
     }
-    progress_add(j->prog, len);
+    l->e[l->n++] = (struct pipe_ext){
+        .va = va, .len = len, .alloc_id = l->r->id, .offset = va - l->r->va,
+        .dtype = l->r->dtype, .device = l->r->device,
+    };
     return 0;
 }
 
-static int copy_part_to_image(CUdeviceptr va, size_t len, void *arg)
+static int ext_by_device(const void *a, const void *b)
 {
-    struct copy_job *j = arg;
+    const struct pipe_ext *x = a, *y = b;
 
-    for (size_t done = 0; done < len;) {
-        size_t n = len - done < STAGE_BYTES ? len - done : STAGE_BYTES;
-        CUresult rc = TCGPU_REAL(cuMemcpyDtoH)(j->stage, va + done, n);
-        if (rc != CUDA_SUCCESS) {
-            tcgpu_op_set_error("cuMemcpyDtoH of %zu bytes at %#llx: %s", n,
-                               (unsigned long long)(va + done), cu_error_name(rc));
-            return -EIO;
+    if (x->device != y->device)
+        return x->device < y->device ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* The parts of every region to save (hinted skips left out), grouped by
+ * device for the engine. */
+static int list_extents(struct snap *s, struct ext_list *l)
+{
+    int rc = 0;
+
+    memset(l, 0, sizeof(*l));
+    for (size_t i = 0; i < s->n && rc == 0; i++) {
+        l->r = &s->r[i];
+        rc = reg_for_each_unskipped(s->r[i].va, s->r[i].size, add_ext, l);
+    }
+    if (rc) {
+        free(l->e);
+        tcgpu_op_set_error("out of host memory listing the regions' extents");
+        return rc;
+    }
+    /* Stable enough: extents of one device keep their order (qsort is not
+     * stable, but ties only happen between identical elements' addresses). */
+    for (size_t i = 1; i < l->n; i++) {
+        if (l->e[i].device != l->e[0].device) {
+            qsort(l->e, l->n, sizeof(*l->e), ext_by_device);
+            break;
         }
-        int err = image_writer_add_data(j->w, j->r->id, va + done - j->r->va, j->stage, n);
-        if (err) {
-            tcgpu_op_set_error("%s", image_writer_error(j->w));
-            return err;
-        }
-        done += n;
-        progress_add(j->prog, n);
     }
     return 0;
 }
 
 static void free_host_copies(struct snap *s)
 {
-    for (size_t i = 0; i < s->n; i++) {
-        free(s->r[i].host);
-        s->r[i].host = NULL;
-    }
+    pipe_store_free(s->store);
+    s->store = NULL;
 }
 
 int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
 {
     struct progress prog = { fn, arg, 0, s->bytes };
-    int rc = 0;
+    struct ext_list l;
+    struct pipe *p = NULL;
+    int rc;
 
-    for (size_t i = 0; i < s->n && rc == 0; i++) {
-        struct region *r = &s->r[i];
-        r->host = malloc(r->size);
-        if (!r->host) {
-            tcgpu_op_set_error("out of host memory for %zu bytes of device memory at %#llx",
-                               r->size, (unsigned long long)r->va);
-            rc = -ENOMEM;
-            break;
-        }
-        if ((rc = ctx_enter(r->device)) != 0)
-            break;
-        struct copy_job j = { .r = r, .dst = r->host, .prog = &prog };
-        rc = reg_for_each_unskipped(r->va, r->size, copy_part_to_host, &j);
-        ctx_leave();
-    }
-    if (rc) {
-        free_host_copies(s);
+    free_host_copies(s);
+    if ((rc = list_extents(s, &l)) != 0)
         return rc;
+    if ((rc = open_pipe(&p, &prog)) == 0) {
+        rc = pipe_drain_host(p, l.e, l.n, &s->store);
+        if (rc)
+            tcgpu_op_set_error("%s", pipe_error(p));
+        pipe_get_stats(p, &s->stats);
     }
-    s->stored = s->bytes;
+    pipe_free(p);
+    free(l.e);
+    if (rc)
+        return rc;
+    s->stored = pipe_store_bytes(s->store);
     return 0;
 }
 
@@ -363,11 +402,11 @@ static int add_devices(struct snap *s, struct image_writer *w, uint32_t *index, 
     return 0;
 }
 
-static int write_regions(struct snap *s, struct image_writer *w, struct progress *prog)
+static int write_regions(struct snap *s, struct image_writer *w, struct pipe *p,
+                         const struct image *parent)
 {
     uint32_t devindex[TCGPU_IMG_MAX_DEVICES];
     struct image_process proc;
-    void *stage;
     int rc;
 
     fill_process(&proc);
@@ -385,28 +424,70 @@ static int write_regions(struct snap *s, struct image_writer *w, struct progress
             return rc;
         }
     }
-    stage = malloc(STAGE_BYTES);
-    if (!stage) {
-        tcgpu_op_set_error("out of host memory for the staging buffer");
-        return -ENOMEM;
+    if (s->store) {
+        /* The bytes are in host memory already (suspend: the device was
+         * released before compressing). */
+        rc = pipe_write_store(p, s->store, w, parent);
+    } else {
+        struct ext_list l;
+
+        if ((rc = list_extents(s, &l)) != 0)
+            return rc;
+        rc = pipe_drain_image(p, l.e, l.n, w, parent);
+        free(l.e);
     }
-    for (size_t i = 0; i < s->n; i++) {
-        struct copy_job j = { .r = &s->r[i], .w = w, .stage = stage, .prog = prog };
-        if ((rc = ctx_enter(s->r[i].device)) != 0)
-            break;
-        rc = reg_for_each_unskipped(s->r[i].va, s->r[i].size, copy_part_to_image, &j);
-        ctx_leave();
-        if (rc)
-            break;
-    }
-    free(stage);
+    pipe_get_stats(p, &s->stats);
+    if (rc && !tcgpu_op_error()[0])
+        tcgpu_op_set_error("%s", pipe_error(p));
+    else if (rc)
+        tcgpu_op_set_error("%s", pipe_error(p)[0] ? pipe_error(p) : tcgpu_op_error());
     return rc;
+}
+
+/* Opens the parent of an incremental image and names it in the writer. */
+static int open_parent(struct snap *s, struct image_writer *w, struct image **out)
+{
+    char err[512] = "", *abs;
+    uint8_t csum[16];
+    int rc;
+
+    *out = NULL;
+    if (!s->parent_dir)
+        return 0;
+    rc = image_open(out, s->parent_dir, 0, err, sizeof(err));
+    if (rc) {
+        tcgpu_op_set_error("parent image %s: %s", s->parent_dir, err[0] ? err : strerror(-rc));
+        return rc == -ENOENT ? -ENOENT : rc == -ENOMEM ? rc : -EBADMSG;
+    }
+    abs = realpath(s->parent_dir, NULL);
+    image_manifest_csum(*out, csum);
+    rc = image_writer_set_parent(w, abs ? abs : s->parent_dir, csum);
+    free(abs);
+    if (rc) {
+        tcgpu_op_set_error("parent image path too long: %s", s->parent_dir);
+        image_close(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int snap_set_parent(struct snap *s, const char *parent_dir)
+{
+    char *d = NULL;
+
+    if (parent_dir && *parent_dir && !(d = strdup(parent_dir)))
+        return -ENOMEM;
+    free(s->parent_dir);
+    s->parent_dir = d;
+    return 0;
 }
 
 int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void *arg)
 {
     struct progress prog = { fn, arg, 0, s->bytes };
     struct image_writer *w = NULL;
+    struct image *parent = NULL;
+    struct pipe *p = NULL;
     char err[512] = "";
     uint64_t raw, stored, chunks;
     int rc;
@@ -417,7 +498,14 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
         image_writer_free(w);
         return rc;
     }
-    rc = write_regions(s, w, &prog);
+    tcgpu_op_set_error("%s", "");
+    rc = open_parent(s, w, &parent);
+    if (rc == 0)
+        rc = open_pipe(&p, &prog);
+    if (rc == 0)
+        rc = write_regions(s, w, p, parent);
+    pipe_free(p);
+    image_close(parent);
     if (rc == 0 && (rc = image_writer_commit(w)) != 0)
         tcgpu_op_set_error("%s", image_writer_error(w));
     if (rc == 0) {
@@ -431,6 +519,8 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
         }
     }
     image_writer_free(w);             /* removes the temporary directory on failure */
+    if (rc == 0)
+        free_host_copies(s);          /* the image holds the bytes now */
     return rc;
 }
 
@@ -495,60 +585,43 @@ static int map_missing(struct pass *p)
     return 0;
 }
 
-struct refill {
-    const struct region *r;
-    struct progress *prog;
-};
-
-static int upload(void *arg, uint64_t off, const void *data, size_t len)
-{
-    struct refill *f = arg;
-    CUresult rc = TCGPU_REAL(cuMemcpyHtoD)(f->r->va + off, data, len);
-
-    if (rc != CUDA_SUCCESS) {
-        tcgpu_op_set_error("cuMemcpyHtoD of %zu bytes at %#llx: %s", len,
-                           (unsigned long long)(f->r->va + off), cu_error_name(rc));
-        return -EIO;
-    }
-    progress_add(f->prog, len);
-    return 0;
-}
-
-static int upload_part(CUdeviceptr va, size_t len, void *arg)
-{
-    struct refill *f = arg;
-    size_t off = va - f->r->va;
-
-    return upload(arg, off, (const char *)f->r->host + off, len);
-}
-
 static int refill_from_host(struct snap *s, struct progress *prog)
 {
-    int rc = 0;
+    struct pipe *p = NULL;
+    int rc = open_pipe(&p, prog);
 
-    for (size_t i = 0; i < s->n && rc == 0; i++) {
-        struct refill f = { &s->r[i], prog };
-        if ((rc = ctx_enter(s->r[i].device)) != 0)
-            break;
-        rc = reg_for_each_unskipped(s->r[i].va, s->r[i].size, upload_part, &f);
-        ctx_leave();
+    if (rc == 0) {
+        rc = pipe_refill_host(p, s->store);
+        if (rc)
+            tcgpu_op_set_error("%s", pipe_error(p));
+        pipe_get_stats(p, &s->stats);
     }
+    pipe_free(p);
     return rc;
 }
 
 static int refill_from_image(struct snap *s, struct image *img, struct progress *prog)
 {
-    int rc = 0;
+    struct pipe_ext *e = calloc(s->n ? s->n : 1, sizeof(*e));
+    struct pipe *p = NULL;
+    int rc;
 
-    for (size_t i = 0; i < s->n && rc == 0; i++) {
-        struct refill f = { &s->r[i], prog };
-        if ((rc = ctx_enter(s->r[i].device)) != 0)
-            break;
-        rc = image_read_allocation_cb(img, s->r[i].id, upload, &f);
-        if (rc && rc != -EIO)
-            tcgpu_op_set_error("%s", image_error(img));
-        ctx_leave();
+    if (!e) {
+        tcgpu_op_set_error("out of host memory");
+        return -ENOMEM;
     }
+    for (size_t i = 0; i < s->n; i++)
+        e[i] = (struct pipe_ext){ .va = s->r[i].va, .len = s->r[i].size, .alloc_id = s->r[i].id,
+                                  .dtype = s->r[i].dtype, .device = s->r[i].device };
+    rc = open_pipe(&p, prog);
+    if (rc == 0) {
+        rc = pipe_refill_image(p, img, e, s->n);
+        if (rc)
+            tcgpu_op_set_error("%s", pipe_error(p));
+        pipe_get_stats(p, &s->stats);
+    }
+    pipe_free(p);
+    free(e);
     return rc;
 }
 
@@ -691,6 +764,12 @@ int snap_set_image_dir(struct snap *s, const char *dir)
     return 0;
 }
 
+void snap_compress_host(struct snap *s)
+{
+    if (s->store && pipe_store_compress_start(s->store, 0) != 0)
+        log_info("host copy stays uncompressed (cannot start the compression threads)");
+}
+
 uint64_t snap_bytes(const struct snap *s)
 {
     return s->bytes;
@@ -708,5 +787,6 @@ void snap_free(struct snap *s)
     free_host_copies(s);
     free(s->r);
     free(s->image_dir);
+    free(s->parent_dir);
     free(s);
 }

@@ -33,8 +33,19 @@ int snap_sync(void);
 /* Copies every region to host memory (the suspend-to-RAM path). */
 int snap_save_host(struct snap *s, tcgpu_progress_fn progress, void *arg);
 
-/* Writes every region to a new image at `dir` (complete or absent). */
+/*
+ * Writes every region to a new image at `dir` (complete or absent): from the
+ * host copy when snap_save_host made one (which is then freed: the image
+ * holds the bytes), else streamed from the device.
+ */
 int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn progress, void *arg);
+
+/* Makes the next snap_save_image incremental against the image at
+ * `parent_dir` (NULL: a full image). 0 or -ENOMEM. */
+int snap_set_parent(struct snap *s, const char *parent_dir);
+
+/* Compresses the host copy in memory, in the background (resume waits). */
+void snap_compress_host(struct snap *s);
 
 /*
  * Unmaps every mapping and releases every physical allocation: the device

@@ -74,7 +74,9 @@ static void print_usage(FILE *f)
         "commands:\n"
         "  run [OPTIONS] [--] CMD [ARG...]   run CMD with libtcgpu.so preloaded\n"
         "  status PID [--json]               state, memory and last operation of PID\n"
-        "  checkpoint PID -D DIR             write an image of PID's GPU state to DIR; PID goes on\n"
+        "  checkpoint PID -D DIR [--parent P] write an image of PID's GPU state to DIR; PID goes on\n"
+        "                                    (--parent P|auto: incremental against image P, or\n"
+        "                                    against PID's previous checkpoint)\n"
         "  suspend PID [-D DIR]              take PID off the GPU (to host memory, or to DIR)\n"
         "  resume PID                        put PID back on the GPU\n"
         "  ps [--json]                       jobs tcgpud manages\n"
@@ -228,6 +230,7 @@ struct client_opts {
     int keep_context;           /* suspend: leave the CUDA context to the process */
     int auto_resume;            /* suspend through tcgpud: it may resume when memory fits */
     const char *dir;
+    const char *parent;         /* checkpoint: parent image or "auto" */
 };
 
 struct progress_view {
@@ -381,7 +384,7 @@ static void print_status_human(pid_t pid, const struct ctl_msg *m, FILE *f)
 }
 
 /* Options common to the commands that talk to a process. */
-enum { OPT_TIMEOUT = 1000, OPT_WAIT, OPT_JSON, OPT_KEEP_CONTEXT };
+enum { OPT_TIMEOUT = 1000, OPT_WAIT, OPT_JSON, OPT_KEEP_CONTEXT, OPT_PARENT };
 
 static int parse_client_args(const char *cmd, int argc, char **argv, const char *shortopts,
                              struct client_opts *o, pid_t *pid)
@@ -393,6 +396,7 @@ static int parse_client_args(const char *cmd, int argc, char **argv, const char 
         { "json", no_argument, NULL, OPT_JSON },
         { "keep-context", no_argument, NULL, OPT_KEEP_CONTEXT },
         { "auto-resume", no_argument, NULL, GPUCKPT_OPT_AUTO_RESUME },
+        { "parent", required_argument, NULL, OPT_PARENT },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
@@ -438,6 +442,11 @@ static int parse_client_args(const char *cmd, int argc, char **argv, const char 
             if (strcmp(cmd, "suspend"))
                 return usage_error(cmd, "--auto-resume is for suspend");
             o->auto_resume = 1;
+            break;
+        case OPT_PARENT:
+            if (strcmp(cmd, "checkpoint"))
+                return usage_error(cmd, "--parent is for checkpoint");
+            o->parent = optarg;
             break;
         default:
             return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
@@ -662,6 +671,15 @@ static int run_op_command(const char *cmd, int argc, char **argv, const char *sh
         }
         ctl_buf_put(req, "dir", dir);
     }
+    if (o.parent) {
+        char parent[PATH_MAX];
+        int e = strcmp(o.parent, "auto") ? absolute_dir(o.parent, parent, sizeof(parent)) : 0;
+        if (e < 0) {
+            r = usage_error(cmd, "bad parent directory '%s': %s", o.parent, strerror(-e));
+            goto out;
+        }
+        ctl_buf_put(req, "parent", strcmp(o.parent, "auto") ? parent : "auto");
+    }
     /* A job tcgpud manages is suspended and resumed by tcgpud, so that its
      * view stays true (and a manual suspension is not undone automatically). */
     if ((is_suspend || is_resume) &&
@@ -677,6 +695,7 @@ static int run_op_command(const char *cmd, int argc, char **argv, const char *sh
         rerelease_context(pid, &o);
     if (is_suspend && r == CTL_EXIT_OK && !o.keep_context)
         r = release_context(pid, &o, note, sizeof(note));
+
     if (r == CTL_EXIT_OK && !o.quiet) {
         struct tcgpu_status st;
         char t[32], b[32];
@@ -920,7 +939,7 @@ static const struct command commands[] = {
       "  --json          one JSON object on stdout (the protocol's fields, numbers as numbers)\n"
       "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
       "  --timeout SEC   give up waiting for the reply after SEC seconds (exit 5)\n" },
-    { "checkpoint", cmd_checkpoint, "checkpoint PID -D DIR [--timeout SEC] [--wait SEC] [-q]",
+    { "checkpoint", cmd_checkpoint, "checkpoint PID -D DIR [--parent DIR|auto] [--timeout SEC] [--wait SEC] [-q]",
       "Write an image of PID's GPU state to DIR (which must not exist); PID carries on.\n"
       "\n"
       "  -D, --dir DIR   the image directory (relative paths are made absolute here)\n"

@@ -22,7 +22,10 @@ struct scan_result {
     uint32_t nonzero, pad;
 };
 
-extern "C" __global__ void tcgpu_scan(const scan_desc *desc, uint32_t n, scan_result *out)
+/* flags bit 0: compute the hash; without it only zero detection, and the
+ * block stops at the first non-zero word it sees (checked every 64 KiB). */
+extern "C" __global__ void tcgpu_scan(const scan_desc *desc, uint32_t n, scan_result *out,
+                                      uint32_t flags)
 {
     __shared__ unsigned long long s_sum[32], s_any[32];
     uint32_t c = blockIdx.x;
@@ -34,7 +37,18 @@ extern "C" __global__ void tcgpu_scan(const scan_desc *desc, uint32_t n, scan_re
     uint64_t pairs = len / 16, sum = 0, any = 0;
     bool aligned = (((uintptr_t)b) & 7) == 0;
 
-    for (uint64_t j = threadIdx.x; j < pairs; j += blockDim.x) {
+    bool hash = flags & 1;
+
+    uint64_t rounds = (pairs + blockDim.x - 1) / blockDim.x;
+
+    /* Uniform trip count: every thread reaches each __syncthreads_or. */
+    for (uint64_t r = 0; r < rounds; r++) {
+        uint64_t j = r * blockDim.x + threadIdx.x;
+
+        if (!hash && r && r % 16 == 0 && __syncthreads_or(any != 0))
+            break;
+        if (j >= pairs)
+            continue;
         uint64_t a, d;
         if (aligned) {
             a = ((const uint64_t *)b)[2 * j];
@@ -44,7 +58,8 @@ extern "C" __global__ void tcgpu_scan(const scan_desc *desc, uint32_t n, scan_re
             d = devhash_load(b + 16 * j + 8, 8);
         }
         any |= a | d;
-        sum += devhash_term(j, a, d);
+        if (hash)
+            sum += devhash_term(j, a, d);
     }
     if (threadIdx.x == 0 && len % 16) {
         uint64_t at = 16 * pairs, rest = len - at;
@@ -68,7 +83,7 @@ extern "C" __global__ void tcgpu_scan(const scan_desc *desc, uint32_t n, scan_re
             t += s_sum[w];
             z |= s_any[w];
         }
-        out[c].hash = devhash_final(t, len);
+        out[c].hash = hash ? devhash_final(t, len) : 0;
         out[c].nonzero = z != 0;
         out[c].pad = 0;
     }

@@ -133,6 +133,13 @@ int tcgpu_op_checkpoint(const char *dir, tcgpu_progress_fn progress, void *arg)
     return fake_op(TCGPU_OP_CHECKPOINT, dir, progress, arg);
 }
 
+int tcgpu_op_checkpoint_parent(const char *dir, const char *parent, tcgpu_progress_fn progress,
+                               void *arg)
+{
+    (void)parent;
+    return tcgpu_op_checkpoint(dir, progress, arg);
+}
+
 int tcgpu_op_suspend(const char *dir, tcgpu_progress_fn progress, void *arg)
 {
     return fake_op(TCGPU_OP_SUSPEND, dir, progress, arg);

@@ -1,0 +1,494 @@
+/*
+ * bench_engine.c - the engine's figures, each a ratio against a baseline
+ * measured in the same run (tests/bench/run.sh drives it; docs/engine.md).
+ *
+ *   bench_engine free MB          time to free: drain to host (what a suspend
+ *                                 does before releasing) vs cuMemcpyDtoH of
+ *                                 the same bytes into a fresh buffer and into a
+ *                                 warm one; on the bench mix and on random data
+ *   bench_engine codec FILE DTYPE per file: stored/raw and MB/s per core of
+ *                                 tcgpu's codec vs zstd -1 (libzstd, 1 thread),
+ *                                 compress and decompress; prints
+ *                                 "codec NAME ratio_tcgpu ratio_zstd c_tcgpu c_zstd d_tcgpu d_zstd"
+ *   bench_engine mixfile OUT MB   writes the bench mix (a caching allocator's
+ *                                 heap: weights, moments, zeros, random, stale)
+ *   bench_engine refill MB        refill from an image and from host memory vs
+ *                                 cuMemcpyHtoD of the same bytes
+ *   bench_engine image MB DIR     streams MB of the mix to an image (time, size)
+ *
+ * Runs on simcuda through the driver table (TCGPU_REAL_LIBCUDA). Each timing
+ * is the median of REPS runs.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cuda.h>
+
+#include "codec.h"
+#include "driver.h"
+#include "image.h"
+#include "pipeline.h"
+
+#define MiB (1ull << 20)
+#define CHUNK (4u << 20)
+#define REPS 5
+
+static CUcontext ctx;
+static const char *shared_dir;
+
+static double now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, n, sizeof(*v), cmp_d);
+    return v[n / 2];
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_engine: %s\n", what);
+    exit(1);
+}
+
+#define CU(call) do { if ((call) != CUDA_SUCCESS) die(#call); } while (0)
+
+static uint8_t *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *b;
+    long n;
+
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    b = malloc(n ? (size_t)n : 1);
+    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n)
+        die("read");
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+static uint64_t xrand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/*
+ * The bench mix, `mb` MiB, as a caching allocator's heap looks: segments of
+ * bf16 weights, fp32 master weights and Adam moments (tiled from the bench
+ * data), gradients, activations, free blocks (zeros), stale blocks (old
+ * activations) and incompressible buffers (random: e.g. int8 quantised or
+ * already compressed data), in 2-8 MiB blocks.
+ */
+static void make_mix(uint8_t *dst, size_t bytes)
+{
+    static const char *files[] = { "weights.bf16", "weights.fp32", "adam_exp_avg.fp32",
+                                   "adam_exp_avg_sq.fp32", "grads.bf16", "activations.bf16" };
+    /* weights: share of blocks by kind (out of 20) */
+    static const int kinds[20] = { 0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 6, 6, 6, 6, 7, 8, 5 };
+    uint8_t *src[6];
+    size_t len[6], pos[6] = { 0 };
+    char path[4096];
+
+    for (int i = 0; i < 6; i++) {
+        snprintf(path, sizeof(path), "%s/bench-data/%s", shared_dir, files[i]);
+        if (!(src[i] = read_file(path, &len[i])))
+            die("bench data missing (TCGPU_SHARED_DIR)");
+    }
+    for (size_t at = 0; at < bytes;) {
+        size_t n = (2 + xrand() % 7) * MiB;
+        int k = kinds[xrand() % 20];
+
+        if (n > bytes - at)
+            n = bytes - at;
+        if (k <= 5) {
+            for (size_t d = 0; d < n;) {
+                size_t m = len[k] - pos[k] < n - d ? len[k] - pos[k] : n - d;
+                memcpy(dst + at + d, src[k] + pos[k], m);
+                pos[k] = (pos[k] + m) % len[k];
+                d += m;
+            }
+        } else if (k == 6) {
+            memset(dst + at, 0, n);          /* free blocks */
+        } else if (k == 7) {
+            for (size_t d = 0; d + 8 <= n; d += 8) {
+                uint64_t r = xrand();
+                memcpy(dst + at + d, &r, 8);
+            }
+        } else {
+            /* stale: old activations, half of the block re-zeroed */
+            memcpy(dst + at, src[5], n < len[5] ? n : len[5]);
+            memset(dst + at + n / 2, 0, n - n / 2);
+        }
+        at += n;
+    }
+    for (int i = 0; i < 6; i++)
+        free(src[i]);
+}
+
+static void fill_random(uint8_t *dst, size_t bytes)
+{
+    for (size_t d = 0; d + 8 <= bytes; d += 8) {
+        uint64_t r = xrand();
+        memcpy(dst + d, &r, 8);
+    }
+}
+
+static int enter(int device, void *arg)
+{
+    (void)device;
+    (void)arg;
+    return TCGPU_REAL(cuCtxPushCurrent)(ctx) == CUDA_SUCCESS ? 0 : -EIO;
+}
+
+static void leave(void *arg)
+{
+    CUcontext c;
+
+    (void)arg;
+    TCGPU_REAL(cuCtxPopCurrent)(&c);
+}
+
+static struct pipe *new_pipe(void)
+{
+    struct pipe_opts o = { .ctx_enter = enter, .ctx_leave = leave };
+    struct pipe *p;
+
+    if (pipe_new(&p, &o))
+        die("pipe_new");
+    return p;
+}
+
+static void init_cuda(void)
+{
+    CUdevice dev;
+
+    if (tcgpu_driver_load())
+        die("no driver (TCGPU_REAL_LIBCUDA)");
+    CU(TCGPU_REAL(cuInit)(0));
+    CU(TCGPU_REAL(cuDeviceGet)(&dev, 0));
+    CU(TCGPU_REAL(cuDevicePrimaryCtxRetain)(&ctx, dev));
+    CU(TCGPU_REAL(cuCtxSetCurrent)(ctx));
+}
+
+static CUdeviceptr device_with(const uint8_t *h, size_t bytes)
+{
+    CUdeviceptr d;
+
+    CU(TCGPU_REAL(cuMemAlloc)(&d, bytes));
+    CU(TCGPU_REAL(cuMemcpyHtoD)(d, h, bytes));
+    return d;
+}
+
+/* --- time to free ------------------------------------------------------------ */
+
+static void bench_free_one(const char *name, CUdeviceptr d, size_t bytes)
+{
+    double cold[REPS], warm[REPS], ours[REPS], ours_nh[REPS];
+    uint8_t *w = malloc(bytes);
+    struct pipe_ext e = { d, bytes, 1, 0, TCGPU_DTYPE_UNKNOWN, 0 };
+
+    memset(w, 1, bytes);
+    for (int r = 0; r < REPS; r++) {
+        struct pipe *p = new_pipe();
+        struct pipe_store *s = NULL;
+        uint8_t *c = malloc(bytes);
+        double t;
+
+        t = now();
+        CU(TCGPU_REAL(cuMemcpyDtoH)(c, d, bytes));
+        cold[r] = now() - t;
+        free(c);
+        t = now();
+        CU(TCGPU_REAL(cuMemcpyDtoH)(w, d, bytes));
+        warm[r] = now() - t;
+        t = now();
+        if (pipe_drain_host(p, &e, 1, &s))
+            die(pipe_error(p));
+        ours[r] = now() - t;
+        pipe_store_free(s);
+        pipe_free(p);
+        {
+            struct pipe_opts o = { .ctx_enter = enter, .ctx_leave = leave, .no_helpers = 1 };
+            if (pipe_new(&p, &o))
+                die("pipe_new");
+        }
+        t = now();
+        if (pipe_drain_host(p, &e, 1, &s))
+            die(pipe_error(p));
+        ours_nh[r] = now() - t;
+        pipe_store_free(s);
+        pipe_free(p);
+    }
+    double mc = median(cold, REPS), mw = median(warm, REPS), mo = median(ours, REPS),
+           mn = median(ours_nh, REPS);
+    printf("free %s %zu MiB: memcpy cold %.1f ms, warm %.1f ms; drain %.1f ms (helpers), "
+           "%.1f ms (none)\n", name, bytes >> 20, mc * 1e3, mw * 1e3, mo * 1e3, mn * 1e3);
+    printf("free_vs_memcpy_cold_%s %.3f\n", name, mo / mc);
+    printf("free_vs_memcpy_warm_%s %.3f\n", name, mo / mw);
+    printf("free_nohelpers_vs_memcpy_warm_%s %.3f\n", name, mn / mw);
+    free(w);
+}
+
+static int cmd_free(size_t mb)
+{
+    size_t bytes = mb * MiB;
+    uint8_t *h = malloc(bytes);
+    CUdeviceptr d;
+
+    init_cuda();
+    make_mix(h, bytes);
+    d = device_with(h, bytes);
+    bench_free_one("mix", d, bytes);
+    fill_random(h, bytes);
+    CU(TCGPU_REAL(cuMemcpyHtoD)(d, h, bytes));
+    bench_free_one("random", d, bytes);
+    return 0;
+}
+
+/* --- codec --------------------------------------------------------------------- */
+
+static enum tcgpu_dtype parse_dtype(const char *s)
+{
+    if (!strcmp(s, "bf16")) return TCGPU_DTYPE_BF16;
+    if (!strcmp(s, "fp16")) return TCGPU_DTYPE_FP16;
+    if (!strcmp(s, "fp32")) return TCGPU_DTYPE_FP32;
+    if (!strcmp(s, "u8")) return TCGPU_DTYPE_U8;
+    return TCGPU_DTYPE_UNKNOWN;
+}
+
+static int cmd_codec(const char *name, const char *path, const char *dt)
+{
+    enum tcgpu_dtype dtype = parse_dtype(dt);
+    size_t len = 0;
+    uint8_t *raw;
+    uint8_t *enc = malloc(CHUNK), *dec = malloc(CHUNK);
+    struct codec_ctx *cctx;
+    ZSTD_CCtx *zc = ZSTD_createCCtx();
+    ZSTD_DCtx *zd = ZSTD_createDCtx();
+    size_t zcap = ZSTD_compressBound(CHUNK);
+    uint8_t *zbuf = malloc(zcap);
+    double tc[REPS], td[REPS], zct[REPS], zdt[REPS];
+    uint64_t stored = 0, zstored = 0;
+
+    if (!strcmp(path, "zeros") || !strcmp(path, "random")) {
+        len = 64 * MiB;
+        raw = calloc(1, len);
+        if (path[0] == 'r')
+            fill_random(raw, len);
+    } else if (!(raw = read_file(path, &len))) {
+        die("cannot read input");
+    }
+    if (codec_ctx_new(&cctx, NULL))
+        die("codec");
+    ZSTD_CCtx_setParameter(zc, ZSTD_c_compressionLevel, 1);
+    for (int r = 0; r < REPS; r++) {
+        double t = now();
+        stored = 0;
+        for (size_t at = 0; at < len; at += CHUNK) {
+            size_t n = len - at < CHUNK ? len - at : CHUNK;
+            struct codec_out o;
+            if (codec_encode(cctx, raw + at, n, dtype, enc, CHUNK, &o))
+                die("encode");
+            stored += o.stored_len;
+        }
+        tc[r] = now() - t;
+        t = now();
+        for (size_t at = 0; at < len; at += CHUNK) {
+            size_t n = len - at < CHUNK ? len - at : CHUNK;
+            struct codec_out o;
+            codec_encode(cctx, raw + at, n, dtype, enc, CHUNK, &o);   /* (not timed: below) */
+            (void)o;
+            break;
+        }
+        /* decode timing: encode each chunk untimed, decode timed */
+        td[r] = 0;
+        for (size_t at = 0; at < len; at += CHUNK) {
+            size_t n = len - at < CHUNK ? len - at : CHUNK;
+            struct codec_out o;
+            codec_encode(cctx, raw + at, n, dtype, enc, CHUNK, &o);
+            if (o.data != enc && o.stored_len)
+                memcpy(enc, o.data, o.stored_len);
+            double t2 = now();
+            if (codec_decode(cctx, o.codec, enc, o.stored_len, dec, n))
+                die("decode");
+            td[r] += now() - t2;
+        }
+        t = now();
+        zstored = 0;
+        for (size_t at = 0; at < len; at += CHUNK) {
+            size_t n = len - at < CHUNK ? len - at : CHUNK;
+            size_t z = ZSTD_compress2(zc, zbuf, zcap, raw + at, n);
+            if (ZSTD_isError(z))
+                die("zstd");
+            zstored += z;
+        }
+        zct[r] = now() - t;
+        zdt[r] = 0;
+        for (size_t at = 0; at < len; at += CHUNK) {
+            size_t n = len - at < CHUNK ? len - at : CHUNK;
+            size_t z = ZSTD_compress2(zc, zbuf, zcap, raw + at, n);
+            double t2 = now();
+            if (ZSTD_isError(ZSTD_decompressDCtx(zd, dec, CHUNK, zbuf, z)))
+                die("unzstd");
+            zdt[r] += now() - t2;
+        }
+    }
+    double mb = (double)len / 1e6;
+    printf("codec %s %.4f %.4f %.0f %.0f %.0f %.0f\n", name, (double)stored / len,
+           (double)zstored / len, mb / median(tc, REPS), mb / median(zct, REPS),
+           mb / median(td, REPS), mb / median(zdt, REPS));
+    return 0;
+}
+
+static int cmd_mixfile(const char *out, size_t mb)
+{
+    size_t bytes = mb * MiB;
+    uint8_t *h = malloc(bytes);
+    FILE *f = fopen(out, "wb");
+
+    if (!f)
+        die("open out");
+    make_mix(h, bytes);
+    if (fwrite(h, 1, bytes, f) != bytes || fclose(f))
+        die("write");
+    return 0;
+}
+
+/* --- whole drain to an image, and refill ------------------------------------------ */
+
+static int write_image(const char *dir, CUdeviceptr d, size_t bytes, double *secs,
+                       uint64_t *stored)
+{
+    struct image_writer *w = NULL;
+    struct image_device dv = { .name = "sim" };
+    struct image_alloc a = { .id = 1, .addr = d, .size = bytes };
+    struct pipe_ext e = { d, bytes, 1, 0, TCGPU_DTYPE_UNKNOWN, 0 };
+    struct pipe *p = new_pipe();
+    char err[512];
+    double t = now();
+
+    if (image_writer_begin(&w, dir, NULL, err, sizeof(err)) ||
+        image_writer_add_device(w, &dv, NULL) || image_writer_add_allocation(w, &a))
+        die(err);
+    if (pipe_drain_image(p, &e, 1, w, NULL))
+        die(pipe_error(p));
+    if (image_writer_commit(w))
+        die(image_writer_error(w));
+    *secs = now() - t;
+    image_writer_stats(w, NULL, stored, NULL);
+    image_writer_free(w);
+    pipe_free(p);
+    return 0;
+}
+
+static int cmd_image(size_t mb, const char *dir)
+{
+    size_t bytes = mb * MiB;
+    uint8_t *h = malloc(bytes);
+    uint64_t stored;
+    double secs;
+
+    init_cuda();
+    make_mix(h, bytes);
+    write_image(dir, device_with(h, bytes), bytes, &secs, &stored);
+    printf("image %zu MiB: %.3f s, %llu bytes\n", mb, secs, (unsigned long long)stored);
+    return 0;
+}
+
+static int cmd_refill(size_t mb, const char *dir)
+{
+    size_t bytes = mb * MiB;
+    uint8_t *h = malloc(bytes);
+    double base[REPS], img_t[REPS], host_t[REPS];
+    uint64_t stored;
+    double secs;
+    CUdeviceptr d;
+    struct pipe_ext e;
+
+    init_cuda();
+    make_mix(h, bytes);
+    d = device_with(h, bytes);
+    e = (struct pipe_ext){ d, bytes, 1, 0, TCGPU_DTYPE_UNKNOWN, 0 };
+    write_image(dir, d, bytes, &secs, &stored);
+    for (int r = 0; r < REPS; r++) {
+        struct pipe *p = new_pipe();
+        struct pipe_store *s = NULL;
+        struct image *img = NULL;
+        char err[512];
+        double t = now();
+
+        CU(TCGPU_REAL(cuMemcpyHtoD)(d, h, bytes));
+        base[r] = now() - t;
+        if (image_open(&img, dir, 0, err, sizeof(err)))
+            die(err);
+        t = now();
+        if (pipe_refill_image(p, img, &e, 1))
+            die(pipe_error(p));
+        img_t[r] = now() - t;
+        image_close(img);
+        if (pipe_drain_host(p, &e, 1, &s))
+            die(pipe_error(p));
+        t = now();
+        if (pipe_refill_host(p, s))
+            die(pipe_error(p));
+        host_t[r] = now() - t;
+        pipe_store_free(s);
+        pipe_free(p);
+    }
+    double b = median(base, REPS), i = median(img_t, REPS), hh = median(host_t, REPS);
+    printf("refill %zu MiB: memcpy %.1f ms, from image %.1f ms, from host %.1f ms\n", mb,
+           b * 1e3, i * 1e3, hh * 1e3);
+    printf("refill_image_throughput_vs_memcpy %.3f\n", b / i);
+    printf("refill_host_throughput_vs_memcpy %.3f\n", b / hh);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    shared_dir = getenv("TCGPU_SHARED_DIR");
+    if (!shared_dir || !*shared_dir)
+        shared_dir = "../shared";
+    if (argc >= 3 && !strcmp(argv[1], "free"))
+        return cmd_free(strtoul(argv[2], NULL, 10));
+    if (argc >= 5 && !strcmp(argv[1], "codec"))
+        return cmd_codec(argv[2], argv[3], argv[4]);
+    if (argc >= 4 && !strcmp(argv[1], "mixfile"))
+        return cmd_mixfile(argv[2], strtoul(argv[3], NULL, 10));
+    if (argc >= 4 && !strcmp(argv[1], "image"))
+        return cmd_image(strtoul(argv[2], NULL, 10), argv[3]);
+    if (argc >= 4 && !strcmp(argv[1], "refill"))
+        return cmd_refill(strtoul(argv[2], NULL, 10), argv[3]);
+    fprintf(stderr, "usage: bench_engine free MB | codec NAME FILE DTYPE | mixfile OUT MB | "
+                    "image MB DIR | refill MB DIR\n");
+    return 2;
+}

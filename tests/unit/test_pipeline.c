@@ -1,0 +1,660 @@
+/*
+ * test_pipeline.c - the drain/refill engine on simcuda (lib/pipeline.h).
+ *
+ * The driver is simcuda, reached through the driver table as in the library
+ * (TCGPU_REAL_LIBCUDA). Device buffers hold data for every codec path (zero,
+ * random = RAW, text = ZSTD, floats = BYTEGROUP, odd tails, holes left by skip
+ * hints); each test drains them, scribbles over the device, refills and
+ * compares byte for byte:
+ *   host        drain to a host store and back, helpers on and off
+ *   image       streamed into an image, the codecs it chose, refilled from it
+ *   store-image a host store written as an image (suspend to an image)
+ *   chain       incremental images A <- B <- C: PARENT chunks, refill from C
+ *               and from B, parent missing / corrupt / replaced -> clear errors
+ *   devhash     the scan kernel's twin against the host reference (devhash.h)
+ *   compress    background compression of a store, then refill
+ *   ring        tiny chunks and slots, 1 and 5 workers: the rings wrap
+ *
+ *   test_pipeline [name]      (no name: all)
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#include "driver.h"
+#include "image.h"
+#include "kernels/devhash.h"
+#include "pipeline.h"
+#include "pipeline_dev.h"
+#include "tcheck.h"
+
+#define NBUF 7
+#define MiB (1u << 20)
+
+static CUcontext ctx;
+static char tmpdir[256];
+
+struct buf {
+    const char *what;
+    size_t size;
+    uint32_t dtype;
+    CUdeviceptr va;
+    uint8_t *want;
+};
+
+static struct buf bufs[NBUF] = {
+    { .what = "zeros", .size = 9 * MiB, .dtype = TCGPU_DTYPE_UNKNOWN },
+    { .what = "random", .size = 5 * MiB + 3, .dtype = TCGPU_DTYPE_U8 },
+    { .what = "text", .size = 6 * MiB, .dtype = TCGPU_DTYPE_U8 },
+    { .what = "bf16", .size = 8 * MiB, .dtype = TCGPU_DTYPE_BF16 },
+    { .what = "fp32", .size = 4 * MiB + 4096, .dtype = TCGPU_DTYPE_FP32 },
+    { .what = "small", .size = 1000, .dtype = TCGPU_DTYPE_UNKNOWN },
+    { .what = "holes", .size = 12 * MiB, .dtype = TCGPU_DTYPE_FP32 },
+};
+
+static uint64_t rng = 88172645463325252ull;
+
+static uint64_t next_rand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* Something like trained weights: small normal-ish floats. */
+static float weight(void)
+{
+    double s = 0;
+
+    for (int i = 0; i < 4; i++)
+        s += (double)(next_rand() % 1000000) / 1e6 - 0.5;
+    return (float)(s * 0.05);
+}
+
+static void fill(struct buf *b)
+{
+    static const char *words[] = { "the ", "model ", "weights ", "and ", "gradients ", "of ",
+                                   "a ", "checkpoint\n" };
+    size_t i;
+
+    switch (b->what[0]) {
+    case 'z':
+        memset(b->want, 0, b->size);
+        break;
+    case 'r':
+        for (i = 0; i < b->size; i++)
+            b->want[i] = (uint8_t)next_rand();
+        break;
+    case 't':
+        for (i = 0; i < b->size;) {
+            const char *w = words[next_rand() % 8];
+            for (; *w && i < b->size; w++)
+                b->want[i++] = (uint8_t)*w;
+        }
+        break;
+    case 'b':
+        for (i = 0; i + 1 < b->size; i += 2) {
+            float f = weight();
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            uint16_t h = (uint16_t)(u >> 16);
+            memcpy(b->want + i, &h, 2);
+        }
+        break;
+    default:   /* fp32, small, holes */
+        for (i = 0; i + 4 <= b->size; i += 4) {
+            float f = weight();
+            memcpy(b->want + i, &f, 4);
+        }
+        for (; i < b->size; i++)
+            b->want[i] = (uint8_t)i;
+        /* holes: a zero stretch too */
+        if (b->what[0] == 'h')
+            memset(b->want + 4 * MiB, 0, 4 * MiB);
+    }
+}
+
+#define CU(call)                                                                        \
+    do {                                                                                \
+        CUresult rc_ = (call);                                                          \
+        if (rc_ != CUDA_SUCCESS) {                                                      \
+            fprintf(stderr, "FAIL %s:%d: %s = %d\n", __FILE__, __LINE__, #call, rc_);  \
+            return 1;                                                                   \
+        }                                                                               \
+    } while (0)
+
+static int enter(int device, void *arg)
+{
+    (void)device;
+    (void)arg;
+    return TCGPU_REAL(cuCtxPushCurrent)(ctx) == CUDA_SUCCESS ? 0 : -EIO;
+}
+
+static void leave(void *arg)
+{
+    CUcontext c;
+
+    (void)arg;
+    TCGPU_REAL(cuCtxPopCurrent)(&c);
+}
+
+static struct pipe *new_pipe(unsigned workers, size_t chunk, size_t slot, int no_helpers)
+{
+    struct pipe_opts o = { .chunk_size = chunk, .workers = workers, .slot_size = slot,
+                           .slots = slot ? 3 : 0, .no_helpers = no_helpers,
+                           .ctx_enter = enter, .ctx_leave = leave };
+    struct pipe *p = NULL;
+
+    if (pipe_new(&p, &o)) {
+        fprintf(stderr, "pipe_new failed\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* The extents: every buffer whole, except "holes", which skips [1, 2) MiB
+ * and [9, 10.5) MiB (a framework's skip hints). */
+static size_t extents(struct pipe_ext *e)
+{
+    size_t n = 0;
+
+    for (int i = 0; i < NBUF; i++) {
+        struct buf *b = &bufs[i];
+        if (b->what[0] != 'h') {
+            e[n++] = (struct pipe_ext){ b->va, b->size, (uint64_t)i + 10, 0, b->dtype, 0 };
+            continue;
+        }
+        e[n++] = (struct pipe_ext){ b->va, MiB, (uint64_t)i + 10, 0, b->dtype, 0 };
+        e[n++] = (struct pipe_ext){ b->va + 2 * MiB, 7 * MiB, (uint64_t)i + 10, 2 * MiB,
+                                    b->dtype, 0 };
+        e[n++] = (struct pipe_ext){ b->va + 21 * MiB / 2, 3 * MiB / 2, (uint64_t)i + 10,
+                                    21 * MiB / 2, b->dtype, 0 };
+    }
+    return n;
+}
+
+static int is_hole(const struct buf *b, size_t off)
+{
+    return b->what[0] == 'h' && ((off >= MiB && off < 2 * MiB) ||
+                                 (off >= 9 * MiB && off < 21 * MiB / 2));
+}
+
+static int upload_all(void)
+{
+    for (int i = 0; i < NBUF; i++)
+        CU(TCGPU_REAL(cuMemcpyHtoD)(bufs[i].va, bufs[i].want, bufs[i].size));
+    return 0;
+}
+
+static int scribble(void)
+{
+    for (int i = 0; i < NBUF; i++)
+        CU(TCGPU_REAL(cuMemsetD8)(bufs[i].va, 0xA5, bufs[i].size));
+    return 0;
+}
+
+/* Device == want, except in holes (left as they were: 0xA5 after scribble). */
+static int compare(const char *when)
+{
+    for (int i = 0; i < NBUF; i++) {
+        struct buf *b = &bufs[i];
+        uint8_t *got = malloc(b->size);
+
+        CU(TCGPU_REAL(cuMemcpyDtoH)(got, b->va, b->size));
+        for (size_t k = 0; k < b->size; k++) {
+            uint8_t want = is_hole(b, k) ? 0xA5 : b->want[k];
+            if (got[k] != want) {
+                fprintf(stderr, "FAIL %s: %s byte %zu is %#x, want %#x\n", when, b->what, k,
+                        got[k], want);
+                free(got);
+                return 1;
+            }
+        }
+        free(got);
+    }
+    return 0;
+}
+
+static int add_allocs(struct image_writer *w)
+{
+    struct image_device d = { .ordinal = 0, .name = "sim" };
+
+    if (image_writer_add_device(w, &d, NULL))
+        return 1;
+    for (int i = 0; i < NBUF; i++) {
+        struct image_alloc a = { .id = (uint64_t)i + 10, .addr = bufs[i].va,
+                                 .size = bufs[i].size, .dtype = bufs[i].dtype };
+        if (image_writer_add_allocation(w, &a))
+            return 1;
+    }
+    return 0;
+}
+
+static void allocs_ext(struct pipe_ext *e)
+{
+    for (int i = 0; i < NBUF; i++)
+        e[i] = (struct pipe_ext){ bufs[i].va, bufs[i].size, (uint64_t)i + 10, 0,
+                                  bufs[i].dtype, 0 };
+}
+
+/* Streams the buffers into an image at dir (parent may be NULL). */
+static int write_image(struct pipe *p, const char *dir, const char *parent_dir,
+                       struct pipe_stats *st)
+{
+    struct pipe_ext e[NBUF + 4];
+    size_t n = extents(e);
+    struct image_writer *w = NULL;
+    struct image *parent = NULL;
+    char err[512];
+    int rc;
+
+    CHECK(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == 0, "%s", err);
+    CHECK(add_allocs(w) == 0, "allocations");
+    if (parent_dir) {
+        uint8_t csum[16];
+        CHECK(image_open(&parent, parent_dir, 0, err, sizeof(err)) == 0, "%s", err);
+        image_manifest_csum(parent, csum);
+        CHECK(image_writer_set_parent(w, parent_dir, csum) == 0, "set_parent");
+    }
+    rc = pipe_drain_image(p, e, n, w, parent);
+    CHECK(rc == 0, "pipe_drain_image: %d %s", rc, pipe_error(p));
+    pipe_get_stats(p, st);
+    CHECK(image_writer_commit(w) == 0, "%s", image_writer_error(w));
+    image_writer_free(w);
+    image_close(parent);
+    return 0;
+}
+
+static int refill_image(struct pipe *p, const char *dir, int want_rc, const char *want_msg)
+{
+    struct pipe_ext e[NBUF];
+    struct image *img = NULL;
+    char err[512] = "";
+    int rc = image_open(&img, dir, 0, err, sizeof(err));
+
+    if (want_rc) {
+        CHECK(rc == want_rc, "opening %s: %d, want %d (%s)", dir, rc, want_rc, err);
+        CHECK(strstr(err, want_msg), "message '%s' lacks '%s'", err, want_msg);
+        return 0;
+    }
+    CHECK(rc == 0, "%s", err);
+    CHECK(image_verify_all(img, 0) == 0, "%s", image_error(img));
+    allocs_ext(e);
+    rc = pipe_refill_image(p, img, e, NBUF);
+    CHECK(rc == 0, "pipe_refill_image: %s", pipe_error(p));
+    image_close(img);
+    return 0;
+}
+
+/* --- tests ------------------------------------------------------------------ */
+
+static int test_host(void)
+{
+    for (int helpers = 0; helpers < 2; helpers++) {
+        struct pipe *p = new_pipe(0, 0, 0, !helpers);
+        struct pipe_ext e[NBUF + 4];
+        size_t n = extents(e);
+        struct pipe_store *s = NULL;
+        struct pipe_stats st;
+
+        if (upload_all())
+            return 1;
+        CHECK(pipe_drain_host(p, e, n, &s) == 0, "drain: %s", pipe_error(p));
+        pipe_get_stats(p, &st);
+        if (helpers) {
+            CHECK(st.helpers == PDEV_SIM_TWIN, "helpers %d: the simcuda twin did not load",
+                  st.helpers);
+            /* zeros (3 chunks) + the zero stretch of holes (1) */
+            CHECK(st.device_skipped >= 4, "device skipped only %llu chunks",
+                  (unsigned long long)st.device_skipped);
+            CHECK(st.copied_bytes < st.raw_bytes - 12 * MiB, "copied %llu of %llu",
+                  (unsigned long long)st.copied_bytes, (unsigned long long)st.raw_bytes);
+        } else {
+            CHECK(st.copied_bytes == st.raw_bytes, "copied %llu of %llu",
+                  (unsigned long long)st.copied_bytes, (unsigned long long)st.raw_bytes);
+        }
+        if (scribble())
+            return 1;
+        CHECK(pipe_refill_host(p, s) == 0, "refill: %s", pipe_error(p));
+        if (compare(helpers ? "host, helpers" : "host"))
+            return 1;
+        pipe_store_free(s);
+        pipe_free(p);
+    }
+    return 0;
+}
+
+static int test_image(void)
+{
+    struct pipe *p = new_pipe(0, 0, 0, 0);
+    struct pipe_stats st;
+    struct image *img = NULL;
+    unsigned seen = 0;
+    char dir[300], err[512];
+
+    snprintf(dir, sizeof(dir), "%s/img", tmpdir);
+    if (upload_all() || write_image(p, dir, NULL, &st))
+        return 1;
+    CHECK(image_open(&img, dir, 0, err, sizeof(err)) == 0, "%s", err);
+    for (size_t i = 0; i < image_chunk_count(img); i++)
+        seen |= 1u << image_chunk_at(img, i)->codec;
+    image_close(img);
+    CHECK(seen == ((1u << TCGPU_CODEC_ZERO) | (1u << TCGPU_CODEC_RAW) | (1u << TCGPU_CODEC_ZSTD) |
+                   (1u << TCGPU_CODEC_BYTEGROUP)),
+          "codecs used: mask %#x", seen);
+    CHECK(st.stored_bytes < st.raw_bytes, "nothing compressed");
+    if (scribble() || refill_image(p, dir, 0, NULL) || compare("image"))
+        return 1;
+    pipe_free(p);
+    return 0;
+}
+
+static int test_store_image(void)
+{
+    struct pipe *p = new_pipe(2, 0, 0, 0);
+    struct pipe_ext e[NBUF + 4];
+    size_t n = extents(e);
+    struct pipe_store *s = NULL;
+    struct image_writer *w = NULL;
+    char dir[300], err[512];
+
+    snprintf(dir, sizeof(dir), "%s/store-img", tmpdir);
+    if (upload_all())
+        return 1;
+    CHECK(pipe_drain_host(p, e, n, &s) == 0, "drain: %s", pipe_error(p));
+    if (scribble())   /* the device is "released": the store alone holds the bytes */
+        return 1;
+    CHECK(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == 0, "%s", err);
+    CHECK(add_allocs(w) == 0, "allocations");
+    CHECK(pipe_write_store(p, s, w, NULL) == 0, "write store: %s", pipe_error(p));
+    CHECK(image_writer_commit(w) == 0, "%s", image_writer_error(w));
+    image_writer_free(w);
+    pipe_store_free(s);
+    if (refill_image(p, dir, 0, NULL) || compare("store to image"))
+        return 1;
+    pipe_free(p);
+    return 0;
+}
+
+/* One changed byte in buffer `i` at `off`, on the device and in `want`. */
+static int touch(int i, size_t off)
+{
+    uint8_t v = bufs[i].want[off] ^= 0x5A;
+
+    CU(TCGPU_REAL(cuMemcpyHtoD)(bufs[i].va + off, &v, 1));
+    return 0;
+}
+
+static size_t count_codec(const char *dir, unsigned codec)
+{
+    struct image *img = NULL;
+    size_t n = 0;
+
+    if (image_open(&img, dir, IMAGE_OPEN_NO_PARENT, NULL, 0))
+        return (size_t)-1;
+    for (size_t i = 0; i < image_chunk_count(img); i++) {
+        n += image_chunk_at(img, i)->codec == codec;
+        if (getenv("TEST_VERBOSE"))
+            fprintf(stderr, "%s: chunk %zu alloc %llu +%#llx len %u codec %u\n", dir, i,
+                    (unsigned long long)image_chunk_at(img, i)->alloc_id,
+                    (unsigned long long)image_chunk_at(img, i)->alloc_offset,
+                    image_chunk_at(img, i)->raw_len, image_chunk_at(img, i)->codec);
+    }
+    image_close(img);
+    return n;
+}
+
+static int copy_file(const char *from, const char *to)
+{
+    char cmd[1024];
+
+    snprintf(cmd, sizeof(cmd), "cp -a '%s' '%s'", from, to);
+    return system(cmd);
+}
+
+static int test_chain(void)
+{
+    char a[300], b[300], c[300], x[300], moved[300], path[1300];
+    uint8_t *at_b[NBUF];
+    struct pipe_stats st;
+
+    snprintf(a, sizeof(a), "%s/A", tmpdir);
+    snprintf(b, sizeof(b), "%s/B", tmpdir);
+    snprintf(c, sizeof(c), "%s/C", tmpdir);
+    snprintf(moved, sizeof(moved), "%s/A-moved", tmpdir);
+    snprintf(x, sizeof(x), "%s/X", tmpdir);
+    for (int helpers = 0; helpers < 2; helpers++) {
+        struct pipe *p = new_pipe(0, 0, 0, !helpers);
+        size_t total, parents_b, parents_c;
+
+        if (helpers) {
+            snprintf(path, sizeof(path), "rm -rf '%s' '%s' '%s' '%s'", a, b, c, moved);
+            CHECK(system(path) == 0, "cleanup");
+        }
+        if (upload_all() || write_image(p, a, NULL, &st))
+            return 1;
+        total = count_codec(a, TCGPU_CODEC_ZERO) + count_codec(a, TCGPU_CODEC_RAW) +
+                count_codec(a, TCGPU_CODEC_ZSTD) + count_codec(a, TCGPU_CODEC_BYTEGROUP);
+        /* B: one byte of fp32's first chunk changed */
+        if (touch(4, 100) || write_image(p, b, a, &st))
+            return 1;
+        /* Unchanged chunks are PARENT, or ZERO when the device found them
+         * zero (as cheap, and self-contained). */
+        parents_b = count_codec(b, TCGPU_CODEC_PARENT);
+        CHECK(parents_b + count_codec(b, TCGPU_CODEC_ZERO) == total - 1,
+              "B: %zu PARENT + %zu ZERO chunks of %zu, want all but one (helpers %d)",
+              parents_b, count_codec(b, TCGPU_CODEC_ZERO), total, helpers);
+        CHECK(st.parent_chunks == parents_b, "stats: %llu parent chunks",
+              (unsigned long long)st.parent_chunks);
+        if (helpers)   /* unchanged chunks never left the device */
+            CHECK(st.copied_bytes <= 4 * MiB, "B copied %llu bytes",
+                  (unsigned long long)st.copied_bytes);
+        for (int i = 0; i < NBUF; i++) {
+            at_b[i] = malloc(bufs[i].size);
+            memcpy(at_b[i], bufs[i].want, bufs[i].size);
+        }
+        /* C: bf16's last chunk and the small buffer changed */
+        if (touch(3, 8 * MiB - 1) || touch(5, 999) || write_image(p, c, b, &st))
+            return 1;
+        parents_c = count_codec(c, TCGPU_CODEC_PARENT) + count_codec(c, TCGPU_CODEC_ZERO);
+        CHECK(parents_c == total - 2, "C: %zu PARENT chunks of %zu", parents_c, total);
+        /* C resolves through B to A */
+        if (scribble() || refill_image(p, c, 0, NULL) || compare("chain C"))
+            return 1;
+        /* B, as it was */
+        for (int i = 0; i < NBUF; i++) {
+            uint8_t *t = bufs[i].want;
+            bufs[i].want = at_b[i];
+            at_b[i] = t;
+        }
+        if (scribble() || refill_image(p, b, 0, NULL) || compare("chain B"))
+            return 1;
+        for (int i = 0; i < NBUF; i++) {
+            free(bufs[i].want);
+            bufs[i].want = at_b[i];
+        }
+        if (helpers && write_image(p, x, NULL, &st))
+            return 1;
+        pipe_free(p);
+    }
+    /* A moved away: C cannot be read (B's parent is missing) */
+    CHECK(rename(a, moved) == 0, "rename");
+    if (refill_image(NULL, c, -ENOENT, "parent image"))
+        return 1;
+    /* A replaced by another image (an independent full one): checksum differs */
+    CHECK(copy_file(x, a) == 0, "copy");
+    snprintf(path, sizeof(path), "rm -rf '%s'", a);
+    if (refill_image(NULL, c, -EBADMSG, "is not the image"))
+        return 1;
+    CHECK(system(path) == 0, "rm");
+    /* A back, with its manifest damaged */
+    CHECK(rename(moved, a) == 0, "rename back");
+    snprintf(path, sizeof(path), "%s/manifest", a);
+    {
+        int fd = open(path, O_RDWR);
+        uint8_t byte;
+        CHECK(fd >= 0 && pread(fd, &byte, 1, 100) == 1, "read");
+        byte ^= 0x40;
+        CHECK(pwrite(fd, &byte, 1, 100) == 1, "write");
+        close(fd);
+    }
+    if (refill_image(NULL, c, -EBADMSG, "parent image"))
+        return 1;
+    return 0;
+}
+
+static int test_devhash(void)
+{
+    static const size_t lens[] = { 1, 7, 8, 15, 16, 17, 31, 4096, 65537, 4 * MiB };
+    struct pdev *d = NULL;
+    CUstream s;
+    CUdeviceptr dbuf;
+    uint8_t *h = malloc(4 * MiB + 64);
+    struct pdev_desc desc[2 * 10];
+    struct pdev_result res[2 * 10];
+    char err[256];
+    size_t n = 0;
+
+    CU(TCGPU_REAL(cuCtxPushCurrent)(ctx));
+    CU(TCGPU_REAL(cuStreamCreate)(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(pdev_load(&d, 64) == 0, "no helper image loads on simcuda");
+    CHECK(pdev_kind(d) == PDEV_SIM_TWIN, "loaded kind %d", pdev_kind(d));
+    CU(TCGPU_REAL(cuMemAlloc)(&dbuf, 4 * MiB + 64));
+    for (size_t i = 0; i < 4 * MiB + 64; i++)
+        h[i] = (uint8_t)next_rand();
+    memset(h + 3 * MiB, 0, MiB + 64);
+    CU(TCGPU_REAL(cuMemcpyHtoD)(dbuf, h, 4 * MiB + 64));
+    for (size_t i = 0; i < 10; i++) {
+        desc[n++] = (struct pdev_desc){ dbuf + 3, lens[i] };           /* unaligned, random */
+        desc[n++] = (struct pdev_desc){ dbuf + 3 * MiB, lens[i] < MiB ? lens[i] : MiB };
+    }
+    CHECK(pdev_scan(d, s, desc, n, PDEV_SCAN_HASH, res, err, sizeof(err)) == 0, "scan: %s", err);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t nz;
+        uint64_t want = devhash_host(h + (desc[i].va - dbuf), desc[i].len, &nz);
+        CHECK(res[i].hash == want, "chunk %zu (len %llu): device hash %#llx, host %#llx", i,
+              (unsigned long long)desc[i].len, (unsigned long long)res[i].hash,
+              (unsigned long long)want);
+        CHECK(res[i].nonzero == nz && nz == (i % 2 == 0), "chunk %zu: nonzero %u", i,
+              res[i].nonzero);
+    }
+    /* A single non-zero byte at the very end is seen; one bit flip changes the hash. */
+    uint8_t one = 1;
+    CU(TCGPU_REAL(cuMemcpyHtoD)(dbuf + 3 * MiB + 4095, &one, 1));
+    desc[0] = (struct pdev_desc){ dbuf + 3 * MiB, 4096 };
+    CHECK(pdev_scan(d, s, desc, 1, PDEV_SCAN_HASH, res, err, sizeof(err)) == 0, "scan: %s", err);
+    CHECK(res[0].nonzero == 1, "last byte missed");
+    {   /* zero detection alone agrees */
+        struct pdev_result z[20];
+        CHECK(pdev_scan(d, s, desc, 1, 0, z, err, sizeof(err)) == 0, "scan: %s", err);
+        CHECK(z[0].nonzero == 1 && z[0].hash == 0, "zero-only scan: nonzero %u", z[0].nonzero);
+    }
+    CHECK(res[0].hash != devhash_host(h + 3 * MiB, 4096, NULL), "hash ignores a change");
+    /* Known answer: pins the definition (devhash.h) across builds. */
+    {
+        uint8_t k[40];
+        for (int i = 0; i < 40; i++)
+            k[i] = (uint8_t)i;
+        uint64_t v = devhash_host(k, 40, NULL);
+        CHECK(v == devhash_final(devhash_term(0, 0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull) +
+                                 devhash_term(1, 0x1716151413121110ull, 0x1f1e1d1c1b1a1918ull) +
+                                 devhash_term(2, 0x2726252423222120ull, 0), 40),
+              "definition drift");
+    }
+    TCGPU_REAL(cuMemFree)(dbuf);
+    pdev_unload(d);
+    TCGPU_REAL(cuStreamDestroy)(s);
+    leave(NULL);
+    free(h);
+    return 0;
+}
+
+static int test_compress(void)
+{
+    struct pipe *p = new_pipe(2, 0, 0, 0);
+    struct pipe_ext e[NBUF + 4];
+    size_t n = extents(e);
+    struct pipe_store *s = NULL;
+    uint64_t before;
+
+    if (upload_all())
+        return 1;
+    CHECK(pipe_drain_host(p, e, n, &s) == 0, "drain: %s", pipe_error(p));
+    before = pipe_store_bytes(s);
+    CHECK(pipe_store_compress_start(s, 2) == 0, "start");
+    usleep(300000);
+    pipe_store_compress_stop(s);
+    CHECK(pipe_store_bytes(s) < before, "store did not shrink: %llu -> %llu",
+          (unsigned long long)before, (unsigned long long)pipe_store_bytes(s));
+    if (scribble())
+        return 1;
+    CHECK(pipe_refill_host(p, s) == 0, "refill: %s", pipe_error(p));
+    pipe_store_free(s);
+    pipe_free(p);
+    return compare("compressed store");
+}
+
+static int test_ring(void)
+{
+    static const unsigned workers[] = { 1, 5 };
+
+    for (int k = 0; k < 2; k++) {
+        struct pipe *p = new_pipe(workers[k], 64 * 1024, 64 * 1024 * 3, k);
+        struct pipe_stats st;
+        char dir[300];
+
+        snprintf(dir, sizeof(dir), "%s/ring-%d", tmpdir, k);
+        if (upload_all() || write_image(p, dir, NULL, &st))
+            return 1;
+        if (scribble() || refill_image(p, dir, 0, NULL) || compare("ring"))
+            return 1;
+        pipe_free(p);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *only = argc > 1 ? argv[1] : NULL;
+    CUdevice dev;
+    int failed_ = 0;
+
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test-pipeline-XXXXXX");
+    if (!mkdtemp(tmpdir))
+        return 1;
+    if (tcgpu_driver_load() != 0) {
+        fprintf(stderr, "skip: no driver (set TCGPU_REAL_LIBCUDA to simcuda)\n");
+        return 77;
+    }
+    CU(TCGPU_REAL(cuInit)(0));
+    CU(TCGPU_REAL(cuDeviceGet)(&dev, 0));
+    CU(TCGPU_REAL(cuDevicePrimaryCtxRetain)(&ctx, dev));
+    CU(TCGPU_REAL(cuCtxSetCurrent)(ctx));
+    for (int i = 0; i < NBUF; i++) {
+        bufs[i].want = malloc(bufs[i].size);
+        fill(&bufs[i]);
+        CU(TCGPU_REAL(cuMemAlloc)(&bufs[i].va, bufs[i].size));
+    }
+#define T(name) if (!only || !strcmp(only, #name)) RUN(test_##name)
+    T(host);
+    T(image);
+    T(store_image);
+    T(chain);
+    T(devhash);
+    T(compress);
+    T(ring);
+    {
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            failed_ = 1;
+    }
+    return failed_;
+}
