@@ -1,0 +1,83 @@
+# Helpers of the tcgpud scenarios (sourced by tests/sim/tcgpud_*.sh after lib.sh).
+# Each test runs its own tcgpud on its own simulated device, socket and state file.
+TCGPUD=$B/tools/tcgpud
+export TCGPU_DAEMON_SOCKET=$WORK/tcgpud.sock
+CONTEXT_BYTES=$((32 << 20))            # SIMCUDA_CONTEXT_MEM of lib.sh
+SLACK=$((CONTEXT_BYTES + (4 << 20)))   # what a suspended job may still hold (its context)
+
+# write_config BODY : [daemon] for this test, then BODY (projects, GPUs).
+write_config() {
+    cat >"$WORK/tcgpud.ini" <<EOF
+[daemon]
+socket = $TCGPU_DAEMON_SOCKET
+state_file = $WORK/tcgpud.state
+min_runtime = ${MIN_RUNTIME:-1s}
+resume_retry = 1s
+metrics = $WORK/tcgpud.prom
+$1
+EOF
+}
+
+# start_tcgpud : tcgpud on $WORK/tcgpud.ini (log appended to $WORK/tcgpud.log); sets DAEMON.
+start_tcgpud() {
+    "$TCGPUD" --config "$WORK/tcgpud.ini" >>"$WORK/tcgpud.log" 2>&1 &
+    DAEMON=$!
+    BG_PIDS+=("$DAEMON")
+    local i
+    for i in $(seq 1 200); do
+        "$GPUCKPT" ps >/dev/null 2>&1 && return 0
+        kill -0 "$DAEMON" 2>/dev/null || fail "tcgpud died: $(tail -n 5 "$WORK/tcgpud.log")"
+        sleep 0.05
+    done
+    fail "tcgpud did not answer within 10 s: $(tail -n 5 "$WORK/tcgpud.log")"
+}
+
+# job_field PID KEY : a field of PID in gpuckpt ps --json ("" when not managed).
+job_field() {
+    "$GPUCKPT" ps --json 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+for j in d["jobs"]:
+    if j["pid"] == int(sys.argv[1]):
+        print(j.get(sys.argv[2], ""))' "$1" "$2"
+}
+
+# wait_state PID STATE [SECONDS] : tcgpud reports PID in STATE.
+wait_state() {
+    local i s=""
+    for i in $(seq 1 $(( ${3:-20} * 20 ))); do
+        s=$(job_field "$1" state)
+        [ "$s" = "$2" ] && return 0
+        sleep 0.05
+    done
+    fail "pid $1 is '$s', not '$2', after ${3:-20} s: $(tail -n 5 "$WORK/tcgpud.log")"
+}
+
+# wait_registered PID : tcgpud manages PID.
+wait_registered() {
+    local i
+    for i in $(seq 1 400); do
+        [ -n "$(job_field "$1" state)" ] && return 0
+        kill -0 "$1" 2>/dev/null || fail "job $1 died before registering"
+        sleep 0.05
+    done
+    fail "job $1 never registered: $(tail -n 5 "$WORK/tcgpud.log")"
+}
+
+# reference NAME ARGS... : checksum of an uninterrupted run of train on a device of its own.
+reference() {
+    local name=$1; shift
+    SIMCUDA_SHM=$SIMCUDA_SHM-ref SIMCUDA_DEVICE_MEM=2G "$TRAIN" "$@" >"$WORK/ref-$name.out" 2>&1 ||
+        fail "reference run $name failed: $(tail -n 3 "$WORK/ref-$name.out")"
+    rm -f "/dev/shm$SIMCUDA_SHM-ref"
+    checksum_of "$WORK/ref-$name.out"
+}
+
+# events_of PID : tcgpud's event types for PID, one per line.
+events_of() {
+    "$GPUCKPT" events --json | python3 -c '
+import json, sys
+for l in sys.stdin:
+    e = json.loads(l)
+    if e.get("pid") == int(sys.argv[1]): print(e["type"])' "$1"
+}

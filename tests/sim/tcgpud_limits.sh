@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Per-job memory limits: enforced in the interposer (beyond the limit:
+# CUDA_ERROR_OUT_OF_MEMORY), and cuMemGetInfo reports the job's view.
+# Without tcgpud (--gpu-mem alone); with tcgpud (a project's default_limit):
+# borrow = no keeps it hard, borrow = yes lets tcgpud raise it when the GPU
+# has room.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/tcgpud_lib.sh"
+PROBE=$PROGS/tcgpud_meminfo
+
+# --- no daemon ---
+export TCGPU_DAEMON_SOCKET=$WORK/no-such.sock
+out=$("$GPUCKPT" run --gpu-mem 256M -- "$PROBE" 100 200) || fail "probe failed: $out"
+grep -q '^total=256 free=15[0-9]$' <<<"$out" || fail "cuMemGetInfo under a 256M limit: $out"
+grep -q '^more=oom$' <<<"$out" || fail "an allocation beyond the limit succeeded: $out"
+out=$("$GPUCKPT" run --gpu-mem 512M -- "$PROBE" 100 200) || fail "probe failed: $out"
+grep -q '^more=ok$' <<<"$out" || fail "an allocation within the limit failed: $out"
+out=$("$GPUCKPT" run -- "$PROBE" 100 200) || fail "probe failed: $out"
+grep -q '^total=1024 ' <<<"$out" || fail "without a limit cuMemGetInfo is the device's: $out"
+rc=0; "$GPUCKPT" run --gpu-mem 300M -- "$TRAIN" --mb 400 --steps 2 >"$WORK/t.out" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] && grep -q OUT_OF_MEMORY "$WORK/t.out" || fail "train beyond its limit: exit $rc, $(tail -n 2 "$WORK/t.out")"
+note "limits without tcgpud ok"
+
+# --- with tcgpud ---
+export TCGPU_DAEMON_SOCKET=$WORK/tcgpud.sock
+write_config "
+[project strict]
+priority = 10
+members = *
+borrow = no
+default_limit = 256M
+
+[project flex]
+priority = 10
+members = *
+borrow = yes
+default_limit = 256M
+"
+start_tcgpud
+out=$("$GPUCKPT" run --project strict -- "$PROBE" 100 200) || fail "probe failed: $out"
+grep -q '^total=256 ' <<<"$out" && grep -q '^more=oom$' <<<"$out" || fail "strict project: $out"
+out=$("$GPUCKPT" run --project flex -- "$PROBE" 100 200) || fail "probe failed: $out"
+grep -q '^more=ok$' <<<"$out" || fail "flex project may borrow beyond its default limit: $out"
+"$GPUCKPT" events | grep -q 'over_limit=1' || fail "no over-limit request in the events"
+# a job's own --gpu-mem beats the project's default
+out=$("$GPUCKPT" run --project strict --gpu-mem 512M -- "$PROBE" 100 200) || fail "probe failed: $out"
+grep -q '^total=512 ' <<<"$out" && grep -q '^more=ok$' <<<"$out" || fail "--gpu-mem 512M: $out"
+echo "ok: limits enforced, cuMemGetInfo shows the job's view, borrowing raises the limit"

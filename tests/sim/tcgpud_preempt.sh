@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# tcgpud: a high-priority job arrives on a full GPU; the low-priority job is
+# suspended (its memory really freed: simcuda-smi), the high job runs, the
+# low job is resumed automatically; both checksums equal uninterrupted runs.
+# Metrics and events record it.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/tcgpud_lib.sh"
+
+low_args=(--mb 500 --steps 400 --print-every 100 --seed 3)
+high_args=(--mb 500 --steps 150 --print-every 50 --seed 4)
+ref_low=$(reference low "${low_args[@]}")
+ref_high=$(reference high "${high_args[@]}")
+
+write_config "
+[project research]
+priority = 10
+members = *
+
+[project prod]
+priority = 100
+members = *
+"
+start_tcgpud
+start_bg "$WORK/low.out" "$GPUCKPT" run --project research -- "$TRAIN" "${low_args[@]}" --sleep-ms 10
+low=$BG
+wait_registered "$low"
+wait_for_line "$WORK/low.out" '^step 0 '
+sleep 1.2                                  # older than min_runtime (1 s)
+start_bg "$WORK/high.out" "$GPUCKPT" run --project prod -- "$TRAIN" "${high_args[@]}" --sleep-ms 5
+high=$BG
+wait_state "$low" suspended
+held=$(device_bytes_of "$low")
+[ "$held" -le "$SLACK" ] || fail "the suspended low job still holds $held bytes"
+[ "$(job_field "$low" suspended_by)" = policy ] || fail "suspended_by: $(job_field "$low" suspended_by)"
+[ "$(job_field "$low" why)" = priority ] || fail "why: $(job_field "$low" why)"
+[ "$(job_field "$low" for)" = "$high" ] || fail "for: $(job_field "$low" for), want $high"
+note "low job suspended for the high one; it holds $held bytes"
+
+wait "$high" || fail "the high job failed: $(tail -n 5 "$WORK/high.out")"
+wait_state "$low" running 20
+wait "$low" || fail "the low job failed: $(tail -n 5 "$WORK/low.out")"
+[ "$(checksum_of "$WORK/low.out")" = "$ref_low" ] || fail "low checksum $(checksum_of "$WORK/low.out") != $ref_low"
+[ "$(checksum_of "$WORK/high.out")" = "$ref_high" ] || fail "high checksum $(checksum_of "$WORK/high.out") != $ref_high"
+
+evs=$(events_of "$low" | tr '\n' ' ')
+case "$evs" in
+    *registered*suspending*suspended*resuming*resumed*) ;;
+    *) fail "events of the low job: $evs" ;;
+esac
+sleep 1                                    # the next tick rewrites the metrics
+grep -q '^tcgpud_preemptions_total 1$' "$WORK/tcgpud.prom" || fail "metrics: $(cat "$WORK/tcgpud.prom")"
+grep -q '^tcgpud_suspend_latency_seconds_count 1$' "$WORK/tcgpud.prom" || fail "no suspend latency in the metrics"
+grep -q '^tcgpud_resume_latency_seconds_count 1$' "$WORK/tcgpud.prom" || fail "no resume latency in the metrics"
+echo "ok: preempted and resumed automatically, checksums $ref_low $ref_high"
