@@ -565,27 +565,19 @@ static int best_fit(const struct policy *p, uint64_t bytes, const unsigned char 
     return best;
 }
 
-/* Try to make room for j (bytes on dev) by preemption. 1: started; 0: no way; <0: -ENOMEM. */
-static int try_preempt_on(struct policy *p, struct pol_job *j, int dev, uint64_t bytes,
-                          uint64_t freemem, uint64_t now, struct pol_actions *out)
+/* Try to make room for j (bytes on dev) among the jobs cand[0..n) on dev.
+ * 1: started; 0: no way; -ENOMEM. */
+static int preempt_among(struct policy *p, struct pol_job *j, int dev, uint64_t bytes,
+                         uint64_t freemem, const size_t *cand, size_t n, enum pol_why *why_of,
+                         uint64_t now, struct pol_actions *out)
 {
-    size_t *cand = NULL, *picked = NULL;
-    enum pol_why *why_of = NULL;
-    uint64_t *tent = NULL;
-    struct pick pk = { 0 };
-    size_t n;
+    size_t *picked = malloc((n ? n : 1) * sizeof(*picked));
+    uint64_t *tent = calloc((size_t)(p->nproj ? p->nproj : 1), sizeof(*tent));
+    struct pick pk = { .idx = picked };
     int r = -ENOMEM;
 
-    if (p->cfg.no_preemption)
-        return 0;
-    cand = malloc((p->njobs ? p->njobs : 1) * sizeof(*cand));
-    picked = malloc((p->njobs ? p->njobs : 1) * sizeof(*picked));
-    why_of = calloc(p->njobs ? p->njobs : 1, sizeof(*why_of));
-    tent = calloc((size_t)(p->nproj ? p->nproj : 1), sizeof(*tent));
-    if (!cand || !picked || !why_of || !tent)
+    if (!picked || !why_of || !tent)
         goto out;
-    n = jobs_on(p, dev, cand);
-    pk.idx = picked;
     r = 0;
     if (select_victims(p, j, dev, bytes, bytes - freemem, cand, n, now, &pk, why_of, tent)) {
         if (j->device < 0) {            /* an unplaced job lands where room is made */
@@ -597,22 +589,60 @@ static int try_preempt_on(struct policy *p, struct pol_job *j, int dev, uint64_t
         r = 1;
     }
 out:
-    free(cand);
     free(picked);
-    free(why_of);
     free(tent);
     return r;
 }
 
-/* Preemption for an unplaced job: the devices with most free memory first. */
+static int try_preempt_on(struct policy *p, struct pol_job *j, int dev, uint64_t bytes,
+                          uint64_t freemem, uint64_t now, struct pol_actions *out)
+{
+    size_t *cand;
+    enum pol_why *why_of;
+    int r = -ENOMEM;
+
+    if (p->cfg.no_preemption)
+        return 0;
+    cand = malloc((p->njobs ? p->njobs : 1) * sizeof(*cand));
+    why_of = malloc((p->njobs ? p->njobs : 1) * sizeof(*why_of));   /* written before read */
+    if (cand && why_of)
+        r = preempt_among(p, j, dev, bytes, freemem, cand, jobs_on(p, dev, cand), why_of, now, out);
+    free(cand);
+    free(why_of);
+    return r;
+}
+
+/* Preemption for an unplaced job: the devices with most free memory first.
+ * Jobs are bucketed by device once (counting sort), so that trying hundreds
+ * of devices costs one pass over the jobs, not one per device. */
 static int try_preempt_any(struct policy *p, struct pol_job *j, uint64_t bytes, uint64_t now,
                            struct pol_actions *out)
 {
-    unsigned char *tried = calloc((size_t)(p->ndev ? p->ndev : 1), 1);
-    int r = 0;
+    size_t nd = (size_t)(p->ndev ? p->ndev : 1);
+    size_t *start = calloc(nd + 1, sizeof(*start));
+    size_t *order = malloc((p->njobs ? p->njobs : 1) * sizeof(*order));
+    size_t *fill = calloc(nd, sizeof(*fill));
+    unsigned char *tried = calloc(nd, 1);
+    enum pol_why *why_of = malloc((p->njobs ? p->njobs : 1) * sizeof(*why_of));
+    int r = -ENOMEM;
 
-    if (!tried)
-        return -ENOMEM;
+    if (p->cfg.no_preemption) {
+        r = 0;
+        goto out;
+    }
+    if (!start || !order || !fill || !tried || !why_of)
+        goto out;
+    for (size_t i = 0; i < p->njobs; i++)
+        if (p->jobs[i].device >= 0)
+            start[p->jobs[i].device + 1]++;
+    for (size_t d = 0; d < nd; d++)
+        start[d + 1] += start[d];
+    for (size_t i = 0; i < p->njobs; i++) {
+        int d = p->jobs[i].device;
+        if (d >= 0)
+            order[start[d] + fill[d]++] = i;
+    }
+    r = 0;
     for (int round = 0; round < p->ndev && r == 0; round++) {
         int best = -1;
         for (int d = 0; d < p->ndev; d++)
@@ -621,8 +651,14 @@ static int try_preempt_any(struct policy *p, struct pol_job *j, uint64_t bytes, 
         if (best < 0)
             break;
         tried[best] = 1;
-        r = try_preempt_on(p, j, best, bytes, dev_free(p, best), now, out);
+        r = preempt_among(p, j, best, bytes, dev_free(p, best), order + start[best],
+                          start[best + 1] - start[best], why_of, now, out);
     }
+out:
+    free(why_of);
+    free(start);
+    free(order);
+    free(fill);
     free(tried);
     return r;
 }
