@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's two commands:
-#   scripts/quickstart.sh demo   set up, build, run the demo on the simulated GPU
+#   scripts/quickstart.sh demo   set up, build, run the tcgpud demo on a simulated GPU
 #   scripts/quickstart.sh test   set up, build, run the whole test suite
 #                                (unit, sim and criu suites; then unit and sim
 #                                again under ASan+UBSan)
@@ -70,7 +70,7 @@ run_demo() {
     setup --no-criu
     log "build ($BUILD)"
     configure "$BUILD"
-    log "demo: the example training loop on a simulated 2 GiB GPU"
+    log "demo: tcgpud shares a simulated 1 GiB GPU; a high-priority job preempts a low one, which resumes by itself"
     "$top/scripts/demo.sh" "$BUILD"
 }
 
