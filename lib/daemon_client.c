@@ -213,7 +213,11 @@ static int ask(int device, uint64_t bytes, uint64_t used, int over_limit)
         goto out;
     }
     if (rep->err == -EAGAIN) {
-        r = 1;                    /* we are being suspended: retry after the gate */
+        /* We are being suspended: give the suspend a moment to close the
+         * gate, so that our retry parks there until the resume instead of
+         * failing again at once. */
+        usleep(200000);
+        r = 1;
         goto out;
     }
     if (rep->err) {

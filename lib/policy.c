@@ -819,8 +819,13 @@ int policy_job_suspended(struct policy *p, uint64_t id, int err, uint64_t now,
         j->run_ns = policy_job_runtime(j, now);
         j->state = POL_SUSPENDED;
         j->queued_ns = now;
-        if (j->suspended_by == POL_BY_POLICY)
+        if (j->suspended_by == POL_BY_POLICY) {
             j->preemptions++;
+            /* Hold it off for min_runtime: its requester needs time to
+             * allocate the rest of what it came for; resuming the victim
+             * into memory that only looks free would fail or thrash. */
+            j->retry_ns = now + p->cfg.min_runtime_ns;
+        }
     } else {
         j->state = POL_RUNNING;
         j->suspended_by = POL_BY_NONE;

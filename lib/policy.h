@@ -50,7 +50,9 @@
  * is protected for min_runtime.
  *
  * Resume (policy_tick): suspended jobs (unless suspended by hand without
- * auto-resume) and waiting requests are served highest priority first, FIFO
+ * auto-resume; a job the policy suspended not before min_runtime has passed,
+ * so that its requester can take the memory it came for before the victim
+ * competes for it again) and waiting requests are served highest priority first, FIFO
  * within a priority (by the time they were suspended or began to wait),
  * each when its memory fits. One that does not fit blocks everyone after it
  * on its device, so a large high-priority job is not starved by small ones.

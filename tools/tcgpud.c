@@ -454,7 +454,8 @@ static void do_actions(struct pol_actions *a)
             break;
         }
     }
-    d.dirty = 1;
+    if (a->n)
+        d.dirty = 1;              /* the state file is rewritten only when something changed */
     pol_actions_clear(a);
 }
 
@@ -758,9 +759,15 @@ static void poll_done(struct work *w)
     }
     d.poll_in_flight = 0;
     d.poll_done = w->gen;
-    for (size_t i = 0; i < d.njobs; i++)
+    int later = 0;
+    for (size_t i = 0; i < d.njobs; i++) {
         if (d.jobs[i].req_gen && d.jobs[i].req_gen <= d.poll_done)
             decide_request(&d.jobs[i]);
+        else if (d.jobs[i].req_gen)
+            later = 1;
+    }
+    if (later)
+        kick_poll();              /* a request arrived during this round: it needs the next */
 }
 
 /* ---------------------------------------------------------------------------
@@ -793,6 +800,7 @@ static void op_done(struct work *w)
     if (!j)
         return;                   /* exited meanwhile */
     j->busy = 0;
+    d.dirty = 1;                  /* a state changed, even when no action follows */
     /* Already in the state asked for: done, as far as the policy goes. */
     if (err == -EALREADY && w->from_server)
         err = 0;
@@ -1291,6 +1299,11 @@ static void check_deadlines(void)
             conn_close(ci);
         } else if (c->kind == C_REQUEST && c->deadline_ns && now > c->deadline_ns) {
             struct djob *j = job_of(c->job);
+            const struct pol_job *pj = j ? policy_job(d.pol, (uint64_t)j->pid) : NULL;
+            /* only a request still waiting for room times out; one whose
+             * victims are being suspended gets its answer from their acks */
+            if (pj && pj->req == POL_REQ_PREEMPTING)
+                continue;
             if (j && policy_request_cancel(d.pol, (uint64_t)j->pid, now, &acts) == 0)
                 do_actions(&acts);
             else if (d.conns[ci].kind != C_FREE)

@@ -27,7 +27,8 @@ rc=0; as_nobody "$GPUCKPT" suspend "$job" 2>"$WORK/nobody.err" || rc=$?
 grep -q EACCES "$WORK/nobody.err" || fail "no EACCES: $(cat "$WORK/nobody.err")"
 grep -q "refused suspend from uid 65534" "$WORK/tcgpud.log" || fail "the refusal was not logged"
 [ "$(job_field "$job" state)" = running ] || fail "the job was touched"
-"$GPUCKPT" events | grep -q "refused.*uid=65534" || fail "no refused event"
+evs=$("$GPUCKPT" events)
+grep -q "refused.*uid=65534" <<<"$evs" || fail "no refused event"
 
 # nobody registering in a project it does not belong to
 nobody_run=$(mktemp -d /tmp/tcgpu-test-XXXXXX)

@@ -41,7 +41,8 @@ out=$("$GPUCKPT" run --project strict -- "$PROBE" 100 200) || fail "probe failed
 grep -q '^total=256 ' <<<"$out" && grep -q '^more=oom$' <<<"$out" || fail "strict project: $out"
 out=$("$GPUCKPT" run --project flex -- "$PROBE" 100 200) || fail "probe failed: $out"
 grep -q '^more=ok$' <<<"$out" || fail "flex project may borrow beyond its default limit: $out"
-"$GPUCKPT" events | grep -q 'over_limit=1' || fail "no over-limit request in the events"
+evs=$("$GPUCKPT" events)                  # (not piped into grep -q: pipefail and SIGPIPE)
+grep -q 'over_limit=1' <<<"$evs" || fail "no over-limit request in the events"
 # a job's own --gpu-mem beats the project's default
 out=$("$GPUCKPT" run --project strict --gpu-mem 512M -- "$PROBE" 100 200) || fail "probe failed: $out"
 grep -q '^total=512 ' <<<"$out" && grep -q '^more=ok$' <<<"$out" || fail "--gpu-mem 512M: $out"

@@ -43,7 +43,7 @@ kill -0 "$high" 2>/dev/null || fail "the high job died with tcgpud"
 
 start_tcgpud
 grep -q "pid $low re-learnt: project research, suspended (by policy)" "$WORK/tcgpud.log" ||
-    fail "low not re-learnt: $(tail -n 5 "$WORK/tcgpud.log")"
+    fail "low not re-learnt: $(cat "$WORK/tcgpud.log")"
 [ "$(job_field "$low" state)" = suspended ] || fail "after the restart low is '$(job_field "$low" state)'"
 if kill -0 "$high" 2>/dev/null; then
     grep -q "pid $high re-learnt" "$WORK/tcgpud.log" || fail "high not re-learnt"

@@ -249,6 +249,32 @@ static int test_reclaim(void)
     return 0;
 }
 
+/* A victim stays suspended at least min_runtime, even when memory looks free. */
+static int test_victim_hold_off(void)
+{
+    struct policy *p = new_policy(5 * SEC, 1000 * MiB, 1);
+    int lo = add_project(p, "lo", 1, 1, 0, 0);
+    int hi = add_project(p, "hi", 9, 1, 0, 0);
+
+    CHECK(start_job(p, 1, lo, 1, 600 * MiB, 0) == 0, "lo");
+    CHECK(start_job(p, 2, hi, 9, 300 * MiB, 0) == 0, "hi holds 300");
+    pol_actions_clear(&acts);
+    policy_request(p, 2, 0, 200 * MiB, POL_FREE_UNKNOWN, 0, 10 * SEC, &acts);
+    CHECK(has(POL_ACT_SUSPEND, 1), "lo preempted for 200 MiB");
+    ack_suspends(p, 10 * SEC);
+    CHECK(has(POL_ACT_GRANT, 2), "granted");
+    /* 500 MiB free now, but hi will want more soon: lo waits min_runtime */
+    pol_actions_clear(&acts);
+    policy_tick(p, 11 * SEC, &acts);
+    CHECK(acts.n == 0, "resumed right after its preemption");
+    policy_set_usage(p, 2, 400 * MiB);
+    pol_actions_clear(&acts);
+    policy_tick(p, 15 * SEC, &acts);
+    CHECK(has(POL_ACT_RESUME, 1), "after min_runtime it comes back when it fits");
+    policy_free(p);
+    return 0;
+}
+
 static int test_min_runtime(void)
 {
     struct policy *p = new_policy(30 * SEC, 1000 * MiB, 1);
@@ -738,6 +764,7 @@ int main(void)
     RUN(test_reservation);
     RUN(test_reclaim);
     RUN(test_min_runtime);
+    RUN(test_victim_hold_off);
     RUN(test_no_ping_pong);
     RUN(test_resume_order);
     RUN(test_manual);
