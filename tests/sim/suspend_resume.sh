@@ -53,6 +53,7 @@ for i in $(seq 1 "$cycles"); do
     [ $((i % 5)) -eq 0 ] && opts+=(-D "$WORK/img-$i")
     [ $((i % 4)) -eq 1 ] && opts+=(--keep-context)
     if [ $((i % 7)) -eq 3 ]; then
+        opts=()     # the storm suspends without options: the context is released
         storm suspend
     else
         "$GPUCKPT" suspend "$pid" "${opts[@]}" || fail "suspend $i failed"
