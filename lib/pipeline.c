@@ -282,7 +282,9 @@ int pipe_new(struct pipe **out, const struct pipe_opts *o)
     if (!p)
         return -ENOMEM;
     p->o = *o;
-    p->chunk = o->chunk_size ? o->chunk_size : DEFAULT_CHUNK;
+    p->chunk = o->chunk_size ? o->chunk_size : (size_t)env_uint("TCGPU_CHUNK_KB", 0) << 10;
+    if (!p->chunk)
+        p->chunk = DEFAULT_CHUNK;
     p->slot_size = o->slot_size ? o->slot_size : (size_t)env_uint("TCGPU_SLOT_MB", 0) << 20;
     if (!p->slot_size)
         p->slot_size = DEFAULT_SLOT;
@@ -1063,6 +1065,27 @@ static int drain_setup(struct pipe *p)
     return 0;
 }
 
+/*
+ * Whether the drain hashes chunks on the device. A GPU hashes at memory
+ * speed, so always; the simcuda twin hashes on the CPU, slower than copying
+ * and hashing on the host, so only when the parent's device hashes can save
+ * the copies.
+ */
+static int want_device_hash(const struct pipe *p, const struct image *parent)
+{
+    const char *v = getenv("TCGPU_DEVICE_HASH");
+    int mode = v && *v ? (strcmp(v, "0") ? 1 : -1) : p->o.device_hash;
+
+    if (!p->dev || mode < 0)
+        return 0;
+    if (mode > 0 || pdev_kind(p->dev) == PDEV_CUBIN)
+        return 1;
+    for (size_t i = 0; parent && i < image_chunk_count(parent); i++)
+        if (image_chunk_at(parent, i)->has_dev_hash)
+            return 1;
+    return 0;
+}
+
 static size_t n_pieces_of(const struct drain *d)
 {
     return d->n;
@@ -1089,7 +1112,7 @@ int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n,
         if (rc == 0)
             rc = make_ring(p, 1);
         if (rc == 0)
-            rc = scan_pieces(p, d.pc, i, end, 1);
+            rc = scan_pieces(p, d.pc, i, end, want_device_hash(p, parent));
         if (rc == 0)
             rc = run_drain(&run);
     }

@@ -56,12 +56,16 @@ struct pipe_ext {
 };
 
 struct pipe_opts {
-    size_t chunk_size;            /* 0 = 4 MiB */
+    size_t chunk_size;            /* 0 = $TCGPU_CHUNK_KB KiB, else 4 MiB */
     unsigned workers;             /* 0 = $TCGPU_WORKERS, else online CPUs */
     size_t slot_size;             /* staging slot; 0 = 16 MiB ($TCGPU_SLOT_MB) */
     unsigned slots;               /* staging slots; 0 = 4 ($TCGPU_SLOTS) */
     int no_helpers;               /* 1: never load the device-side helpers
                                      (also TCGPU_DEVICE_HELPERS=0) */
+    int device_hash;              /* drain to an image: 0 = hash chunks on the
+                                     device when the helpers are a real GPU's, or
+                                     the parent has device hashes; 1 = always;
+                                     -1 = never (TCGPU_DEVICE_HASH=1/0) */
     /* Makes a context of `device` current (push) / pops it. */
     int (*ctx_enter)(int device, void *arg);
     void (*ctx_leave)(void *arg);

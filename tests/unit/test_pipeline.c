@@ -149,6 +149,7 @@ static struct pipe *new_pipe(unsigned workers, size_t chunk, size_t slot, int no
 {
     struct pipe_opts o = { .chunk_size = chunk, .workers = workers, .slot_size = slot,
                            .slots = slot ? 3 : 0, .no_helpers = no_helpers,
+                           .device_hash = no_helpers ? 0 : 1,
                            .ctx_enter = enter, .ctx_leave = leave };
     struct pipe *p = NULL;
 
