@@ -44,6 +44,10 @@ done
 # --keep-context: device memory only
 "$GPUCKPT" suspend "$pid" --keep-context -q || fail "suspend --keep-context failed"
 [ "$(smi_state "$pid")" = running ] || fail "--keep-context: driver state $(smi_state "$pid")"
+# what the release frees beyond tcgpu's own suspend: the context's memory
+# (SIMCUDA_CONTEXT_MEM, 32 MiB in lib.sh)
+held=$(device_bytes_of "$pid")
+[ "$held" -ge $((32 << 20)) ] || fail "--keep-context: only $held bytes held, the context should hold 32 MiB"
 "$GPUCKPT" status "$pid" | grep -q "context *held by the process" || fail "status should show the context held"
 "$GPUCKPT" resume "$pid" -q || fail "resume after --keep-context failed"
 
