@@ -413,10 +413,13 @@ static int use_device(struct pipe *p, int device, int helpers)
         say(p, "cuStreamCreate on device %d: %s", device, cu_name(cr));
         return -EIO;
     }
-    if (getenv("TCGPU_DEVICE_HELPERS") && !strcmp(getenv("TCGPU_DEVICE_HELPERS"), "0"))
+    const char *env = getenv("TCGPU_DEVICE_HELPERS");
+    int twin = p->o.no_helpers < 0 || (env && !strcmp(env, "1"));
+
+    if (env && !strcmp(env, "0"))
         helpers = 0;
-    if (helpers && !p->o.no_helpers) {
-        if (pdev_load(&p->dev, SCAN_BATCH) != 0)
+    if (helpers && p->o.no_helpers <= 0) {
+        if (pdev_load(&p->dev, SCAN_BATCH, twin) != 0)
             p->dev = NULL;
         p->st.helpers = p->dev ? pdev_kind(p->dev) : 0;
     }

@@ -60,8 +60,10 @@ struct pipe_opts {
     unsigned workers;             /* 0 = $TCGPU_WORKERS, else online CPUs */
     size_t slot_size;             /* staging slot; 0 = 16 MiB ($TCGPU_SLOT_MB) */
     unsigned slots;               /* staging slots; 0 = 4 ($TCGPU_SLOTS) */
-    int no_helpers;               /* 1: never load the device-side helpers
-                                     (also TCGPU_DEVICE_HELPERS=0) */
+    int no_helpers;               /* 1: never load the device-side helpers;
+                                     -1: also the simcuda twin (tests); 0: the
+                                     GPU's kernels only ($TCGPU_DEVICE_HELPERS:
+                                     0 never, 1 the twin too) */
     int device_hash;              /* drain to an image: 0 = hash chunks on the
                                      device when the helpers are a real GPU's, or
                                      the parent has device hashes; 1 = always;

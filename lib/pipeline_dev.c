@@ -49,7 +49,7 @@ static int try_image(struct pdev *d, const unsigned char *img, size_t len, int k
     return 0;
 }
 
-int pdev_load(struct pdev **out, size_t max_batch)
+int pdev_load(struct pdev **out, size_t max_batch, int allow_twin)
 {
     struct pdev *d = calloc(1, sizeof(*d));
 
@@ -59,7 +59,7 @@ int pdev_load(struct pdev **out, size_t max_batch)
     /* The cubin first: a real driver takes it and refuses the twin (not a
      * CUDA image); simcuda refuses the cubin (not a host ELF it can load). */
     if (try_image(d, tcgpu_kernels_cubin, tcgpu_kernels_cubin_len, PDEV_CUBIN) &&
-        try_image(d, tcgpu_kernels_sim, tcgpu_kernels_sim_len, PDEV_SIM_TWIN)) {
+        (!allow_twin || try_image(d, tcgpu_kernels_sim, tcgpu_kernels_sim_len, PDEV_SIM_TWIN))) {
         free(d);
         return -ENOENT;
     }

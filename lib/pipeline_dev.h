@@ -43,10 +43,12 @@ enum { PDEV_NONE = 0, PDEV_SIM_TWIN = 1, PDEV_CUBIN = 2 };
 
 /*
  * Loads the helpers into the current context and allocates their small
- * device buffers (room for `max_batch` chunks per scan). Returns 0 and *out,
+ * device buffers (room for `max_batch` chunks per scan). The simcuda twin
+ * is tried only with `allow_twin` (it scans on the CPU: slower than the
+ * copies it saves there; the tests and the benchmark's columns ask for it). Returns 0 and *out,
  * or -ENOENT (no image loads: no helpers, not an error), -ENOMEM.
  */
-int pdev_load(struct pdev **out, size_t max_batch);
+int pdev_load(struct pdev **out, size_t max_batch, int allow_twin);
 
 /* PDEV_SIM_TWIN or PDEV_CUBIN. */
 int pdev_kind(const struct pdev *d);

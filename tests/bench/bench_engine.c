@@ -213,7 +213,7 @@ static CUdeviceptr device_with(const uint8_t *h, size_t bytes)
 
 static void bench_free_one(const char *name, CUdeviceptr d, size_t bytes)
 {
-    double cold[REPS], warm[REPS], ours[REPS], ours_nh[REPS];
+    double cold[REPS], warm[REPS], ours[REPS], ours_nh[REPS], twin[REPS];
     uint8_t *w = malloc(bytes);
     struct pipe_ext e = { d, bytes, 1, 0, TCGPU_DTYPE_UNKNOWN, 0 };
 
@@ -237,6 +237,17 @@ static void bench_free_one(const char *name, CUdeviceptr d, size_t bytes)
         ours[r] = now() - t;
         pipe_store_free(s);
         pipe_free(p);
+        {   /* the simcuda twin of the device helpers (zero chunks not copied) */
+            struct pipe_opts o = { .ctx_enter = enter, .ctx_leave = leave, .no_helpers = -1 };
+            if (pipe_new(&p, &o))
+                die("pipe_new");
+        }
+        t = now();
+        if (pipe_drain_host(p, &e, 1, &s))
+            die(pipe_error(p));
+        twin[r] = now() - t;
+        pipe_store_free(s);
+        pipe_free(p);
         {
             struct pipe_opts o = { .ctx_enter = enter, .ctx_leave = leave, .no_helpers = 1 };
             if (pipe_new(&p, &o))
@@ -250,12 +261,13 @@ static void bench_free_one(const char *name, CUdeviceptr d, size_t bytes)
         pipe_free(p);
     }
     double mc = median(cold, REPS), mw = median(warm, REPS), mo = median(ours, REPS),
-           mn = median(ours_nh, REPS);
-    printf("free %s %zu MiB: memcpy cold %.1f ms, warm %.1f ms; drain %.1f ms (helpers), "
-           "%.1f ms (none)\n", name, bytes >> 20, mc * 1e3, mw * 1e3, mo * 1e3, mn * 1e3);
+           mn = median(ours_nh, REPS), mt = median(twin, REPS);
+    printf("free %s %zu MiB: memcpy cold %.1f ms, warm %.1f ms; drain %.1f ms (default), "
+           "%.1f ms (no helpers), %.1f ms (simcuda twin scan)\n", name, bytes >> 20, mc * 1e3,
+           mw * 1e3, mo * 1e3, mn * 1e3, mt * 1e3);
     printf("free_vs_memcpy_cold_%s %.3f\n", name, mo / mc);
     printf("free_vs_memcpy_warm_%s %.3f\n", name, mo / mw);
-    printf("free_nohelpers_vs_memcpy_warm_%s %.3f\n", name, mn / mw);
+    printf("free_twin_scan_vs_memcpy_warm_%s %.3f\n", name, mt / mw);
     free(w);
 }
 

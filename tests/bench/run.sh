@@ -98,7 +98,8 @@ for in in "${inputs[@]}"; do
             zp=$W/$path.bin
             [ -f "$zp" ] || { if [ "$path" = zeros ]; then head -c $((64 << 20)) /dev/zero; else head -c $((64 << 20)) /dev/urandom; fi; } >"$zp"
         fi
-        read -r _ rn cn dn < <("$VENV/bin/python3" "$SRC/tests/bench/zipnn_bench.py" "$zp" "$dt" 3 2>/dev/null) || rn=-
+        read -r _ rn cn dn zok < <("$VENV/bin/python3" "$SRC/tests/bench/zipnn_bench.py" "$zp" "$dt" 3 2>/dev/null) || rn=-
+        [ "${zok:-}" = BROKEN ] && { fig "zipnn_round_trip_broken_${name}" 1; rn="$rn!"; }
     fi
     row "$(printf '%-22s %7s %7s %7s | %7s %7s %7s | %7s %7s %7s' "$name" "$rt" "$rz" "$rn" "$ct" "$cz" "$cn" "$dt_" "$dz" "$dn")"
     fig "codec_ratio_${name}" "$rt"
@@ -106,6 +107,7 @@ for in in "${inputs[@]}"; do
     fig "compress_speed_vs_zstd1_${name}" "$(ratio "$ct" "$cz")"
     fig "decompress_speed_vs_zstd1_${name}" "$(ratio "$dt_" "$dz")"
     if [ "$rn" != - ]; then
+        rn=${rn%!}
         fig "codec_ratio_vs_zipnn_${name}" "$(ratio "$rt" "$rn")"
         fig "compress_speed_vs_zipnn_${name}" "$(ratio "$ct" "$cn")"
         fig "decompress_speed_vs_zipnn_${name}" "$(ratio "$dt_" "$dn")"

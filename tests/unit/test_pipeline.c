@@ -148,7 +148,7 @@ static void leave(void *arg)
 static struct pipe *new_pipe(unsigned workers, size_t chunk, size_t slot, int no_helpers)
 {
     struct pipe_opts o = { .chunk_size = chunk, .workers = workers, .slot_size = slot,
-                           .slots = slot ? 3 : 0, .no_helpers = no_helpers,
+                           .slots = slot ? 3 : 0, .no_helpers = no_helpers ? 1 : -1,
                            .device_hash = no_helpers ? 0 : 1,
                            .ctx_enter = enter, .ctx_leave = leave };
     struct pipe *p = NULL;
@@ -525,7 +525,8 @@ static int test_devhash(void)
 
     CU(TCGPU_REAL(cuCtxPushCurrent)(ctx));
     CU(TCGPU_REAL(cuStreamCreate)(&s, CU_STREAM_NON_BLOCKING));
-    CHECK(pdev_load(&d, 64) == 0, "no helper image loads on simcuda");
+    CHECK(pdev_load(&d, 64, 0) == -ENOENT, "the GPU's image loaded on simcuda");
+    CHECK(pdev_load(&d, 64, 1) == 0, "no helper image loads on simcuda");
     CHECK(pdev_kind(d) == PDEV_SIM_TWIN, "loaded kind %d", pdev_kind(d));
     CU(TCGPU_REAL(cuMemAlloc)(&dbuf, 4 * MiB + 64));
     for (size_t i = 0; i < 4 * MiB + 64; i++)
