@@ -205,7 +205,11 @@ static int verify_save_dir(const char *dir, struct tree *t, char *err, size_t le
 
 /* ---- restore ---------------------------------------------------------------------- */
 
-/* The control socket's directory must exist for CRIU to bind the socket again (after a reboot). */
+/*
+ * The control socket's directory must exist for CRIU to bind the socket
+ * again (after a reboot /run/user/UID/tcgpu is gone). Made as the process's
+ * run dir would be: 0700, owned by its user (tcgpu refuses anything else).
+ */
 static void prepare_socket_dirs(const struct tree *t)
 {
     for (int i = 0; i < t->nproc; i++) {
@@ -215,7 +219,9 @@ static void prepare_socket_dirs(const struct tree *t)
         snprintf(d, sizeof(d), "%s", t->proc[i].socket);
         if ((slash = strrchr(d, '/')) && slash != d) {
             *slash = '\0';
-            tree_mkdir(d);
+            if (mkdir(d, 0700) == 0 && chown(d, t->proc[i].uid, (gid_t)-1) < 0)
+                gpuckpt_error("restore: cannot give %s to uid %u: %s", d,
+                              (unsigned)t->proc[i].uid, strerror(errno));
         }
     }
 }

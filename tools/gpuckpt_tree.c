@@ -17,6 +17,7 @@
 #include "ctlclient.h"
 #include "ctlproto.h"
 #include "gpuckpt_tree.h"
+#include "rundir.h"
 
 /* ---- the process tree ---------------------------------------------------- */
 
@@ -52,6 +53,8 @@ static int proc_identity(pid_t pid, struct tree_proc *p)
     snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
     if (read_small(path, p->comm, sizeof(p->comm)) > 0)
         p->comm[strcspn(p->comm, "\n")] = '\0';
+    if (tcgpu_proc_uid(pid, &p->uid) < 0)
+        p->uid = 0;
     return 0;
 }
 
@@ -175,6 +178,7 @@ static int format_tree(const struct tree *t, FILE *f, struct ctl_buf *b)
         ctl_buf_request(b, "process");
         ctl_buf_put_u64(b, "pid", (uint64_t)p->pid);
         ctl_buf_put_u64(b, "ppid", (uint64_t)p->ppid);
+        ctl_buf_put_u64(b, "uid", (uint64_t)p->uid);
         ctl_buf_put(b, "comm", p->comm);
         ctl_buf_put_u64(b, "tcgpu", (uint64_t)p->tcgpu);
         if (p->tcgpu) {
@@ -260,7 +264,7 @@ static int parse_device(struct tree *t, const struct ctl_msg *m)
 static int parse_process(struct tree *t, const struct ctl_msg *m)
 {
     struct tree_proc *p;
-    uint64_t pid, ppid, tc;
+    uint64_t pid, ppid, tc, uid;
     const char *comm = ctl_get(m, "comm"), *image = ctl_get(m, "image"), *sock = ctl_get(m, "socket");
 
     if (t->nproc >= TREE_MAX_PROCS)
@@ -272,6 +276,9 @@ static int parse_process(struct tree *t, const struct ctl_msg *m)
         return -1;
     p->pid = (pid_t)pid;
     p->ppid = (pid_t)ppid;
+    /* uid is optional (the first saves lacked it): absent means root */
+    if (get_u64(m, "uid", &uid) == 0 && uid <= UINT32_MAX)
+        p->uid = (uid_t)uid;
     p->tcgpu = (int)tc;
     snprintf(p->comm, sizeof(p->comm), "%s", comm);
     if (p->tcgpu) {

@@ -15,7 +15,7 @@
  *
  *     tcgpu_tree version=1 root=1234 created=1732900000 host=node7 driver=12080 criu_flags=shell-job
  *     device ordinal=0 name=NVIDIA%20H200 total_mem=150754820096 uuid=5f1c...
- *     process pid=1234 ppid=1 comm=train tcgpu=1 image=gpu/1234 image_csum=... socket=/run/...
+ *     process pid=1234 ppid=1 uid=1000 comm=train tcgpu=1 image=gpu/1234 image_csum=... socket=/run/...
  *     process pid=1240 ppid=1234 comm=sh tcgpu=0
  *     checksum xxh3=0123456789abcdef
  *
@@ -45,6 +45,7 @@ struct tree_device {
 
 struct tree_proc {
     pid_t pid, ppid;
+    uid_t uid;                  /* effective uid (owner of its socket directory) */
     char comm[64];
     int tcgpu;                  /* under tcgpu with a control socket: has a GPU image */
     char image[32];             /* "gpu/<pid>", relative to DIR */

@@ -55,6 +55,8 @@ train)
     wait "$pid" 2>/dev/null || true
     kill -0 "$pid" 2>/dev/null && fail "the tree still runs after save without --leave-running"
     grep -q '^checksum' "$WORK/run.out" && fail "the job finished before it was saved: make it longer"
+    # as after a reboot: the run dir with the control sockets is gone
+    rm -rf "$TCGPU_RUN_DIR"
     "$GPUCKPT" restore -D "$WORK/save" &
     rpid=$!
     wait "$rpid" || fail "the restored job failed (gpuckpt restore exit $?): $(tail -n 3 "$WORK/run.out")"
