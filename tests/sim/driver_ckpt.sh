@@ -41,6 +41,24 @@ for i in 1 2 3 4 5; do
     sleep_ms "$(random_ms 20 120)"
 done
 
+# No room to take the context back: resume exits 8 and changes nothing (still
+# suspended, still checkpointed); once the room is back it resumes. The holder
+# (train without tcgpu) takes 972 MiB + its 32 MiB context of the 1 GiB
+# device, leaving less than the job's context needs.
+"$GPUCKPT" suspend "$pid" -q || fail "suspend before the no-room case failed"
+start_bg "$WORK/holder.out" "$TRAIN" --mb 972 --steps 1000000 --sleep-ms 20 --print-every 1
+holder=$BG
+wait_for_line "$WORK/holder.out" '^step'
+rc=0; "$GPUCKPT" resume "$pid" -q 2>"$WORK/resume.err" || rc=$?
+[ "$rc" -eq 8 ] || fail "resume with no room for the context exited $rc: $(cat "$WORK/resume.err")"
+grep -q "CUDA_ERROR_OUT_OF_MEMORY" "$WORK/resume.err" || fail "no driver reason: $(cat "$WORK/resume.err")"
+[ "$(smi_state "$pid")" = checkpointed ] || fail "after the failed resume: driver state $(smi_state "$pid")"
+"$GPUCKPT" status "$pid" | grep -q ': suspended' || fail "after the failed resume the job is not suspended"
+note "no room: $(head -n 1 "$WORK/resume.err")"
+kill "$holder"; wait "$holder" 2>/dev/null || true
+"$GPUCKPT" resume "$pid" -q || fail "resume once the room is back failed"
+[ "$(smi_state "$pid")" = running ] || fail "driver state after the late resume: $(smi_state "$pid")"
+
 # --keep-context: device memory only
 "$GPUCKPT" suspend "$pid" --keep-context -q || fail "suspend --keep-context failed"
 [ "$(smi_state "$pid")" = running ] || fail "--keep-context: driver state $(smi_state "$pid")"
