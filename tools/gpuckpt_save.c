@@ -39,6 +39,7 @@ struct save_opts {
     char tmp[PATH_MAX];         /* DIR.tmp-XXXXXX */
     char criu[PATH_MAX];
     int leave_running, tcp_established, shell_job;
+    double t_gpu, t_criu, t_sync;   /* seconds in each phase, for the summary */
 };
 
 static double now_s(void)
@@ -405,6 +406,7 @@ static int commit(const struct save_opts *o, char *err, size_t len)
 /* Suspend, release, write the manifest, dump. On failure the caller backs out. */
 static int save_tree(struct tree *t, struct save_opts *o, char *err, size_t len)
 {
+    double t0 = now_s();
     int r;
 
     for (int i = 0; i < t->nproc; i++)
@@ -413,7 +415,11 @@ static int save_tree(struct tree *t, struct save_opts *o, char *err, size_t len)
     fill_header(t, o);
     if ((r = tree_write(t, o->tmp, err, len)) < 0)
         return r;
-    return criu_dump(o, err, len);
+    o->t_gpu = now_s() - t0;
+    t0 = now_s();
+    r = criu_dump(o, err, len);
+    o->t_criu = now_s() - t0;
+    return r;
 }
 
 static void report(const struct tree *t, const struct save_opts *o, double secs)
@@ -422,9 +428,10 @@ static void report(const struct tree *t, const struct save_opts *o, double secs)
 
     for (int i = 0; i < t->nproc; i++)
         ntc += t->proc[i].tcgpu;
-    printf("saved the tree under %d (%d process%s, %d under tcgpu) to %s in %.2f s%s\n",
-           (int)o->root, t->nproc, t->nproc == 1 ? "" : "es", ntc, o->dir, secs,
-           o->leave_running ? "; it runs on" : "");
+    printf("saved the tree under %d (%d process%s, %d under tcgpu) to %s in %.2f s "
+           "(GPU images %.2f s, CRIU dump %.2f s, sync %.2f s)%s\n",
+           (int)o->root, t->nproc, t->nproc == 1 ? "" : "es", ntc, o->dir, secs, o->t_gpu,
+           o->t_criu, o->t_sync, o->leave_running ? "; it runs on" : "");
 }
 
 int gpuckpt_cmd_save(int argc, char **argv)
@@ -460,8 +467,11 @@ int gpuckpt_cmd_save(int argc, char **argv)
     }
     r = save_tree(t, &o, err, sizeof(err));
     dumped = r == 0;
-    if (r == 0)
+    if (r == 0) {
+        double t1 = now_s();
         r = commit(&o, err, sizeof(err));
+        o.t_sync = now_s() - t1;
+    }
     if (r < 0) {
         char kept[PATH_MAX];
         gpuckpt_error("save %d: %s", (int)o.root, err);

@@ -50,7 +50,8 @@ device_bytes=$("$B/tests/simcuda/simcuda-smi" -q | awk -v w="pid=$pid" '$2 == w 
 "$B/tools/gpuckpt" checkpoint "$pid" -D "$WORK/dev.img" -q || fail "checkpoint failed"
 
 drop_caches
-t0=$(now); "$B/tools/gpuckpt" save "$pid" -D "$WORK/tcgpu-save" >/dev/null || fail "gpuckpt save failed"; t1=$(now)
+t0=$(now); "$B/tools/gpuckpt" save "$pid" -D "$WORK/tcgpu-save" >"$WORK/save.out" || fail "gpuckpt save failed"; t1=$(now)
+phases=$(sed -n 's/.*(\(GPU images .*sync [0-9.]* s\)).*/\1/p' "$WORK/save.out")
 tc_save=$(secs "$t0" "$t1")
 tc_size=$(bytes "$WORK/tcgpu-save")
 tc_gpu=$(bytes "$WORK/tcgpu-save/gpu")
@@ -87,6 +88,7 @@ printf '%-34s %14s %14s %10s\n' "restore until running (s)" "$tc_restore" "$cr_r
 printf '%-34s %14s %14s %10s\n' "image size (MiB)" "$(mibs "$tc_size")" "$(mibs "$cr_size")" "$(ratio "$tc_size" "$cr_size")"
 printf '%-34s %14s\n' "  of which GPU images (MiB)" "$(mibs "$tc_gpu")"
 printf '%-34s %14s\n' "  of which CRIU images (MiB)" "$(mibs "$tc_criu")"
+printf '%-34s %s\n' "gpuckpt save phases" "$phases"
 echo "device_bytes $device_bytes"
 echo "host_hold_bytes $host_bytes"
 echo "tcgpu_save_s $tc_save"
