@@ -160,6 +160,23 @@ struct hint {
 static struct hint *hints;
 static size_t nhints, hints_cap;
 
+/* Room for one more hint: 0 or -ENOMEM. */
+static int hints_reserve(void)
+{
+    size_t cap;
+    struct hint *n;
+
+    if (nhints < hints_cap)
+        return 0;
+    cap = hints_cap ? hints_cap * 2 : 64;
+    n = realloc(hints, cap * sizeof(*n));
+    if (!n)
+        return -ENOMEM;
+    hints = n;
+    hints_cap = cap;
+    return 0;
+}
+
 /* Removes [va, va+len) of `kind` from the hint list, splitting ranges as needed. */
 static int hints_cut(CUdeviceptr va, size_t len, enum hint_kind kind)
 {
@@ -173,15 +190,9 @@ static int hints_cut(CUdeviceptr va, size_t len, enum hint_kind kind)
             continue;
         if (h->va < va && hend > end) {            /* split in two */
             struct hint tail = { end, hend - end, h->kind, h->dtype };
-            if (nhints == hints_cap) {
-                size_t cap = hints_cap ? hints_cap * 2 : 64;
-                struct hint *n = realloc(hints, cap * sizeof(*n));
-                if (!n)
-                    return -ENOMEM;
-                hints = n;
-                hints_cap = cap;
-                h = &hints[i];
-            }
+            if (hints_reserve())
+                return -ENOMEM;
+            h = &hints[i];
             h->len = va - h->va;
             hints[nhints++] = tail;
         } else if (h->va < va) {
@@ -198,14 +209,8 @@ static int hints_cut(CUdeviceptr va, size_t len, enum hint_kind kind)
 
 static int hints_add(CUdeviceptr va, size_t len, enum hint_kind kind, enum tcgpu_dtype dtype)
 {
-    if (nhints == hints_cap) {
-        size_t cap = hints_cap ? hints_cap * 2 : 64;
-        struct hint *n = realloc(hints, cap * sizeof(*n));
-        if (!n)
-            return -ENOMEM;
-        hints = n;
-        hints_cap = cap;
-    }
+    if (hints_reserve())
+        return -ENOMEM;
     hints[nhints++] = (struct hint){ va, len, kind, dtype };
     return 0;
 }

@@ -9,7 +9,7 @@ scripts/cuda_api.py derives it (the project's single source for that). At
 run time procaddr.c picks the entry as cuda_api.resolve() does and looks the
 ABI name up among the functions simcuda implements.
 """
-import importlib.util
+import os
 import re
 import sys
 
@@ -17,18 +17,12 @@ FLAVOURS = {'': 0, 'ptds': 1, 'ptsz': 2}
 ERR_RE = re.compile(r'^\s*(CUDA_(?:SUCCESS|ERROR_\w+))\s*=\s*(\d+)', re.M)
 
 
-def load_cuda_api(path):
-    spec = importlib.util.spec_from_file_location('cuda_api', path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def main(argv):
     if len(argv) != 5:
         sys.stderr.write(__doc__)
         return 2
-    api = load_cuda_api(argv[1])
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[1])))
+    import cuda_api as api
     entries, version = api.load(argv[2], argv[3])
     with open(argv[2]) as f:
         errors = sorted({(int(v), n) for n, v in ERR_RE.findall(f.read())})

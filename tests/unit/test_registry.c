@@ -7,16 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"          /* tests/sim/progs: CHECK counts failures and goes on */
 #include "registry.h"
-
-static int failures;
-
-#define CHECK(cond) do { \
-    if (!(cond)) { \
-        fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-        failures++; \
-    } \
-} while (0)
 
 struct parts {
     CUdeviceptr va[16];
