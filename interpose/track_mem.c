@@ -13,6 +13,7 @@
 #include "devmem.h"
 #include "driver.h"
 #include "gate.h"
+#include "log.h"
 #include "unsupported.h"
 
 /* The per-thread-stream flavours are only declared for the driver's own build. */
@@ -246,6 +247,30 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
         for (unsigned i = 0; i < numAttributes; i++)
             if (data[i])
                 answer_attribute(data[i], attributes[i], &a);
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/*
+ * Legacy IPC cannot export VMM memory, and everything tcgpu serves is VMM
+ * memory: the driver refuses it at this call. Say why once, in the log, so
+ * the program's error is explainable; IPC handles of other memory are noted
+ * as state a checkpoint cannot restore.
+ */
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    static int explained;
+    struct devmem_alloc a;
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuIpcGetMemHandle");
+    rc = TCGPU_REAL(cuIpcGetMemHandle)(pHandle, dptr);
+    if (rc == CUDA_SUCCESS)
+        tcgpu_note_unsupported("cuIpcGetMemHandle", "IPC memory handles cannot be checkpointed");
+    else if (devmem_lookup(dptr, &a) == 0 && !__atomic_exchange_n(&explained, 1, __ATOMIC_RELAXED))
+        log_err("cuIpcGetMemHandle: memory served by tcgpu is VMM memory, which CUDA IPC "
+                "cannot export (the driver refused it); IPC of device memory is not "
+                "supported under tcgpu");
     TCGPU_GATE_LEAVE();
     return rc;
 }
