@@ -127,20 +127,29 @@ int main(void)
         pthread_join(th[i], NULL);
 
     /* An unsupported call is noted when it succeeds (and only then). */
-    CUipcMemHandle ipc;
-    CUresult irc = cuIpcGetMemHandle(&ipc, dbuf[0]);
+    CUevent ipc_ev;
+    CUipcEventHandle ipc;
+    CU(cuEventCreate(&ipc_ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+    CUresult irc = cuIpcGetEventHandle(&ipc, ipc_ev);
     struct tcgpu_unsupported_note note;
     bool noted = tcgpu_unsupported_first(&note);
     if (irc == CUDA_SUCCESS) {
         char msg[160];
         if (noted)
             tcgpu_unsupported_format(&note, msg, sizeof(msg));
-        if (!noted || strcmp(msg, "cuIpcGetMemHandle: IPC memory handles cannot be checkpointed") != 0) {
-            fprintf(stderr, "FAIL: cuIpcGetMemHandle succeeded, note: %s\n", noted ? msg : "none");
+        if (!noted || strcmp(msg, "cuIpcGetEventHandle: IPC event handles cannot be checkpointed") != 0) {
+            fprintf(stderr, "FAIL: cuIpcGetEventHandle succeeded, note: %s\n", noted ? msg : "none");
             fails++;
         }
-    } else if (noted) {
-        fprintf(stderr, "FAIL: cuIpcGetMemHandle failed (%d) but was noted\n", irc);
+    } else {
+        fprintf(stderr, "FAIL: cuIpcGetEventHandle of an interprocess event failed (%d)\n", irc);
+        fails++;
+    }
+    /* A failing one is not noted. */
+    tcgpu_unsupported_reset();
+    irc = cuIpcGetEventHandle(NULL, ipc_ev);
+    if (irc == CUDA_SUCCESS || tcgpu_unsupported_first(NULL)) {
+        fprintf(stderr, "FAIL: a failed cuIpcGetEventHandle (%d) was noted\n", irc);
         fails++;
     }
 
