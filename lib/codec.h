@@ -26,19 +26,19 @@
 struct codec_ctx;
 
 struct codec_params {
-	int zstd_level;        /* zstd level; 0 = 1 (fast: the drain must keep up with PCIe) */
-	size_t sample_size;    /* bytes probed before compressing; 0 = 64 KiB */
-	unsigned disable_mask; /* bit (1u << TCGPU_CODEC_x): never choose codec x;
-	                          ZERO and RAW cannot be disabled */
-	int no_rotate;         /* BYTEGROUP without the sign rotation (benchmarks) */
+    int zstd_level;        /* zstd level; 0 = 1 (fast: the drain must keep up with PCIe) */
+    size_t sample_size;    /* bytes probed before compressing; 0 = 64 KiB */
+    unsigned disable_mask; /* bit (1u << TCGPU_CODEC_x): never choose codec x;
+                              ZERO and RAW cannot be disabled */
+    int no_rotate;         /* BYTEGROUP without the sign rotation (benchmarks) */
 };
 
 /* What codec_encode chose. */
 struct codec_out {
-	uint8_t codec;        /* enum tcgpu_codec */
-	size_t stored_len;    /* bytes at `data` */
-	const void *data;     /* stored bytes: NULL for ZERO, `src` itself for RAW
-	                         (no copy), else `dst` */
+    uint8_t codec;     /* enum tcgpu_codec */
+    size_t stored_len; /* bytes at `data` */
+    const void *data;  /* stored bytes: NULL for ZERO, `src` itself for RAW
+                             (no copy), else `dst` */
 };
 
 /*
@@ -64,9 +64,8 @@ size_t codec_bound(size_t raw_len);
  * point into `src` (RAW) so keep `src` alive until the bytes are written.
  * Returns 0, -EINVAL (bad arguments) or -ENOMEM (scratch growth failed).
  */
-int codec_encode(struct codec_ctx *ctx, const void *src, size_t len,
-		 enum tcgpu_dtype dtype, void *dst, size_t dst_cap,
-		 struct codec_out *out);
+int codec_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dtype,
+                 void *dst, size_t dst_cap, struct codec_out *out);
 
 /*
  * Decodes `stored_len` bytes at `src`, stored with `codec`, into exactly
@@ -75,8 +74,8 @@ int codec_encode(struct codec_ctx *ctx, const void *src, size_t len,
  * (corrupt or inconsistent lengths), -EOPNOTSUPP (PARENT: the bytes are in
  * the parent image), -EINVAL (unknown codec, raw_len too large) or -ENOMEM.
  */
-int codec_decode(struct codec_ctx *ctx, unsigned codec, const void *src,
-		 size_t stored_len, void *dst, size_t raw_len);
+int codec_decode(struct codec_ctx *ctx, unsigned codec, const void *src, size_t stored_len,
+                 void *dst, size_t raw_len);
 
 /* "zero", "raw", "zstd", "bytegroup", "parent" or "unknown"; static strings. */
 const char *codec_name(unsigned codec);

@@ -31,60 +31,60 @@
 #include "image_format.h"
 
 struct image_process {
-	uint32_t pid;
-	uint64_t start_time_ns;  /* CLOCK_REALTIME at process start; 0 = unknown */
-	uint64_t created_ns;     /* set by the writer at commit */
-	char hostname[TCGPU_IMG_MAX_NAME];
-	char exe[TCGPU_IMG_MAX_PATH];
+    uint32_t pid;
+    uint64_t start_time_ns; /* CLOCK_REALTIME at process start; 0 = unknown */
+    uint64_t created_ns;    /* set by the writer at commit */
+    char hostname[TCGPU_IMG_MAX_NAME];
+    char exe[TCGPU_IMG_MAX_PATH];
 };
 
 struct image_device {
-	int32_t ordinal;
-	uint32_t driver_version;
-	uint64_t total_mem;
-	uint8_t uuid[16];
-	char name[TCGPU_IMG_MAX_NAME];
+    int32_t ordinal;
+    uint32_t driver_version;
+    uint64_t total_mem;
+    uint8_t uuid[16];
+    char name[TCGPU_IMG_MAX_NAME];
 };
 
 struct image_alloc {
-	uint64_t id;             /* unique within the image */
-	uint64_t addr;           /* device address */
-	uint64_t size;
-	uint32_t kind;           /* enum tcgpu_alloc_kind */
-	uint32_t flags;          /* opaque to the format */
-	uint32_t dtype;          /* enum tcgpu_dtype */
-	uint32_t device;         /* index of an image_device */
-	const char *callsite;    /* NULL or a string (TCGPU_TRACE_ALLOC); the
-	                            writer copies it, the reader owns its copy */
+    uint64_t id;   /* unique within the image */
+    uint64_t addr; /* device address */
+    uint64_t size;
+    uint32_t kind;        /* enum tcgpu_alloc_kind */
+    uint32_t flags;       /* opaque to the format */
+    uint32_t dtype;       /* enum tcgpu_dtype */
+    uint32_t device;      /* index of an image_device */
+    const char *callsite; /* NULL or a string (TCGPU_TRACE_ALLOC); the
+                                writer copies it, the reader owns its copy */
 };
 
 /* One chunk index entry, in memory. */
 struct image_chunk {
-	uint64_t alloc_id;
-	uint64_t alloc_offset;
-	uint32_t raw_len;
-	uint32_t stored_len;
-	uint8_t codec;           /* enum tcgpu_codec */
-	uint16_t file;           /* data file index */
-	uint64_t file_offset;
-	uint64_t raw_csum;       /* XXH3_64 of the raw bytes */
-	uint64_t stored_csum;    /* XXH3_64 of the stored bytes */
-	uint64_t dev_hash;       /* device hash (kernels/devhash.h) when has_dev_hash */
-	uint8_t has_dev_hash;    /* the DEVHASH section carries it (minor 1) */
+    uint64_t alloc_id;
+    uint64_t alloc_offset;
+    uint32_t raw_len;
+    uint32_t stored_len;
+    uint8_t codec; /* enum tcgpu_codec */
+    uint16_t file; /* data file index */
+    uint64_t file_offset;
+    uint64_t raw_csum;    /* XXH3_64 of the raw bytes */
+    uint64_t stored_csum; /* XXH3_64 of the stored bytes */
+    uint64_t dev_hash;    /* device hash (kernels/devhash.h) when has_dev_hash */
+    uint8_t has_dev_hash; /* the DEVHASH section carries it (minor 1) */
 };
 
 /* ---- writer ------------------------------------------------------------------ */
 
 struct image_writer;
 
-#define IMAGE_OVERWRITE 0x1u  /* replace an existing image at DIR (not any directory) */
-#define IMAGE_NO_URING  0x2u  /* write with pwrite only */
-#define IMAGE_NO_DIRECT 0x4u  /* never O_DIRECT */
+#define IMAGE_OVERWRITE 0x1u /* replace an existing image at DIR (not any directory) */
+#define IMAGE_NO_URING  0x2u /* write with pwrite only */
+#define IMAGE_NO_DIRECT 0x4u /* never O_DIRECT */
 
 struct image_writer_opts {
-	unsigned flags;              /* IMAGE_* */
-	size_t chunk_size;           /* image_writer_add_data splits at this; 0 = 4 MiB */
-	struct codec_params codec;   /* for the writer's own encoding */
+    unsigned flags;            /* IMAGE_* */
+    size_t chunk_size;         /* image_writer_add_data splits at this; 0 = 4 MiB */
+    struct codec_params codec; /* for the writer's own encoding */
 };
 
 /*
@@ -96,21 +96,20 @@ struct image_writer_opts {
  * errbuf (may be NULL) receives a message on failure.
  */
 int image_writer_begin(struct image_writer **out, const char *dir,
-		       const struct image_writer_opts *opts, char *errbuf, size_t errlen);
+                       const struct image_writer_opts *opts, char *errbuf, size_t errlen);
 
 /* Process identity (copied). created_ns is ignored: commit sets it. 0 / -EINVAL. */
 int image_writer_set_process(struct image_writer *w, const struct image_process *p);
 
 /* Adds a device (copied); *index (may be NULL) receives its index. 0, -ENOSPC
  * (more than TCGPU_IMG_MAX_DEVICES), -ENOMEM. */
-int image_writer_add_device(struct image_writer *w, const struct image_device *d,
-			    uint32_t *index);
+int image_writer_add_device(struct image_writer *w, const struct image_device *d, uint32_t *index);
 
 /* Names the parent of an incremental image (its path and manifest checksum,
  * image_manifest_csum): required before PARENT chunks are added. 0, -EINVAL
  * (path too long). */
 int image_writer_set_parent(struct image_writer *w, const char *path,
-			    const uint8_t manifest_csum[16]);
+                            const uint8_t manifest_csum[16]);
 
 /* Adds an allocation (copied, call site included). -EEXIST for a duplicate
  * id, -EINVAL for a bad kind/dtype/device or address overflow. */
@@ -124,11 +123,11 @@ int image_writer_add_allocation(struct image_writer *w, const struct image_alloc
  * already gone and every later call returns the same error.
  */
 int image_writer_add_chunk(struct image_writer *w, uint64_t alloc_id, uint64_t offset,
-			   const void *src, size_t len);
+                           const void *src, size_t len);
 
 /* image_writer_add_chunk over a whole range, in chunks of opts.chunk_size. */
 int image_writer_add_data(struct image_writer *w, uint64_t alloc_id, uint64_t offset,
-			  const void *src, size_t len);
+                          const void *src, size_t len);
 
 /*
  * Encodes one chunk for image_writer_add_encoded; for worker threads (each
@@ -137,17 +136,16 @@ int image_writer_add_data(struct image_writer *w, uint64_t alloc_id, uint64_t of
  * the stored bytes (into `dst` or `src`, see codec_encode). Thread-safe.
  * Returns 0 or codec_encode's errors.
  */
-int image_chunk_encode(struct codec_ctx *ctx, const void *src, size_t len,
-		       enum tcgpu_dtype dtype, void *dst, size_t dst_cap,
-		       struct image_chunk *c, const void **stored);
+int image_chunk_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dtype,
+                       void *dst, size_t dst_cap, struct image_chunk *c, const void **stored);
 
 /*
  * image_chunk_encode for a caller that already has the XXH3_64 of the raw
  * bytes (the incremental path hashes before it decides to encode).
  */
 int image_chunk_encode_hashed(struct codec_ctx *ctx, const void *src, size_t len,
-			      enum tcgpu_dtype dtype, uint64_t raw_csum, void *dst,
-			      size_t dst_cap, struct image_chunk *c, const void **stored);
+                              enum tcgpu_dtype dtype, uint64_t raw_csum, void *dst, size_t dst_cap,
+                              struct image_chunk *c, const void **stored);
 
 /*
  * Fills `c` as a PARENT chunk of `len` raw bytes whose XXH3_64 is `raw_csum`:
@@ -164,7 +162,7 @@ void image_chunk_parent(struct image_chunk *c, size_t len, uint64_t raw_csum);
  * Errors as image_writer_add_chunk, plus -EINVAL for inconsistent lengths.
  */
 int image_writer_add_encoded(struct image_writer *w, const struct image_chunk *c,
-			     const void *stored);
+                             const void *stored);
 
 /*
  * Finishes the data file (fsync), checks the chunk table (no overlaps),
@@ -184,17 +182,18 @@ void image_writer_free(struct image_writer *w);
 const char *image_writer_error(const struct image_writer *w);
 
 /* Statistics so far (for logs and the benchmark). */
-void image_writer_stats(const struct image_writer *w, uint64_t *raw_bytes,
-			uint64_t *stored_bytes, uint64_t *chunks);
+void image_writer_stats(const struct image_writer *w, uint64_t *raw_bytes, uint64_t *stored_bytes,
+                        uint64_t *chunks);
 
 /* ---- reader ------------------------------------------------------------------ */
 
 struct image;
 
-#define IMAGE_OPEN_MANIFEST_ONLY 0x1u  /* do not open data files (inspect a damaged image) */
-#define IMAGE_OPEN_NO_PARENT     0x2u  /* do not open the parent chain (PARENT chunks
-					  then read as -EOPNOTSUPP) */
-#define IMAGE_VERIFY_STORED_ONLY 0x1u  /* verify_all: skip decoding and raw checksums */
+#define IMAGE_OPEN_MANIFEST_ONLY 0x1u /* do not open data files (inspect a damaged image) */
+#define IMAGE_OPEN_NO_PARENT                                                                       \
+    0x2u                              /* do not open the parent chain (PARENT chunks
+                      then read as -EOPNOTSUPP) */
+#define IMAGE_VERIFY_STORED_ONLY 0x1u /* verify_all: skip decoding and raw checksums */
 
 /*
  * Opens the image at `dir`: reads the manifest, verifies its checksums and
@@ -207,8 +206,7 @@ struct image;
  * -EBADMSG (corrupt manifest), -EPROTONOSUPPORT (other major version),
  * -ENOENT, -EIO... errbuf (may be NULL) receives a message naming the file.
  */
-int image_open(struct image **out, const char *dir, unsigned flags, char *errbuf,
-	       size_t errlen);
+int image_open(struct image **out, const char *dir, unsigned flags, char *errbuf, size_t errlen);
 
 /* Frees; NULL is fine. */
 void image_close(struct image *img);
@@ -228,12 +226,10 @@ const struct image_chunk *image_chunk_at(const struct image *img, size_t i);
 /* The manifest's checksum (its identity for child images). */
 void image_manifest_csum(const struct image *img, uint8_t out[16]);
 /* The chunk at (alloc_id, offset): 1 and *index, or 0. */
-int image_find_chunk(const struct image *img, uint64_t alloc_id, uint64_t offset,
-		     size_t *index);
+int image_find_chunk(const struct image *img, uint64_t alloc_id, uint64_t offset, size_t *index);
 /* Codec and stored length of where chunk i's bytes really are: the chunk
  * itself, or for a resolved PARENT chunk the ancestor's chunk. */
-void image_chunk_resolved(const struct image *img, size_t i, unsigned *codec,
-			  uint32_t *stored_len);
+void image_chunk_resolved(const struct image *img, size_t i, unsigned *codec, uint32_t *stored_len);
 /* Parent path, or NULL when the image is not incremental. */
 const char *image_parent(const struct image *img, uint8_t csum[16]);
 uint32_t image_version_minor(const struct image *img);
@@ -268,16 +264,15 @@ int image_read_allocation_cb(struct image *img, uint64_t id, image_chunk_cb cb, 
  * image_chunk_resolved; a PARENT chunk reads from the ancestor) and checks
  * the stored checksum. Thread-safe (pread). errbuf may be NULL. 0 or -errno.
  */
-int image_read_stored(const struct image *img, size_t i, void *buf, char *errbuf,
-		      size_t errlen);
+int image_read_stored(const struct image *img, size_t i, void *buf, char *errbuf, size_t errlen);
 
 /*
  * Decodes chunk `i` from its stored bytes into `dst` (>= raw_len) with the
  * caller's context and checks the raw checksum. Thread-safe with one ctx
  * per thread. 0 or -errno.
  */
-int image_decode_chunk(const struct image *img, size_t i, struct codec_ctx *ctx,
-		       const void *stored, void *dst, char *errbuf, size_t errlen);
+int image_decode_chunk(const struct image *img, size_t i, struct codec_ctx *ctx, const void *stored,
+                       void *dst, char *errbuf, size_t errlen);
 
 /*
  * Prints the manifest for `gpuckpt inspect`: a human table, or (json != 0)

@@ -12,10 +12,10 @@
 
 /* id -> index map (open addressing). Index values are stored +1 (0 = empty). */
 struct idmap {
-	uint64_t *keys;
-	size_t *vals;
-	size_t cap;   /* power of two */
-	size_t used;
+    uint64_t *keys;
+    size_t *vals;
+    size_t cap; /* power of two */
+    size_t used;
 };
 
 /* 0 or -ENOMEM. */

@@ -11,280 +11,280 @@
 #include <string.h>
 #include <unistd.h>
 
-#define ALIGN 4096u
-#define DEFAULT_BUF (4u << 20)
+#define ALIGN         4096u
+#define DEFAULT_BUF   (4u << 20)
 #define DEFAULT_DEPTH 4u
-#define MAX_DEPTH 64u
+#define MAX_DEPTH     64u
 
 struct iobuf {
-	uint8_t *mem;
-	size_t fill;
-	uint64_t off;  /* file offset of mem[0] */
-	int busy;      /* submitted, completion not yet reaped */
+    uint8_t *mem;
+    size_t fill;
+    uint64_t off; /* file offset of mem[0] */
+    int busy;     /* submitted, completion not yet reaped */
 };
 
 struct iowriter {
-	int fd;
-	int direct;
-	int have_ring;
-	struct io_uring ring;
-	struct iobuf *bufs;
-	unsigned depth, cur, inflight;
-	size_t buf_size;
-	uint64_t offset;   /* logical size */
-	int err;           /* first error, sticky */
-	int ring_broken;   /* waiting for completions failed: stop waiting */
+    int fd;
+    int direct;
+    int have_ring;
+    struct io_uring ring;
+    struct iobuf *bufs;
+    unsigned depth, cur, inflight;
+    size_t buf_size;
+    uint64_t offset; /* logical size */
+    int err;         /* first error, sticky */
+    int ring_broken; /* waiting for completions failed: stop waiting */
 };
 
 static int env_off(const char *name)
 {
-	const char *v = getenv(name);
+    const char *v = getenv(name);
 
-	return v && strcmp(v, "0") == 0;
+    return v && strcmp(v, "0") == 0;
 }
 
 int iowriter_uses_uring(const struct iowriter *w)
 {
-	return w->have_ring;
+    return w->have_ring;
 }
 
 int iowriter_uses_direct(const struct iowriter *w)
 {
-	return w->direct;
+    return w->direct;
 }
 
 uint64_t iowriter_offset(const struct iowriter *w)
 {
-	return w->offset;
+    return w->offset;
 }
 
 static void close_ring(struct iowriter *w)
 {
-	if (w->have_ring)
-		io_uring_queue_exit(&w->ring);
-	w->have_ring = 0;
+    if (w->have_ring)
+        io_uring_queue_exit(&w->ring);
+    w->have_ring = 0;
 }
 
 void iowriter_free(struct iowriter *w)
 {
-	if (!w)
-		return;
-	close_ring(w);
-	if (w->fd >= 0)
-		close(w->fd);
-	for (unsigned i = 0; w->bufs && i < w->depth; i++)
-		free(w->bufs[i].mem);
-	free(w->bufs);
-	free(w);
+    if (!w)
+        return;
+    close_ring(w);
+    if (w->fd >= 0)
+        close(w->fd);
+    for (unsigned i = 0; w->bufs && i < w->depth; i++)
+        free(w->bufs[i].mem);
+    free(w->bufs);
+    free(w);
 }
 
 /* O_DIRECT first: at NVMe speeds the page cache copy costs as much as the
  * write. Filesystems that refuse it (tmpfs: EINVAL) get a buffered file. */
 static int open_file(struct iowriter *w, int dirfd, const char *name, mode_t mode, int no_direct)
 {
-	int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+    int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
 
-	if (!no_direct) {
-		w->fd = openat(dirfd, name, flags | O_DIRECT, mode);
-		if (w->fd >= 0) {
-			w->direct = 1;
-			return 0;
-		}
-		if (errno != EINVAL)
-			return -errno;
-	}
-	w->fd = openat(dirfd, name, flags, mode);
-	return w->fd < 0 ? -errno : 0;
+    if (!no_direct) {
+        w->fd = openat(dirfd, name, flags | O_DIRECT, mode);
+        if (w->fd >= 0) {
+            w->direct = 1;
+            return 0;
+        }
+        if (errno != EINVAL)
+            return -errno;
+    }
+    w->fd = openat(dirfd, name, flags, mode);
+    return w->fd < 0 ? -errno : 0;
 }
 
 int iowriter_open(struct iowriter **out, int dirfd, const char *name, mode_t mode,
-		  const struct iowriter_opts *opts)
+                  const struct iowriter_opts *opts)
 {
-	struct iowriter_opts o = opts ? *opts : (struct iowriter_opts){ 0 };
-	struct iowriter *w = calloc(1, sizeof(*w));
-	int rc = -ENOMEM;
+    struct iowriter_opts o = opts ? *opts : (struct iowriter_opts){0};
+    struct iowriter *w = calloc(1, sizeof(*w));
+    int rc = -ENOMEM;
 
-	if (!w)
-		return -ENOMEM;
-	w->fd = -1;
-	w->buf_size = o.buf_size ? (o.buf_size + ALIGN - 1) & ~(size_t)(ALIGN - 1) : DEFAULT_BUF;
-	w->depth = o.depth ? (o.depth < MAX_DEPTH ? o.depth : MAX_DEPTH) : DEFAULT_DEPTH;
-	w->bufs = calloc(w->depth, sizeof(*w->bufs));
-	if (!w->bufs)
-		goto err;
-	for (unsigned i = 0; i < w->depth; i++) {
-		w->bufs[i].mem = aligned_alloc(ALIGN, w->buf_size);
-		if (!w->bufs[i].mem)
-			goto err;
-	}
-	rc = open_file(w, dirfd, name, mode, o.no_direct || env_off("TCGPU_IO_DIRECT"));
-	if (rc)
-		goto err;
-	if (!o.no_uring && !env_off("TCGPU_IO_URING") &&
-	    io_uring_queue_init(w->depth, &w->ring, 0) == 0)
-		w->have_ring = 1;
-	*out = w;
-	return 0;
+    if (!w)
+        return -ENOMEM;
+    w->fd = -1;
+    w->buf_size = o.buf_size ? (o.buf_size + ALIGN - 1) & ~(size_t)(ALIGN - 1) : DEFAULT_BUF;
+    w->depth = o.depth ? (o.depth < MAX_DEPTH ? o.depth : MAX_DEPTH) : DEFAULT_DEPTH;
+    w->bufs = calloc(w->depth, sizeof(*w->bufs));
+    if (!w->bufs)
+        goto err;
+    for (unsigned i = 0; i < w->depth; i++) {
+        w->bufs[i].mem = aligned_alloc(ALIGN, w->buf_size);
+        if (!w->bufs[i].mem)
+            goto err;
+    }
+    rc = open_file(w, dirfd, name, mode, o.no_direct || env_off("TCGPU_IO_DIRECT"));
+    if (rc)
+        goto err;
+    if (!o.no_uring && !env_off("TCGPU_IO_URING") &&
+        io_uring_queue_init(w->depth, &w->ring, 0) == 0)
+        w->have_ring = 1;
+    *out = w;
+    return 0;
 err:
-	iowriter_free(w);
-	return rc;
+    iowriter_free(w);
+    return rc;
 }
 
 /* Writes all of it, however short the writes. */
 static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off)
 {
-	while (len) {
-		ssize_t n = pwrite(fd, p, len, (off_t)off);
+    while (len) {
+        ssize_t n = pwrite(fd, p, len, (off_t)off);
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO;
-		p += n, len -= (size_t)n, off += (uint64_t)n;
-	}
-	return 0;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return -EIO;
+        p += n, len -= (size_t)n, off += (uint64_t)n;
+    }
+    return 0;
 }
 
 /* Leaves O_DIRECT for a write that is not aligned (the last partial buffer,
  * the rest of a short write). */
 static int drop_direct(struct iowriter *w)
 {
-	int fl;
+    int fl;
 
-	if (!w->direct)
-		return 0;
-	fl = fcntl(w->fd, F_GETFL);
-	if (fl < 0 || fcntl(w->fd, F_SETFL, fl & ~O_DIRECT) < 0)
-		return -errno;
-	w->direct = 0;
-	return 0;
+    if (!w->direct)
+        return 0;
+    fl = fcntl(w->fd, F_GETFL);
+    if (fl < 0 || fcntl(w->fd, F_SETFL, fl & ~O_DIRECT) < 0)
+        return -errno;
+    w->direct = 0;
+    return 0;
 }
 
 static void set_err(struct iowriter *w, int rc)
 {
-	if (rc && !w->err)
-		w->err = rc;
+    if (rc && !w->err)
+        w->err = rc;
 }
 
 /* Reaps one completion. A short write is finished synchronously so the
  * error it was about to hit (ENOSPC) is reported, not a silent hole. */
 static int reap_one(struct iowriter *w)
 {
-	struct io_uring_cqe *cqe;
-	struct iobuf *b;
-	int rc;
+    struct io_uring_cqe *cqe;
+    struct iobuf *b;
+    int rc;
 
-	do
-		rc = io_uring_wait_cqe(&w->ring, &cqe);
-	while (rc == -EINTR);
-	if (rc) {
-		w->ring_broken = 1;
-		return rc;
-	}
-	b = &w->bufs[io_uring_cqe_get_data64(cqe)];
-	rc = cqe->res;
-	io_uring_cqe_seen(&w->ring, cqe);
-	b->busy = 0;
-	w->inflight--;
-	if (rc < 0)
-		return rc;
-	if ((size_t)rc < b->fill) {
-		int drc = drop_direct(w);
+    do
+        rc = io_uring_wait_cqe(&w->ring, &cqe);
+    while (rc == -EINTR);
+    if (rc) {
+        w->ring_broken = 1;
+        return rc;
+    }
+    b = &w->bufs[io_uring_cqe_get_data64(cqe)];
+    rc = cqe->res;
+    io_uring_cqe_seen(&w->ring, cqe);
+    b->busy = 0;
+    w->inflight--;
+    if (rc < 0)
+        return rc;
+    if ((size_t)rc < b->fill) {
+        int drc = drop_direct(w);
 
-		if (drc)
-			return drc;
-		return pwrite_all(w->fd, b->mem + rc, b->fill - (size_t)rc, b->off + (uint64_t)rc);
-	}
-	return 0;
+        if (drc)
+            return drc;
+        return pwrite_all(w->fd, b->mem + rc, b->fill - (size_t)rc, b->off + (uint64_t)rc);
+    }
+    return 0;
 }
 
 static int submit_uring(struct iowriter *w, unsigned i)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
-	struct iobuf *b = &w->bufs[i];
-	int rc;
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
+    struct iobuf *b = &w->bufs[i];
+    int rc;
 
-	if (!sqe)
-		return -EBUSY;  /* cannot happen: depth sqes, at most depth in flight */
-	io_uring_prep_write(sqe, w->fd, b->mem, (unsigned)b->fill, b->off);
-	io_uring_sqe_set_data64(sqe, i);
-	rc = io_uring_submit(&w->ring);
-	if (rc < 0)
-		return rc;
-	b->busy = 1;
-	w->inflight++;
-	return 0;
+    if (!sqe)
+        return -EBUSY; /* cannot happen: depth sqes, at most depth in flight */
+    io_uring_prep_write(sqe, w->fd, b->mem, (unsigned)b->fill, b->off);
+    io_uring_sqe_set_data64(sqe, i);
+    rc = io_uring_submit(&w->ring);
+    if (rc < 0)
+        return rc;
+    b->busy = 1;
+    w->inflight++;
+    return 0;
 }
 
 /* Sends buffer `i` to the file. */
 static int flush_buf(struct iowriter *w, unsigned i)
 {
-	struct iobuf *b = &w->bufs[i];
+    struct iobuf *b = &w->bufs[i];
 
-	if (b->fill == 0)
-		return 0;
-	if (w->direct && (b->fill % ALIGN)) {
-		int rc = drop_direct(w);
+    if (b->fill == 0)
+        return 0;
+    if (w->direct && (b->fill % ALIGN)) {
+        int rc = drop_direct(w);
 
-		if (rc)
-			return rc;
-	}
-	if (w->have_ring)
-		return submit_uring(w, i);
-	return pwrite_all(w->fd, b->mem, b->fill, b->off);
+        if (rc)
+            return rc;
+    }
+    if (w->have_ring)
+        return submit_uring(w, i);
+    return pwrite_all(w->fd, b->mem, b->fill, b->off);
 }
 
 /* Waits until buffer `i` may be filled again. */
 static int wait_free(struct iowriter *w, unsigned i)
 {
-	while (w->bufs[i].busy && !w->ring_broken) {
-		int rc = reap_one(w);
+    while (w->bufs[i].busy && !w->ring_broken) {
+        int rc = reap_one(w);
 
-		if (rc)
-			return rc;
-	}
-	return 0;
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
 int iowriter_append(struct iowriter *w, const void *data, size_t len)
 {
-	const uint8_t *p = data;
-	int rc;
+    const uint8_t *p = data;
+    int rc;
 
-	while (len && !w->err) {
-		struct iobuf *b = &w->bufs[w->cur];
-		size_t n = w->buf_size - b->fill;
+    while (len && !w->err) {
+        struct iobuf *b = &w->bufs[w->cur];
+        size_t n = w->buf_size - b->fill;
 
-		if (n > len)
-			n = len;
-		if (b->fill == 0)
-			b->off = w->offset;
-		memcpy(b->mem + b->fill, p, n);
-		b->fill += n, w->offset += n, p += n, len -= n;
-		if (b->fill < w->buf_size)
-			break;
-		rc = flush_buf(w, w->cur);
-		w->cur = (w->cur + 1) % w->depth;
-		if (!rc)
-			rc = wait_free(w, w->cur);
-		w->bufs[w->cur].fill = 0;
-		set_err(w, rc);
-	}
-	return w->err;
+        if (n > len)
+            n = len;
+        if (b->fill == 0)
+            b->off = w->offset;
+        memcpy(b->mem + b->fill, p, n);
+        b->fill += n, w->offset += n, p += n, len -= n;
+        if (b->fill < w->buf_size)
+            break;
+        rc = flush_buf(w, w->cur);
+        w->cur = (w->cur + 1) % w->depth;
+        if (!rc)
+            rc = wait_free(w, w->cur);
+        w->bufs[w->cur].fill = 0;
+        set_err(w, rc);
+    }
+    return w->err;
 }
 
 int iowriter_finish(struct iowriter *w)
 {
-	if (!w->err)
-		set_err(w, flush_buf(w, w->cur));
-	w->bufs[w->cur].fill = 0;
-	/* Reap everything even after an error: the kernel still owns the buffers. */
-	while (w->have_ring && w->inflight && !w->ring_broken)
-		set_err(w, reap_one(w));
-	close_ring(w);
-	if (!w->err && fsync(w->fd) < 0)
-		set_err(w, -errno);
-	return w->err;
+    if (!w->err)
+        set_err(w, flush_buf(w, w->cur));
+    w->bufs[w->cur].fill = 0;
+    /* Reap everything even after an error: the kernel still owns the buffers. */
+    while (w->have_ring && w->inflight && !w->ring_broken)
+        set_err(w, reap_one(w));
+    close_ring(w);
+    if (!w->err && fsync(w->fd) < 0)
+        set_err(w, -errno);
+    return w->err;
 }

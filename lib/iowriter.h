@@ -26,10 +26,10 @@
 struct iowriter;
 
 struct iowriter_opts {
-	size_t buf_size;  /* bytes per write; 0 = 4 MiB; rounded up to 4 KiB */
-	unsigned depth;   /* buffers (writes in flight + 1 filling); 0 = 4 */
-	int no_uring;     /* 1: always pwrite (tests, or TCGPU_IO_URING=0 in the env) */
-	int no_direct;    /* 1: never O_DIRECT (or TCGPU_IO_DIRECT=0 in the env) */
+    size_t buf_size; /* bytes per write; 0 = 4 MiB; rounded up to 4 KiB */
+    unsigned depth;  /* buffers (writes in flight + 1 filling); 0 = 4 */
+    int no_uring;    /* 1: always pwrite (tests, or TCGPU_IO_URING=0 in the env) */
+    int no_direct;   /* 1: never O_DIRECT (or TCGPU_IO_DIRECT=0 in the env) */
 };
 
 /*
@@ -38,7 +38,7 @@ struct iowriter_opts {
  * or -errno from open/allocation.
  */
 int iowriter_open(struct iowriter **out, int dirfd, const char *name, mode_t mode,
-		  const struct iowriter_opts *opts);
+                  const struct iowriter_opts *opts);
 
 /*
  * Appends `len` bytes; they land at file offset iowriter_offset() as it was

@@ -8,22 +8,22 @@
 
 #include <stdio.h>
 
-#define CHECK(cond, ...)                                                         \
-	do {                                                                     \
-		if (!(cond)) {                                                   \
-			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                            \
-			fputc('\n', stderr);                                     \
-			return 1;                                                \
-		}                                                                \
-	} while (0)
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
 
-#define RUN(fn)                                                                  \
-	do {                                                                     \
-		int r_ = fn();                                                   \
-		fprintf(stderr, "%s %s\n", r_ == 0 ? "ok  " : r_ == 77 ? "skip" : "FAIL", #fn); \
-		if (r_ == 1)                                                     \
-			failed_ = 1;                                             \
-	} while (0)
+#define RUN(fn)                                                                                    \
+    do {                                                                                           \
+        int r_ = fn();                                                                             \
+        fprintf(stderr, "%s %s\n", r_ == 0 ? "ok  " : r_ == 77 ? "skip" : "FAIL", #fn);            \
+        if (r_ == 1)                                                                               \
+            failed_ = 1;                                                                           \
+    } while (0)
 
 #endif

@@ -19,365 +19,370 @@
 #define MIB (1024u * 1024u)
 
 static int failed_;
-static unsigned last_esize;   /* first stored byte of the last BYTEGROUP round trip */
+static unsigned last_esize; /* first stored byte of the last BYTEGROUP round trip */
 
 /* Encodes, checks the chosen codec (`want` < 0: any), decodes, compares. */
 static int roundtrip(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dt,
-		     int want, struct codec_out *out_copy)
+                     int want, struct codec_out *out_copy)
 {
-	uint8_t *dst = malloc(codec_bound(len) + 1), *back = malloc(len + 1);
-	struct codec_out o;
-	int rc;
+    uint8_t *dst = malloc(codec_bound(len) + 1), *back = malloc(len + 1);
+    struct codec_out o;
+    int rc;
 
-	CHECK(dst && back, "malloc");
-	rc = codec_encode(ctx, src, len, dt, dst, codec_bound(len), &o);
-	CHECK(rc == 0, "encode %zu bytes: %d", len, rc);
-	CHECK(want < 0 || o.codec == want, "len %zu dtype %s: chose %s, want %s", len,
-	      codec_dtype_name(dt), codec_name(o.codec), codec_name((unsigned)want));
-	CHECK(o.stored_len <= len, "stored %zu > raw %zu", o.stored_len, len);
-	if (o.codec == TCGPU_CODEC_RAW)
-		CHECK(o.data == src && o.stored_len == len, "RAW must point at src, not copy");
-	if (o.codec == TCGPU_CODEC_ZERO)
-		CHECK(o.stored_len == 0, "ZERO stores nothing");
-	rc = codec_decode(ctx, o.codec, o.data, o.stored_len, back, len);
-	CHECK(rc == 0, "decode %s: %d", codec_name(o.codec), rc);
-	CHECK(len == 0 || memcmp(back, src, len) == 0, "%s round trip differs (len %zu)",
-	      codec_name(o.codec), len);
-	if (o.codec == TCGPU_CODEC_BYTEGROUP)
-		last_esize = ((const uint8_t *)o.data)[0];
-	if (out_copy)
-		*out_copy = o;   /* data is dangling: only codec and stored_len are of use */
-	free(dst);
-	free(back);
-	return 0;
+    CHECK(dst && back, "malloc");
+    rc = codec_encode(ctx, src, len, dt, dst, codec_bound(len), &o);
+    CHECK(rc == 0, "encode %zu bytes: %d", len, rc);
+    CHECK(want < 0 || o.codec == want, "len %zu dtype %s: chose %s, want %s", len,
+          codec_dtype_name(dt), codec_name(o.codec), codec_name((unsigned)want));
+    CHECK(o.stored_len <= len, "stored %zu > raw %zu", o.stored_len, len);
+    if (o.codec == TCGPU_CODEC_RAW)
+        CHECK(o.data == src && o.stored_len == len, "RAW must point at src, not copy");
+    if (o.codec == TCGPU_CODEC_ZERO)
+        CHECK(o.stored_len == 0, "ZERO stores nothing");
+    rc = codec_decode(ctx, o.codec, o.data, o.stored_len, back, len);
+    CHECK(rc == 0, "decode %s: %d", codec_name(o.codec), rc);
+    CHECK(len == 0 || memcmp(back, src, len) == 0, "%s round trip differs (len %zu)",
+          codec_name(o.codec), len);
+    if (o.codec == TCGPU_CODEC_BYTEGROUP)
+        last_esize = ((const uint8_t *)o.data)[0];
+    if (out_copy)
+        *out_copy = o; /* data is dangling: only codec and stored_len are of use */
+    free(dst);
+    free(back);
+    return 0;
 }
 
 static int test_zero_and_random(void)
 {
-	struct codec_ctx *ctx;
-	size_t len = 4 * MIB;
-	uint8_t *buf = calloc(1, len);
+    struct codec_ctx *ctx;
+    size_t len = 4 * MIB;
+    uint8_t *buf = calloc(1, len);
 
-	CHECK(buf && codec_ctx_new(&ctx, NULL) == 0, "setup");
-	CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_ZERO, NULL) == 0, "zeros");
-	CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_ZERO, NULL) == 0, "zeros bf16");
-	buf[len - 1] = 1;   /* one non-zero byte at the very end is not zero */
-	CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, -1, NULL) == 0, "almost zeros");
-	CHECK(!codec_is_zero(buf, len) && codec_is_zero(buf, len - 1), "codec_is_zero");
-	td_random(buf, len, 42);
-	CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_RAW, NULL) == 0, "random");
-	CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_RAW, NULL) == 0, "random bf16");
-	codec_ctx_free(ctx);
-	free(buf);
-	return 0;
+    CHECK(buf && codec_ctx_new(&ctx, NULL) == 0, "setup");
+    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_ZERO, NULL) == 0, "zeros");
+    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_ZERO, NULL) == 0, "zeros bf16");
+    buf[len - 1] = 1; /* one non-zero byte at the very end is not zero */
+    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, -1, NULL) == 0, "almost zeros");
+    CHECK(!codec_is_zero(buf, len) && codec_is_zero(buf, len - 1), "codec_is_zero");
+    td_random(buf, len, 42);
+    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_RAW, NULL) == 0, "random");
+    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_RAW, NULL) == 0, "random bf16");
+    codec_ctx_free(ctx);
+    free(buf);
+    return 0;
 }
 
 /* bf16/fp16/fp32/fp64 weights pick BYTEGROUP with the right element size,
  * with the hint and without it (detected). */
 static int test_floats(void)
 {
-	static const struct {
-		enum td_kind k;
-		enum tcgpu_dtype dt;
-		unsigned es;
-	} cases[] = {
-		{ TD_BF16, TCGPU_DTYPE_BF16, 2 }, { TD_FP16, TCGPU_DTYPE_FP16, 2 },
-		{ TD_FP32, TCGPU_DTYPE_FP32, 4 }, { TD_FP64, TCGPU_DTYPE_FP64, 8 },
-	};
-	struct codec_ctx *ctx;
-	size_t len = 4 * MIB;
-	uint8_t *buf = malloc(len);
-	struct codec_out o;
+    static const struct {
+        enum td_kind k;
+        enum tcgpu_dtype dt;
+        unsigned es;
+    } cases[] = {
+        {TD_BF16, TCGPU_DTYPE_BF16, 2},
+        {TD_FP16, TCGPU_DTYPE_FP16, 2},
+        {TD_FP32, TCGPU_DTYPE_FP32, 4},
+        {TD_FP64, TCGPU_DTYPE_FP64, 8},
+    };
+    struct codec_ctx *ctx;
+    size_t len = 4 * MIB;
+    uint8_t *buf = malloc(len);
+    struct codec_out o;
 
-	CHECK(buf && codec_ctx_new(&ctx, NULL) == 0, "setup");
-	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		td_weights(buf, len, cases[i].k, 0.02, 100 + i);
-		CHECK(roundtrip(ctx, buf, len, cases[i].dt, TCGPU_CODEC_BYTEGROUP, &o) == 0,
-		      "case %u hinted", i);
-		fprintf(stderr, "  %-5s hinted:   ratio %.3f\n", codec_dtype_name(cases[i].dt),
-			(double)o.stored_len / (double)len);
-		if (cases[i].es == 8)
-			continue;   /* 8-byte elements are only grouped when hinted */
-		CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_BYTEGROUP, &o) == 0,
-		      "case %u detected", i);
-		CHECK(last_esize == cases[i].es, "case %u: detected esize %u", i, last_esize);
-	}
-	/* An odd length keeps its tail bytes. */
-	td_weights(buf, len, TD_FP32, 0.02, 7);
-	CHECK(roundtrip(ctx, buf, len - 3, TCGPU_DTYPE_FP32, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
-	      "fp32 odd length");
-	codec_ctx_free(ctx);
-	free(buf);
-	return 0;
+    CHECK(buf && codec_ctx_new(&ctx, NULL) == 0, "setup");
+    for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        td_weights(buf, len, cases[i].k, 0.02, 100 + i);
+        CHECK(roundtrip(ctx, buf, len, cases[i].dt, TCGPU_CODEC_BYTEGROUP, &o) == 0,
+              "case %u hinted", i);
+        fprintf(stderr, "  %-5s hinted:   ratio %.3f\n", codec_dtype_name(cases[i].dt),
+                (double)o.stored_len / (double)len);
+        if (cases[i].es == 8)
+            continue; /* 8-byte elements are only grouped when hinted */
+        CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_BYTEGROUP, &o) == 0,
+              "case %u detected", i);
+        CHECK(last_esize == cases[i].es, "case %u: detected esize %u", i, last_esize);
+    }
+    /* An odd length keeps its tail bytes. */
+    td_weights(buf, len, TD_FP32, 0.02, 7);
+    CHECK(roundtrip(ctx, buf, len - 3, TCGPU_DTYPE_FP32, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
+          "fp32 odd length");
+    codec_ctx_free(ctx);
+    free(buf);
+    return 0;
 }
 
 static int test_text_and_forced_paths(void)
 {
-	struct codec_ctx *ctx, *nobg, *nozstd;
-	struct codec_params p = { .disable_mask = 1u << TCGPU_CODEC_BYTEGROUP };
-	size_t len = 4 * MIB;
-	uint8_t *buf = malloc(len);
+    struct codec_ctx *ctx, *nobg, *nozstd;
+    struct codec_params p = {.disable_mask = 1u << TCGPU_CODEC_BYTEGROUP};
+    size_t len = 4 * MIB;
+    uint8_t *buf = malloc(len);
 
-	CHECK(buf && codec_ctx_new(&ctx, NULL) == 0 && codec_ctx_new(&nobg, &p) == 0, "setup");
-	p.disable_mask = 1u << TCGPU_CODEC_ZSTD;
-	CHECK(codec_ctx_new(&nozstd, &p) == 0, "setup");
-	td_text(buf, len, 3);
-	CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_ZSTD, NULL) == 0, "text");
-	CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_U8, TCGPU_CODEC_ZSTD, NULL) == 0, "text u8");
-	td_weights(buf, len, TD_BF16, 0.02, 5);
-	CHECK(roundtrip(nobg, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_ZSTD, NULL) == 0,
-	      "bf16 with bytegroup disabled");
-	CHECK(roundtrip(nozstd, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
-	      "bf16 with zstd disabled");
-	td_text(buf, len, 3);
-	CHECK(roundtrip(nozstd, buf, len, TCGPU_DTYPE_U8, TCGPU_CODEC_RAW, NULL) == 0,
-	      "u8 text with zstd disabled: nothing left but RAW");
-	codec_ctx_free(ctx);
-	codec_ctx_free(nobg);
-	codec_ctx_free(nozstd);
-	free(buf);
-	return 0;
+    CHECK(buf && codec_ctx_new(&ctx, NULL) == 0 && codec_ctx_new(&nobg, &p) == 0, "setup");
+    p.disable_mask = 1u << TCGPU_CODEC_ZSTD;
+    CHECK(codec_ctx_new(&nozstd, &p) == 0, "setup");
+    td_text(buf, len, 3);
+    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_ZSTD, NULL) == 0, "text");
+    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_U8, TCGPU_CODEC_ZSTD, NULL) == 0, "text u8");
+    td_weights(buf, len, TD_BF16, 0.02, 5);
+    CHECK(roundtrip(nobg, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_ZSTD, NULL) == 0,
+          "bf16 with bytegroup disabled");
+    CHECK(roundtrip(nozstd, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
+          "bf16 with zstd disabled");
+    td_text(buf, len, 3);
+    CHECK(roundtrip(nozstd, buf, len, TCGPU_DTYPE_U8, TCGPU_CODEC_RAW, NULL) == 0,
+          "u8 text with zstd disabled: nothing left but RAW");
+    codec_ctx_free(ctx);
+    codec_ctx_free(nobg);
+    codec_ctx_free(nozstd);
+    free(buf);
+    return 0;
 }
 
 /* A chunk whose halves differ, and many awkward sizes. */
 static int test_mixed_and_sizes(void)
 {
-	static const size_t sizes[] = { 0, 1, 2, 3, 7, 15, 16, 17, 127, 128, 129, 1000, 4097,
-					65535, 65536 + 3, 262147, 5 * MIB + 1 };
-	struct codec_ctx *ctx;
-	size_t len = 16 * MIB;
-	uint8_t *buf = malloc(len);
+    static const size_t sizes[] = {0,   1,   2,    3,    7,     15,        16,     17,         127,
+                                   128, 129, 1000, 4097, 65535, 65536 + 3, 262147, 5 * MIB + 1};
+    struct codec_ctx *ctx;
+    size_t len = 16 * MIB;
+    uint8_t *buf = malloc(len);
 
-	CHECK(buf && codec_ctx_new(&ctx, NULL) == 0, "setup");
-	td_weights(buf, len, TD_BF16, 0.05, 11);
-	CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
-	      "16 MiB chunk");
-	memset(buf, 0, len / 4);
-	td_random(buf + len / 2, len / 4, 9);
-	CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, -1, NULL) == 0, "mixed chunk");
-	for (unsigned i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-		td_weights(buf, sizes[i], TD_BF16, 0.02, i);
-		CHECK(roundtrip(ctx, buf, sizes[i], TCGPU_DTYPE_UNKNOWN, sizes[i] ? -1 : TCGPU_CODEC_ZERO,
-				NULL) == 0, "size %zu", sizes[i]);
-		CHECK(roundtrip(ctx, buf, sizes[i], TCGPU_DTYPE_FP32, -1, NULL) == 0, "size %zu fp32",
-		      sizes[i]);
-	}
-	codec_ctx_free(ctx);
-	free(buf);
-	return 0;
+    CHECK(buf && codec_ctx_new(&ctx, NULL) == 0, "setup");
+    td_weights(buf, len, TD_BF16, 0.05, 11);
+    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
+          "16 MiB chunk");
+    memset(buf, 0, len / 4);
+    td_random(buf + len / 2, len / 4, 9);
+    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, -1, NULL) == 0, "mixed chunk");
+    for (unsigned i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        td_weights(buf, sizes[i], TD_BF16, 0.02, i);
+        CHECK(roundtrip(ctx, buf, sizes[i], TCGPU_DTYPE_UNKNOWN, sizes[i] ? -1 : TCGPU_CODEC_ZERO,
+                        NULL) == 0,
+              "size %zu", sizes[i]);
+        CHECK(roundtrip(ctx, buf, sizes[i], TCGPU_DTYPE_FP32, -1, NULL) == 0, "size %zu fp32",
+              sizes[i]);
+    }
+    codec_ctx_free(ctx);
+    free(buf);
+    return 0;
 }
 
 /* Decoding must fail cleanly: wrong lengths, truncation, flipped bytes,
  * garbage. Run under ASan to see that "cleanly" includes memory. */
 static int test_corrupt(void)
 {
-	struct codec_ctx *ctx;
-	size_t len = 1 * MIB;
-	uint8_t *src = malloc(len), *enc = malloc(len), *dst = malloc(len + 64), *bad = malloc(len);
-	uint64_t s = 77;
-	struct codec_out o;
-	int rc;
+    struct codec_ctx *ctx;
+    size_t len = 1 * MIB;
+    uint8_t *src = malloc(len), *enc = malloc(len), *dst = malloc(len + 64), *bad = malloc(len);
+    uint64_t s = 77;
+    struct codec_out o;
+    int rc;
 
-	CHECK(src && enc && dst && bad && codec_ctx_new(&ctx, NULL) == 0, "setup");
-	for (int pass = 0; pass < 2; pass++) {
-		if (pass == 0)
-			td_weights(src, len, TD_BF16, 0.02, 1);
-		else
-			td_text(src, len, 1);
-		CHECK(codec_encode(ctx, src, len, TCGPU_DTYPE_UNKNOWN, enc, len, &o) == 0, "encode");
-		CHECK(o.codec == (pass ? TCGPU_CODEC_ZSTD : TCGPU_CODEC_BYTEGROUP), "path %s",
-		      codec_name(o.codec));
-		CHECK(codec_decode(ctx, o.codec, enc, o.stored_len, dst, len - 1) == -EBADMSG,
-		      "raw_len too small");
-		CHECK(codec_decode(ctx, o.codec, enc, o.stored_len, dst, len + 1) == -EBADMSG,
-		      "raw_len too large");
-		for (size_t cut = 0; cut < o.stored_len; cut += 1 + cut / 3) {
-			rc = codec_decode(ctx, o.codec, enc, cut, dst, len);
-			CHECK(rc == -EBADMSG, "%s truncated to %zu: %d", codec_name(o.codec), cut, rc);
-		}
-		for (int i = 0; i < 300; i++) {
-			memcpy(bad, enc, o.stored_len);
-			for (int f = 0; f < 1 + i % 4; f++)
-				bad[td_next(&s) % (i % 2 ? 64 : o.stored_len)] ^= (uint8_t)(1 + td_next(&s) % 255);
-			rc = codec_decode(ctx, o.codec, bad, o.stored_len, dst, len);
-			CHECK(rc == 0 || rc == -EBADMSG, "flipped: %d", rc);
-		}
-	}
-	for (int i = 0; i < 2000; i++) {
-		size_t n = td_next(&s) % 4096, raw = td_next(&s) % 8192;
-		unsigned codec = (unsigned)(td_next(&s) % 6);
+    CHECK(src && enc && dst && bad && codec_ctx_new(&ctx, NULL) == 0, "setup");
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 0)
+            td_weights(src, len, TD_BF16, 0.02, 1);
+        else
+            td_text(src, len, 1);
+        CHECK(codec_encode(ctx, src, len, TCGPU_DTYPE_UNKNOWN, enc, len, &o) == 0, "encode");
+        CHECK(o.codec == (pass ? TCGPU_CODEC_ZSTD : TCGPU_CODEC_BYTEGROUP), "path %s",
+              codec_name(o.codec));
+        CHECK(codec_decode(ctx, o.codec, enc, o.stored_len, dst, len - 1) == -EBADMSG,
+              "raw_len too small");
+        CHECK(codec_decode(ctx, o.codec, enc, o.stored_len, dst, len + 1) == -EBADMSG,
+              "raw_len too large");
+        for (size_t cut = 0; cut < o.stored_len; cut += 1 + cut / 3) {
+            rc = codec_decode(ctx, o.codec, enc, cut, dst, len);
+            CHECK(rc == -EBADMSG, "%s truncated to %zu: %d", codec_name(o.codec), cut, rc);
+        }
+        for (int i = 0; i < 300; i++) {
+            memcpy(bad, enc, o.stored_len);
+            for (int f = 0; f < 1 + i % 4; f++)
+                bad[td_next(&s) % (i % 2 ? 64 : o.stored_len)] ^= (uint8_t)(1 + td_next(&s) % 255);
+            rc = codec_decode(ctx, o.codec, bad, o.stored_len, dst, len);
+            CHECK(rc == 0 || rc == -EBADMSG, "flipped: %d", rc);
+        }
+    }
+    for (int i = 0; i < 2000; i++) {
+        size_t n = td_next(&s) % 4096, raw = td_next(&s) % 8192;
+        unsigned codec = (unsigned)(td_next(&s) % 6);
 
-		td_random(bad, n, td_next(&s));
-		if (i % 3 == 0 && n >= 4) {   /* plausible bytegroup header, garbage after */
-			bad[0] = (uint8_t)(2u << (i % 3));
-			bad[1] = (uint8_t)(i & 1);
-			bad[3] = 0;
-		}
-		rc = codec_decode(ctx, codec, bad, n, dst, raw);
-		CHECK(rc == 0 || rc == -EBADMSG || rc == -EINVAL || rc == -EOPNOTSUPP,
-		      "garbage %u: %d", codec, rc);
-		CHECK(rc != 0 || codec == TCGPU_CODEC_RAW || codec == TCGPU_CODEC_ZERO ||
-		      codec == TCGPU_CODEC_ZSTD || codec == TCGPU_CODEC_BYTEGROUP, "garbage accepted");
-	}
-	CHECK(codec_decode(ctx, TCGPU_CODEC_PARENT, NULL, 0, dst, 16) == -EOPNOTSUPP, "parent");
-	CHECK(codec_decode(ctx, 99, enc, 4, dst, 16) == -EINVAL, "unknown codec");
-	CHECK(codec_decode(ctx, TCGPU_CODEC_ZERO, enc, 1, dst, 16) == -EBADMSG, "zero w/ data");
-	CHECK(codec_decode(ctx, TCGPU_CODEC_RAW, enc, 15, dst, 16) == -EBADMSG, "raw short");
-	codec_ctx_free(ctx);
-	free(src);
-	free(enc);
-	free(dst);
-	free(bad);
-	return 0;
+        td_random(bad, n, td_next(&s));
+        if (i % 3 == 0 && n >= 4) { /* plausible bytegroup header, garbage after */
+            bad[0] = (uint8_t)(2u << (i % 3));
+            bad[1] = (uint8_t)(i & 1);
+            bad[3] = 0;
+        }
+        rc = codec_decode(ctx, codec, bad, n, dst, raw);
+        CHECK(rc == 0 || rc == -EBADMSG || rc == -EINVAL || rc == -EOPNOTSUPP, "garbage %u: %d",
+              codec, rc);
+        CHECK(rc != 0 || codec == TCGPU_CODEC_RAW || codec == TCGPU_CODEC_ZERO ||
+                  codec == TCGPU_CODEC_ZSTD || codec == TCGPU_CODEC_BYTEGROUP,
+              "garbage accepted");
+    }
+    CHECK(codec_decode(ctx, TCGPU_CODEC_PARENT, NULL, 0, dst, 16) == -EOPNOTSUPP, "parent");
+    CHECK(codec_decode(ctx, 99, enc, 4, dst, 16) == -EINVAL, "unknown codec");
+    CHECK(codec_decode(ctx, TCGPU_CODEC_ZERO, enc, 1, dst, 16) == -EBADMSG, "zero w/ data");
+    CHECK(codec_decode(ctx, TCGPU_CODEC_RAW, enc, 15, dst, 16) == -EBADMSG, "raw short");
+    codec_ctx_free(ctx);
+    free(src);
+    free(enc);
+    free(dst);
+    free(bad);
+    return 0;
 }
 
 struct thr {
-	int seed, rc;
+    int seed, rc;
 };
 
 static void *thread_main(void *arg)
 {
-	struct thr *t = arg;
-	struct codec_ctx *ctx;
-	size_t len = 2 * MIB;
-	uint8_t *buf = malloc(len);
+    struct thr *t = arg;
+    struct codec_ctx *ctx;
+    size_t len = 2 * MIB;
+    uint8_t *buf = malloc(len);
 
-	t->rc = 1;
-	if (!buf || codec_ctx_new(&ctx, NULL))
-		return NULL;
-	t->rc = 0;
-	for (int i = 0; i < 6 && !t->rc; i++) {
-		td_weights(buf, len, i % 2 ? TD_FP32 : TD_BF16, 0.02, (uint64_t)(t->seed * 10 + i));
-		t->rc = roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_BYTEGROUP, NULL);
-	}
-	codec_ctx_free(ctx);
-	free(buf);
-	return NULL;
+    t->rc = 1;
+    if (!buf || codec_ctx_new(&ctx, NULL))
+        return NULL;
+    t->rc = 0;
+    for (int i = 0; i < 6 && !t->rc; i++) {
+        td_weights(buf, len, i % 2 ? TD_FP32 : TD_BF16, 0.02, (uint64_t)(t->seed * 10 + i));
+        t->rc = roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_BYTEGROUP, NULL);
+    }
+    codec_ctx_free(ctx);
+    free(buf);
+    return NULL;
 }
 
 static int test_threads(void)
 {
-	pthread_t th[4];
-	struct thr t[4];
+    pthread_t th[4];
+    struct thr t[4];
 
-	for (int i = 0; i < 4; i++) {
-		t[i].seed = i;
-		CHECK(pthread_create(&th[i], NULL, thread_main, &t[i]) == 0, "pthread_create");
-	}
-	for (int i = 0; i < 4; i++) {
-		pthread_join(th[i], NULL);
-		CHECK(t[i].rc == 0, "thread %d", i);
-	}
-	return 0;
+    for (int i = 0; i < 4; i++) {
+        t[i].seed = i;
+        CHECK(pthread_create(&th[i], NULL, thread_main, &t[i]) == 0, "pthread_create");
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(t[i].rc == 0, "thread %d", i);
+    }
+    return 0;
 }
 
 static double secs(void)
 {
-	struct timespec ts;
+    struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static uint8_t *load(const char *dir, const char *name, size_t *len)
 {
-	char path[8192];
-	FILE *f;
-	uint8_t *buf = NULL;
-	struct stat st;
+    char path[8192];
+    FILE *f;
+    uint8_t *buf = NULL;
+    struct stat st;
 
-	snprintf(path, sizeof(path), "%s/bench-data/%s", dir, name);
-	if (stat(path, &st) < 0 || !(f = fopen(path, "rb")))
-		return NULL;
-	buf = malloc((size_t)st.st_size);
-	if (buf && fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
-		free(buf);
-		buf = NULL;
-	}
-	fclose(f);
-	*len = (size_t)st.st_size;
-	return buf;
+    snprintf(path, sizeof(path), "%s/bench-data/%s", dir, name);
+    if (stat(path, &st) < 0 || !(f = fopen(path, "rb")))
+        return NULL;
+    buf = malloc((size_t)st.st_size);
+    if (buf && fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    *len = (size_t)st.st_size;
+    return buf;
 }
 
 /* Stored size of `buf` in 4 MiB chunks with `ctx`; *mbs gets MB/s. */
 static size_t stored_size(struct codec_ctx *ctx, const uint8_t *buf, size_t len,
-			  enum tcgpu_dtype dt, double *mbs)
+                          enum tcgpu_dtype dt, double *mbs)
 {
-	size_t chunk = 4 * MIB, total = 0;
-	uint8_t *dst = malloc(chunk);
-	double t0 = secs();
+    size_t chunk = 4 * MIB, total = 0;
+    uint8_t *dst = malloc(chunk);
+    double t0 = secs();
 
-	for (size_t at = 0; dst && at < len; at += chunk) {
-		size_t n = len - at < chunk ? len - at : chunk;
-		struct codec_out o;
+    for (size_t at = 0; dst && at < len; at += chunk) {
+        size_t n = len - at < chunk ? len - at : chunk;
+        struct codec_out o;
 
-		if (codec_encode(ctx, buf + at, n, dt, dst, chunk, &o))
-			return 0;
-		total += o.stored_len;
-	}
-	*mbs = (double)len / 1e6 / (secs() - t0);
-	free(dst);
-	return total;
+        if (codec_encode(ctx, buf + at, n, dt, dst, chunk, &o))
+            return 0;
+        total += o.stored_len;
+    }
+    *mbs = (double)len / 1e6 / (secs() - t0);
+    free(dst);
+    return total;
 }
 
 /* Realism: on real bf16 weights, byte grouping must beat plain zstd. */
 static int test_bench_data(void)
 {
-	static const struct {
-		const char *file;
-		enum tcgpu_dtype dt;
-	} files[] = {
-		{ "weights.bf16", TCGPU_DTYPE_BF16 }, { "grads.bf16", TCGPU_DTYPE_BF16 },
-		{ "activations.bf16", TCGPU_DTYPE_BF16 }, { "weights.fp16", TCGPU_DTYPE_FP16 },
-		{ "weights.fp32", TCGPU_DTYPE_FP32 }, { "adam_exp_avg.fp32", TCGPU_DTYPE_FP32 },
-		{ "adam_exp_avg_sq.fp32", TCGPU_DTYPE_FP32 },
-	};
-	const char *env = getenv("TCGPU_SHARED_DIR");
-	char dir[4096];
-	struct codec_ctx *ctx, *plain;
-	struct codec_params p = { .disable_mask = 1u << TCGPU_CODEC_BYTEGROUP };
+    static const struct {
+        const char *file;
+        enum tcgpu_dtype dt;
+    } files[] = {
+        {"weights.bf16", TCGPU_DTYPE_BF16},         {"grads.bf16", TCGPU_DTYPE_BF16},
+        {"activations.bf16", TCGPU_DTYPE_BF16},     {"weights.fp16", TCGPU_DTYPE_FP16},
+        {"weights.fp32", TCGPU_DTYPE_FP32},         {"adam_exp_avg.fp32", TCGPU_DTYPE_FP32},
+        {"adam_exp_avg_sq.fp32", TCGPU_DTYPE_FP32},
+    };
+    const char *env = getenv("TCGPU_SHARED_DIR");
+    char dir[4096];
+    struct codec_ctx *ctx, *plain;
+    struct codec_params p = {.disable_mask = 1u << TCGPU_CODEC_BYTEGROUP};
 
-	if (env)
-		snprintf(dir, sizeof(dir), "%s", env);
-	else
-		snprintf(dir, sizeof(dir), "%s", TCGPU_DEFAULT_SHARED_DIR);
-	CHECK(codec_ctx_new(&ctx, NULL) == 0 && codec_ctx_new(&plain, &p) == 0, "setup");
-	for (unsigned i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-		size_t len, bg, z, bgu;
-		double bg_mbs, z_mbs, u_mbs;
-		uint8_t *buf = load(dir, files[i].file, &len);
+    if (env)
+        snprintf(dir, sizeof(dir), "%s", env);
+    else
+        snprintf(dir, sizeof(dir), "%s", TCGPU_DEFAULT_SHARED_DIR);
+    CHECK(codec_ctx_new(&ctx, NULL) == 0 && codec_ctx_new(&plain, &p) == 0, "setup");
+    for (unsigned i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        size_t len, bg, z, bgu;
+        double bg_mbs, z_mbs, u_mbs;
+        uint8_t *buf = load(dir, files[i].file, &len);
 
-		if (!buf) {
-			fprintf(stderr, "  %s/bench-data/%s not found: skipped\n", dir, files[i].file);
-			codec_ctx_free(ctx);
-			codec_ctx_free(plain);
-			return 77;
-		}
-		bg = stored_size(ctx, buf, len, files[i].dt, &bg_mbs);
-		bgu = stored_size(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, &u_mbs);
-		z = stored_size(plain, buf, len, TCGPU_DTYPE_UNKNOWN, &z_mbs);
-		fprintf(stderr, "  %-22s bytegroup %.3f (%.0f MB/s)  detected %.3f (%.0f MB/s)  "
-			"zstd-1 %.3f (%.0f MB/s)\n", files[i].file, (double)bg / (double)len, bg_mbs,
-			(double)bgu / (double)len, u_mbs, (double)z / (double)len, z_mbs);
-		CHECK(bg && z, "encode failed");
-		if (files[i].dt == TCGPU_DTYPE_BF16 && strstr(files[i].file, "weights"))
-			CHECK(bg < z && bgu < z, "%s: bytegroup %zu not below zstd %zu", files[i].file,
-			      bg, z);
-		free(buf);
-	}
-	codec_ctx_free(ctx);
-	codec_ctx_free(plain);
-	return 0;
+        if (!buf) {
+            fprintf(stderr, "  %s/bench-data/%s not found: skipped\n", dir, files[i].file);
+            codec_ctx_free(ctx);
+            codec_ctx_free(plain);
+            return 77;
+        }
+        bg = stored_size(ctx, buf, len, files[i].dt, &bg_mbs);
+        bgu = stored_size(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, &u_mbs);
+        z = stored_size(plain, buf, len, TCGPU_DTYPE_UNKNOWN, &z_mbs);
+        fprintf(stderr,
+                "  %-22s bytegroup %.3f (%.0f MB/s)  detected %.3f (%.0f MB/s)  "
+                "zstd-1 %.3f (%.0f MB/s)\n",
+                files[i].file, (double)bg / (double)len, bg_mbs, (double)bgu / (double)len, u_mbs,
+                (double)z / (double)len, z_mbs);
+        CHECK(bg && z, "encode failed");
+        if (files[i].dt == TCGPU_DTYPE_BF16 && strstr(files[i].file, "weights"))
+            CHECK(bg < z && bgu < z, "%s: bytegroup %zu not below zstd %zu", files[i].file, bg, z);
+        free(buf);
+    }
+    codec_ctx_free(ctx);
+    codec_ctx_free(plain);
+    return 0;
 }
 
 int main(void)
 {
-	RUN(test_zero_and_random);
-	RUN(test_floats);
-	RUN(test_text_and_forced_paths);
-	RUN(test_mixed_and_sizes);
-	RUN(test_corrupt);
-	RUN(test_threads);
-	RUN(test_bench_data);
-	return failed_;
+    RUN(test_zero_and_random);
+    RUN(test_floats);
+    RUN(test_text_and_forced_paths);
+    RUN(test_mixed_and_sizes);
+    RUN(test_corrupt);
+    RUN(test_threads);
+    RUN(test_bench_data);
+    return failed_;
 }

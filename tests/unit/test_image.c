@@ -30,514 +30,531 @@ static char base[256];
 /* The test image: four allocations exercising every codec and a gap. */
 enum { A_WEIGHTS = 10, A_MIXED = 11, A_GAPPY = 12, A_EMPTY = 13, NALLOC = 4 };
 static uint8_t *content[NALLOC];
-static const uint64_t sizes[NALLOC] = { 10 * MIB + 6, 6 * MIB, 3 * MIB, 0 };
+static const uint64_t sizes[NALLOC] = {10 * MIB + 6, 6 * MIB, 3 * MIB, 0};
 
 static void make_content(void)
 {
-	for (int i = 0; i < NALLOC; i++)
-		content[i] = calloc(1, sizes[i] + 1);
-	td_weights(content[0], sizes[0], TD_BF16, 0.02, 1);
-	/* MIXED: 2 MiB zeros, 2 MiB random, 2 MiB text (3 chunks of 2 MiB) */
-	td_random(content[1] + 2 * MIB, 2 * MIB, 2);
-	td_text(content[1] + 4 * MIB, 2 * MIB, 3);
-	/* GAPPY: fp32 in [0,1M) and [2M,3M); [1M,2M) not saved, reads as zero */
-	td_weights(content[2], MIB, TD_FP32, 0.1, 4);
-	td_weights(content[2] + 2 * MIB, MIB, TD_FP32, 0.1, 5);
+    for (int i = 0; i < NALLOC; i++)
+        content[i] = calloc(1, sizes[i] + 1);
+    td_weights(content[0], sizes[0], TD_BF16, 0.02, 1);
+    /* MIXED: 2 MiB zeros, 2 MiB random, 2 MiB text (3 chunks of 2 MiB) */
+    td_random(content[1] + 2 * MIB, 2 * MIB, 2);
+    td_text(content[1] + 4 * MIB, 2 * MIB, 3);
+    /* GAPPY: fp32 in [0,1M) and [2M,3M); [1M,2M) not saved, reads as zero */
+    td_weights(content[2], MIB, TD_FP32, 0.1, 4);
+    td_weights(content[2] + 2 * MIB, MIB, TD_FP32, 0.1, 5);
 }
 
 static int count_io_uring_fds(void)
 {
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	char path[300], target[256];
-	int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    char path[300], target[256];
+    int n = 0;
 
-	while (d && (e = readdir(d))) {
-		ssize_t len;
+    while (d && (e = readdir(d))) {
+        ssize_t len;
 
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-		len = readlink(path, target, sizeof(target) - 1);
-		if (len > 0) {
-			target[len] = '\0';
-			n += strstr(target, "io_uring") != NULL;
-		}
-	}
-	if (d)
-		closedir(d);
-	return n;
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        len = readlink(path, target, sizeof(target) - 1);
+        if (len > 0) {
+            target[len] = '\0';
+            n += strstr(target, "io_uring") != NULL;
+        }
+    }
+    if (d)
+        closedir(d);
+    return n;
 }
 
 /* Entries in `dir` whose name contains `part` (temp dirs left behind). */
 static int count_entries(const char *dir, const char *part)
 {
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
 
-	while (d && (e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strstr(e->d_name, part))
-			n++;
-	if (d)
-		closedir(d);
-	return n;
+    while (d && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strstr(e->d_name, part))
+            n++;
+    if (d)
+        closedir(d);
+    return n;
 }
 
 static int write_image(const char *dir, unsigned flags, int *uring_fds_during)
 {
-	struct image_writer_opts o = { .flags = flags, .chunk_size = 4 * MIB };
-	struct image_process p = { .pid = 4242, .start_time_ns = 1700000000ull * 1000000000ull };
-	struct image_device d = { .ordinal = 0, .driver_version = 13000, .total_mem = 2ull << 30,
-				  .uuid = { 0xde, 0xad, 0xbe, 0xef } };
-	struct image_alloc a = { .kind = TCGPU_ALLOC_DEVICE };
-	struct image_writer *w;
-	struct codec_ctx *worker;
-	uint8_t *enc = malloc(2 * MIB);
-	char err[512];
-	int rc;
+    struct image_writer_opts o = {.flags = flags, .chunk_size = 4 * MIB};
+    struct image_process p = {.pid = 4242, .start_time_ns = 1700000000ull * 1000000000ull};
+    struct image_device d = {.ordinal = 0,
+                             .driver_version = 13000,
+                             .total_mem = 2ull << 30,
+                             .uuid = {0xde, 0xad, 0xbe, 0xef}};
+    struct image_alloc a = {.kind = TCGPU_ALLOC_DEVICE};
+    struct image_writer *w;
+    struct codec_ctx *worker;
+    uint8_t *enc = malloc(2 * MIB);
+    char err[512];
+    int rc;
 
-	strcpy(p.hostname, "node7");
-	strcpy(p.exe, "/usr/bin/python3");
-	strcpy(d.name, "simcuda \"GPU\" 0");
-	rc = image_writer_begin(&w, dir, &o, err, sizeof(err));
-	CHECK(rc == 0, "begin %s: %d %s", dir, rc, err);
-	CHECK(image_writer_set_process(w, &p) == 0 && image_writer_add_device(w, &d, NULL) == 0,
-	      "identity");
-	for (int i = 0; i < NALLOC; i++) {
-		a.id = (uint64_t)(A_WEIGHTS + i);
-		a.addr = 0x7f0000000000ull + (uint64_t)i * (64 * MIB);
-		a.size = sizes[i];
-		a.dtype = i == 0 ? TCGPU_DTYPE_BF16 : i == 2 ? TCGPU_DTYPE_FP32 : TCGPU_DTYPE_UNKNOWN;
-		a.kind = (uint32_t)i;
-		a.callsite = i == 0 ? "train.py:42 (model.to)" : NULL;
-		CHECK(image_writer_add_allocation(w, &a) == 0, "alloc %d", i);
-	}
-	CHECK(image_writer_add_allocation(w, &a) == -EEXIST, "duplicate id");
-	CHECK(image_writer_add_data(w, A_WEIGHTS, 0, content[0], sizes[0]) == 0, "weights: %s",
-	      image_writer_error(w));
-	/* MIXED as a worker pipeline would: encoded elsewhere, appended out of order */
-	CHECK(codec_ctx_new(&worker, NULL) == 0, "worker ctx");
-	for (int k = 2; k >= 0; k--) {
-		struct image_chunk c = { .alloc_id = A_MIXED, .alloc_offset = (uint64_t)k * 2 * MIB };
-		const void *stored;
+    strcpy(p.hostname, "node7");
+    strcpy(p.exe, "/usr/bin/python3");
+    strcpy(d.name, "simcuda \"GPU\" 0");
+    rc = image_writer_begin(&w, dir, &o, err, sizeof(err));
+    CHECK(rc == 0, "begin %s: %d %s", dir, rc, err);
+    CHECK(image_writer_set_process(w, &p) == 0 && image_writer_add_device(w, &d, NULL) == 0,
+          "identity");
+    for (int i = 0; i < NALLOC; i++) {
+        a.id = (uint64_t)(A_WEIGHTS + i);
+        a.addr = 0x7f0000000000ull + (uint64_t)i * (64 * MIB);
+        a.size = sizes[i];
+        a.dtype = i == 0 ? TCGPU_DTYPE_BF16 : i == 2 ? TCGPU_DTYPE_FP32 : TCGPU_DTYPE_UNKNOWN;
+        a.kind = (uint32_t)i;
+        a.callsite = i == 0 ? "train.py:42 (model.to)" : NULL;
+        CHECK(image_writer_add_allocation(w, &a) == 0, "alloc %d", i);
+    }
+    CHECK(image_writer_add_allocation(w, &a) == -EEXIST, "duplicate id");
+    CHECK(image_writer_add_data(w, A_WEIGHTS, 0, content[0], sizes[0]) == 0, "weights: %s",
+          image_writer_error(w));
+    /* MIXED as a worker pipeline would: encoded elsewhere, appended out of order */
+    CHECK(codec_ctx_new(&worker, NULL) == 0, "worker ctx");
+    for (int k = 2; k >= 0; k--) {
+        struct image_chunk c = {.alloc_id = A_MIXED, .alloc_offset = (uint64_t)k * 2 * MIB};
+        const void *stored;
 
-		CHECK(image_chunk_encode(worker, content[1] + c.alloc_offset, 2 * MIB,
-					 TCGPU_DTYPE_UNKNOWN, enc, 2 * MIB, &c, &stored) == 0, "encode");
-		CHECK(c.codec == (k == 0 ? TCGPU_CODEC_ZERO : k == 1 ? TCGPU_CODEC_RAW : TCGPU_CODEC_ZSTD),
-		      "mixed chunk %d chose %s", k, codec_name(c.codec));
-		CHECK(image_writer_add_encoded(w, &c, stored) == 0, "add encoded");
-	}
-	codec_ctx_free(worker);
-	CHECK(image_writer_add_chunk(w, A_GAPPY, 2 * MIB, content[2] + 2 * MIB, MIB) == 0, "gappy 2");
-	CHECK(image_writer_add_chunk(w, A_GAPPY, 0, content[2], MIB) == 0, "gappy 1");
-	CHECK(image_writer_add_chunk(w, A_GAPPY, 3 * MIB - 4, content[2], 8) == -ERANGE, "beyond");
-	CHECK(image_writer_add_chunk(w, 999, 0, content[2], 8) == -ENOENT, "unknown alloc");
-	if (uring_fds_during)
-		*uring_fds_during = count_io_uring_fds();
-	rc = image_writer_commit(w);
-	CHECK(rc == 0, "commit: %d %s", rc, image_writer_error(w));
-	image_writer_free(w);
-	free(enc);
-	return 0;
+        CHECK(image_chunk_encode(worker, content[1] + c.alloc_offset, 2 * MIB, TCGPU_DTYPE_UNKNOWN,
+                                 enc, 2 * MIB, &c, &stored) == 0,
+              "encode");
+        CHECK(c.codec == (k == 0   ? TCGPU_CODEC_ZERO
+                          : k == 1 ? TCGPU_CODEC_RAW
+                                   : TCGPU_CODEC_ZSTD),
+              "mixed chunk %d chose %s", k, codec_name(c.codec));
+        CHECK(image_writer_add_encoded(w, &c, stored) == 0, "add encoded");
+    }
+    codec_ctx_free(worker);
+    CHECK(image_writer_add_chunk(w, A_GAPPY, 2 * MIB, content[2] + 2 * MIB, MIB) == 0, "gappy 2");
+    CHECK(image_writer_add_chunk(w, A_GAPPY, 0, content[2], MIB) == 0, "gappy 1");
+    CHECK(image_writer_add_chunk(w, A_GAPPY, 3 * MIB - 4, content[2], 8) == -ERANGE, "beyond");
+    CHECK(image_writer_add_chunk(w, 999, 0, content[2], 8) == -ENOENT, "unknown alloc");
+    if (uring_fds_during)
+        *uring_fds_during = count_io_uring_fds();
+    rc = image_writer_commit(w);
+    CHECK(rc == 0, "commit: %d %s", rc, image_writer_error(w));
+    image_writer_free(w);
+    free(enc);
+    return 0;
 }
 
 static int check_image(const char *dir)
 {
-	struct image *img;
-	char err[512];
-	int rc = image_open(&img, dir, 0, err, sizeof(err));
+    struct image *img;
+    char err[512];
+    int rc = image_open(&img, dir, 0, err, sizeof(err));
 
-	CHECK(rc == 0, "open %s: %d %s", dir, rc, err);
-	CHECK(image_alloc_count(img) == NALLOC && image_chunk_count(img) == 3 + 3 + 2,
-	      "counts %zu %zu", image_alloc_count(img), image_chunk_count(img));
-	CHECK(image_process_info(img)->pid == 4242 &&
-	      !strcmp(image_process_info(img)->exe, "/usr/bin/python3") &&
-	      image_process_info(img)->created_ns > 0, "process");
-	CHECK(image_device_count(img) == 1 && image_device_info(img, 0)->driver_version == 13000 &&
-	      image_device_info(img, 0)->uuid[3] == 0xef, "device");
-	CHECK(!strcmp(image_find_alloc(img, A_WEIGHTS)->callsite, "train.py:42 (model.to)"),
-	      "callsite");
-	rc = image_verify_all(img, 0);
-	CHECK(rc == 0, "verify: %d %s", rc, image_error(img));
-	for (int i = 0; i < NALLOC; i++) {
-		uint8_t *back = malloc(sizes[i] + 1);
+    CHECK(rc == 0, "open %s: %d %s", dir, rc, err);
+    CHECK(image_alloc_count(img) == NALLOC && image_chunk_count(img) == 3 + 3 + 2, "counts %zu %zu",
+          image_alloc_count(img), image_chunk_count(img));
+    CHECK(image_process_info(img)->pid == 4242 &&
+              !strcmp(image_process_info(img)->exe, "/usr/bin/python3") &&
+              image_process_info(img)->created_ns > 0,
+          "process");
+    CHECK(image_device_count(img) == 1 && image_device_info(img, 0)->driver_version == 13000 &&
+              image_device_info(img, 0)->uuid[3] == 0xef,
+          "device");
+    CHECK(!strcmp(image_find_alloc(img, A_WEIGHTS)->callsite, "train.py:42 (model.to)"),
+          "callsite");
+    rc = image_verify_all(img, 0);
+    CHECK(rc == 0, "verify: %d %s", rc, image_error(img));
+    for (int i = 0; i < NALLOC; i++) {
+        uint8_t *back = malloc(sizes[i] + 1);
 
-		memset(back, 0xa5, sizes[i] + 1);
-		rc = image_read_allocation(img, (uint64_t)(A_WEIGHTS + i), back, sizes[i]);
-		CHECK(rc == 0, "read %d: %d %s", i, rc, image_error(img));
-		CHECK(memcmp(back, content[i], sizes[i]) == 0, "allocation %d differs", i);
-		free(back);
-	}
-	CHECK(image_read_allocation(img, A_WEIGHTS, content[0], 5) == -ENOBUFS, "small buffer");
-	CHECK(image_read_allocation(img, 77, content[0], 5) == -ENOENT, "no such alloc");
-	image_close(img);
-	return 0;
+        memset(back, 0xa5, sizes[i] + 1);
+        rc = image_read_allocation(img, (uint64_t)(A_WEIGHTS + i), back, sizes[i]);
+        CHECK(rc == 0, "read %d: %d %s", i, rc, image_error(img));
+        CHECK(memcmp(back, content[i], sizes[i]) == 0, "allocation %d differs", i);
+        free(back);
+    }
+    CHECK(image_read_allocation(img, A_WEIGHTS, content[0], 5) == -ENOBUFS, "small buffer");
+    CHECK(image_read_allocation(img, 77, content[0], 5) == -ENOENT, "no such alloc");
+    image_close(img);
+    return 0;
 }
 
 static int test_roundtrip(void)
 {
-	char dir[300], sub[400];
-	struct stat st;
-	int during = -1;
+    char dir[300], sub[400];
+    struct stat st;
+    int during = -1;
 
-	for (int pass = 0; pass < 2; pass++) {
-		snprintf(dir, sizeof(dir), "%s/rt%d", base, pass);
-		CHECK(write_image(dir, pass ? IMAGE_NO_URING : 0, &during) == 0, "write pass %d", pass);
-		fprintf(stderr, "  pass %d: %d io_uring fds while writing, %d after\n", pass, during,
-			count_io_uring_fds());
-		CHECK(count_io_uring_fds() == 0, "the ring must be closed after commit (CRIU)");
-		CHECK(pass == 0 || during == 0, "IMAGE_NO_URING used a ring");
-		CHECK(count_entries(base, ".tmp-") == 0, "temp dir left");
-		CHECK(stat(dir, &st) == 0 && (st.st_mode & 07777) == 0700, "dir mode %o", st.st_mode);
-		snprintf(sub, sizeof(sub), "%s/manifest", dir);
-		CHECK(stat(sub, &st) == 0 && (st.st_mode & 07777) == 0600, "manifest mode %o", st.st_mode);
-		snprintf(sub, sizeof(sub), "%s/data.0", dir);
-		CHECK(stat(sub, &st) == 0 && (st.st_mode & 07777) == 0600, "data mode %o", st.st_mode);
-		CHECK(check_image(dir) == 0, "check pass %d", pass);
-	}
-	return 0;
+    for (int pass = 0; pass < 2; pass++) {
+        snprintf(dir, sizeof(dir), "%s/rt%d", base, pass);
+        CHECK(write_image(dir, pass ? IMAGE_NO_URING : 0, &during) == 0, "write pass %d", pass);
+        fprintf(stderr, "  pass %d: %d io_uring fds while writing, %d after\n", pass, during,
+                count_io_uring_fds());
+        CHECK(count_io_uring_fds() == 0, "the ring must be closed after commit (CRIU)");
+        CHECK(pass == 0 || during == 0, "IMAGE_NO_URING used a ring");
+        CHECK(count_entries(base, ".tmp-") == 0, "temp dir left");
+        CHECK(stat(dir, &st) == 0 && (st.st_mode & 07777) == 0700, "dir mode %o", st.st_mode);
+        snprintf(sub, sizeof(sub), "%s/manifest", dir);
+        CHECK(stat(sub, &st) == 0 && (st.st_mode & 07777) == 0600, "manifest mode %o", st.st_mode);
+        snprintf(sub, sizeof(sub), "%s/data.0", dir);
+        CHECK(stat(sub, &st) == 0 && (st.st_mode & 07777) == 0600, "data mode %o", st.st_mode);
+        CHECK(check_image(dir) == 0, "check pass %d", pass);
+    }
+    return 0;
 }
 
 static int test_describe(void)
 {
-	char dir[300], *buf = NULL;
-	size_t len = 0;
-	struct image *img;
-	FILE *f;
+    char dir[300], *buf = NULL;
+    size_t len = 0;
+    struct image *img;
+    FILE *f;
 
-	snprintf(dir, sizeof(dir), "%s/rt0", base);
-	CHECK(image_open(&img, dir, IMAGE_OPEN_MANIFEST_ONLY, NULL, 0) == 0, "open");
-	for (int json = 0; json < 2; json++) {
-		f = open_memstream(&buf, &len);
-		CHECK(f && image_describe(img, f, json) == 0, "describe");
-		fclose(f);
-		if (!json) {
-			CHECK(strstr(buf, "bytegroup") && strstr(buf, "train.py:42") &&
-			      strstr(buf, "0x00007f0004000000") && strstr(buf, "pid 4242"), "text:\n%s", buf);
-			fputs(buf, stderr);
-		} else {
-			CHECK(buf[0] == '{' && strstr(buf, "\"allocations\":[") &&
-			      strstr(buf, "\"name\":\"simcuda \\\"GPU\\\" 0\"") &&
-			      strstr(buf, "\"zero\":{\"chunks\":1"), "json:\n%s", buf);
-		}
-		free(buf);
-		buf = NULL;
-	}
-	image_close(img);
-	return 0;
+    snprintf(dir, sizeof(dir), "%s/rt0", base);
+    CHECK(image_open(&img, dir, IMAGE_OPEN_MANIFEST_ONLY, NULL, 0) == 0, "open");
+    for (int json = 0; json < 2; json++) {
+        f = open_memstream(&buf, &len);
+        CHECK(f && image_describe(img, f, json) == 0, "describe");
+        fclose(f);
+        if (!json) {
+            CHECK(strstr(buf, "bytegroup") && strstr(buf, "train.py:42") &&
+                      strstr(buf, "0x00007f0004000000") && strstr(buf, "pid 4242"),
+                  "text:\n%s", buf);
+            fputs(buf, stderr);
+        } else {
+            CHECK(buf[0] == '{' && strstr(buf, "\"allocations\":[") &&
+                      strstr(buf, "\"name\":\"simcuda \\\"GPU\\\" 0\"") &&
+                      strstr(buf, "\"zero\":{\"chunks\":1"),
+                  "json:\n%s", buf);
+        }
+        free(buf);
+        buf = NULL;
+    }
+    image_close(img);
+    return 0;
 }
 
 static int test_existing_and_abort(void)
 {
-	char dir[300], other[300], err[512], path[400];
-	struct image_writer *w;
-	struct image *img;
-	int fd;
+    char dir[300], other[300], err[512], path[400];
+    struct image_writer *w;
+    struct image *img;
+    int fd;
 
-	snprintf(dir, sizeof(dir), "%s/rt0", base);
-	CHECK(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == -EEXIST, "existing refused");
-	CHECK(strstr(err, "already exists"), "message: %s", err);
-	/* DIR appears while writing: commit refuses atomically, leaves nothing */
-	snprintf(other, sizeof(other), "%s/late", base);
-	CHECK(image_writer_begin(&w, other, NULL, err, sizeof(err)) == 0, "begin: %s", err);
-	CHECK(mkdir(other, 0755) == 0, "mkdir");
-	snprintf(path, sizeof(path), "%s/precious", other);
-	fd = open(path, O_CREAT | O_WRONLY, 0644);
-	close(fd);
-	CHECK(image_writer_commit(w) == -EEXIST, "late existing refused");
-	image_writer_free(w);
-	CHECK(count_entries(base, ".tmp-") == 0, "temp dir left");
-	/* overwrite may replace an image, never another directory */
-	CHECK(image_writer_begin(&w, other, &(struct image_writer_opts){ .flags = IMAGE_OVERWRITE },
-				 err, sizeof(err)) == 0, "begin overwrite");
-	CHECK(image_writer_commit(w) == -ENOTEMPTY, "not an image: %s", image_writer_error(w));
-	image_writer_free(w);
-	CHECK(access(path, F_OK) == 0 && count_entries(base, ".tmp-") == 0, "precious kept");
-	snprintf(dir, sizeof(dir), "%s/rt1", base);
-	CHECK(image_writer_begin(&w, dir, &(struct image_writer_opts){ .flags = IMAGE_OVERWRITE },
-				 err, sizeof(err)) == 0, "begin overwrite image");
-	CHECK(image_writer_commit(w) == 0, "overwrite: %s", image_writer_error(w));
-	image_writer_free(w);
-	CHECK(image_open(&img, dir, 0, err, sizeof(err)) == 0 && image_alloc_count(img) == 0,
-	      "replaced image is the new, empty one");
-	image_close(img);
-	CHECK(count_entries(base, ".tmp-") == 0, "old image removed");
-	/* abort: free without commit */
-	snprintf(dir, sizeof(dir), "%s/aborted", base);
-	CHECK(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == 0, "begin");
-	image_writer_free(w);
-	CHECK(access(dir, F_OK) < 0 && count_entries(base, ".tmp-") == 0, "abort left something");
-	return 0;
+    snprintf(dir, sizeof(dir), "%s/rt0", base);
+    CHECK(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == -EEXIST, "existing refused");
+    CHECK(strstr(err, "already exists"), "message: %s", err);
+    /* DIR appears while writing: commit refuses atomically, leaves nothing */
+    snprintf(other, sizeof(other), "%s/late", base);
+    CHECK(image_writer_begin(&w, other, NULL, err, sizeof(err)) == 0, "begin: %s", err);
+    CHECK(mkdir(other, 0755) == 0, "mkdir");
+    snprintf(path, sizeof(path), "%s/precious", other);
+    fd = open(path, O_CREAT | O_WRONLY, 0644);
+    close(fd);
+    CHECK(image_writer_commit(w) == -EEXIST, "late existing refused");
+    image_writer_free(w);
+    CHECK(count_entries(base, ".tmp-") == 0, "temp dir left");
+    /* overwrite may replace an image, never another directory */
+    CHECK(image_writer_begin(&w, other, &(struct image_writer_opts){.flags = IMAGE_OVERWRITE}, err,
+                             sizeof(err)) == 0,
+          "begin overwrite");
+    CHECK(image_writer_commit(w) == -ENOTEMPTY, "not an image: %s", image_writer_error(w));
+    image_writer_free(w);
+    CHECK(access(path, F_OK) == 0 && count_entries(base, ".tmp-") == 0, "precious kept");
+    snprintf(dir, sizeof(dir), "%s/rt1", base);
+    CHECK(image_writer_begin(&w, dir, &(struct image_writer_opts){.flags = IMAGE_OVERWRITE}, err,
+                             sizeof(err)) == 0,
+          "begin overwrite image");
+    CHECK(image_writer_commit(w) == 0, "overwrite: %s", image_writer_error(w));
+    image_writer_free(w);
+    CHECK(image_open(&img, dir, 0, err, sizeof(err)) == 0 && image_alloc_count(img) == 0,
+          "replaced image is the new, empty one");
+    image_close(img);
+    CHECK(count_entries(base, ".tmp-") == 0, "old image removed");
+    /* abort: free without commit */
+    snprintf(dir, sizeof(dir), "%s/aborted", base);
+    CHECK(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == 0, "begin");
+    image_writer_free(w);
+    CHECK(access(dir, F_OK) < 0 && count_entries(base, ".tmp-") == 0, "abort left something");
+    return 0;
 }
 
 static int read_whole(const char *path, uint8_t **buf, size_t *len)
 {
-	struct stat st;
-	int fd = open(path, O_RDONLY);
+    struct stat st;
+    int fd = open(path, O_RDONLY);
 
-	if (fd < 0 || fstat(fd, &st) < 0)
-		return -1;
-	*len = (size_t)st.st_size;
-	*buf = malloc(*len + 1);
-	if (read(fd, *buf, *len) != (ssize_t)*len)
-		return -1;
-	close(fd);
-	return 0;
+    if (fd < 0 || fstat(fd, &st) < 0)
+        return -1;
+    *len = (size_t)st.st_size;
+    *buf = malloc(*len + 1);
+    if (read(fd, *buf, *len) != (ssize_t)*len)
+        return -1;
+    close(fd);
+    return 0;
 }
 
 static int write_whole(const char *path, const uint8_t *buf, size_t len)
 {
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600), ok;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600), ok;
 
-	ok = fd >= 0 && write(fd, buf, len) == (ssize_t)len;
-	close(fd);
-	return ok ? 0 : -1;
+    ok = fd >= 0 && write(fd, buf, len) == (ssize_t)len;
+    close(fd);
+    return ok ? 0 : -1;
 }
 
 /* A copy of the round-trip image under a new name, data file hard-linked
  * only when `copy_data` is 0. */
 static int clone_image(const char *name, char *dir, size_t cap, int copy_data)
 {
-	char src[400], dst[400];
-	uint8_t *buf;
-	size_t len;
+    char src[400], dst[400];
+    uint8_t *buf;
+    size_t len;
 
-	snprintf(dir, cap, "%s/%s", base, name);
-	if (mkdir(dir, 0700) < 0)
-		return -1;
-	for (int f = 0; f < 2; f++) {
-		const char *n = f ? "data.0" : "manifest";
+    snprintf(dir, cap, "%s/%s", base, name);
+    if (mkdir(dir, 0700) < 0)
+        return -1;
+    for (int f = 0; f < 2; f++) {
+        const char *n = f ? "data.0" : "manifest";
 
-		snprintf(src, sizeof(src), "%s/rt0/%s", base, n);
-		snprintf(dst, sizeof(dst), "%s/%s", dir, n);
-		if (f && !copy_data) {
-			if (link(src, dst) < 0)
-				return -1;
-			continue;
-		}
-		if (read_whole(src, &buf, &len) || write_whole(dst, buf, len))
-			return -1;
-		free(buf);
-	}
-	return 0;
+        snprintf(src, sizeof(src), "%s/rt0/%s", base, n);
+        snprintf(dst, sizeof(dst), "%s/%s", dir, n);
+        if (f && !copy_data) {
+            if (link(src, dst) < 0)
+                return -1;
+            continue;
+        }
+        if (read_whole(src, &buf, &len) || write_whole(dst, buf, len))
+            return -1;
+        free(buf);
+    }
+    return 0;
 }
 
 static int flip_byte(const char *path, size_t at)
 {
-	uint8_t *buf;
-	size_t len;
+    uint8_t *buf;
+    size_t len;
 
-	if (read_whole(path, &buf, &len) || at >= len)
-		return -1;
-	buf[at] ^= 0x40;
-	write_whole(path, buf, len);
-	free(buf);
-	return 0;
+    if (read_whole(path, &buf, &len) || at >= len)
+        return -1;
+    buf[at] ^= 0x40;
+    write_whole(path, buf, len);
+    free(buf);
+    return 0;
 }
 
 static int test_corruption(void)
 {
-	char dir[300], path[400], err[512];
-	struct image *img;
-	const struct image_chunk *victim = NULL;
-	size_t vi = 0;
-	int rc;
+    char dir[300], path[400], err[512];
+    struct image *img;
+    const struct image_chunk *victim = NULL;
+    size_t vi = 0;
+    int rc;
 
-	CHECK(clone_image("badman", dir, sizeof(dir), 0) == 0, "clone");
-	snprintf(path, sizeof(path), "%s/manifest", dir);
-	CHECK(flip_byte(path, 300) == 0, "flip");
-	rc = image_open(&img, dir, 0, err, sizeof(err));
-	CHECK(rc == -EBADMSG && strstr(err, "manifest checksum mismatch") && strstr(err, path),
-	      "rc %d: %s", rc, err);
-	CHECK(flip_byte(path, 300) == 0 && flip_byte(path, 9) == 0, "flip header");
-	rc = image_open(&img, dir, 0, err, sizeof(err));
-	CHECK(rc == -EBADMSG && strstr(err, "header checksum mismatch"), "rc %d: %s", rc, err);
+    CHECK(clone_image("badman", dir, sizeof(dir), 0) == 0, "clone");
+    snprintf(path, sizeof(path), "%s/manifest", dir);
+    CHECK(flip_byte(path, 300) == 0, "flip");
+    rc = image_open(&img, dir, 0, err, sizeof(err));
+    CHECK(rc == -EBADMSG && strstr(err, "manifest checksum mismatch") && strstr(err, path),
+          "rc %d: %s", rc, err);
+    CHECK(flip_byte(path, 300) == 0 && flip_byte(path, 9) == 0, "flip header");
+    rc = image_open(&img, dir, 0, err, sizeof(err));
+    CHECK(rc == -EBADMSG && strstr(err, "header checksum mismatch"), "rc %d: %s", rc, err);
 
-	/* a data byte: open is fine (sizes agree), verify names the chunk */
-	CHECK(clone_image("baddata", dir, sizeof(dir), 1) == 0, "clone");
-	CHECK(image_open(&img, dir, 0, err, sizeof(err)) == 0, "open: %s", err);
-	for (size_t i = 0; i < image_chunk_count(img); i++) {
-		const struct image_chunk *c = image_chunk_at(img, i);
+    /* a data byte: open is fine (sizes agree), verify names the chunk */
+    CHECK(clone_image("baddata", dir, sizeof(dir), 1) == 0, "clone");
+    CHECK(image_open(&img, dir, 0, err, sizeof(err)) == 0, "open: %s", err);
+    for (size_t i = 0; i < image_chunk_count(img); i++) {
+        const struct image_chunk *c = image_chunk_at(img, i);
 
-		if (c->alloc_id == A_MIXED && c->codec == TCGPU_CODEC_ZSTD)
-			victim = c, vi = i;
-	}
-	CHECK(victim, "zstd chunk of MIXED");
-	snprintf(path, sizeof(path), "%s/data.0", dir);
-	CHECK(flip_byte(path, victim->file_offset + victim->stored_len / 2) == 0, "flip data");
-	rc = image_verify_all(img, 0);
-	CHECK(rc == -EBADMSG && strstr(image_error(img), "chunk 2 of allocation 11 (0x7f0004000000+0x400000)") &&
-	      strstr(image_error(img), "stored checksum mismatch") && strstr(image_error(img), path),
-	      "rc %d: %s", rc, image_error(img));
-	fprintf(stderr, "  %s\n", image_error(img));
-	CHECK(image_read_allocation(img, A_MIXED, content[1], sizes[1]) == -EBADMSG, "read bad");
-	CHECK(image_read_allocation(img, A_WEIGHTS, content[0] + 0, sizes[0]) == 0, "others fine");
-	(void)vi;
-	image_close(img);
+        if (c->alloc_id == A_MIXED && c->codec == TCGPU_CODEC_ZSTD)
+            victim = c, vi = i;
+    }
+    CHECK(victim, "zstd chunk of MIXED");
+    snprintf(path, sizeof(path), "%s/data.0", dir);
+    CHECK(flip_byte(path, victim->file_offset + victim->stored_len / 2) == 0, "flip data");
+    rc = image_verify_all(img, 0);
+    CHECK(rc == -EBADMSG &&
+              strstr(image_error(img), "chunk 2 of allocation 11 (0x7f0004000000+0x400000)") &&
+              strstr(image_error(img), "stored checksum mismatch") &&
+              strstr(image_error(img), path),
+          "rc %d: %s", rc, image_error(img));
+    fprintf(stderr, "  %s\n", image_error(img));
+    CHECK(image_read_allocation(img, A_MIXED, content[1], sizes[1]) == -EBADMSG, "read bad");
+    CHECK(image_read_allocation(img, A_WEIGHTS, content[0] + 0, sizes[0]) == 0, "others fine");
+    (void)vi;
+    image_close(img);
 
-	/* truncation: the data file loses its last 1000 bytes */
-	CHECK(truncate(path, 1000) == 0, "truncate");
-	rc = image_open(&img, dir, 0, err, sizeof(err));
-	CHECK(rc == -EBADMSG && strstr(err, "truncated:") && strstr(err, path) &&
-	      strstr(err, "is 1000 bytes"), "rc %d: %s", rc, err);
-	fprintf(stderr, "  %s\n", err);
-	CHECK(image_open(&img, dir, IMAGE_OPEN_MANIFEST_ONLY, err, sizeof(err)) == 0,
-	      "manifest-only open of a truncated image");
-	image_close(img);
-	return 0;
+    /* truncation: the data file loses its last 1000 bytes */
+    CHECK(truncate(path, 1000) == 0, "truncate");
+    rc = image_open(&img, dir, 0, err, sizeof(err));
+    CHECK(rc == -EBADMSG && strstr(err, "truncated:") && strstr(err, path) &&
+              strstr(err, "is 1000 bytes"),
+          "rc %d: %s", rc, err);
+    fprintf(stderr, "  %s\n", err);
+    CHECK(image_open(&img, dir, IMAGE_OPEN_MANIFEST_ONLY, err, sizeof(err)) == 0,
+          "manifest-only open of a truncated image");
+    image_close(img);
+    return 0;
 }
 
 /* Recomputes both checksums so the mutation reaches the parser. */
 static void reseal(uint8_t *m, size_t len)
 {
-	XXH128_hash_t h;
-	uint64_t hs;
+    XXH128_hash_t h;
+    uint64_t hs;
 
-	if (len < 64)
-		return;
-	hs = XXH3_64bits(m, 32);
-	memcpy(m + 32, &hs, 8);   /* little-endian host: as the format stores it */
-	h = XXH3_128bits(m, len - 16);
-	memcpy(m + len - 16, &h.low64, 8);
-	memcpy(m + len - 8, &h.high64, 8);
+    if (len < 64)
+        return;
+    hs = XXH3_64bits(m, 32);
+    memcpy(m + 32, &hs, 8); /* little-endian host: as the format stores it */
+    h = XXH3_128bits(m, len - 16);
+    memcpy(m + len - 16, &h.low64, 8);
+    memcpy(m + len - 8, &h.high64, 8);
 }
 
 static int test_fuzz_manifest(void)
 {
-	char dir[300], path[400], err[512];
-	uint8_t *orig, *m;
-	size_t len;
-	uint64_t s = 12345;
-	int opened = 0;
+    char dir[300], path[400], err[512];
+    uint8_t *orig, *m;
+    size_t len;
+    uint64_t s = 12345;
+    int opened = 0;
 
-	CHECK(clone_image("fuzz", dir, sizeof(dir), 0) == 0, "clone");
-	snprintf(path, sizeof(path), "%s/manifest", dir);
-	CHECK(read_whole(path, &orig, &len) == 0, "read");
-	m = malloc(len);
-	for (int i = 0; i < 2000; i++) {
-		struct image *img;
-		size_t n = len;
-		int sealed = i % 2, rc;
+    CHECK(clone_image("fuzz", dir, sizeof(dir), 0) == 0, "clone");
+    snprintf(path, sizeof(path), "%s/manifest", dir);
+    CHECK(read_whole(path, &orig, &len) == 0, "read");
+    m = malloc(len);
+    for (int i = 0; i < 2000; i++) {
+        struct image *img;
+        size_t n = len;
+        int sealed = i % 2, rc;
 
-		memcpy(m, orig, len);
-		for (int k = 0; k < 1 + i % 3; k++) {
-			/* bias towards the header and tables, where the numbers are */
-			size_t at = td_next(&s) % (k ? len : (len < 400 ? len : 400));
+        memcpy(m, orig, len);
+        for (int k = 0; k < 1 + i % 3; k++) {
+            /* bias towards the header and tables, where the numbers are */
+            size_t at = td_next(&s) % (k ? len : (len < 400 ? len : 400));
 
-			m[at] = (uint8_t)td_next(&s);
-		}
-		if (i % 7 == 0)
-			n = td_next(&s) % len;   /* truncated */
-		if (sealed)
-			reseal(m, n);
-		if (!memcmp(m, orig, n) && n == len)
-			continue;   /* the mutation changed nothing */
-		CHECK(write_whole(path, m, n) == 0, "write");
-		rc = image_open(&img, dir, 0, err, sizeof(err));
-		if (!sealed)
-			CHECK(rc < 0 && err[0], "unsealed mutation %d accepted", i);
-		if (rc == 0) {
-			/* a resealed mutation the parser accepts must still be safe to use */
-			opened++;
-			image_verify_all(img, 0);
-			for (size_t a = 0; a < image_alloc_count(img); a++) {
-				const struct image_alloc *al = image_alloc_at(img, a);
-				void *buf = al->size < 64 * MIB ? malloc(al->size + 1) : NULL;
+            m[at] = (uint8_t)td_next(&s);
+        }
+        if (i % 7 == 0)
+            n = td_next(&s) % len; /* truncated */
+        if (sealed)
+            reseal(m, n);
+        if (!memcmp(m, orig, n) && n == len)
+            continue; /* the mutation changed nothing */
+        CHECK(write_whole(path, m, n) == 0, "write");
+        rc = image_open(&img, dir, 0, err, sizeof(err));
+        if (!sealed)
+            CHECK(rc < 0 && err[0], "unsealed mutation %d accepted", i);
+        if (rc == 0) {
+            /* a resealed mutation the parser accepts must still be safe to use */
+            opened++;
+            image_verify_all(img, 0);
+            for (size_t a = 0; a < image_alloc_count(img); a++) {
+                const struct image_alloc *al = image_alloc_at(img, a);
+                void *buf = al->size < 64 * MIB ? malloc(al->size + 1) : NULL;
 
-				if (buf)
-					image_read_allocation(img, al->id, buf, al->size);
-				free(buf);
-			}
-			image_close(img);
-		} else {
-			CHECK(rc < 0 && err[0], "error without a message (%d)", rc);
-		}
-	}
-	fprintf(stderr, "  fuzz: %d of 2000 mutated manifests opened (resealed, harmless fields)\n",
-		opened);
-	free(m);
-	free(orig);
-	return 0;
+                if (buf)
+                    image_read_allocation(img, al->id, buf, al->size);
+                free(buf);
+            }
+            image_close(img);
+        } else {
+            CHECK(rc < 0 && err[0], "error without a message (%d)", rc);
+        }
+    }
+    fprintf(stderr, "  fuzz: %d of 2000 mutated manifests opened (resealed, harmless fields)\n",
+            opened);
+    free(m);
+    free(orig);
+    return 0;
 }
 
 /* ENOSPC in a private mount namespace on a 1 MiB tmpfs (root only). */
 static int enospc_child(void)
 {
-	char mnt[] = "/tmp/tcgpu-enospc-XXXXXX", dir[300], err[512];
-	struct image_writer *w;
-	struct image_alloc a = { .id = 1, .addr = 0x1000, .size = 8 * MIB };
-	uint8_t *buf = malloc(8 * MIB);
-	int rc;
+    char mnt[] = "/tmp/tcgpu-enospc-XXXXXX", dir[300], err[512];
+    struct image_writer *w;
+    struct image_alloc a = {.id = 1, .addr = 0x1000, .size = 8 * MIB};
+    uint8_t *buf = malloc(8 * MIB);
+    int rc;
 
-	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
-		fprintf(stderr, "  no private mount namespace: %s\n", strerror(errno));
-		return 77;
-	}
-	CHECK(mkdtemp(mnt) && mount("tcgpu-test", mnt, "tmpfs", 0, "size=1m") == 0, "tmpfs: %s",
-	      strerror(errno));
-	td_random(buf, 8 * MIB, 5);
-	snprintf(dir, sizeof(dir), "%s/img", mnt);
-	for (int pass = 0; pass < 2; pass++) {
-		rc = image_writer_begin(&w, dir, &(struct image_writer_opts){
-			.flags = pass ? IMAGE_NO_URING : 0, .chunk_size = MIB }, err, sizeof(err));
-		CHECK(rc == 0, "begin: %s", err);
-		CHECK(image_writer_add_allocation(w, &a) == 0, "alloc");
-		rc = image_writer_add_data(w, 1, 0, buf, 8 * MIB);
-		if (rc == 0)
-			rc = image_writer_commit(w);
-		fprintf(stderr, "  pass %d: rc %d: %s\n", pass, rc, image_writer_error(w));
-		CHECK(rc == -ENOSPC, "pass %d: want -ENOSPC, got %d", pass, rc);
-		CHECK(image_writer_commit(w) == -ENOSPC, "sticky");
-		image_writer_free(w);
-		CHECK(count_entries(mnt, "") == 0, "pass %d: something left on the full disk", pass);
-	}
-	umount(mnt);
-	rmdir(mnt);
-	free(buf);
-	return 0;
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+        fprintf(stderr, "  no private mount namespace: %s\n", strerror(errno));
+        return 77;
+    }
+    CHECK(mkdtemp(mnt) && mount("tcgpu-test", mnt, "tmpfs", 0, "size=1m") == 0, "tmpfs: %s",
+          strerror(errno));
+    td_random(buf, 8 * MIB, 5);
+    snprintf(dir, sizeof(dir), "%s/img", mnt);
+    for (int pass = 0; pass < 2; pass++) {
+        rc = image_writer_begin(
+            &w, dir,
+            &(struct image_writer_opts){.flags = pass ? IMAGE_NO_URING : 0, .chunk_size = MIB}, err,
+            sizeof(err));
+        CHECK(rc == 0, "begin: %s", err);
+        CHECK(image_writer_add_allocation(w, &a) == 0, "alloc");
+        rc = image_writer_add_data(w, 1, 0, buf, 8 * MIB);
+        if (rc == 0)
+            rc = image_writer_commit(w);
+        fprintf(stderr, "  pass %d: rc %d: %s\n", pass, rc, image_writer_error(w));
+        CHECK(rc == -ENOSPC, "pass %d: want -ENOSPC, got %d", pass, rc);
+        CHECK(image_writer_commit(w) == -ENOSPC, "sticky");
+        image_writer_free(w);
+        CHECK(count_entries(mnt, "") == 0, "pass %d: something left on the full disk", pass);
+    }
+    umount(mnt);
+    rmdir(mnt);
+    free(buf);
+    return 0;
 }
 
 static int test_enospc(void)
 {
-	pid_t pid;
-	int st;
+    pid_t pid;
+    int st;
 
-	if (geteuid() != 0) {
-		fprintf(stderr, "  not root: cannot mount a small tmpfs\n");
-		return 77;
-	}
-	pid = fork();
-	CHECK(pid >= 0, "fork");
-	if (pid == 0)
-		_exit(enospc_child());
-	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st), "child");
-	return WEXITSTATUS(st);
+    if (geteuid() != 0) {
+        fprintf(stderr, "  not root: cannot mount a small tmpfs\n");
+        return 77;
+    }
+    pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0)
+        _exit(enospc_child());
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st), "child");
+    return WEXITSTATUS(st);
 }
 
 int main(int argc, char **argv)
 {
-	int rc;
-	char cmd[300];
+    int rc;
+    char cmd[300];
 
-	if (argc > 1 && !strcmp(argv[1], "enospc")) {
-		rc = test_enospc();
-		fprintf(stderr, "%s test_enospc\n", rc == 0 ? "ok  " : rc == 77 ? "skip" : "FAIL");
-		return rc;
-	}
-	snprintf(base, sizeof(base), "%s/tcgpu-image-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	if (!mkdtemp(base))
-		return 1;
-	make_content();
-	RUN(test_roundtrip);
-	RUN(test_describe);
-	RUN(test_existing_and_abort);
-	RUN(test_corruption);
-	RUN(test_fuzz_manifest);
-	if (!failed_) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", base);
-	}
-	for (int i = 0; i < NALLOC; i++)
-		free(content[i]);
-	return failed_;
+    if (argc > 1 && !strcmp(argv[1], "enospc")) {
+        rc = test_enospc();
+        fprintf(stderr, "%s test_enospc\n", rc == 0 ? "ok  " : rc == 77 ? "skip" : "FAIL");
+        return rc;
+    }
+    snprintf(base, sizeof(base), "%s/tcgpu-image-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(base))
+        return 1;
+    make_content();
+    RUN(test_roundtrip);
+    RUN(test_describe);
+    RUN(test_existing_and_abort);
+    RUN(test_corruption);
+    RUN(test_fuzz_manifest);
+    if (!failed_) {
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", base);
+    }
+    for (int i = 0; i < NALLOC; i++)
+        free(content[i]);
+    return failed_;
 }
