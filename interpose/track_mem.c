@@ -56,8 +56,43 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 {
     TCGPU_GATE_ENTER("cuMemFree_v2");
     CUresult rc = devmem_free(dptr);
-    if (rc == CUDA_ERROR_NOT_FOUND)
+    if (rc == CUDA_ERROR_NOT_FOUND) {
         rc = TCGPU_REAL(cuMemFree)(dptr);
+        if (rc == CUDA_SUCCESS) {
+            reg_lock();
+            size_t size = reg_managed_remove(dptr);
+            if (size)
+                reg_hints_forget(dptr, size);
+            reg_unlock();
+        }
+    }
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/*
+ * Managed memory stays the driver's (its pages move between host and device
+ * on their own, at addresses the host uses too), so it is recorded rather
+ * than served: checkpoints save it and refills write it back; a suspend
+ * cannot release it.
+ */
+CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    CUdevice dev = 0;
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuMemAllocManaged");
+    rc = TCGPU_REAL(cuMemAllocManaged)(dptr, bytesize, flags);
+    if (rc == CUDA_SUCCESS) {
+        TCGPU_REAL(cuCtxGetDevice)(&dev);
+        reg_lock();
+        int err = reg_managed_add(*dptr, bytesize, (int)dev);
+        reg_unlock();
+        if (err) {
+            TCGPU_REAL(cuMemFree)(*dptr);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
     TCGPU_GATE_LEAVE();
     return rc;
 }

@@ -140,7 +140,7 @@ static int do_checkpoint(struct op_run *r)
     set_state(TCGPU_STATE_CHECKPOINTING);
     if ((rc = quiesce(r)) != 0)
         goto out;
-    rc = snap_collect(&s);
+    rc = snap_collect(&s, SNAP_MANAGED);
     if (rc == 0 && r->parent) {
         const char *parent = strcmp(r->parent, "auto") ? r->parent : last_checkpoint_dir;
         if (parent && snap_set_parent(s, parent) != 0) {
@@ -177,7 +177,7 @@ static int do_suspend(struct op_run *r)
     set_state(TCGPU_STATE_SUSPENDING);
     if ((rc = quiesce(r)) != 0)
         goto fail;
-    if ((rc = snap_collect(&s)) != 0)
+    if ((rc = snap_collect(&s, 0)) != 0)
         goto fail_open;
     /* Raw to host memory first, even for an image: the device is released
      * as soon as the bytes are off it; compressing and writing come after. */

@@ -145,6 +145,43 @@ struct tc_map *reg_map_first(void)
     return map_list;
 }
 
+/* --- managed memory ----------------------------------------------------- */
+
+static struct tc_managed *managed_list;
+
+int reg_managed_add(CUdeviceptr va, size_t size, int device)
+{
+    struct tc_managed *m = calloc(1, sizeof(*m));
+
+    if (!m)
+        return -ENOMEM;
+    m->va = va;
+    m->size = size;
+    m->device = device;
+    m->next = managed_list;
+    managed_list = m;
+    return 0;
+}
+
+size_t reg_managed_remove(CUdeviceptr va)
+{
+    for (struct tc_managed **pp = &managed_list; *pp; pp = &(*pp)->next) {
+        if ((*pp)->va == va) {
+            struct tc_managed *m = *pp;
+            size_t size = m->size;
+            *pp = m->next;
+            free(m);
+            return size;
+        }
+    }
+    return 0;
+}
+
+struct tc_managed *reg_managed_first(void)
+{
+    return managed_list;
+}
+
 /* --- hints ----------------------------------------------------------------
  * Kept as one array of ranges; a later hint over the same bytes wins. */
 
@@ -312,5 +349,9 @@ void reg_counts(struct reg_counts *c)
             c->tracked_bytes += m->size;
             c->allocations++;
         }
+    }
+    for (struct tc_managed *m = managed_list; m; m = m->next) {
+        c->tracked_bytes += m->size;
+        c->allocations++;
     }
 }

@@ -107,6 +107,21 @@ void reg_map_set_access(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc
 struct tc_phys *reg_phys_first(void);
 struct tc_map *reg_map_first(void);
 
+/* --- managed memory (cuMemAllocManaged) ---
+ * The driver owns its pages and moves them between host and device, so a
+ * suspend cannot release it; it is saved in checkpoints and images like any
+ * other allocation and put back on refill (caller holds the lock). */
+struct tc_managed {
+    CUdeviceptr va;
+    size_t size;
+    int device;
+    struct tc_managed *next;
+};
+int reg_managed_add(CUdeviceptr va, size_t size, int device);
+/* Forgets the managed allocation at va; returns its size, 0 if there was none. */
+size_t reg_managed_remove(CUdeviceptr va);
+struct tc_managed *reg_managed_first(void);
+
 /* --- hints (tcgpu_hint_skip / tcgpu_hint_dtype) --- */
 int reg_hint_skip(CUdeviceptr va, size_t len, int skip);
 int reg_hint_dtype(CUdeviceptr va, size_t len, enum tcgpu_dtype dtype);

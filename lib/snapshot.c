@@ -188,7 +188,25 @@ out:
     return rc;
 }
 
-int snap_collect(struct snap **out)
+/* Managed memory, for checkpoints: never released (the driver owns its pages). */
+static int add_managed(struct snap *s)
+{
+    uint64_t id = 3ull << 61;         /* apart from devmem's and user maps' ids */
+    int rc = 0;
+
+    reg_lock();
+    for (struct tc_managed *m = reg_managed_first(); m && rc == 0; m = m->next) {
+        struct region r = {
+            .va = m->va, .size = m->size, .id = id++, .kind = TCGPU_ALLOC_MANAGED,
+            .dtype = reg_hint_dtype_at(m->va), .device = m->device,
+        };
+        rc = snap_add(s, &r);
+    }
+    reg_unlock();
+    return rc;
+}
+
+int snap_collect(struct snap **out, unsigned flags)
 {
     struct tcgpu_unsupported_note note;
     char why[256];
@@ -207,6 +225,8 @@ int snap_collect(struct snap **out)
     rc = devmem_for_each(add_devmem, s);
     if (rc == 0)
         rc = add_user_maps(s);
+    if (rc == 0 && (flags & SNAP_MANAGED))
+        rc = add_managed(s);
     if (rc) {
         if (rc == -ENOMEM)
             tcgpu_op_set_error("out of host memory listing %zu regions", s->n);

@@ -24,8 +24,13 @@ struct snap;
  * Lists the regions to save. -ENOTSUP when the process holds state that
  * cannot be restored (the message names the call that made it). The caller
  * owns *out (snap_free).
+ *
+ * SNAP_MANAGED adds managed memory. A checkpoint wants it; a suspend must
+ * not: it cannot release managed memory anyway, and refilling it on resume
+ * would overwrite what the program's host threads wrote to it meanwhile.
  */
-int snap_collect(struct snap **out);
+#define SNAP_MANAGED 0x1u
+int snap_collect(struct snap **out, unsigned flags);
 
 /* Waits for the device work of every context to finish. */
 int snap_sync(void);
