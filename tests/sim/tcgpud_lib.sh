@@ -81,3 +81,30 @@ for l in sys.stdin:
     e = json.loads(l)
     if e.get("pid") == int(sys.argv[1]): print(e["type"])' "$1"
 }
+
+# low_then_high HIGH_SLEEP_MS : the preemption scenario. Uses the arrays
+# low_args and high_args; sets ref_low, ref_high (uninterrupted checksums),
+# low and high (the jobs' pids). A research job (priority 10) fills the
+# device, and once it is older than min_runtime a prod job (priority 100)
+# arrives that needs the memory.
+low_then_high() {
+    ref_low=$(reference low "${low_args[@]}")
+    ref_high=$(reference high "${high_args[@]}")
+    write_config "
+[project research]
+priority = 10
+members = *
+
+[project prod]
+priority = 100
+members = *
+"
+    start_tcgpud
+    start_bg "$WORK/low.out" "$GPUCKPT" run --project research -- "$TRAIN" "${low_args[@]}" --sleep-ms 10
+    low=$BG
+    wait_registered "$low"
+    wait_for_line "$WORK/low.out" '^step 0 '
+    sleep 1.2                              # older than min_runtime (1 s)
+    start_bg "$WORK/high.out" "$GPUCKPT" run --project prod -- "$TRAIN" "${high_args[@]}" --sleep-ms "$1"
+    high=$BG
+}

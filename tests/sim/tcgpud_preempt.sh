@@ -8,26 +8,7 @@
 
 low_args=(--mb 500 --steps 400 --print-every 100 --seed 3)
 high_args=(--mb 500 --steps 150 --print-every 50 --seed 4)
-ref_low=$(reference low "${low_args[@]}")
-ref_high=$(reference high "${high_args[@]}")
-
-write_config "
-[project research]
-priority = 10
-members = *
-
-[project prod]
-priority = 100
-members = *
-"
-start_tcgpud
-start_bg "$WORK/low.out" "$GPUCKPT" run --project research -- "$TRAIN" "${low_args[@]}" --sleep-ms 10
-low=$BG
-wait_registered "$low"
-wait_for_line "$WORK/low.out" '^step 0 '
-sleep 1.2                                  # older than min_runtime (1 s)
-start_bg "$WORK/high.out" "$GPUCKPT" run --project prod -- "$TRAIN" "${high_args[@]}" --sleep-ms 5
-high=$BG
+low_then_high 5
 wait_state "$low" suspended
 held=$(device_bytes_of "$low")
 [ "$held" -le "$SLACK" ] || fail "the suspended low job still holds $held bytes"

@@ -8,26 +8,7 @@
 
 low_args=(--mb 500 --steps 300 --print-every 100 --seed 8)
 high_args=(--mb 500 --steps 300 --print-every 10 --seed 9)
-ref_low=$(reference low "${low_args[@]}")
-ref_high=$(reference high "${high_args[@]}")
-
-write_config "
-[project research]
-priority = 10
-members = *
-
-[project prod]
-priority = 100
-members = *
-"
-start_tcgpud
-start_bg "$WORK/low.out" "$GPUCKPT" run --project research -- "$TRAIN" "${low_args[@]}" --sleep-ms 10
-low=$BG
-wait_registered "$low"
-wait_for_line "$WORK/low.out" '^step 0 '
-sleep 1.2
-start_bg "$WORK/high.out" "$GPUCKPT" run --project prod -- "$TRAIN" "${high_args[@]}" --sleep-ms 15
-high=$BG
+low_then_high 15
 wait_state "$low" suspended
 wait_state "$high" running
 
