@@ -34,15 +34,7 @@
 #include "rundir.h"
 #include "signal_trigger.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                 \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                             \
-        }                                                                           \
-    } while (0)
+#include "../common/check.h"
 
 /* ---------------------------------------------------------------------------
  * The test double of ops.h

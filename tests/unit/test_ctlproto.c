@@ -12,15 +12,7 @@
 #include "ctlclient.h"
 #include "ctlproto.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                 \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                             \
-        }                                                                           \
-    } while (0)
+#include "../common/check.h"
 
 static struct ctl_msg msg;
 static struct ctl_buf buf;

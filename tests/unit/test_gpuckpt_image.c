@@ -13,15 +13,7 @@
 
 #include "image.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                 \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                             \
-        }                                                                           \
-    } while (0)
+#include "../common/check.h"
 
 static int write_image(const char *dir)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"          /* tests/sim/progs: CHECK counts failures and goes on */
+#include "../common/check.h"
 #include "registry.h"
 
 struct parts {

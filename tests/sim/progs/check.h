@@ -10,14 +10,7 @@
 #include <stdlib.h>
 #include <cuda.h>
 
-static int failures;
-
-#define CHECK(cond) do { \
-    if (!(cond)) { \
-        fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-        failures++; \
-    } \
-} while (0)
+#include "../../common/check.h"
 
 static inline void cu(CUresult rc, const char *what)
 {
