@@ -165,6 +165,29 @@ out:
     return rc;
 }
 
+/*
+ * After a failed suspend released memory: rebuild it from the host copy.
+ * Keeps the operation's message (extended when the memory cannot go back).
+ * Returns 0 when the memory is back, else -errno.
+ */
+static int put_back(struct snap *s)
+{
+    char why[512];
+    int rc;
+
+    snprintf(why, sizeof(why), "%s", tcgpu_op_error());
+    rc = snap_rebuild(s, NULL, NULL);
+    if (rc == 0) {
+        tcgpu_op_set_error("%s", why);
+        return 0;
+    }
+    log_err("suspend failed (%s); the memory cannot be put back now (%s): the process stays "
+            "suspended with its contents in host memory", why, tcgpu_op_error());
+    tcgpu_op_set_error("%s; the process stays suspended (its memory is kept in host memory: "
+                       "resume it when the device has room)", why);
+    return rc;
+}
+
 static int do_suspend(struct op_run *r)
 {
     struct snap *s = NULL;
@@ -182,10 +205,11 @@ static int do_suspend(struct op_run *r)
     /* Raw to host memory first, even for an image: the device is released
      * as soon as the bytes are off it; compressing and writing come after. */
     rc = snap_save_host(s, r->progress, r->arg);
-    if (rc == 0)
-        rc = snap_release(s);
     if (rc)
         goto fail_open;
+    rc = snap_release(s);
+    if (rc)
+        goto undo_release;
     r->t_freed = now_ns();
     if (r->dir) {
         pthread_mutex_lock(&status_mutex);
@@ -193,16 +217,8 @@ static int do_suspend(struct op_run *r)
         pthread_mutex_unlock(&status_mutex);
         rc = snap_save_image(s, r->dir, r->progress, r->arg);
         if (rc) {
-            /* Put the memory back from the host copy: a failed suspend
-             * leaves the program running, as before. */
-            char why[512];
-            snprintf(why, sizeof(why), "%s", tcgpu_op_error());
-            if (snap_rebuild(s, NULL, NULL) != 0)
-                log_err("suspend to %s failed (%s) and the memory could not be put back: %s",
-                        r->dir, why, tcgpu_op_error());
-            tcgpu_op_set_error("%s", why);
             r->t_freed = 0;
-            goto fail_open;
+            goto undo_release;
         }
         r->t_image = now_ns();
     } else if (host_compress_wanted()) {
@@ -216,6 +232,17 @@ static int do_suspend(struct op_run *r)
     pthread_mutex_unlock(&status_mutex);
     return 0;
 
+undo_release:
+    /* A failed suspend leaves the program running as before: put the memory
+     * back from the host copy. */
+    if (put_back(s) != 0) {
+        /* The device filled up meanwhile: stay suspended with the contents
+         * in host memory (never freed, never resumed onto missing memory);
+         * a later resume puts them back. */
+        suspended = s;
+        set_state(TCGPU_STATE_SUSPENDED);
+        return rc;
+    }
 fail_open:
     snap_free(s);
     tcgpu_gate_open();

@@ -730,6 +730,7 @@ out:
 
 int snap_release(struct snap *s)
 {
+    (void)s;                          /* the registry holds what is released */
     int rc = 0;
 
     reg_lock();
@@ -755,14 +756,6 @@ int snap_release(struct snap *s)
         p->real = 0;
     }
     reg_unlock();
-    if (rc) {
-        char why[512];
-        snprintf(why, sizeof(why), "%s", tcgpu_op_error());
-        if (snap_rebuild(s, NULL, NULL) != 0)
-            log_err("suspend failed (%s) and the memory could not be put back: %s", why,
-                    tcgpu_op_error());
-        tcgpu_op_set_error("%s", why);
-    }
     return rc;
 }
 

@@ -54,8 +54,9 @@ void snap_compress_host(struct snap *s);
 
 /*
  * Unmaps every mapping and releases every physical allocation: the device
- * memory is free for others, the addresses stay reserved. On failure what
- * was released is put back (from the saved contents) before returning.
+ * memory is free for others, the addresses stay reserved. On failure part of
+ * it may be released: the caller puts it back with snap_rebuild() (the
+ * contents must already be saved).
  */
 int snap_release(struct snap *s);
 
