@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 #include "wrappers.h"
 
 void *tcgpu_dlsym_hook(void *handle, const char *name, const void *caller);

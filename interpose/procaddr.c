@@ -8,9 +8,9 @@
 #ifndef __CUDA_API_VERSION_INTERNAL
 #define __CUDA_API_VERSION_INTERNAL 1    /* both exported names, unrenamed */
 #endif
-#include "driver.h"
-#include "gate.h"
-#include "log.h"
+#include "driver/driver.h"
+#include "driver/gate.h"
+#include "common/log.h"
 #include "wrappers.h"
 
 #define TCGPU_WRAPPER __attribute__((visibility("default")))

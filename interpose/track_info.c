@@ -8,10 +8,10 @@
  */
 #include <cuda.h>
 
-#include "daemon_client.h"
-#include "devmem.h"
-#include "driver.h"
-#include "gate.h"
+#include "core/daemon_client.h"
+#include "core/devmem.h"
+#include "driver/driver.h"
+#include "driver/gate.h"
 
 CUresult CUDAAPI cuMemGetInfo(size_t *free, size_t *total)
 {

@@ -10,10 +10,10 @@
  */
 #include <cuda.h>
 
-#include "control.h"
-#include "daemon_client.h"
-#include "driver.h"
-#include "gate.h"
+#include "core/control.h"
+#include "core/daemon_client.h"
+#include "driver/driver.h"
+#include "driver/gate.h"
 
 CUresult CUDAAPI cuInit(unsigned int Flags)
 {

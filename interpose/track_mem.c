@@ -1,6 +1,6 @@
 /*
  * track_mem.c - cuMemAlloc and friends, served from address-stable memory
- * (lib/devmem.c), and the queries that must answer per allocation.
+ * (lib/core/devmem.c), and the queries that must answer per allocation.
  *
  * Every wrapper passes the API gate like the generated ones. Pointers that
  * are not ours (memory of another kind, or garbage) go to the real driver,
@@ -10,11 +10,11 @@
 #include <string.h>
 #include <cuda.h>
 
-#include "devmem.h"
-#include "driver.h"
-#include "gate.h"
-#include "log.h"
-#include "unsupported.h"
+#include "core/devmem.h"
+#include "driver/driver.h"
+#include "driver/gate.h"
+#include "common/log.h"
+#include "driver/unsupported.h"
 
 /* The per-thread-stream flavours are only declared for the driver's own build. */
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);

@@ -2,14 +2,14 @@
  * track_objects.c - contexts, streams, events and modules.
  *
  * Suspend in place keeps these objects (only device memory is released), so
- * the wrappers only tell lib/objects.c what exists: the live contexts, whose
+ * the wrappers only tell lib/core/objects.c what exists: the live contexts, whose
  * work a snapshot waits for, and counts for `gpuckpt status`.
  */
 #include <cuda.h>
 
-#include "driver.h"
-#include "gate.h"
-#include "objects.h"
+#include "driver/driver.h"
+#include "driver/gate.h"
+#include "core/objects.h"
 
 /* Counts an object the real call made or destroyed. */
 static CUresult counted(CUresult rc, enum obj_kind kind, int delta)

@@ -10,9 +10,9 @@
  */
 #include <cuda.h>
 
-#include "driver.h"
-#include "gate.h"
-#include "registry.h"
+#include "driver/driver.h"
+#include "driver/gate.h"
+#include "core/registry.h"
 
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags)

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "driver_table.h"
+#include "driver/driver_table.h"
 
 extern void *const tcgpu_wrappers[TCGPU_FN_COUNT];
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The demo, on a small simulated GPU (tests/simcuda, 1 GiB): tcgpud shares it
+# The demo, on a small simulated GPU (simcuda, 1 GiB): tcgpud shares it
 # between two projects. A low-priority training job (project research) fills
 # the GPU; a high-priority job of another project (prod) arrives and needs the
 # memory; tcgpud suspends the low job (its memory is visibly freed), the high
@@ -10,10 +10,10 @@
 # Usage: scripts/demo.sh BUILD_DIR      (exit 1 if a checksum differs)
 set -euo pipefail
 build=$(cd "${1:?usage: demo.sh BUILD_DIR}" && pwd)
-GPUCKPT=$build/tools/gpuckpt
-TCGPUD=$build/tools/tcgpud
+GPUCKPT=$build/tools/gpuckpt/gpuckpt
+TCGPUD=$build/tools/tcgpud/tcgpud
 TRAIN=$build/examples/train/train
-SMI=$build/tests/simcuda/simcuda-smi
+SMI=$build/simcuda/simcuda-smi
 for f in "$GPUCKPT" "$TCGPUD" "$TRAIN" "$SMI"; do
     [ -x "$f" ] || { echo "demo: $f is missing: build first (ninja -C $build)" >&2; exit 1; }
 done

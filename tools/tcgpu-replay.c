@@ -1,5 +1,5 @@
 /*
- * tcgpu-replay - tcgpud's policy (lib/policy.c) at scale, by simulation.
+ * tcgpu-replay - tcgpud's policy (lib/policy/policy.c) at scale, by simulation.
  *
  *   tcgpu-replay TRACE.csv [--gpus N] [--gpu-mem SIZE] [--min-runtime DUR]
  *                [--swap-gbps X] [--high-priority P] [--check] [--json]
@@ -32,8 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy.h"
-#include "tcgpud_units.h"
+#include "policy/policy.h"
+#include "common/units.h"
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
 #define EPS 1e-9

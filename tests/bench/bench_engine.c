@@ -32,10 +32,10 @@
 
 #include <cuda.h>
 
-#include "codec.h"
-#include "driver.h"
-#include "image.h"
-#include "pipeline.h"
+#include "image/codec.h"
+#include "driver/driver.h"
+#include "image/image.h"
+#include "engine/pipeline.h"
 
 #define MiB (1ull << 20)
 #define CHUNK (4u << 20)

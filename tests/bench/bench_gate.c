@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gate.h"
+#include "driver/gate.h"
 
 #define RUNS 5
 

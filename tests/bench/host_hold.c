@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "image.h"
+#include "image/image.h"
 
 int main(int argc, char **argv)
 {

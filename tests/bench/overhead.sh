@@ -18,7 +18,7 @@ step_ms() { sed -n 's/^time: *\([0-9.]*\) ms\/step.*/\1/p' | tail -n 1; }
 plain=(); preloaded=()
 for r in $(seq 1 "$rounds"); do
     plain+=("$("$B/examples/train/train" "${args[@]}" | step_ms)")
-    preloaded+=("$("$B/tools/gpuckpt" run -- "$B/examples/train/train" "${args[@]}" | step_ms)")
+    preloaded+=("$("$B/tools/gpuckpt/gpuckpt" run -- "$B/examples/train/train" "${args[@]}" | step_ms)")
 done
 
 median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }

@@ -18,7 +18,7 @@ CRIU=${TCGPU_CRIU:-$(command -v criu || echo /usr/local/sbin/criu)}
 export TCGPU_CRIU=$CRIU
 export SIMCUDA_SHM=/simcuda-bench-save-$$
 export SIMCUDA_DEVICE_MEM=$(( mib * 2 + 1024 ))M
-export TCGPU_REAL_LIBCUDA=$B/tests/simcuda/libcuda.so.1
+export TCGPU_REAL_LIBCUDA=$B/simcuda/libcuda.so.1
 export TCGPU_RUN_DIR
 TCGPU_RUN_DIR=$(mktemp -d /tmp/tcgpu-bench-run-XXXXXX)
 WORK=$(mktemp -d "${TCGPU_BENCH_DIR:-/var/tmp}/tcgpu-bench-XXXXXX")
@@ -38,19 +38,19 @@ wait_file() { for _ in $(seq 1 6000); do [ -s "$1" ] && return 0; sleep 0.05; do
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
 
 # --- tcgpu: the training loop with MIB of device state ---------------------------
-setsid "$B/tools/gpuckpt" run -l quiet -- "$B/examples/train/train" --mb "$mib" --steps 100000 \
+setsid "$B/tools/gpuckpt/gpuckpt" run -l quiet -- "$B/examples/train/train" --mb "$mib" --steps 100000 \
     --print-every 1 --sleep-ms 20 >"$WORK/train.out" 2>&1 </dev/null &
 pid=$!
 PIDS+=("$pid")
 for _ in $(seq 1 6000); do grep -q '^step 3 ' "$WORK/train.out" 2>/dev/null && break; sleep 0.05; done
 grep -q '^step 3 ' "$WORK/train.out" || fail "train did not start: $(tail -n 3 "$WORK/train.out")"
-device_bytes=$("$B/tests/simcuda/simcuda-smi" -q | awk -v w="pid=$pid" '$2 == w { for (i = 3; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); print $i } }')
+device_bytes=$("$B/simcuda/simcuda-smi" -q | awk -v w="pid=$pid" '$2 == w { for (i = 3; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); print $i } }')
 
 # the same bytes, for the baseline: a checkpoint image, decoded by host_hold
-"$B/tools/gpuckpt" checkpoint "$pid" -D "$WORK/dev.img" -q || fail "checkpoint failed"
+"$B/tools/gpuckpt/gpuckpt" checkpoint "$pid" -D "$WORK/dev.img" -q || fail "checkpoint failed"
 
 drop_caches
-t0=$(now); "$B/tools/gpuckpt" save "$pid" -D "$WORK/tcgpu-save" >"$WORK/save.out" || fail "gpuckpt save failed"; t1=$(now)
+t0=$(now); "$B/tools/gpuckpt/gpuckpt" save "$pid" -D "$WORK/tcgpu-save" >"$WORK/save.out" || fail "gpuckpt save failed"; t1=$(now)
 phases=$(sed -n 's/.*(\(GPU images .*sync [0-9.]* s\)).*/\1/p' "$WORK/save.out")
 tc_save=$(secs "$t0" "$t1")
 tc_size=$(bytes "$WORK/tcgpu-save")
@@ -58,9 +58,9 @@ tc_gpu=$(bytes "$WORK/tcgpu-save/gpu")
 tc_criu=$(bytes "$WORK/tcgpu-save/criu")
 wait "$pid" 2>/dev/null || true
 drop_caches
-t0=$(now); "$B/tools/gpuckpt" restore -D "$WORK/tcgpu-save" -d >/dev/null || fail "gpuckpt restore failed"; t1=$(now)
+t0=$(now); "$B/tools/gpuckpt/gpuckpt" restore -D "$WORK/tcgpu-save" -d >/dev/null || fail "gpuckpt restore failed"; t1=$(now)
 tc_restore=$(secs "$t0" "$t1")
-"$B/tools/gpuckpt" status "$pid" | grep -q ': running' || fail "restored train is not running"
+"$B/tools/gpuckpt/gpuckpt" status "$pid" | grep -q ': running' || fail "restored train is not running"
 kill -9 "$pid"
 
 # --- plain CRIU: a process holding the same bytes in host memory -------------------

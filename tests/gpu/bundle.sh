@@ -8,7 +8,7 @@
 # (default /tmp/build-gpu). DEST: default build-gpu-bundle at the top of the
 # repository (ignored by git through .gitignore's /build*/, so it travels only
 # when a run call names it in carry). The bundle keeps the build tree's layout
-# (tools/gpuckpt, interpose/libtcgpu.so, examples/train/..., tests/gpu/...),
+# (tools/gpuckpt/gpuckpt, interpose/libtcgpu.so, examples/train/..., tests/gpu/...),
 # so run.sh takes it as BUILD_DIR, and adds:
 #   deps/   every shared library those programs need beyond glibc (run.sh
 #           uses one only when the GPU machine lacks it)
@@ -22,7 +22,7 @@ DEST=${2:-$SRC/build-gpu-bundle}
 
 die() { echo "bundle.sh: $*" >&2; exit 1; }
 
-[ -x "$BUILD/tools/gpuckpt" ] && [ -f "$BUILD/interpose/libtcgpu.so" ] ||
+[ -x "$BUILD/tools/gpuckpt/gpuckpt" ] && [ -f "$BUILD/interpose/libtcgpu.so" ] ||
     die "$BUILD is not a built tcgpu tree (meson setup $BUILD -Dgpu_suite=enabled && ninja -C $BUILD)"
 
 # copy_in REL: BUILD/REL -> DEST/REL, if it exists.
@@ -41,7 +41,7 @@ deps_of() {
 
 rm -rf "$DEST"
 mkdir -p "$DEST/deps"
-for f in tools/gpuckpt tools/tcgpud tools/tcgpud/tcgpud interpose/libtcgpu.so \
+for f in tools/gpuckpt/gpuckpt tools/tcgpud/tcgpud interpose/libtcgpu.so \
          examples/train/train_gpu examples/train/train_mt_gpu examples/train/train_kernels.cubin \
          tests/gpu/rt_train tests/gpu/bw tests/gpu/drv_ckpt; do
     [ -f "$BUILD/$f" ] && copy_in "$f"
@@ -51,7 +51,7 @@ if criu=$(command -v criu); then
     cp "$criu" "$DEST/bin/criu"
 fi
 
-for f in "$DEST"/tools/gpuckpt "$DEST"/tools/tcgpud "$DEST"/interpose/libtcgpu.so "$DEST"/bin/criu; do
+for f in "$DEST"/tools/gpuckpt/gpuckpt "$DEST"/tools/tcgpud/tcgpud "$DEST"/interpose/libtcgpu.so "$DEST"/bin/criu; do
     [ -f "$f" ] || continue
     for lib in $(deps_of "$f"); do
         cp -L "$lib" "$DEST/deps/$(basename "$lib")"

@@ -12,7 +12,7 @@
 #
 # Options:
 #   --dry-run      list the steps and what each checks; run nothing
-#   --sim          rehearse on simcuda (a build tree with tests/simcuda): the
+#   --sim          rehearse on simcuda (a build tree with simcuda): the
 #                  driver-API program and the driver checkpoint path only
 #   --quick        smaller jobs (a rerun when device time is short)
 #   --only LIST    run only these steps (comma-separated names, see --dry-run)
@@ -136,12 +136,12 @@ find_build() {
     local cand cands=("$SRC/build-gpu-bundle" "$SRC/build-gpu")
     [ -n "$BUILD_ARG" ] && cands=("$BUILD_ARG")
     for cand in "${cands[@]}"; do
-        if [ -x "$cand/tools/gpuckpt" ] && [ -f "$cand/interpose/libtcgpu.so" ]; then
+        if [ -x "$cand/tools/gpuckpt/gpuckpt" ] && [ -f "$cand/interpose/libtcgpu.so" ]; then
             B=$(cd "$cand" && pwd)
             return 0
         fi
     done
-    [ -n "$BUILD_ARG" ] && log "BUILD_DIR $BUILD_ARG has no tools/gpuckpt + interpose/libtcgpu.so"
+    [ -n "$BUILD_ARG" ] && log "BUILD_DIR $BUILD_ARG has no tools/gpuckpt/gpuckpt + interpose/libtcgpu.so"
     return 1
 }
 
@@ -153,7 +153,7 @@ link_missing_deps() {
     [ -d "$B/deps" ] || return 0
     for pass in 1 2 3 4 5; do          # a library found may need others in turn
         added=0
-        for f in "$B/tools/gpuckpt" "$B/interpose/libtcgpu.so" "$B/bin/criu" "$B/tools/tcgpud"; do
+        for f in "$B/tools/gpuckpt/gpuckpt" "$B/interpose/libtcgpu.so" "$B/bin/criu" "$B/tools/tcgpud/tcgpud"; do
             [ -f "$f" ] || continue
             for lib in $(LD_LIBRARY_PATH="$WORK/deps" ldd "$f" 2>/dev/null | awk '/not found/ { print $1 }'); do
                 [ -e "$WORK/deps/$lib" ] && continue
@@ -184,7 +184,7 @@ build_tcgpu_here() {
     command -v ninja >/dev/null || { log "no ninja here"; return 1; }
     log "building tcgpu with ${meson_cmd[*]} in $WORK/build"
     "${meson_cmd[@]}" setup "$WORK/build" "$SRC" -Dgpu_suite=auto || return 1
-    ninja -C "$WORK/build" tools/gpuckpt interpose/libtcgpu.so || return 1
+    ninja -C "$WORK/build" tools/gpuckpt/gpuckpt interpose/libtcgpu.so || return 1
     ninja -C "$WORK/build" || log "the full build failed; the library and gpuckpt were built"
     B=$WORK/build
 }
@@ -224,16 +224,15 @@ build_progs() {
 # Resolves everything a step may need (each step runs in a subshell, so this
 # runs in the parent after the build step and its results are inherited).
 resolve_tools() {
-    GPUCKPT=$B/tools/gpuckpt
+    GPUCKPT=$B/tools/gpuckpt/gpuckpt
     LIBTCGPU=$B/interpose/libtcgpu.so
     export TCGPU_LIB=$LIBTCGPU
-    [ -x "$B/tools/tcgpud" ] && TCGPUD=$B/tools/tcgpud
     [ -x "$B/tools/tcgpud/tcgpud" ] && TCGPUD=$B/tools/tcgpud/tcgpud
     [ -d "$B/bin" ] && PATH=$B/bin:$PATH
     if [ "$SIM" = 1 ]; then
         TRAIN_GPU=$B/examples/train/train
         TRAIN_CUBIN=""
-        export DRV_CKPT_LIBCUDA=$B/tests/simcuda/libcuda.so.1
+        export DRV_CKPT_LIBCUDA=$B/simcuda/libcuda.so.1
         export TCGPU_REAL_LIBCUDA=$DRV_CKPT_LIBCUDA      # gpuckpt's driver checkpoint API
     fi
 }
@@ -256,7 +255,7 @@ choose_smi_mode() {
 gpu_mem_of() {
     case $SMI_MODE in
         sim)
-            "$B/tests/simcuda/simcuda-smi" -q | awk -v want="pid=$1" '
+            "$B/simcuda/simcuda-smi" -q | awk -v want="pid=$1" '
                 $1 == "process" && $2 == want {
                     for (i = 3; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); s += $i } }
                 END { print s + 0 }' ;;
@@ -621,7 +620,7 @@ step_env() {
     cat /etc/os-release 2>/dev/null | head -n 2 || true
     nproc; free -g 2>/dev/null || true
     if [ "$SIM" = 1 ]; then
-        "$B/tests/simcuda/simcuda-smi" -q || true
+        "$B/simcuda/simcuda-smi" -q || true
     elif command -v nvidia-smi >/dev/null; then
         nvidia-smi || true
         local q

@@ -5,14 +5,14 @@
 set -euo pipefail
 
 B=${TCGPU_BUILD_ROOT:?run through meson test}
-GPUCKPT=$B/tools/gpuckpt
+GPUCKPT=$B/tools/gpuckpt/gpuckpt
 TRAIN=$B/examples/train/train
 TRAIN_MT=$B/examples/train/train_mt
-SMI=$B/tests/simcuda/simcuda-smi
+SMI=$B/simcuda/simcuda-smi
 PROGS=$B/tests/sim
 # gpuckpt is not preloaded: it loads the driver itself for the checkpoint API
 # (context release on suspend, save/restore). Point it at simcuda.
-export TCGPU_REAL_LIBCUDA=$B/tests/simcuda/libcuda.so.1
+export TCGPU_REAL_LIBCUDA=$B/simcuda/libcuda.so.1
 
 TEST_NAME=${TEST_NAME:-$(basename "$0" .sh)}
 export SIMCUDA_SHM=/simcuda-t-$TEST_NAME-$$

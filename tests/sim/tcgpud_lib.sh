@@ -1,6 +1,6 @@
 # Helpers of the tcgpud scenarios (sourced by tests/sim/tcgpud_*.sh after lib.sh).
 # Each test runs its own tcgpud on its own simulated device, socket and state file.
-TCGPUD=$B/tools/tcgpud
+TCGPUD=$B/tools/tcgpud/tcgpud
 export TCGPU_DAEMON_SOCKET=$WORK/tcgpud.sock
 CONTEXT_BYTES=$((32 << 20))            # SIMCUDA_CONTEXT_MEM of lib.sh
 SLACK=$((CONTEXT_BYTES + (4 << 20)))   # what a suspended job may still hold (its context)

@@ -18,9 +18,9 @@
 
 #include <cuda.h>
 
-#include "driver.h"
-#include "gate.h"
-#include "unsupported.h"
+#include "driver/driver.h"
+#include "driver/gate.h"
+#include "driver/unsupported.h"
 
 #define WORKERS 4
 #define BYTES (64 * 1024)

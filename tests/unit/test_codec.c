@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "codec.h"
+#include "image/codec.h"
 #include "tcheck.h"
 #include "testdata.h"
 

@@ -1,7 +1,7 @@
 /*
  * The control channel end to end in one process: the real server
- * (lib/control.c, signal_trigger.c, rundir.c) and the real client
- * (lib/ctlclient.c), with the operations of lib/ops.h replaced by a test
+ * (lib/core/control.c, signal_trigger.c, rundir.c) and the real client
+ * (lib/ctl/client.c), with the operations of lib/core/ops.h replaced by a test
  * double below that records what it was asked and returns chosen results.
  *
  *   test_control rundir            run-dir safety checks
@@ -27,12 +27,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "control.h"
-#include "ctlclient.h"
-#include "ctlproto.h"
-#include "ops.h"
-#include "rundir.h"
-#include "signal_trigger.h"
+#include "core/control.h"
+#include "ctl/client.h"
+#include "ctl/proto.h"
+#include "core/ops.h"
+#include "ctl/rundir.h"
+#include "core/signal_trigger.h"
 
 #include "../common/check.h"
 

@@ -1,5 +1,5 @@
 /*
- * The control protocol (lib/ctlproto.c): encoding, round trips, and parsing
+ * The control protocol (lib/ctl/proto.c): encoding, round trips, and parsing
  * hostile input. Run under ASan, the random part shows that no input makes
  * the parser read or write out of bounds.
  */
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctlclient.h"
-#include "ctlproto.h"
+#include "ctl/client.h"
+#include "ctl/proto.h"
 
 #include "../common/check.h"
 

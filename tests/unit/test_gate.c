@@ -1,5 +1,5 @@
 /*
- * test_gate.c - the API gate (lib/gate.h) on its own, no driver.
+ * test_gate.c - the API gate (lib/driver/gate.h) on its own, no driver.
  *
  *   test_gate            all cases
  *   test_gate hammer     only the hammer (run again with TCGPU_GATE_NO_MEMBARRIER=1)
@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gate.h"
+#include "driver/gate.h"
 #include "tcheck.h"
 
 #define WORKERS 8

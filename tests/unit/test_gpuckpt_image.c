@@ -1,5 +1,5 @@
 /*
- * gpuckpt inspect and verify on images written by lib/image.h: exit 0 for a
+ * gpuckpt inspect and verify on images written by lib/image/image.h: exit 0 for a
  * whole image, 7 for a corrupt one, 1 for a missing one; --json is JSON.
  *
  *   test_gpuckpt_image PATH-TO-GPUCKPT
@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "image.h"
+#include "image/image.h"
 
 #include "../common/check.h"
 

@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "image.h"
+#include "image/image.h"
 #include "tcheck.h"
 #include "testdata.h"
 

@@ -14,7 +14,7 @@
 
 #include <cuda.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 #include "tcheck.h"
 
 static int test_missing_driver(void)

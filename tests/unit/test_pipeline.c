@@ -1,5 +1,5 @@
 /*
- * test_pipeline.c - the drain/refill engine on simcuda (lib/pipeline.h).
+ * test_pipeline.c - the drain/refill engine on simcuda (lib/engine/pipeline.h).
  *
  * The driver is simcuda, reached through the driver table as in the library
  * (TCGPU_REAL_LIBCUDA). Device buffers hold data for every codec path (zero,
@@ -27,11 +27,11 @@
 
 #include <cuda.h>
 
-#include "driver.h"
-#include "image.h"
-#include "kernels/devhash.h"
-#include "pipeline.h"
-#include "pipeline_dev.h"
+#include "driver/driver.h"
+#include "image/image.h"
+#include "engine/kernels/devhash.h"
+#include "engine/pipeline.h"
+#include "engine/dev.h"
 #include "tcheck.h"
 
 #define NBUF 7

@@ -1,5 +1,5 @@
 /*
- * The policy module (lib/policy.c): victim order, reservations, borrowing
+ * The policy module (lib/policy/policy.c): victim order, reservations, borrowing
  * and reclaim, min runtime, no ping-pong, manual suspensions, failures, and
  * randomized runs that check the invariants after every step:
  *   - used memory never exceeds a device's capacity (policy_check);
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy.h"
+#include "policy/policy.h"
 #include "tcheck.h"
 
 #define MiB (1ull << 20)

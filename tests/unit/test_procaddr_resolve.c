@@ -1,14 +1,14 @@
 /*
- * test_procaddr_resolve.c - lib/driver.c's cuGetProcAddress rule, queried
+ * test_procaddr_resolve.c - lib/driver/driver.c's cuGetProcAddress rule, queried
  * line by line: reads "SYMBOL VERSION FLAGS" lines on stdin, prints the ABI
  * name, or "-version" / "-missing". test_procaddr_resolve.py compares every
- * answer with scripts/cuda_api.py resolve(), the rule simcuda is built from.
+ * answer with codegen/cuda_api.py resolve(), the rule simcuda is built from.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver.h"
+#include "driver/driver.h"
 
 int main(void)
 {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compare lib/driver.c's cuGetProcAddress rule with scripts/cuda_api.py's.
+"""Compare lib/driver/driver.c's cuGetProcAddress rule with codegen/cuda_api.py's.
 
     test_procaddr_resolve.py EXE CUDA_API_PY CUDA_H TYPEDEFS_H REQUESTS
 """

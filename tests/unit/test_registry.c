@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../common/check.h"
-#include "registry.h"
+#include "core/registry.h"
 
 struct parts {
     CUdeviceptr va[16];

@@ -1,5 +1,5 @@
 /*
- * tcgpud's configuration (lib/tcgpud_config.c): the shipped example parses
+ * tcgpud's configuration (tools/tcgpud/config.c): the shipped example parses
  * to what it says; every kind of mistake is refused with the right line.
  */
 #include <errno.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tcgpud_config.h"
+#include "tcgpud/config.h"
 #include "tcheck.h"
 
 #define GiB (1ull << 30)

@@ -1,0 +1,658 @@
+/* The control channel's server side; see control.h. */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "control.h"
+#include "ctl/proto.h"
+#include "common/log.h"
+#include "ops.h"
+#include "ctl/rundir.h"
+#include "signal_trigger.h"
+
+#define REQUEST_WAIT_MS   5000      /* a client that connects must send within this */
+#define REPLY_SEND_SEC    10        /* a client that stops reading is given up on */
+#define PROGRESS_EVERY_NS 200000000 /* at most 5 progress messages a second */
+
+static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct {
+    int started;
+    pid_t owner;                /* the process that started it; 0 when stopped */
+    pthread_t thread;
+    int listen_fd;
+    int stop_fd;
+    int conn_fd;                /* the connection being served, for the fork child */
+    char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    int sig;                    /* trigger signal, 0 when off */
+    int action;                 /* enum tcgpu_sigaction_kind */
+    char ckpt_dir[PATH_MAX];
+    unsigned ckpt_seq;
+} ctl = { .listen_fd = -1, .stop_fd = -1, .conn_fd = -1 };
+
+static int hooks_registered;
+
+/* ---------------------------------------------------------------------------
+ * Small helpers
+ * ------------------------------------------------------------------------- */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static const char *fmt_ns(uint64_t ns, char *buf, size_t len)
+{
+    if (ns >= 10000000000ull)
+        snprintf(buf, len, "%.1f s", (double)ns / 1e9);
+    else if (ns >= 1000000000ull)
+        snprintf(buf, len, "%.2f s", (double)ns / 1e9);
+    else
+        snprintf(buf, len, "%.1f ms", (double)ns / 1e6);
+    return buf;
+}
+
+static const char *fmt_bytes(uint64_t b, char *buf, size_t len)
+{
+    static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    double v = (double)b;
+    int u = 0;
+
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+    return buf;
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Running an operation (for a client or for the signal)
+ * ------------------------------------------------------------------------- */
+
+struct progress_sink {
+    int fd;                     /* connection, or -1 */
+    uint64_t last_ns;
+};
+
+static void send_progress(uint64_t done, uint64_t total, void *arg)
+{
+    struct progress_sink *p = arg;
+    struct ctl_buf *b;
+    uint64_t t = now_ns();
+    long n;
+
+    if (!p || p->fd < 0 || (done < total && t - p->last_ns < PROGRESS_EVERY_NS))
+        return;
+    p->last_ns = t;
+    b = malloc(sizeof(*b));
+    if (!b)
+        return;
+    ctl_buf_request(b, "progress");
+    ctl_buf_put_u64(b, "done", done);
+    ctl_buf_put_u64(b, "total", total);
+    n = ctl_buf_finish(b);
+    /* Never wait for a slow reader: a progress message may be dropped. The
+     * operation goes on if the client has gone away. */
+    if (n > 0 && send(p->fd, b->data, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+        /* dropped */
+    }
+    free(b);
+}
+
+static int run_op(enum tcgpu_op op, const char *dir, const char *parent,
+                  struct progress_sink *sink)
+{
+    switch (op) {
+    case TCGPU_OP_CHECKPOINT:
+        return parent ? tcgpu_op_checkpoint_parent(dir, parent, send_progress, sink)
+                      : tcgpu_op_checkpoint(dir, send_progress, sink);
+    case TCGPU_OP_SUSPEND:
+        return tcgpu_op_suspend(dir, send_progress, sink);
+    case TCGPU_OP_RESUME:
+        return tcgpu_op_resume_from(dir, send_progress, sink);
+    default:
+        return -EINVAL;
+    }
+}
+
+/* One log line for a finished operation: "suspend (signal SIGRTMIN+4): done in 350 ms, 2.0 GiB freed". */
+static void log_op(enum tcgpu_op op, const char *who, int r, uint64_t ns, const struct tcgpu_status *before)
+{
+    char t[32], b[32];
+
+    if (r == 0) {
+        if (op == TCGPU_OP_SUSPEND)
+            log_info("%s (%s): done in %s, %s of GPU memory freed", ctl_op_name(op), who,
+                     fmt_ns(ns, t, sizeof(t)), fmt_bytes(before->gpu_bytes, b, sizeof(b)));
+        else
+            log_info("%s (%s): done in %s", ctl_op_name(op), who, fmt_ns(ns, t, sizeof(t)));
+    } else {
+        const char *msg = tcgpu_op_error();
+        log_info("%s (%s): failed: %s%s%s", ctl_op_name(op), who, ctl_errno_name(r),
+                 msg && *msg ? ": " : "", msg ? msg : "");
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Signal trigger
+ * ------------------------------------------------------------------------- */
+
+static int checkpoint_dir_next(char *dir, size_t len)
+{
+    for (int tries = 0; tries < 10000; tries++) {
+        int n = snprintf(dir, len, "%s/ckpt-%d-%u", ctl.ckpt_dir, (int)getpid(), ++ctl.ckpt_seq);
+        struct stat st;
+        if (n < 0 || (size_t)n >= len)
+            return -ENAMETOOLONG;
+        if (lstat(dir, &st) < 0 && errno == ENOENT)
+            return 0;
+    }
+    return -EEXIST;
+}
+
+static void on_signal_action(void)
+{
+    struct tcgpu_status st;
+    char sname[32], who[64], dir[PATH_MAX];
+    enum tcgpu_op op;
+    const char *d = NULL;
+    uint64_t t0;
+    int r;
+
+    memset(&st, 0, sizeof(st));
+    tcgpu_op_status(&st);
+    switch (ctl.action) {
+    case TCGPU_SIGACT_SUSPEND:
+        op = TCGPU_OP_SUSPEND;
+        break;
+    case TCGPU_SIGACT_RESUME:
+        op = TCGPU_OP_RESUME;
+        break;
+    case TCGPU_SIGACT_CHECKPOINT:
+        op = TCGPU_OP_CHECKPOINT;
+        break;
+    default:
+        /* toggle relative to where the process is heading */
+        op = (st.state == TCGPU_STATE_SUSPENDED || st.state == TCGPU_STATE_SUSPENDING)
+                 ? TCGPU_OP_RESUME : TCGPU_OP_SUSPEND;
+        break;
+    }
+    snprintf(who, sizeof(who), "signal %s", tcgpu_signal_name(ctl.sig, sname, sizeof(sname)));
+    if (op == TCGPU_OP_CHECKPOINT) {
+        r = checkpoint_dir_next(dir, sizeof(dir));
+        if (r < 0) {
+            log_err("%s: no free checkpoint directory name under %s: %s", who, ctl.ckpt_dir,
+                    strerror(-r));
+            return;
+        }
+        d = dir;
+        log_info("%s: checkpoint to %s", who, dir);
+    }
+    t0 = now_ns();
+    r = run_op(op, d, NULL, NULL);
+    log_op(op, who, r, now_ns() - t0, &st);
+}
+
+/* ---------------------------------------------------------------------------
+ * Serving one connection
+ * ------------------------------------------------------------------------- */
+
+static void send_reply(int fd, struct ctl_buf *b)
+{
+    long n = ctl_buf_finish(b);
+
+    if (n < 0) {
+        ctl_buf_error(b, -EMSGSIZE, "reply too large");
+        n = ctl_buf_finish(b);
+    }
+    if (send(fd, b->data, (size_t)n, MSG_NOSIGNAL) < 0)
+        log_debug("control: reply not delivered: %s", strerror(errno));
+}
+
+static void put_extras(struct ctl_buf *b)
+{
+    char sname[32];
+
+    ctl_buf_put_u64(b, "pid", (uint64_t)getpid());
+    ctl_buf_put(b, "version", TCGPU_VERSION_STRING);
+    ctl_buf_put(b, "trigger_signal", tcgpu_signal_name(ctl.sig, sname, sizeof(sname)));
+    ctl_buf_put(b, "trigger_action", tcgpu_sigaction_name(ctl.action));
+    ctl_buf_put_u64(b, "trigger_installed", (uint64_t)(ctl.sig > 0 && tcgpu_signal_trigger_in_place()));
+}
+
+static void handle_request(int fd, const struct ucred *peer, const struct ctl_msg *req, struct ctl_buf *b)
+{
+    struct tcgpu_status st;
+    struct progress_sink sink = { .fd = fd };
+    enum tcgpu_op op;
+    const char *dir = ctl_get(req, "dir");
+    char who[64];
+    uint64_t t0;
+    int r;
+
+    if (!strcmp(req->word, "status")) {
+        memset(&st, 0, sizeof(st));
+        r = tcgpu_op_status(&st);
+        if (r < 0) {
+            ctl_buf_error(b, r, tcgpu_op_error());
+            return;
+        }
+        ctl_buf_ok(b);
+        ctl_put_status(b, &st);
+        put_extras(b);
+        return;
+    }
+    if (!strcmp(req->word, "checkpoint"))
+        op = TCGPU_OP_CHECKPOINT;
+    else if (!strcmp(req->word, "suspend"))
+        op = TCGPU_OP_SUSPEND;
+    else if (!strcmp(req->word, "resume"))
+        op = TCGPU_OP_RESUME;
+    else {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "unknown command '%s'", req->word);
+        ctl_buf_error(b, -EINVAL, msg);
+        return;
+    }
+    if (op == TCGPU_OP_CHECKPOINT && (!dir || !*dir)) {
+        ctl_buf_error(b, -EINVAL, "checkpoint needs dir=PATH");
+        return;
+    }
+    if (dir && !*dir)
+        dir = NULL;
+    if (dir && dir[0] != '/') {
+        ctl_buf_error(b, -EINVAL, "dir must be an absolute path");
+        return;
+    }
+
+    memset(&st, 0, sizeof(st));
+    tcgpu_op_status(&st);
+    snprintf(who, sizeof(who), "uid %u pid %d", (unsigned)peer->uid, (int)peer->pid);
+    log_info("%s requested by %s%s%s", ctl_op_name(op), who, dir ? ", dir " : "", dir ? dir : "");
+    t0 = now_ns();
+    r = run_op(op, dir, ctl_get(req, "parent"), &sink);
+    log_op(op, who, r, now_ns() - t0, &st);
+    if (r < 0)
+        ctl_buf_error(b, r, tcgpu_op_error());
+    else
+        ctl_buf_ok(b);
+    memset(&st, 0, sizeof(st));
+    if (tcgpu_op_status(&st) == 0)
+        ctl_put_status(b, &st);
+    put_extras(b);
+}
+
+static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_msg *req)
+{
+    struct ucred peer;
+    socklen_t plen = sizeof(peer);
+    struct pollfd pfd = { .fd = fd, .events = POLLIN };
+    struct timeval tv = { .tv_sec = REPLY_SEND_SEC };
+    ssize_t n;
+    int r, allowed;
+
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &plen) < 0) {
+        log_err("control: cannot read peer credentials: %s", strerror(errno));
+        return;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    /* Read the request first, even from a caller we refuse: closing a socket
+     * with unread data resets the connection, and the caller would never
+     * see why it was refused. */
+    allowed = peer.uid == 0 || peer.uid == geteuid();
+    r = poll(&pfd, 1, allowed ? REQUEST_WAIT_MS : 1000);
+    if (r <= 0) {
+        log_debug("control: uid %u pid %d sent no request", (unsigned)peer.uid, (int)peer.pid);
+        return;
+    }
+    n = recv(fd, rbuf, CTL_MSG_MAX, MSG_TRUNC | MSG_DONTWAIT);
+    if (n <= 0)
+        return;
+    if (!allowed) {
+        char msg[128];
+        log_info("refused control connection from uid %u pid %d", (unsigned)peer.uid, (int)peer.pid);
+        snprintf(msg, sizeof(msg), "uid %u may not control process %d (owned by uid %u)",
+                 (unsigned)peer.uid, (int)getpid(), (unsigned)geteuid());
+        ctl_buf_error(b, -EACCES, msg);
+        send_reply(fd, b);
+        return;
+    }
+    if (n > CTL_MSG_MAX) {
+        ctl_buf_error(b, -EMSGSIZE, "request too large");
+        send_reply(fd, b);
+        return;
+    }
+    r = ctl_parse(rbuf, (size_t)n, req);
+    if (r < 0) {
+        log_debug("control: malformed request from uid %u pid %d", (unsigned)peer.uid, (int)peer.pid);
+        ctl_buf_error(b, r, "malformed request");
+        send_reply(fd, b);
+        return;
+    }
+    handle_request(fd, &peer, req, b);
+    send_reply(fd, b);
+}
+
+/* ---------------------------------------------------------------------------
+ * The service thread
+ * ------------------------------------------------------------------------- */
+
+/* Discard what the client sent beyond its request, so that closing does not
+ * reset the connection before it has read our reply. */
+static void drain(int fd, char *rbuf)
+{
+    while (recv(fd, rbuf, CTL_MSG_MAX, MSG_DONTWAIT | MSG_TRUNC) > 0)
+        ;
+}
+
+static void *service_main(void *arg)
+{
+    char *rbuf = malloc(CTL_MSG_MAX);
+    struct ctl_buf *b = malloc(sizeof(*b));
+    struct ctl_msg *req = malloc(sizeof(*req));
+    int sig_fd = tcgpu_signal_trigger_fd();
+
+    (void)arg;
+    if (!rbuf || !b || !req) {
+        log_err("control: out of memory; control channel disabled");
+        goto out;
+    }
+    for (;;) {
+        struct pollfd p[3] = {
+            { .fd = ctl.stop_fd, .events = POLLIN },
+            { .fd = ctl.sig > 0 ? sig_fd : -1, .events = POLLIN },
+            { .fd = ctl.listen_fd, .events = POLLIN },
+        };
+        if (poll(p, 3, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            log_err("control: poll: %s; control channel stopped", strerror(errno));
+            break;
+        }
+        if (p[0].revents)
+            break;
+        if (p[1].revents && tcgpu_signal_trigger_take() > 0)
+            on_signal_action();
+        if (p[2].revents) {
+            int fd;
+            while ((fd = accept4(ctl.listen_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+                __atomic_store_n(&ctl.conn_fd, fd, __ATOMIC_RELEASE);
+                serve_connection(fd, rbuf, b, req);
+                drain(fd, rbuf);
+                __atomic_store_n(&ctl.conn_fd, -1, __ATOMIC_RELEASE);
+                close(fd);
+            }
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                errno != ECONNABORTED) {
+                log_err("control: accept: %s", strerror(errno));
+                if (errno == EMFILE || errno == ENFILE)
+                    usleep(100000);     /* do not spin while out of descriptors */
+            }
+        }
+    }
+out:
+    free(rbuf);
+    free(b);
+    free(req);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------
+ * Start, stop, fork
+ * ------------------------------------------------------------------------- */
+
+/* A socket file already at our path: a live server (pid reuse across PID
+ * namespaces sharing the dir) or a leftover of a process that died. */
+static int path_in_use(const char *path)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    int live;
+
+    if (fd < 0)
+        return 0;
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    live = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    return live;
+}
+
+static int open_socket(void)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    char dir[PATH_MAX], err[PATH_MAX + 128];
+    int fd, r;
+
+    r = tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err));
+    if (r < 0) {
+        log_err("control socket disabled: %s", err);
+        return r;
+    }
+    r = tcgpu_rundir_socket_path(dir, getpid(), ctl.sock_path, sizeof(ctl.sock_path));
+    if (r < 0) {
+        ctl.sock_path[0] = '\0';
+        log_err("control socket disabled: path %s/%d.sock is too long for a socket "
+                "(set TCGPU_RUN_DIR to a shorter directory)", dir, (int)getpid());
+        return r;
+    }
+    if (path_in_use(ctl.sock_path)) {
+        log_err("control socket disabled: %s is in use by another process", ctl.sock_path);
+        ctl.sock_path[0] = '\0';
+        return -EADDRINUSE;
+    }
+    unlink(ctl.sock_path);
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        r = -errno;
+        goto err;
+    }
+    memcpy(a.sun_path, ctl.sock_path, strlen(ctl.sock_path) + 1);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || chmod(ctl.sock_path, 0600) < 0 ||
+        listen(fd, 16) < 0) {
+        r = -errno;
+        unlink(ctl.sock_path);
+        close(fd);
+        goto err;
+    }
+    ctl.listen_fd = fd;
+    return 0;
+err:
+    log_err("control socket %s: %s", ctl.sock_path, strerror(-r));
+    ctl.sock_path[0] = '\0';
+    return r;
+}
+
+static void read_trigger_config(void)
+{
+    const char *s = getenv("TCGPU_SIGNAL");
+    const char *a = getenv("TCGPU_SIGNAL_ACTION");
+    const char *d = getenv("TCGPU_CHECKPOINT_DIR");
+    char sname[32];
+    int r;
+
+    ctl.sig = tcgpu_signal_parse(s ? s : TCGPU_SIGNAL_DEFAULT_SPEC);
+    if (ctl.sig < 0) {
+        log_err("TCGPU_SIGNAL=%s: unknown or unusable signal; signal trigger disabled", s);
+        ctl.sig = 0;
+        return;
+    }
+    ctl.action = tcgpu_sigaction_parse(a);
+    if (ctl.action < 0) {
+        log_err("TCGPU_SIGNAL_ACTION=%s: not one of toggle, suspend, resume, checkpoint; "
+                "signal trigger disabled", a);
+        ctl.action = TCGPU_SIGACT_TOGGLE;
+        ctl.sig = 0;
+        return;
+    }
+    ctl.ckpt_dir[0] = '\0';
+    if (d && *d)
+        snprintf(ctl.ckpt_dir, sizeof(ctl.ckpt_dir), "%s", d);
+    if (ctl.sig > 0 && ctl.action == TCGPU_SIGACT_CHECKPOINT && d && *d != '/') {
+        log_err("TCGPU_CHECKPOINT_DIR=%s must be an absolute path; signal trigger disabled", d);
+        ctl.sig = 0;
+        return;
+    }
+    if (ctl.sig > 0 && ctl.action == TCGPU_SIGACT_CHECKPOINT && !ctl.ckpt_dir[0]) {
+        log_err("TCGPU_SIGNAL_ACTION=checkpoint needs TCGPU_CHECKPOINT_DIR; signal trigger disabled");
+        ctl.sig = 0;
+        return;
+    }
+    if (ctl.sig == 0)
+        return;
+    r = tcgpu_signal_trigger_install(ctl.sig);
+    if (r == -EBUSY)
+        log_err("the program has its own handler for %s; signal trigger disabled "
+                "(choose another with TCGPU_SIGNAL)", tcgpu_signal_name(ctl.sig, sname, sizeof(sname)));
+    else if (r < 0)
+        log_err("cannot install a handler for %s: %s; signal trigger disabled",
+                tcgpu_signal_name(ctl.sig, sname, sizeof(sname)), strerror(-r));
+    if (r < 0)
+        ctl.sig = 0;
+}
+
+static void at_exit(void)
+{
+    /* Only the process that made the socket removes it: never a forked child. */
+    if (ctl.owner == getpid() && ctl.sock_path[0])
+        unlink(ctl.sock_path);
+}
+
+static void atfork_child_hook(void)
+{
+    tcgpu_control_atfork_child();
+}
+
+int tcgpu_control_start(void)
+{
+    pthread_attr_t attr;
+    sigset_t all, old;
+    char sname[32];
+    int r = 0, sock_r;
+
+    pthread_mutex_lock(&ctl_lock);
+    if (ctl.started && ctl.owner == getpid()) {
+        r = ctl.listen_fd >= 0 ? 0 : -ENOTCONN;
+        goto out;
+    }
+    if (!hooks_registered) {
+        pthread_atfork(NULL, NULL, atfork_child_hook);
+        atexit(at_exit);
+        hooks_registered = 1;
+    }
+    ctl.stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ctl.stop_fd < 0 || tcgpu_signal_trigger_fd() < 0) {
+        r = -errno;
+        log_err("control channel disabled: eventfd: %s", strerror(errno));
+        close_fd(&ctl.stop_fd);
+        goto out;
+    }
+    sock_r = open_socket();
+    read_trigger_config();
+    if (ctl.listen_fd < 0 && ctl.sig == 0) {
+        close_fd(&ctl.stop_fd);
+        r = sock_r;
+        goto out;
+    }
+
+    /* The service thread takes no signals: the program's handlers (and ours,
+     * which only wakes this thread) run on the program's threads. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    r = -pthread_create(&ctl.thread, &attr, service_main, NULL);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (r < 0) {
+        log_err("control channel disabled: cannot start its thread: %s", strerror(-r));
+        if (ctl.sock_path[0])
+            unlink(ctl.sock_path);
+        ctl.sock_path[0] = '\0';
+        close_fd(&ctl.listen_fd);
+        close_fd(&ctl.stop_fd);
+        tcgpu_signal_trigger_uninstall();
+        goto out;
+    }
+    pthread_setname_np(ctl.thread, "tcgpu-control");
+    ctl.started = 1;
+    ctl.owner = getpid();
+    log_debug("control: socket %s, signal %s -> %s", ctl.sock_path[0] ? ctl.sock_path : "(none)",
+              tcgpu_signal_name(ctl.sig, sname, sizeof(sname)), tcgpu_sigaction_name(ctl.action));
+    r = sock_r;
+out:
+    pthread_mutex_unlock(&ctl_lock);
+    return r;
+}
+
+void tcgpu_control_stop(void)
+{
+    uint64_t one = 1;
+
+    pthread_mutex_lock(&ctl_lock);
+    if (!ctl.started || ctl.owner != getpid() || pthread_equal(pthread_self(), ctl.thread)) {
+        pthread_mutex_unlock(&ctl_lock);
+        return;
+    }
+    if (write(ctl.stop_fd, &one, sizeof(one)) < 0) {
+        /* the counter cannot be full: one write per stop */
+    }
+    pthread_join(ctl.thread, NULL);
+    if (ctl.sock_path[0])
+        unlink(ctl.sock_path);
+    ctl.sock_path[0] = '\0';
+    close_fd(&ctl.listen_fd);
+    close_fd(&ctl.stop_fd);
+    tcgpu_signal_trigger_uninstall();
+    ctl.sig = 0;
+    ctl.started = 0;
+    ctl.owner = 0;
+    pthread_mutex_unlock(&ctl_lock);
+}
+
+void tcgpu_control_atfork_child(void)
+{
+    int conn;
+
+    if (ctl.started && ctl.owner == getpid())
+        return;                 /* already this process's own channel */
+    /* Single-threaded now; a parent thread may have held the lock at fork. */
+    pthread_mutex_init(&ctl_lock, NULL);
+    close_fd(&ctl.listen_fd);   /* closes our copy; the parent's stays open */
+    close_fd(&ctl.stop_fd);
+    conn = __atomic_exchange_n(&ctl.conn_fd, -1, __ATOMIC_ACQ_REL);
+    if (conn >= 0)
+        close(conn);
+    ctl.sock_path[0] = '\0';    /* so at_exit and stop never unlink the parent's */
+    ctl.started = 0;
+    ctl.owner = 0;
+    ctl.sig = 0;
+    tcgpu_signal_trigger_atfork_child();
+}
+
+const char *tcgpu_control_socket_path(void)
+{
+    return ctl.sock_path;
+}

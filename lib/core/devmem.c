@@ -1,0 +1,595 @@
+/*
+ * devmem.c - address-stable device memory; see devmem.h.
+ *
+ * Segments are kept in an array sorted by address (lookups are a binary
+ * search); each segment's blocks, used and free, tile it in offset order.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "callsite.h"
+#include "daemon_client.h"
+#include "devmem.h"
+#include "driver/driver.h"
+#include "common/log.h"
+
+#define ARENA_SIZE (2u << 20)
+
+struct block {
+    size_t off, len;              /* the span it tiles in the segment */
+    size_t size;                  /* what the program asked for, rounded to DEVMEM_ALIGN */
+    uint64_t id;                  /* 0 when free */
+    enum tc_alloc_kind kind;
+    char *site;
+};
+
+struct segment {
+    CUdeviceptr va;
+    size_t size;
+    int device;
+    int dedicated;                /* one allocation, released when freed */
+    struct tc_phys *phys;
+    struct tc_map *map;
+    struct block *blocks;
+    size_t nblocks, cap;
+    size_t used;                  /* bytes in used blocks */
+};
+
+static struct segment **segs;
+static size_t nsegs, segs_cap;
+static uint64_t next_alloc_id = 1;
+static uint64_t live_bytes;
+static uint32_t live_count;
+
+static void drain_pending_frees(void);
+
+static size_t round_up(size_t v, size_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+/* --- segment array ------------------------------------------------------- */
+
+static size_t seg_index_at_or_before(CUdeviceptr va)
+{
+    size_t lo = 0, hi = nsegs;          /* first segment with va > target */
+
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (segs[mid]->va <= va)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;                          /* segs[lo-1] is the candidate */
+}
+
+static struct segment *seg_containing(CUdeviceptr va)
+{
+    size_t i = seg_index_at_or_before(va);
+
+    if (i == 0)
+        return NULL;
+    struct segment *s = segs[i - 1];
+    return va - s->va < s->size ? s : NULL;
+}
+
+static int seg_insert(struct segment *s)
+{
+    if (nsegs == segs_cap) {
+        size_t cap = segs_cap ? segs_cap * 2 : 16;
+        struct segment **n = realloc(segs, cap * sizeof(*n));
+        if (!n)
+            return -ENOMEM;
+        segs = n;
+        segs_cap = cap;
+    }
+    size_t i = seg_index_at_or_before(s->va);
+    memmove(&segs[i + 1], &segs[i], (nsegs - i) * sizeof(*segs));
+    segs[i] = s;
+    nsegs++;
+    return 0;
+}
+
+static void seg_erase(struct segment *s)
+{
+    for (size_t i = 0; i < nsegs; i++) {
+        if (segs[i] == s) {
+            memmove(&segs[i], &segs[i + 1], (nsegs - i - 1) * sizeof(*segs));
+            nsegs--;
+            return;
+        }
+    }
+}
+
+/* --- creating and releasing segments (driver calls) ---------------------- */
+
+static CUresult current_device(int *device)
+{
+    CUdevice dev;
+    CUresult rc = TCGPU_REAL(cuCtxGetDevice)(&dev);
+
+    if (rc == CUDA_SUCCESS)
+        *device = (int)dev;
+    return rc;
+}
+
+static void device_prop(CUmemAllocationProp *prop, int device)
+{
+    memset(prop, 0, sizeof(*prop));
+    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->location.id = device;
+}
+
+static CUresult granularity(const CUmemAllocationProp *prop, size_t *gran)
+{
+    CUresult rc = TCGPU_REAL(cuMemGetAllocationGranularity)(gran, prop,
+                                                            CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (rc == CUDA_SUCCESS && *gran == 0)
+        rc = CUDA_ERROR_UNKNOWN;
+    return rc;
+}
+
+/*
+ * Reserve, create, map, grant access: the four steps of a segment, undone in
+ * reverse on failure so a failed allocation leaves nothing behind.
+ */
+static CUresult seg_create(size_t want, int dedicated, struct segment **out)
+{
+    CUmemAllocationProp prop;
+    CUmemAccessDesc access;
+    CUmemGenericAllocationHandle h = 0;
+    CUdeviceptr va = 0;
+    struct segment *s = NULL;
+    size_t gran, size;
+    int device;
+    CUresult rc;
+
+    if ((rc = current_device(&device)) != CUDA_SUCCESS)
+        return rc;
+    device_prop(&prop, device);
+    if ((rc = granularity(&prop, &gran)) != CUDA_SUCCESS)
+        return rc;
+    size = round_up(want, gran);
+    if ((rc = TCGPU_REAL(cuMemAddressReserve)(&va, size, gran, 0, 0)) != CUDA_SUCCESS)
+        return rc;
+    if ((rc = TCGPU_REAL(cuMemCreate)(&h, size, &prop, 0)) != CUDA_SUCCESS)
+        goto err_va;
+    if ((rc = TCGPU_REAL(cuMemMap)(va, size, 0, h, 0)) != CUDA_SUCCESS)
+        goto err_handle;
+    memset(&access, 0, sizeof(access));
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if ((rc = TCGPU_REAL(cuMemSetAccess)(va, size, &access, 1)) != CUDA_SUCCESS)
+        goto err_map;
+
+    rc = CUDA_ERROR_OUT_OF_MEMORY;      /* host memory, from here on */
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        goto err_map;
+    s->va = va;
+    s->size = size;
+    s->device = device;
+    s->dedicated = dedicated;
+    s->blocks = malloc(4 * sizeof(*s->blocks));
+    if (!s->blocks)
+        goto err_seg;
+    s->cap = 4;
+    s->nblocks = 1;
+    s->blocks[0] = (struct block){ .off = 0, .len = size };
+    s->phys = reg_phys_add(h, size, &prop, 0, TC_OWNER_DEVMEM);
+    if (!s->phys)
+        goto err_seg;
+    s->map = reg_map_add(va, size, 0, s->phys);
+    if (!s->map)
+        goto err_phys;
+    reg_map_set_access(va, size, &access, 1);
+    if (seg_insert(s))
+        goto err_regmap;
+    *out = s;
+    return CUDA_SUCCESS;
+
+err_regmap:
+    reg_map_remove(s->map);
+err_phys:
+    reg_phys_remove(s->phys);
+err_seg:
+    if (s)
+        free(s->blocks);
+    free(s);
+err_map:
+    TCGPU_REAL(cuMemUnmap)(va, size);
+err_handle:
+    TCGPU_REAL(cuMemRelease)(h);
+err_va:
+    TCGPU_REAL(cuMemAddressFree)(va, size);
+    return rc;
+}
+
+static void seg_destroy(struct segment *s)
+{
+    /* While suspended the physical memory is already gone (phys->real == 0);
+     * the VA reservation is all that is left to return. */
+    if (s->phys->real) {
+        TCGPU_REAL(cuMemUnmap)(s->va, s->size);
+        TCGPU_REAL(cuMemRelease)(s->phys->real);
+    }
+    TCGPU_REAL(cuMemAddressFree)(s->va, s->size);
+    reg_map_remove(s->map);
+    reg_phys_remove(s->phys);
+    seg_erase(s);
+    for (size_t i = 0; i < s->nblocks; i++)
+        free(s->blocks[i].site);
+    free(s->blocks);
+    free(s);
+}
+
+/* --- blocks within a segment --------------------------------------------- */
+
+static int block_insert(struct segment *s, size_t i, struct block b)
+{
+    if (s->nblocks == s->cap) {
+        size_t cap = s->cap * 2;
+        struct block *n = realloc(s->blocks, cap * sizeof(*n));
+        if (!n)
+            return -ENOMEM;
+        s->blocks = n;
+        s->cap = cap;
+    }
+    memmove(&s->blocks[i + 1], &s->blocks[i], (s->nblocks - i) * sizeof(*s->blocks));
+    s->blocks[i] = b;
+    s->nblocks++;
+    return 0;
+}
+
+static void block_erase(struct segment *s, size_t i)
+{
+    memmove(&s->blocks[i], &s->blocks[i + 1], (s->nblocks - i - 1) * sizeof(*s->blocks));
+    s->nblocks--;
+}
+
+/* Carves `len` bytes from the first free block that fits; returns its index or -1. */
+static long block_take(struct segment *s, size_t len)
+{
+    for (size_t i = 0; i < s->nblocks; i++) {
+        struct block *b = &s->blocks[i];
+        if (b->id || b->len < len)
+            continue;
+        if (b->len > len) {
+            struct block rest = { .off = b->off + len, .len = b->len - len };
+            if (block_insert(s, i + 1, rest))
+                return -1;
+            s->blocks[i].len = len;
+        }
+        return (long)i;
+    }
+    return -1;
+}
+
+static void block_release(struct segment *s, size_t i)
+{
+    struct block *b = &s->blocks[i];
+
+    s->used -= b->len;
+    live_bytes -= b->size;
+    live_count--;
+    reg_hints_forget(s->va + b->off, b->len);
+    free(b->site);
+    b->site = NULL;
+    b->id = 0;
+    if (i + 1 < s->nblocks && !s->blocks[i + 1].id) {
+        b->len += s->blocks[i + 1].len;
+        block_erase(s, i + 1);
+    }
+    if (i > 0 && !s->blocks[i - 1].id) {
+        s->blocks[i - 1].len += s->blocks[i].len;
+        block_erase(s, i);
+    }
+}
+
+static long block_find(const struct segment *s, CUdeviceptr p, int exact)
+{
+    size_t off = p - s->va;
+
+    for (size_t i = 0; i < s->nblocks; i++) {
+        const struct block *b = &s->blocks[i];
+        if (off < b->off || off - b->off >= b->len)
+            continue;                   /* blocks tile the segment: one matches */
+        if (!b->id || (exact ? off != b->off : off - b->off >= b->size))
+            return -1;
+        return (long)i;
+    }
+    return -1;
+}
+
+/* --- the API ------------------------------------------------------------- */
+
+static void block_claim(struct segment *s, size_t i, size_t size, enum tc_alloc_kind kind,
+                        CUdeviceptr *out)
+{
+    struct block *b = &s->blocks[i];
+
+    b->id = next_alloc_id++;
+    b->size = size;
+    b->kind = kind;
+    b->site = callsite_capture(size);
+    s->used += b->len;
+    live_bytes += size;
+    live_count++;
+    *out = s->va + b->off;
+}
+
+static struct segment *arena_with_room(size_t len, int device)
+{
+    for (size_t i = 0; i < nsegs; i++) {
+        struct segment *s = segs[i];
+        if (!s->dedicated && s->device == device && s->size - s->used >= len)
+            for (size_t j = 0; j < s->nblocks; j++)
+                if (!s->blocks[j].id && s->blocks[j].len >= len)
+                    return s;
+    }
+    return NULL;
+}
+
+static int devmem_owns(CUdeviceptr p)
+{
+    int owns;
+
+    reg_lock();
+    owns = seg_containing(p) != NULL;
+    reg_unlock();
+    return owns;
+}
+
+/* One try. *over: it failed because of the job's memory limit, not the device. */
+static CUresult alloc_once(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind, int *over)
+{
+    struct segment *s;
+    size_t len;
+    long i;
+    int device;
+    CUresult rc;
+
+    if (!out || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = current_device(&device)) != CUDA_SUCCESS)
+        return rc;
+    len = round_up(size, DEVMEM_ALIGN);
+    if (len < size)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+
+    reg_lock();
+    drain_pending_frees();
+    if (tcgpu_daemon_limit() && live_bytes + len > tcgpu_daemon_limit()) {
+        *over = 1;                      /* the job's limit (tcgpud, TCGPU_GPU_MEM) */
+        reg_unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (len > ARENA_SIZE / 2) {
+        rc = seg_create(len, 1, &s);
+        if (rc == CUDA_SUCCESS) {
+            /* The block tiles the whole rounded segment; the program's
+             * size is what lookups report and snapshots save. */
+            block_claim(s, 0, len, kind, out);
+        }
+        reg_unlock();
+        return rc;
+    }
+    s = arena_with_room(len, device);
+    if (!s && (rc = seg_create(ARENA_SIZE, 0, &s)) != CUDA_SUCCESS) {
+        reg_unlock();
+        return rc;
+    }
+    i = block_take(s, len);
+    if (i < 0) {
+        reg_unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    block_claim(s, (size_t)i, len, kind, out);
+    reg_unlock();
+    return CUDA_SUCCESS;
+}
+
+/*
+ * An allocation that does not fit (beyond the job's limit, or the device is
+ * full) asks tcgpud before it fails: tcgpud may make room by suspending
+ * other jobs (or raise a borrowing job's limit), and the allocation is
+ * tried again. Without tcgpud, tcgpu_daemon_make_room() says no at once.
+ */
+#define MAKE_ROOM_TRIES 4
+
+CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind)
+{
+    for (int attempt = 0;; attempt++) {
+        uint64_t used;
+        uint32_t count;
+        int over = 0, device;
+        CUresult rc = alloc_once(out, size, kind, &over);
+
+        if (rc != CUDA_ERROR_OUT_OF_MEMORY || attempt == MAKE_ROOM_TRIES)
+            return rc;
+        devmem_usage(&used, &count);
+        /* what the device needs for it: an arena for a small block */
+        if (current_device(&device) != CUDA_SUCCESS ||
+            !tcgpu_daemon_make_room(device, round_up(size, ARENA_SIZE), used, over))
+            return rc;
+    }
+}
+
+/* Keeps one empty arena per device cached, releases the rest. Lock held. */
+static void release_if_unused(struct segment *s)
+{
+    if (s->used)
+        return;
+    if (!s->dedicated) {
+        for (size_t i = 0; i < nsegs; i++)
+            if (segs[i] != s && !segs[i]->dedicated && segs[i]->device == s->device &&
+                segs[i]->used == 0)
+                goto release;
+        return;                         /* the only empty arena: keep it */
+    }
+release:
+    seg_destroy(s);
+}
+
+CUresult devmem_free(CUdeviceptr p)
+{
+    struct segment *s;
+    long i;
+
+    /* As the driver's cuMemFree: work in flight may still use the block, so
+     * wait for it before the block can be handed out again. */
+    if (devmem_owns(p)) {
+        CUresult rc = TCGPU_REAL(cuCtxSynchronize)();
+        if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_INVALID_CONTEXT)
+            return rc;
+    }
+    reg_lock();
+    drain_pending_frees();
+    s = seg_containing(p);
+    i = s ? block_find(s, p, 1) : -1;
+    if (i < 0) {
+        reg_unlock();
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    block_release(s, (size_t)i);
+    release_if_unused(s);
+    reg_unlock();
+    return CUDA_SUCCESS;
+}
+
+/*
+ * Frees queued by cuMemFreeAsync whose stream has reached them. The driver's
+ * callback thread only pushes onto this list (it may not call CUDA, and must
+ * not wait for the registry lock: a thread holding it may be in a driver call
+ * that waits for that very callback); whoever takes the lock next returns the
+ * blocks to the allocator.
+ */
+struct pending_free {
+    CUdeviceptr p;
+    struct pending_free *next;
+};
+static _Atomic(struct pending_free *) pending_frees;
+
+static void free_when_reached(void *arg)
+{
+    struct pending_free *f = arg;
+
+    f->next = atomic_load_explicit(&pending_frees, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(&pending_frees, &f->next, f,
+                                                  memory_order_release, memory_order_relaxed))
+        ;
+}
+
+/* Lock held. */
+static void drain_pending_frees(void)
+{
+    struct pending_free *f = atomic_exchange_explicit(&pending_frees, NULL, memory_order_acquire);
+
+    while (f) {
+        struct pending_free *next = f->next;
+        struct segment *s = seg_containing(f->p);
+        long i = s ? block_find(s, f->p, 1) : -1;
+        if (i >= 0)
+            block_release(s, (size_t)i);
+        free(f);
+        f = next;
+    }
+}
+
+CUresult devmem_free_async(CUdeviceptr p, CUstream stream, int per_thread)
+{
+    struct pending_free *f;
+    struct segment *s;
+    CUresult rc;
+
+    reg_lock();
+    s = seg_containing(p);
+    rc = (s && block_find(s, p, 1) >= 0) ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+    reg_unlock();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    f = malloc(sizeof(*f));
+    if (!f)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    f->p = p;
+    rc = per_thread ? TCGPU_REAL(cuLaunchHostFunc_ptsz)(stream, free_when_reached, f)
+                    : TCGPU_REAL(cuLaunchHostFunc)(stream, free_when_reached, f);
+    if (rc != CUDA_SUCCESS)
+        free(f);
+    return rc;
+}
+
+void devmem_trim(void)
+{
+    reg_lock();
+    drain_pending_frees();
+    for (size_t i = 0; i < nsegs; i++) {
+        size_t before = nsegs;
+        release_if_unused(segs[i]);
+        if (nsegs < before)
+            i--;
+    }
+    reg_unlock();
+}
+
+static void fill_alloc(const struct segment *s, const struct block *b, struct devmem_alloc *a)
+{
+    a->va = s->va + b->off;
+    a->size = b->size;
+    a->kind = b->kind;
+    a->id = b->id;
+    a->device = s->device;
+    a->site = b->site;
+}
+
+int devmem_lookup(CUdeviceptr p, struct devmem_alloc *a)
+{
+    struct segment *s;
+    long i;
+    int rc = -ENOENT;
+
+    reg_lock();
+    s = seg_containing(p);
+    if (s) {
+        i = block_find(s, p, 0);
+        rc = -EFAULT;
+        if (i >= 0) {
+            fill_alloc(s, &s->blocks[i], a);
+            rc = 0;
+        }
+    }
+    reg_unlock();
+    return rc;
+}
+
+int devmem_for_each(int (*fn)(const struct devmem_alloc *a, void *arg), void *arg)
+{
+    struct devmem_alloc a;
+    int rc = 0;
+
+    /* The caller holds the gate closed, so no allocation changes under us;
+     * callbacks may take the registry lock themselves. */
+    for (size_t i = 0; i < nsegs && rc == 0; i++) {
+        struct segment *s = segs[i];
+        for (size_t j = 0; j < s->nblocks && rc == 0; j++) {
+            if (!s->blocks[j].id)
+                continue;
+            fill_alloc(s, &s->blocks[j], &a);
+            rc = fn(&a, arg);
+        }
+    }
+    return rc;
+}
+
+void devmem_usage(uint64_t *bytes, uint32_t *count)
+{
+    reg_lock();
+    *bytes = live_bytes;
+    *count = live_count;
+    reg_unlock();
+}

@@ -1,0 +1,504 @@
+/*
+ * ops.c - checkpoint, suspend and resume: the state machine around the
+ * snapshot engine; see ops.h.
+ *
+ *   RUNNING --checkpoint--> CHECKPOINTING --> RUNNING
+ *   RUNNING --suspend--> SUSPENDING --> SUSPENDED --resume--> RESUMING --> RUNNING
+ *
+ * Every failure returns to the state the operation started from, with the
+ * program's memory where it was: a failed checkpoint or suspend leaves the
+ * program running; a failed resume leaves it suspended, safely.
+ *
+ * Every operation runs on one worker thread of the library's, which closes
+ * the API gate (the gate lets its closer call the driver freely). So the
+ * thread that *asked* (a program thread calling tcgpu_suspend(), or the
+ * control service thread) is an ordinary thread to the gate and parks at its
+ * next CUDA call while the process is suspended. The worker lives as long as
+ * the process: the gate remembers its closer, and a suspended process keeps
+ * the gate closed between two operations.
+ */
+#include <unistd.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "devmem.h"
+#include "driver/driver.h"
+#include "driver/gate.h"
+#include "common/log.h"
+#include "objects.h"
+#include "ops.h"
+#include "registry.h"
+#include "snapshot.h"
+
+#define DEFAULT_GATE_TIMEOUT_MS 10000
+
+static pthread_mutex_t op_mutex = PTHREAD_MUTEX_INITIALIZER;     /* one op at a time */
+static pthread_mutex_t status_mutex = PTHREAD_MUTEX_INITIALIZER; /* the fields below */
+static enum tcgpu_state state = TCGPU_STATE_RUNNING;
+static struct tcgpu_status last;      /* last_* fields */
+static struct snap *suspended;        /* what a suspend saved, until resume */
+
+static __thread char op_error[512];
+
+const char *tcgpu_op_error(void)
+{
+    return op_error;
+}
+
+void tcgpu_op_set_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(op_error, sizeof(op_error), fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void set_state(enum tcgpu_state s)
+{
+    pthread_mutex_lock(&status_mutex);
+    state = s;
+    pthread_mutex_unlock(&status_mutex);
+}
+
+static unsigned gate_timeout_ms(void)
+{
+    const char *v = getenv("TCGPU_GATE_TIMEOUT_MS");
+
+    return v && *v ? (unsigned)strtoul(v, NULL, 10) : DEFAULT_GATE_TIMEOUT_MS;
+}
+
+/* --- one operation ------------------------------------------------------- */
+
+struct op_run {
+    enum tcgpu_op op;
+    const char *dir;
+    const char *parent;               /* checkpoint: parent image, "auto", or NULL */
+    tcgpu_progress_fn progress;
+    void *arg;
+    int result;
+    char error[512];
+    uint64_t t_start, t_quiesced, t_freed, t_image, t_end;
+};
+
+static char *last_checkpoint_dir;     /* for --parent auto (op_mutex) */
+
+/* TCGPU_HOST_COMPRESS=1: compress a suspend's host copy in the background
+ * once the device memory is released (docs/engine.md: the default keeps it
+ * raw, which frees the GPU as fast and resumes faster). */
+static int host_compress_wanted(void)
+{
+    const char *v = getenv("TCGPU_HOST_COMPRESS");
+
+    return v && !strcmp(v, "1");
+}
+
+static int quiesce(struct op_run *r)
+{
+    struct tcgpu_gate_straggler who;
+    char msg[256];
+    int rc = tcgpu_gate_close(gate_timeout_ms(), &who);
+
+    if (rc == -ETIMEDOUT) {
+        tcgpu_gate_format_straggler(&who, msg, sizeof(msg));
+        tcgpu_op_set_error("%s", msg);
+        return rc;
+    }
+    if (rc) {
+        tcgpu_op_set_error("the API gate is already closed");
+        return rc;
+    }
+    rc = snap_sync();
+    if (rc)
+        tcgpu_gate_open();
+    r->t_quiesced = now_ns();
+    return rc;
+}
+
+static int do_checkpoint(struct op_run *r)
+{
+    struct snap *s = NULL;
+    int rc;
+
+    if (state != TCGPU_STATE_RUNNING) {
+        tcgpu_op_set_error("the process is %s", tcgpu_state_name(state));
+        return -EBUSY;
+    }
+    set_state(TCGPU_STATE_CHECKPOINTING);
+    if ((rc = quiesce(r)) != 0)
+        goto out;
+    rc = snap_collect(&s, SNAP_MANAGED);
+    if (rc == 0 && r->parent) {
+        const char *parent = strcmp(r->parent, "auto") ? r->parent : last_checkpoint_dir;
+        if (parent && snap_set_parent(s, parent) != 0) {
+            tcgpu_op_set_error("out of host memory");
+            rc = -ENOMEM;
+        }
+    }
+    if (rc == 0)
+        rc = snap_save_image(s, r->dir, r->progress, r->arg);
+    if (rc == 0) {
+        r->t_image = now_ns();
+        pthread_mutex_lock(&status_mutex);
+        last.image_bytes = snap_stored_bytes(s);
+        pthread_mutex_unlock(&status_mutex);
+        free(last_checkpoint_dir);
+        last_checkpoint_dir = realpath(r->dir, NULL);
+    }
+    tcgpu_gate_open();
+    snap_free(s);
+out:
+    set_state(TCGPU_STATE_RUNNING);
+    return rc;
+}
+
+/*
+ * After a failed suspend released memory: rebuild it from the host copy.
+ * Keeps the operation's message (extended when the memory cannot go back).
+ * Returns 0 when the memory is back, else -errno.
+ */
+static int put_back(struct snap *s)
+{
+    char why[512];
+    int rc;
+
+    snprintf(why, sizeof(why), "%s", tcgpu_op_error());
+    rc = snap_rebuild(s, NULL, NULL);
+    if (rc == 0) {
+        tcgpu_op_set_error("%s", why);
+        return 0;
+    }
+    log_err("suspend failed (%s); the memory cannot be put back now (%s): the process stays "
+            "suspended with its contents in host memory", why, tcgpu_op_error());
+    tcgpu_op_set_error("%s; the process stays suspended (its memory is kept in host memory: "
+                       "resume it when the device has room)", why);
+    return rc;
+}
+
+static int do_suspend(struct op_run *r)
+{
+    struct snap *s = NULL;
+    int rc;
+
+    if (state == TCGPU_STATE_SUSPENDED) {
+        tcgpu_op_set_error("the process is already suspended");
+        return -EALREADY;
+    }
+    set_state(TCGPU_STATE_SUSPENDING);
+    if ((rc = quiesce(r)) != 0)
+        goto fail;
+    if ((rc = snap_collect(&s, 0)) != 0)
+        goto fail_open;
+    /* Raw to host memory first, even for an image: the device is released
+     * as soon as the bytes are off it; compressing and writing come after. */
+    rc = snap_save_host(s, r->progress, r->arg);
+    if (rc)
+        goto fail_open;
+    rc = snap_release(s);
+    if (rc)
+        goto undo_release;
+    r->t_freed = now_ns();
+    if (r->dir) {
+        pthread_mutex_lock(&status_mutex);
+        last.last_free_ns = r->t_freed - r->t_start;   /* visible while writing */
+        pthread_mutex_unlock(&status_mutex);
+        rc = snap_save_image(s, r->dir, r->progress, r->arg);
+        if (rc) {
+            r->t_freed = 0;
+            goto undo_release;
+        }
+        r->t_image = now_ns();
+    } else if (host_compress_wanted()) {
+        snap_compress_host(s);
+    }
+    /* The gate stays closed: the program's CUDA threads park until resume. */
+    suspended = s;
+    pthread_mutex_lock(&status_mutex);
+    last.image_bytes = snap_stored_bytes(s);
+    state = TCGPU_STATE_SUSPENDED;
+    pthread_mutex_unlock(&status_mutex);
+    return 0;
+
+undo_release:
+    /* A failed suspend leaves the program running as before: put the memory
+     * back from the host copy. */
+    if (put_back(s) != 0) {
+        /* The device filled up meanwhile: stay suspended with the contents
+         * in host memory (never freed, never resumed onto missing memory);
+         * a later resume puts them back. */
+        suspended = s;
+        set_state(TCGPU_STATE_SUSPENDED);
+        return rc;
+    }
+fail_open:
+    snap_free(s);
+    tcgpu_gate_open();
+fail:
+    set_state(TCGPU_STATE_RUNNING);
+    return rc;
+}
+
+/*
+ * Resume from an image that has moved (gpuckpt save renames its temporary
+ * directory after the process wrote into it). *prev receives the old path.
+ */
+static int move_image(const char *dir, char **prev)
+{
+    const char *cur = snap_image_dir(suspended);
+
+    if (!cur) {
+        tcgpu_op_set_error("the process was suspended to host memory, not to an image: "
+                           "no image directory to resume from");
+        return -EINVAL;
+    }
+    if (!(*prev = strdup(cur)) || snap_set_image_dir(suspended, dir) != 0) {
+        free(*prev);
+        *prev = NULL;
+        tcgpu_op_set_error("out of host memory");
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static int do_resume(struct op_run *r)
+{
+    char *prev = NULL;
+    int rc;
+
+    if (state != TCGPU_STATE_SUSPENDED) {
+        tcgpu_op_set_error("the process is not suspended");
+        return -EALREADY;
+    }
+    if (r->dir && (rc = move_image(r->dir, &prev)) != 0)
+        return rc;
+    set_state(TCGPU_STATE_RESUMING);
+    r->t_quiesced = now_ns();
+    rc = snap_rebuild(suspended, r->progress, r->arg);
+    if (rc) {
+        /* the new place was for this attempt only */
+        if (prev)
+            snap_set_image_dir(suspended, prev);
+        free(prev);
+        set_state(TCGPU_STATE_SUSPENDED);
+        return rc;
+    }
+    free(prev);
+    snap_free(suspended);
+    suspended = NULL;
+    devmem_trim();
+    set_state(TCGPU_STATE_RUNNING);
+    tcgpu_gate_open();
+    return 0;
+}
+
+static void op_thread(struct op_run *r)
+{
+
+    op_error[0] = '\0';
+    r->t_start = now_ns();
+    switch (r->op) {
+    case TCGPU_OP_CHECKPOINT: r->result = do_checkpoint(r); break;
+    case TCGPU_OP_SUSPEND:    r->result = do_suspend(r); break;
+    case TCGPU_OP_RESUME:     r->result = do_resume(r); break;
+    default:                  r->result = -EINVAL; break;
+    }
+    r->t_end = now_ns();
+    snprintf(r->error, sizeof(r->error), "%s", r->result ? op_error : "");
+}
+
+static void record(const struct op_run *r)
+{
+    pthread_mutex_lock(&status_mutex);
+    last.last_op = r->op;
+    last.last_result = r->result;
+    last.last_quiesce_ns = r->t_quiesced ? r->t_quiesced - r->t_start : 0;
+    last.last_free_ns = r->t_freed ? r->t_freed - r->t_start : 0;
+    last.last_image_ns = r->t_image ? r->t_image - r->t_start : 0;
+    last.last_total_ns = r->t_end - r->t_start;
+    snprintf(last.last_error, sizeof(last.last_error), "%.255s", r->error);
+    pthread_mutex_unlock(&status_mutex);
+}
+
+static enum tcgpu_event success_event(enum tcgpu_op op)
+{
+    switch (op) {
+    case TCGPU_OP_SUSPEND: return TCGPU_EVENT_SUSPENDED;
+    case TCGPU_OP_RESUME:  return TCGPU_EVENT_RESUMED;
+    default:               return TCGPU_EVENT_CHECKPOINTED;
+    }
+}
+
+/* --- the worker ---------------------------------------------------------- */
+
+static pthread_mutex_t worker_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t worker_cond = PTHREAD_COND_INITIALIZER;
+static struct op_run *worker_job;     /* posted, not yet done */
+static int worker_done;
+static pid_t worker_pid;              /* the process the worker belongs to (fork) */
+
+static void *worker_main(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&worker_mutex);
+    for (;;) {
+        while (!worker_job || worker_done)
+            pthread_cond_wait(&worker_cond, &worker_mutex);
+        struct op_run *r = worker_job;
+        pthread_mutex_unlock(&worker_mutex);
+        op_thread(r);
+        pthread_mutex_lock(&worker_mutex);
+        worker_done = 1;
+        pthread_cond_broadcast(&worker_cond);
+    }
+    return NULL;
+}
+
+/* Starts the worker once per process (a forked child starts its own). */
+static int worker_ensure(void)
+{
+    pthread_attr_t attr;
+    pthread_t th;
+    int rc;
+
+    if (worker_pid == getpid())
+        return 0;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&th, &attr, worker_main, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc)
+        return -rc;
+    pthread_setname_np(th, "tcgpu-ops");
+    worker_pid = getpid();
+    return 0;
+}
+
+/* Runs r on the worker and waits for it; op_mutex held. */
+static int worker_run(struct op_run *r)
+{
+    int rc = worker_ensure();
+
+    if (rc) {
+        tcgpu_op_set_error("cannot start the operation thread: %s", strerror(-rc));
+        return rc;
+    }
+    pthread_mutex_lock(&worker_mutex);
+    worker_job = r;
+    worker_done = 0;
+    pthread_cond_broadcast(&worker_cond);
+    while (!worker_done)
+        pthread_cond_wait(&worker_cond, &worker_mutex);
+    worker_job = NULL;
+    pthread_mutex_unlock(&worker_mutex);
+    return 0;
+}
+
+static int run_op_parent(enum tcgpu_op op, const char *dir, const char *parent,
+                         tcgpu_progress_fn progress, void *arg)
+{
+    struct op_run r = { .op = op, .dir = dir, .parent = parent, .progress = progress, .arg = arg };
+    int rc;
+
+    if (tcgpu_driver_load() != 0) {
+        tcgpu_op_set_error("the CUDA driver is not loaded");
+        return -ENODEV;
+    }
+    pthread_mutex_lock(&op_mutex);
+    tcgpu_emit_event(TCGPU_EVENT_BEFORE_QUIESCE, op, 0);
+    rc = worker_run(&r);
+    if (rc) {
+        pthread_mutex_unlock(&op_mutex);
+        return rc;
+    }
+    record(&r);
+    pthread_mutex_unlock(&op_mutex);
+
+    snprintf(op_error, sizeof(op_error), "%s", r.error);
+    if (r.result == 0) {
+        log_info("%s done in %.3f s", tcgpu_op_name(op), (double)(r.t_end - r.t_start) / 1e9);
+        tcgpu_emit_event(success_event(op), op, 0);
+    } else {
+        log_err("%s failed: %s", tcgpu_op_name(op), r.error);
+        tcgpu_emit_event(TCGPU_EVENT_FAILED, op, r.result);
+    }
+    return r.result;
+}
+
+static int run_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress, void *arg)
+{
+    return run_op_parent(op, dir, NULL, progress, arg);
+}
+
+int tcgpu_op_checkpoint(const char *dir, tcgpu_progress_fn progress, void *arg)
+{
+    return tcgpu_op_checkpoint_parent(dir, NULL, progress, arg);
+}
+
+int tcgpu_op_checkpoint_parent(const char *dir, const char *parent, tcgpu_progress_fn progress,
+                               void *arg)
+{
+    if (!dir || !*dir) {
+        tcgpu_op_set_error("checkpoint needs an image directory");
+        return -EINVAL;
+    }
+    return run_op_parent(TCGPU_OP_CHECKPOINT, dir, parent && *parent ? parent : NULL, progress,
+                         arg);
+}
+
+int tcgpu_op_suspend(const char *dir, tcgpu_progress_fn progress, void *arg)
+{
+    return run_op(TCGPU_OP_SUSPEND, dir && *dir ? dir : NULL, progress, arg);
+}
+
+int tcgpu_op_resume(tcgpu_progress_fn progress, void *arg)
+{
+    return run_op(TCGPU_OP_RESUME, NULL, progress, arg);
+}
+
+int tcgpu_op_resume_from(const char *dir, tcgpu_progress_fn progress, void *arg)
+{
+    if (dir && *dir && dir[0] != '/') {
+        tcgpu_op_set_error("resume needs an absolute image directory, not '%s'", dir);
+        return -EINVAL;
+    }
+    return run_op(TCGPU_OP_RESUME, dir && *dir ? dir : NULL, progress, arg);
+}
+
+int tcgpu_op_status(struct tcgpu_status *st)
+{
+    struct reg_counts rc;
+    uint64_t bytes;
+    uint32_t count;
+
+    if (!st)
+        return -EINVAL;
+    devmem_usage(&bytes, &count);
+    reg_lock();
+    reg_counts(&rc);
+    reg_unlock();
+    pthread_mutex_lock(&status_mutex);
+    *st = last;
+    st->state = state;
+    pthread_mutex_unlock(&status_mutex);
+    st->gpu_bytes = rc.phys_bytes;
+    st->tracked_bytes = bytes + rc.tracked_bytes;
+    st->allocations = count + rc.allocations;
+    st->contexts = objects_get_count(OBJ_CONTEXT);
+    st->streams = objects_get_count(OBJ_STREAM);
+    st->events = objects_get_count(OBJ_EVENT);
+    st->modules = objects_get_count(OBJ_MODULE);
+    return 0;
+}

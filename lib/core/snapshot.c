@@ -1,0 +1,805 @@
+/*
+ * snapshot.c - collect, save, release and rebuild device memory; see
+ * snapshot.h. The bytes move through the pipelined engine (pipeline.h:
+ * pinned staging ring, chunk workers, io_uring writer, parallel refill);
+ * this file decides what is saved, where, and when memory is released.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "devmem.h"
+#include "driver/driver.h"
+#include "image/image.h"
+#include "common/log.h"
+#include "objects.h"
+#include "engine/pipeline.h"
+#include "registry.h"
+#include "snapshot.h"
+#include "driver/unsupported.h"
+
+#define MAX_CTX 64
+
+struct region {
+    CUdeviceptr va;
+    size_t size;
+    uint64_t id;                      /* allocation id in the image */
+    uint32_t kind;                    /* enum tcgpu_alloc_kind */
+    uint32_t dtype;
+    int device;
+    const char *site;
+};
+
+struct snap {
+    struct region *r;
+    size_t n, cap;
+    uint64_t bytes;
+    uint64_t stored;
+    struct pipe_store *store;         /* host copy (host mode, or before an image) */
+    char *image_dir;                  /* saved to this image (image mode) */
+    char *parent_dir;                 /* incremental: the parent image */
+    struct pipe_stats stats;          /* of the last drain or refill */
+};
+
+/* The driver's name for an error ("CUDA_ERROR_OUT_OF_MEMORY"). */
+static const char *cu_error_name(CUresult rc)
+{
+    const char *name = NULL;
+
+    if (TCGPU_REAL(cuGetErrorName)(rc, &name) != CUDA_SUCCESS || !name)
+        return "unknown CUresult";
+    return name;
+}
+
+/* --- progress ------------------------------------------------------------ */
+
+struct progress {
+    tcgpu_progress_fn fn;
+    void *arg;
+    uint64_t done, total;
+};
+
+/* --- contexts ------------------------------------------------------------ */
+
+/* Makes a context of `device` current on this thread (push); pop with ctx_leave. */
+static int ctx_enter(int device)
+{
+    CUcontext ctxs[MAX_CTX];
+    CUdevice devs[MAX_CTX];
+    size_t n = objects_contexts(ctxs, devs, MAX_CTX);
+    CUresult rc;
+
+    for (size_t i = 0; i < n && i < MAX_CTX; i++) {
+        if (devs[i] != device)
+            continue;
+        rc = TCGPU_REAL(cuCtxPushCurrent)(ctxs[i]);
+        if (rc != CUDA_SUCCESS) {
+            tcgpu_op_set_error("cuCtxPushCurrent(device %d): %s", device, cu_error_name(rc));
+            return -EIO;
+        }
+        return 0;
+    }
+    tcgpu_op_set_error("no live context on device %d holds its allocations", device);
+    return -ESRCH;
+}
+
+static void ctx_leave(void)
+{
+    CUcontext ignored;
+
+    TCGPU_REAL(cuCtxPopCurrent)(&ignored);
+}
+
+int snap_sync(void)
+{
+    CUcontext ctxs[MAX_CTX];
+    CUdevice devs[MAX_CTX];
+    size_t n = objects_contexts(ctxs, devs, MAX_CTX);
+    CUresult rc;
+
+    for (size_t i = 0; i < n && i < MAX_CTX; i++) {
+        if ((rc = TCGPU_REAL(cuCtxPushCurrent)(ctxs[i])) != CUDA_SUCCESS) {
+            tcgpu_op_set_error("cuCtxPushCurrent: %s", cu_error_name(rc));
+            return -EIO;
+        }
+        rc = TCGPU_REAL(cuCtxSynchronize)();
+        ctx_leave();
+        if (rc != CUDA_SUCCESS) {
+            /* A sticky error (a kernel faulted): the device state is not
+             * trustworthy, so saving it would save garbage. */
+            tcgpu_op_set_error("cuCtxSynchronize on device %d: %s", (int)devs[i],
+                               cu_error_name(rc));
+            return -EIO;
+        }
+    }
+    return 0;
+}
+
+/* --- collecting regions -------------------------------------------------- */
+
+static int snap_add(struct snap *s, const struct region *r)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        struct region *n = realloc(s->r, cap * sizeof(*n));
+        if (!n)
+            return -ENOMEM;
+        s->r = n;
+        s->cap = cap;
+    }
+    s->r[s->n++] = *r;
+    s->bytes += r->size;
+    return 0;
+}
+
+static uint32_t image_kind(enum tc_alloc_kind k)
+{
+    switch (k) {
+    case TC_ALLOC_PITCH: return TCGPU_ALLOC_PITCH;
+    case TC_ALLOC_ASYNC: return TCGPU_ALLOC_POOL;
+    case TC_ALLOC_VMM:   return TCGPU_ALLOC_VMM_MAPPING;
+    case TC_ALLOC_DEVICE:
+    default:             return TCGPU_ALLOC_DEVICE;
+    }
+}
+
+static int add_devmem(const struct devmem_alloc *a, void *arg)
+{
+    struct region r = {
+        .va = a->va, .size = a->size, .id = a->id, .kind = image_kind(a->kind),
+        .dtype = reg_hint_dtype_at(a->va), .device = a->device, .site = a->site,
+    };
+    return snap_add(arg, &r);
+}
+
+/* The program's own VMM mappings; ids above devmem's so both fit one image. */
+static int add_user_maps(struct snap *s)
+{
+    uint64_t id = 1ull << 62;
+    int rc = 0;
+
+    reg_lock();
+    for (struct tc_phys *p = reg_phys_first(); p; p = p->next) {
+        if (p->owner == TC_OWNER_USER && p->nmaps == 0) {
+            /* Its contents are only reachable through a mapping; the
+             * program may map it again later and expect them. */
+            tcgpu_op_set_error("physical allocation %#llx (%zu bytes, cuMemCreate) is held "
+                               "but not mapped: its contents cannot be saved",
+                               (unsigned long long)p->id, p->size);
+            rc = -ENOTSUP;
+            goto out;
+        }
+    }
+    for (struct tc_map *m = reg_map_first(); m && rc == 0; m = m->next) {
+        if (m->phys->owner != TC_OWNER_USER)
+            continue;
+        struct region r = {
+            .va = m->va, .size = m->size, .id = id++, .kind = TCGPU_ALLOC_VMM_MAPPING,
+            .dtype = reg_hint_dtype_at(m->va), .device = m->phys->prop.location.id,
+        };
+        rc = snap_add(s, &r);
+    }
+out:
+    reg_unlock();
+    return rc;
+}
+
+/* Managed memory, for checkpoints: never released (the driver owns its pages). */
+static int add_managed(struct snap *s)
+{
+    uint64_t id = 3ull << 61;         /* apart from devmem's and user maps' ids */
+    int rc = 0;
+
+    reg_lock();
+    for (struct tc_managed *m = reg_managed_first(); m && rc == 0; m = m->next) {
+        struct region r = {
+            .va = m->va, .size = m->size, .id = id++, .kind = TCGPU_ALLOC_MANAGED,
+            .dtype = reg_hint_dtype_at(m->va), .device = m->device,
+        };
+        rc = snap_add(s, &r);
+    }
+    reg_unlock();
+    return rc;
+}
+
+int snap_collect(struct snap **out, unsigned flags)
+{
+    struct tcgpu_unsupported_note note;
+    char why[256];
+    struct snap *s;
+    int rc;
+
+    if (tcgpu_unsupported_first(&note)) {
+        tcgpu_unsupported_format(&note, why, sizeof(why));
+        tcgpu_op_set_error("%s", why);
+        return -ENOTSUP;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    devmem_trim();                    /* frees the streams have reached are not saved */
+    rc = devmem_for_each(add_devmem, s);
+    if (rc == 0)
+        rc = add_user_maps(s);
+    if (rc == 0 && (flags & SNAP_MANAGED))
+        rc = add_managed(s);
+    if (rc) {
+        if (rc == -ENOMEM)
+            tcgpu_op_set_error("out of host memory listing %zu regions", s->n);
+        snap_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+/* --- saving -------------------------------------------------------------- */
+
+static int pipe_ctx_enter(int device, void *arg)
+{
+    (void)arg;
+    return ctx_enter(device);
+}
+
+static void pipe_ctx_leave(void *arg)
+{
+    (void)arg;
+    ctx_leave();
+}
+
+static void pipe_progress(uint64_t bytes, void *arg)
+{
+    struct progress *p = arg;
+
+    p->done = bytes;
+    if (p->fn)
+        p->fn(p->done, p->total, p->arg);
+}
+
+/* A pipe for one operation; the caller frees it. */
+static int open_pipe(struct pipe **out, struct progress *prog)
+{
+    struct pipe_opts o = {
+        .ctx_enter = pipe_ctx_enter, .ctx_leave = pipe_ctx_leave,
+        .progress = pipe_progress, .progress_arg = prog,
+    };
+    int rc = pipe_new(out, &o);
+
+    if (rc)
+        tcgpu_op_set_error("cannot start the copy engine: %s", strerror(-rc));
+    return rc;
+}
+
+struct ext_list {
+    struct pipe_ext *e;
+    size_t n, cap;
+    const struct region *r;
+};
+
+static int add_ext(CUdeviceptr va, size_t len, void *arg)
+{
+    struct ext_list *l = arg;
+
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        struct pipe_ext *n = realloc(l->e, cap * sizeof(*n));
+        if (!n)
+            return -ENOMEM;
+        l->e = n;
+        l->cap = cap;
+    }
+    l->e[l->n++] = (struct pipe_ext){
+        .va = va, .len = len, .alloc_id = l->r->id, .offset = va - l->r->va,
+        .dtype = l->r->dtype, .device = l->r->device,
+    };
+    return 0;
+}
+
+static int ext_by_device(const void *a, const void *b)
+{
+    const struct pipe_ext *x = a, *y = b;
+
+    if (x->device != y->device)
+        return x->device < y->device ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* The parts of every region to save (hinted skips left out), grouped by
+ * device for the engine. */
+static int list_extents(struct snap *s, struct ext_list *l)
+{
+    int rc = 0;
+
+    memset(l, 0, sizeof(*l));
+    for (size_t i = 0; i < s->n && rc == 0; i++) {
+        l->r = &s->r[i];
+        rc = reg_for_each_unskipped(s->r[i].va, s->r[i].size, add_ext, l);
+    }
+    if (rc) {
+        free(l->e);
+        tcgpu_op_set_error("out of host memory listing the regions' extents");
+        return rc;
+    }
+    /* Stable enough: extents of one device keep their order (qsort is not
+     * stable, but ties only happen between identical elements' addresses). */
+    for (size_t i = 1; i < l->n; i++) {
+        if (l->e[i].device != l->e[0].device) {
+            qsort(l->e, l->n, sizeof(*l->e), ext_by_device);
+            break;
+        }
+    }
+    return 0;
+}
+
+static void free_host_copies(struct snap *s)
+{
+    pipe_store_free(s->store);
+    s->store = NULL;
+}
+
+int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
+{
+    struct progress prog = { fn, arg, 0, s->bytes };
+    struct ext_list l;
+    struct pipe *p = NULL;
+    int rc;
+
+    free_host_copies(s);
+    if ((rc = list_extents(s, &l)) != 0)
+        return rc;
+    if ((rc = open_pipe(&p, &prog)) == 0) {
+        rc = pipe_drain_host(p, l.e, l.n, &s->store);
+        if (rc)
+            tcgpu_op_set_error("%s", pipe_error(p));
+        pipe_get_stats(p, &s->stats);
+    }
+    pipe_free(p);
+    free(l.e);
+    if (rc)
+        return rc;
+    s->stored = pipe_store_bytes(s->store);
+    return 0;
+}
+
+static void fill_process(struct image_process *p)
+{
+    ssize_t n;
+
+    memset(p, 0, sizeof(*p));
+    p->pid = (uint32_t)getpid();
+    gethostname(p->hostname, sizeof(p->hostname) - 1);
+    n = readlink("/proc/self/exe", p->exe, sizeof(p->exe) - 1);
+    if (n < 0)
+        p->exe[0] = '\0';
+}
+
+static int describe_device(int ordinal, struct image_device *d)
+{
+    CUuuid uuid;
+    int version = 0;
+
+    memset(d, 0, sizeof(*d));
+    d->ordinal = ordinal;
+    if (TCGPU_REAL(cuDeviceGetName)(d->name, (int)sizeof(d->name) - 1, ordinal) != CUDA_SUCCESS ||
+        TCGPU_REAL(cuDeviceTotalMem)((size_t *)&d->total_mem, ordinal) != CUDA_SUCCESS ||
+        TCGPU_REAL(cuDeviceGetUuid)(&uuid, ordinal) != CUDA_SUCCESS) {
+        tcgpu_op_set_error("cannot query device %d for the image's identity", ordinal);
+        return -EIO;
+    }
+    memcpy(d->uuid, uuid.bytes, sizeof(d->uuid));
+    if (TCGPU_REAL(cuDriverGetVersion)(&version) == CUDA_SUCCESS)
+        d->driver_version = (uint32_t)version;
+    return 0;
+}
+
+/* Device ordinal -> index in the image's device table. */
+static int add_devices(struct snap *s, struct image_writer *w, uint32_t *index, int max)
+{
+    struct image_device d;
+    int rc;
+
+    for (int i = 0; i < max; i++)
+        index[i] = UINT32_MAX;
+    for (size_t i = 0; i < s->n; i++) {
+        int dev = s->r[i].device;
+        if (dev < 0 || dev >= max) {
+            tcgpu_op_set_error("device ordinal %d out of range", dev);
+            return -EINVAL;
+        }
+        if (index[dev] != UINT32_MAX)
+            continue;
+        if ((rc = describe_device(dev, &d)) != 0)
+            return rc;
+        if ((rc = image_writer_add_device(w, &d, &index[dev])) != 0) {
+            tcgpu_op_set_error("%s", image_writer_error(w));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int write_regions(struct snap *s, struct image_writer *w, struct pipe *p,
+                         const struct image *parent)
+{
+    uint32_t devindex[TCGPU_IMG_MAX_DEVICES];
+    struct image_process proc;
+    int rc;
+
+    fill_process(&proc);
+    if ((rc = image_writer_set_process(w, &proc)) != 0 ||
+        (rc = add_devices(s, w, devindex, TCGPU_IMG_MAX_DEVICES)) != 0)
+        return rc;
+    for (size_t i = 0; i < s->n; i++) {
+        const struct region *r = &s->r[i];
+        struct image_alloc a = {
+            .id = r->id, .addr = r->va, .size = r->size, .kind = r->kind,
+            .dtype = r->dtype, .device = devindex[r->device], .callsite = r->site,
+        };
+        if ((rc = image_writer_add_allocation(w, &a)) != 0) {
+            tcgpu_op_set_error("%s", image_writer_error(w));
+            return rc;
+        }
+    }
+    if (s->store) {
+        /* The bytes are in host memory already (suspend: the device was
+         * released before compressing). */
+        rc = pipe_write_store(p, s->store, w, parent);
+    } else {
+        struct ext_list l;
+
+        if ((rc = list_extents(s, &l)) != 0)
+            return rc;
+        rc = pipe_drain_image(p, l.e, l.n, w, parent);
+        free(l.e);
+    }
+    pipe_get_stats(p, &s->stats);
+    if (rc && !tcgpu_op_error()[0])
+        tcgpu_op_set_error("%s", pipe_error(p));
+    else if (rc)
+        tcgpu_op_set_error("%s", pipe_error(p)[0] ? pipe_error(p) : tcgpu_op_error());
+    return rc;
+}
+
+/* Opens the parent of an incremental image and names it in the writer. */
+static int open_parent(struct snap *s, struct image_writer *w, struct image **out)
+{
+    char err[512] = "", *abs;
+    uint8_t csum[16];
+    int rc;
+
+    *out = NULL;
+    if (!s->parent_dir)
+        return 0;
+    rc = image_open(out, s->parent_dir, 0, err, sizeof(err));
+    if (rc) {
+        tcgpu_op_set_error("parent image %s: %s", s->parent_dir, err[0] ? err : strerror(-rc));
+        return rc == -ENOENT ? -ENOENT : rc == -ENOMEM ? rc : -EBADMSG;
+    }
+    abs = realpath(s->parent_dir, NULL);
+    image_manifest_csum(*out, csum);
+    rc = image_writer_set_parent(w, abs ? abs : s->parent_dir, csum);
+    free(abs);
+    if (rc) {
+        tcgpu_op_set_error("parent image path too long: %s", s->parent_dir);
+        image_close(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int snap_set_parent(struct snap *s, const char *parent_dir)
+{
+    char *d = NULL;
+
+    if (parent_dir && *parent_dir && !(d = strdup(parent_dir)))
+        return -ENOMEM;
+    free(s->parent_dir);
+    s->parent_dir = d;
+    return 0;
+}
+
+int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void *arg)
+{
+    struct progress prog = { fn, arg, 0, s->bytes };
+    struct image_writer *w = NULL;
+    struct image *parent = NULL;
+    struct pipe *p = NULL;
+    char err[512] = "";
+    uint64_t raw, stored, chunks;
+    int rc;
+
+    rc = image_writer_begin(&w, dir, NULL, err, sizeof(err));
+    if (rc) {
+        tcgpu_op_set_error("%s", err[0] ? err : strerror(-rc));
+        image_writer_free(w);
+        return rc;
+    }
+    tcgpu_op_set_error("%s", "");
+    rc = open_parent(s, w, &parent);
+    if (rc == 0)
+        rc = open_pipe(&p, &prog);
+    if (rc == 0)
+        rc = write_regions(s, w, p, parent);
+    pipe_free(p);
+    image_close(parent);
+    if (rc == 0 && (rc = image_writer_commit(w)) != 0)
+        tcgpu_op_set_error("%s", image_writer_error(w));
+    if (rc == 0) {
+        image_writer_stats(w, &raw, &stored, &chunks);
+        s->stored = stored;
+        free(s->image_dir);
+        s->image_dir = realpath(dir, NULL);
+        if (!s->image_dir) {
+            tcgpu_op_set_error("image written but its path cannot be resolved: %s", dir);
+            rc = -errno;
+        }
+    }
+    image_writer_free(w);             /* removes the temporary directory on failure */
+    if (rc == 0)
+        free_host_copies(s);          /* the image holds the bytes now */
+    return rc;
+}
+
+/* --- taking memory down and putting it back ------------------------------ */
+
+/* Which physical allocations and mappings one rebuild pass created. */
+struct pass {
+    struct tc_phys **phys;
+    size_t nphys;
+    struct tc_map **maps;
+    size_t nmaps;
+};
+
+static void pass_undo(struct pass *p)
+{
+    for (size_t i = 0; i < p->nmaps; i++) {
+        TCGPU_REAL(cuMemUnmap)(p->maps[i]->va, p->maps[i]->size);
+        p->maps[i]->unmapped = 1;
+    }
+    for (size_t i = 0; i < p->nphys; i++) {
+        TCGPU_REAL(cuMemRelease)(p->phys[i]->real);
+        p->phys[i]->real = 0;
+    }
+    p->nmaps = p->nphys = 0;
+}
+
+static int create_missing_phys(struct pass *p)
+{
+    for (struct tc_phys *ph = reg_phys_first(); ph; ph = ph->next) {
+        if (ph->real)
+            continue;
+        CUresult rc = TCGPU_REAL(cuMemCreate)(&ph->real, ph->size, &ph->prop, ph->flags);
+        if (rc != CUDA_SUCCESS) {
+            ph->real = 0;
+            tcgpu_op_set_error("cuMemCreate of %zu bytes on device %d: %s", ph->size,
+                               ph->prop.location.id, cu_error_name(rc));
+            return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+        }
+        p->phys[p->nphys++] = ph;
+    }
+    return 0;
+}
+
+static int map_missing(struct pass *p)
+{
+    for (struct tc_map *m = reg_map_first(); m; m = m->next) {
+        if (!m->unmapped)
+            continue;
+        CUresult rc = TCGPU_REAL(cuMemMap)(m->va, m->size, m->offset, m->phys->real, 0);
+        if (rc == CUDA_SUCCESS && m->naccess)
+            rc = TCGPU_REAL(cuMemSetAccess)(m->va, m->size, m->access, (size_t)m->naccess);
+        if (rc != CUDA_SUCCESS) {
+            tcgpu_op_set_error("cuMemMap/cuMemSetAccess at %#llx (%zu bytes): %s",
+                               (unsigned long long)m->va, m->size, cu_error_name(rc));
+            if (rc == CUDA_SUCCESS || m->naccess)
+                TCGPU_REAL(cuMemUnmap)(m->va, m->size);
+            return -EIO;
+        }
+        m->unmapped = 0;
+        p->maps[p->nmaps++] = m;
+    }
+    return 0;
+}
+
+static int refill_from_host(struct snap *s, struct progress *prog)
+{
+    struct pipe *p = NULL;
+    int rc = open_pipe(&p, prog);
+
+    if (rc == 0) {
+        rc = pipe_refill_host(p, s->store);
+        if (rc)
+            tcgpu_op_set_error("%s", pipe_error(p));
+        pipe_get_stats(p, &s->stats);
+    }
+    pipe_free(p);
+    return rc;
+}
+
+static int refill_from_image(struct snap *s, struct image *img, struct progress *prog)
+{
+    struct pipe_ext *e = calloc(s->n ? s->n : 1, sizeof(*e));
+    struct pipe *p = NULL;
+    int rc;
+
+    if (!e) {
+        tcgpu_op_set_error("out of host memory");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < s->n; i++)
+        e[i] = (struct pipe_ext){ .va = s->r[i].va, .len = s->r[i].size, .alloc_id = s->r[i].id,
+                                  .dtype = s->r[i].dtype, .device = s->r[i].device };
+    rc = open_pipe(&p, prog);
+    if (rc == 0) {
+        rc = pipe_refill_image(p, img, e, s->n);
+        if (rc)
+            tcgpu_op_set_error("%s", pipe_error(p));
+        pipe_get_stats(p, &s->stats);
+    }
+    pipe_free(p);
+    free(e);
+    return rc;
+}
+
+/* Opens and verifies the whole image before anything is touched. */
+static int open_verified(struct snap *s, struct image **out)
+{
+    char err[512] = "";
+    struct image *img = NULL;
+    int rc = image_open(&img, s->image_dir, 0, err, sizeof(err));
+
+    if (rc) {
+        tcgpu_op_set_error("%s", err[0] ? err : strerror(-rc));
+        return rc == -EBADMSG ? -EBADMSG : rc;
+    }
+    rc = image_verify_all(img, 0);
+    if (rc) {
+        tcgpu_op_set_error("%s", image_error(img));
+        image_close(img);
+        return rc == -EIO ? -EIO : -EBADMSG;
+    }
+    for (size_t i = 0; i < s->n; i++) {
+        const struct image_alloc *a = image_find_alloc(img, s->r[i].id);
+        if (!a || a->addr != s->r[i].va || a->size != s->r[i].size) {
+            tcgpu_op_set_error("image %s does not hold allocation %#llx (%zu bytes) of this process",
+                               s->image_dir, (unsigned long long)s->r[i].va, s->r[i].size);
+            image_close(img);
+            return -EBADMSG;
+        }
+    }
+    *out = img;
+    return 0;
+}
+
+static size_t count_phys(void)
+{
+    size_t n = 0;
+
+    for (struct tc_phys *p = reg_phys_first(); p; p = p->next)
+        n++;
+    return n;
+}
+
+static size_t count_maps(void)
+{
+    size_t n = 0;
+
+    for (struct tc_map *m = reg_map_first(); m; m = m->next)
+        n++;
+    return n;
+}
+
+int snap_rebuild(struct snap *s, tcgpu_progress_fn fn, void *arg)
+{
+    struct progress prog = { fn, arg, 0, s->bytes };
+    struct image *img = NULL;
+    struct pass p = { 0 };
+    int rc;
+
+    if (s->image_dir && (rc = open_verified(s, &img)) != 0)
+        return rc;
+    reg_lock();
+    p.phys = calloc(count_phys() + 1, sizeof(*p.phys));
+    p.maps = calloc(count_maps() + 1, sizeof(*p.maps));
+    if (!p.phys || !p.maps) {
+        tcgpu_op_set_error("out of host memory");
+        rc = -ENOMEM;
+        goto out;
+    }
+    if ((rc = create_missing_phys(&p)) != 0 || (rc = map_missing(&p)) != 0)
+        goto undo;
+    reg_unlock();
+    rc = img ? refill_from_image(s, img, &prog) : refill_from_host(s, &prog);
+    reg_lock();
+    if (rc)
+        goto undo;
+    goto out;
+undo:
+    pass_undo(&p);
+out:
+    reg_unlock();
+    free(p.phys);
+    free(p.maps);
+    image_close(img);
+    return rc;
+}
+
+int snap_release(struct snap *s)
+{
+    (void)s;                          /* the registry holds what is released */
+    int rc = 0;
+
+    reg_lock();
+    for (struct tc_map *m = reg_map_first(); m; m = m->next) {
+        if (m->unmapped)
+            continue;
+        CUresult cr = TCGPU_REAL(cuMemUnmap)(m->va, m->size);
+        if (cr != CUDA_SUCCESS) {
+            tcgpu_op_set_error("cuMemUnmap at %#llx (%zu bytes): %s",
+                               (unsigned long long)m->va, m->size, cu_error_name(cr));
+            rc = -EIO;
+            break;
+        }
+        m->unmapped = 1;
+    }
+    for (struct tc_phys *p = reg_phys_first(); p && rc == 0; p = p->next) {
+        CUresult cr = TCGPU_REAL(cuMemRelease)(p->real);
+        if (cr != CUDA_SUCCESS) {
+            tcgpu_op_set_error("cuMemRelease of %zu bytes: %s", p->size, cu_error_name(cr));
+            rc = -EIO;
+            break;
+        }
+        p->real = 0;
+    }
+    reg_unlock();
+    return rc;
+}
+
+const char *snap_image_dir(const struct snap *s)
+{
+    return s->image_dir;
+}
+
+int snap_set_image_dir(struct snap *s, const char *dir)
+{
+    char *copy;
+
+    if (!s->image_dir || !dir || dir[0] != '/')
+        return -EINVAL;
+    if (!(copy = strdup(dir)))
+        return -ENOMEM;
+    free(s->image_dir);
+    s->image_dir = copy;
+    return 0;
+}
+
+void snap_compress_host(struct snap *s)
+{
+    if (s->store && pipe_store_compress_start(s->store, 0) != 0)
+        log_info("host copy stays uncompressed (cannot start the compression threads)");
+}
+
+uint64_t snap_bytes(const struct snap *s)
+{
+    return s->bytes;
+}
+
+uint64_t snap_stored_bytes(const struct snap *s)
+{
+    return s->stored;
+}
+
+void snap_free(struct snap *s)
+{
+    if (!s)
+        return;
+    free_host_copies(s);
+    free(s->r);
+    free(s->image_dir);
+    free(s->parent_dir);
+    free(s);
+}

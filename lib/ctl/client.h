@@ -1,0 +1,72 @@
+/*
+ * client.h - the client side of the control channel: find a process's
+ * socket, check that it is safe and really the process's, send one request,
+ * wait for the reply. Used by gpuckpt and (later) tcgpud; no globals, no
+ * output of its own.
+ */
+#ifndef TCGPU_CTLCLIENT_H
+#define TCGPU_CTLCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto.h"
+
+struct ctl_conn {
+    int fd;
+    pid_t pid;                  /* the target process */
+    uid_t uid;                  /* its effective uid */
+    char path[108];             /* the socket */
+};
+
+/*
+ * Connect to process pid's control socket (rundir.h says where it is looked
+ * for). Checks, before trusting it: the run dir belongs to the target's uid
+ * and is private, and the server end (SO_PEERCRED) is the target's pid and
+ * uid. Returns 0 with *c open, or -errno with a one-line message in err:
+ *   -ESRCH        no such process
+ *   -ENOENT       no control socket: not a tcgpu process, or it has not
+ *                 initialised CUDA yet
+ *   -ECONNREFUSED a socket file with nobody behind it (a process that died)
+ *   -EACCES/-EPERM  not allowed (another user's process, an unsafe run
+ *                 dir or socket, a server that is not the target process)
+ */
+int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen);
+
+/* Progress of a long operation, as the server reports it. */
+typedef void (*ctl_progress_fn)(uint64_t done, uint64_t total, void *arg);
+
+/*
+ * Send the request (len bytes) and wait for the final reply, passing progress
+ * messages to `progress` (may be NULL). timeout_ms < 0 waits without limit.
+ * Returns 0 when *reply holds the final reply ("ok" or "error": check
+ * reply->err), or -errno: -ETIMEDOUT (no reply in time; the operation goes on
+ * in the process), -ECONNRESET (closed without a reply), -EPROTO (garbage).
+ */
+int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *reply,
+             int timeout_ms, ctl_progress_fn progress, void *arg);
+
+void ctl_close(struct ctl_conn *c);
+
+/* gpuckpt's exit codes (docs/cli.md). Scripts rely on them: never renumber. */
+enum ctl_exit {
+    CTL_EXIT_OK = 0,
+    CTL_EXIT_FAILED = 1,        /* the operation failed */
+    CTL_EXIT_USAGE = 2,         /* bad command line or request */
+    CTL_EXIT_NOPROC = 3,        /* no such process, or not a tcgpu process */
+    CTL_EXIT_REFUSED = 4,       /* refused in the process's state (suspended, unsupported state) */
+    CTL_EXIT_TIMEOUT = 5,       /* the gate or the client's --timeout ran out */
+    CTL_EXIT_PERM = 6,          /* permission denied */
+    CTL_EXIT_CORRUPT = 7,       /* the image is corrupt or truncated */
+    CTL_EXIT_NOROOM = 8,        /* resume: the device has no room now; try later */
+};
+
+/*
+ * The exit code for an error: `err` is a negative errno; from_server says
+ * whether the process replied with it (an operation's result) or it came
+ * from reaching the process (ctl_connect, ctl_call).
+ */
+int ctl_exit_code(int err, int from_server);
+
+#endif

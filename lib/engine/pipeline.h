@@ -1,0 +1,163 @@
+/*
+ * pipeline.h - the pipelined drain/refill engine (design.md decision 6).
+ *
+ * The snapshot engine (snapshot.c) decides *what* to save and when the device
+ * memory is released; this module moves the bytes:
+ *
+ *   drain to host     device -> host store, asynchronous copies on the
+ *                     library's own stream straight into the store (one copy
+ *                     per contiguous run, several in flight); chunks the
+ *                     device-side helpers find all zero are not copied.
+ *   drain to image    device -> pinned staging ring (a few slots, async
+ *                     copies + an event per slot) -> chunk workers
+ *                     (image_chunk_encode, one codec context each) -> the
+ *                     image writer (io_uring), in order. Used by checkpoint:
+ *                     copies of slot k+1 overlap the encoding of slot k.
+ *   write a store     host store -> chunk workers -> image writer: suspend to
+ *                     an image releases the device after the raw drain and
+ *                     compresses afterwards.
+ *   refill            image or host store -> read ahead and decode in the
+ *                     workers into pinned slots -> async uploads while the
+ *                     next slots decode; ZERO chunks become cuMemsetD8Async.
+ *
+ * Chunks: every extent is cut at multiples of the chunk size (4 MiB) of the
+ * *allocation offset*, so one allocation's chunks line up from one
+ * checkpoint to the next (incremental images compare them by position).
+ *
+ * Incremental: with a parent image, a chunk whose raw XXH3_64 (host) or
+ * device hash (devhash.h, device side; never copied) equals the parent's
+ * chunk at the same allocation and offset is stored as a PARENT chunk.
+ *
+ * Threads: one thread (the operation's) calls the functions of one pipe; it
+ * is the only one that calls the driver. Workers (TCGPU_WORKERS, default
+ * the online CPUs) only encode and decode; they are gate-exempt.
+ *
+ * Errors: 0 or -errno; pipe_error() names the extent, chunk or driver call.
+ * The caller holds a context of each extent's device current through the
+ * ctx_enter/ctx_leave callbacks.
+ */
+#ifndef TCGPU_PIPELINE_H
+#define TCGPU_PIPELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda.h>
+
+#include "image/image.h"
+
+/* A range of device memory to save: a part of an allocation. */
+struct pipe_ext {
+    CUdeviceptr va;
+    size_t len;
+    uint64_t alloc_id;
+    uint64_t offset;              /* of va in the allocation */
+    uint32_t dtype;               /* enum tcgpu_dtype */
+    int device;                   /* ordinal */
+};
+
+struct pipe_opts {
+    size_t chunk_size;            /* 0 = $TCGPU_CHUNK_KB KiB, else 4 MiB */
+    unsigned workers;             /* 0 = $TCGPU_WORKERS, else online CPUs */
+    size_t slot_size;             /* staging slot; 0 = 16 MiB ($TCGPU_SLOT_MB) */
+    unsigned slots;               /* staging slots; 0 = 4 ($TCGPU_SLOTS) */
+    int no_helpers;               /* 1: never load the device-side helpers;
+                                     -1: also the simcuda twin (tests); 0: the
+                                     GPU's kernels only ($TCGPU_DEVICE_HELPERS:
+                                     0 never, 1 the twin too) */
+    int device_hash;              /* drain to an image: 0 = hash chunks on the
+                                     device when the helpers are a real GPU's, or
+                                     the parent has device hashes; 1 = always;
+                                     -1 = never (TCGPU_DEVICE_HASH=1/0) */
+    /* Makes a context of `device` current (push) / pops it. */
+    int (*ctx_enter)(int device, void *arg);
+    void (*ctx_leave)(void *arg);
+    void *ctx_arg;
+    /* Bytes moved so far (may be NULL). */
+    void (*progress)(uint64_t bytes, void *arg);
+    void *progress_arg;
+};
+
+/* Statistics of the last call, for status, logs and the benchmark. */
+struct pipe_stats {
+    uint64_t raw_bytes;           /* bytes of the extents */
+    uint64_t copied_bytes;        /* bytes that crossed the host link */
+    uint64_t zero_chunks;         /* found zero (device side or codec) */
+    uint64_t parent_chunks;       /* unchanged since the parent */
+    uint64_t device_skipped;      /* chunks the device helpers kept on the device */
+    uint64_t stored_bytes;        /* encoded bytes written or held */
+    int helpers;                  /* 0 none, 1 simcuda twin, 2 cubin */
+};
+
+struct pipe;
+struct pipe_store;
+
+/*
+ * Starts the workers. Returns 0 and *out (caller owns it: pipe_free), or
+ * -ENOMEM / -EAGAIN.
+ */
+int pipe_new(struct pipe **out, const struct pipe_opts *o);
+
+/* Stops the workers and frees; NULL is fine. */
+void pipe_free(struct pipe *p);
+
+/* Message for the last failure, "" if none. */
+const char *pipe_error(const struct pipe *p);
+
+/* Statistics of the last drain/write/refill call. */
+void pipe_get_stats(const struct pipe *p, struct pipe_stats *st);
+
+/*
+ * Copies the extents to a new host store (raw). Returns 0 and *out (caller
+ * owns it: pipe_store_free), or -ENOMEM / -EIO with nothing allocated.
+ */
+int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out);
+
+/*
+ * Streams the extents into the image writer `w` (allocations and devices
+ * already added). `parent` (may be NULL) is an open image set as w's parent
+ * with image_writer_set_parent: unchanged chunks become PARENT chunks.
+ * The writer is not committed here.
+ */
+int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n,
+                     struct image_writer *w, const struct image *parent);
+
+/* Encodes a raw store into `w`, as pipe_drain_image (no device access). */
+int pipe_write_store(struct pipe *p, struct pipe_store *s, struct image_writer *w,
+                     const struct image *parent);
+
+/* Puts a store's bytes back at their device addresses (the memory mapped). */
+int pipe_refill_host(struct pipe *p, struct pipe_store *s);
+
+/*
+ * Puts every chunk of the allocations in `allocs` (one extent per whole
+ * allocation: va, len = size, alloc_id) back from `img`, which the caller
+ * verified. Bytes no chunk covers are left as they are.
+ */
+int pipe_refill_image(struct pipe *p, const struct image *img, const struct pipe_ext *allocs,
+                      size_t n);
+
+/*
+ * Compresses a raw store in the background, in memory (TCGPU_HOST_COMPRESS):
+ * `threads` threads of its own (0 = as pipe workers would be), each chunk's
+ * raw pages released once its encoded form is kept. 0 or -errno (nothing
+ * started). pipe_store_compress_stop is implied by refill and free.
+ */
+int pipe_store_compress_start(struct pipe_store *s, unsigned threads);
+/* Stops (finishes the chunks in progress) and joins; safe if not started. */
+void pipe_store_compress_stop(struct pipe_store *s);
+
+/* Bytes the store holds now (raw + encoded; zero chunks hold nothing). */
+uint64_t pipe_store_bytes(const struct pipe_store *s);
+uint64_t pipe_store_raw_bytes(const struct pipe_store *s);
+
+/* Reads the store's copy of [offset, offset+len) of allocation `alloc_id`
+ * into dst (tests). 0, -ENOENT (not covered). */
+int pipe_store_read(struct pipe_store *s, uint64_t alloc_id, uint64_t offset, void *dst,
+                    size_t len);
+
+void pipe_store_free(struct pipe_store *s);
+
+/* The worker count pipe_new would choose (TCGPU_WORKERS, else CPUs). */
+unsigned pipe_default_workers(void);
+
+#endif

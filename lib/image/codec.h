@@ -1,0 +1,92 @@
+/*
+ * codec.h - the chunk codec: how one chunk of device memory is stored.
+ *
+ * Per chunk the encoder keeps the smallest of ZERO (all zero, nothing
+ * stored), RAW, ZSTD and BYTEGROUP (byte planes of 2-, 4- or 8-byte elements,
+ * each plane zstd-compressed or raw). The on-disk forms are declared in
+ * format.h. To keep incompressible data cheap the encoder first
+ * compresses a small sample of the chunk with each candidate; when nothing
+ * shrinks the sample it stores RAW without compressing the chunk at all, and
+ * planes whose sample does not shrink are stored raw.
+ *
+ * Threads: a struct codec_ctx holds zstd contexts and scratch memory; use one
+ * per thread. Functions that take no context are thread-safe.
+ *
+ * Errors: 0 or a negative errno. -EBADMSG means the stored bytes are
+ * corrupt; -EINVAL a caller error; -ENOMEM, -EOPNOTSUPP as usual.
+ */
+#ifndef TCGPU_CODEC_H
+#define TCGPU_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format.h"
+
+struct codec_ctx;
+
+struct codec_params {
+    int zstd_level;        /* zstd level; 0 = 1 (fast: the drain must keep up with PCIe) */
+    size_t sample_size;    /* bytes probed before compressing; 0 = 64 KiB */
+    unsigned disable_mask; /* bit (1u << TCGPU_CODEC_x): never choose codec x;
+                              ZERO and RAW cannot be disabled */
+    int no_rotate;         /* BYTEGROUP without the sign rotation (benchmarks) */
+};
+
+/* What codec_encode chose. */
+struct codec_out {
+    uint8_t codec;     /* enum tcgpu_codec */
+    size_t stored_len; /* bytes at `data` */
+    const void *data;  /* stored bytes: NULL for ZERO, `src` itself for RAW
+                             (no copy), else `dst` */
+};
+
+/*
+ * Creates a context. `p` may be NULL for defaults. Returns 0 and sets *out
+ * (the caller owns it; free with codec_ctx_free), or -ENOMEM / -EINVAL.
+ */
+int codec_ctx_new(struct codec_ctx **out, const struct codec_params *p);
+
+/* Frees a context; NULL is fine. */
+void codec_ctx_free(struct codec_ctx *ctx);
+
+/*
+ * The largest stored form of `raw_len` bytes: the size `dst` must have for
+ * codec_encode. The encoder never stores more than the raw length, so this
+ * is raw_len; use the function anyway so the format may change.
+ */
+size_t codec_bound(size_t raw_len);
+
+/*
+ * Encodes `len` bytes at `src` (len <= TCGPU_IMG_MAX_CHUNK) into `dst`
+ * (`dst_cap` >= codec_bound(len)). `dtype` is the allocation's hint
+ * (TCGPU_DTYPE_UNKNOWN: detect the element size). Fills *out; out->data may
+ * point into `src` (RAW) so keep `src` alive until the bytes are written.
+ * Returns 0, -EINVAL (bad arguments) or -ENOMEM (scratch growth failed).
+ */
+int codec_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dtype,
+                 void *dst, size_t dst_cap, struct codec_out *out);
+
+/*
+ * Decodes `stored_len` bytes at `src`, stored with `codec`, into exactly
+ * `raw_len` bytes at `dst`. Safe on untrusted input: it never reads beyond
+ * src + stored_len nor writes beyond dst + raw_len. Returns 0, -EBADMSG
+ * (corrupt or inconsistent lengths), -EOPNOTSUPP (PARENT: the bytes are in
+ * the parent image), -EINVAL (unknown codec, raw_len too large) or -ENOMEM.
+ */
+int codec_decode(struct codec_ctx *ctx, unsigned codec, const void *src, size_t stored_len,
+                 void *dst, size_t raw_len);
+
+/* "zero", "raw", "zstd", "bytegroup", "parent" or "unknown"; static strings. */
+const char *codec_name(unsigned codec);
+
+/* Element size the dtype implies for byte grouping (0: none, e.g. U8 or UNKNOWN). */
+unsigned codec_dtype_esize(enum tcgpu_dtype dtype);
+
+/* "unknown", "u8", "bf16", ...; static strings. */
+const char *codec_dtype_name(unsigned dtype);
+
+/* Whether `len` bytes at `p` are all zero (fast word-at-a-time scan). */
+int codec_is_zero(const void *p, size_t len);
+
+#endif /* TCGPU_CODEC_H */

@@ -1,0 +1,84 @@
+/*
+ * driver.h - the CUDA driver's own checkpoint API, driven from
+ * outside the target process (design decision 5).
+ *
+ * gpuckpt is not preloaded with libtcgpu.so: it loads the driver itself with
+ * dlopen($TCGPU_REAL_LIBCUDA, else "libcuda.so.1") and looks the functions up
+ * with dlsym. The API is "present" when the driver is >= 12.8 (12080) and
+ * every cuCheckpointProcess* function resolves. Before any call the driver
+ * is initialised (cuInit(0)): it creates no context.
+ *
+ * After tcgpu has drained and released a process's device memory, what the
+ * process still holds on the GPU is its context, modules and the driver's
+ * bookkeeping. Lock + Checkpoint hands those to the driver, which releases
+ * them (the process then holds no GPU resources, and CRIU can dump it);
+ * Restore + Unlock take them back.
+ *
+ * Functions return 0 or -errno and, on failure, write a one-line message
+ * naming the process, the call and the driver's error into err:
+ *   -ENODEV     the API is not present (err says why)
+ *   -ESRCH      the driver does not know the process (not a CUDA process)
+ *   -EALREADY   the process is not in the state the call needs
+ *   -ETIMEDOUT  Lock: a CUDA call did not finish in time (still running)
+ *   -ENOMEM     Restore: no room on the device now (still checkpointed)
+ *   -EIO        any other driver error
+ * Not thread-safe (gpuckpt is single-threaded).
+ */
+#ifndef GPUCKPT_DRIVER_H
+#define GPUCKPT_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The driver's process states (CUprocessState), plus "unknown to the driver". */
+enum gdrv_state {
+    GDRV_RUNNING = 0,
+    GDRV_LOCKED = 1,
+    GDRV_CHECKPOINTED = 2,
+    GDRV_FAILED = 3,
+    GDRV_NONE = -1,             /* not a CUDA process (or the API is absent) */
+};
+
+/* 1 when the checkpoint API is present, else 0 with the reason in why. Loads once. */
+int gdrv_available(char *why, size_t len);
+
+/* "running", "locked", "checkpointed", "failed", "none". */
+const char *gdrv_state_name(int state);
+
+/* The driver's state of pid: 0 with *state set, -ESRCH (unknown to the driver), -ENODEV. */
+int gdrv_get_state(pid_t pid, int *state, char *err, size_t len);
+
+/*
+ * Lock + Checkpoint: the process's remaining GPU state goes to the driver
+ * and is released. All or nothing: when Checkpoint fails the process is
+ * unlocked again and keeps its context. timeout_ms bounds Lock (0: none).
+ */
+int gdrv_release(pid_t pid, unsigned timeout_ms, char *err, size_t len);
+
+/*
+ * Brings the process back to RUNNING from whatever state a release left it
+ * in (GetState says): CHECKPOINTED -> Restore -> Unlock; LOCKED -> Unlock;
+ * RUNNING: nothing. -ENOMEM from Restore leaves it checkpointed, safely.
+ */
+int gdrv_reacquire(pid_t pid, char *err, size_t len);
+
+/* Restore onto other GPUs of the same model: n pairs (at most 16) of old and
+ * new device UUIDs, passed to every later Restore (gpuckpt restore). */
+void gdrv_set_remap(const uint8_t (*old_uuid)[16], const uint8_t (*new_uuid)[16], int n);
+
+/* Device identity as the driver reports it now (gpuckpt save/restore). */
+struct gdrv_device {
+    int ordinal;
+    uint64_t total_mem;
+    uint8_t uuid[16];
+    char name[256];
+};
+
+/* The driver version (e.g. 12080), or -ENODEV. */
+int gdrv_driver_version(void);
+
+/* Number of devices, filling at most max entries of devs; or -errno. */
+int gdrv_devices(struct gdrv_device *devs, int max, char *err, size_t len);
+
+#endif

@@ -1,0 +1,549 @@
+/*
+ * gpuckpt restore -D DIR [-d], and inspect/verify of a save directory
+ * (docs/save-restore.md).
+ *
+ * Restore checks everything it can before CRIU touches the machine: the tree
+ * manifest's checksum, every GPU image whole (every chunk's checksum) and
+ * belonging to its process, CRIU's images present, the devices of the same
+ * model, the pids free. Then `criu restore -d`, then for each tcgpu process
+ * driver Restore + Unlock and tcgpu resume from DIR/gpu/<pid>.
+ *
+ * Without -d gpuckpt stays the tree's parent (a child subreaper: CRIU's
+ * restored root is re-parented to it when criu exits) and exits with the
+ * root's status, as if the tree had been started by it; with -d it returns
+ * once the tree runs.
+ */
+
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl/client.h"
+#include "gpuckpt.h"
+#include "driver.h"
+#include "tree.h"
+#include "image/image.h"
+
+/* ---- checks ----------------------------------------------------------------------- */
+
+struct img_summary {
+    uint64_t raw, stored;
+    size_t allocs, chunks;
+};
+
+/*
+ * GPU image of process p: opens it, checks that it is the image the
+ * manifest names (its manifest checksum, its pid), and with `full` reads and
+ * checks every chunk. err names the file and the problem.
+ */
+static int check_gpu_image(const char *dir, const struct tree_proc *p, int full,
+                           struct img_summary *sum, char *err, size_t len)
+{
+    char path[PATH_MAX], why[512] = "";
+    uint8_t csum[16];
+    struct image *img = NULL;
+    int r;
+
+    snprintf(path, sizeof(path), "%.4000s/%.31s", dir, p->image);
+    r = image_open(&img, path, 0, why, sizeof(why));
+    if (r < 0) {
+        snprintf(err, len, "GPU image of process %d: %s", (int)p->pid, why[0] ? why : strerror(-r));
+        return r == -ENOENT ? -EBADMSG : r;
+    }
+    image_manifest_csum(img, csum);
+    if (memcmp(csum, p->image_csum, 16) || image_process_info(img)->pid != (uint32_t)p->pid) {
+        snprintf(err, len, "%s is not the image this save made for process %d (manifest checksum "
+                 "or pid differ)", path, (int)p->pid);
+        image_close(img);
+        return -EBADMSG;
+    }
+    if (full && (r = image_verify_all(img, 0)) < 0) {
+        snprintf(err, len, "%s", image_error(img));
+        image_close(img);
+        return r == -EIO ? -EIO : -EBADMSG;
+    }
+    if (sum) {
+        memset(sum, 0, sizeof(*sum));
+        sum->allocs = image_alloc_count(img);
+        sum->chunks = image_chunk_count(img);
+        for (size_t i = 0; i < sum->chunks; i++) {
+            sum->raw += image_chunk_at(img, i)->raw_len;
+            sum->stored += image_chunk_at(img, i)->stored_len;
+        }
+    }
+    image_close(img);
+    return 0;
+}
+
+/* CRIU's images that must be there: inventory, pstree, and a core per process. */
+static int check_criu_images(const char *dir, const struct tree *t, uint64_t *bytes, char *err,
+                             size_t len)
+{
+    char path[PATH_MAX];
+    struct stat st;
+
+    *bytes = 0;
+    for (int i = -2; i < t->nproc; i++) {
+        if (i == -2)
+            snprintf(path, sizeof(path), "%s/criu/inventory.img", dir);
+        else if (i == -1)
+            snprintf(path, sizeof(path), "%s/criu/pstree.img", dir);
+        else
+            snprintf(path, sizeof(path), "%s/criu/core-%d.img", dir, (int)t->proc[i].pid);
+        if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+            snprintf(err, len, "CRIU image %s is missing or empty", path);
+            return -EBADMSG;
+        }
+    }
+    snprintf(path, sizeof(path), "%s/criu", dir);
+    /* total size of CRIU's images, for inspect */
+    {
+        DIR *d = opendir(path);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            char f[PATH_MAX];
+            snprintf(f, sizeof(f), "%.3800s/%.255s", path, e->d_name);
+            if (strstr(e->d_name, ".img") && stat(f, &st) == 0)
+                *bytes += (uint64_t)st.st_size;
+        }
+        if (d)
+            closedir(d);
+    }
+    return 0;
+}
+
+/*
+ * The devices now against those of the save: same count (at least), and at
+ * each ordinal the same model (name) and memory size. Different UUIDs (another
+ * GPU of the same model, another machine) are remapped at Restore.
+ */
+static int check_devices(const struct tree *t, char *err, size_t len)
+{
+    struct gdrv_device now[TREE_MAX_DEVICES];
+    uint8_t olds[TREE_MAX_DEVICES][16], news[TREE_MAX_DEVICES][16];
+    int n = gdrv_devices(now, TREE_MAX_DEVICES, err, len), npairs = 0;
+
+    if (n < 0)
+        return -ENODEV;
+    for (int i = 0; i < t->ndev; i++) {
+        const struct tree_device *d = &t->dev[i];
+        if (d->ordinal >= n) {
+            snprintf(err, len, "the save used device %d (%s), this machine has %d device(s)",
+                     d->ordinal, d->name, n);
+            return -ENODEV;
+        }
+        if (strcmp(now[d->ordinal].name, d->name) || now[d->ordinal].total_mem != d->total_mem) {
+            snprintf(err, len, "device %d is '%s' with %" PRIu64 " bytes; the save was made on '%s' "
+                     "with %" PRIu64 " bytes: a GPU image only restores onto the same model",
+                     d->ordinal, now[d->ordinal].name, now[d->ordinal].total_mem, d->name,
+                     d->total_mem);
+            return -ENODEV;
+        }
+        if (memcmp(now[d->ordinal].uuid, d->uuid, 16)) {
+            memcpy(olds[npairs], d->uuid, 16);
+            memcpy(news[npairs], now[d->ordinal].uuid, 16);
+            npairs++;
+        }
+    }
+    gdrv_set_remap((const uint8_t(*)[16])olds, (const uint8_t(*)[16])news, npairs);
+    return 0;
+}
+
+/* Every pid of the tree must be free: CRIU restores processes with their pids. */
+static int check_pids_free(const struct tree *t, char *err, size_t len)
+{
+    size_t used = 0;
+
+    err[0] = '\0';
+    for (int i = 0; i < t->nproc; i++) {
+        char path[64], comm[64] = "?";
+        FILE *f;
+        if (kill(t->proc[i].pid, 0) < 0 && errno == ESRCH)
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/comm", (int)t->proc[i].pid);
+        if ((f = fopen(path, "r"))) {
+            if (fgets(comm, sizeof(comm), f))
+                comm[strcspn(comm, "\n")] = '\0';
+            fclose(f);
+        }
+        used = strlen(err);
+        snprintf(err + used, len - used, "%spid %d (%s) is in use by %s", used ? "; " : "",
+                 (int)t->proc[i].pid, t->proc[i].comm, comm);
+    }
+    if (!err[0])
+        return 0;
+    used = strlen(err);
+    snprintf(err + used, len - used, ": CRIU restores processes with their pids (is the saved "
+             "tree still running?)");
+    return -EBUSY;
+}
+
+/* Manifest, every GPU image whole, CRIU's images. */
+static int verify_save_dir(const char *dir, struct tree *t, char *err, size_t len)
+{
+    uint64_t criu_bytes;
+    int r;
+
+    if ((r = tree_read(t, dir, err, len)) < 0)
+        return r;
+    for (int i = 0; i < t->nproc; i++)
+        if (t->proc[i].tcgpu && (r = check_gpu_image(dir, &t->proc[i], 1, NULL, err, len)) < 0)
+            return r;
+    return check_criu_images(dir, t, &criu_bytes, err, len);
+}
+
+/* ---- restore ---------------------------------------------------------------------- */
+
+/*
+ * The control socket's directory must exist for CRIU to bind the socket
+ * again (after a reboot /run/user/UID/tcgpu is gone). Made as the process's
+ * run dir would be: 0700, owned by its user (tcgpu refuses anything else).
+ */
+static void prepare_socket_dirs(const struct tree *t)
+{
+    for (int i = 0; i < t->nproc; i++) {
+        char d[PATH_MAX], *slash;
+        if (!t->proc[i].tcgpu)
+            continue;
+        snprintf(d, sizeof(d), "%s", t->proc[i].socket);
+        if ((slash = strrchr(d, '/')) && slash != d) {
+            *slash = '\0';
+            if (mkdir(d, 0700) == 0 && chown(d, t->proc[i].uid, (gid_t)-1) < 0)
+                gpuckpt_error("restore: cannot give %s to uid %u: %s", d,
+                              (unsigned)t->proc[i].uid, strerror(errno));
+        }
+    }
+}
+
+static int criu_restore(const char *dir, const struct tree *t, char *err, size_t len)
+{
+    char imgdir[PATH_MAX], log[PATH_MAX], why[2048];
+    char *argv[16];
+    int n = 0, r;
+
+    snprintf(imgdir, sizeof(imgdir), "%.4000s/criu", dir);
+    argv[n++] = NULL;           /* the binary, filled by the caller's find */
+    argv[n++] = "restore";
+    argv[n++] = "-d";
+    argv[n++] = "-D";
+    argv[n++] = imgdir;
+    argv[n++] = "-o";
+    argv[n++] = "restore.log";
+    argv[n++] = "-v4";
+    argv[n++] = "--file-locks";
+    if (strstr(t->criu_flags, "shell-job"))
+        argv[n++] = "--shell-job";
+    if (strstr(t->criu_flags, "tcp-established"))
+        argv[n++] = "--tcp-established";
+    argv[n] = NULL;
+    {
+        static char criu[PATH_MAX];
+        if (criu_find(criu, sizeof(criu)) < 0) {
+            snprintf(err, len, "CRIU not found (set TCGPU_CRIU, or put criu on PATH)");
+            return -ENOENT;
+        }
+        argv[0] = criu;
+    }
+    snprintf(log, sizeof(log), "%.4000s/criu/restore.out", dir);
+    r = criu_run(argv, log);
+    if (r == 0)
+        return 0;
+    snprintf(log, sizeof(log), "%.4000s/criu/restore.log", dir);
+    criu_log_errors(log, 3, why, sizeof(why));
+    snprintf(err, len, "criu restore from %.4000s failed (exit %d):\n  %.2000s\n  (CRIU's log: %.4000s)", imgdir,
+             r, why, log);
+    return -EIO;
+}
+
+/* Gives every restored tcgpu process its GPU back. Returns the worst exit code. */
+static int resume_all(const char *dir, const struct tree *t)
+{
+    int worst = CTL_EXIT_OK;
+
+    for (int i = 0; i < t->nproc; i++) {
+        const struct tree_proc *p = &t->proc[i];
+        char img[PATH_MAX], err[512];
+        int r;
+
+        if (!p->tcgpu)
+            continue;
+        snprintf(img, sizeof(img), "%.4000s/%.31s", dir, p->image);
+        if ((r = gdrv_reacquire(p->pid, err, sizeof(err))) < 0) {
+            gpuckpt_error("restore: process %d (%s): %s; it stays suspended (retry: gpuckpt resume "
+                          "%d -D %s)", (int)p->pid, p->comm, err, (int)p->pid, img);
+            worst = r == -ENOMEM ? CTL_EXIT_NOROOM : CTL_EXIT_FAILED;
+            continue;
+        }
+        r = gpuckpt_call("resume", p->pid, img, NULL);
+        if (r != CTL_EXIT_OK) {
+            gpuckpt_error("restore: process %d (%s) stays suspended (retry: gpuckpt resume %d -D %s)",
+                          (int)p->pid, p->comm, (int)p->pid, img);
+            worst = r;
+        }
+    }
+    return worst;
+}
+
+/* Waits for the root (re-parented to us) and returns its status as an exit code. */
+static int wait_root(pid_t root)
+{
+    int st;
+    pid_t w;
+
+    for (;;) {
+        w = waitpid(-1, &st, 0);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            gpuckpt_error("restore: cannot wait for process %d: %s", (int)root, strerror(errno));
+            return CTL_EXIT_FAILED;
+        }
+        if (w != root)
+            continue;           /* an orphan of the tree, re-parented to us: reaped */
+        if (WIFEXITED(st))
+            return WEXITSTATUS(st);
+        return 128 + WTERMSIG(st);
+    }
+}
+
+static int parse_restore_args(int argc, char **argv, char *dir, size_t len, int *detach)
+{
+    static const struct option longopts[] = {
+        { "dir", required_argument, NULL, 'D' },
+        { "detach", no_argument, NULL, 'd' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    const char *d = NULL;
+    int ch;
+
+    *detach = 0;
+    optind = 1;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, "hdD:", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'h': gpuckpt_command_help("restore"); return -1;
+        case 'D': d = optarg; break;
+        case 'd': *detach = 1; break;
+        default: return gpuckpt_usage_error("restore", "unknown option");
+        }
+    }
+    if (optind != argc)
+        return gpuckpt_usage_error("restore", "no arguments besides -D DIR and -d");
+    if (!d)
+        return gpuckpt_usage_error("restore", "-D DIR is required");
+    if (gpuckpt_absolute_dir(d, dir, len) < 0)
+        return gpuckpt_usage_error("restore", "bad directory");
+    return 0;
+}
+
+/* Everything before CRIU runs: nothing is touched if this fails. */
+static int preflight(const char *dir, struct tree *t, char *err, size_t len)
+{
+    int r, ntc = 0;
+
+    if ((r = verify_save_dir(dir, t, err, len)) < 0)
+        return r;
+    for (int i = 0; i < t->nproc; i++)
+        ntc += t->proc[i].tcgpu;
+    if (ntc && !gdrv_available(err, len))
+        return -ENODEV;
+    if (ntc && (r = check_devices(t, err, len)) < 0)
+        return r;
+    return check_pids_free(t, err, len);
+}
+
+int gpuckpt_cmd_restore(int argc, char **argv)
+{
+    struct tree *t = calloc(1, sizeof(*t));
+    char dir[PATH_MAX], err[16384];
+    struct timespec t0, t1;
+    int detach, r;
+
+    if (!t)
+        return CTL_EXIT_FAILED;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if ((r = parse_restore_args(argc, argv, dir, sizeof(dir), &detach)) != 0) {
+        free(t);
+        return r < 0 ? CTL_EXIT_OK : r;
+    }
+    if ((r = preflight(dir, t, err, sizeof(err))) < 0) {
+        gpuckpt_error("restore %s: %s", dir, err);
+        free(t);
+        return r == -ENODEV ? CTL_EXIT_FAILED : tree_exit_code(r);
+    }
+    prepare_socket_dirs(t);
+    /* without -d the root comes back to us when criu exits */
+    if (!detach && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+        detach = 1;
+    if ((r = criu_restore(dir, t, err, sizeof(err))) < 0) {
+        gpuckpt_error("restore %s: %s", dir, err);
+        free(t);
+        return CTL_EXIT_FAILED;
+    }
+    r = resume_all(dir, t);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fprintf(detach ? stdout : stderr, "restored the tree under %d (%d process%s) from %s in %.2f s%s\n",
+            (int)t->root, t->nproc, t->nproc == 1 ? "" : "es", dir,
+            (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
+            r == CTL_EXIT_OK ? "" : " (some processes stay suspended: above)");
+    fflush(NULL);
+    if (!detach && r == CTL_EXIT_OK)
+        r = wait_root(t->root);
+    free(t);
+    return r;
+}
+
+/* ---- inspect and verify of a save directory ----------------------------------------- */
+
+static void fmt_size(uint64_t b, char *out, size_t len)
+{
+    if (b >= (1ull << 30))
+        snprintf(out, len, "%.2f GiB", (double)b / (1 << 30));
+    else if (b >= (1ull << 20))
+        snprintf(out, len, "%.1f MiB", (double)b / (1 << 20));
+    else
+        snprintf(out, len, "%.1f KiB", (double)b / 1024);
+}
+
+static void inspect_human(const char *dir, const struct tree *t, const struct img_summary *s,
+                          const int *ok, uint64_t criu_bytes, int criu_ok)
+{
+    char a[32], b[32], hex[33];
+
+    printf("save %s: tree under %d, %d process%s, saved %" PRIu64 " on %s, driver %d, CRIU flags %s\n",
+           dir, (int)t->root, t->nproc, t->nproc == 1 ? "" : "es", t->created, t->host, t->driver,
+           t->criu_flags[0] ? t->criu_flags : "-");
+    for (int i = 0; i < t->ndev; i++) {
+        tree_hex16(t->dev[i].uuid, hex);
+        fmt_size(t->dev[i].total_mem, a, sizeof(a));
+        printf("device %d  %s, %s, uuid %s\n", t->dev[i].ordinal, t->dev[i].name, a, hex);
+    }
+    for (int i = 0; i < t->nproc; i++) {
+        const struct tree_proc *p = &t->proc[i];
+        printf("process %-7d ppid %-7d %-16s ", (int)p->pid, (int)p->ppid, p->comm);
+        if (!p->tcgpu) {
+            printf("no GPU (CRIU only)\n");
+            continue;
+        }
+        if (!ok[i]) {
+            printf("tcgpu, image %s: DAMAGED\n", p->image);
+            continue;
+        }
+        fmt_size(s[i].raw, a, sizeof(a));
+        fmt_size(s[i].stored, b, sizeof(b));
+        printf("tcgpu, image %s: %zu allocations, %s -> %s (%.2fx)\n", p->image, s[i].allocs, a, b,
+               s[i].stored ? (double)s[i].raw / (double)s[i].stored : 0.0);
+    }
+    fmt_size(criu_bytes, a, sizeof(a));
+    printf("criu images: %s (%s)\n", criu_ok ? "present" : "MISSING", a);
+}
+
+static void inspect_json(const struct tree *t, const struct img_summary *s, const int *ok,
+                         uint64_t criu_bytes, int criu_ok)
+{
+    char hex[33];
+
+    printf("{\"root\":%d,\"created\":%" PRIu64 ",\"host\":", (int)t->root, t->created);
+    gpuckpt_json_string(stdout, t->host);
+    printf(",\"driver\":%d,\"criu_flags\":", t->driver);
+    gpuckpt_json_string(stdout, t->criu_flags);
+    printf(",\"devices\":[");
+    for (int i = 0; i < t->ndev; i++) {
+        tree_hex16(t->dev[i].uuid, hex);
+        printf("%s{\"ordinal\":%d,\"name\":", i ? "," : "", t->dev[i].ordinal);
+        gpuckpt_json_string(stdout, t->dev[i].name);
+        printf(",\"total_mem\":%" PRIu64 ",\"uuid\":\"%s\"}", t->dev[i].total_mem, hex);
+    }
+    printf("],\"processes\":[");
+    for (int i = 0; i < t->nproc; i++) {
+        const struct tree_proc *p = &t->proc[i];
+        printf("%s{\"pid\":%d,\"ppid\":%d,\"comm\":", i ? "," : "", (int)p->pid, (int)p->ppid);
+        gpuckpt_json_string(stdout, p->comm);
+        printf(",\"tcgpu\":%s", p->tcgpu ? "true" : "false");
+        if (p->tcgpu)
+            printf(",\"image\":\"%s\",\"image_ok\":%s,\"allocations\":%zu,\"raw_bytes\":%" PRIu64
+                   ",\"stored_bytes\":%" PRIu64, p->image, ok[i] ? "true" : "false", s[i].allocs,
+                   s[i].raw, s[i].stored);
+        printf("}");
+    }
+    printf("],\"criu_images\":%s,\"criu_bytes\":%" PRIu64 "}\n", criu_ok ? "true" : "false",
+           criu_bytes);
+}
+
+int gpuckpt_tree_inspect(const char *dir, int json)
+{
+    struct tree *t = calloc(1, sizeof(*t));
+    struct img_summary *s = calloc(TREE_MAX_PROCS, sizeof(*s));
+    int *ok = calloc(TREE_MAX_PROCS, sizeof(int));
+    char err[2048];
+    uint64_t criu_bytes = 0;
+    int r, criu_ok, bad = 0;
+
+    if (!t || !s || !ok) {
+        r = CTL_EXIT_FAILED;
+        goto out;
+    }
+    if ((r = tree_read(t, dir, err, sizeof(err))) < 0) {
+        gpuckpt_error("inspect %s: %s", dir, err);
+        r = tree_exit_code(r);
+        goto out;
+    }
+    for (int i = 0; i < t->nproc; i++) {
+        if (!t->proc[i].tcgpu)
+            continue;
+        ok[i] = check_gpu_image(dir, &t->proc[i], 0, &s[i], err, sizeof(err)) == 0;
+        if (!ok[i]) {
+            gpuckpt_error("inspect %s: warning: %s", dir, err);
+            bad = 1;
+        }
+    }
+    criu_ok = check_criu_images(dir, t, &criu_bytes, err, sizeof(err)) == 0;
+    if (!criu_ok) {
+        gpuckpt_error("inspect %s: warning: %s", dir, err);
+        bad = 1;
+    }
+    if (json)
+        inspect_json(t, s, ok, criu_bytes, criu_ok);
+    else
+        inspect_human(dir, t, s, ok, criu_bytes, criu_ok);
+    r = bad ? CTL_EXIT_CORRUPT : CTL_EXIT_OK;
+out:
+    free(t);
+    free(s);
+    free(ok);
+    return r;
+}
+
+int gpuckpt_tree_verify(const char *dir)
+{
+    struct tree *t = calloc(1, sizeof(*t));
+    char err[2048];
+    int r, ntc = 0;
+
+    if (!t)
+        return CTL_EXIT_FAILED;
+    r = verify_save_dir(dir, t, err, sizeof(err));
+    if (r < 0) {
+        gpuckpt_error("verify %s: %s", dir, err);
+        free(t);
+        return tree_exit_code(r);
+    }
+    for (int i = 0; i < t->nproc; i++)
+        ntc += t->proc[i].tcgpu;
+    printf("%s: ok (save of %d processes, %d GPU images verified, CRIU images present)\n", dir,
+           t->nproc, ntc);
+    free(t);
+    return CTL_EXIT_OK;
+}

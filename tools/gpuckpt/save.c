@@ -1,0 +1,504 @@
+/*
+ * gpuckpt save PID -D DIR: a whole process tree to disk (design decision 9,
+ * docs/save-restore.md).
+ *
+ *   1. walk the tree and classify every process, refusing before anything
+ *      is touched: a process the driver knows (it holds a GPU) that is not
+ *      under tcgpu, or a tcgpu process that is not running;
+ *   2. every tcgpu process: suspend to DIR.tmp-XXXXXX/gpu/<pid>, then
+ *      driver Lock + Checkpoint (it then holds nothing on the GPU);
+ *   3. write the tree manifest; criu dump the tree into .../criu;
+ *   4. fsync everything and rename DIR.tmp-XXXXXX to DIR.
+ * Any failure: every process is given back what it had (driver Restore +
+ * Unlock, tcgpu resume) and the temporary directory is removed. With
+ * --leave-running the tree is resumed after the dump, from DIR.
+ */
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl/client.h"
+#include "gpuckpt.h"
+#include "driver.h"
+#include "tree.h"
+#include "image/image.h"
+#include "tcgpu.h"
+
+struct save_opts {
+    pid_t root;
+    char dir[PATH_MAX];         /* final, absolute */
+    char tmp[PATH_MAX];         /* DIR.tmp-XXXXXX */
+    char criu[PATH_MAX];
+    int leave_running, tcp_established, shell_job;
+    double t_gpu, t_criu, t_sync;   /* seconds in each phase, for the summary */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- classification ---------------------------------------------------------- */
+
+/* Does pid hold an NVIDIA device file open (a real GPU process, whatever the driver says)? */
+static int holds_nvidia_fd(pid_t pid)
+{
+    char path[64], target[PATH_MAX], link[PATH_MAX];
+    struct dirent *e;
+    DIR *d;
+    int found = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    if (!(d = opendir(path)))
+        return 0;
+    while (!found && (e = readdir(d))) {
+        ssize_t n;
+        snprintf(link, sizeof(link), "%s/%.16s", path, e->d_name);
+        n = readlink(link, target, sizeof(target) - 1);
+        if (n > 0) {
+            target[n] = '\0';
+            found = !strncmp(target, "/dev/nvidia", 11);
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+/*
+ * The rule (docs/save-restore.md): a process holds the GPU when the driver's
+ * checkpoint API knows it (cuCheckpointProcessGetState answers for its pid)
+ * or it has a /dev/nvidia* file open. It is a tcgpu process when its control
+ * socket answers. Holding the GPU without being a tcgpu process is refused:
+ * CRIU could not dump it, and we could not give its memory back.
+ */
+static int classify(struct tree *t, char *err, size_t len)
+{
+    int need_driver = 0;
+
+    for (int i = 0; i < t->nproc; i++) {
+        struct tree_proc *p = &t->proc[i];
+        struct ctl_conn c;
+        char why[1024];
+        int state, r, gpu;
+
+        r = ctl_connect(p->pid, &c, why, sizeof(why));
+        if (r == 0) {
+            p->tcgpu = 1;
+            snprintf(p->socket, sizeof(p->socket), "%s", c.path);
+            snprintf(p->image, sizeof(p->image), "gpu/%d", (int)p->pid);
+            ctl_close(&c);
+            need_driver = 1;
+            continue;
+        }
+        if (r != -ENOENT && r != -ECONNREFUSED) {
+            snprintf(err, len, "process %d (%s): %s", (int)p->pid, p->comm, why);
+            return r;
+        }
+        gpu = gdrv_get_state(p->pid, &state, NULL, 0) == 0 || holds_nvidia_fd(p->pid);
+        if (gpu) {
+            snprintf(err, len, "process %d (%s) uses the GPU but is not under tcgpu (no control "
+                     "socket): its GPU state cannot be saved; run it with gpuckpt run, or leave it "
+                     "out of the tree", (int)p->pid, p->comm);
+            return -ENOTSUP;
+        }
+    }
+    if (need_driver && !gdrv_available(err, len)) {
+        size_t n = strlen(err);
+        snprintf(err + n, len - n, ": tcgpu processes would keep their CUDA context, which CRIU "
+                 "cannot dump");
+        return -ENOTSUP;
+    }
+    return 0;
+}
+
+/* Every tcgpu process must be running now (a suspended one's memory is elsewhere). */
+static int check_running(struct tree *t, char *err, size_t len)
+{
+    for (int i = 0; i < t->nproc; i++) {
+        struct tcgpu_status st;
+        int r;
+
+        if (!t->proc[i].tcgpu)
+            continue;
+        r = gpuckpt_call("status", t->proc[i].pid, NULL, &st);
+        if (r != CTL_EXIT_OK) {
+            snprintf(err, len, "process %d (%s): no status", (int)t->proc[i].pid, t->proc[i].comm);
+            return -EIO;
+        }
+        if (st.state != TCGPU_STATE_RUNNING) {
+            snprintf(err, len, "process %d (%s) is %s: resume it first (gpuckpt resume %d)",
+                     (int)t->proc[i].pid, t->proc[i].comm, tcgpu_state_name(st.state),
+                     (int)t->proc[i].pid);
+            return -EBUSY;
+        }
+    }
+    return 0;
+}
+
+/* ---- taking the GPU processes off, and back ------------------------------------- */
+
+static int image_csum(const char *dir, uint8_t out[16], char *err, size_t len)
+{
+    struct image *img = NULL;
+    int r = image_open(&img, dir, IMAGE_OPEN_MANIFEST_ONLY, err, len);
+
+    if (r == 0)
+        image_manifest_csum(img, out);
+    image_close(img);
+    return r;
+}
+
+static int take_off(struct tree_proc *p, const char *base, char *err, size_t len)
+{
+    char img[PATH_MAX];
+    int r;
+
+    snprintf(img, sizeof(img), "%s/%s", base, p->image);
+    r = gpuckpt_call("suspend", p->pid, img, NULL);
+    if (r != CTL_EXIT_OK) {
+        snprintf(err, len, "process %d (%s): suspend failed (above)", (int)p->pid, p->comm);
+        return -EIO;
+    }
+    p->suspended = 1;
+    if ((r = gdrv_release(p->pid, 10000, err, len)) < 0)
+        return r;
+    p->released = 1;
+    return image_csum(img, p->image_csum, err, len);
+}
+
+/*
+ * Gives process p back what save took: its context (driver Restore +
+ * Unlock), then its memory (tcgpu resume from the image at base/gpu/<pid>).
+ * Returns 0, or -errno after printing what is left to do by hand.
+ */
+static int give_back(struct tree_proc *p, const char *base)
+{
+    char img[PATH_MAX], err[512];
+    int r;
+
+    if (p->released) {
+        if ((r = gdrv_reacquire(p->pid, err, sizeof(err))) < 0) {
+            gpuckpt_error("process %d (%s): cannot take its CUDA context back: %s; it stays "
+                          "suspended (retry: gpuckpt resume %d)", (int)p->pid, p->comm, err,
+                          (int)p->pid);
+            return r;
+        }
+        p->released = 0;
+    }
+    if (p->suspended) {
+        snprintf(img, sizeof(img), "%s/%s", base, p->image);
+        if (gpuckpt_call("resume", p->pid, img, NULL) != CTL_EXIT_OK) {
+            gpuckpt_error("process %d (%s) stays suspended (retry: gpuckpt resume %d -D %s)",
+                          (int)p->pid, p->comm, (int)p->pid, img);
+            return -EIO;
+        }
+        p->suspended = 0;
+    }
+    return 0;
+}
+
+/* Back out: every process as it was, in reverse order. */
+static int give_all_back(struct tree *t, const char *base)
+{
+    int bad = 0;
+
+    for (int i = t->nproc - 1; i >= 0; i--)
+        if ((t->proc[i].suspended || t->proc[i].released) && give_back(&t->proc[i], base) < 0)
+            bad++;
+    return bad;
+}
+
+/* ---- CRIU ------------------------------------------------------------------------ */
+
+static int criu_dump(const struct save_opts *o, char *err, size_t len)
+{
+    char imgdir[PATH_MAX], log[PATH_MAX], pid[16], why[2048];
+    char *argv[16];
+    int n = 0, r;
+
+    snprintf(imgdir, sizeof(imgdir), "%s/criu", o->tmp);
+    snprintf(log, sizeof(log), "%s/criu/dump.log", o->tmp);
+    snprintf(pid, sizeof(pid), "%d", (int)o->root);
+    argv[n++] = (char *)o->criu;
+    argv[n++] = "dump";
+    argv[n++] = "-t";
+    argv[n++] = pid;
+    argv[n++] = "-D";
+    argv[n++] = imgdir;
+    argv[n++] = "-o";
+    argv[n++] = "dump.log";
+    argv[n++] = "-v4";
+    /* file locks held by the tree are dumped rather than refused */
+    argv[n++] = "--file-locks";
+    if (o->leave_running)
+        argv[n++] = "--leave-running";
+    if (o->tcp_established)
+        argv[n++] = "--tcp-established";
+    if (o->shell_job)
+        argv[n++] = "--shell-job";
+    argv[n] = NULL;
+    snprintf(log, sizeof(log), "%s/criu/dump.out", o->tmp);
+    r = criu_run(argv, log);
+    if (r == 0)
+        return 0;
+    snprintf(log, sizeof(log), "%s/criu/dump.log", o->tmp);
+    criu_log_errors(log, 3, why, sizeof(why));
+    snprintf(err, len, "criu dump of the tree under %d failed (exit %d):\n  %s", (int)o->root, r, why);
+    return -EIO;
+}
+
+/* Keep CRIU's log of a failed dump: the temporary directory goes away. */
+static void keep_log(const struct save_opts *o, char *kept, size_t len)
+{
+    char src[PATH_MAX], cmd[PATH_MAX];
+    int in, out;
+    ssize_t n;
+
+    kept[0] = '\0';
+    snprintf(src, sizeof(src), "%s/criu/dump.log", o->tmp);
+    snprintf(cmd, sizeof(cmd), "%s.failed-dump.log", o->dir);
+    if ((in = open(src, O_RDONLY | O_CLOEXEC)) < 0)
+        return;
+    if ((out = open(cmd, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) >= 0) {
+        char buf[65536];
+        int ok = 1;
+        while ((n = read(in, buf, sizeof(buf))) > 0)
+            if (write(out, buf, (size_t)n) != n) {
+                ok = 0;          /* a full disk: no log to keep */
+                break;
+            }
+        close(out);
+        if (ok)
+            snprintf(kept, len, "%s", cmd);
+        else
+            unlink(cmd);
+    }
+    close(in);
+}
+
+/* ---- the command ------------------------------------------------------------------ */
+
+static int parse_save_args(int argc, char **argv, struct save_opts *o)
+{
+    enum { OPT_LEAVE = 1000, OPT_TCP, OPT_SHELL };
+    static const struct option longopts[] = {
+        { "dir", required_argument, NULL, 'D' },
+        { "leave-running", no_argument, NULL, OPT_LEAVE },
+        { "tcp-established", no_argument, NULL, OPT_TCP },
+        { "shell-job", no_argument, NULL, OPT_SHELL },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    const char *dir = NULL;
+    char *end;
+    long v;
+    int ch;
+
+    optind = 1;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, "hD:", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'h': gpuckpt_command_help("save"); return -1;
+        case 'D': dir = optarg; break;
+        case OPT_LEAVE: o->leave_running = 1; break;
+        case OPT_TCP: o->tcp_established = 1; break;
+        case OPT_SHELL: o->shell_job = 1; break;
+        default: return gpuckpt_usage_error("save", "unknown option");
+        }
+    }
+    if (optind != argc - 1)
+        return gpuckpt_usage_error("save", "one PID, please");
+    errno = 0;
+    v = strtol(argv[optind], &end, 10);
+    if (errno || *end || end == argv[optind] || v <= 0 || v > INT_MAX)
+        return gpuckpt_usage_error("save", "PID is not a process id");
+    o->root = (pid_t)v;
+    if (!dir)
+        return gpuckpt_usage_error("save", "-D DIR is required");
+    if (gpuckpt_absolute_dir(dir, o->dir, sizeof(o->dir)) < 0 || strlen(o->dir) > PATH_MAX - 64)
+        return gpuckpt_usage_error("save", "bad directory");
+    return 0;
+}
+
+static int prepare_dirs(struct save_opts *o, char *err, size_t len)
+{
+    char sub[PATH_MAX + 16];
+    struct stat st;
+
+    if (lstat(o->dir, &st) == 0) {
+        snprintf(err, len, "%s exists: gpuckpt save writes a new directory", o->dir);
+        return -EEXIST;
+    }
+    snprintf(o->tmp, sizeof(o->tmp), "%s.tmp-XXXXXX", o->dir);
+    if (!mkdtemp(o->tmp)) {
+        int e = errno;
+        snprintf(err, len, "cannot create %s: %s", o->tmp, strerror(e));
+        o->tmp[0] = '\0';
+        return -e;
+    }
+    /* images hold model weights: private to the user */
+    chmod(o->tmp, 0700);
+    snprintf(sub, sizeof(sub), "%s/gpu", o->tmp);
+    if (tree_mkdir(sub) == 0) {
+        snprintf(sub, sizeof(sub), "%s/criu", o->tmp);
+        if (tree_mkdir(sub) == 0)
+            return 0;
+    }
+    snprintf(err, len, "cannot create %s: %s", sub, strerror(errno));
+    return -errno;
+}
+
+static void fill_header(struct tree *t, const struct save_opts *o)
+{
+    struct gdrv_device d[TREE_MAX_DEVICES];
+    int n = gdrv_devices(d, TREE_MAX_DEVICES, NULL, 0);
+
+    t->created = (uint64_t)time(NULL);
+    gethostname(t->host, sizeof(t->host) - 1);
+    t->driver = gdrv_driver_version();
+    snprintf(t->criu_flags, sizeof(t->criu_flags), "%s%s%s", o->shell_job ? "shell-job" : "",
+             o->shell_job && o->tcp_established ? "," : "", o->tcp_established ? "tcp-established" : "");
+    t->ndev = 0;
+    for (int i = 0; i < n && i < TREE_MAX_DEVICES; i++) {
+        t->dev[i].ordinal = d[i].ordinal;
+        t->dev[i].total_mem = d[i].total_mem;
+        memcpy(t->dev[i].uuid, d[i].uuid, 16);
+        snprintf(t->dev[i].name, sizeof(t->dev[i].name), "%s", d[i].name);
+        t->ndev++;
+    }
+}
+
+/* After the dump: DIR.tmp -> DIR, durably. */
+static int commit(const struct save_opts *o, char *err, size_t len)
+{
+    char parent[PATH_MAX], *slash;
+    int r;
+
+    if ((r = tree_fsync_all(o->tmp)) < 0) {
+        snprintf(err, len, "cannot sync %s: %s", o->tmp, strerror(-r));
+        return r;
+    }
+    if (renameat2(AT_FDCWD, o->tmp, AT_FDCWD, o->dir, RENAME_NOREPLACE) < 0) {
+        r = -errno;
+        snprintf(err, len, "cannot rename %s to %s: %s", o->tmp, o->dir, strerror(errno));
+        return r;
+    }
+    snprintf(parent, sizeof(parent), "%s", o->dir);
+    slash = strrchr(parent, '/');
+    if (slash && slash != parent)
+        *slash = '\0';
+    tree_fsync_dir(parent);
+    return 0;
+}
+
+/* Suspend, release, write the manifest, dump. On failure the caller backs out. */
+static int save_tree(struct tree *t, struct save_opts *o, char *err, size_t len)
+{
+    double t0 = now_s();
+    int r;
+
+    for (int i = 0; i < t->nproc; i++)
+        if (t->proc[i].tcgpu && (r = take_off(&t->proc[i], o->tmp, err, len)) < 0)
+            return r;
+    fill_header(t, o);
+    if ((r = tree_write(t, o->tmp, err, len)) < 0)
+        return r;
+    o->t_gpu = now_s() - t0;
+    t0 = now_s();
+    r = criu_dump(o, err, len);
+    o->t_criu = now_s() - t0;
+    return r;
+}
+
+static void report(const struct tree *t, const struct save_opts *o, double secs)
+{
+    int ntc = 0;
+
+    for (int i = 0; i < t->nproc; i++)
+        ntc += t->proc[i].tcgpu;
+    printf("saved the tree under %d (%d process%s, %d under tcgpu) to %s in %.2f s "
+           "(GPU images %.2f s, CRIU dump %.2f s, sync %.2f s)%s\n",
+           (int)o->root, t->nproc, t->nproc == 1 ? "" : "es", ntc, o->dir, secs, o->t_gpu,
+           o->t_criu, o->t_sync, o->leave_running ? "; it runs on" : "");
+}
+
+int gpuckpt_cmd_save(int argc, char **argv)
+{
+    struct save_opts o = { 0 };
+    struct tree *t = calloc(1, sizeof(*t));
+    char err[16384] = "";
+    double t0 = now_s();
+    int r, dumped = 0;
+
+    if (!t)
+        return CTL_EXIT_FAILED;
+    if ((r = parse_save_args(argc, argv, &o)) != 0) {
+        free(t);
+        return r < 0 ? CTL_EXIT_OK : r;
+    }
+    if (criu_find(o.criu, sizeof(o.criu)) < 0) {
+        gpuckpt_error("save %d: CRIU not found (set TCGPU_CRIU, or put criu on PATH)", (int)o.root);
+        free(t);
+        return CTL_EXIT_FAILED;
+    }
+    if ((r = tree_walk(t, o.root)) < 0) {
+        gpuckpt_error("save %d: %s", (int)o.root, r == -ESRCH ? "no such process" : "tree too large");
+        free(t);
+        return tree_exit_code(r);
+    }
+    /* refusals first: nothing is touched yet */
+    if ((r = classify(t, err, sizeof(err))) < 0 || (r = check_running(t, err, sizeof(err))) < 0 ||
+        (r = prepare_dirs(&o, err, sizeof(err))) < 0) {
+        gpuckpt_error("save %d: %s", (int)o.root, err);
+        free(t);
+        return tree_exit_code(r);
+    }
+    r = save_tree(t, &o, err, sizeof(err));
+    dumped = r == 0;
+    if (r == 0) {
+        double t1 = now_s();
+        r = commit(&o, err, sizeof(err));
+        o.t_sync = now_s() - t1;
+    }
+    if (r < 0) {
+        char kept[PATH_MAX];
+        gpuckpt_error("save %d: %s", (int)o.root, err);
+        keep_log(&o, kept, sizeof(kept));
+        if (kept[0])
+            gpuckpt_error("save %d: CRIU's log: %s", (int)o.root, kept);
+        if (dumped && !o.leave_running) {
+            /* CRIU killed the tree after dumping it: the images are all there is */
+            gpuckpt_error("save %d: the tree was dumped and has exited; its images stay in %s",
+                          (int)o.root, o.tmp);
+        } else {
+            int bad = give_all_back(t, o.tmp);
+            tree_remove_all(o.tmp);
+            gpuckpt_error("save %d: nothing saved; %s", (int)o.root,
+                          bad ? "some processes could not be resumed (above)"
+                              : "the tree runs on as it was");
+        }
+        free(t);
+        return tree_exit_code(r);
+    }
+    if (o.leave_running && give_all_back(t, o.dir) > 0) {
+        gpuckpt_error("save %d: saved to %s, but some processes could not be resumed (above)",
+                      (int)o.root, o.dir);
+        free(t);
+        return CTL_EXIT_FAILED;
+    }
+    report(t, &o, now_s() - t0);
+    free(t);
+    return CTL_EXIT_OK;
+}

@@ -1,0 +1,51 @@
+/*
+ * tcgpud.h - gpuckpt's side of tcgpud: ps, events, `run --project`
+ * and suspend/resume of jobs tcgpud manages (docs/tcgpud.md, docs/cli.md).
+ */
+#ifndef GPUCKPT_TCGPUD_H
+#define GPUCKPT_TCGPUD_H
+
+#include <sys/types.h>
+
+/* Long options of `run` handled here (values beyond gpuckpt's own). */
+enum {
+    GPUCKPT_OPT_PROJECT = 2000,
+    GPUCKPT_OPT_PRIORITY,
+    GPUCKPT_OPT_GPU_MEM,
+    GPUCKPT_OPT_WAIT_TIMEOUT,
+    GPUCKPT_OPT_DAEMON_SOCKET,
+    GPUCKPT_OPT_TCGPUD_LAST,
+    GPUCKPT_OPT_AUTO_RESUME = 2100,   /* suspend --auto-resume */
+};
+
+#define GPUCKPT_TCGPUD_RUN_LONGOPTS                                                      \
+    { "project", required_argument, NULL, GPUCKPT_OPT_PROJECT },                          \
+    { "priority", required_argument, NULL, GPUCKPT_OPT_PRIORITY },                        \
+    { "gpu-mem", required_argument, NULL, GPUCKPT_OPT_GPU_MEM },                          \
+    { "wait-timeout", required_argument, NULL, GPUCKPT_OPT_WAIT_TIMEOUT },                \
+    { "daemon-socket", required_argument, NULL, GPUCKPT_OPT_DAEMON_SOCKET }
+
+#define GPUCKPT_TCGPUD_RUN_HELP                                                                  \
+    "  --project P               register with tcgpud in project P (TCGPU_PROJECT)\n"             \
+    "  --priority N              the job's priority, at most the project's (TCGPU_PRIORITY)\n"    \
+    "  --gpu-mem SIZE            the job's GPU memory limit, e.g. 8G (TCGPU_GPU_MEM)\n"           \
+    "  --wait-timeout SEC        when tcgpud cannot make room, wait this long (TCGPU_WAIT_TIMEOUT)\n" \
+    "  --daemon-socket PATH      tcgpud's socket (TCGPU_DAEMON_SOCKET, default /run/tcgpud.sock)\n"
+
+/* One of the options above: sets the environment. 0, or a usage exit code. */
+int gpuckpt_tcgpud_run_option(int opt, const char *arg);
+
+/*
+ * suspend/resume of pid through tcgpud, when tcgpud manages it (so that its
+ * view stays true and a manual suspension is not undone automatically).
+ * dir: the image directory (suspend) or NULL. Returns an exit code, or -1
+ * when tcgpud is not there or does not manage pid (the caller goes to the
+ * process directly).
+ */
+int gpuckpt_tcgpud_op(const char *cmd, pid_t pid, const char *dir, int auto_resume, int quiet,
+                      int timeout_ms);
+
+int gpuckpt_cmd_ps(int argc, char **argv);
+int gpuckpt_cmd_events(int argc, char **argv);
+
+#endif

@@ -1,0 +1,627 @@
+/* tree.c - the tree manifest, the process tree, CRIU; see tree.h. */
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ctl/client.h"
+#include "ctl/proto.h"
+#include "tree.h"
+#include "ctl/rundir.h"
+
+/* ---- the process tree ---------------------------------------------------- */
+
+static int read_small(const char *path, char *buf, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n;
+
+    if (fd < 0)
+        return -errno;
+    n = read(fd, buf, len - 1);
+    close(fd);
+    if (n < 0)
+        return -EIO;
+    buf[n] = '\0';
+    return (int)n;
+}
+
+/* comm and ppid of pid from /proc. */
+static int proc_identity(pid_t pid, struct tree_proc *p)
+{
+    char path[64], buf[1024], *rp;
+    int r;
+
+    p->pid = pid;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if ((r = read_small(path, buf, sizeof(buf))) < 0)
+        return r;
+    /* "pid (comm) S ppid ...": comm may hold spaces and parentheses */
+    rp = strrchr(buf, ')');
+    if (!rp || sscanf(rp + 1, " %*c %d", &p->ppid) != 1)
+        return -EPROTO;
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+    if (read_small(path, p->comm, sizeof(p->comm)) > 0)
+        p->comm[strcspn(p->comm, "\n")] = '\0';
+    if (tcgpu_proc_uid(pid, &p->uid) < 0)
+        p->uid = 0;
+    return 0;
+}
+
+static int already_listed(const struct tree *t, pid_t pid)
+{
+    for (int i = 0; i < t->nproc; i++)
+        if (t->proc[i].pid == pid)
+            return 1;
+    return 0;
+}
+
+/* Appends the children of every thread of t->proc[i]. */
+static int add_children(struct tree *t, int i)
+{
+    char path[64], buf[8192];
+    struct dirent *e;
+    DIR *d;
+    int r = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)t->proc[i].pid);
+    if (!(d = opendir(path)))
+        return 0;               /* it exited meanwhile: CRIU will say so */
+    while (r == 0 && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/task/%.16s/children", (int)t->proc[i].pid, e->d_name);
+        if (read_small(path, buf, sizeof(buf)) <= 0)
+            continue;
+        for (char *s = buf, *end; *s; s = end) {
+            long c = strtol(s, &end, 10);
+            if (end == s)
+                break;
+            if (c <= 0 || already_listed(t, (pid_t)c))
+                continue;
+            if (t->nproc >= TREE_MAX_PROCS) {
+                r = -E2BIG;
+                break;
+            }
+            memset(&t->proc[t->nproc], 0, sizeof(t->proc[0]));
+            if (proc_identity((pid_t)c, &t->proc[t->nproc]) == 0)
+                t->nproc++;
+        }
+    }
+    closedir(d);
+    return r;
+}
+
+int tree_walk(struct tree *t, pid_t root)
+{
+    int r;
+
+    t->nproc = 0;
+    t->root = root;
+    memset(&t->proc[0], 0, sizeof(t->proc[0]));
+    if (proc_identity(root, &t->proc[0]) < 0)
+        return -ESRCH;
+    t->nproc = 1;
+    for (int i = 0; i < t->nproc; i++)
+        if ((r = add_children(t, i)) < 0)
+            return r;
+    return 0;
+}
+
+/* ---- the manifest ---------------------------------------------------------- */
+
+void tree_hex16(const uint8_t in[16], char out[33])
+{
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", in[i]);
+}
+
+static int unhex16(const char *s, uint8_t out[16])
+{
+    if (!s || strlen(s) != 32)
+        return -1;
+    for (int i = 0; i < 16; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1)
+            return -1;
+        out[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
+/* One record line into f. */
+static int put_line(FILE *f, struct ctl_buf *b)
+{
+    long n = ctl_buf_finish(b);
+
+    if (n < 0)
+        return -EMSGSIZE;
+    return fwrite(b->data, 1, (size_t)n, f) == (size_t)n && fputc('\n', f) != EOF ? 0 : -EIO;
+}
+
+static int format_tree(const struct tree *t, FILE *f, struct ctl_buf *b)
+{
+    char hex[33];
+    int r;
+
+    ctl_buf_request(b, "tcgpu_tree");
+    ctl_buf_put_u64(b, "version", TREE_VERSION);
+    ctl_buf_put_u64(b, "root", (uint64_t)t->root);
+    ctl_buf_put_u64(b, "created", t->created);
+    ctl_buf_put(b, "host", t->host);
+    ctl_buf_put_i64(b, "driver", t->driver);
+    ctl_buf_put(b, "criu_flags", t->criu_flags);
+    if ((r = put_line(f, b)) < 0)
+        return r;
+    for (int i = 0; i < t->ndev; i++) {
+        ctl_buf_request(b, "device");
+        ctl_buf_put_u64(b, "ordinal", (uint64_t)t->dev[i].ordinal);
+        ctl_buf_put(b, "name", t->dev[i].name);
+        ctl_buf_put_u64(b, "total_mem", t->dev[i].total_mem);
+        tree_hex16(t->dev[i].uuid, hex);
+        ctl_buf_put(b, "uuid", hex);
+        if ((r = put_line(f, b)) < 0)
+            return r;
+    }
+    for (int i = 0; i < t->nproc; i++) {
+        const struct tree_proc *p = &t->proc[i];
+        ctl_buf_request(b, "process");
+        ctl_buf_put_u64(b, "pid", (uint64_t)p->pid);
+        ctl_buf_put_u64(b, "ppid", (uint64_t)p->ppid);
+        ctl_buf_put_u64(b, "uid", (uint64_t)p->uid);
+        ctl_buf_put(b, "comm", p->comm);
+        ctl_buf_put_u64(b, "tcgpu", (uint64_t)p->tcgpu);
+        if (p->tcgpu) {
+            ctl_buf_put(b, "image", p->image);
+            tree_hex16(p->image_csum, hex);
+            ctl_buf_put(b, "image_csum", hex);
+            ctl_buf_put(b, "socket", p->socket);
+        }
+        if ((r = put_line(f, b)) < 0)
+            return r;
+    }
+    return 0;
+}
+
+int tree_write(const struct tree *t, const char *dir, char *err, size_t len)
+{
+    struct ctl_buf *b = malloc(sizeof(*b));
+    char path[PATH_MAX], *text = NULL;
+    size_t size = 0;
+    FILE *mem = NULL;
+    int fd = -1, r;
+
+    snprintf(path, sizeof(path), "%s/" TREE_FILE, dir);
+    if (!b || !(mem = open_memstream(&text, &size))) {
+        r = -ENOMEM;
+        goto out;
+    }
+    r = format_tree(t, mem, b);
+    if (fclose(mem) != 0 && r == 0)
+        r = -ENOMEM;
+    mem = NULL;
+    if (r < 0)
+        goto out;
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        r = -errno;
+        goto out;
+    }
+    {
+        char sum[64];
+        int n = snprintf(sum, sizeof(sum), "checksum xxh3=%016" PRIx64 "\n",
+                         (uint64_t)XXH3_64bits(text, size));
+        if (write(fd, text, size) != (ssize_t)size || write(fd, sum, (size_t)n) != n)
+            r = errno ? -errno : -EIO;
+        else if (fsync(fd) < 0)
+            r = -errno;
+    }
+out:
+    if (r < 0)
+        snprintf(err, len, "cannot write %s: %s", path, strerror(-r));
+    if (fd >= 0)
+        close(fd);
+    if (mem)
+        fclose(mem);
+    free(text);
+    free(b);
+    return r;
+}
+
+static int get_u64(const struct ctl_msg *m, const char *key, uint64_t *v)
+{
+    return ctl_get_u64(m, key, v);
+}
+
+static int parse_device(struct tree *t, const struct ctl_msg *m)
+{
+    struct tree_device *d;
+    uint64_t v;
+    const char *name = ctl_get(m, "name");
+
+    if (t->ndev >= TREE_MAX_DEVICES)
+        return -1;
+    d = &t->dev[t->ndev];
+    if (get_u64(m, "ordinal", &v) || v > 64 || get_u64(m, "total_mem", &d->total_mem) || !name ||
+        unhex16(ctl_get(m, "uuid"), d->uuid))
+        return -1;
+    d->ordinal = (int)v;
+    snprintf(d->name, sizeof(d->name), "%s", name);
+    t->ndev++;
+    return 0;
+}
+
+static int parse_process(struct tree *t, const struct ctl_msg *m)
+{
+    struct tree_proc *p;
+    uint64_t pid, ppid, tc, uid;
+    const char *comm = ctl_get(m, "comm"), *image = ctl_get(m, "image"), *sock = ctl_get(m, "socket");
+
+    if (t->nproc >= TREE_MAX_PROCS)
+        return -1;
+    p = &t->proc[t->nproc];
+    memset(p, 0, sizeof(*p));
+    if (get_u64(m, "pid", &pid) || !pid || pid > INT32_MAX || get_u64(m, "ppid", &ppid) ||
+        ppid > INT32_MAX || get_u64(m, "tcgpu", &tc) || tc > 1 || !comm)
+        return -1;
+    p->pid = (pid_t)pid;
+    p->ppid = (pid_t)ppid;
+    /* uid is optional (the first saves lacked it): absent means root */
+    if (get_u64(m, "uid", &uid) == 0 && uid <= UINT32_MAX)
+        p->uid = (uid_t)uid;
+    p->tcgpu = (int)tc;
+    snprintf(p->comm, sizeof(p->comm), "%s", comm);
+    if (p->tcgpu) {
+        char want[32];
+        /* the image must be where save puts it: never a path out of DIR */
+        snprintf(want, sizeof(want), "gpu/%d", (int)p->pid);
+        if (!image || strcmp(image, want) || unhex16(ctl_get(m, "image_csum"), p->image_csum) ||
+            !sock || sock[0] != '/')
+            return -1;
+        snprintf(p->image, sizeof(p->image), "%s", want);
+        snprintf(p->socket, sizeof(p->socket), "%s", sock);
+    }
+    t->nproc++;
+    return 0;
+}
+
+static int parse_header(struct tree *t, const struct ctl_msg *m, char *why, size_t len)
+{
+    uint64_t v, root, created;
+    int64_t drv;
+    const char *host = ctl_get(m, "host"), *flags = ctl_get(m, "criu_flags");
+
+    if (strcmp(m->word, "tcgpu_tree") || get_u64(m, "version", &v)) {
+        snprintf(why, len, "not a tcgpu tree manifest");
+        return -EBADMSG;
+    }
+    if (v != TREE_VERSION) {
+        snprintf(why, len, "manifest version %" PRIu64 ", this gpuckpt reads version %d", v,
+                 TREE_VERSION);
+        return -EPROTONOSUPPORT;
+    }
+    if (get_u64(m, "root", &root) || !root || root > INT32_MAX || get_u64(m, "created", &created) ||
+        ctl_get_i64(m, "driver", &drv) || !host || !flags) {
+        snprintf(why, len, "header record incomplete");
+        return -EBADMSG;
+    }
+    t->root = (pid_t)root;
+    t->created = created;
+    t->driver = (int)drv;
+    snprintf(t->host, sizeof(t->host), "%s", host);
+    snprintf(t->criu_flags, sizeof(t->criu_flags), "%s", flags);
+    return 0;
+}
+
+/* Checks the last line, "checksum xxh3=HEX", against the bytes before it; *body_len excludes it. */
+static int check_sum(char *text, size_t n, size_t *body_len, char *why, size_t len)
+{
+    char *last;
+    uint64_t want;
+
+    if (n == 0 || text[n - 1] != '\n') {
+        snprintf(why, len, "truncated (no final checksum line)");
+        return -EBADMSG;
+    }
+    text[n - 1] = '\0';
+    last = strrchr(text, '\n');
+    last = last ? last + 1 : text;
+    if (sscanf(last, "checksum xxh3=%16" SCNx64, &want) != 1 || strlen(last) != 30) {
+        snprintf(why, len, "truncated or damaged (no final checksum line)");
+        return -EBADMSG;
+    }
+    *body_len = (size_t)(last - text);
+    if ((uint64_t)XXH3_64bits(text, *body_len) != want) {
+        snprintf(why, len, "checksum mismatch: the file was modified or damaged");
+        return -EBADMSG;
+    }
+    return 0;
+}
+
+static int parse_records(struct tree *t, char *text, size_t body, struct ctl_msg *m, char *why,
+                         size_t len)
+{
+    int line = 0, r;
+
+    for (char *s = text, *nl; s < text + body; s = nl + 1) {
+        nl = memchr(s, '\n', (size_t)(text + body - s));
+        if (!nl)
+            break;
+        line++;
+        if (ctl_parse(s, (size_t)(nl - s), m) < 0) {
+            snprintf(why, len, "line %d is malformed", line);
+            return -EBADMSG;
+        }
+        if (line == 1) {
+            if ((r = parse_header(t, m, why, len)) < 0)
+                return r;
+            continue;
+        }
+        if (!strcmp(m->word, "device") ? parse_device(t, m) < 0
+            : !strcmp(m->word, "process") ? parse_process(t, m) < 0 : 1) {
+            snprintf(why, len, "line %d: bad or unknown '%s' record", line, m->word);
+            return -EBADMSG;
+        }
+    }
+    if (line == 0 || t->nproc == 0 || t->proc[0].pid != t->root) {
+        snprintf(why, len, "no processes, or the first is not the root");
+        return -EBADMSG;
+    }
+    return 0;
+}
+
+int tree_read(struct tree *t, const char *dir, char *err, size_t len)
+{
+    char path[PATH_MAX], why[256] = "";
+    struct ctl_msg *m = malloc(sizeof(*m));
+    char *text = malloc(1 << 22);       /* 4 MiB: far above TREE_MAX_PROCS lines */
+    size_t body = 0;
+    ssize_t n = 0;
+    int fd = -1, r;
+
+    snprintf(path, sizeof(path), "%s/" TREE_FILE, dir);
+    memset(t, 0, offsetof(struct tree, proc));
+    t->nproc = 0;
+    if (!m || !text) {
+        r = -ENOMEM;
+        snprintf(why, sizeof(why), "out of memory");
+        goto out;
+    }
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        r = -errno;
+        snprintf(why, sizeof(why), "%s", strerror(errno));
+        goto out;
+    }
+    n = read(fd, text, (1 << 22) - 1);
+    if (n < 0 || n == (1 << 22) - 1) {
+        r = n < 0 ? -errno : -EBADMSG;
+        snprintf(why, sizeof(why), "%s", n < 0 ? strerror(errno) : "too large");
+        goto out;
+    }
+    if ((r = check_sum(text, (size_t)n, &body, why, sizeof(why))) == 0)
+        r = parse_records(t, text, body, m, why, sizeof(why));
+out:
+    if (r < 0)
+        snprintf(err, len, "%s: %s", path, why);
+    if (fd >= 0)
+        close(fd);
+    free(text);
+    free(m);
+    return r;
+}
+
+int tree_is_save_dir(const char *dir)
+{
+    char path[PATH_MAX];
+    struct stat st;
+
+    snprintf(path, sizeof(path), "%s/" TREE_FILE, dir);
+    return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* ---- CRIU ---------------------------------------------------------------------- */
+
+static int executable_file(const char *p)
+{
+    struct stat st;
+
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, X_OK) == 0;
+}
+
+int criu_find(char *path, size_t len)
+{
+    const char *env = getenv("TCGPU_CRIU"), *pathvar = getenv("PATH");
+    static const char *const fixed[] = { "/usr/local/sbin/criu", "/usr/sbin/criu", "/sbin/criu" };
+
+    if (env && *env) {
+        snprintf(path, len, "%s", env);
+        return executable_file(path) ? 0 : -ENOENT;
+    }
+    if (pathvar) {
+        char *copy = strdup(pathvar), *save = NULL;
+        for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
+            snprintf(path, len, "%s/criu", d);
+            if (executable_file(path)) {
+                free(copy);
+                return 0;
+            }
+        }
+        free(copy);
+    }
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
+        snprintf(path, len, "%s", fixed[i]);
+        if (executable_file(path))
+            return 0;
+    }
+    return -ENOENT;
+}
+
+int criu_run(char *const argv[], const char *log)
+{
+    int st, fd;
+    pid_t pid;
+
+    fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDONLY);
+        if (null >= 0)
+            dup2(null, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(argv[0], argv);
+        dprintf(2, "gpuckpt: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(fd);
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -errno;
+    if (WIFEXITED(st))
+        return WEXITSTATUS(st);
+    return 128 + WTERMSIG(st);
+}
+
+void criu_log_errors(const char *log, int n, char *out, size_t len)
+{
+    char line[1024], ring[8][512];
+    int count = 0;
+    FILE *f = fopen(log, "r");
+
+    out[0] = '\0';
+    if (n > 8)
+        n = 8;
+    if (!f) {
+        snprintf(out, len, "(no log at %s)", log);
+        return;
+    }
+    while (fgets(line, sizeof(line), f)) {
+        /* CRIU's "Error (file:line): text"; the rlimit line is noise an
+         * unprivileged-looking environment always prints */
+        if (!strstr(line, "Error") || strstr(line, "RLIMIT_NOFILE"))
+            continue;
+        line[strcspn(line, "\n")] = '\0';
+        snprintf(ring[count % 8], sizeof(ring[0]), "%.511s", line);
+        count++;
+    }
+    fclose(f);
+    for (int i = count > n ? count - n : 0; i < count; i++) {
+        size_t l = strlen(out);
+        snprintf(out + l, len - l, "%s%s", l ? "\n  " : "", ring[i % 8]);
+    }
+    if (!count)
+        snprintf(out, len, "(no Error lines in the log)");
+}
+
+/* ---- files --------------------------------------------------------------------- */
+
+void tree_remove_all(const char *path)
+{
+    struct stat st;
+    DIR *d;
+    struct dirent *e;
+    char sub[PATH_MAX];
+
+    if (lstat(path, &st) < 0)
+        return;
+    if (!S_ISDIR(st.st_mode)) {
+        unlink(path);
+        return;
+    }
+    if ((d = opendir(path))) {
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
+            tree_remove_all(sub);
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+int tree_mkdir(const char *path)
+{
+    if (mkdir(path, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+int tree_fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
+
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) < 0)
+        r = -errno;
+    close(fd);
+    return r;
+}
+
+int tree_fsync_all(const char *path)
+{
+    struct stat st;
+    DIR *d;
+    struct dirent *e;
+    char sub[PATH_MAX];
+    int r = 0, fd;
+
+    if (lstat(path, &st) < 0)
+        return -errno;
+    if (S_ISREG(st.st_mode)) {
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+            return -errno;
+        if (fsync(fd) < 0)
+            r = -errno;
+        close(fd);
+        return r;
+    }
+    if (!S_ISDIR(st.st_mode))
+        return 0;
+    if (!(d = opendir(path)))
+        return -errno;
+    while (r == 0 && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
+        r = tree_fsync_all(sub);
+    }
+    closedir(d);
+    return r ? r : tree_fsync_dir(path);
+}
+
+int tree_exit_code(int err)
+{
+    switch (err < 0 ? -err : err) {
+    case 0: return CTL_EXIT_OK;
+    case EBADMSG:
+    case EPROTONOSUPPORT: return CTL_EXIT_CORRUPT;
+    case EACCES:
+    case EPERM: return CTL_EXIT_PERM;
+    case ESRCH: return CTL_EXIT_NOPROC;
+    case ENOTSUP:
+    case EBUSY:
+    case EALREADY: return CTL_EXIT_REFUSED;
+    case ETIMEDOUT: return CTL_EXIT_TIMEOUT;
+    case ENOMEM: return CTL_EXIT_NOROOM;
+    default: return CTL_EXIT_FAILED;
+    }
+}

@@ -1,0 +1,591 @@
+/*
+ * config.c - tcgpud's configuration; see config.h.
+ *
+ * libinih splits the file into (section, key, value); everything else is
+ * ours: which sections and keys exist, their values, duplicates, and the
+ * cross-checks at the end (reservations within capacity). inih does not pass
+ * line numbers to the handler in the Debian build, so we feed it lines
+ * through our own reader and count them.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+struct parse_ctx {
+    struct tcgpud_config *c;
+    const char *name;             /* file name for messages */
+    FILE *f;
+    int line;                     /* of the text inih is working on */
+    int at_line_start;
+    char err[512];                /* first error */
+    int has_pending;              /* a section header read, not yet entered */
+    char pending[128];            /* its text */
+    int pending_line;
+    int entered;                  /* some section was entered */
+    unsigned daemon_seen;         /* keys of [daemon] given */
+    int daemon_sections;
+    int cur_project;              /* index, or -1 */
+    int cur_gpu;                  /* index, or -1 */
+};
+
+static void fail(struct parse_ctx *x, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void fail(struct parse_ctx *x, int line, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (x->err[0])
+        return;                   /* the first error is the one to fix first */
+    n = snprintf(x->err, sizeof(x->err), "%s:%d: ", x->name, line);
+    va_start(ap, fmt);
+    vsnprintf(x->err + n, sizeof(x->err) - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+/* ---------------------------------------------------------------------------
+ * Values
+ * ------------------------------------------------------------------------- */
+
+static const char *skip_space(const char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    return s;
+}
+
+static int parse_bool(const char *s, int *out)
+{
+    if (!strcmp(s, "yes") || !strcmp(s, "true") || !strcmp(s, "on") || !strcmp(s, "1"))
+        *out = 1;
+    else if (!strcmp(s, "no") || !strcmp(s, "false") || !strcmp(s, "off") || !strcmp(s, "0"))
+        *out = 0;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || end == s || *skip_space(end) || v < lo || v > hi)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+/* One "8G on 0" item. */
+static int parse_reserve_item(char *item, struct pol_project *p, char *err, size_t errlen)
+{
+    char *on = strstr(item, " on ");
+    uint64_t bytes;
+    long dev;
+
+    if (!on) {
+        snprintf(err, errlen, "reservation '%s': want SIZE on GPU (e.g. 8G on 0)", item);
+        return -EINVAL;
+    }
+    *on = '\0';
+    if (tcgpud_parse_size(item, &bytes) < 0) {
+        snprintf(err, errlen, "reservation: '%s' is not a size (e.g. 8G)", item);
+        return -EINVAL;
+    }
+    if (parse_int(skip_space(on + 4), 0, TCGPUD_MAX_GPUS - 1, &dev) < 0) {
+        snprintf(err, errlen, "reservation: '%s' is not a GPU number (0..%d)", skip_space(on + 4),
+                 TCGPUD_MAX_GPUS - 1);
+        return -EINVAL;
+    }
+    for (int i = 0; i < p->nreserve; i++) {
+        if (p->reserve[i].device == (int)dev) {
+            snprintf(err, errlen, "reservation: GPU %ld given twice", dev);
+            return -EINVAL;
+        }
+    }
+    if (p->nreserve == (int)(sizeof(p->reserve) / sizeof(p->reserve[0]))) {
+        snprintf(err, errlen, "reservation: at most %zu GPUs per project",
+                 sizeof(p->reserve) / sizeof(p->reserve[0]));
+        return -EINVAL;
+    }
+    p->reserve[p->nreserve].device = (int)dev;
+    p->reserve[p->nreserve].bytes = bytes;
+    p->nreserve++;
+    return 0;
+}
+
+int tcgpud_parse_reservation(const char *s, struct pol_project *p, char *err, size_t errlen)
+{
+    char *copy = strdup(s), *save = NULL;
+    int r = 0;
+
+    if (!copy) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    p->nreserve = 0;
+    for (char *t = strtok_r(copy, ",", &save); t && r == 0; t = strtok_r(NULL, ",", &save)) {
+        char *item = (char *)skip_space(t);
+        size_t n = strlen(item);
+        while (n && isspace((unsigned char)item[n - 1]))
+            item[--n] = '\0';
+        if (!n)
+            continue;
+        r = parse_reserve_item(item, p, err, errlen);
+    }
+    free(copy);
+    return r;
+}
+
+static int valid_name(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n >= max)
+        return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr("._-", *s))
+            return 0;
+    return 1;
+}
+
+static int add_members(struct parse_ctx *x, struct tcgpud_project *p, const char *value)
+{
+    char *copy = strdup(value), *save = NULL;
+
+    if (!copy) {
+        fail(x, x->line, "out of memory");
+        return -1;
+    }
+    for (char *t = strtok_r(copy, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save)) {
+        struct tcgpud_member m = { 0 };
+        if (!strcmp(t, "*")) {
+            m.everyone = 1;
+        } else {
+            m.is_group = t[0] == '@';
+            if (!valid_name(t + m.is_group, sizeof(m.name))) {
+                fail(x, x->line, "members: '%s' is not a user, @group or *", t);
+                break;
+            }
+            snprintf(m.name, sizeof(m.name), "%s", t + m.is_group);
+        }
+        if (p->nmembers == TCGPUD_MAX_MEMBERS) {
+            fail(x, x->line, "members: more than %d", TCGPUD_MAX_MEMBERS);
+            break;
+        }
+        p->members[p->nmembers++] = m;
+    }
+    free(copy);
+    return x->err[0] ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Sections
+ * ------------------------------------------------------------------------- */
+
+/* Bit for a key of a section (for duplicates); -1 when unknown. */
+static int key_bit(const char *const *keys, const char *name)
+{
+    for (int i = 0; keys[i]; i++)
+        if (!strcmp(keys[i], name))
+            return i;
+    return -1;
+}
+
+static const char *const daemon_keys[] = {
+    "socket", "state_file", "admins", "min_runtime", "resume_retry", "metrics", NULL,
+};
+static const char *const project_keys[] = {
+    "priority", "reservation", "members", "borrow", "default_limit", NULL,
+};
+
+static int set_path(struct parse_ctx *x, char *dst, size_t len, const char *key, const char *v)
+{
+    if (v[0] != '/') {
+        fail(x, x->line, "%s: '%s' must be an absolute path", key, v);
+        return -1;
+    }
+    if (strlen(v) >= len) {
+        fail(x, x->line, "%s: path longer than %zu characters", key, len - 1);
+        return -1;
+    }
+    snprintf(dst, len, "%s", v);
+    return 0;
+}
+
+static void daemon_key(struct parse_ctx *x, const char *name, const char *v)
+{
+    struct tcgpud_config *c = x->c;
+    int bit = key_bit(daemon_keys, name);
+
+    if (bit < 0) {
+        fail(x, x->line, "[daemon]: unknown key '%s' (known: socket, state_file, admins, "
+             "min_runtime, resume_retry, metrics)", name);
+        return;
+    }
+    if (x->daemon_seen & (1u << bit)) {
+        fail(x, x->line, "[daemon]: '%s' given twice", name);
+        return;
+    }
+    x->daemon_seen |= 1u << bit;
+    if (!strcmp(name, "socket"))
+        set_path(x, c->socket, sizeof(c->socket), name, v);
+    else if (!strcmp(name, "state_file"))
+        set_path(x, c->state_file, sizeof(c->state_file), name, v);
+    else if (!strcmp(name, "metrics"))
+        set_path(x, c->metrics, sizeof(c->metrics), name, v);
+    else if (!strcmp(name, "admins")) {
+        const char *g = v[0] == '@' ? v + 1 : v;
+        if (*g && !valid_name(g, sizeof(c->admins)))
+            fail(x, x->line, "admins: '%s' is not a group name", v);
+        else
+            snprintf(c->admins, sizeof(c->admins), "%s", g);
+    } else if (!strcmp(name, "min_runtime")) {
+        if (tcgpud_parse_duration(v, &c->min_runtime_ns) < 0)
+            fail(x, x->line, "min_runtime: '%s' is not a duration (e.g. 30s, 500ms, 2m)", v);
+    } else if (tcgpud_parse_duration(v, &c->resume_retry_ns) < 0) {
+        fail(x, x->line, "resume_retry: '%s' is not a duration (e.g. 5s)", v);
+    }
+}
+
+static void project_key(struct parse_ctx *x, struct tcgpud_project *p, const char *name,
+                        const char *v)
+{
+    int bit = key_bit(project_keys, name);
+    char err[256];
+    long prio;
+    int b;
+
+    if (bit < 0) {
+        fail(x, x->line, "[project %s]: unknown key '%s' (known: priority, reservation, members, "
+             "borrow, default_limit)", p->pol.name, name);
+        return;
+    }
+    /* inih hands indented continuation lines over as the same key again:
+     * members may go on over several lines; any other key twice is a mistake. */
+    if ((p->seen & (1u << bit)) && strcmp(name, "members")) {
+        fail(x, x->line, "[project %s]: '%s' given twice", p->pol.name, name);
+        return;
+    }
+    p->seen |= 1u << bit;
+    if (!strcmp(name, "priority")) {
+        if (parse_int(v, -1000000, 1000000, &prio) < 0)
+            fail(x, x->line, "priority: '%s' is not an integer in -1000000..1000000", v);
+        else
+            p->pol.priority = (int)prio;
+    } else if (!strcmp(name, "reservation")) {
+        if (tcgpud_parse_reservation(v, &p->pol, err, sizeof(err)) < 0)
+            fail(x, x->line, "%s", err);
+    } else if (!strcmp(name, "members")) {
+        add_members(x, p, v);
+    } else if (!strcmp(name, "borrow")) {
+        if (parse_bool(v, &b) < 0)
+            fail(x, x->line, "borrow: '%s' is not yes or no", v);
+        else
+            p->pol.may_borrow = b;
+    } else if (tcgpud_parse_size(v, &p->pol.default_limit) < 0) {
+        fail(x, x->line, "default_limit: '%s' is not a size (e.g. 16G, or 0 for none)", v);
+    }
+}
+
+static void gpu_key(struct parse_ctx *x, int idx, const char *name, const char *v)
+{
+    if (strcmp(name, "capacity")) {
+        fail(x, x->line, "[gpu %d]: unknown key '%s' (known: capacity)", x->c->gpus[idx].id, name);
+        return;
+    }
+    if (x->c->gpus[idx].capacity) {
+        fail(x, x->line, "[gpu %d]: 'capacity' given twice", x->c->gpus[idx].id);
+        return;
+    }
+    if (tcgpud_parse_size(v, &x->c->gpus[idx].capacity) < 0 || x->c->gpus[idx].capacity == 0)
+        fail(x, x->line, "capacity: '%s' is not a size (e.g. 80G)", v);
+}
+
+static void new_project(struct parse_ctx *x, const char *name, int line)
+{
+    struct tcgpud_config *c = x->c;
+    struct tcgpud_project *v;
+
+    if (!valid_name(name, POL_NAME_MAX)) {
+        fail(x, line, "[project %s]: a project name is 1..%d characters of [A-Za-z0-9._-]", name,
+             POL_NAME_MAX - 1);
+        return;
+    }
+    if (tcgpud_config_project(c, name)) {
+        fail(x, line, "[project %s] appears twice", name);
+        return;
+    }
+    if (c->nprojects == TCGPUD_MAX_PROJECTS) {
+        fail(x, x->line, "more than %d projects", TCGPUD_MAX_PROJECTS);
+        return;
+    }
+    v = realloc(c->projects, (size_t)(c->nprojects + 1) * sizeof(*v));
+    if (!v) {
+        fail(x, x->line, "out of memory");
+        return;
+    }
+    c->projects = v;
+    memset(&v[c->nprojects], 0, sizeof(*v));
+    snprintf(v[c->nprojects].pol.name, POL_NAME_MAX, "%s", name);
+    v[c->nprojects].pol.may_borrow = 1;
+    v[c->nprojects].line = line;
+    x->cur_project = c->nprojects++;
+}
+
+static void new_gpu(struct parse_ctx *x, const char *arg, int line)
+{
+    struct tcgpud_config *c = x->c;
+    long id;
+
+    if (parse_int(arg, 0, TCGPUD_MAX_GPUS - 1, &id) < 0) {
+        fail(x, line, "[gpu %s]: want a GPU number 0..%d", arg, TCGPUD_MAX_GPUS - 1);
+        return;
+    }
+    for (int i = 0; i < c->ngpus; i++) {
+        if (c->gpus[i].id == (int)id) {
+            fail(x, line, "[gpu %ld] appears twice", id);
+            return;
+        }
+    }
+    c->gpus[c->ngpus].id = (int)id;
+    c->gpus[c->ngpus].capacity = 0;
+    c->gpus[c->ngpus].line = line;
+    x->cur_gpu = c->ngpus++;
+}
+
+/* Enter a section: "daemon", "gpu N", "project NAME" (its header was at `line`). */
+static void enter_section(struct parse_ctx *x, const char *section, int line)
+{
+    x->cur_project = -1;
+    x->cur_gpu = -1;
+    x->entered = 1;
+    if (!strcmp(section, "daemon")) {
+        if (x->daemon_sections++)
+            fail(x, line, "[daemon] appears twice");
+    } else if (!strncmp(section, "project ", 8)) {
+        new_project(x, skip_space(section + 8), line);
+    } else if (!strncmp(section, "gpu ", 4)) {
+        new_gpu(x, skip_space(section + 4), line);
+    } else {
+        fail(x, line, "unknown section [%s] (known: [daemon], [gpu N], [project NAME])", section);
+    }
+}
+
+/* Enter the header read last, if any (also for a section without keys,
+ * so that "[gpu 1]" alone is reported as missing its capacity). */
+static void enter_pending(struct parse_ctx *x)
+{
+    if (x->has_pending) {
+        x->has_pending = 0;
+        enter_section(x, x->pending, x->pending_line);
+    }
+}
+
+static int on_key(void *user, const char *section, const char *name, const char *value)
+{
+    struct parse_ctx *x = user;
+
+    (void)section;                /* we take the header's text from the line itself */
+    if (x->err[0] || !name)
+        return 1;                 /* report the first error only */
+    enter_pending(x);
+    if (x->err[0])
+        return 1;
+    if (!x->entered) {
+        fail(x, x->line, "a key before any section ([daemon], [gpu N], [project NAME])");
+        return 1;
+    }
+    if (!value || !*value) {
+        fail(x, x->line, "'%s' has no value", name);
+        return 1;
+    }
+    if (x->cur_project >= 0)
+        project_key(x, &x->c->projects[x->cur_project], name, value);
+    else if (x->cur_gpu >= 0)
+        gpu_key(x, x->cur_gpu, name, value);
+    else
+        daemon_key(x, name, value);
+    return 1;
+}
+
+/* A "[...]" line: remember its text for the next key (or the next header). */
+static void note_header(struct parse_ctx *x, const char *line)
+{
+    const char *s = skip_space(line);
+    const char *end;
+    size_t n;
+
+    if (*s != '[' || !(end = strchr(s, ']')))
+        return;                   /* inih reports a malformed header itself */
+    enter_pending(x);
+    s = skip_space(s + 1);
+    n = (size_t)(end - s);
+    while (n && isspace((unsigned char)s[n - 1]))
+        n--;
+    if (n >= sizeof(x->pending))
+        n = sizeof(x->pending) - 1;
+    memcpy(x->pending, s, n);
+    x->pending[n] = '\0';
+    x->pending_line = x->line;
+    x->has_pending = 1;
+}
+
+/* fgets for inih, counting lines, noting section headers, refusing overlong lines. */
+static char *read_line(char *str, int num, void *stream)
+{
+    struct parse_ctx *x = stream;
+    char *r = fgets(str, num, x->f);
+    size_t n;
+    int start = x->at_line_start;
+
+    if (!r)
+        return NULL;
+    if (start)
+        x->line++;
+    n = strlen(str);
+    x->at_line_start = n > 0 && str[n - 1] == '\n';
+    if (!x->at_line_start && !feof(x->f))
+        fail(x, x->line, "line longer than %d characters (continue a long members list on "
+             "indented lines)", num - 2);
+    if (start)
+        note_header(x, str);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------
+ * Whole-file checks
+ * ------------------------------------------------------------------------- */
+
+static void check_whole(struct parse_ctx *x)
+{
+    struct tcgpud_config *c = x->c;
+
+    for (int i = 0; i < c->ngpus && !x->err[0]; i++)
+        if (!c->gpus[i].capacity)
+            fail(x, c->gpus[i].line, "[gpu %d]: capacity is missing", c->gpus[i].id);
+    for (int i = 0; i < c->nprojects && !x->err[0]; i++)
+        if (!c->projects[i].nmembers)
+            fail(x, c->projects[i].line, "[project %s]: members is missing (users, @groups, or *)",
+                 c->projects[i].pol.name);
+    /* Reservations on a GPU of known capacity must fit together. */
+    for (int i = 0; i < c->ngpus && !x->err[0]; i++) {
+        uint64_t sum = 0;
+        for (int k = 0; k < c->nprojects; k++)
+            sum += pol_project_reserved(&c->projects[k].pol, c->gpus[i].id);
+        if (sum > c->gpus[i].capacity)
+            fail(x, c->gpus[i].line, "[gpu %d]: the projects reserve %llu MiB, more than its "
+                 "capacity of %llu MiB", c->gpus[i].id, (unsigned long long)(sum >> 20),
+                 (unsigned long long)(c->gpus[i].capacity >> 20));
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * API
+ * ------------------------------------------------------------------------- */
+
+void tcgpud_config_defaults(struct tcgpud_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->socket, sizeof(c->socket), "%s", TCGPUD_DEFAULT_SOCKET);
+    snprintf(c->state_file, sizeof(c->state_file), "%s", TCGPUD_DEFAULT_STATE);
+    c->min_runtime_ns = TCGPUD_DEFAULT_MIN_RUNTIME_NS;
+    c->resume_retry_ns = TCGPUD_DEFAULT_RETRY_NS;
+}
+
+static int parse_file(struct tcgpud_config *c, FILE *f, const char *name, char *err, size_t errlen)
+{
+    struct parse_ctx x = { .c = c, .name = name, .f = f, .at_line_start = 1, .cur_project = -1,
+                           .cur_gpu = -1 };
+    int r;
+
+    snprintf(c->path, sizeof(c->path), "%s", name);
+    r = ini_parse_stream(read_line, &x, on_key, &x);
+    enter_pending(&x);
+    if (r > 0 && !x.err[0])
+        fail(&x, r, "not a section header or key = value line");
+    else if (r < 0 && !x.err[0])
+        fail(&x, x.line, "out of memory");
+    if (!x.err[0])
+        check_whole(&x);
+    if (x.err[0]) {
+        snprintf(err, errlen, "%s", x.err);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int tcgpud_config_load(struct tcgpud_config *c, const char *path, char *err, size_t errlen)
+{
+    FILE *f;
+    int r;
+
+    tcgpud_config_defaults(c);
+    f = fopen(path, "re");
+    if (!f) {
+        r = -errno;
+        snprintf(err, errlen, "%s: %s", path, strerror(-r));
+        return r;
+    }
+    r = parse_file(c, f, path, err, errlen);
+    fclose(f);
+    return r;
+}
+
+int tcgpud_config_parse(struct tcgpud_config *c, const char *text, const char *name, char *err,
+                        size_t errlen)
+{
+    FILE *f;
+    int r;
+
+    tcgpud_config_defaults(c);
+    f = fmemopen((void *)text, strlen(text), "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", name, strerror(errno));
+        return -ENOMEM;
+    }
+    r = parse_file(c, f, name, err, errlen);
+    fclose(f);
+    return r;
+}
+
+void tcgpud_config_free(struct tcgpud_config *c)
+{
+    free(c->projects);
+    c->projects = NULL;
+    c->nprojects = 0;
+}
+
+const struct tcgpud_project *tcgpud_config_project(const struct tcgpud_config *c, const char *name)
+{
+    for (int i = 0; i < c->nprojects; i++)
+        if (!strcmp(c->projects[i].pol.name, name))
+            return &c->projects[i];
+    return NULL;
+}
+
+int tcgpud_project_has_member(const struct tcgpud_project *p, const char *user,
+                              const char *const *groups, int ngroups)
+{
+    for (int i = 0; i < p->nmembers; i++) {
+        const struct tcgpud_member *m = &p->members[i];
+        if (m->everyone)
+            return 1;
+        if (!m->is_group && user && !strcmp(m->name, user))
+            return 1;
+        for (int g = 0; m->is_group && g < ngroups; g++)
+            if (!strcmp(m->name, groups[g]))
+                return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,101 @@
+/*
+ * config.h - tcgpud's configuration file: INI, parsed by libinih,
+ * validated strictly (every error names the file and line).
+ *
+ *     [daemon]
+ *     socket = /run/tcgpud.sock          ; where jobs and gpuckpt reach tcgpud
+ *     state_file = /var/lib/tcgpud/state ; jobs and manual suspensions, kept across restarts
+ *     admins = gpuadmin                  ; a group whose members may act on every job (root always may)
+ *     min_runtime = 30s                  ; never preempt a job that ran less since its (re)start
+ *     resume_retry = 5s                  ; after a failed resume, wait this long
+ *     metrics = /var/lib/node_exporter/textfile/tcgpud.prom
+ *
+ *     [gpu 0]
+ *     capacity = 80G                     ; else learnt from the first job on it
+ *
+ *     [project prod]
+ *     priority = 100
+ *     reservation = 40G on 0, 20G on 1
+ *     members = alice, bob, @ml-team     ; users, @groups, or *
+ *     borrow = yes
+ *     default_limit = 40G                ; a job's memory limit unless it asks (0: none)
+ *
+ * Sizes: a number with an optional K, M, G or T (powers of 1024; "KiB",
+ * "GB"... accepted alike). Durations: a number with ms, s, m or h (plain: s).
+ * See docs/tcgpud.md.
+ */
+#ifndef TCGPU_TCGPUD_CONFIG_H
+#define TCGPU_TCGPUD_CONFIG_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "policy/policy.h"
+#include "common/units.h"
+
+#define TCGPUD_DEFAULT_SOCKET     "/run/tcgpud.sock"
+#define TCGPUD_DEFAULT_STATE      "/var/lib/tcgpud/state"
+#define TCGPUD_DEFAULT_MIN_RUNTIME_NS (30ull * 1000000000ull)
+#define TCGPUD_DEFAULT_RETRY_NS       (5ull * 1000000000ull)
+#define TCGPUD_MAX_GPUS           64
+#define TCGPUD_MAX_PROJECTS       256
+#define TCGPUD_MAX_MEMBERS        256
+
+struct tcgpud_member {
+    char name[64];
+    int is_group;                 /* @name */
+    int everyone;                 /* * */
+};
+
+struct tcgpud_project {
+    struct pol_project pol;       /* name, priority, reservation, may_borrow, default_limit */
+    struct tcgpud_member members[TCGPUD_MAX_MEMBERS];
+    int nmembers;
+    int line;                     /* of its section, for messages */
+    unsigned seen;                /* keys given (bit per key), for duplicate checks */
+};
+
+struct tcgpud_config {
+    char path[PATH_MAX];
+    char socket[108];
+    char state_file[PATH_MAX];
+    char admins[64];              /* group name, "" for root only */
+    char metrics[PATH_MAX];       /* "" for none */
+    uint64_t min_runtime_ns;
+    uint64_t resume_retry_ns;
+    int ngpus;
+    struct { int id; uint64_t capacity; int line; } gpus[TCGPUD_MAX_GPUS];
+    int nprojects;
+    struct tcgpud_project *projects;
+};
+
+/* Defaults (no projects, no GPUs). */
+void tcgpud_config_defaults(struct tcgpud_config *c);
+
+/*
+ * Load and validate the file at path into *c (defaults first). Returns 0,
+ * or -errno with "FILE:LINE: message" in err: -ENOENT/-EACCES (cannot
+ * open), -EINVAL (anything invalid). *c holds allocations either way:
+ * tcgpud_config_free().
+ */
+int tcgpud_config_load(struct tcgpud_config *c, const char *path, char *err, size_t errlen);
+
+/* The same from a string; `name` stands for the file name in messages. */
+int tcgpud_config_parse(struct tcgpud_config *c, const char *text, const char *name, char *err,
+                        size_t errlen);
+
+void tcgpud_config_free(struct tcgpud_config *c);
+
+/* The project named `name`, or NULL. */
+const struct tcgpud_project *tcgpud_config_project(const struct tcgpud_config *c, const char *name);
+
+/* Whether a user (name, and the names of all its groups) is a member of p. Pure. */
+int tcgpud_project_has_member(const struct tcgpud_project *p, const char *user,
+                              const char *const *groups, int ngroups);
+
+/* "8G on 0, 4G on 1" -> pol_project reservations. 0 or -EINVAL with a message. */
+int tcgpud_parse_reservation(const char *s, struct pol_project *p, char *err, size_t errlen);
+
+#endif
