@@ -564,13 +564,13 @@ int main(int argc, char **argv)
         switch (ch) {
         case 'g': o.gpus = atoi(optarg); break;
         case 'm':
-            if (tcgpud_parse_size(optarg, &o.gpu_mem) < 0 || !o.gpu_mem) {
+            if (units_parse_size(optarg, &o.gpu_mem) < 0 || !o.gpu_mem) {
                 fprintf(stderr, "tcgpu-replay: --gpu-mem wants a size (80G)\n");
                 return 2;
             }
             break;
         case 'r':
-            if (tcgpud_parse_duration(optarg, &o.min_runtime_ns) < 0) {
+            if (units_parse_duration(optarg, &o.min_runtime_ns) < 0) {
                 fprintf(stderr, "tcgpu-replay: --min-runtime wants a duration (60s)\n");
                 return 2;
             }

@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,7 +15,7 @@ static const char *skip_space(const char *s)
     return s;
 }
 
-int tcgpud_parse_size(const char *s, uint64_t *bytes)
+int units_parse_size(const char *s, uint64_t *bytes)
 {
     char *end;
     double v;
@@ -49,7 +50,7 @@ int tcgpud_parse_size(const char *s, uint64_t *bytes)
     return 0;
 }
 
-int tcgpud_parse_duration(const char *s, uint64_t *ns)
+int units_parse_duration(const char *s, uint64_t *ns)
 {
     char *end;
     double v, mult = 1e9;
@@ -78,3 +79,29 @@ int tcgpud_parse_duration(const char *s, uint64_t *ns)
     return 0;
 }
 
+const char *units_format_bytes(uint64_t bytes, char *buf, size_t len)
+{
+    static const char *const names[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+    double v = (double)bytes;
+    unsigned u = 0;
+
+    while (v >= 1024 && u + 1 < sizeof(names) / sizeof(names[0])) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, names[u]);
+    return buf;
+}
+
+const char *units_format_ns(uint64_t ns, char *buf, size_t len)
+{
+    if (ns == 0)
+        snprintf(buf, len, "-");
+    else if (ns >= 1000000000ull)
+        snprintf(buf, len, "%.2f s", (double)ns / 1e9);
+    else if (ns >= 1000000ull)
+        snprintf(buf, len, "%.1f ms", (double)ns / 1e6);
+    else
+        snprintf(buf, len, "%.1f us", (double)ns / 1e3);
+    return buf;
+}

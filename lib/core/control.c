@@ -20,6 +20,10 @@
 #include "ops.h"
 #include "ctl/rundir.h"
 #include "signal_trigger.h"
+#include "common/clock.h"
+#include "common/names.h"
+#include "common/errmsg.h"
+#include "common/units.h"
 
 #define REQUEST_WAIT_MS   5000      /* a client that connects must send within this */
 #define REPLY_SEND_SEC    10        /* a client that stops reading is given up on */
@@ -46,39 +50,6 @@ static int hooks_registered;
 /* ---------------------------------------------------------------------------
  * Small helpers
  * ------------------------------------------------------------------------- */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static const char *fmt_ns(uint64_t ns, char *buf, size_t len)
-{
-    if (ns >= 10000000000ull)
-        snprintf(buf, len, "%.1f s", (double)ns / 1e9);
-    else if (ns >= 1000000000ull)
-        snprintf(buf, len, "%.2f s", (double)ns / 1e9);
-    else
-        snprintf(buf, len, "%.1f ms", (double)ns / 1e6);
-    return buf;
-}
-
-static const char *fmt_bytes(uint64_t b, char *buf, size_t len)
-{
-    static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-    double v = (double)b;
-    int u = 0;
-
-    while (v >= 1024 && u < 4) {
-        v /= 1024;
-        u++;
-    }
-    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, units[u]);
-    return buf;
-}
 
 static void close_fd(int *fd)
 {
@@ -145,13 +116,13 @@ static void log_op(enum tcgpu_op op, const char *who, int r, uint64_t ns, const 
 
     if (r == 0) {
         if (op == TCGPU_OP_SUSPEND)
-            log_info("%s (%s): done in %s, %s of GPU memory freed", ctl_op_name(op), who,
-                     fmt_ns(ns, t, sizeof(t)), fmt_bytes(before->gpu_bytes, b, sizeof(b)));
+            log_info("%s (%s): done in %s, %s of GPU memory freed", tcgpu_op_name(op), who,
+                     units_format_ns(ns, t, sizeof(t)), units_format_bytes(before->gpu_bytes, b, sizeof(b)));
         else
-            log_info("%s (%s): done in %s", ctl_op_name(op), who, fmt_ns(ns, t, sizeof(t)));
+            log_info("%s (%s): done in %s", tcgpu_op_name(op), who, units_format_ns(ns, t, sizeof(t)));
     } else {
-        const char *msg = tcgpu_op_error();
-        log_info("%s (%s): failed: %s%s%s", ctl_op_name(op), who, ctl_errno_name(r),
+        const char *msg = errmsg_get();
+        log_info("%s (%s): failed: %s%s%s", tcgpu_op_name(op), who, errno_name(r),
                  msg && *msg ? ": " : "", msg ? msg : "");
     }
 }
@@ -257,7 +228,7 @@ static void handle_request(int fd, const struct ucred *peer, const struct ctl_ms
         memset(&st, 0, sizeof(st));
         r = tcgpu_op_status(&st);
         if (r < 0) {
-            ctl_buf_error(b, r, tcgpu_op_error());
+            ctl_buf_error(b, r, errmsg_get());
             return;
         }
         ctl_buf_ok(b);
@@ -291,12 +262,12 @@ static void handle_request(int fd, const struct ucred *peer, const struct ctl_ms
     memset(&st, 0, sizeof(st));
     tcgpu_op_status(&st);
     snprintf(who, sizeof(who), "uid %u pid %d", (unsigned)peer->uid, (int)peer->pid);
-    log_info("%s requested by %s%s%s", ctl_op_name(op), who, dir ? ", dir " : "", dir ? dir : "");
+    log_info("%s requested by %s%s%s", tcgpu_op_name(op), who, dir ? ", dir " : "", dir ? dir : "");
     t0 = now_ns();
     r = run_op(op, dir, ctl_get(req, "parent"), &sink);
     log_op(op, who, r, now_ns() - t0, &st);
     if (r < 0)
-        ctl_buf_error(b, r, tcgpu_op_error());
+        ctl_buf_error(b, r, errmsg_get());
     else
         ctl_buf_ok(b);
     memset(&st, 0, sizeof(st));

@@ -22,6 +22,8 @@
 #include "driver/gate.h"
 #include "common/log.h"
 #include "common/units.h"
+#include "common/clock.h"
+#include "ctl/daemon_io.h"
 
 #define REGISTER_TIMEOUT_MS   5000
 #define DEFAULT_TIMEOUT_MS    120000
@@ -41,14 +43,6 @@ static struct {
     uint64_t last_try_ns;
     int warned;
 } dc;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 uint64_t tcgpu_daemon_limit(void)
 {
@@ -74,20 +68,20 @@ static void configure(void)
     if (prio && *prio)
         snprintf(dc.priority, sizeof(dc.priority), "%s", prio);
     if (mem && *mem) {
-        if (tcgpud_parse_size(mem, &dc.gpu_mem) < 0 || dc.gpu_mem == 0) {
+        if (units_parse_size(mem, &dc.gpu_mem) < 0 || dc.gpu_mem == 0) {
             log_err("TCGPU_GPU_MEM=%s is not a size (e.g. 8G); no memory limit", mem);
             dc.gpu_mem = 0;
         }
         atomic_store(&job_limit, dc.gpu_mem);
     }
     if (wait && *wait) {
-        if (tcgpud_parse_duration(wait, &v) < 0)
+        if (units_parse_duration(wait, &v) < 0)
             log_err("TCGPU_WAIT_TIMEOUT=%s is not a duration (e.g. 60s); not waiting", wait);
         else
             dc.wait_ms = v / 1000000;
     }
     if (to && *to) {
-        if (tcgpud_parse_duration(to, &v) < 0 || v / 1000000 > 86400000)
+        if (units_parse_duration(to, &v) < 0 || v / 1000000 > 86400000)
             log_err("TCGPU_DAEMON_TIMEOUT=%s is not a duration; using 120s", to);
         else
             dc.timeout_ms = (int)(v / 1000000);

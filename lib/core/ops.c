@@ -34,6 +34,9 @@
 #include "ops.h"
 #include "registry.h"
 #include "snapshot.h"
+#include "common/clock.h"
+#include "common/errmsg.h"
+#include "events.h"
 
 #define DEFAULT_GATE_TIMEOUT_MS 10000
 
@@ -42,30 +45,6 @@ static pthread_mutex_t status_mutex = PTHREAD_MUTEX_INITIALIZER; /* the fields b
 static enum tcgpu_state state = TCGPU_STATE_RUNNING;
 static struct tcgpu_status last;      /* last_* fields */
 static struct snap *suspended;        /* what a suspend saved, until resume */
-
-static __thread char op_error[512];
-
-const char *tcgpu_op_error(void)
-{
-    return op_error;
-}
-
-void tcgpu_op_set_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(op_error, sizeof(op_error), fmt, ap);
-    va_end(ap);
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void set_state(enum tcgpu_state s)
 {
@@ -114,11 +93,11 @@ static int quiesce(struct op_run *r)
 
     if (rc == -ETIMEDOUT) {
         tcgpu_gate_format_straggler(&who, msg, sizeof(msg));
-        tcgpu_op_set_error("%s", msg);
+        errmsg_set("%s", msg);
         return rc;
     }
     if (rc) {
-        tcgpu_op_set_error("the API gate is already closed");
+        errmsg_set("the API gate is already closed");
         return rc;
     }
     rc = snap_sync();
@@ -134,7 +113,7 @@ static int do_checkpoint(struct op_run *r)
     int rc;
 
     if (state != TCGPU_STATE_RUNNING) {
-        tcgpu_op_set_error("the process is %s", tcgpu_state_name(state));
+        errmsg_set("the process is %s", tcgpu_state_name(state));
         return -EBUSY;
     }
     set_state(TCGPU_STATE_CHECKPOINTING);
@@ -144,7 +123,7 @@ static int do_checkpoint(struct op_run *r)
     if (rc == 0 && r->parent) {
         const char *parent = strcmp(r->parent, "auto") ? r->parent : last_checkpoint_dir;
         if (parent && snap_set_parent(s, parent) != 0) {
-            tcgpu_op_set_error("out of host memory");
+            errmsg_set("out of host memory");
             rc = -ENOMEM;
         }
     }
@@ -175,15 +154,15 @@ static int put_back(struct snap *s)
     char why[512];
     int rc;
 
-    snprintf(why, sizeof(why), "%s", tcgpu_op_error());
+    snprintf(why, sizeof(why), "%s", errmsg_get());
     rc = snap_rebuild(s, NULL, NULL);
     if (rc == 0) {
-        tcgpu_op_set_error("%s", why);
+        errmsg_set("%s", why);
         return 0;
     }
     log_err("suspend failed (%s); the memory cannot be put back now (%s): the process stays "
-            "suspended with its contents in host memory", why, tcgpu_op_error());
-    tcgpu_op_set_error("%s; the process stays suspended (its memory is kept in host memory: "
+            "suspended with its contents in host memory", why, errmsg_get());
+    errmsg_set("%s; the process stays suspended (its memory is kept in host memory: "
                        "resume it when the device has room)", why);
     return rc;
 }
@@ -194,7 +173,7 @@ static int do_suspend(struct op_run *r)
     int rc;
 
     if (state == TCGPU_STATE_SUSPENDED) {
-        tcgpu_op_set_error("the process is already suspended");
+        errmsg_set("the process is already suspended");
         return -EALREADY;
     }
     set_state(TCGPU_STATE_SUSPENDING);
@@ -260,14 +239,14 @@ static int move_image(const char *dir, char **prev)
     const char *cur = snap_image_dir(suspended);
 
     if (!cur) {
-        tcgpu_op_set_error("the process was suspended to host memory, not to an image: "
+        errmsg_set("the process was suspended to host memory, not to an image: "
                            "no image directory to resume from");
         return -EINVAL;
     }
     if (!(*prev = strdup(cur)) || snap_set_image_dir(suspended, dir) != 0) {
         free(*prev);
         *prev = NULL;
-        tcgpu_op_set_error("out of host memory");
+        errmsg_set("out of host memory");
         return -ENOMEM;
     }
     return 0;
@@ -279,7 +258,7 @@ static int do_resume(struct op_run *r)
     int rc;
 
     if (state != TCGPU_STATE_SUSPENDED) {
-        tcgpu_op_set_error("the process is not suspended");
+        errmsg_set("the process is not suspended");
         return -EALREADY;
     }
     if (r->dir && (rc = move_image(r->dir, &prev)) != 0)
@@ -306,8 +285,7 @@ static int do_resume(struct op_run *r)
 
 static void op_thread(struct op_run *r)
 {
-
-    op_error[0] = '\0';
+    errmsg_clear();
     r->t_start = now_ns();
     switch (r->op) {
     case TCGPU_OP_CHECKPOINT: r->result = do_checkpoint(r); break;
@@ -316,7 +294,7 @@ static void op_thread(struct op_run *r)
     default:                  r->result = -EINVAL; break;
     }
     r->t_end = now_ns();
-    snprintf(r->error, sizeof(r->error), "%s", r->result ? op_error : "");
+    snprintf(r->error, sizeof(r->error), "%s", r->result ? errmsg_get() : "");
 }
 
 static void record(const struct op_run *r)
@@ -392,7 +370,7 @@ static int worker_run(struct op_run *r)
     int rc = worker_ensure();
 
     if (rc) {
-        tcgpu_op_set_error("cannot start the operation thread: %s", strerror(-rc));
+        errmsg_set("cannot start the operation thread: %s", strerror(-rc));
         return rc;
     }
     pthread_mutex_lock(&worker_mutex);
@@ -413,7 +391,7 @@ static int run_op_parent(enum tcgpu_op op, const char *dir, const char *parent,
     int rc;
 
     if (tcgpu_driver_load() != 0) {
-        tcgpu_op_set_error("the CUDA driver is not loaded");
+        errmsg_set("the CUDA driver is not loaded");
         return -ENODEV;
     }
     pthread_mutex_lock(&op_mutex);
@@ -426,7 +404,11 @@ static int run_op_parent(enum tcgpu_op op, const char *dir, const char *parent,
     record(&r);
     pthread_mutex_unlock(&op_mutex);
 
-    snprintf(op_error, sizeof(op_error), "%s", r.error);
+    /* The worker's message becomes the caller's (the thread that asked). */
+    if (r.result)
+        errmsg_set("%s", r.error);
+    else
+        errmsg_clear();
     if (r.result == 0) {
         log_info("%s done in %.3f s", tcgpu_op_name(op), (double)(r.t_end - r.t_start) / 1e9);
         tcgpu_emit_event(success_event(op), op, 0);
@@ -451,7 +433,7 @@ int tcgpu_op_checkpoint_parent(const char *dir, const char *parent, tcgpu_progre
                                void *arg)
 {
     if (!dir || !*dir) {
-        tcgpu_op_set_error("checkpoint needs an image directory");
+        errmsg_set("checkpoint needs an image directory");
         return -EINVAL;
     }
     return run_op_parent(TCGPU_OP_CHECKPOINT, dir, parent && *parent ? parent : NULL, progress,
@@ -471,7 +453,7 @@ int tcgpu_op_resume(tcgpu_progress_fn progress, void *arg)
 int tcgpu_op_resume_from(const char *dir, tcgpu_progress_fn progress, void *arg)
 {
     if (dir && *dir && dir[0] != '/') {
-        tcgpu_op_set_error("resume needs an absolute image directory, not '%s'", dir);
+        errmsg_set("resume needs an absolute image directory, not '%s'", dir);
         return -EINVAL;
     }
     return run_op(TCGPU_OP_RESUME, dir && *dir ? dir : NULL, progress, arg);

@@ -8,17 +8,14 @@
  * API gate for the duration).
  *
  * Each returns 0 or -errno (codes as documented in tcgpu.h). On failure the
- * calling thread's message (tcgpu_op_error()) says what and where, e.g.
+ * calling thread's message (common/errmsg.h) says what and where, e.g.
  * "cuIpcGetMemHandle: IPC memory handles cannot be checkpointed".
  */
 #ifndef TCGPU_OPS_H
 #define TCGPU_OPS_H
 
-#include <stdint.h>
+#include "snapshot.h"
 #include "tcgpu.h"
-
-/* Progress of a long operation, for gpuckpt's progress bar; may be NULL. */
-typedef void (*tcgpu_progress_fn)(uint64_t done_bytes, uint64_t total_bytes, void *arg);
 
 int tcgpu_op_checkpoint(const char *dir, tcgpu_progress_fn progress, void *arg);
 /* An incremental checkpoint: chunks unchanged since the image `parent` are
@@ -34,14 +31,5 @@ int tcgpu_op_resume(tcgpu_progress_fn progress, void *arg);
  * memory. The new place counts for this attempt only. */
 int tcgpu_op_resume_from(const char *dir, tcgpu_progress_fn progress, void *arg);
 int tcgpu_op_status(struct tcgpu_status *st);
-
-/* The calling thread's message for its last failed operation, or "". */
-const char *tcgpu_op_error(void);
-
-/* Set the calling thread's message (printf-style); used by ops and their callers. */
-void tcgpu_op_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Delivers an event to the program's callback (tcgpu_set_event_callback); api.c. */
-void tcgpu_emit_event(enum tcgpu_event ev, enum tcgpu_op op, int result);
 
 #endif

@@ -21,6 +21,7 @@
 #include "registry.h"
 #include "snapshot.h"
 #include "driver/unsupported.h"
+#include "common/errmsg.h"
 
 #define MAX_CTX 64
 
@@ -45,16 +46,6 @@ struct snap {
     struct pipe_stats stats;          /* of the last drain or refill */
 };
 
-/* The driver's name for an error ("CUDA_ERROR_OUT_OF_MEMORY"). */
-static const char *cu_error_name(CUresult rc)
-{
-    const char *name = NULL;
-
-    if (TCGPU_REAL(cuGetErrorName)(rc, &name) != CUDA_SUCCESS || !name)
-        return "unknown CUresult";
-    return name;
-}
-
 /* --- progress ------------------------------------------------------------ */
 
 struct progress {
@@ -78,12 +69,12 @@ static int ctx_enter(int device)
             continue;
         rc = TCGPU_REAL(cuCtxPushCurrent)(ctxs[i]);
         if (rc != CUDA_SUCCESS) {
-            tcgpu_op_set_error("cuCtxPushCurrent(device %d): %s", device, cu_error_name(rc));
+            errmsg_set("cuCtxPushCurrent(device %d): %s", device, cu_error_name(rc));
             return -EIO;
         }
         return 0;
     }
-    tcgpu_op_set_error("no live context on device %d holds its allocations", device);
+    errmsg_set("no live context on device %d holds its allocations", device);
     return -ESRCH;
 }
 
@@ -103,7 +94,7 @@ int snap_sync(void)
 
     for (size_t i = 0; i < n && i < MAX_CTX; i++) {
         if ((rc = TCGPU_REAL(cuCtxPushCurrent)(ctxs[i])) != CUDA_SUCCESS) {
-            tcgpu_op_set_error("cuCtxPushCurrent: %s", cu_error_name(rc));
+            errmsg_set("cuCtxPushCurrent: %s", cu_error_name(rc));
             return -EIO;
         }
         rc = TCGPU_REAL(cuCtxSynchronize)();
@@ -111,7 +102,7 @@ int snap_sync(void)
         if (rc != CUDA_SUCCESS) {
             /* A sticky error (a kernel faulted): the device state is not
              * trustworthy, so saving it would save garbage. */
-            tcgpu_op_set_error("cuCtxSynchronize on device %d: %s", (int)devs[i],
+            errmsg_set("cuCtxSynchronize on device %d: %s", (int)devs[i],
                                cu_error_name(rc));
             return -EIO;
         }
@@ -167,7 +158,7 @@ static int add_user_maps(struct snap *s)
         if (p->owner == TC_OWNER_USER && p->nmaps == 0) {
             /* Its contents are only reachable through a mapping; the
              * program may map it again later and expect them. */
-            tcgpu_op_set_error("physical allocation %#llx (%zu bytes, cuMemCreate) is held "
+            errmsg_set("physical allocation %#llx (%zu bytes, cuMemCreate) is held "
                                "but not mapped: its contents cannot be saved",
                                (unsigned long long)p->id, p->size);
             rc = -ENOTSUP;
@@ -215,7 +206,7 @@ int snap_collect(struct snap **out, unsigned flags)
 
     if (tcgpu_unsupported_first(&note)) {
         tcgpu_unsupported_format(&note, why, sizeof(why));
-        tcgpu_op_set_error("%s", why);
+        errmsg_set("%s", why);
         return -ENOTSUP;
     }
     s = calloc(1, sizeof(*s));
@@ -229,7 +220,7 @@ int snap_collect(struct snap **out, unsigned flags)
         rc = add_managed(s);
     if (rc) {
         if (rc == -ENOMEM)
-            tcgpu_op_set_error("out of host memory listing %zu regions", s->n);
+            errmsg_set("out of host memory listing %zu regions", s->n);
         snap_free(s);
         return rc;
     }
@@ -270,7 +261,7 @@ static int open_pipe(struct pipe **out, struct progress *prog)
     int rc = pipe_new(out, &o);
 
     if (rc)
-        tcgpu_op_set_error("cannot start the copy engine: %s", strerror(-rc));
+        errmsg_set("cannot start the copy engine: %s", strerror(-rc));
     return rc;
 }
 
@@ -321,7 +312,7 @@ static int list_extents(struct snap *s, struct ext_list *l)
     }
     if (rc) {
         free(l->e);
-        tcgpu_op_set_error("out of host memory listing the regions' extents");
+        errmsg_set("out of host memory listing the regions' extents");
         return rc;
     }
     /* Stable enough: extents of one device keep their order (qsort is not
@@ -354,7 +345,7 @@ int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
     if ((rc = open_pipe(&p, &prog)) == 0) {
         rc = pipe_drain_host(p, l.e, l.n, &s->store);
         if (rc)
-            tcgpu_op_set_error("%s", pipe_error(p));
+            errmsg_set("%s", pipe_error(p));
         pipe_get_stats(p, &s->stats);
     }
     pipe_free(p);
@@ -387,7 +378,7 @@ static int describe_device(int ordinal, struct image_device *d)
     if (TCGPU_REAL(cuDeviceGetName)(d->name, (int)sizeof(d->name) - 1, ordinal) != CUDA_SUCCESS ||
         TCGPU_REAL(cuDeviceTotalMem)((size_t *)&d->total_mem, ordinal) != CUDA_SUCCESS ||
         TCGPU_REAL(cuDeviceGetUuid)(&uuid, ordinal) != CUDA_SUCCESS) {
-        tcgpu_op_set_error("cannot query device %d for the image's identity", ordinal);
+        errmsg_set("cannot query device %d for the image's identity", ordinal);
         return -EIO;
     }
     memcpy(d->uuid, uuid.bytes, sizeof(d->uuid));
@@ -407,7 +398,7 @@ static int add_devices(struct snap *s, struct image_writer *w, uint32_t *index, 
     for (size_t i = 0; i < s->n; i++) {
         int dev = s->r[i].device;
         if (dev < 0 || dev >= max) {
-            tcgpu_op_set_error("device ordinal %d out of range", dev);
+            errmsg_set("device ordinal %d out of range", dev);
             return -EINVAL;
         }
         if (index[dev] != UINT32_MAX)
@@ -415,7 +406,7 @@ static int add_devices(struct snap *s, struct image_writer *w, uint32_t *index, 
         if ((rc = describe_device(dev, &d)) != 0)
             return rc;
         if ((rc = image_writer_add_device(w, &d, &index[dev])) != 0) {
-            tcgpu_op_set_error("%s", image_writer_error(w));
+            errmsg_set("%s", image_writer_error(w));
             return rc;
         }
     }
@@ -440,7 +431,7 @@ static int write_regions(struct snap *s, struct image_writer *w, struct pipe *p,
             .dtype = r->dtype, .device = devindex[r->device], .callsite = r->site,
         };
         if ((rc = image_writer_add_allocation(w, &a)) != 0) {
-            tcgpu_op_set_error("%s", image_writer_error(w));
+            errmsg_set("%s", image_writer_error(w));
             return rc;
         }
     }
@@ -457,10 +448,10 @@ static int write_regions(struct snap *s, struct image_writer *w, struct pipe *p,
         free(l.e);
     }
     pipe_get_stats(p, &s->stats);
-    if (rc && !tcgpu_op_error()[0])
-        tcgpu_op_set_error("%s", pipe_error(p));
+    if (rc && !errmsg_get()[0])
+        errmsg_set("%s", pipe_error(p));
     else if (rc)
-        tcgpu_op_set_error("%s", pipe_error(p)[0] ? pipe_error(p) : tcgpu_op_error());
+        errmsg_set("%s", pipe_error(p)[0] ? pipe_error(p) : errmsg_get());
     return rc;
 }
 
@@ -476,7 +467,7 @@ static int open_parent(struct snap *s, struct image_writer *w, struct image **ou
         return 0;
     rc = image_open(out, s->parent_dir, 0, err, sizeof(err));
     if (rc) {
-        tcgpu_op_set_error("parent image %s: %s", s->parent_dir, err[0] ? err : strerror(-rc));
+        errmsg_set("parent image %s: %s", s->parent_dir, err[0] ? err : strerror(-rc));
         return rc == -ENOENT ? -ENOENT : rc == -ENOMEM ? rc : -EBADMSG;
     }
     abs = realpath(s->parent_dir, NULL);
@@ -484,7 +475,7 @@ static int open_parent(struct snap *s, struct image_writer *w, struct image **ou
     rc = image_writer_set_parent(w, abs ? abs : s->parent_dir, csum);
     free(abs);
     if (rc) {
-        tcgpu_op_set_error("parent image path too long: %s", s->parent_dir);
+        errmsg_set("parent image path too long: %s", s->parent_dir);
         image_close(*out);
         *out = NULL;
     }
@@ -514,11 +505,11 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
 
     rc = image_writer_begin(&w, dir, NULL, err, sizeof(err));
     if (rc) {
-        tcgpu_op_set_error("%s", err[0] ? err : strerror(-rc));
+        errmsg_set("%s", err[0] ? err : strerror(-rc));
         image_writer_free(w);
         return rc;
     }
-    tcgpu_op_set_error("%s", "");
+    errmsg_set("%s", "");
     rc = open_parent(s, w, &parent);
     if (rc == 0)
         rc = open_pipe(&p, &prog);
@@ -527,14 +518,14 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
     pipe_free(p);
     image_close(parent);
     if (rc == 0 && (rc = image_writer_commit(w)) != 0)
-        tcgpu_op_set_error("%s", image_writer_error(w));
+        errmsg_set("%s", image_writer_error(w));
     if (rc == 0) {
         image_writer_stats(w, &raw, &stored, &chunks);
         s->stored = stored;
         free(s->image_dir);
         s->image_dir = realpath(dir, NULL);
         if (!s->image_dir) {
-            tcgpu_op_set_error("image written but its path cannot be resolved: %s", dir);
+            errmsg_set("image written but its path cannot be resolved: %s", dir);
             rc = -errno;
         }
     }
@@ -575,7 +566,7 @@ static int create_missing_phys(struct pass *p)
         CUresult rc = TCGPU_REAL(cuMemCreate)(&ph->real, ph->size, &ph->prop, ph->flags);
         if (rc != CUDA_SUCCESS) {
             ph->real = 0;
-            tcgpu_op_set_error("cuMemCreate of %zu bytes on device %d: %s", ph->size,
+            errmsg_set("cuMemCreate of %zu bytes on device %d: %s", ph->size,
                                ph->prop.location.id, cu_error_name(rc));
             return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
         }
@@ -593,7 +584,7 @@ static int map_missing(struct pass *p)
         if (rc == CUDA_SUCCESS && m->naccess)
             rc = TCGPU_REAL(cuMemSetAccess)(m->va, m->size, m->access, (size_t)m->naccess);
         if (rc != CUDA_SUCCESS) {
-            tcgpu_op_set_error("cuMemMap/cuMemSetAccess at %#llx (%zu bytes): %s",
+            errmsg_set("cuMemMap/cuMemSetAccess at %#llx (%zu bytes): %s",
                                (unsigned long long)m->va, m->size, cu_error_name(rc));
             if (rc == CUDA_SUCCESS || m->naccess)
                 TCGPU_REAL(cuMemUnmap)(m->va, m->size);
@@ -613,7 +604,7 @@ static int refill_from_host(struct snap *s, struct progress *prog)
     if (rc == 0) {
         rc = pipe_refill_host(p, s->store);
         if (rc)
-            tcgpu_op_set_error("%s", pipe_error(p));
+            errmsg_set("%s", pipe_error(p));
         pipe_get_stats(p, &s->stats);
     }
     pipe_free(p);
@@ -627,7 +618,7 @@ static int refill_from_image(struct snap *s, struct image *img, struct progress 
     int rc;
 
     if (!e) {
-        tcgpu_op_set_error("out of host memory");
+        errmsg_set("out of host memory");
         return -ENOMEM;
     }
     for (size_t i = 0; i < s->n; i++)
@@ -637,7 +628,7 @@ static int refill_from_image(struct snap *s, struct image *img, struct progress 
     if (rc == 0) {
         rc = pipe_refill_image(p, img, e, s->n);
         if (rc)
-            tcgpu_op_set_error("%s", pipe_error(p));
+            errmsg_set("%s", pipe_error(p));
         pipe_get_stats(p, &s->stats);
     }
     pipe_free(p);
@@ -653,19 +644,19 @@ static int open_verified(struct snap *s, struct image **out)
     int rc = image_open(&img, s->image_dir, 0, err, sizeof(err));
 
     if (rc) {
-        tcgpu_op_set_error("%s", err[0] ? err : strerror(-rc));
+        errmsg_set("%s", err[0] ? err : strerror(-rc));
         return rc == -EBADMSG ? -EBADMSG : rc;
     }
     rc = image_verify_all(img, 0);
     if (rc) {
-        tcgpu_op_set_error("%s", image_error(img));
+        errmsg_set("%s", image_error(img));
         image_close(img);
         return rc == -EIO ? -EIO : -EBADMSG;
     }
     for (size_t i = 0; i < s->n; i++) {
         const struct image_alloc *a = image_find_alloc(img, s->r[i].id);
         if (!a || a->addr != s->r[i].va || a->size != s->r[i].size) {
-            tcgpu_op_set_error("image %s does not hold allocation %#llx (%zu bytes) of this process",
+            errmsg_set("image %s does not hold allocation %#llx (%zu bytes) of this process",
                                s->image_dir, (unsigned long long)s->r[i].va, s->r[i].size);
             image_close(img);
             return -EBADMSG;
@@ -706,7 +697,7 @@ int snap_rebuild(struct snap *s, tcgpu_progress_fn fn, void *arg)
     p.phys = calloc(count_phys() + 1, sizeof(*p.phys));
     p.maps = calloc(count_maps() + 1, sizeof(*p.maps));
     if (!p.phys || !p.maps) {
-        tcgpu_op_set_error("out of host memory");
+        errmsg_set("out of host memory");
         rc = -ENOMEM;
         goto out;
     }
@@ -739,7 +730,7 @@ int snap_release(struct snap *s)
             continue;
         CUresult cr = TCGPU_REAL(cuMemUnmap)(m->va, m->size);
         if (cr != CUDA_SUCCESS) {
-            tcgpu_op_set_error("cuMemUnmap at %#llx (%zu bytes): %s",
+            errmsg_set("cuMemUnmap at %#llx (%zu bytes): %s",
                                (unsigned long long)m->va, m->size, cu_error_name(cr));
             rc = -EIO;
             break;
@@ -749,7 +740,7 @@ int snap_release(struct snap *s)
     for (struct tc_phys *p = reg_phys_first(); p && rc == 0; p = p->next) {
         CUresult cr = TCGPU_REAL(cuMemRelease)(p->real);
         if (cr != CUDA_SUCCESS) {
-            tcgpu_op_set_error("cuMemRelease of %zu bytes: %s", p->size, cu_error_name(cr));
+            errmsg_set("cuMemRelease of %zu bytes: %s", p->size, cu_error_name(cr));
             rc = -EIO;
             break;
         }

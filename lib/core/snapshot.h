@@ -9,14 +9,15 @@
  * gate closed, so nothing in the registry changes underneath.
  *
  * Functions return 0 or -errno and, on failure, set the operation's message
- * (tcgpu_op_set_error) naming the object and the driver's error.
+ * (common/errmsg.h) naming the object and the driver's error.
  */
 #ifndef TCGPU_SNAPSHOT_H
 #define TCGPU_SNAPSHOT_H
 
 #include <stdint.h>
 
-#include "ops.h"
+/* Progress of a long operation, for gpuckpt's progress bar; may be NULL. */
+typedef void (*tcgpu_progress_fn)(uint64_t done_bytes, uint64_t total_bytes, void *arg);
 
 struct snap;
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "common/clock.h"
 #include "rundir.h"
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -29,36 +30,52 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
+int ctl_socket_connect(const char *path)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    size_t len = path ? strlen(path) : 0;
+    int fd, r;
+
+    if (!len || len >= sizeof(a.sun_path))
+        return -EINVAL;
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    memcpy(a.sun_path, path, len + 1);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        r = -errno;
+        close(fd);
+        return r;
+    }
+    return fd;
+}
+
 static int connect_one(const char *path, pid_t pid, uid_t uid, struct ctl_conn *c, char *err,
                        size_t errlen)
 {
-    struct sockaddr_un a = { .sun_family = AF_UNIX };
     struct ucred cred;
     socklen_t clen = sizeof(cred);
     struct stat st;
-    int fd, r;
+    size_t len = strlen(path);
+    int fd;
 
+    if (len >= sizeof(c->path)) {
+        set_err(err, errlen, "%s: path too long for a socket", path);
+        return -ENAMETOOLONG;
+    }
     if (lstat(path, &st) < 0 || !S_ISSOCK(st.st_mode) || st.st_uid != uid) {
         set_err(err, errlen, "%s is not a socket owned by uid %u: refusing to use it", path,
                 (unsigned)uid);
         return -EPERM;
     }
-    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    fd = ctl_socket_connect(path);
     if (fd < 0) {
-        r = -errno;
-        set_err(err, errlen, "socket: %s", strerror(-r));
-        return r;
-    }
-    memcpy(a.sun_path, path, strlen(path) + 1);
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        r = -errno;
-        if (r == -ECONNREFUSED)
+        if (fd == -ECONNREFUSED)
             set_err(err, errlen, "process %d does not answer on %s (stale socket: "
                     "a tcgpu process with this pid died)", (int)pid, path);
         else
-            set_err(err, errlen, "cannot connect to %s: %s", path, strerror(-r));
-        close(fd);
-        return r;
+            set_err(err, errlen, "cannot connect to %s: %s", path, strerror(-fd));
+        return fd;
     }
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 || cred.uid != uid ||
         cred.pid != pid) {
@@ -71,7 +88,7 @@ static int connect_one(const char *path, pid_t pid, uid_t uid, struct ctl_conn *
     c->fd = fd;
     c->pid = pid;
     c->uid = uid;
-    snprintf(c->path, sizeof(c->path), "%s", path);
+    memcpy(c->path, path, len + 1);
     return 0;
 }
 
@@ -124,18 +141,10 @@ int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen)
     return -ENOENT;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *reply,
              int timeout_ms, ctl_progress_fn progress, void *arg)
 {
-    int64_t deadline = timeout_ms >= 0 ? now_ms() + timeout_ms : -1;
+    int64_t deadline = timeout_ms >= 0 ? (int64_t)now_ms() + timeout_ms : -1;
     char *buf;
     int r;
 
@@ -152,7 +161,7 @@ int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *re
         ssize_t n;
 
         if (deadline >= 0) {
-            int64_t left = deadline - now_ms();
+            int64_t left = deadline - (int64_t)now_ms();
             if (left <= 0) {
                 r = -ETIMEDOUT;
                 break;

@@ -34,6 +34,14 @@ struct ctl_conn {
  */
 int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen);
 
+/*
+ * The socket under both channels: a close-on-exec AF_UNIX SOCK_SEQPACKET
+ * socket connected to path. Returns the descriptor, or -errno (-EINVAL: the
+ * path is empty or does not fit in sun_path; connect's errno otherwise).
+ * Checks nothing about who serves it: ctl_connect and tcgpud_connect do.
+ */
+int ctl_socket_connect(const char *path);
+
 /* Progress of a long operation, as the server reports it. */
 typedef void (*ctl_progress_fn)(uint64_t done, uint64_t total, void *arg);
 

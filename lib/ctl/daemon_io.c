@@ -1,4 +1,4 @@
-/* Talking to tcgpud: the transport; see daemon_client.h. No globals. */
+/* Talking to tcgpud: the transport; see daemon_io.h. No globals. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -9,7 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/daemon_client.h"
+#include "client.h"
+#include "common/clock.h"
+#include "daemon_io.h"
 
 const char *tcgpud_socket_path(void)
 {
@@ -22,31 +24,16 @@ const char *tcgpud_socket_path(void)
 
 int tcgpud_connect(const char *path, char *err, size_t errlen)
 {
-    struct sockaddr_un a = { .sun_family = AF_UNIX };
-    int fd, r;
+    int fd = ctl_socket_connect(path);
 
-    if (!path || !*path || strlen(path) >= sizeof(a.sun_path)) {
+    if (fd == -EINVAL)
         snprintf(err, errlen, "tcgpud socket path '%s' is empty or too long", path ? path : "");
-        return -EINVAL;
-    }
-    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        r = -errno;
-        snprintf(err, errlen, "socket: %s", strerror(-r));
-        return r;
-    }
-    memcpy(a.sun_path, path, strlen(path) + 1);
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        r = -errno;
-        if (r == -ENOENT)
-            snprintf(err, errlen, "no tcgpud socket at %s (is tcgpud running?)", path);
-        else if (r == -ECONNREFUSED)
-            snprintf(err, errlen, "tcgpud does not answer on %s (stale socket)", path);
-        else
-            snprintf(err, errlen, "cannot connect to tcgpud at %s: %s", path, strerror(-r));
-        close(fd);
-        return r;
-    }
+    else if (fd == -ENOENT)
+        snprintf(err, errlen, "no tcgpud socket at %s (is tcgpud running?)", path);
+    else if (fd == -ECONNREFUSED)
+        snprintf(err, errlen, "tcgpud does not answer on %s (stale socket)", path);
+    else if (fd < 0)
+        snprintf(err, errlen, "cannot connect to tcgpud at %s: %s", path, strerror(-fd));
     return fd;
 }
 
@@ -61,24 +48,16 @@ int tcgpud_send(int fd, const struct ctl_buf *b)
     return 0;
 }
 
-static long long mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int tcgpud_recv(int fd, struct ctl_msg *m, int timeout_ms)
 {
     char *buf;
-    long long deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+    long long deadline = timeout_ms < 0 ? -1 : (long long)now_ms() + timeout_ms;
     ssize_t n;
     int r;
 
     for (;;) {
         struct pollfd p = { .fd = fd, .events = POLLIN };
-        int wait = deadline < 0 ? -1 : (int)(deadline - mono_ms());
+        int wait = deadline < 0 ? -1 : (int)(deadline - (long long)now_ms());
         if (deadline >= 0 && wait < 0)
             wait = 0;
         r = poll(&p, 1, wait);
@@ -109,11 +88,11 @@ int tcgpud_recv(int fd, struct ctl_msg *m, int timeout_ms)
 int tcgpud_call(int fd, const struct ctl_buf *b, struct ctl_msg *reply, int timeout_ms,
                 tcgpud_msg_fn fn, void *arg)
 {
-    long long deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+    long long deadline = timeout_ms < 0 ? -1 : (long long)now_ms() + timeout_ms;
     int r = tcgpud_send(fd, b);
 
     while (r == 0) {
-        int left = deadline < 0 ? -1 : (int)(deadline - mono_ms());
+        int left = deadline < 0 ? -1 : (int)(deadline - (long long)now_ms());
         if (deadline >= 0 && left < 0)
             return -ETIMEDOUT;
         r = tcgpud_recv(fd, reply, left);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/macros.h"
+#include "common/names.h"
 #include "proto.h"
 
 static const char hexdigits[] = "0123456789ABCDEF";
@@ -110,7 +112,7 @@ void ctl_buf_error(struct ctl_buf *b, int err, const char *text)
     int e = err < 0 ? -err : err;
 
     buf_start(b, "error", '\n');
-    snprintf(head, sizeof(head), " %s %d ", ctl_errno_name(e), e);
+    snprintf(head, sizeof(head), " %s %d ", errno_name(e), e);
     buf_append(b, head, strlen(head));
     if (!text || !*text)
         text = strerror(e);
@@ -368,78 +370,6 @@ int ctl_get_i64(const struct ctl_msg *m, const char *key, int64_t *v)
     return 0;
 }
 
-/* ---------------------------------------------------------------------------
- * Names
- * ------------------------------------------------------------------------- */
-
-const char *ctl_errno_name(int err)
-{
-    const char *n;
-
-    if (err < 0)
-        err = -err;
-    if (err == EOPNOTSUPP)
-        return "ENOTSUP";       /* the name tcgpu.h uses; same value on Linux */
-    n = err > 0 ? strerrorname_np(err) : NULL;
-    return n ? n : "E?";
-}
-
-int ctl_errno_from_name(const char *name)
-{
-    if (!name || name[0] != 'E')
-        return 0;
-    if (!strcmp(name, "ENOTSUP") || !strcmp(name, "EOPNOTSUPP"))
-        return ENOTSUP;
-    for (int e = 1; e < 4096; e++) {
-        const char *n = strerrorname_np(e);
-        if (n && !strcmp(n, name))
-            return e;
-    }
-    return 0;
-}
-
-static const char *const state_names[] = {
-    [TCGPU_STATE_RUNNING] = "running",
-    [TCGPU_STATE_CHECKPOINTING] = "checkpointing",
-    [TCGPU_STATE_SUSPENDING] = "suspending",
-    [TCGPU_STATE_SUSPENDED] = "suspended",
-    [TCGPU_STATE_RESUMING] = "resuming",
-};
-
-static const char *const op_names[] = {
-    [TCGPU_OP_NONE] = "none",
-    [TCGPU_OP_CHECKPOINT] = "checkpoint",
-    [TCGPU_OP_SUSPEND] = "suspend",
-    [TCGPU_OP_RESUME] = "resume",
-};
-
-#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
-
-const char *ctl_state_name(enum tcgpu_state s)
-{
-    return (unsigned)s < NELEM(state_names) ? state_names[s] : "unknown";
-}
-
-int ctl_state_parse(const char *name)
-{
-    for (unsigned i = 0; i < NELEM(state_names); i++)
-        if (!strcmp(state_names[i], name))
-            return (int)i;
-    return -1;
-}
-
-const char *ctl_op_name(enum tcgpu_op op)
-{
-    return (unsigned)op < NELEM(op_names) ? op_names[op] : "unknown";
-}
-
-int ctl_op_parse(const char *name)
-{
-    for (unsigned i = 0; i < NELEM(op_names); i++)
-        if (!strcmp(op_names[i], name))
-            return (int)i;
-    return -1;
-}
 
 /* ---------------------------------------------------------------------------
  * Status
@@ -449,7 +379,7 @@ void ctl_put_status(struct ctl_buf *b, const struct tcgpu_status *st)
 {
     char err[sizeof(st->last_error)];
 
-    ctl_buf_put(b, "state", ctl_state_name(st->state));
+    ctl_buf_put(b, "state", tcgpu_state_name(st->state));
     ctl_buf_put_u64(b, "gpu_bytes", st->gpu_bytes);
     ctl_buf_put_u64(b, "tracked_bytes", st->tracked_bytes);
     ctl_buf_put_u64(b, "image_bytes", st->image_bytes);
@@ -458,7 +388,7 @@ void ctl_put_status(struct ctl_buf *b, const struct tcgpu_status *st)
     ctl_buf_put_u64(b, "streams", st->streams);
     ctl_buf_put_u64(b, "events", st->events);
     ctl_buf_put_u64(b, "modules", st->modules);
-    ctl_buf_put(b, "last_op", ctl_op_name(st->last_op));
+    ctl_buf_put(b, "last_op", tcgpu_op_name(st->last_op));
     ctl_buf_put_i64(b, "last_result", st->last_result);
     ctl_buf_put_u64(b, "last_quiesce_ns", st->last_quiesce_ns);
     ctl_buf_put_u64(b, "last_free_ns", st->last_free_ns);
@@ -505,12 +435,12 @@ int ctl_get_status(const struct ctl_msg *m, struct tcgpu_status *st)
 
     memset(st, 0, sizeof(*st));
     s = ctl_get(m, "state");
-    if (!s || (r = ctl_state_parse(s)) < 0)
+    if (!s || (r = tcgpu_state_parse(s)) < 0)
         return -EPROTO;
     st->state = (enum tcgpu_state)r;
     s = ctl_get(m, "last_op");
     if (s) {
-        if ((r = ctl_op_parse(s)) < 0)
+        if ((r = tcgpu_op_parse(s)) < 0)
             return -EPROTO;
         st->last_op = (enum tcgpu_op)r;
     }

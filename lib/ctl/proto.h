@@ -95,18 +95,6 @@ long ctl_encode(const char *src, char *dst, size_t dstlen, int keep_space);
  * length, or -EPROTO (bad escape, %00). */
 long ctl_decode(const char *src, size_t srclen, char *dst);
 
-/* "EBUSY" for -EBUSY or EBUSY; "E?" when unknown. Static string. */
-const char *ctl_errno_name(int err);
-/* EBUSY for "EBUSY", 0 when unknown. */
-int ctl_errno_from_name(const char *name);
-
-/* Wire names of states and operations ("running", "suspend"...), and back.
- * The parsers return -1 for an unknown name. */
-const char *ctl_state_name(enum tcgpu_state s);
-int ctl_state_parse(const char *name);
-const char *ctl_op_name(enum tcgpu_op op);
-int ctl_op_parse(const char *name);
-
 /* Append every field of *st (state, gpu_bytes, ..., last_error). */
 void ctl_put_status(struct ctl_buf *b, const struct tcgpu_status *st);
 /* Fill *st from a reply; absent fields are 0. Returns 0 or -EPROTO (a field

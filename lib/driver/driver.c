@@ -156,6 +156,15 @@ int tcgpu_driver_load(void)
         ? 0 : -ENOENT;
 }
 
+const char *cu_error_name(CUresult rc)
+{
+    const char *name = NULL;
+
+    if (TCGPU_REAL(cuGetErrorName)(rc, &name) != CUDA_SUCCESS || !name)
+        return "unknown CUresult";
+    return name;
+}
+
 int tcgpu_driver_index(const char *abi)
 {
     int lo = 0, hi = TCGPU_FN_COUNT - 1;

@@ -63,6 +63,11 @@ static inline void tcgpu_driver_ensure(void)
 #define TCGPU_FN(name) TCGPU_FN_ABI(name)
 #define TCGPU_FN_ABI(abi) TCGPU_FN_##abi
 
+/* The real driver's name of rc ("CUDA_ERROR_OUT_OF_MEMORY"), for messages;
+ * "unknown CUresult" when the driver does not know it or is not loaded.
+ * A static string. */
+const char *cu_error_name(CUresult rc);
+
 /* Index of an exported ABI name ("cuMemAlloc_v2"), or -1. Binary search. */
 int tcgpu_driver_index(const char *abi);
 

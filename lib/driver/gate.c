@@ -1,4 +1,5 @@
 /* The API gate: per-thread records, close/open, parking. Contract in gate.h. */
+#include "common/clock.h"
 #include "gate.h"
 
 #include <errno.h>
@@ -164,13 +165,6 @@ void tcgpu_gate_enter_slow(struct tcgpu_gate_thread *t)
         TCGPU_GATE_ENTER_FENCE();
         /* and check again: the gate may have closed once more */
     }
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* Make the CLOSED store visible to, and ordered with, every other thread's

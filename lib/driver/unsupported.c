@@ -1,4 +1,5 @@
 /* Notes of driver calls a checkpoint cannot restore. Contract in unsupported.h. */
+#include "common/clock.h"
 #include "unsupported.h"
 
 #include <stdatomic.h>
@@ -19,10 +20,8 @@ void tcgpu_note_unsupported(const char *call, const char *what)
     uint64_t i = atomic_fetch_add_explicit(&taken, 1, memory_order_relaxed);
     if (i >= TCGPU_UNSUPPORTED_KEEP)
         return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
     slots[i].what = what;
-    slots[i].realtime_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    slots[i].realtime_ns = wall_ns();
     atomic_store_explicit(&slots[i].call, call, memory_order_release);
 }
 

@@ -22,15 +22,6 @@ struct pdev {
     int kind;
 };
 
-static const char *cu_name(CUresult rc)
-{
-    const char *name = NULL;
-
-    if (TCGPU_REAL(cuGetErrorName)(rc, &name) != CUDA_SUCCESS || !name)
-        return "unknown CUresult";
-    return name;
-}
-
 /* Loads one image; 0 or -ENOENT. */
 static int try_image(struct pdev *d, const unsigned char *img, size_t len, int kind)
 {
@@ -105,7 +96,7 @@ int pdev_scan(struct pdev *d, CUstream stream, const struct pdev_desc *desc, siz
         rc = TCGPU_REAL(cuStreamSynchronize)(stream);
     }
     if (rc != CUDA_SUCCESS) {
-        snprintf(err, errlen, "%s: %s", what, cu_name(rc));
+        snprintf(err, errlen, "%s: %s", what, cu_error_name(rc));
         return -EIO;
     }
     return 0;

@@ -174,15 +174,6 @@ void pipe_get_stats(const struct pipe *p, struct pipe_stats *st)
     *st = p->st;
 }
 
-static const char *cu_name(CUresult rc)
-{
-    const char *name = NULL;
-
-    if (TCGPU_REAL(cuGetErrorName)(rc, &name) != CUDA_SUCCESS || !name)
-        return "unknown CUresult";
-    return name;
-}
-
 static void progress(struct pipe *p, uint64_t bytes)
 {
     p->progress += bytes;
@@ -387,7 +378,7 @@ static int leave_device(struct pipe *p)
     p->o.ctx_leave(p->o.ctx_arg);
     p->cur_dev = -1;
     if (rc != CUDA_SUCCESS) {
-        say(p, "cuStreamSynchronize of the copy stream: %s", cu_name(rc));
+        say(p, "cuStreamSynchronize of the copy stream: %s", cu_error_name(rc));
         return -EIO;
     }
     return 0;
@@ -410,7 +401,7 @@ static int use_device(struct pipe *p, int device, int helpers)
     cr = TCGPU_REAL(cuStreamCreate)(&p->stream, CU_STREAM_NON_BLOCKING);
     if (cr != CUDA_SUCCESS) {
         p->stream = NULL;
-        say(p, "cuStreamCreate on device %d: %s", device, cu_name(cr));
+        say(p, "cuStreamCreate on device %d: %s", device, cu_error_name(cr));
         return -EIO;
     }
     const char *env = getenv("TCGPU_DEVICE_HELPERS");
@@ -672,7 +663,7 @@ static int copy_d2h(struct pipe *p, void *dst, CUdeviceptr src, size_t len)
 
     if (rc != CUDA_SUCCESS) {
         say(p, "cuMemcpyDtoHAsync of %zu bytes at %#llx: %s", len, (unsigned long long)src,
-            cu_name(rc));
+            cu_error_name(rc));
         return -EIO;
     }
     p->st.copied_bytes += len;
@@ -684,7 +675,7 @@ static int stream_sync(struct pipe *p)
     CUresult rc = TCGPU_REAL(cuStreamSynchronize)(p->stream);
 
     if (rc != CUDA_SUCCESS) {
-        say(p, "cuStreamSynchronize of the copy stream: %s", cu_name(rc));
+        say(p, "cuStreamSynchronize of the copy stream: %s", cu_error_name(rc));
         return -EIO;
     }
     return 0;
@@ -929,7 +920,7 @@ static int fill_slot(struct drain *d, unsigned si)
         CUresult cr = TCGPU_REAL(cuEventRecord)(s->ev, p->stream);
 
         if (cr != CUDA_SUCCESS) {
-            say(p, "cuEventRecord: %s", cu_name(cr));
+            say(p, "cuEventRecord: %s", cu_error_name(cr));
             return -EIO;
         }
         s->state = S_COPYING;
@@ -1044,7 +1035,7 @@ static int run_drain(struct drain *d)
                 CUresult cr = TCGPU_REAL(cuEventSynchronize)(p->slots[j->slot].ev);
 
                 if (cr != CUDA_SUCCESS && !d->err) {
-                    say(p, "copy to the staging ring: %s", cu_name(cr));
+                    say(p, "copy to the staging ring: %s", cu_error_name(cr));
                     d->err = -EIO;
                 }
                 dispatch_slot(d, (unsigned)j->slot);
@@ -1222,7 +1213,7 @@ static int upload(struct pipe *p, CUdeviceptr va, const void *src, size_t len)
 
     if (rc != CUDA_SUCCESS) {
         say(p, "cuMemcpyHtoDAsync of %zu bytes at %#llx: %s", len, (unsigned long long)va,
-            cu_name(rc));
+            cu_error_name(rc));
         return -EIO;
     }
     p->st.copied_bytes += len;
@@ -1235,7 +1226,7 @@ static int memset_dev(struct pipe *p, CUdeviceptr va, size_t len)
 
     if (rc != CUDA_SUCCESS) {
         say(p, "cuMemsetD8Async of %zu bytes at %#llx: %s", len, (unsigned long long)va,
-            cu_name(rc));
+            cu_error_name(rc));
         return -EIO;
     }
     return 0;
@@ -1266,7 +1257,7 @@ static int upload_slot(struct refill *r, unsigned si, size_t first, size_t last)
         CUresult cr = TCGPU_REAL(cuEventRecord)(s->ev, p->stream);
 
         if (cr != CUDA_SUCCESS) {
-            say(p, "cuEventRecord: %s", cu_name(cr));
+            say(p, "cuEventRecord: %s", cu_error_name(cr));
             rc = -EIO;
         }
     }

@@ -17,6 +17,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "common/clock.h"
+#include "common/fileio.h"
 #include "internal.h"
 #include "iowriter.h"
 
@@ -516,14 +518,6 @@ int image_writer_add_data(struct image_writer *w, uint64_t alloc_id, uint64_t of
 
 /* ---- manifest ----------------------------------------------------------------- */
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void put_process(struct mbuf *b, const struct image_process *p)
 {
     size_t s = mb_section(b, TCGPU_IMG_SEC_PROCESS, TCGPU_IMG_SECTION_CRITICAL);
@@ -658,20 +652,6 @@ static void build_manifest(struct mbuf *b, const struct image_writer *w, uint64_
     mb_int(b, h.high64, 8);
 }
 
-static int write_all(int fd, const uint8_t *p, size_t len)
-{
-    while (len) {
-        ssize_t n = write(fd, p, len);
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return n < 0 ? -errno : -EIO;
-        p += n, len -= (size_t)n;
-    }
-    return 0;
-}
-
 static int write_manifest(struct image_writer *w, uint64_t data_size)
 {
     struct mbuf b = {0};
@@ -685,7 +665,7 @@ static int write_manifest(struct image_writer *w, uint64_t data_size)
         rc = -errno;
         goto err;
     }
-    rc = write_all(fd, b.p, b.len);
+    rc = fileio_write_all(fd, b.p, b.len);
     if (!rc && fsync(fd) < 0)
         rc = -errno;
     if (close(fd) < 0 && !rc)
@@ -696,33 +676,6 @@ err:
 }
 
 /* ---- commit ------------------------------------------------------------------- */
-
-static int fsync_path(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
-
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) < 0)
-        rc = -errno;
-    close(fd);
-    return rc;
-}
-
-static int parent_of(const char *path, char *out, size_t cap)
-{
-    const char *slash = strrchr(path, '/');
-
-    if (!slash)
-        return snprintf(out, cap, ".") < 0 ? -EINVAL : 0;
-    if (slash == path)
-        return snprintf(out, cap, "/") < 0 ? -EINVAL : 0;
-    if ((size_t)(slash - path) >= cap)
-        return -ENAMETOOLONG;
-    memcpy(out, path, (size_t)(slash - path));
-    out[slash - path] = '\0';
-    return 0;
-}
 
 /* Replaces an existing image at w->dir by the temporary directory. On
  * success the old image has been swapped to w->tmp and is removed. */
@@ -776,7 +729,6 @@ static int fail_commit(struct image_writer *w, int rc)
 
 int image_writer_commit(struct image_writer *w)
 {
-    char parent[PATH_MAX];
     uint64_t data_size;
     size_t bad;
     int rc;
@@ -797,7 +749,7 @@ int image_writer_commit(struct image_writer *w)
     data_size = iowriter_offset(w->data);
     iowriter_free(w->data);
     w->data = NULL;
-    w->proc.created_ns = now_ns();
+    w->proc.created_ns = wall_ns();
     rc = write_manifest(w, data_size);
     if (rc)
         return fail_io(w, rc, "cannot write " TCGPU_IMG_MANIFEST_NAME);
@@ -807,8 +759,8 @@ int image_writer_commit(struct image_writer *w)
     if (rc)
         return fail_commit(w, rc);
     /* The rename itself is durable only once the parent directory is. */
-    if (parent_of(w->dir, parent, sizeof(parent)) == 0 && fsync_path(parent) < 0)
-        say(w, "image committed but fsync of %s failed", parent);
+    if (fileio_fsync_parent(w->dir) < 0)
+        say(w, "image committed but fsync of the directory holding %s failed", w->dir);
     close(w->tmpfd);
     w->tmpfd = -1;
     return 0;

@@ -35,6 +35,7 @@
 #include "core/signal_trigger.h"
 
 #include "../common/check.h"
+#include "common/errmsg.h"
 
 /* ---------------------------------------------------------------------------
  * The test double of ops.h
@@ -54,22 +55,6 @@ static struct {
     struct tcgpu_status st;
 } fk;
 
-static __thread char fk_err[256];
-
-const char *tcgpu_op_error(void)
-{
-    return fk_err;
-}
-
-void tcgpu_op_set_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(fk_err, sizeof(fk_err), fmt, ap);
-    va_end(ap);
-}
-
 static int fake_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress, void *arg)
 {
     int r, delay;
@@ -84,16 +69,16 @@ static int fake_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress
     r = fk.next_result;
     fk.next_result = 0;
     if (r)
-        tcgpu_op_set_error("%s", fk.next_msg);
+        errmsg_set("%s", fk.next_msg);
     else if (op == TCGPU_OP_SUSPEND && fk.state == TCGPU_STATE_SUSPENDED) {
         r = -EALREADY;
-        tcgpu_op_set_error("already suspended");
+        errmsg_set("already suspended");
     } else if (op == TCGPU_OP_RESUME && fk.state != TCGPU_STATE_SUSPENDED) {
         r = -EALREADY;
-        tcgpu_op_set_error("not suspended");
+        errmsg_set("not suspended");
     } else if (op == TCGPU_OP_CHECKPOINT && fk.state == TCGPU_STATE_SUSPENDED) {
         r = -EBUSY;
-        tcgpu_op_set_error("the process is suspended");
+        errmsg_set("the process is suspended");
     }
     pthread_mutex_unlock(&fk_lock);
 
@@ -110,12 +95,12 @@ static int fake_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress
     if (r == 0 && op == TCGPU_OP_RESUME)
         fk.state = TCGPU_STATE_RUNNING;
     if (r == 0)
-        fk_err[0] = '\0';
+        errmsg_clear();
     fk.st.last_op = op;
     fk.st.last_result = r;
     fk.st.last_total_ns = 1234567;
     fk.st.image_bytes = 4 << 20;
-    snprintf(fk.st.last_error, sizeof(fk.st.last_error), "%s", fk_err);
+    snprintf(fk.st.last_error, sizeof(fk.st.last_error), "%s", errmsg_get());
     pthread_mutex_unlock(&fk_lock);
     return r;
 }

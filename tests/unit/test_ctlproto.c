@@ -13,6 +13,7 @@
 #include "ctl/proto.h"
 
 #include "../common/check.h"
+#include "common/names.h"
 
 static struct ctl_msg msg;
 static struct ctl_buf buf;
@@ -313,16 +314,16 @@ static void test_random(void)
 
 static void test_names(void)
 {
-    CHECK(!strcmp(ctl_errno_name(EBUSY), "EBUSY") && !strcmp(ctl_errno_name(-EBUSY), "EBUSY"));
-    CHECK(!strcmp(ctl_errno_name(ENOTSUP), "ENOTSUP"));
-    CHECK(!strcmp(ctl_errno_name(0), "E?") && !strcmp(ctl_errno_name(100000), "E?"));
-    CHECK(ctl_errno_from_name("EBADMSG") == EBADMSG && ctl_errno_from_name("EOPNOTSUPP") == ENOTSUP);
-    CHECK(ctl_errno_from_name("EWHAT") == 0 && ctl_errno_from_name(NULL) == 0);
+    CHECK(!strcmp(errno_name(EBUSY), "EBUSY") && !strcmp(errno_name(-EBUSY), "EBUSY"));
+    CHECK(!strcmp(errno_name(ENOTSUP), "ENOTSUP"));
+    CHECK(!strcmp(errno_name(0), "E?") && !strcmp(errno_name(100000), "E?"));
+    CHECK(errno_from_name("EBADMSG") == EBADMSG && errno_from_name("EOPNOTSUPP") == ENOTSUP);
+    CHECK(errno_from_name("EWHAT") == 0 && errno_from_name(NULL) == 0);
     for (int s = 0; s <= TCGPU_STATE_RESUMING; s++)
-        CHECK(ctl_state_parse(ctl_state_name((enum tcgpu_state)s)) == s);
+        CHECK(tcgpu_state_parse(tcgpu_state_name((enum tcgpu_state)s)) == s);
     for (int o = 0; o <= TCGPU_OP_RESUME; o++)
-        CHECK(ctl_op_parse(ctl_op_name((enum tcgpu_op)o)) == o);
-    CHECK(!strcmp(ctl_state_name((enum tcgpu_state)99), "unknown") && ctl_state_parse("unknown") == -1);
+        CHECK(tcgpu_op_parse(tcgpu_op_name((enum tcgpu_op)o)) == o);
+    CHECK(!strcmp(tcgpu_state_name((enum tcgpu_state)99), "unknown") && tcgpu_state_parse("unknown") == -1);
 }
 
 static void test_exit_codes(void)

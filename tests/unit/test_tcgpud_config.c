@@ -104,19 +104,19 @@ static int test_values(void)
 {
     uint64_t v;
 
-    CHECK(tcgpud_parse_size("8G", &v) == 0 && v == 8 * GiB, "8G");
-    CHECK(tcgpud_parse_size("512 MiB", &v) == 0 && v == 512ull << 20, "512 MiB");
-    CHECK(tcgpud_parse_size("1.5T", &v) == 0 && v == 3ull << 39, "1.5T");
-    CHECK(tcgpud_parse_size("4096", &v) == 0 && v == 4096, "bytes");
-    CHECK(tcgpud_parse_size("0", &v) == 0 && v == 0, "0");
-    CHECK(tcgpud_parse_size("-1G", &v) < 0, "negative");
-    CHECK(tcgpud_parse_size("0.5", &v) < 0, "half a byte");
-    CHECK(tcgpud_parse_size("99999999T", &v) < 0, "overflow");
-    CHECK(tcgpud_parse_size("8X", &v) < 0, "unit");
-    CHECK(tcgpud_parse_duration("500ms", &v) == 0 && v == 500000000ull, "ms");
-    CHECK(tcgpud_parse_duration("2m", &v) == 0 && v == 120000000000ull, "m");
-    CHECK(tcgpud_parse_duration("10", &v) == 0 && v == 10000000000ull, "plain seconds");
-    CHECK(tcgpud_parse_duration("1d", &v) < 0, "days are not a unit");
+    CHECK(units_parse_size("8G", &v) == 0 && v == 8 * GiB, "8G");
+    CHECK(units_parse_size("512 MiB", &v) == 0 && v == 512ull << 20, "512 MiB");
+    CHECK(units_parse_size("1.5T", &v) == 0 && v == 3ull << 39, "1.5T");
+    CHECK(units_parse_size("4096", &v) == 0 && v == 4096, "bytes");
+    CHECK(units_parse_size("0", &v) == 0 && v == 0, "0");
+    CHECK(units_parse_size("-1G", &v) < 0, "negative");
+    CHECK(units_parse_size("0.5", &v) < 0, "half a byte");
+    CHECK(units_parse_size("99999999T", &v) < 0, "overflow");
+    CHECK(units_parse_size("8X", &v) < 0, "unit");
+    CHECK(units_parse_duration("500ms", &v) == 0 && v == 500000000ull, "ms");
+    CHECK(units_parse_duration("2m", &v) == 0 && v == 120000000000ull, "m");
+    CHECK(units_parse_duration("10", &v) == 0 && v == 10000000000ull, "plain seconds");
+    CHECK(units_parse_duration("1d", &v) < 0, "days are not a unit");
     return 0;
 }
 

@@ -31,8 +31,11 @@
 #include "gpuckpt.h"
 #include "tcgpud.h"
 #include "driver.h"
-#include "core/signal_trigger.h"
+#include "common/signals.h"
 #include "tcgpu.h"
+#include "common/clock.h"
+#include "common/names.h"
+#include "common/units.h"
 
 #ifndef TCGPU_INSTALL_LIBDIR
 #define TCGPU_INSTALL_LIBDIR "/usr/local/lib"
@@ -160,33 +163,6 @@ static int absolute_dir(const char *dir, char *out, size_t len)
     return 0;
 }
 
-static const char *fmt_bytes(uint64_t b, char *buf, size_t len)
-{
-    static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
-    double v = (double)b;
-    int u = 0;
-
-    while (v >= 1024 && u < 5) {
-        v /= 1024;
-        u++;
-    }
-    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, units[u]);
-    return buf;
-}
-
-static const char *fmt_ns(uint64_t ns, char *buf, size_t len)
-{
-    if (ns == 0)
-        snprintf(buf, len, "-");
-    else if (ns >= 1000000000ull)
-        snprintf(buf, len, "%.2f s", (double)ns / 1e9);
-    else if (ns >= 1000000ull)
-        snprintf(buf, len, "%.1f ms", (double)ns / 1e6);
-    else
-        snprintf(buf, len, "%.1f us", (double)ns / 1e3);
-    return buf;
-}
-
 static void json_string(FILE *f, const char *s)
 {
     fputc('"', f);
@@ -239,38 +215,30 @@ struct progress_view {
     uint64_t t0_ns;
 };
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void show_progress(uint64_t done, uint64_t total, void *arg)
 {
     struct progress_view *v = arg;
     char d[32], t[32];
-    double secs = (double)(mono_ns() - v->t0_ns) / 1e9;
+    double secs = (double)(now_ns() - v->t0_ns) / 1e9;
 
     if (total)
-        fprintf(stderr, "\r%s: %s / %s (%3.0f%%)  %.1f s ", v->what, fmt_bytes(done, d, sizeof(d)),
-                fmt_bytes(total, t, sizeof(t)), 100.0 * (double)done / (double)total, secs);
+        fprintf(stderr, "\r%s: %s / %s (%3.0f%%)  %.1f s ", v->what, units_format_bytes(done, d, sizeof(d)),
+                units_format_bytes(total, t, sizeof(t)), 100.0 * (double)done / (double)total, secs);
     else
-        fprintf(stderr, "\r%s: %s  %.1f s ", v->what, fmt_bytes(done, d, sizeof(d)), secs);
+        fprintf(stderr, "\r%s: %s  %.1f s ", v->what, units_format_bytes(done, d, sizeof(d)), secs);
     fflush(stderr);
     v->shown = 1;
 }
 
 static int connect_retrying(pid_t pid, struct ctl_conn *c, int wait_ms, char *err, size_t errlen)
 {
-    uint64_t deadline = mono_ns() + (uint64_t)wait_ms * 1000000u;
+    uint64_t deadline = now_ns() + (uint64_t)wait_ms * 1000000u;
     int r;
 
     for (;;) {
         r = ctl_connect(pid, c, err, errlen);
         /* only "not there yet" is worth waiting for */
-        if (r != -ENOENT || mono_ns() >= deadline)
+        if (r != -ENOENT || now_ns() >= deadline)
             return r;
         usleep(50000);
     }
@@ -284,7 +252,7 @@ static int call(const char *cmd, pid_t pid, struct ctl_buf *req, struct ctl_msg 
                 const struct client_opts *o)
 {
     struct ctl_conn c;
-    struct progress_view view = { .what = cmd, .t0_ns = mono_ns() };
+    struct progress_view view = { .what = cmd, .t0_ns = now_ns() };
     char err[PATH_MAX + 512];
     long len = ctl_buf_finish(req);
     int r, show;
@@ -357,21 +325,21 @@ static void print_status_human(pid_t pid, const struct ctl_msg *m, FILE *f)
         fprintf(f, "process %d: (unreadable status)\n", (int)pid);
         return;
     }
-    fprintf(f, "process %d: %s\n", (int)pid, ctl_state_name(st.state));
+    fprintf(f, "process %d: %s\n", (int)pid, tcgpu_state_name(st.state));
     fprintf(f, "  gpu memory   %s held, %s tracked, last image %s\n",
-            fmt_bytes(st.gpu_bytes, a, sizeof(a)), fmt_bytes(st.tracked_bytes, b, sizeof(b)),
-            fmt_bytes(st.image_bytes, c, sizeof(c)));
+            units_format_bytes(st.gpu_bytes, a, sizeof(a)), units_format_bytes(st.tracked_bytes, b, sizeof(b)),
+            units_format_bytes(st.image_bytes, c, sizeof(c)));
     fprintf(f, "  objects      %u allocations, %u contexts, %u streams, %u events, %u modules\n",
             st.allocations, st.contexts, st.streams, st.events, st.modules);
     if (st.last_op == TCGPU_OP_NONE)
         fprintf(f, "  last op      none\n");
     else {
-        fprintf(f, "  last op      %s: %s%s%s\n", ctl_op_name(st.last_op),
-                st.last_result ? ctl_errno_name(st.last_result) : "ok",
+        fprintf(f, "  last op      %s: %s%s%s\n", tcgpu_op_name(st.last_op),
+                st.last_result ? errno_name(st.last_result) : "ok",
                 st.last_error[0] ? ": " : "", st.last_error);
         fprintf(f, "  timings      quiesce %s, gpu free %s, total %s\n",
-                fmt_ns(st.last_quiesce_ns, q, sizeof(q)), fmt_ns(st.last_free_ns, fr, sizeof(fr)),
-                fmt_ns(st.last_total_ns, t, sizeof(t)));
+                units_format_ns(st.last_quiesce_ns, q, sizeof(q)), units_format_ns(st.last_free_ns, fr, sizeof(fr)),
+                units_format_ns(st.last_total_ns, t, sizeof(t)));
     }
     if (sig) {
         if (!strcmp(sig, "off"))
@@ -702,13 +670,13 @@ static int run_op_command(const char *cmd, int argc, char **argv, const char *sh
         if (ctl_get_status(rep, &st) == 0) {
             if (!strcmp(cmd, "suspend"))
                 printf("process %d suspended in %s (gpu memory released after %s)%s%s%s\n", (int)pid,
-                       fmt_ns(st.last_total_ns, t, sizeof(t)), fmt_ns(st.last_free_ns, b, sizeof(b)),
+                       units_format_ns(st.last_total_ns, t, sizeof(t)), units_format_ns(st.last_free_ns, b, sizeof(b)),
                        o.dir ? ", image " : "", o.dir ? dir : "", note);
             else if (!strcmp(cmd, "resume"))
-                printf("process %d resumed in %s\n", (int)pid, fmt_ns(st.last_total_ns, t, sizeof(t)));
+                printf("process %d resumed in %s\n", (int)pid, units_format_ns(st.last_total_ns, t, sizeof(t)));
             else
                 printf("process %d checkpointed to %s in %s (%s)\n", (int)pid, dir,
-                       fmt_ns(st.last_total_ns, t, sizeof(t)), fmt_bytes(st.image_bytes, b, sizeof(b)));
+                       units_format_ns(st.last_total_ns, t, sizeof(t)), units_format_bytes(st.image_bytes, b, sizeof(b)));
         } else {
             printf("process %d: %s done\n", (int)pid, cmd);
         }

@@ -34,6 +34,7 @@
 #include "driver.h"
 #include "tree.h"
 #include "image/image.h"
+#include "common/clock.h"
 
 /* ---- checks ----------------------------------------------------------------------- */
 
@@ -368,12 +369,11 @@ int gpuckpt_cmd_restore(int argc, char **argv)
 {
     struct tree *t = calloc(1, sizeof(*t));
     char dir[PATH_MAX], err[16384];
-    struct timespec t0, t1;
+    uint64_t t0 = now_ns();
     int detach, r;
 
     if (!t)
         return CTL_EXIT_FAILED;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     if ((r = parse_restore_args(argc, argv, dir, sizeof(dir), &detach)) != 0) {
         free(t);
         return r < 0 ? CTL_EXIT_OK : r;
@@ -393,10 +393,9 @@ int gpuckpt_cmd_restore(int argc, char **argv)
         return CTL_EXIT_FAILED;
     }
     r = resume_all(dir, t);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     fprintf(detach ? stdout : stderr, "restored the tree under %d (%d process%s) from %s in %.2f s%s\n",
             (int)t->root, t->nproc, t->nproc == 1 ? "" : "es", dir,
-            (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
+            (double)(now_ns() - t0) / 1e9,
             r == CTL_EXIT_OK ? "" : " (some processes stay suspended: above)");
     fflush(NULL);
     if (!detach && r == CTL_EXIT_OK)

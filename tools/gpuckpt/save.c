@@ -32,6 +32,8 @@
 #include "tree.h"
 #include "image/image.h"
 #include "tcgpu.h"
+#include "common/clock.h"
+#include "common/fileio.h"
 
 struct save_opts {
     pid_t root;
@@ -44,10 +46,7 @@ struct save_opts {
 
 static double now_s(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)now_ns() / 1e9;
 }
 
 /* ---- classification ---------------------------------------------------------- */
@@ -383,7 +382,6 @@ static void fill_header(struct tree *t, const struct save_opts *o)
 /* After the dump: DIR.tmp -> DIR, durably. */
 static int commit(const struct save_opts *o, char *err, size_t len)
 {
-    char parent[PATH_MAX], *slash;
     int r;
 
     if ((r = tree_fsync_all(o->tmp)) < 0) {
@@ -395,11 +393,7 @@ static int commit(const struct save_opts *o, char *err, size_t len)
         snprintf(err, len, "cannot rename %s to %s: %s", o->tmp, o->dir, strerror(errno));
         return r;
     }
-    snprintf(parent, sizeof(parent), "%s", o->dir);
-    slash = strrchr(parent, '/');
-    if (slash && slash != parent)
-        *slash = '\0';
-    tree_fsync_dir(parent);
+    fileio_fsync_parent(o->dir);   /* best effort: the save is complete either way */
     return 0;
 }
 

@@ -12,7 +12,7 @@
 
 #include "ctl/client.h"
 #include "ctl/proto.h"
-#include "core/daemon_client.h"
+#include "ctl/daemon_io.h"
 #include "gpuckpt.h"
 #include "tcgpud.h"
 #include "common/units.h"
@@ -40,12 +40,12 @@ int gpuckpt_tcgpud_run_option(int opt, const char *arg)
         setenv("TCGPU_PRIORITY", arg, 1);
         return 0;
     case GPUCKPT_OPT_GPU_MEM:
-        if (tcgpud_parse_size(arg, &v) < 0 || v == 0)
+        if (units_parse_size(arg, &v) < 0 || v == 0)
             return gpuckpt_usage_error("run", "--gpu-mem wants a size, e.g. 8G or 512M");
         setenv("TCGPU_GPU_MEM", arg, 1);
         return 0;
     case GPUCKPT_OPT_WAIT_TIMEOUT:
-        if (tcgpud_parse_duration(arg, &v) < 0)
+        if (units_parse_duration(arg, &v) < 0)
             return gpuckpt_usage_error("run", "--wait-timeout wants a duration, e.g. 60s");
         setenv("TCGPU_WAIT_TIMEOUT", arg, 1);
         return 0;

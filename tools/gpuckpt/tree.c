@@ -18,6 +18,7 @@
 #include "ctl/proto.h"
 #include "tree.h"
 #include "ctl/rundir.h"
+#include "common/fileio.h"
 
 /* ---- the process tree ---------------------------------------------------- */
 
@@ -221,9 +222,10 @@ int tree_write(const struct tree *t, const char *dir, char *err, size_t len)
         char sum[64];
         int n = snprintf(sum, sizeof(sum), "checksum xxh3=%016" PRIx64 "\n",
                          (uint64_t)XXH3_64bits(text, size));
-        if (write(fd, text, size) != (ssize_t)size || write(fd, sum, (size_t)n) != n)
-            r = errno ? -errno : -EIO;
-        else if (fsync(fd) < 0)
+        r = fileio_write_all(fd, text, size);
+        if (r == 0)
+            r = fileio_write_all(fd, sum, (size_t)n);
+        if (r == 0 && fsync(fd) < 0)
             r = -errno;
     }
 out:
@@ -564,18 +566,6 @@ int tree_mkdir(const char *path)
     return 0;
 }
 
-int tree_fsync_dir(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
-
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) < 0)
-        r = -errno;
-    close(fd);
-    return r;
-}
-
 int tree_fsync_all(const char *path)
 {
     struct stat st;
@@ -605,7 +595,7 @@ int tree_fsync_all(const char *path)
         r = tree_fsync_all(sub);
     }
     closedir(d);
-    return r ? r : tree_fsync_dir(path);
+    return r ? r : fileio_fsync_dir(path);
 }
 
 int tree_exit_code(int err)

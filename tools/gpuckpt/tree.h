@@ -106,9 +106,6 @@ void tree_remove_all(const char *path);
 /* mkdir -p for one level, mode 0700; EEXIST is fine. */
 int tree_mkdir(const char *path);
 
-/* fsync a directory by path. */
-int tree_fsync_dir(const char *path);
-
 /* Recursively fsync every regular file and directory under path (a save must be durable). */
 int tree_fsync_all(const char *path);
 

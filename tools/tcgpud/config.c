@@ -98,7 +98,7 @@ static int parse_reserve_item(char *item, struct pol_project *p, char *err, size
         return -EINVAL;
     }
     *on = '\0';
-    if (tcgpud_parse_size(item, &bytes) < 0) {
+    if (units_parse_size(item, &bytes) < 0) {
         snprintf(err, errlen, "reservation: '%s' is not a size (e.g. 8G)", item);
         return -EINVAL;
     }
@@ -251,9 +251,9 @@ static void daemon_key(struct parse_ctx *x, const char *name, const char *v)
         else
             snprintf(c->admins, sizeof(c->admins), "%s", g);
     } else if (!strcmp(name, "min_runtime")) {
-        if (tcgpud_parse_duration(v, &c->min_runtime_ns) < 0)
+        if (units_parse_duration(v, &c->min_runtime_ns) < 0)
             fail(x, x->line, "min_runtime: '%s' is not a duration (e.g. 30s, 500ms, 2m)", v);
-    } else if (tcgpud_parse_duration(v, &c->resume_retry_ns) < 0) {
+    } else if (units_parse_duration(v, &c->resume_retry_ns) < 0) {
         fail(x, x->line, "resume_retry: '%s' is not a duration (e.g. 5s)", v);
     }
 }
@@ -293,7 +293,7 @@ static void project_key(struct parse_ctx *x, struct tcgpud_project *p, const cha
             fail(x, x->line, "borrow: '%s' is not yes or no", v);
         else
             p->pol.may_borrow = b;
-    } else if (tcgpud_parse_size(v, &p->pol.default_limit) < 0) {
+    } else if (units_parse_size(v, &p->pol.default_limit) < 0) {
         fail(x, x->line, "default_limit: '%s' is not a size (e.g. 16G, or 0 for none)", v);
     }
 }
@@ -308,7 +308,7 @@ static void gpu_key(struct parse_ctx *x, int idx, const char *name, const char *
         fail(x, x->line, "[gpu %d]: 'capacity' given twice", x->c->gpus[idx].id);
         return;
     }
-    if (tcgpud_parse_size(v, &x->c->gpus[idx].capacity) < 0 || x->c->gpus[idx].capacity == 0)
+    if (units_parse_size(v, &x->c->gpus[idx].capacity) < 0 || x->c->gpus[idx].capacity == 0)
         fail(x, x->line, "capacity: '%s' is not a size (e.g. 80G)", v);
 }
 

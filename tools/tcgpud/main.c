@@ -34,6 +34,8 @@
 #include "tcgpud.h"
 #include "config.h"
 #include "state.h"
+#include "common/clock.h"
+#include "common/names.h"
 
 #define TICK_MS          500
 #define OP_TIMEOUT_MS    600000   /* a suspend of a very large job to disk takes minutes */
@@ -120,22 +122,6 @@ static void logmsg(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 static struct djob *job_of(pid_t pid)
@@ -813,7 +799,7 @@ static void op_done(struct work *w)
                   "gpu_bytes", u64s(w->st.gpu_bytes, by), NULL);
         } else {
             logmsg("pid %d did not suspend: %s", (int)j->pid, w->msg);
-            event("suspend-failed", j->pid, "error", ctl_errno_name(err), "text", w->msg, NULL);
+            event("suspend-failed", j->pid, "error", errno_name(err), "text", w->msg, NULL);
         }
         reply_waiter(j, w);
         policy_job_suspended(d.pol, (uint64_t)j->pid, err, now_ns(), &acts);
@@ -824,7 +810,7 @@ static void op_done(struct work *w)
             event("resumed", j->pid, "latency_ms", msecs(w->ns, t), NULL);
         } else {
             logmsg("pid %d did not resume: %s", (int)j->pid, w->msg);
-            event("resume-failed", j->pid, "error", ctl_errno_name(err), "text", w->msg, NULL);
+            event("resume-failed", j->pid, "error", errno_name(err), "text", w->msg, NULL);
         }
         reply_waiter(j, w);
         policy_job_resumed(d.pol, (uint64_t)j->pid, err, now_ns(), &acts);

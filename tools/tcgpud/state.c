@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "ctl/proto.h"
 #include "state.h"
 
@@ -33,20 +34,6 @@ static void put_job(struct ctl_buf *b, const struct tcgpud_saved_job *j)
     ctl_buf_put_u64(b, "run_ns", j->run_ns);
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static int write_jobs(int fd, const struct tcgpud_saved_job *jobs, size_t n)
 {
     struct ctl_buf *b = malloc(sizeof(*b));
@@ -56,7 +43,7 @@ static int write_jobs(int fd, const struct tcgpud_saved_job *jobs, size_t n)
     if (!b)
         return -ENOMEM;
     snprintf(head, sizeof(head), "%s %d\n", HEADER, TCGPUD_STATE_VERSION);
-    r = write_all(fd, head, strlen(head));
+    r = fileio_write_all(fd, head, strlen(head));
     for (size_t i = 0; i < n && r == 0; i++) {
         long len;
         put_job(b, &jobs[i]);
@@ -66,59 +53,37 @@ static int write_jobs(int fd, const struct tcgpud_saved_job *jobs, size_t n)
             break;
         }
         b->data[len] = '\n';
-        r = write_all(fd, b->data, (size_t)len + 1);
+        r = fileio_write_all(fd, b->data, (size_t)len + 1);
     }
     free(b);
     return r;
 }
 
-/* fsync the directory holding path, so that the rename itself is durable. */
-static int sync_dir(const char *path)
-{
-    char copy[PATH_MAX];
-    int fd, r = 0;
+struct jobs_out {
+    const struct tcgpud_saved_job *jobs;
+    size_t n;
+};
 
-    snprintf(copy, sizeof(copy), "%s", path);
-    fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) < 0)
-        r = -errno;
-    close(fd);
-    return r;
+static int fill_jobs(int fd, void *arg)
+{
+    const struct jobs_out *o = arg;
+
+    return write_jobs(fd, o->jobs, o->n);
 }
 
 int tcgpud_state_save(const char *path, const struct tcgpud_saved_job *jobs, size_t n, char *err,
                       size_t errlen)
 {
-    char tmp[PATH_MAX];
-    int fd, r;
+    struct jobs_out o = { jobs, n };
+    const char *stage = "write";
+    int r = fileio_replace(path, 0600, fill_jobs, &o, &stage);
 
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp)) {
+    if (r == -ENAMETOOLONG && !strcmp(stage, "create"))
         snprintf(err, errlen, "%s: path too long", path);
-        return -ENAMETOOLONG;
-    }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        r = -errno;
-        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(-r));
-        return r;
-    }
-    r = write_jobs(fd, jobs, n);
-    if (r == 0 && fsync(fd) < 0)
-        r = -errno;
-    if (close(fd) < 0 && r == 0)
-        r = -errno;
-    if (r == 0 && rename(tmp, path) < 0)
-        r = -errno;
-    if (r < 0) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(-r));
-        unlink(tmp);
-        return r;
-    }
-    r = sync_dir(path);
-    if (r < 0)
+    else if (r && !strcmp(stage, "fsync-dir"))
         snprintf(err, errlen, "fsync of the directory of %s: %s", path, strerror(-r));
+    else if (r)
+        snprintf(err, errlen, "cannot write %s (%s): %s", path, stage, strerror(-r));
     return r;
 }
 

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "ctl/client.h"
 #include "ctl/proto.h"
 #include "tcgpud.h"
@@ -21,14 +22,6 @@
 static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct work *queue_head, *queue_tail;
 static int wake_fd = -1;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 int tcgpud_work_init(void)
 {
