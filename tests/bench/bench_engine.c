@@ -36,12 +36,13 @@
 #include "driver/driver.h"
 #include "image/image.h"
 #include "engine/pipeline.h"
+#include "../common/engine_ctx.h"
+#include "../common/rand.h"
 
 #define MiB (1ull << 20)
 #define CHUNK (4u << 20)
 #define REPS 5
 
-static CUcontext ctx;
 static const char *shared_dir;
 
 static double now(void)
@@ -92,16 +93,6 @@ static uint8_t *read_file(const char *path, size_t *len)
     return b;
 }
 
-static uint64_t rng = 0x243f6a8885a308d3ull;
-
-static uint64_t xrand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
 /*
  * The bench mix, `mb` MiB, as a caching allocator's heap looks: segments of
  * bf16 weights, fp32 master weights and Adam moments (tiled from the bench
@@ -125,8 +116,8 @@ static void make_mix(uint8_t *dst, size_t bytes)
             die("bench data missing (TCGPU_SHARED_DIR)");
     }
     for (size_t at = 0; at < bytes;) {
-        size_t n = (2 + xrand() % 7) * MiB;
-        int k = kinds[xrand() % 20];
+        size_t n = (2 + t_rand() % 7) * MiB;
+        int k = kinds[t_rand() % 20];
 
         if (n > bytes - at)
             n = bytes - at;
@@ -141,7 +132,7 @@ static void make_mix(uint8_t *dst, size_t bytes)
             memset(dst + at, 0, n);          /* free blocks */
         } else if (k == 7) {
             for (size_t d = 0; d + 8 <= n; d += 8) {
-                uint64_t r = xrand();
+                uint64_t r = t_rand();
                 memcpy(dst + at + d, &r, 8);
             }
         } else {
@@ -158,29 +149,14 @@ static void make_mix(uint8_t *dst, size_t bytes)
 static void fill_random(uint8_t *dst, size_t bytes)
 {
     for (size_t d = 0; d + 8 <= bytes; d += 8) {
-        uint64_t r = xrand();
+        uint64_t r = t_rand();
         memcpy(dst + d, &r, 8);
     }
 }
 
-static int enter(int device, void *arg)
-{
-    (void)device;
-    (void)arg;
-    return TCGPU_REAL(cuCtxPushCurrent)(ctx) == CUDA_SUCCESS ? 0 : -EIO;
-}
-
-static void leave(void *arg)
-{
-    CUcontext c;
-
-    (void)arg;
-    TCGPU_REAL(cuCtxPopCurrent)(&c);
-}
-
 static struct pipe *new_pipe(void)
 {
-    struct pipe_opts o = { .ctx_enter = enter, .ctx_leave = leave };
+    struct pipe_opts o = { .ctx_enter = t_ctx_enter, .ctx_leave = t_ctx_leave };
     struct pipe *p;
 
     if (pipe_new(&p, &o))
@@ -196,8 +172,9 @@ static void init_cuda(void)
         die("no driver (TCGPU_REAL_LIBCUDA)");
     CU(TCGPU_REAL(cuInit)(0));
     CU(TCGPU_REAL(cuDeviceGet)(&dev, 0));
-    CU(TCGPU_REAL(cuDevicePrimaryCtxRetain)(&ctx, dev));
-    CU(TCGPU_REAL(cuCtxSetCurrent)(ctx));
+    t_seed(0x243f6a8885a308d3ull);
+    CU(TCGPU_REAL(cuDevicePrimaryCtxRetain)(&t_ctx, dev));
+    CU(TCGPU_REAL(cuCtxSetCurrent)(t_ctx));
 }
 
 static CUdeviceptr device_with(const uint8_t *h, size_t bytes)
@@ -238,7 +215,7 @@ static void bench_free_one(const char *name, CUdeviceptr d, size_t bytes)
         pipe_store_free(s);
         pipe_free(p);
         {   /* the simcuda twin of the device helpers (zero chunks not copied) */
-            struct pipe_opts o = { .ctx_enter = enter, .ctx_leave = leave, .no_helpers = -1 };
+            struct pipe_opts o = { .ctx_enter = t_ctx_enter, .ctx_leave = t_ctx_leave, .no_helpers = -1 };
             if (pipe_new(&p, &o))
                 die("pipe_new");
         }
@@ -249,7 +226,7 @@ static void bench_free_one(const char *name, CUdeviceptr d, size_t bytes)
         pipe_store_free(s);
         pipe_free(p);
         {
-            struct pipe_opts o = { .ctx_enter = enter, .ctx_leave = leave, .no_helpers = 1 };
+            struct pipe_opts o = { .ctx_enter = t_ctx_enter, .ctx_leave = t_ctx_leave, .no_helpers = 1 };
             if (pipe_new(&p, &o))
                 die("pipe_new");
         }

@@ -13,12 +13,11 @@
 #include <time.h>
 
 #include "image/codec.h"
-#include "tcheck.h"
+#include "../common/check.h"
 #include "testdata.h"
 
 #define MIB (1024u * 1024u)
 
-static int failed_;
 static unsigned last_esize; /* first stored byte of the last BYTEGROUP round trip */
 
 /* Encodes, checks the chosen codec (`want` < 0: any), decodes, compares. */
@@ -29,19 +28,19 @@ static int roundtrip(struct codec_ctx *ctx, const void *src, size_t len, enum tc
     struct codec_out o;
     int rc;
 
-    CHECK(dst && back, "malloc");
+    REQUIRE(dst && back, "malloc");
     rc = codec_encode(ctx, src, len, dt, dst, codec_bound(len), &o);
-    CHECK(rc == 0, "encode %zu bytes: %d", len, rc);
-    CHECK(want < 0 || o.codec == want, "len %zu dtype %s: chose %s, want %s", len,
+    REQUIRE(rc == 0, "encode %zu bytes: %d", len, rc);
+    REQUIRE(want < 0 || o.codec == want, "len %zu dtype %s: chose %s, want %s", len,
           codec_dtype_name(dt), codec_name(o.codec), codec_name((unsigned)want));
-    CHECK(o.stored_len <= len, "stored %zu > raw %zu", o.stored_len, len);
+    REQUIRE(o.stored_len <= len, "stored %zu > raw %zu", o.stored_len, len);
     if (o.codec == TCGPU_CODEC_RAW)
-        CHECK(o.data == src && o.stored_len == len, "RAW must point at src, not copy");
+        REQUIRE(o.data == src && o.stored_len == len, "RAW must point at src, not copy");
     if (o.codec == TCGPU_CODEC_ZERO)
-        CHECK(o.stored_len == 0, "ZERO stores nothing");
+        REQUIRE(o.stored_len == 0, "ZERO stores nothing");
     rc = codec_decode(ctx, o.codec, o.data, o.stored_len, back, len);
-    CHECK(rc == 0, "decode %s: %d", codec_name(o.codec), rc);
-    CHECK(len == 0 || memcmp(back, src, len) == 0, "%s round trip differs (len %zu)",
+    REQUIRE(rc == 0, "decode %s: %d", codec_name(o.codec), rc);
+    REQUIRE(len == 0 || memcmp(back, src, len) == 0, "%s round trip differs (len %zu)",
           codec_name(o.codec), len);
     if (o.codec == TCGPU_CODEC_BYTEGROUP)
         last_esize = ((const uint8_t *)o.data)[0];
@@ -58,15 +57,15 @@ static int test_zero_and_random(void)
     size_t len = 4 * MIB;
     uint8_t *buf = calloc(1, len);
 
-    CHECK(buf && codec_ctx_new(&ctx, NULL) == 0, "setup");
-    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_ZERO, NULL) == 0, "zeros");
-    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_ZERO, NULL) == 0, "zeros bf16");
+    REQUIRE(buf && codec_ctx_new(&ctx, NULL) == 0, "setup");
+    REQUIRE(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_ZERO, NULL) == 0, "zeros");
+    REQUIRE(roundtrip(ctx, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_ZERO, NULL) == 0, "zeros bf16");
     buf[len - 1] = 1; /* one non-zero byte at the very end is not zero */
-    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, -1, NULL) == 0, "almost zeros");
-    CHECK(!codec_is_zero(buf, len) && codec_is_zero(buf, len - 1), "codec_is_zero");
+    REQUIRE(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, -1, NULL) == 0, "almost zeros");
+    REQUIRE(!codec_is_zero(buf, len) && codec_is_zero(buf, len - 1), "codec_is_zero");
     td_random(buf, len, 42);
-    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_RAW, NULL) == 0, "random");
-    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_RAW, NULL) == 0, "random bf16");
+    REQUIRE(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_RAW, NULL) == 0, "random");
+    REQUIRE(roundtrip(ctx, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_RAW, NULL) == 0, "random bf16");
     codec_ctx_free(ctx);
     free(buf);
     return 0;
@@ -91,22 +90,22 @@ static int test_floats(void)
     uint8_t *buf = malloc(len);
     struct codec_out o;
 
-    CHECK(buf && codec_ctx_new(&ctx, NULL) == 0, "setup");
+    REQUIRE(buf && codec_ctx_new(&ctx, NULL) == 0, "setup");
     for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         td_weights(buf, len, cases[i].k, 0.02, 100 + i);
-        CHECK(roundtrip(ctx, buf, len, cases[i].dt, TCGPU_CODEC_BYTEGROUP, &o) == 0,
+        REQUIRE(roundtrip(ctx, buf, len, cases[i].dt, TCGPU_CODEC_BYTEGROUP, &o) == 0,
               "case %u hinted", i);
         fprintf(stderr, "  %-5s hinted:   ratio %.3f\n", codec_dtype_name(cases[i].dt),
                 (double)o.stored_len / (double)len);
         if (cases[i].es == 8)
             continue; /* 8-byte elements are only grouped when hinted */
-        CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_BYTEGROUP, &o) == 0,
+        REQUIRE(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_BYTEGROUP, &o) == 0,
               "case %u detected", i);
-        CHECK(last_esize == cases[i].es, "case %u: detected esize %u", i, last_esize);
+        REQUIRE(last_esize == cases[i].es, "case %u: detected esize %u", i, last_esize);
     }
     /* An odd length keeps its tail bytes. */
     td_weights(buf, len, TD_FP32, 0.02, 7);
-    CHECK(roundtrip(ctx, buf, len - 3, TCGPU_DTYPE_FP32, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
+    REQUIRE(roundtrip(ctx, buf, len - 3, TCGPU_DTYPE_FP32, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
           "fp32 odd length");
     codec_ctx_free(ctx);
     free(buf);
@@ -120,19 +119,19 @@ static int test_text_and_forced_paths(void)
     size_t len = 4 * MIB;
     uint8_t *buf = malloc(len);
 
-    CHECK(buf && codec_ctx_new(&ctx, NULL) == 0 && codec_ctx_new(&nobg, &p) == 0, "setup");
+    REQUIRE(buf && codec_ctx_new(&ctx, NULL) == 0 && codec_ctx_new(&nobg, &p) == 0, "setup");
     p.disable_mask = 1u << TCGPU_CODEC_ZSTD;
-    CHECK(codec_ctx_new(&nozstd, &p) == 0, "setup");
+    REQUIRE(codec_ctx_new(&nozstd, &p) == 0, "setup");
     td_text(buf, len, 3);
-    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_ZSTD, NULL) == 0, "text");
-    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_U8, TCGPU_CODEC_ZSTD, NULL) == 0, "text u8");
+    REQUIRE(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, TCGPU_CODEC_ZSTD, NULL) == 0, "text");
+    REQUIRE(roundtrip(ctx, buf, len, TCGPU_DTYPE_U8, TCGPU_CODEC_ZSTD, NULL) == 0, "text u8");
     td_weights(buf, len, TD_BF16, 0.02, 5);
-    CHECK(roundtrip(nobg, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_ZSTD, NULL) == 0,
+    REQUIRE(roundtrip(nobg, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_ZSTD, NULL) == 0,
           "bf16 with bytegroup disabled");
-    CHECK(roundtrip(nozstd, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
+    REQUIRE(roundtrip(nozstd, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
           "bf16 with zstd disabled");
     td_text(buf, len, 3);
-    CHECK(roundtrip(nozstd, buf, len, TCGPU_DTYPE_U8, TCGPU_CODEC_RAW, NULL) == 0,
+    REQUIRE(roundtrip(nozstd, buf, len, TCGPU_DTYPE_U8, TCGPU_CODEC_RAW, NULL) == 0,
           "u8 text with zstd disabled: nothing left but RAW");
     codec_ctx_free(ctx);
     codec_ctx_free(nobg);
@@ -150,19 +149,19 @@ static int test_mixed_and_sizes(void)
     size_t len = 16 * MIB;
     uint8_t *buf = malloc(len);
 
-    CHECK(buf && codec_ctx_new(&ctx, NULL) == 0, "setup");
+    REQUIRE(buf && codec_ctx_new(&ctx, NULL) == 0, "setup");
     td_weights(buf, len, TD_BF16, 0.05, 11);
-    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
+    REQUIRE(roundtrip(ctx, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
           "16 MiB chunk");
     memset(buf, 0, len / 4);
     td_random(buf + len / 2, len / 4, 9);
-    CHECK(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, -1, NULL) == 0, "mixed chunk");
+    REQUIRE(roundtrip(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, -1, NULL) == 0, "mixed chunk");
     for (unsigned i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         td_weights(buf, sizes[i], TD_BF16, 0.02, i);
-        CHECK(roundtrip(ctx, buf, sizes[i], TCGPU_DTYPE_UNKNOWN, sizes[i] ? -1 : TCGPU_CODEC_ZERO,
+        REQUIRE(roundtrip(ctx, buf, sizes[i], TCGPU_DTYPE_UNKNOWN, sizes[i] ? -1 : TCGPU_CODEC_ZERO,
                         NULL) == 0,
               "size %zu", sizes[i]);
-        CHECK(roundtrip(ctx, buf, sizes[i], TCGPU_DTYPE_FP32, -1, NULL) == 0, "size %zu fp32",
+        REQUIRE(roundtrip(ctx, buf, sizes[i], TCGPU_DTYPE_FP32, -1, NULL) == 0, "size %zu fp32",
               sizes[i]);
     }
     codec_ctx_free(ctx);
@@ -181,29 +180,29 @@ static int test_corrupt(void)
     struct codec_out o;
     int rc;
 
-    CHECK(src && enc && dst && bad && codec_ctx_new(&ctx, NULL) == 0, "setup");
+    REQUIRE(src && enc && dst && bad && codec_ctx_new(&ctx, NULL) == 0, "setup");
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 0)
             td_weights(src, len, TD_BF16, 0.02, 1);
         else
             td_text(src, len, 1);
-        CHECK(codec_encode(ctx, src, len, TCGPU_DTYPE_UNKNOWN, enc, len, &o) == 0, "encode");
-        CHECK(o.codec == (pass ? TCGPU_CODEC_ZSTD : TCGPU_CODEC_BYTEGROUP), "path %s",
+        REQUIRE(codec_encode(ctx, src, len, TCGPU_DTYPE_UNKNOWN, enc, len, &o) == 0, "encode");
+        REQUIRE(o.codec == (pass ? TCGPU_CODEC_ZSTD : TCGPU_CODEC_BYTEGROUP), "path %s",
               codec_name(o.codec));
-        CHECK(codec_decode(ctx, o.codec, enc, o.stored_len, dst, len - 1) == -EBADMSG,
+        REQUIRE(codec_decode(ctx, o.codec, enc, o.stored_len, dst, len - 1) == -EBADMSG,
               "raw_len too small");
-        CHECK(codec_decode(ctx, o.codec, enc, o.stored_len, dst, len + 1) == -EBADMSG,
+        REQUIRE(codec_decode(ctx, o.codec, enc, o.stored_len, dst, len + 1) == -EBADMSG,
               "raw_len too large");
         for (size_t cut = 0; cut < o.stored_len; cut += 1 + cut / 3) {
             rc = codec_decode(ctx, o.codec, enc, cut, dst, len);
-            CHECK(rc == -EBADMSG, "%s truncated to %zu: %d", codec_name(o.codec), cut, rc);
+            REQUIRE(rc == -EBADMSG, "%s truncated to %zu: %d", codec_name(o.codec), cut, rc);
         }
         for (int i = 0; i < 300; i++) {
             memcpy(bad, enc, o.stored_len);
             for (int f = 0; f < 1 + i % 4; f++)
                 bad[td_next(&s) % (i % 2 ? 64 : o.stored_len)] ^= (uint8_t)(1 + td_next(&s) % 255);
             rc = codec_decode(ctx, o.codec, bad, o.stored_len, dst, len);
-            CHECK(rc == 0 || rc == -EBADMSG, "flipped: %d", rc);
+            REQUIRE(rc == 0 || rc == -EBADMSG, "flipped: %d", rc);
         }
     }
     for (int i = 0; i < 2000; i++) {
@@ -217,16 +216,16 @@ static int test_corrupt(void)
             bad[3] = 0;
         }
         rc = codec_decode(ctx, codec, bad, n, dst, raw);
-        CHECK(rc == 0 || rc == -EBADMSG || rc == -EINVAL || rc == -EOPNOTSUPP, "garbage %u: %d",
+        REQUIRE(rc == 0 || rc == -EBADMSG || rc == -EINVAL || rc == -EOPNOTSUPP, "garbage %u: %d",
               codec, rc);
-        CHECK(rc != 0 || codec == TCGPU_CODEC_RAW || codec == TCGPU_CODEC_ZERO ||
+        REQUIRE(rc != 0 || codec == TCGPU_CODEC_RAW || codec == TCGPU_CODEC_ZERO ||
                   codec == TCGPU_CODEC_ZSTD || codec == TCGPU_CODEC_BYTEGROUP,
               "garbage accepted");
     }
-    CHECK(codec_decode(ctx, TCGPU_CODEC_PARENT, NULL, 0, dst, 16) == -EOPNOTSUPP, "parent");
-    CHECK(codec_decode(ctx, 99, enc, 4, dst, 16) == -EINVAL, "unknown codec");
-    CHECK(codec_decode(ctx, TCGPU_CODEC_ZERO, enc, 1, dst, 16) == -EBADMSG, "zero w/ data");
-    CHECK(codec_decode(ctx, TCGPU_CODEC_RAW, enc, 15, dst, 16) == -EBADMSG, "raw short");
+    REQUIRE(codec_decode(ctx, TCGPU_CODEC_PARENT, NULL, 0, dst, 16) == -EOPNOTSUPP, "parent");
+    REQUIRE(codec_decode(ctx, 99, enc, 4, dst, 16) == -EINVAL, "unknown codec");
+    REQUIRE(codec_decode(ctx, TCGPU_CODEC_ZERO, enc, 1, dst, 16) == -EBADMSG, "zero w/ data");
+    REQUIRE(codec_decode(ctx, TCGPU_CODEC_RAW, enc, 15, dst, 16) == -EBADMSG, "raw short");
     codec_ctx_free(ctx);
     free(src);
     free(enc);
@@ -266,11 +265,11 @@ static int test_threads(void)
 
     for (int i = 0; i < 4; i++) {
         t[i].seed = i;
-        CHECK(pthread_create(&th[i], NULL, thread_main, &t[i]) == 0, "pthread_create");
+        REQUIRE(pthread_create(&th[i], NULL, thread_main, &t[i]) == 0, "pthread_create");
     }
     for (int i = 0; i < 4; i++) {
         pthread_join(th[i], NULL);
-        CHECK(t[i].rc == 0, "thread %d", i);
+        REQUIRE(t[i].rc == 0, "thread %d", i);
     }
     return 0;
 }
@@ -345,7 +344,7 @@ static int test_bench_data(void)
         snprintf(dir, sizeof(dir), "%s", env);
     else
         snprintf(dir, sizeof(dir), "%s", TCGPU_DEFAULT_SHARED_DIR);
-    CHECK(codec_ctx_new(&ctx, NULL) == 0 && codec_ctx_new(&plain, &p) == 0, "setup");
+    REQUIRE(codec_ctx_new(&ctx, NULL) == 0 && codec_ctx_new(&plain, &p) == 0, "setup");
     for (unsigned i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         size_t len, bg, z, bgu;
         double bg_mbs, z_mbs, u_mbs;
@@ -355,7 +354,7 @@ static int test_bench_data(void)
             fprintf(stderr, "  %s/bench-data/%s not found: skipped\n", dir, files[i].file);
             codec_ctx_free(ctx);
             codec_ctx_free(plain);
-            return 77;
+            return T_EXIT_SKIP;
         }
         bg = stored_size(ctx, buf, len, files[i].dt, &bg_mbs);
         bgu = stored_size(ctx, buf, len, TCGPU_DTYPE_UNKNOWN, &u_mbs);
@@ -365,9 +364,9 @@ static int test_bench_data(void)
                 "zstd-1 %.3f (%.0f MB/s)\n",
                 files[i].file, (double)bg / (double)len, bg_mbs, (double)bgu / (double)len, u_mbs,
                 (double)z / (double)len, z_mbs);
-        CHECK(bg && z, "encode failed");
+        REQUIRE(bg && z, "encode failed");
         if (files[i].dt == TCGPU_DTYPE_BF16 && strstr(files[i].file, "weights"))
-            CHECK(bg < z && bgu < z, "%s: bytegroup %zu not below zstd %zu", files[i].file, bg, z);
+            REQUIRE(bg < z && bgu < z, "%s: bytegroup %zu not below zstd %zu", files[i].file, bg, z);
         free(buf);
     }
     codec_ctx_free(ctx);
@@ -384,5 +383,5 @@ int main(void)
     RUN(test_corrupt);
     RUN(test_threads);
     RUN(test_bench_data);
-    return failed_;
+    return T_EXIT_STATUS();
 }

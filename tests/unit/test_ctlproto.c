@@ -13,6 +13,7 @@
 #include "ctl/proto.h"
 
 #include "../common/check.h"
+#include "../common/rand.h"
 #include "common/names.h"
 
 static struct ctl_msg msg;
@@ -228,16 +229,6 @@ static void test_hostile(void)
           st.state == TCGPU_STATE_SUSPENDED);
 }
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t next_rand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
 /* Everything a successful parse returns must be well formed. */
 static void check_parsed(void)
 {
@@ -278,23 +269,24 @@ static void test_random(void)
     };
     int accepted = 0;
 
+    t_seed(0x9e3779b97f4a7c15ull);
     for (int iter = 0; iter < 200000; iter++) {
         char m[400];
         size_t len;
         if (iter & 1) {
             /* random bytes, biased towards the protocol's own characters */
-            len = next_rand() % sizeof(m);
+            len = t_rand() % sizeof(m);
             for (size_t i = 0; i < len; i++) {
-                uint64_t r = next_rand();
+                uint64_t r = t_rand();
                 m[i] = (r & 3) ? alphabet[(r >> 8) % (sizeof(alphabet) - 1)] : (char)(r >> 16);
             }
         } else {
             /* mutations of valid messages */
-            const char *s = seeds[next_rand() % 4];
+            const char *s = seeds[t_rand() % 4];
             len = strlen(s);
             memcpy(m, s, len);
-            for (int k = 1 + (int)(next_rand() % 4); k > 0; k--) {
-                uint64_t r = next_rand();
+            for (int k = 1 + (int)(t_rand() % 4); k > 0; k--) {
+                uint64_t r = t_rand();
                 size_t at = len ? r % len : 0;
                 switch ((r >> 32) % 4) {
                 case 0: m[at] = (char)(r >> 40); break;

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "driver/gate.h"
-#include "tcheck.h"
+#include "../common/check.h"
 
 #define WORKERS 8
 
@@ -70,30 +70,30 @@ static int test_hammer(void)
     pthread_t th[WORKERS];
     atomic_store(&stop, 0);
     for (long i = 0; i < WORKERS; i++)
-        CHECK(pthread_create(&th[i], NULL, hammer_worker, (void *)i) == 0, "pthread_create");
+        REQUIRE(pthread_create(&th[i], NULL, hammer_worker, (void *)i) == 0, "pthread_create");
 
     int rounds = 300, parked_seen = 0;
     unsigned long progress_before = total_ops();
     for (int r = 0; r < rounds; r++) {
         struct tcgpu_gate_straggler s;
         int rc = tcgpu_gate_close(5000, &s);
-        CHECK(rc == 0, "round %d: close returned %d", r, rc);
-        CHECK(atomic_load(&in_calls) == 0, "round %d: %d workers inside after close",
+        REQUIRE(rc == 0, "round %d: close returned %d", r, rc);
+        REQUIRE(atomic_load(&in_calls) == 0, "round %d: %d workers inside after close",
               r, atomic_load(&in_calls));
         unsigned long a = total_ops();
         sleep_us(r % 10 == 0 ? 2000 : 100);
-        CHECK(atomic_load(&in_calls) == 0, "round %d: a worker got inside while closed", r);
-        CHECK(total_ops() == a, "round %d: %lu calls made while closed", r, total_ops() - a);
+        REQUIRE(atomic_load(&in_calls) == 0, "round %d: a worker got inside while closed", r);
+        REQUIRE(total_ops() == a, "round %d: %lu calls made while closed", r, total_ops() - a);
         if (tcgpu_gate_parked() > 0)
             parked_seen++;
-        CHECK(tcgpu_gate_open() == 0, "open");
+        REQUIRE(tcgpu_gate_open() == 0, "open");
         sleep_us(200);
     }
     atomic_store(&stop, 1);
     for (int i = 0; i < WORKERS; i++)
         pthread_join(th[i], NULL);
-    CHECK(total_ops() > progress_before, "workers made no progress");
-    CHECK(parked_seen > 0, "no worker was ever parked");
+    REQUIRE(total_ops() > progress_before, "workers made no progress");
+    REQUIRE(parked_seen > 0, "no worker was ever parked");
     fprintf(stderr, "hammer: %d rounds, %lu calls, parked seen in %d rounds, membarrier %s\n",
             rounds, total_ops(), parked_seen, tcgpu_gate_uses_membarrier() ? "yes" : "no (fences)");
     return 0;
@@ -101,16 +101,16 @@ static int test_hammer(void)
 
 static int test_nesting(void)
 {
-    CHECK(tcgpu_gate_depth() == 0, "depth %u at start", tcgpu_gate_depth());
+    REQUIRE(tcgpu_gate_depth() == 0, "depth %u at start", tcgpu_gate_depth());
     tcgpu_gate_enter("cuOuter");
     tcgpu_gate_enter("cuInner");
     tcgpu_gate_enter("cuInnermost");
-    CHECK(tcgpu_gate_depth() == 3, "depth %u", tcgpu_gate_depth());
+    REQUIRE(tcgpu_gate_depth() == 3, "depth %u", tcgpu_gate_depth());
     tcgpu_gate_leave();
     tcgpu_gate_leave();
-    CHECK(tcgpu_gate_depth() == 1, "depth %u", tcgpu_gate_depth());
+    REQUIRE(tcgpu_gate_depth() == 1, "depth %u", tcgpu_gate_depth());
     tcgpu_gate_leave();
-    CHECK(tcgpu_gate_depth() == 0, "depth %u", tcgpu_gate_depth());
+    REQUIRE(tcgpu_gate_depth() == 0, "depth %u", tcgpu_gate_depth());
     return 0;
 }
 
@@ -151,7 +151,7 @@ static int test_timeout(void)
 {
     struct stuck s = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 };
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, stuck_thread, &s) == 0, "pthread_create");
+    REQUIRE(pthread_create(&th, NULL, stuck_thread, &s) == 0, "pthread_create");
     pthread_mutex_lock(&s.lock);
     while (!s.inside)
         pthread_cond_wait(&s.cond, &s.lock);
@@ -163,25 +163,25 @@ static int test_timeout(void)
     int rc = tcgpu_gate_close(150, &who);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
-    CHECK(rc == -ETIMEDOUT, "close returned %d", rc);
-    CHECK(ms >= 150 && ms < 2000, "close waited %ld ms", ms);
-    CHECK(who.tid == s.tid, "straggler tid %d, expected %d", (int)who.tid, (int)s.tid);
-    CHECK(who.call && strcmp(who.call, "cuStreamSynchronize") == 0, "straggler call %s", who.call);
+    REQUIRE(rc == -ETIMEDOUT, "close returned %d", rc);
+    REQUIRE(ms >= 150 && ms < 2000, "close waited %ld ms", ms);
+    REQUIRE(who.tid == s.tid, "straggler tid %d, expected %d", (int)who.tid, (int)s.tid);
+    REQUIRE(who.call && strcmp(who.call, "cuStreamSynchronize") == 0, "straggler call %s", who.call);
     char msg[128], want[128];
     tcgpu_gate_format_straggler(&who, msg, sizeof(msg));
     snprintf(want, sizeof(want), "thread %d still inside cuStreamSynchronize after %u ms",
              (int)s.tid, who.waited_ms);
-    CHECK(strcmp(msg, want) == 0, "message '%s'", msg);
-    CHECK(who.waited_ms >= 150, "waited_ms %u", who.waited_ms);
+    REQUIRE(strcmp(msg, want) == 0, "message '%s'", msg);
+    REQUIRE(who.waited_ms >= 150, "waited_ms %u", who.waited_ms);
     fprintf(stderr, "timeout: %s\n", msg);
 
     /* The gate is open again: another thread gets in without waiting. */
-    CHECK(!tcgpu_gate_is_closed(), "gate still closed after a timeout");
+    REQUIRE(!tcgpu_gate_is_closed(), "gate still closed after a timeout");
     _Atomic int done = 0;
     pthread_t q;
     pthread_create(&q, NULL, enter_once, &done);
     pthread_join(q, NULL);
-    CHECK(atomic_load(&done) == 1, "enter after timeout");
+    REQUIRE(atomic_load(&done) == 1, "enter after timeout");
 
     pthread_mutex_lock(&s.lock);
     s.release = 1;
@@ -190,8 +190,8 @@ static int test_timeout(void)
     pthread_join(th, NULL);
 
     /* Now nobody is inside: close succeeds at once, even with timeout 0. */
-    CHECK(tcgpu_gate_close(0, NULL) == 0, "close after the straggler left");
-    CHECK(tcgpu_gate_open() == 0, "open");
+    REQUIRE(tcgpu_gate_close(0, NULL) == 0, "close after the straggler left");
+    REQUIRE(tcgpu_gate_open() == 0, "open");
     return 0;
 }
 
@@ -207,14 +207,14 @@ static void *exempt_thread(void *arg)
 
 static int test_close_rules(void)
 {
-    CHECK(tcgpu_gate_open() == -EINVAL, "open of an open gate");
-    CHECK(tcgpu_gate_close(1000, NULL) == 0, "close");
-    CHECK(tcgpu_gate_is_closed(), "is_closed");
-    CHECK(tcgpu_gate_close(1000, NULL) == -EBUSY, "second close");
+    REQUIRE(tcgpu_gate_open() == -EINVAL, "open of an open gate");
+    REQUIRE(tcgpu_gate_close(1000, NULL) == 0, "close");
+    REQUIRE(tcgpu_gate_is_closed(), "is_closed");
+    REQUIRE(tcgpu_gate_close(1000, NULL) == -EBUSY, "second close");
 
     /* The closing thread itself keeps calling the driver. */
     tcgpu_gate_enter("cuCloserCall");
-    CHECK(tcgpu_gate_depth() == 1, "closer entered");
+    REQUIRE(tcgpu_gate_depth() == 1, "closer entered");
     tcgpu_gate_leave();
 
     /* Exempt threads are not parked. */
@@ -222,20 +222,20 @@ static int test_close_rules(void)
     pthread_t th;
     pthread_create(&th, NULL, exempt_thread, &done);
     pthread_join(th, NULL);
-    CHECK(atomic_load(&done) == 1, "exempt thread");
+    REQUIRE(atomic_load(&done) == 1, "exempt thread");
 
     /* A normal thread parks until open. */
     atomic_store(&done, 0);
     pthread_create(&th, NULL, enter_once, &done);
     for (int i = 0; i < 1000 && tcgpu_gate_parked() == 0; i++)
         sleep_us(1000);
-    CHECK(tcgpu_gate_parked() == 1, "parked %u", tcgpu_gate_parked());
+    REQUIRE(tcgpu_gate_parked() == 1, "parked %u", tcgpu_gate_parked());
     sleep_us(20000);
-    CHECK(atomic_load(&done) == 0, "a normal thread passed a closed gate");
-    CHECK(tcgpu_gate_open() == 0, "open");
+    REQUIRE(atomic_load(&done) == 0, "a normal thread passed a closed gate");
+    REQUIRE(tcgpu_gate_open() == 0, "open");
     pthread_join(th, NULL);
-    CHECK(atomic_load(&done) == 1, "parked thread did not resume");
-    CHECK(tcgpu_gate_parked() == 0, "parked %u after open", tcgpu_gate_parked());
+    REQUIRE(atomic_load(&done) == 1, "parked thread did not resume");
+    REQUIRE(tcgpu_gate_parked() == 0, "parked %u after open", tcgpu_gate_parked());
     return 0;
 }
 
@@ -257,22 +257,21 @@ static int test_thread_exit(void)
         for (int i = 0; i < 20; i++)
             pthread_join(th[i], NULL);
     }
-    CHECK(tcgpu_gate_close(0, NULL) == 0, "close with only exited threads");
-    CHECK(tcgpu_gate_open() == 0, "open");
+    REQUIRE(tcgpu_gate_close(0, NULL) == 0, "close with only exited threads");
+    REQUIRE(tcgpu_gate_open() == 0, "open");
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    int failed_ = 0;
     if (argc > 1 && strcmp(argv[1], "hammer") == 0) {
         RUN(test_hammer);
-        return failed_;
+        return T_EXIT_STATUS();
     }
     RUN(test_nesting);
     RUN(test_close_rules);
     RUN(test_timeout);
     RUN(test_thread_exit);
     RUN(test_hammer);
-    return failed_;
+    return T_EXIT_STATUS();
 }

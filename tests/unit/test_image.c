@@ -19,12 +19,11 @@
 #include <xxhash.h>
 
 #include "image/image.h"
-#include "tcheck.h"
+#include "../common/check.h"
 #include "testdata.h"
 
 #define MIB (1024u * 1024u)
 
-static int failed_;
 static char base[256];
 
 /* The test image: four allocations exercising every codec and a gap. */
@@ -101,8 +100,8 @@ static int write_image(const char *dir, unsigned flags, int *uring_fds_during)
     strcpy(p.exe, "/usr/bin/python3");
     strcpy(d.name, "simcuda \"GPU\" 0");
     rc = image_writer_begin(&w, dir, &o, err, sizeof(err));
-    CHECK(rc == 0, "begin %s: %d %s", dir, rc, err);
-    CHECK(image_writer_set_process(w, &p) == 0 && image_writer_add_device(w, &d, NULL) == 0,
+    REQUIRE(rc == 0, "begin %s: %d %s", dir, rc, err);
+    REQUIRE(image_writer_set_process(w, &p) == 0 && image_writer_add_device(w, &d, NULL) == 0,
           "identity");
     for (int i = 0; i < NALLOC; i++) {
         a.id = (uint64_t)(A_WEIGHTS + i);
@@ -111,35 +110,35 @@ static int write_image(const char *dir, unsigned flags, int *uring_fds_during)
         a.dtype = i == 0 ? TCGPU_DTYPE_BF16 : i == 2 ? TCGPU_DTYPE_FP32 : TCGPU_DTYPE_UNKNOWN;
         a.kind = (uint32_t)i;
         a.callsite = i == 0 ? "train.py:42 (model.to)" : NULL;
-        CHECK(image_writer_add_allocation(w, &a) == 0, "alloc %d", i);
+        REQUIRE(image_writer_add_allocation(w, &a) == 0, "alloc %d", i);
     }
-    CHECK(image_writer_add_allocation(w, &a) == -EEXIST, "duplicate id");
-    CHECK(image_writer_add_data(w, A_WEIGHTS, 0, content[0], sizes[0]) == 0, "weights: %s",
+    REQUIRE(image_writer_add_allocation(w, &a) == -EEXIST, "duplicate id");
+    REQUIRE(image_writer_add_data(w, A_WEIGHTS, 0, content[0], sizes[0]) == 0, "weights: %s",
           image_writer_error(w));
     /* MIXED as a worker pipeline would: encoded elsewhere, appended out of order */
-    CHECK(codec_ctx_new(&worker, NULL) == 0, "worker ctx");
+    REQUIRE(codec_ctx_new(&worker, NULL) == 0, "worker ctx");
     for (int k = 2; k >= 0; k--) {
         struct image_chunk c = {.alloc_id = A_MIXED, .alloc_offset = (uint64_t)k * 2 * MIB};
         const void *stored;
 
-        CHECK(image_chunk_encode(worker, content[1] + c.alloc_offset, 2 * MIB, TCGPU_DTYPE_UNKNOWN,
+        REQUIRE(image_chunk_encode(worker, content[1] + c.alloc_offset, 2 * MIB, TCGPU_DTYPE_UNKNOWN,
                                  enc, 2 * MIB, &c, &stored) == 0,
               "encode");
-        CHECK(c.codec == (k == 0   ? TCGPU_CODEC_ZERO
+        REQUIRE(c.codec == (k == 0   ? TCGPU_CODEC_ZERO
                           : k == 1 ? TCGPU_CODEC_RAW
                                    : TCGPU_CODEC_ZSTD),
               "mixed chunk %d chose %s", k, codec_name(c.codec));
-        CHECK(image_writer_add_encoded(w, &c, stored) == 0, "add encoded");
+        REQUIRE(image_writer_add_encoded(w, &c, stored) == 0, "add encoded");
     }
     codec_ctx_free(worker);
-    CHECK(image_writer_add_chunk(w, A_GAPPY, 2 * MIB, content[2] + 2 * MIB, MIB) == 0, "gappy 2");
-    CHECK(image_writer_add_chunk(w, A_GAPPY, 0, content[2], MIB) == 0, "gappy 1");
-    CHECK(image_writer_add_chunk(w, A_GAPPY, 3 * MIB - 4, content[2], 8) == -ERANGE, "beyond");
-    CHECK(image_writer_add_chunk(w, 999, 0, content[2], 8) == -ENOENT, "unknown alloc");
+    REQUIRE(image_writer_add_chunk(w, A_GAPPY, 2 * MIB, content[2] + 2 * MIB, MIB) == 0, "gappy 2");
+    REQUIRE(image_writer_add_chunk(w, A_GAPPY, 0, content[2], MIB) == 0, "gappy 1");
+    REQUIRE(image_writer_add_chunk(w, A_GAPPY, 3 * MIB - 4, content[2], 8) == -ERANGE, "beyond");
+    REQUIRE(image_writer_add_chunk(w, 999, 0, content[2], 8) == -ENOENT, "unknown alloc");
     if (uring_fds_during)
         *uring_fds_during = count_io_uring_fds();
     rc = image_writer_commit(w);
-    CHECK(rc == 0, "commit: %d %s", rc, image_writer_error(w));
+    REQUIRE(rc == 0, "commit: %d %s", rc, image_writer_error(w));
     image_writer_free(w);
     free(enc);
     return 0;
@@ -151,31 +150,31 @@ static int check_image(const char *dir)
     char err[512];
     int rc = image_open(&img, dir, 0, err, sizeof(err));
 
-    CHECK(rc == 0, "open %s: %d %s", dir, rc, err);
-    CHECK(image_alloc_count(img) == NALLOC && image_chunk_count(img) == 3 + 3 + 2, "counts %zu %zu",
+    REQUIRE(rc == 0, "open %s: %d %s", dir, rc, err);
+    REQUIRE(image_alloc_count(img) == NALLOC && image_chunk_count(img) == 3 + 3 + 2, "counts %zu %zu",
           image_alloc_count(img), image_chunk_count(img));
-    CHECK(image_process_info(img)->pid == 4242 &&
+    REQUIRE(image_process_info(img)->pid == 4242 &&
               !strcmp(image_process_info(img)->exe, "/usr/bin/python3") &&
               image_process_info(img)->created_ns > 0,
           "process");
-    CHECK(image_device_count(img) == 1 && image_device_info(img, 0)->driver_version == 13000 &&
+    REQUIRE(image_device_count(img) == 1 && image_device_info(img, 0)->driver_version == 13000 &&
               image_device_info(img, 0)->uuid[3] == 0xef,
           "device");
-    CHECK(!strcmp(image_find_alloc(img, A_WEIGHTS)->callsite, "train.py:42 (model.to)"),
+    REQUIRE(!strcmp(image_find_alloc(img, A_WEIGHTS)->callsite, "train.py:42 (model.to)"),
           "callsite");
     rc = image_verify_all(img, 0);
-    CHECK(rc == 0, "verify: %d %s", rc, image_error(img));
+    REQUIRE(rc == 0, "verify: %d %s", rc, image_error(img));
     for (int i = 0; i < NALLOC; i++) {
         uint8_t *back = malloc(sizes[i] + 1);
 
         memset(back, 0xa5, sizes[i] + 1);
         rc = image_read_allocation(img, (uint64_t)(A_WEIGHTS + i), back, sizes[i]);
-        CHECK(rc == 0, "read %d: %d %s", i, rc, image_error(img));
-        CHECK(memcmp(back, content[i], sizes[i]) == 0, "allocation %d differs", i);
+        REQUIRE(rc == 0, "read %d: %d %s", i, rc, image_error(img));
+        REQUIRE(memcmp(back, content[i], sizes[i]) == 0, "allocation %d differs", i);
         free(back);
     }
-    CHECK(image_read_allocation(img, A_WEIGHTS, content[0], 5) == -ENOBUFS, "small buffer");
-    CHECK(image_read_allocation(img, 77, content[0], 5) == -ENOENT, "no such alloc");
+    REQUIRE(image_read_allocation(img, A_WEIGHTS, content[0], 5) == -ENOBUFS, "small buffer");
+    REQUIRE(image_read_allocation(img, 77, content[0], 5) == -ENOENT, "no such alloc");
     image_close(img);
     return 0;
 }
@@ -188,18 +187,18 @@ static int test_roundtrip(void)
 
     for (int pass = 0; pass < 2; pass++) {
         snprintf(dir, sizeof(dir), "%s/rt%d", base, pass);
-        CHECK(write_image(dir, pass ? IMAGE_NO_URING : 0, &during) == 0, "write pass %d", pass);
+        REQUIRE(write_image(dir, pass ? IMAGE_NO_URING : 0, &during) == 0, "write pass %d", pass);
         fprintf(stderr, "  pass %d: %d io_uring fds while writing, %d after\n", pass, during,
                 count_io_uring_fds());
-        CHECK(count_io_uring_fds() == 0, "the ring must be closed after commit (CRIU)");
-        CHECK(pass == 0 || during == 0, "IMAGE_NO_URING used a ring");
-        CHECK(count_entries(base, ".tmp-") == 0, "temp dir left");
-        CHECK(stat(dir, &st) == 0 && (st.st_mode & 07777) == 0700, "dir mode %o", st.st_mode);
+        REQUIRE(count_io_uring_fds() == 0, "the ring must be closed after commit (CRIU)");
+        REQUIRE(pass == 0 || during == 0, "IMAGE_NO_URING used a ring");
+        REQUIRE(count_entries(base, ".tmp-") == 0, "temp dir left");
+        REQUIRE(stat(dir, &st) == 0 && (st.st_mode & 07777) == 0700, "dir mode %o", st.st_mode);
         snprintf(sub, sizeof(sub), "%s/manifest", dir);
-        CHECK(stat(sub, &st) == 0 && (st.st_mode & 07777) == 0600, "manifest mode %o", st.st_mode);
+        REQUIRE(stat(sub, &st) == 0 && (st.st_mode & 07777) == 0600, "manifest mode %o", st.st_mode);
         snprintf(sub, sizeof(sub), "%s/data.0", dir);
-        CHECK(stat(sub, &st) == 0 && (st.st_mode & 07777) == 0600, "data mode %o", st.st_mode);
-        CHECK(check_image(dir) == 0, "check pass %d", pass);
+        REQUIRE(stat(sub, &st) == 0 && (st.st_mode & 07777) == 0600, "data mode %o", st.st_mode);
+        REQUIRE(check_image(dir) == 0, "check pass %d", pass);
     }
     return 0;
 }
@@ -212,18 +211,18 @@ static int test_describe(void)
     FILE *f;
 
     snprintf(dir, sizeof(dir), "%s/rt0", base);
-    CHECK(image_open(&img, dir, IMAGE_OPEN_MANIFEST_ONLY, NULL, 0) == 0, "open");
+    REQUIRE(image_open(&img, dir, IMAGE_OPEN_MANIFEST_ONLY, NULL, 0) == 0, "open");
     for (int json = 0; json < 2; json++) {
         f = open_memstream(&buf, &len);
-        CHECK(f && image_describe(img, f, json) == 0, "describe");
+        REQUIRE(f && image_describe(img, f, json) == 0, "describe");
         fclose(f);
         if (!json) {
-            CHECK(strstr(buf, "bytegroup") && strstr(buf, "train.py:42") &&
+            REQUIRE(strstr(buf, "bytegroup") && strstr(buf, "train.py:42") &&
                       strstr(buf, "0x00007f0004000000") && strstr(buf, "pid 4242"),
                   "text:\n%s", buf);
             fputs(buf, stderr);
         } else {
-            CHECK(buf[0] == '{' && strstr(buf, "\"allocations\":[") &&
+            REQUIRE(buf[0] == '{' && strstr(buf, "\"allocations\":[") &&
                       strstr(buf, "\"name\":\"simcuda \\\"GPU\\\" 0\"") &&
                       strstr(buf, "\"zero\":{\"chunks\":1"),
                   "json:\n%s", buf);
@@ -243,40 +242,40 @@ static int test_existing_and_abort(void)
     int fd;
 
     snprintf(dir, sizeof(dir), "%s/rt0", base);
-    CHECK(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == -EEXIST, "existing refused");
-    CHECK(strstr(err, "already exists"), "message: %s", err);
+    REQUIRE(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == -EEXIST, "existing refused");
+    REQUIRE(strstr(err, "already exists"), "message: %s", err);
     /* DIR appears while writing: commit refuses atomically, leaves nothing */
     snprintf(other, sizeof(other), "%s/late", base);
-    CHECK(image_writer_begin(&w, other, NULL, err, sizeof(err)) == 0, "begin: %s", err);
-    CHECK(mkdir(other, 0755) == 0, "mkdir");
+    REQUIRE(image_writer_begin(&w, other, NULL, err, sizeof(err)) == 0, "begin: %s", err);
+    REQUIRE(mkdir(other, 0755) == 0, "mkdir");
     snprintf(path, sizeof(path), "%s/precious", other);
     fd = open(path, O_CREAT | O_WRONLY, 0644);
     close(fd);
-    CHECK(image_writer_commit(w) == -EEXIST, "late existing refused");
+    REQUIRE(image_writer_commit(w) == -EEXIST, "late existing refused");
     image_writer_free(w);
-    CHECK(count_entries(base, ".tmp-") == 0, "temp dir left");
+    REQUIRE(count_entries(base, ".tmp-") == 0, "temp dir left");
     /* overwrite may replace an image, never another directory */
-    CHECK(image_writer_begin(&w, other, &(struct image_writer_opts){.flags = IMAGE_OVERWRITE}, err,
+    REQUIRE(image_writer_begin(&w, other, &(struct image_writer_opts){.flags = IMAGE_OVERWRITE}, err,
                              sizeof(err)) == 0,
           "begin overwrite");
-    CHECK(image_writer_commit(w) == -ENOTEMPTY, "not an image: %s", image_writer_error(w));
+    REQUIRE(image_writer_commit(w) == -ENOTEMPTY, "not an image: %s", image_writer_error(w));
     image_writer_free(w);
-    CHECK(access(path, F_OK) == 0 && count_entries(base, ".tmp-") == 0, "precious kept");
+    REQUIRE(access(path, F_OK) == 0 && count_entries(base, ".tmp-") == 0, "precious kept");
     snprintf(dir, sizeof(dir), "%s/rt1", base);
-    CHECK(image_writer_begin(&w, dir, &(struct image_writer_opts){.flags = IMAGE_OVERWRITE}, err,
+    REQUIRE(image_writer_begin(&w, dir, &(struct image_writer_opts){.flags = IMAGE_OVERWRITE}, err,
                              sizeof(err)) == 0,
           "begin overwrite image");
-    CHECK(image_writer_commit(w) == 0, "overwrite: %s", image_writer_error(w));
+    REQUIRE(image_writer_commit(w) == 0, "overwrite: %s", image_writer_error(w));
     image_writer_free(w);
-    CHECK(image_open(&img, dir, 0, err, sizeof(err)) == 0 && image_alloc_count(img) == 0,
+    REQUIRE(image_open(&img, dir, 0, err, sizeof(err)) == 0 && image_alloc_count(img) == 0,
           "replaced image is the new, empty one");
     image_close(img);
-    CHECK(count_entries(base, ".tmp-") == 0, "old image removed");
+    REQUIRE(count_entries(base, ".tmp-") == 0, "old image removed");
     /* abort: free without commit */
     snprintf(dir, sizeof(dir), "%s/aborted", base);
-    CHECK(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == 0, "begin");
+    REQUIRE(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == 0, "begin");
     image_writer_free(w);
-    CHECK(access(dir, F_OK) < 0 && count_entries(base, ".tmp-") == 0, "abort left something");
+    REQUIRE(access(dir, F_OK) < 0 && count_entries(base, ".tmp-") == 0, "abort left something");
     return 0;
 }
 
@@ -353,48 +352,48 @@ static int test_corruption(void)
     size_t vi = 0;
     int rc;
 
-    CHECK(clone_image("badman", dir, sizeof(dir), 0) == 0, "clone");
+    REQUIRE(clone_image("badman", dir, sizeof(dir), 0) == 0, "clone");
     snprintf(path, sizeof(path), "%s/manifest", dir);
-    CHECK(flip_byte(path, 300) == 0, "flip");
+    REQUIRE(flip_byte(path, 300) == 0, "flip");
     rc = image_open(&img, dir, 0, err, sizeof(err));
-    CHECK(rc == -EBADMSG && strstr(err, "manifest checksum mismatch") && strstr(err, path),
+    REQUIRE(rc == -EBADMSG && strstr(err, "manifest checksum mismatch") && strstr(err, path),
           "rc %d: %s", rc, err);
-    CHECK(flip_byte(path, 300) == 0 && flip_byte(path, 9) == 0, "flip header");
+    REQUIRE(flip_byte(path, 300) == 0 && flip_byte(path, 9) == 0, "flip header");
     rc = image_open(&img, dir, 0, err, sizeof(err));
-    CHECK(rc == -EBADMSG && strstr(err, "header checksum mismatch"), "rc %d: %s", rc, err);
+    REQUIRE(rc == -EBADMSG && strstr(err, "header checksum mismatch"), "rc %d: %s", rc, err);
 
     /* a data byte: open is fine (sizes agree), verify names the chunk */
-    CHECK(clone_image("baddata", dir, sizeof(dir), 1) == 0, "clone");
-    CHECK(image_open(&img, dir, 0, err, sizeof(err)) == 0, "open: %s", err);
+    REQUIRE(clone_image("baddata", dir, sizeof(dir), 1) == 0, "clone");
+    REQUIRE(image_open(&img, dir, 0, err, sizeof(err)) == 0, "open: %s", err);
     for (size_t i = 0; i < image_chunk_count(img); i++) {
         const struct image_chunk *c = image_chunk_at(img, i);
 
         if (c->alloc_id == A_MIXED && c->codec == TCGPU_CODEC_ZSTD)
             victim = c, vi = i;
     }
-    CHECK(victim, "zstd chunk of MIXED");
+    REQUIRE(victim, "zstd chunk of MIXED");
     snprintf(path, sizeof(path), "%s/data.0", dir);
-    CHECK(flip_byte(path, victim->file_offset + victim->stored_len / 2) == 0, "flip data");
+    REQUIRE(flip_byte(path, victim->file_offset + victim->stored_len / 2) == 0, "flip data");
     rc = image_verify_all(img, 0);
-    CHECK(rc == -EBADMSG &&
+    REQUIRE(rc == -EBADMSG &&
               strstr(image_error(img), "chunk 2 of allocation 11 (0x7f0004000000+0x400000)") &&
               strstr(image_error(img), "stored checksum mismatch") &&
               strstr(image_error(img), path),
           "rc %d: %s", rc, image_error(img));
     fprintf(stderr, "  %s\n", image_error(img));
-    CHECK(image_read_allocation(img, A_MIXED, content[1], sizes[1]) == -EBADMSG, "read bad");
-    CHECK(image_read_allocation(img, A_WEIGHTS, content[0] + 0, sizes[0]) == 0, "others fine");
+    REQUIRE(image_read_allocation(img, A_MIXED, content[1], sizes[1]) == -EBADMSG, "read bad");
+    REQUIRE(image_read_allocation(img, A_WEIGHTS, content[0] + 0, sizes[0]) == 0, "others fine");
     (void)vi;
     image_close(img);
 
     /* truncation: the data file loses its last 1000 bytes */
-    CHECK(truncate(path, 1000) == 0, "truncate");
+    REQUIRE(truncate(path, 1000) == 0, "truncate");
     rc = image_open(&img, dir, 0, err, sizeof(err));
-    CHECK(rc == -EBADMSG && strstr(err, "truncated:") && strstr(err, path) &&
+    REQUIRE(rc == -EBADMSG && strstr(err, "truncated:") && strstr(err, path) &&
               strstr(err, "is 1000 bytes"),
           "rc %d: %s", rc, err);
     fprintf(stderr, "  %s\n", err);
-    CHECK(image_open(&img, dir, IMAGE_OPEN_MANIFEST_ONLY, err, sizeof(err)) == 0,
+    REQUIRE(image_open(&img, dir, IMAGE_OPEN_MANIFEST_ONLY, err, sizeof(err)) == 0,
           "manifest-only open of a truncated image");
     image_close(img);
     return 0;
@@ -423,9 +422,9 @@ static int test_fuzz_manifest(void)
     uint64_t s = 12345;
     int opened = 0;
 
-    CHECK(clone_image("fuzz", dir, sizeof(dir), 0) == 0, "clone");
+    REQUIRE(clone_image("fuzz", dir, sizeof(dir), 0) == 0, "clone");
     snprintf(path, sizeof(path), "%s/manifest", dir);
-    CHECK(read_whole(path, &orig, &len) == 0, "read");
+    REQUIRE(read_whole(path, &orig, &len) == 0, "read");
     m = malloc(len);
     for (int i = 0; i < 2000; i++) {
         struct image *img;
@@ -445,10 +444,10 @@ static int test_fuzz_manifest(void)
             reseal(m, n);
         if (!memcmp(m, orig, n) && n == len)
             continue; /* the mutation changed nothing */
-        CHECK(write_whole(path, m, n) == 0, "write");
+        REQUIRE(write_whole(path, m, n) == 0, "write");
         rc = image_open(&img, dir, 0, err, sizeof(err));
         if (!sealed)
-            CHECK(rc < 0 && err[0], "unsealed mutation %d accepted", i);
+            REQUIRE(rc < 0 && err[0], "unsealed mutation %d accepted", i);
         if (rc == 0) {
             /* a resealed mutation the parser accepts must still be safe to use */
             opened++;
@@ -463,7 +462,7 @@ static int test_fuzz_manifest(void)
             }
             image_close(img);
         } else {
-            CHECK(rc < 0 && err[0], "error without a message (%d)", rc);
+            REQUIRE(rc < 0 && err[0], "error without a message (%d)", rc);
         }
     }
     fprintf(stderr, "  fuzz: %d of 2000 mutated manifests opened (resealed, harmless fields)\n",
@@ -484,9 +483,9 @@ static int enospc_child(void)
 
     if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
         fprintf(stderr, "  no private mount namespace: %s\n", strerror(errno));
-        return 77;
+        return T_EXIT_SKIP;
     }
-    CHECK(mkdtemp(mnt) && mount("tcgpu-test", mnt, "tmpfs", 0, "size=1m") == 0, "tmpfs: %s",
+    REQUIRE(mkdtemp(mnt) && mount("tcgpu-test", mnt, "tmpfs", 0, "size=1m") == 0, "tmpfs: %s",
           strerror(errno));
     td_random(buf, 8 * MIB, 5);
     snprintf(dir, sizeof(dir), "%s/img", mnt);
@@ -495,16 +494,16 @@ static int enospc_child(void)
             &w, dir,
             &(struct image_writer_opts){.flags = pass ? IMAGE_NO_URING : 0, .chunk_size = MIB}, err,
             sizeof(err));
-        CHECK(rc == 0, "begin: %s", err);
-        CHECK(image_writer_add_allocation(w, &a) == 0, "alloc");
+        REQUIRE(rc == 0, "begin: %s", err);
+        REQUIRE(image_writer_add_allocation(w, &a) == 0, "alloc");
         rc = image_writer_add_data(w, 1, 0, buf, 8 * MIB);
         if (rc == 0)
             rc = image_writer_commit(w);
         fprintf(stderr, "  pass %d: rc %d: %s\n", pass, rc, image_writer_error(w));
-        CHECK(rc == -ENOSPC, "pass %d: want -ENOSPC, got %d", pass, rc);
-        CHECK(image_writer_commit(w) == -ENOSPC, "sticky");
+        REQUIRE(rc == -ENOSPC, "pass %d: want -ENOSPC, got %d", pass, rc);
+        REQUIRE(image_writer_commit(w) == -ENOSPC, "sticky");
         image_writer_free(w);
-        CHECK(count_entries(mnt, "") == 0, "pass %d: something left on the full disk", pass);
+        REQUIRE(count_entries(mnt, "") == 0, "pass %d: something left on the full disk", pass);
     }
     umount(mnt);
     rmdir(mnt);
@@ -519,13 +518,13 @@ static int test_enospc(void)
 
     if (geteuid() != 0) {
         fprintf(stderr, "  not root: cannot mount a small tmpfs\n");
-        return 77;
+        return T_EXIT_SKIP;
     }
     pid = fork();
-    CHECK(pid >= 0, "fork");
+    REQUIRE(pid >= 0, "fork");
     if (pid == 0)
         _exit(enospc_child());
-    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st), "child");
+    REQUIRE(waitpid(pid, &st, 0) == pid && WIFEXITED(st), "child");
     return WEXITSTATUS(st);
 }
 
@@ -549,12 +548,12 @@ int main(int argc, char **argv)
     RUN(test_existing_and_abort);
     RUN(test_corruption);
     RUN(test_fuzz_manifest);
-    if (!failed_) {
+    if (!failures) {
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
         if (system(cmd) != 0)
             fprintf(stderr, "could not remove %s\n", base);
     }
     for (int i = 0; i < NALLOC; i++)
         free(content[i]);
-    return failed_;
+    return T_EXIT_STATUS();
 }

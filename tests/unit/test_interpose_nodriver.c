@@ -15,13 +15,13 @@
 #include <cuda.h>
 
 #include "driver/driver.h"
-#include "tcheck.h"
+#include "../common/check.h"
 
 static int test_missing_driver(void)
 {
     char path[] = "/tmp/tcgpu-nodriver-XXXXXX";
     int fd = mkstemp(path);
-    CHECK(fd >= 0, "mkstemp");
+    REQUIRE(fd >= 0, "mkstemp");
     unlink(path);
     int saved = dup(2);
     dup2(fd, 2);
@@ -39,21 +39,20 @@ static int test_missing_driver(void)
     buf[len > 0 ? len : 0] = 0;
     fputs(buf, stderr);
 
-    CHECK(a == CUDA_ERROR_STUB_LIBRARY && b == a && c == a && e == a && f == a,
+    REQUIRE(a == CUDA_ERROR_STUB_LIBRARY && b == a && c == a && e == a && f == a,
           "results %d %d %d %d %d", a, b, c, e, f);
-    CHECK(n == -1 && v == -1, "outputs written");
-    CHECK(tcgpu_driver_load() == -ENOENT, "load result");
-    CHECK(tcgpu_driver_handle() == NULL && !tcgpu_driver_has(TCGPU_FN(cuDeviceGet)), "handle");
+    REQUIRE(n == -1 && v == -1, "outputs written");
+    REQUIRE(tcgpu_driver_load() == -ENOENT, "load result");
+    REQUIRE(tcgpu_driver_handle() == NULL && !tcgpu_driver_has(TCGPU_FN(cuDeviceGet)), "handle");
     const char *first = strstr(buf, "cannot load the CUDA driver /nonexistent/libcuda.so.1");
-    CHECK(first != NULL, "no message");
-    CHECK(strstr(first + 1, "cannot load the CUDA driver") == NULL, "message logged twice");
+    REQUIRE(first != NULL, "no message");
+    REQUIRE(strstr(first + 1, "cannot load the CUDA driver") == NULL, "message logged twice");
     return 0;
 }
 
 int main(void)
 {
-    int failed_ = 0;
     setenv("TCGPU_REAL_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
     RUN(test_missing_driver);
-    return failed_;
+    return T_EXIT_STATUS();
 }

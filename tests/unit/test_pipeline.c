@@ -32,12 +32,13 @@
 #include "engine/kernels/devhash.h"
 #include "engine/pipeline.h"
 #include "engine/dev.h"
-#include "tcheck.h"
+#include "../common/check.h"
+#include "../common/engine_ctx.h"
+#include "../common/rand.h"
 
 #define NBUF 7
 #define MiB (1u << 20)
 
-static CUcontext ctx;
 static char tmpdir[256];
 
 struct buf {
@@ -58,23 +59,13 @@ static struct buf bufs[NBUF] = {
     { .what = "holes", .size = 12 * MiB, .dtype = TCGPU_DTYPE_FP32 },
 };
 
-static uint64_t rng = 88172645463325252ull;
-
-static uint64_t next_rand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
 /* Something like trained weights: small normal-ish floats. */
 static float weight(void)
 {
     double s = 0;
 
     for (int i = 0; i < 4; i++)
-        s += (double)(next_rand() % 1000000) / 1e6 - 0.5;
+        s += (double)(t_rand() % 1000000) / 1e6 - 0.5;
     return (float)(s * 0.05);
 }
 
@@ -90,11 +81,11 @@ static void fill(struct buf *b)
         break;
     case 'r':
         for (i = 0; i < b->size; i++)
-            b->want[i] = (uint8_t)next_rand();
+            b->want[i] = (uint8_t)t_rand();
         break;
     case 't':
         for (i = 0; i < b->size;) {
-            const char *w = words[next_rand() % 8];
+            const char *w = words[t_rand() % 8];
             for (; *w && i < b->size; w++)
                 b->want[i++] = (uint8_t)*w;
         }
@@ -130,27 +121,12 @@ static void fill(struct buf *b)
         }                                                                               \
     } while (0)
 
-static int enter(int device, void *arg)
-{
-    (void)device;
-    (void)arg;
-    return TCGPU_REAL(cuCtxPushCurrent)(ctx) == CUDA_SUCCESS ? 0 : -EIO;
-}
-
-static void leave(void *arg)
-{
-    CUcontext c;
-
-    (void)arg;
-    TCGPU_REAL(cuCtxPopCurrent)(&c);
-}
-
 static struct pipe *new_pipe(unsigned workers, size_t chunk, size_t slot, int no_helpers)
 {
     struct pipe_opts o = { .chunk_size = chunk, .workers = workers, .slot_size = slot,
                            .slots = slot ? 3 : 0, .no_helpers = no_helpers ? 1 : -1,
                            .device_hash = no_helpers ? 0 : 1,
-                           .ctx_enter = enter, .ctx_leave = leave };
+                           .ctx_enter = t_ctx_enter, .ctx_leave = t_ctx_leave };
     struct pipe *p = NULL;
 
     if (pipe_new(&p, &o)) {
@@ -256,18 +232,18 @@ static int write_image(struct pipe *p, const char *dir, const char *parent_dir,
     char err[512];
     int rc;
 
-    CHECK(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == 0, "%s", err);
-    CHECK(add_allocs(w) == 0, "allocations");
+    REQUIRE(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == 0, "%s", err);
+    REQUIRE(add_allocs(w) == 0, "allocations");
     if (parent_dir) {
         uint8_t csum[16];
-        CHECK(image_open(&parent, parent_dir, 0, err, sizeof(err)) == 0, "%s", err);
+        REQUIRE(image_open(&parent, parent_dir, 0, err, sizeof(err)) == 0, "%s", err);
         image_manifest_csum(parent, csum);
-        CHECK(image_writer_set_parent(w, parent_dir, csum) == 0, "set_parent");
+        REQUIRE(image_writer_set_parent(w, parent_dir, csum) == 0, "set_parent");
     }
     rc = pipe_drain_image(p, e, n, w, parent);
-    CHECK(rc == 0, "pipe_drain_image: %d %s", rc, pipe_error(p));
+    REQUIRE(rc == 0, "pipe_drain_image: %d %s", rc, pipe_error(p));
     pipe_get_stats(p, st);
-    CHECK(image_writer_commit(w) == 0, "%s", image_writer_error(w));
+    REQUIRE(image_writer_commit(w) == 0, "%s", image_writer_error(w));
     image_writer_free(w);
     image_close(parent);
     return 0;
@@ -281,15 +257,15 @@ static int refill_image(struct pipe *p, const char *dir, int want_rc, const char
     int rc = image_open(&img, dir, 0, err, sizeof(err));
 
     if (want_rc) {
-        CHECK(rc == want_rc, "opening %s: %d, want %d (%s)", dir, rc, want_rc, err);
-        CHECK(strstr(err, want_msg), "message '%s' lacks '%s'", err, want_msg);
+        REQUIRE(rc == want_rc, "opening %s: %d, want %d (%s)", dir, rc, want_rc, err);
+        REQUIRE(strstr(err, want_msg), "message '%s' lacks '%s'", err, want_msg);
         return 0;
     }
-    CHECK(rc == 0, "%s", err);
-    CHECK(image_verify_all(img, 0) == 0, "%s", image_error(img));
+    REQUIRE(rc == 0, "%s", err);
+    REQUIRE(image_verify_all(img, 0) == 0, "%s", image_error(img));
     allocs_ext(e);
     rc = pipe_refill_image(p, img, e, NBUF);
-    CHECK(rc == 0, "pipe_refill_image: %s", pipe_error(p));
+    REQUIRE(rc == 0, "pipe_refill_image: %s", pipe_error(p));
     image_close(img);
     return 0;
 }
@@ -307,23 +283,23 @@ static int test_host(void)
 
         if (upload_all())
             return 1;
-        CHECK(pipe_drain_host(p, e, n, &s) == 0, "drain: %s", pipe_error(p));
+        REQUIRE(pipe_drain_host(p, e, n, &s) == 0, "drain: %s", pipe_error(p));
         pipe_get_stats(p, &st);
         if (helpers) {
-            CHECK(st.helpers == PDEV_SIM_TWIN, "helpers %d: the simcuda twin did not load",
+            REQUIRE(st.helpers == PDEV_SIM_TWIN, "helpers %d: the simcuda twin did not load",
                   st.helpers);
             /* zeros (3 chunks) + the zero stretch of holes (1) */
-            CHECK(st.device_skipped >= 4, "device skipped only %llu chunks",
+            REQUIRE(st.device_skipped >= 4, "device skipped only %llu chunks",
                   (unsigned long long)st.device_skipped);
-            CHECK(st.copied_bytes < st.raw_bytes - 12 * MiB, "copied %llu of %llu",
+            REQUIRE(st.copied_bytes < st.raw_bytes - 12 * MiB, "copied %llu of %llu",
                   (unsigned long long)st.copied_bytes, (unsigned long long)st.raw_bytes);
         } else {
-            CHECK(st.copied_bytes == st.raw_bytes, "copied %llu of %llu",
+            REQUIRE(st.copied_bytes == st.raw_bytes, "copied %llu of %llu",
                   (unsigned long long)st.copied_bytes, (unsigned long long)st.raw_bytes);
         }
         if (scribble())
             return 1;
-        CHECK(pipe_refill_host(p, s) == 0, "refill: %s", pipe_error(p));
+        REQUIRE(pipe_refill_host(p, s) == 0, "refill: %s", pipe_error(p));
         if (compare(helpers ? "host, helpers" : "host"))
             return 1;
         pipe_store_free(s);
@@ -343,14 +319,14 @@ static int test_image(void)
     snprintf(dir, sizeof(dir), "%s/img", tmpdir);
     if (upload_all() || write_image(p, dir, NULL, &st))
         return 1;
-    CHECK(image_open(&img, dir, 0, err, sizeof(err)) == 0, "%s", err);
+    REQUIRE(image_open(&img, dir, 0, err, sizeof(err)) == 0, "%s", err);
     for (size_t i = 0; i < image_chunk_count(img); i++)
         seen |= 1u << image_chunk_at(img, i)->codec;
     image_close(img);
-    CHECK(seen == ((1u << TCGPU_CODEC_ZERO) | (1u << TCGPU_CODEC_RAW) | (1u << TCGPU_CODEC_ZSTD) |
+    REQUIRE(seen == ((1u << TCGPU_CODEC_ZERO) | (1u << TCGPU_CODEC_RAW) | (1u << TCGPU_CODEC_ZSTD) |
                    (1u << TCGPU_CODEC_BYTEGROUP)),
           "codecs used: mask %#x", seen);
-    CHECK(st.stored_bytes < st.raw_bytes, "nothing compressed");
+    REQUIRE(st.stored_bytes < st.raw_bytes, "nothing compressed");
     if (scribble() || refill_image(p, dir, 0, NULL) || compare("image"))
         return 1;
     pipe_free(p);
@@ -369,13 +345,13 @@ static int test_store_image(void)
     snprintf(dir, sizeof(dir), "%s/store-img", tmpdir);
     if (upload_all())
         return 1;
-    CHECK(pipe_drain_host(p, e, n, &s) == 0, "drain: %s", pipe_error(p));
+    REQUIRE(pipe_drain_host(p, e, n, &s) == 0, "drain: %s", pipe_error(p));
     if (scribble())   /* the device is "released": the store alone holds the bytes */
         return 1;
-    CHECK(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == 0, "%s", err);
-    CHECK(add_allocs(w) == 0, "allocations");
-    CHECK(pipe_write_store(p, s, w, NULL) == 0, "write store: %s", pipe_error(p));
-    CHECK(image_writer_commit(w) == 0, "%s", image_writer_error(w));
+    REQUIRE(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == 0, "%s", err);
+    REQUIRE(add_allocs(w) == 0, "allocations");
+    REQUIRE(pipe_write_store(p, s, w, NULL) == 0, "write store: %s", pipe_error(p));
+    REQUIRE(image_writer_commit(w) == 0, "%s", image_writer_error(w));
     image_writer_free(w);
     pipe_store_free(s);
     if (refill_image(p, dir, 0, NULL) || compare("store to image"))
@@ -437,7 +413,7 @@ static int test_chain(void)
 
         if (helpers) {
             snprintf(path, sizeof(path), "rm -rf '%s' '%s' '%s' '%s'", a, b, c, moved);
-            CHECK(system(path) == 0, "cleanup");
+            REQUIRE(system(path) == 0, "cleanup");
         }
         if (upload_all() || write_image(p, a, NULL, &st))
             return 1;
@@ -449,13 +425,13 @@ static int test_chain(void)
         /* Unchanged chunks are PARENT, or ZERO when the device found them
          * zero (as cheap, and self-contained). */
         parents_b = count_codec(b, TCGPU_CODEC_PARENT);
-        CHECK(parents_b + count_codec(b, TCGPU_CODEC_ZERO) == total - 1,
+        REQUIRE(parents_b + count_codec(b, TCGPU_CODEC_ZERO) == total - 1,
               "B: %zu PARENT + %zu ZERO chunks of %zu, want all but one (helpers %d)",
               parents_b, count_codec(b, TCGPU_CODEC_ZERO), total, helpers);
-        CHECK(st.parent_chunks == parents_b, "stats: %llu parent chunks",
+        REQUIRE(st.parent_chunks == parents_b, "stats: %llu parent chunks",
               (unsigned long long)st.parent_chunks);
         if (helpers)   /* unchanged chunks never left the device */
-            CHECK(st.copied_bytes <= 4 * MiB, "B copied %llu bytes",
+            REQUIRE(st.copied_bytes <= 4 * MiB, "B copied %llu bytes",
                   (unsigned long long)st.copied_bytes);
         for (int i = 0; i < NBUF; i++) {
             at_b[i] = malloc(bufs[i].size);
@@ -465,7 +441,7 @@ static int test_chain(void)
         if (touch(3, 8 * MiB - 1) || touch(5, 999) || write_image(p, c, b, &st))
             return 1;
         parents_c = count_codec(c, TCGPU_CODEC_PARENT) + count_codec(c, TCGPU_CODEC_ZERO);
-        CHECK(parents_c == total - 2, "C: %zu PARENT chunks of %zu", parents_c, total);
+        REQUIRE(parents_c == total - 2, "C: %zu PARENT chunks of %zu", parents_c, total);
         /* C resolves through B to A */
         if (scribble() || refill_image(p, c, 0, NULL) || compare("chain C"))
             return 1;
@@ -486,24 +462,24 @@ static int test_chain(void)
         pipe_free(p);
     }
     /* A moved away: C cannot be read (B's parent is missing) */
-    CHECK(rename(a, moved) == 0, "rename");
+    REQUIRE(rename(a, moved) == 0, "rename");
     if (refill_image(NULL, c, -ENOENT, "parent image"))
         return 1;
     /* A replaced by another image (an independent full one): checksum differs */
-    CHECK(copy_file(x, a) == 0, "copy");
+    REQUIRE(copy_file(x, a) == 0, "copy");
     snprintf(path, sizeof(path), "rm -rf '%s'", a);
     if (refill_image(NULL, c, -EBADMSG, "is not the image"))
         return 1;
-    CHECK(system(path) == 0, "rm");
+    REQUIRE(system(path) == 0, "rm");
     /* A back, with its manifest damaged */
-    CHECK(rename(moved, a) == 0, "rename back");
+    REQUIRE(rename(moved, a) == 0, "rename back");
     snprintf(path, sizeof(path), "%s/manifest", a);
     {
         int fd = open(path, O_RDWR);
         uint8_t byte;
-        CHECK(fd >= 0 && pread(fd, &byte, 1, 100) == 1, "read");
+        REQUIRE(fd >= 0 && pread(fd, &byte, 1, 100) == 1, "read");
         byte ^= 0x40;
-        CHECK(pwrite(fd, &byte, 1, 100) == 1, "write");
+        REQUIRE(pwrite(fd, &byte, 1, 100) == 1, "write");
         close(fd);
     }
     if (refill_image(NULL, c, -EBADMSG, "parent image"))
@@ -523,49 +499,49 @@ static int test_devhash(void)
     char err[256];
     size_t n = 0;
 
-    CU(TCGPU_REAL(cuCtxPushCurrent)(ctx));
+    CU(TCGPU_REAL(cuCtxPushCurrent)(t_ctx));
     CU(TCGPU_REAL(cuStreamCreate)(&s, CU_STREAM_NON_BLOCKING));
-    CHECK(pdev_load(&d, 64, 0) == -ENOENT, "the GPU's image loaded on simcuda");
-    CHECK(pdev_load(&d, 64, 1) == 0, "no helper image loads on simcuda");
-    CHECK(pdev_kind(d) == PDEV_SIM_TWIN, "loaded kind %d", pdev_kind(d));
+    REQUIRE(pdev_load(&d, 64, 0) == -ENOENT, "the GPU's image loaded on simcuda");
+    REQUIRE(pdev_load(&d, 64, 1) == 0, "no helper image loads on simcuda");
+    REQUIRE(pdev_kind(d) == PDEV_SIM_TWIN, "loaded kind %d", pdev_kind(d));
     CU(TCGPU_REAL(cuMemAlloc)(&dbuf, 4 * MiB + 64));
     for (size_t i = 0; i < 4 * MiB + 64; i++)
-        h[i] = (uint8_t)next_rand();
+        h[i] = (uint8_t)t_rand();
     memset(h + 3 * MiB, 0, MiB + 64);
     CU(TCGPU_REAL(cuMemcpyHtoD)(dbuf, h, 4 * MiB + 64));
     for (size_t i = 0; i < 10; i++) {
         desc[n++] = (struct pdev_desc){ dbuf + 3, lens[i] };           /* unaligned, random */
         desc[n++] = (struct pdev_desc){ dbuf + 3 * MiB, lens[i] < MiB ? lens[i] : MiB };
     }
-    CHECK(pdev_scan(d, s, desc, n, PDEV_SCAN_HASH, res, err, sizeof(err)) == 0, "scan: %s", err);
+    REQUIRE(pdev_scan(d, s, desc, n, PDEV_SCAN_HASH, res, err, sizeof(err)) == 0, "scan: %s", err);
     for (size_t i = 0; i < n; i++) {
         uint32_t nz;
         uint64_t want = devhash_host(h + (desc[i].va - dbuf), desc[i].len, &nz);
-        CHECK(res[i].hash == want, "chunk %zu (len %llu): device hash %#llx, host %#llx", i,
+        REQUIRE(res[i].hash == want, "chunk %zu (len %llu): device hash %#llx, host %#llx", i,
               (unsigned long long)desc[i].len, (unsigned long long)res[i].hash,
               (unsigned long long)want);
-        CHECK(res[i].nonzero == nz && nz == (i % 2 == 0), "chunk %zu: nonzero %u", i,
+        REQUIRE(res[i].nonzero == nz && nz == (i % 2 == 0), "chunk %zu: nonzero %u", i,
               res[i].nonzero);
     }
     /* A single non-zero byte at the very end is seen; one bit flip changes the hash. */
     uint8_t one = 1;
     CU(TCGPU_REAL(cuMemcpyHtoD)(dbuf + 3 * MiB + 4095, &one, 1));
     desc[0] = (struct pdev_desc){ dbuf + 3 * MiB, 4096 };
-    CHECK(pdev_scan(d, s, desc, 1, PDEV_SCAN_HASH, res, err, sizeof(err)) == 0, "scan: %s", err);
-    CHECK(res[0].nonzero == 1, "last byte missed");
+    REQUIRE(pdev_scan(d, s, desc, 1, PDEV_SCAN_HASH, res, err, sizeof(err)) == 0, "scan: %s", err);
+    REQUIRE(res[0].nonzero == 1, "last byte missed");
     {   /* zero detection alone agrees */
         struct pdev_result z[20];
-        CHECK(pdev_scan(d, s, desc, 1, 0, z, err, sizeof(err)) == 0, "scan: %s", err);
-        CHECK(z[0].nonzero == 1 && z[0].hash == 0, "zero-only scan: nonzero %u", z[0].nonzero);
+        REQUIRE(pdev_scan(d, s, desc, 1, 0, z, err, sizeof(err)) == 0, "scan: %s", err);
+        REQUIRE(z[0].nonzero == 1 && z[0].hash == 0, "zero-only scan: nonzero %u", z[0].nonzero);
     }
-    CHECK(res[0].hash != devhash_host(h + 3 * MiB, 4096, NULL), "hash ignores a change");
+    REQUIRE(res[0].hash != devhash_host(h + 3 * MiB, 4096, NULL), "hash ignores a change");
     /* Known answer: pins the definition (devhash.h) across builds. */
     {
         uint8_t k[40];
         for (int i = 0; i < 40; i++)
             k[i] = (uint8_t)i;
         uint64_t v = devhash_host(k, 40, NULL);
-        CHECK(v == devhash_final(devhash_term(0, 0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull) +
+        REQUIRE(v == devhash_final(devhash_term(0, 0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull) +
                                  devhash_term(1, 0x1716151413121110ull, 0x1f1e1d1c1b1a1918ull) +
                                  devhash_term(2, 0x2726252423222120ull, 0), 40),
               "definition drift");
@@ -573,7 +549,7 @@ static int test_devhash(void)
     TCGPU_REAL(cuMemFree)(dbuf);
     pdev_unload(d);
     TCGPU_REAL(cuStreamDestroy)(s);
-    leave(NULL);
+    t_ctx_leave(NULL);
     free(h);
     return 0;
 }
@@ -588,16 +564,16 @@ static int test_compress(void)
 
     if (upload_all())
         return 1;
-    CHECK(pipe_drain_host(p, e, n, &s) == 0, "drain: %s", pipe_error(p));
+    REQUIRE(pipe_drain_host(p, e, n, &s) == 0, "drain: %s", pipe_error(p));
     before = pipe_store_bytes(s);
-    CHECK(pipe_store_compress_start(s, 2) == 0, "start");
+    REQUIRE(pipe_store_compress_start(s, 2) == 0, "start");
     usleep(300000);
     pipe_store_compress_stop(s);
-    CHECK(pipe_store_bytes(s) < before, "store did not shrink: %llu -> %llu",
+    REQUIRE(pipe_store_bytes(s) < before, "store did not shrink: %llu -> %llu",
           (unsigned long long)before, (unsigned long long)pipe_store_bytes(s));
     if (scribble())
         return 1;
-    CHECK(pipe_refill_host(p, s) == 0, "refill: %s", pipe_error(p));
+    REQUIRE(pipe_refill_host(p, s) == 0, "refill: %s", pipe_error(p));
     pipe_store_free(s);
     pipe_free(p);
     return compare("compressed store");
@@ -626,19 +602,18 @@ int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
     CUdevice dev;
-    int failed_ = 0;
 
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/test-pipeline-XXXXXX");
     if (!mkdtemp(tmpdir))
         return 1;
     if (tcgpu_driver_load() != 0) {
         fprintf(stderr, "skip: no driver (set TCGPU_REAL_LIBCUDA to simcuda)\n");
-        return 77;
+        return T_EXIT_SKIP;
     }
     CU(TCGPU_REAL(cuInit)(0));
     CU(TCGPU_REAL(cuDeviceGet)(&dev, 0));
-    CU(TCGPU_REAL(cuDevicePrimaryCtxRetain)(&ctx, dev));
-    CU(TCGPU_REAL(cuCtxSetCurrent)(ctx));
+    CU(TCGPU_REAL(cuDevicePrimaryCtxRetain)(&t_ctx, dev));
+    CU(TCGPU_REAL(cuCtxSetCurrent)(t_ctx));
     for (int i = 0; i < NBUF; i++) {
         bufs[i].want = malloc(bufs[i].size);
         fill(&bufs[i]);
@@ -656,7 +631,7 @@ int main(int argc, char **argv)
         char cmd[300];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
         if (system(cmd) != 0)
-            failed_ = 1;
+            failures++;
     }
-    return failed_;
+    return T_EXIT_STATUS();
 }

@@ -15,7 +15,8 @@
 #include <string.h>
 
 #include "policy/policy.h"
-#include "tcheck.h"
+#include "../common/check.h"
+#include "../common/rand.h"
 
 #define MiB (1ull << 20)
 #define SEC 1000000000ull
@@ -109,25 +110,25 @@ static int test_grant_and_deny(void)
     struct policy *p = new_policy(0, 1000 * MiB, 1);
     int a = add_project(p, "a", 10, 1, 0, 0);
 
-    CHECK(start_job(p, 1, a, 10, 600 * MiB, 0) == 0, "first job fits");
-    CHECK(admit(p, 2, a, 10, 0) == 0, "admit");
+    REQUIRE(start_job(p, 1, a, 10, 600 * MiB, 0) == 0, "first job fits");
+    REQUIRE(admit(p, 2, a, 10, 0) == 0, "admit");
     pol_actions_clear(&acts);
-    CHECK(policy_request(p, 2, 0, 600 * MiB, POL_FREE_UNKNOWN, 0, SEC, &acts) == 0, "request");
-    CHECK(acts.n == 1 && acts.v[0].kind == POL_ACT_DENY && acts.v[0].why == POL_WHY_NO_ROOM,
+    REQUIRE(policy_request(p, 2, 0, 600 * MiB, POL_FREE_UNKNOWN, 0, SEC, &acts) == 0, "request");
+    REQUIRE(acts.n == 1 && acts.v[0].kind == POL_ACT_DENY && acts.v[0].why == POL_WHY_NO_ROOM,
           "equal priority borrower denied (got %s)", acts.n ? pol_act_name(acts.v[0].kind) : "-");
     pol_actions_clear(&acts);
-    CHECK(policy_request(p, 2, 0, 400 * MiB, POL_FREE_UNKNOWN, 0, SEC, &acts) == 0 &&
+    REQUIRE(policy_request(p, 2, 0, 400 * MiB, POL_FREE_UNKNOWN, 0, SEC, &acts) == 0 &&
           count(POL_ACT_GRANT) == 1, "what fits is granted");
-    CHECK(policy_device_used(p, 0) == 1000 * MiB, "used %" PRIu64, policy_device_used(p, 0));
+    REQUIRE(policy_device_used(p, 0) == 1000 * MiB, "used %" PRIu64, policy_device_used(p, 0));
     /* observed free memory smaller than the policy's own view counts */
-    CHECK(admit(p, 3, a, 10, 0) == 0, "admit 3");
+    REQUIRE(admit(p, 3, a, 10, 0) == 0, "admit 3");
     policy_job_exited(p, 2, SEC, &acts);
     pol_actions_clear(&acts);
     policy_request(p, 3, 0, 300 * MiB, 100 * MiB, 0, SEC, &acts);
-    CHECK(count(POL_ACT_DENY) == 1, "the driver's free memory is believed");
-    CHECK(policy_request(p, 99, 0, 1, POL_FREE_UNKNOWN, 0, 0, &acts) == -ENOENT, "unknown job");
-    CHECK(policy_request(p, 3, 0, 0, POL_FREE_UNKNOWN, 0, 0, &acts) == -EINVAL, "zero bytes");
-    CHECK(checked(p) == 0, "invariants");
+    REQUIRE(count(POL_ACT_DENY) == 1, "the driver's free memory is believed");
+    REQUIRE(policy_request(p, 99, 0, 1, POL_FREE_UNKNOWN, 0, 0, &acts) == -ENOENT, "unknown job");
+    REQUIRE(policy_request(p, 3, 0, 0, POL_FREE_UNKNOWN, 0, 0, &acts) == -EINVAL, "zero bytes");
+    REQUIRE(checked(p) == 0, "invariants");
     policy_free(p);
     return 0;
 }
@@ -141,31 +142,31 @@ static int test_victim_order(void)
     int hi = add_project(p, "hi", 50, 1, 0, 300 * MiB);
 
     /* res job (prio 1, within its reservation, protected), two borrowers of prio 5 */
-    CHECK(start_job(p, 1, res, 1, 300 * MiB, 0) == 0, "res job");
-    CHECK(start_job(p, 2, bor, 5, 300 * MiB, 1 * SEC) == 0, "borrower 2");
-    CHECK(start_job(p, 3, bor, 5, 300 * MiB, 5 * SEC) == 0, "borrower 3 (resumed later)");
-    CHECK(admit(p, 10, hi, 50, 10 * SEC) == 0, "admit hi");
+    REQUIRE(start_job(p, 1, res, 1, 300 * MiB, 0) == 0, "res job");
+    REQUIRE(start_job(p, 2, bor, 5, 300 * MiB, 1 * SEC) == 0, "borrower 2");
+    REQUIRE(start_job(p, 3, bor, 5, 300 * MiB, 5 * SEC) == 0, "borrower 3 (resumed later)");
+    REQUIRE(admit(p, 10, hi, 50, 10 * SEC) == 0, "admit hi");
     pol_actions_clear(&acts);
     /* needs 200 MiB beyond the free 100: one victim; the borrower with least work lost (3) */
-    CHECK(policy_request(p, 10, 0, 300 * MiB, POL_FREE_UNKNOWN, 0, 10 * SEC, &acts) == 0, "req");
-    CHECK(count(POL_ACT_SUSPEND) == 1 && has(POL_ACT_SUSPEND, 3),
+    REQUIRE(policy_request(p, 10, 0, 300 * MiB, POL_FREE_UNKNOWN, 0, 10 * SEC, &acts) == 0, "req");
+    REQUIRE(count(POL_ACT_SUSPEND) == 1 && has(POL_ACT_SUSPEND, 3),
           "victim is borrower 3 (%zu suspends, first %" PRIu64 ")", count(POL_ACT_SUSPEND),
           acts.n ? acts.v[0].job : 0);
-    CHECK(acts.v[0].for_job == 10 && acts.v[0].why == POL_WHY_RECLAIM, "reclaim for 10");
-    CHECK(policy_job(p, 10)->req == POL_REQ_PREEMPTING, "requester waits for the ack");
-    CHECK(checked(p) == 0, "invariants while suspending");
+    REQUIRE(acts.v[0].for_job == 10 && acts.v[0].why == POL_WHY_RECLAIM, "reclaim for 10");
+    REQUIRE(policy_job(p, 10)->req == POL_REQ_PREEMPTING, "requester waits for the ack");
+    REQUIRE(checked(p) == 0, "invariants while suspending");
     ack_suspends(p, 11 * SEC);
-    CHECK(acts.n == 1 && acts.v[0].kind == POL_ACT_GRANT && acts.v[0].job == 10 &&
+    REQUIRE(acts.n == 1 && acts.v[0].kind == POL_ACT_GRANT && acts.v[0].job == 10 &&
           acts.v[0].why == POL_WHY_PREEMPTED, "granted after the ack");
-    CHECK(policy_job(p, 3)->state == POL_SUSPENDED && policy_job(p, 3)->preemptions == 1,
+    REQUIRE(policy_job(p, 3)->state == POL_SUSPENDED && policy_job(p, 3)->preemptions == 1,
           "3 suspended, counted");
-    CHECK(policy_job(p, 3)->suspended_for == 10, "who it was for");
+    REQUIRE(policy_job(p, 3)->suspended_for == 10, "who it was for");
 
     /* a bigger ask: the remaining borrower first, then the protected low-priority job */
-    CHECK(admit(p, 11, hi, 50, 12 * SEC) == 0, "admit hi 2");
+    REQUIRE(admit(p, 11, hi, 50, 12 * SEC) == 0, "admit hi 2");
     pol_actions_clear(&acts);
     policy_request(p, 11, 0, 600 * MiB, POL_FREE_UNKNOWN, 0, 12 * SEC, &acts);
-    CHECK(count(POL_ACT_DENY) == 1, "hi project beyond its reservation cannot take reserved memory");
+    REQUIRE(count(POL_ACT_DENY) == 1, "hi project beyond its reservation cannot take reserved memory");
     policy_free(p);
     return 0;
 }
@@ -177,18 +178,18 @@ static int test_priority_then_work(void)
     int a = add_project(p, "a", 1, 1, 0, 0);
     int b = add_project(p, "b", 90, 1, 0, 0);
 
-    CHECK(start_job(p, 1, a, 3, 300 * MiB, 0) == 0, "1");
-    CHECK(start_job(p, 2, a, 2, 300 * MiB, 0) == 0, "2");
-    CHECK(start_job(p, 3, a, 3, 300 * MiB, 3 * SEC) == 0, "3");
-    CHECK(admit(p, 9, b, 90, 0) == 0, "9");
+    REQUIRE(start_job(p, 1, a, 3, 300 * MiB, 0) == 0, "1");
+    REQUIRE(start_job(p, 2, a, 2, 300 * MiB, 0) == 0, "2");
+    REQUIRE(start_job(p, 3, a, 3, 300 * MiB, 3 * SEC) == 0, "3");
+    REQUIRE(admit(p, 9, b, 90, 0) == 0, "9");
     pol_actions_clear(&acts);
     policy_request(p, 9, 0, 600 * MiB, POL_FREE_UNKNOWN, 0, 10 * SEC, &acts);
-    CHECK(count(POL_ACT_SUSPEND) == 2 && acts.v[0].job == 2 && acts.v[1].job == 3,
+    REQUIRE(count(POL_ACT_SUSPEND) == 2 && acts.v[0].job == 2 && acts.v[1].job == 3,
           "order: lowest priority (2), then least work lost (3); got %zu", count(POL_ACT_SUSPEND));
-    CHECK(acts.v[0].why == POL_WHY_PRIORITY, "why priority");
+    REQUIRE(acts.v[0].why == POL_WHY_PRIORITY, "why priority");
     ack_suspends(p, 11 * SEC);
-    CHECK(has(POL_ACT_GRANT, 9), "granted");
-    CHECK(checked(p) == 0, "invariants");
+    REQUIRE(has(POL_ACT_GRANT, 9), "granted");
+    REQUIRE(checked(p) == 0, "invariants");
     policy_free(p);
     return 0;
 }
@@ -201,21 +202,21 @@ static int test_reservation(void)
     int vip = add_project(p, "vip", 99, 1, 0, 0);
     int nob = add_project(p, "nob", 50, 0, 0, 100 * MiB);
 
-    CHECK(start_job(p, 1, own, 1, 800 * MiB, 0) == 0, "own within reservation");
-    CHECK(admit(p, 2, vip, 99, 0) == 0, "vip");
+    REQUIRE(start_job(p, 1, own, 1, 800 * MiB, 0) == 0, "own within reservation");
+    REQUIRE(admit(p, 2, vip, 99, 0) == 0, "vip");
     pol_actions_clear(&acts);
     policy_request(p, 2, 0, 500 * MiB, POL_FREE_UNKNOWN, 0, 10 * SEC, &acts);
-    CHECK(count(POL_ACT_DENY) == 1 && count(POL_ACT_SUSPEND) == 0,
+    REQUIRE(count(POL_ACT_DENY) == 1 && count(POL_ACT_SUSPEND) == 0,
           "a high-priority borrower does not take reserved memory");
     /* may_borrow = no: beyond its reservation is refused outright */
-    CHECK(admit(p, 3, nob, 50, 0) == 0, "nob");
+    REQUIRE(admit(p, 3, nob, 50, 0) == 0, "nob");
     pol_actions_clear(&acts);
     policy_request(p, 3, 0, 150 * MiB, POL_FREE_UNKNOWN, 0, 10 * SEC, &acts);
-    CHECK(acts.n == 1 && acts.v[0].kind == POL_ACT_DENY && acts.v[0].why == POL_WHY_NO_BORROW,
+    REQUIRE(acts.n == 1 && acts.v[0].kind == POL_ACT_DENY && acts.v[0].why == POL_WHY_NO_BORROW,
           "no borrowing");
     pol_actions_clear(&acts);
     policy_request(p, 3, 0, 100 * MiB, POL_FREE_UNKNOWN, 0, 10 * SEC, &acts);
-    CHECK(has(POL_ACT_GRANT, 3), "within reservation: granted");
+    REQUIRE(has(POL_ACT_GRANT, 3), "within reservation: granted");
     policy_free(p);
     return 0;
 }
@@ -227,24 +228,24 @@ static int test_reclaim(void)
     int own = add_project(p, "own", 1, 1, 0, 600 * MiB);
     int bor = add_project(p, "bor", 20, 1, 0, 0);
 
-    CHECK(start_job(p, 1, bor, 20, 900 * MiB, 0) == 0, "borrower fills the device");
-    CHECK(admit(p, 2, own, 1, 0) == 0, "owner");
+    REQUIRE(start_job(p, 1, bor, 20, 900 * MiB, 0) == 0, "borrower fills the device");
+    REQUIRE(admit(p, 2, own, 1, 0) == 0, "owner");
     pol_actions_clear(&acts);
     policy_request(p, 2, 0, 500 * MiB, POL_FREE_UNKNOWN, 0, 10 * SEC, &acts);
-    CHECK(has(POL_ACT_SUSPEND, 1) && acts.v[0].why == POL_WHY_RECLAIM, "reclaimed");
+    REQUIRE(has(POL_ACT_SUSPEND, 1) && acts.v[0].why == POL_WHY_RECLAIM, "reclaimed");
     ack_suspends(p, 10 * SEC);
-    CHECK(has(POL_ACT_GRANT, 2), "granted");
+    REQUIRE(has(POL_ACT_GRANT, 2), "granted");
     /* the borrower cannot take it back while the owner stays within its reservation */
     pol_actions_clear(&acts);
     policy_tick(p, 20 * SEC, &acts);
-    CHECK(acts.n == 0, "no resume: 900 MiB do not fit next to 500");
+    REQUIRE(acts.n == 0, "no resume: 900 MiB do not fit next to 500");
     policy_job_exited(p, 2, 30 * SEC, &acts);
     pol_actions_clear(&acts);
     policy_tick(p, 30 * SEC, &acts);
-    CHECK(has(POL_ACT_RESUME, 1), "resumed when the owner left");
+    REQUIRE(has(POL_ACT_RESUME, 1), "resumed when the owner left");
     policy_job_resumed(p, 1, 0, 31 * SEC, &acts);
-    CHECK(policy_job(p, 1)->state == POL_RUNNING && policy_job(p, 1)->resumes == 1, "running");
-    CHECK(checked(p) == 0, "invariants");
+    REQUIRE(policy_job(p, 1)->state == POL_RUNNING && policy_job(p, 1)->resumes == 1, "running");
+    REQUIRE(checked(p) == 0, "invariants");
     policy_free(p);
     return 0;
 }
@@ -256,21 +257,21 @@ static int test_victim_hold_off(void)
     int lo = add_project(p, "lo", 1, 1, 0, 0);
     int hi = add_project(p, "hi", 9, 1, 0, 0);
 
-    CHECK(start_job(p, 1, lo, 1, 600 * MiB, 0) == 0, "lo");
-    CHECK(start_job(p, 2, hi, 9, 300 * MiB, 0) == 0, "hi holds 300");
+    REQUIRE(start_job(p, 1, lo, 1, 600 * MiB, 0) == 0, "lo");
+    REQUIRE(start_job(p, 2, hi, 9, 300 * MiB, 0) == 0, "hi holds 300");
     pol_actions_clear(&acts);
     policy_request(p, 2, 0, 200 * MiB, POL_FREE_UNKNOWN, 0, 10 * SEC, &acts);
-    CHECK(has(POL_ACT_SUSPEND, 1), "lo preempted for 200 MiB");
+    REQUIRE(has(POL_ACT_SUSPEND, 1), "lo preempted for 200 MiB");
     ack_suspends(p, 10 * SEC);
-    CHECK(has(POL_ACT_GRANT, 2), "granted");
+    REQUIRE(has(POL_ACT_GRANT, 2), "granted");
     /* 500 MiB free now, but hi will want more soon: lo waits min_runtime */
     pol_actions_clear(&acts);
     policy_tick(p, 11 * SEC, &acts);
-    CHECK(acts.n == 0, "resumed right after its preemption");
+    REQUIRE(acts.n == 0, "resumed right after its preemption");
     policy_set_usage(p, 2, 400 * MiB);
     pol_actions_clear(&acts);
     policy_tick(p, 15 * SEC, &acts);
-    CHECK(has(POL_ACT_RESUME, 1), "after min_runtime it comes back when it fits");
+    REQUIRE(has(POL_ACT_RESUME, 1), "after min_runtime it comes back when it fits");
     policy_free(p);
     return 0;
 }
@@ -281,19 +282,19 @@ static int test_min_runtime(void)
     int lo = add_project(p, "lo", 1, 1, 0, 0);
     int hi = add_project(p, "hi", 9, 1, 0, 0);
 
-    CHECK(start_job(p, 1, lo, 1, 900 * MiB, 0) == 0, "lo");
-    CHECK(admit(p, 2, hi, 9, 0) == 0, "hi");
+    REQUIRE(start_job(p, 1, lo, 1, 900 * MiB, 0) == 0, "lo");
+    REQUIRE(admit(p, 2, hi, 9, 0) == 0, "hi");
     pol_actions_clear(&acts);
     policy_request(p, 2, 0, 500 * MiB, POL_FREE_UNKNOWN, 1, 10 * SEC, &acts);
-    CHECK(acts.n == 1 && acts.v[0].kind == POL_ACT_WAIT, "too young: the request waits");
+    REQUIRE(acts.n == 1 && acts.v[0].kind == POL_ACT_WAIT, "too young: the request waits");
     pol_actions_clear(&acts);
     policy_tick(p, 29 * SEC, &acts);
-    CHECK(acts.n == 0, "still too young at 29 s");
+    REQUIRE(acts.n == 0, "still too young at 29 s");
     policy_tick(p, 30 * SEC, &acts);
-    CHECK(has(POL_ACT_SUSPEND, 1), "preempted at 30 s (tick retries waiting requests)");
+    REQUIRE(has(POL_ACT_SUSPEND, 1), "preempted at 30 s (tick retries waiting requests)");
     ack_suspends(p, 31 * SEC);
-    CHECK(has(POL_ACT_GRANT, 2), "granted");
-    CHECK(checked(p) == 0, "invariants");
+    REQUIRE(has(POL_ACT_GRANT, 2), "granted");
+    REQUIRE(checked(p) == 0, "invariants");
     policy_free(p);
     return 0;
 }
@@ -307,25 +308,25 @@ static int test_no_ping_pong(void)
     int c = add_project(p, "c", 7, 1, 0, 0);
 
     /* equal priorities, both borrowing: neither can displace the other */
-    CHECK(start_job(p, 1, a, 5, 700 * MiB, 0) == 0, "1");
-    CHECK(admit(p, 2, b, 5, 0) == 0, "2");
+    REQUIRE(start_job(p, 1, a, 5, 700 * MiB, 0) == 0, "1");
+    REQUIRE(admit(p, 2, b, 5, 0) == 0, "2");
     pol_actions_clear(&acts);
     policy_request(p, 2, 0, 700 * MiB, POL_FREE_UNKNOWN, 0, 100 * SEC, &acts);
-    CHECK(count(POL_ACT_SUSPEND) == 0, "equal priority: no preemption");
+    REQUIRE(count(POL_ACT_SUSPEND) == 0, "equal priority: no preemption");
     /* higher priority preempts; then the victim, once back, cannot preempt it */
-    CHECK(admit(p, 3, c, 7, 0) == 0, "3");
+    REQUIRE(admit(p, 3, c, 7, 0) == 0, "3");
     pol_actions_clear(&acts);
     policy_request(p, 3, 0, 700 * MiB, POL_FREE_UNKNOWN, 0, 100 * SEC, &acts);
-    CHECK(has(POL_ACT_SUSPEND, 1), "1 preempted by 3");
+    REQUIRE(has(POL_ACT_SUSPEND, 1), "1 preempted by 3");
     ack_suspends(p, 100 * SEC);
     for (int round = 0; round < 50; round++) {
         pol_actions_clear(&acts);
         policy_tick(p, (101 + round) * SEC, &acts);
-        CHECK(count(POL_ACT_SUSPEND) == 0 && count(POL_ACT_RESUME) == 0,
+        REQUIRE(count(POL_ACT_SUSPEND) == 0 && count(POL_ACT_RESUME) == 0,
               "round %d: nothing moves while 3 holds the memory", round);
         pol_actions_clear(&acts);
         int r = policy_request(p, 2, 0, 700 * MiB, POL_FREE_UNKNOWN, 0, (101 + round) * SEC, &acts);
-        CHECK(r == 0 && count(POL_ACT_SUSPEND) == 0, "2 cannot preempt 3");
+        REQUIRE(r == 0 && count(POL_ACT_SUSPEND) == 0, "2 cannot preempt 3");
     }
     policy_free(p);
     return 0;
@@ -338,43 +339,43 @@ static int test_resume_order(void)
     int a = add_project(p, "a", 1, 1, 0, 0);
     int h = add_project(p, "h", 99, 1, 0, 0);
 
-    CHECK(start_job(p, 1, a, 1, 200 * MiB, 0) == 0, "1");
-    CHECK(start_job(p, 2, a, 3, 200 * MiB, 0) == 0, "2");
-    CHECK(start_job(p, 3, a, 1, 200 * MiB, 0) == 0, "3");
-    CHECK(start_job(p, 4, a, 1, 400 * MiB, 0) == 0, "4");
+    REQUIRE(start_job(p, 1, a, 1, 200 * MiB, 0) == 0, "1");
+    REQUIRE(start_job(p, 2, a, 3, 200 * MiB, 0) == 0, "2");
+    REQUIRE(start_job(p, 3, a, 1, 200 * MiB, 0) == 0, "3");
+    REQUIRE(start_job(p, 4, a, 1, 400 * MiB, 0) == 0, "4");
     /* suspend by hand with auto-resume, in the order 3, 1, 2, 4 */
     uint64_t order[] = { 3, 1, 2, 4 };
     for (int i = 0; i < 4; i++) {
         pol_actions_clear(&acts);
-        CHECK(policy_manual_suspend(p, order[i], 1, (uint64_t)i * SEC, &acts) == 0, "suspend");
+        REQUIRE(policy_manual_suspend(p, order[i], 1, (uint64_t)i * SEC, &acts) == 0, "suspend");
         ack_suspends(p, (uint64_t)i * SEC);
     }
-    CHECK(start_job(p, 9, h, 99, 900 * MiB, 10 * SEC) == 0, "the big one");
+    REQUIRE(start_job(p, 9, h, 99, 900 * MiB, 10 * SEC) == 0, "the big one");
     pol_actions_clear(&acts);
     policy_tick(p, 11 * SEC, &acts);
-    CHECK(acts.n == 0, "nothing fits");
+    REQUIRE(acts.n == 0, "nothing fits");
     policy_job_exited(p, 9, 12 * SEC, &acts);
     pol_actions_clear(&acts);
     policy_tick(p, 12 * SEC, &acts);
-    CHECK(acts.n == 4 && acts.v[0].job == 2 && acts.v[1].job == 3 && acts.v[2].job == 1 &&
+    REQUIRE(acts.n == 4 && acts.v[0].job == 2 && acts.v[1].job == 3 && acts.v[2].job == 1 &&
           acts.v[3].job == 4, "priority first, then FIFO: 2 3 1 4 (got %zu)", acts.n);
     /* head-of-line: with 500 MiB free, 4 (400) cannot pass a waiting 600 of equal priority */
     policy_free(p);
 
     p = new_policy(0, 1000 * MiB, 1);
     a = add_project(p, "a", 1, 1, 0, 0);
-    CHECK(start_job(p, 1, a, 1, 600 * MiB, 0) == 0, "1");
-    CHECK(start_job(p, 2, a, 1, 300 * MiB, 0) == 0, "2");
+    REQUIRE(start_job(p, 1, a, 1, 600 * MiB, 0) == 0, "1");
+    REQUIRE(start_job(p, 2, a, 1, 300 * MiB, 0) == 0, "2");
     pol_actions_clear(&acts);
     policy_manual_suspend(p, 1, 1, 1 * SEC, &acts);
     ack_suspends(p, 1 * SEC);
     pol_actions_clear(&acts);
     policy_manual_suspend(p, 2, 1, 2 * SEC, &acts);
     ack_suspends(p, 2 * SEC);
-    CHECK(start_job(p, 3, a, 1, 500 * MiB, 3 * SEC) == 0, "3 holds 500");
+    REQUIRE(start_job(p, 3, a, 1, 500 * MiB, 3 * SEC) == 0, "3 holds 500");
     pol_actions_clear(&acts);
     policy_tick(p, 4 * SEC, &acts);
-    CHECK(acts.n == 0, "2 (300) does not jump ahead of 1 (600), which does not fit");
+    REQUIRE(acts.n == 0, "2 (300) does not jump ahead of 1 (600), which does not fit");
     policy_free(p);
     return 0;
 }
@@ -384,38 +385,38 @@ static int test_manual(void)
     struct policy *p = new_policy(0, 1000 * MiB, 1);
     int a = add_project(p, "a", 1, 1, 0, 0);
 
-    CHECK(start_job(p, 1, a, 1, 500 * MiB, 0) == 0, "1");
+    REQUIRE(start_job(p, 1, a, 1, 500 * MiB, 0) == 0, "1");
     pol_actions_clear(&acts);
-    CHECK(policy_manual_suspend(p, 1, 0, SEC, &acts) == 0 && has(POL_ACT_SUSPEND, 1), "suspend");
-    CHECK(policy_manual_suspend(p, 1, 0, SEC, &acts) == -EBUSY, "busy while suspending");
+    REQUIRE(policy_manual_suspend(p, 1, 0, SEC, &acts) == 0 && has(POL_ACT_SUSPEND, 1), "suspend");
+    REQUIRE(policy_manual_suspend(p, 1, 0, SEC, &acts) == -EBUSY, "busy while suspending");
     ack_suspends(p, SEC);
-    CHECK(policy_manual_suspend(p, 1, 0, SEC, &acts) == -EALREADY, "already");
+    REQUIRE(policy_manual_suspend(p, 1, 0, SEC, &acts) == -EALREADY, "already");
     pol_actions_clear(&acts);
     policy_tick(p, 100 * SEC, &acts);
-    CHECK(acts.n == 0, "a manual suspension is never undone automatically");
-    CHECK(policy_manual_resume(p, 1, 100 * SEC, &acts) == 0 && has(POL_ACT_RESUME, 1), "resume");
-    CHECK(policy_manual_resume(p, 1, 100 * SEC, &acts) == -EBUSY, "busy while resuming");
+    REQUIRE(acts.n == 0, "a manual suspension is never undone automatically");
+    REQUIRE(policy_manual_resume(p, 1, 100 * SEC, &acts) == 0 && has(POL_ACT_RESUME, 1), "resume");
+    REQUIRE(policy_manual_resume(p, 1, 100 * SEC, &acts) == -EBUSY, "busy while resuming");
     /* a failed resume stays suspended and is not retried automatically (manual) */
     policy_job_resumed(p, 1, -ENOMEM, 100 * SEC, &acts);
-    CHECK(policy_job(p, 1)->state == POL_SUSPENDED, "still suspended");
-    CHECK(policy_manual_resume(p, 1, 100 * SEC, &acts) == 0, "again");
+    REQUIRE(policy_job(p, 1)->state == POL_SUSPENDED, "still suspended");
+    REQUIRE(policy_manual_resume(p, 1, 100 * SEC, &acts) == 0, "again");
     policy_job_resumed(p, 1, 0, 101 * SEC, &acts);
-    CHECK(policy_manual_resume(p, 1, 100 * SEC, &acts) == -EALREADY, "running");
+    REQUIRE(policy_manual_resume(p, 1, 100 * SEC, &acts) == -EALREADY, "running");
     /* auto-resume: undone when memory fits */
     pol_actions_clear(&acts);
     policy_manual_suspend(p, 1, 1, 102 * SEC, &acts);
     ack_suspends(p, 102 * SEC);
     pol_actions_clear(&acts);
     policy_tick(p, 103 * SEC, &acts);
-    CHECK(has(POL_ACT_RESUME, 1), "auto-resume asked for");
+    REQUIRE(has(POL_ACT_RESUME, 1), "auto-resume asked for");
     /* no room: manual resume says ENOMEM */
     policy_job_resumed(p, 1, 0, 103 * SEC, &acts);
     pol_actions_clear(&acts);
     policy_manual_suspend(p, 1, 0, 104 * SEC, &acts);
     ack_suspends(p, 104 * SEC);
-    CHECK(start_job(p, 2, a, 1, 700 * MiB, 105 * SEC) == 0, "2 fills it");
-    CHECK(policy_manual_resume(p, 1, 106 * SEC, &acts) == -ENOMEM, "no room now");
-    CHECK(checked(p) == 0, "invariants");
+    REQUIRE(start_job(p, 2, a, 1, 700 * MiB, 105 * SEC) == 0, "2 fills it");
+    REQUIRE(policy_manual_resume(p, 1, 106 * SEC, &acts) == -ENOMEM, "no room now");
+    REQUIRE(checked(p) == 0, "invariants");
     policy_free(p);
     return 0;
 }
@@ -428,44 +429,44 @@ static int test_victim_failure(void)
     int hi = add_project(p, "hi", 9, 1, 0, 0);
     struct pol_actions next = { 0 };
 
-    CHECK(start_job(p, 1, lo, 1, 500 * MiB, 0) == 0, "1");
-    CHECK(start_job(p, 2, lo, 1, 500 * MiB, 0) == 0, "2");
-    CHECK(admit(p, 3, hi, 9, 0) == 0, "3");
+    REQUIRE(start_job(p, 1, lo, 1, 500 * MiB, 0) == 0, "1");
+    REQUIRE(start_job(p, 2, lo, 1, 500 * MiB, 0) == 0, "2");
+    REQUIRE(admit(p, 3, hi, 9, 0) == 0, "3");
     pol_actions_clear(&acts);
     policy_request(p, 3, 0, 800 * MiB, POL_FREE_UNKNOWN, 0, SEC, &acts);
-    CHECK(count(POL_ACT_SUSPEND) == 2, "two victims");
+    REQUIRE(count(POL_ACT_SUSPEND) == 2, "two victims");
     policy_job_suspended(p, 1, 0, SEC, &next);
-    CHECK(next.n == 0, "one ack is not enough");
+    REQUIRE(next.n == 0, "one ack is not enough");
     policy_job_suspended(p, 2, -ETIMEDOUT, SEC, &next);
-    CHECK(next.n == 1 && next.v[0].kind == POL_ACT_DENY && next.v[0].why == POL_WHY_VICTIM_FAILED &&
+    REQUIRE(next.n == 1 && next.v[0].kind == POL_ACT_DENY && next.v[0].why == POL_WHY_VICTIM_FAILED &&
           next.v[0].for_job == 2, "requester told which victim failed");
-    CHECK(policy_job(p, 2)->state == POL_RUNNING, "the failed victim runs on");
+    REQUIRE(policy_job(p, 2)->state == POL_RUNNING, "the failed victim runs on");
     pol_actions_clear(&next);
     policy_tick(p, 2 * SEC, &next);
-    CHECK(next.n == 1 && next.v[0].kind == POL_ACT_RESUME && next.v[0].job == 1,
+    REQUIRE(next.n == 1 && next.v[0].kind == POL_ACT_RESUME && next.v[0].job == 1,
           "the other victim comes back");
     policy_job_resumed(p, 1, 0, 2 * SEC, &next);
 
     pol_actions_clear(&acts);
     policy_request(p, 3, 0, 800 * MiB, POL_FREE_UNKNOWN, 0, 3 * SEC, &acts);
-    CHECK(count(POL_ACT_SUSPEND) == 2, "again");
+    REQUIRE(count(POL_ACT_SUSPEND) == 2, "again");
     pol_actions_clear(&next);
     policy_job_exited(p, 1, 3 * SEC, &next);
     policy_job_exited(p, 2, 3 * SEC, &next);
-    CHECK(next.n == 1 && next.v[0].kind == POL_ACT_GRANT, "victims that died freed their memory");
+    REQUIRE(next.n == 1 && next.v[0].kind == POL_ACT_GRANT, "victims that died freed their memory");
     /* a requester that leaves while its victims suspend: they come back */
-    CHECK(start_job(p, 4, lo, 1, 200 * MiB, 4 * SEC) == 0, "4");
-    CHECK(admit(p, 5, hi, 9, 0) == 0, "5");
+    REQUIRE(start_job(p, 4, lo, 1, 200 * MiB, 4 * SEC) == 0, "4");
+    REQUIRE(admit(p, 5, hi, 9, 0) == 0, "5");
     pol_actions_clear(&acts);
     policy_request(p, 5, 0, 150 * MiB, POL_FREE_UNKNOWN, 0, 5 * SEC, &acts);
-    CHECK(has(POL_ACT_SUSPEND, 4), "4 for 5");
+    REQUIRE(has(POL_ACT_SUSPEND, 4), "4 for 5");
     pol_actions_clear(&next);
     policy_job_exited(p, 5, 5 * SEC, &next);
     policy_job_suspended(p, 4, 0, 5 * SEC, &next);
-    CHECK(next.n == 0, "nothing to grant");
+    REQUIRE(next.n == 0, "nothing to grant");
     policy_tick(p, 6 * SEC, &next);
-    CHECK(next.n == 1 && next.v[0].kind == POL_ACT_RESUME && next.v[0].job == 4, "4 resumes");
-    CHECK(checked(p) == 0, "invariants");
+    REQUIRE(next.n == 1 && next.v[0].kind == POL_ACT_RESUME && next.v[0].job == 4, "4 resumes");
+    REQUIRE(checked(p) == 0, "invariants");
     pol_actions_free(&next);
     policy_free(p);
     return 0;
@@ -476,22 +477,22 @@ static int test_wait_and_cancel(void)
     struct policy *p = new_policy(0, 1000 * MiB, 1);
     int a = add_project(p, "a", 1, 1, 0, 0);
 
-    CHECK(start_job(p, 1, a, 1, 800 * MiB, 0) == 0, "1");
-    CHECK(admit(p, 2, a, 1, 0) == 0, "2");
+    REQUIRE(start_job(p, 1, a, 1, 800 * MiB, 0) == 0, "1");
+    REQUIRE(admit(p, 2, a, 1, 0) == 0, "2");
     pol_actions_clear(&acts);
     policy_request(p, 2, 0, 500 * MiB, POL_FREE_UNKNOWN, 1, SEC, &acts);
-    CHECK(acts.n == 1 && acts.v[0].kind == POL_ACT_WAIT, "waits");
-    CHECK(policy_request(p, 2, 0, 1, POL_FREE_UNKNOWN, 1, SEC, &acts) == -EBUSY, "one at a time");
+    REQUIRE(acts.n == 1 && acts.v[0].kind == POL_ACT_WAIT, "waits");
+    REQUIRE(policy_request(p, 2, 0, 1, POL_FREE_UNKNOWN, 1, SEC, &acts) == -EBUSY, "one at a time");
     policy_job_exited(p, 1, 2 * SEC, &acts);
     pol_actions_clear(&acts);
     policy_tick(p, 2 * SEC, &acts);
-    CHECK(acts.n == 1 && acts.v[0].kind == POL_ACT_GRANT && acts.v[0].job == 2, "granted on tick");
-    CHECK(admit(p, 3, a, 1, 0) == 0, "3");
+    REQUIRE(acts.n == 1 && acts.v[0].kind == POL_ACT_GRANT && acts.v[0].job == 2, "granted on tick");
+    REQUIRE(admit(p, 3, a, 1, 0) == 0, "3");
     pol_actions_clear(&acts);
     policy_request(p, 3, 0, 900 * MiB, POL_FREE_UNKNOWN, 1, 3 * SEC, &acts);
-    CHECK(policy_request_cancel(p, 3, 4 * SEC, &acts) == 0 && has(POL_ACT_DENY, 3), "cancel");
-    CHECK(policy_job(p, 3)->req == POL_REQ_NONE, "nothing pending");
-    CHECK(policy_request_cancel(p, 3, 4 * SEC, &acts) == -EINVAL, "nothing to cancel");
+    REQUIRE(policy_request_cancel(p, 3, 4 * SEC, &acts) == 0 && has(POL_ACT_DENY, 3), "cancel");
+    REQUIRE(policy_job(p, 3)->req == POL_REQ_NONE, "nothing pending");
+    REQUIRE(policy_request_cancel(p, 3, 4 * SEC, &acts) == -EINVAL, "nothing to cancel");
     policy_free(p);
     return 0;
 }
@@ -507,33 +508,33 @@ static int test_placement(void)
 
     for (uint64_t id = 1; id <= 3; id++) {
         s.id = id;
-        CHECK(policy_admit(p, &s, 0) == 0, "admit");
+        REQUIRE(policy_admit(p, &s, 0) == 0, "admit");
         pol_actions_clear(&acts);
         policy_request(p, id, POL_DEVICE_ANY, (300 + 100 * id) * MiB, POL_FREE_UNKNOWN, 1, 0, &acts);
-        CHECK(has(POL_ACT_GRANT, id), "placed %" PRIu64, id);
+        REQUIRE(has(POL_ACT_GRANT, id), "placed %" PRIu64, id);
     }
     s.id = 4;
     policy_admit(p, &s, 0);
     pol_actions_clear(&acts);
     /* free now: device 0 100 MiB (400 + 500), device 1 400 (600), device 2 1000 */
     policy_request(p, 4, POL_DEVICE_ANY, 350 * MiB, POL_FREE_UNKNOWN, 1, 0, &acts);
-    CHECK(has(POL_ACT_GRANT, 4) && acts.v[0].device == 1, "best fit: device 1 (got %d)",
+    REQUIRE(has(POL_ACT_GRANT, 4) && acts.v[0].device == 1, "best fit: device 1 (got %d)",
           acts.v[0].device);
     s.id = 6;
     policy_admit(p, &s, 0);
     pol_actions_clear(&acts);
     policy_request(p, 6, POL_DEVICE_ANY, 700 * MiB, POL_FREE_UNKNOWN, 1, 0, &acts);
-    CHECK(has(POL_ACT_GRANT, 6) && acts.v[0].device == 2, "the only device with room");
+    REQUIRE(has(POL_ACT_GRANT, 6) && acts.v[0].device == 2, "the only device with room");
     s.id = 5;
     s.project = hi;
     s.priority = 9;
     policy_admit(p, &s, 0);
     pol_actions_clear(&acts);
     policy_request(p, 5, POL_DEVICE_ANY, 900 * MiB, POL_FREE_UNKNOWN, 1, SEC, &acts);
-    CHECK(count(POL_ACT_SUSPEND) >= 1, "preempts somewhere");
+    REQUIRE(count(POL_ACT_SUSPEND) >= 1, "preempts somewhere");
     ack_suspends(p, SEC);
-    CHECK(has(POL_ACT_GRANT, 5), "granted");
-    CHECK(checked(p) == 0, "invariants");
+    REQUIRE(has(POL_ACT_GRANT, 5), "granted");
+    REQUIRE(checked(p) == 0, "invariants");
     policy_free(p);
     return 0;
 }
@@ -544,15 +545,6 @@ static int test_placement(void)
  * world; invariants checked after each step.
  * ------------------------------------------------------------------------- */
 
-static uint64_t rng = 88172645463325252ull;
-
-static uint64_t rnd(uint64_t n)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return n ? rng % n : 0;
-}
 
 static unsigned long stat_preempt, stat_resume, stat_wait_grant;
 
@@ -590,11 +582,11 @@ static int check_new(struct world *w, size_t from)
         stat_resume += a->kind == POL_ACT_RESUME && a->why == POL_WHY_FITS;
         stat_wait_grant += a->kind == POL_ACT_GRANT && a->why == POL_WHY_PREEMPTED;
         if (a->kind == POL_ACT_SUSPEND && a->why != POL_WHY_MANUAL)
-            CHECK(suspend_allowed(w, a), "suspend of %" PRIu64 " for %" PRIu64 " breaks the rule (%s)",
+            REQUIRE(suspend_allowed(w, a), "suspend of %" PRIu64 " for %" PRIu64 " breaks the rule (%s)",
                   a->job, a->for_job, pol_why_name(a->why));
     }
-    CHECK(!w->todo.oom, "out of memory");
-    CHECK(checked(w->p) == 0, "invariants");
+    REQUIRE(!w->todo.oom, "out of memory");
+    REQUIRE(checked(w->p) == 0, "invariants");
     return 0;
 }
 
@@ -602,16 +594,16 @@ static int check_new(struct world *w, size_t from)
 static int world_step_actions(struct world *w)
 {
     while (w->todo.n) {
-        size_t i = rnd(w->todo.n);
+        size_t i = t_rand_below(w->todo.n);
         struct pol_action a = w->todo.v[i];
         size_t from;
         w->todo.v[i] = w->todo.v[--w->todo.n];
         from = w->todo.n;
         if (a.kind == POL_ACT_SUSPEND && policy_job(w->p, a.job))
-            CHECK(policy_job_suspended(w->p, a.job, rnd(20) ? 0 : -ETIMEDOUT, w->now, &w->todo) == 0,
+            REQUIRE(policy_job_suspended(w->p, a.job, t_rand_below(20) ? 0 : -ETIMEDOUT, w->now, &w->todo) == 0,
                   "ack");
         else if (a.kind == POL_ACT_RESUME && policy_job(w->p, a.job))
-            CHECK(policy_job_resumed(w->p, a.job, rnd(20) ? 0 : -ENOMEM, w->now, &w->todo) == 0,
+            REQUIRE(policy_job_resumed(w->p, a.job, t_rand_below(20) ? 0 : -ENOMEM, w->now, &w->todo) == 0,
                   "resumed");
         if (check_new(w, from))
             return 1;
@@ -622,46 +614,46 @@ static int world_step_actions(struct world *w)
 static int random_op(struct world *w, uint64_t *next_id, int nproj)
 {
     size_t n = policy_job_count(w->p);
-    const struct pol_job *j = n ? policy_job_at(w->p, rnd(n)) : NULL;
+    const struct pol_job *j = n ? policy_job_at(w->p, t_rand_below(n)) : NULL;
     uint64_t id = j ? j->id : 0;
     size_t from = w->todo.n;
 
-    switch (rnd(10)) {
+    switch (t_rand_below(10)) {
     case 0:
     case 1: {
-        struct pol_job_spec s = { .id = (*next_id)++, .project = (int)rnd((uint64_t)nproj),
-                                  .priority = (int)rnd(5), .device = (int)rnd(2),
+        struct pol_job_spec s = { .id = (*next_id)++, .project = (int)t_rand_below((uint64_t)nproj),
+                                  .priority = (int)t_rand_below(5), .device = (int)t_rand_below(2),
                                   .state = POL_RUNNING };
-        CHECK(policy_admit(w->p, &s, w->now) == 0, "admit");
+        REQUIRE(policy_admit(w->p, &s, w->now) == 0, "admit");
         break;
     }
     case 2:
     case 3:
     case 4:
         if (j && j->state == POL_RUNNING && j->req == POL_REQ_NONE)
-            CHECK(policy_request(w->p, id, j->device, (1 + rnd(8)) * 64 * MiB,
-                                 rnd(4) ? POL_FREE_UNKNOWN : rnd(1024) * MiB, (int)rnd(2), w->now,
+            REQUIRE(policy_request(w->p, id, j->device, (1 + t_rand_below(8)) * 64 * MiB,
+                                 t_rand_below(4) ? POL_FREE_UNKNOWN : t_rand_below(1024) * MiB, (int)t_rand_below(2), w->now,
                                  &w->todo) == 0, "request");
         break;
     case 5:
         if (j)
-            CHECK(policy_job_exited(w->p, id, w->now, &w->todo) == 0, "exit");
+            REQUIRE(policy_job_exited(w->p, id, w->now, &w->todo) == 0, "exit");
         break;
     case 6:
         if (j) {
-            int r = policy_manual_suspend(w->p, id, (int)rnd(2), w->now, &w->todo);
-            CHECK(r == 0 || r == -EALREADY || r == -EBUSY, "manual suspend: %d", r);
+            int r = policy_manual_suspend(w->p, id, (int)t_rand_below(2), w->now, &w->todo);
+            REQUIRE(r == 0 || r == -EALREADY || r == -EBUSY, "manual suspend: %d", r);
         }
         break;
     case 7:
         if (j) {
             int r = policy_manual_resume(w->p, id, w->now, &w->todo);
-            CHECK(r == 0 || r == -EALREADY || r == -EBUSY || r == -ENOMEM, "manual resume: %d", r);
+            REQUIRE(r == 0 || r == -EALREADY || r == -EBUSY || r == -ENOMEM, "manual resume: %d", r);
         }
         break;
     case 8:
         if (j && j->req == POL_REQ_WAITING)
-            CHECK(policy_request_cancel(w->p, id, w->now, &w->todo) == 0, "cancel");
+            REQUIRE(policy_request_cancel(w->p, id, w->now, &w->todo) == 0, "cancel");
         break;
     default:
         if (j && j->state == POL_RUNNING && j->req == POL_REQ_NONE && j->mem)
@@ -683,7 +675,7 @@ static int random_run(uint64_t seed)
     uint64_t next_id = 1;
     int nproj = 4;
 
-    rng = seed * 2654435761u + 1;
+    t_seed(seed * 2654435761u + 1);
     w.p = policy_new(&cfg);
     policy_set_device(w.p, 0, 1024 * MiB);
     policy_set_device(w.p, 1, 768 * MiB);
@@ -692,12 +684,12 @@ static int random_run(uint64_t seed)
     add_project(w.p, "p2", 5, 1, 0, 0);
     add_project(w.p, "p3", 2, 0, 0, 512 * MiB);
     for (int step = 0; step < 400; step++) {
-        w.now += rnd(2 * SEC);
+        w.now += t_rand_below(2 * SEC);
         if (random_op(&w, &next_id, nproj))
             return 1;
-        if (rnd(3) == 0) {
+        if (t_rand_below(3) == 0) {
             size_t from = w.todo.n;
-            CHECK(policy_tick(w.p, w.now, &w.todo) == 0, "tick");
+            REQUIRE(policy_tick(w.p, w.now, &w.todo) == 0, "tick");
             if (check_new(&w, from))
                 return 1;
         }
@@ -711,19 +703,19 @@ static int random_run(uint64_t seed)
         for (size_t i = 0; i < policy_job_count(w.p);) {
             const struct pol_job *j = policy_job_at(w.p, i);
             if (!auto_suspended(j)) {
-                CHECK(policy_job_exited(w.p, j->id, w.now, &w.todo) == 0, "exit");
+                REQUIRE(policy_job_exited(w.p, j->id, w.now, &w.todo) == 0, "exit");
                 continue;
             }
             i++;
         }
         w.now += 2 * SEC;
-        CHECK(policy_tick(w.p, w.now, &w.todo) == 0, "tick");
+        REQUIRE(policy_tick(w.p, w.now, &w.todo) == 0, "tick");
         if (check_new(&w, from) || world_step_actions(&w))
             return 1;
     }
     for (size_t i = 0; i < policy_job_count(w.p); i++) {
         const struct pol_job *j = policy_job_at(w.p, i);
-        CHECK(!auto_suspended(j), "seed %" PRIu64 ": job %" PRIu64 " (%" PRIu64 " MiB on %d) never resumed",
+        REQUIRE(!auto_suspended(j), "seed %" PRIu64 ": job %" PRIu64 " (%" PRIu64 " MiB on %d) never resumed",
               seed, j->id, (uint64_t)(j->mem / MiB), j->device);
     }
     pol_actions_free(&w.todo);
@@ -739,24 +731,23 @@ static int test_randomized(void)
     fprintf(stderr, "randomized: %lu preemptions, %lu automatic resumes, %lu grants after preemption\n",
             stat_preempt, stat_resume, stat_wait_grant);
     /* the runs must exercise what they check */
-    CHECK(stat_preempt > 1000 && stat_resume > 1000 && stat_wait_grant > 300, "too few events");
+    REQUIRE(stat_preempt > 1000 && stat_resume > 1000 && stat_wait_grant > 300, "too few events");
     return 0;
 }
 
 static int test_names(void)
 {
     for (int s = 0; s < 4; s++)
-        CHECK(pol_state_parse(pol_state_name(s)) == s, "state %d", s);
+        REQUIRE(pol_state_parse(pol_state_name(s)) == s, "state %d", s);
     for (int b = 0; b < 3; b++)
-        CHECK(pol_by_parse(pol_by_name(b)) == b, "by %d", b);
-    CHECK(pol_state_parse("nope") == -1, "unknown");
-    CHECK(!strcmp(pol_why_name(POL_WHY_RECLAIM), "reclaim"), "why");
+        REQUIRE(pol_by_parse(pol_by_name(b)) == b, "by %d", b);
+    REQUIRE(pol_state_parse("nope") == -1, "unknown");
+    REQUIRE(!strcmp(pol_why_name(POL_WHY_RECLAIM), "reclaim"), "why");
     return 0;
 }
 
 int main(void)
 {
-    int failed_ = 0;
 
     RUN(test_grant_and_deny);
     RUN(test_victim_order);
@@ -774,5 +765,5 @@ int main(void)
     RUN(test_randomized);
     RUN(test_names);
     pol_actions_free(&acts);
-    return failed_;
+    return T_EXIT_STATUS();
 }

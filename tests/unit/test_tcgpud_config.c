@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "tcgpud/config.h"
-#include "tcheck.h"
+#include "../common/check.h"
 
 #define GiB (1ull << 30)
 
@@ -20,24 +20,24 @@ static int test_example(void)
     const struct tcgpud_project *p;
     const char *groups[] = { "users", "ml-interns" };
 
-    CHECK(src != NULL, "TCGPU_SOURCE_ROOT not set (run through meson test)");
+    REQUIRE(src != NULL, "TCGPU_SOURCE_ROOT not set (run through meson test)");
     snprintf(path, sizeof(path), "%s/examples/tcgpud.ini", src);
-    CHECK(tcgpud_config_load(&c, path, err, sizeof(err)) == 0, "%s", err);
-    CHECK(!strcmp(c.socket, "/run/tcgpud.sock") && !strcmp(c.admins, "gpuadmin"), "daemon keys");
-    CHECK(c.min_runtime_ns == 30000000000ull && c.resume_retry_ns == 5000000000ull, "durations");
-    CHECK(c.ngpus == 2 && c.gpus[1].id == 1 && c.gpus[1].capacity == 80 * GiB, "gpus");
-    CHECK(c.nprojects == 3, "projects: %d", c.nprojects);
+    REQUIRE(tcgpud_config_load(&c, path, err, sizeof(err)) == 0, "%s", err);
+    REQUIRE(!strcmp(c.socket, "/run/tcgpud.sock") && !strcmp(c.admins, "gpuadmin"), "daemon keys");
+    REQUIRE(c.min_runtime_ns == 30000000000ull && c.resume_retry_ns == 5000000000ull, "durations");
+    REQUIRE(c.ngpus == 2 && c.gpus[1].id == 1 && c.gpus[1].capacity == 80 * GiB, "gpus");
+    REQUIRE(c.nprojects == 3, "projects: %d", c.nprojects);
     p = tcgpud_config_project(&c, "research");
-    CHECK(p && p->pol.priority == 50 && p->pol.nreserve == 2 && p->pol.reserve[1].device == 1 &&
+    REQUIRE(p && p->pol.priority == 50 && p->pol.nreserve == 2 && p->pol.reserve[1].device == 1 &&
           p->pol.reserve[1].bytes == 20 * GiB && p->pol.default_limit == 24 * GiB, "research");
-    CHECK(p->nmembers == 4, "members over two lines: %d", p->nmembers);
-    CHECK(tcgpud_project_has_member(p, "carol", NULL, 0), "carol");
-    CHECK(tcgpud_project_has_member(p, "zed", groups, 2), "@ml-interns");
-    CHECK(!tcgpud_project_has_member(p, "zed", groups, 1), "zed is not");
+    REQUIRE(p->nmembers == 4, "members over two lines: %d", p->nmembers);
+    REQUIRE(tcgpud_project_has_member(p, "carol", NULL, 0), "carol");
+    REQUIRE(tcgpud_project_has_member(p, "zed", groups, 2), "@ml-interns");
+    REQUIRE(!tcgpud_project_has_member(p, "zed", groups, 1), "zed is not");
     p = tcgpud_config_project(&c, "batch");
-    CHECK(p && tcgpud_project_has_member(p, "anyone", NULL, 0), "* is everyone");
+    REQUIRE(p && tcgpud_project_has_member(p, "anyone", NULL, 0), "* is everyone");
     tcgpud_config_free(&c);
-    CHECK(tcgpud_config_load(&c, "/nonexistent/tcgpud.ini", err, sizeof(err)) == -ENOENT &&
+    REQUIRE(tcgpud_config_load(&c, "/nonexistent/tcgpud.ini", err, sizeof(err)) == -ENOENT &&
           strstr(err, "/nonexistent/tcgpud.ini"), "missing file: %s", err);
     tcgpud_config_free(&c);
     return 0;
@@ -84,8 +84,8 @@ static int test_errors(void)
         struct tcgpud_config c;
         int r = tcgpud_config_parse(&c, cases[i].text, "t.ini", err, sizeof(err));
         tcgpud_config_free(&c);
-        CHECK(r == -EINVAL, "case %zu accepted:\n%s", i, cases[i].text);
-        CHECK(strstr(err, cases[i].want), "case %zu: got '%s', want '%s'", i, err, cases[i].want);
+        REQUIRE(r == -EINVAL, "case %zu accepted:\n%s", i, cases[i].text);
+        REQUIRE(strstr(err, cases[i].want), "case %zu: got '%s', want '%s'", i, err, cases[i].want);
     }
     /* an overlong line */
     char *big = malloc(1000);
@@ -96,7 +96,7 @@ static int test_errors(void)
     int r = tcgpud_config_parse(&c, big, "t.ini", err, sizeof(err));
     tcgpud_config_free(&c);
     free(big);
-    CHECK(r == -EINVAL && strstr(err, "t.ini:2: line longer"), "long line: %s", err);
+    REQUIRE(r == -EINVAL && strstr(err, "t.ini:2: line longer"), "long line: %s", err);
     return 0;
 }
 
@@ -104,28 +104,27 @@ static int test_values(void)
 {
     uint64_t v;
 
-    CHECK(units_parse_size("8G", &v) == 0 && v == 8 * GiB, "8G");
-    CHECK(units_parse_size("512 MiB", &v) == 0 && v == 512ull << 20, "512 MiB");
-    CHECK(units_parse_size("1.5T", &v) == 0 && v == 3ull << 39, "1.5T");
-    CHECK(units_parse_size("4096", &v) == 0 && v == 4096, "bytes");
-    CHECK(units_parse_size("0", &v) == 0 && v == 0, "0");
-    CHECK(units_parse_size("-1G", &v) < 0, "negative");
-    CHECK(units_parse_size("0.5", &v) < 0, "half a byte");
-    CHECK(units_parse_size("99999999T", &v) < 0, "overflow");
-    CHECK(units_parse_size("8X", &v) < 0, "unit");
-    CHECK(units_parse_duration("500ms", &v) == 0 && v == 500000000ull, "ms");
-    CHECK(units_parse_duration("2m", &v) == 0 && v == 120000000000ull, "m");
-    CHECK(units_parse_duration("10", &v) == 0 && v == 10000000000ull, "plain seconds");
-    CHECK(units_parse_duration("1d", &v) < 0, "days are not a unit");
+    REQUIRE(units_parse_size("8G", &v) == 0 && v == 8 * GiB, "8G");
+    REQUIRE(units_parse_size("512 MiB", &v) == 0 && v == 512ull << 20, "512 MiB");
+    REQUIRE(units_parse_size("1.5T", &v) == 0 && v == 3ull << 39, "1.5T");
+    REQUIRE(units_parse_size("4096", &v) == 0 && v == 4096, "bytes");
+    REQUIRE(units_parse_size("0", &v) == 0 && v == 0, "0");
+    REQUIRE(units_parse_size("-1G", &v) < 0, "negative");
+    REQUIRE(units_parse_size("0.5", &v) < 0, "half a byte");
+    REQUIRE(units_parse_size("99999999T", &v) < 0, "overflow");
+    REQUIRE(units_parse_size("8X", &v) < 0, "unit");
+    REQUIRE(units_parse_duration("500ms", &v) == 0 && v == 500000000ull, "ms");
+    REQUIRE(units_parse_duration("2m", &v) == 0 && v == 120000000000ull, "m");
+    REQUIRE(units_parse_duration("10", &v) == 0 && v == 10000000000ull, "plain seconds");
+    REQUIRE(units_parse_duration("1d", &v) < 0, "days are not a unit");
     return 0;
 }
 
 int main(void)
 {
-    int failed_ = 0;
 
     RUN(test_example);
     RUN(test_errors);
     RUN(test_values);
-    return failed_;
+    return T_EXIT_STATUS();
 }
