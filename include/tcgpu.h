@@ -9,8 +9,10 @@
  *   - Functions return 0 on success or a negative errno value. The codes a
  *     caller can act on are listed with each function; tcgpu_strerror() names
  *     any of them, and tcgpu_last_error() gives the detailed message of the
- *     calling thread's last failure ("cuIpcGetMemHandle: IPC memory handles
- *     cannot be checkpointed").
+ *     calling thread's last failed operation ("cuIpcGetMemHandle: IPC memory
+ *     handles cannot be checkpointed").
+ *   - Every operation may also return -ENODEV (the CUDA driver could not be
+ *     loaded) and -ENOMEM (host memory ran out); they are not repeated below.
  *   - All functions are thread-safe unless a comment says otherwise.
  *   - Operations (checkpoint, suspend, resume) are serialised: one at a time
  *     per process; a second caller waits for the first to finish.
@@ -71,7 +73,9 @@ TCGPU_API const char *tcgpu_version_string(void);
  *   -ETIMEDOUT   a CUDA call did not return within the gate timeout
  *                (TCGPU_GATE_TIMEOUT_MS, default 10000); tcgpu_last_error()
  *                names the thread and the call
- *   -EBUSY       the process is suspended
+ *   -EBUSY       the process is suspended (resume it first)
+ *   -EIO         the driver failed a copy or a context switch; the message
+ *                names the call and the CUresult
  *   -ENOSPC, -EIO, ...  writing the image failed; nothing is left behind
  * On any error the program continues exactly as before.
  */
@@ -83,8 +87,9 @@ TCGPU_API int tcgpu_checkpoint(const char *dir);
  * memory (it is free for other processes; the device addresses stay reserved),
  * and park every thread that calls CUDA until tcgpu_resume().
  *
- * Returns 0, or the errors of tcgpu_checkpoint() plus -EALREADY (already
- * suspended). On error nothing was released and the program continues.
+ * Returns 0, or the errors of tcgpu_checkpoint() except -EBUSY, plus
+ * -EALREADY (already suspended). On error nothing was released and the
+ * program continues.
  * A thread that calls tcgpu_suspend() and then a CUDA function blocks until
  * another thread (or a signal, or gpuckpt) resumes the process.
  */
@@ -101,6 +106,7 @@ TCGPU_API int tcgpu_suspend(const char *dir);
  *                suspended, safely; try again later)
  *   -EBADMSG     the image is corrupt or truncated (tcgpu_last_error() names
  *                the file and the chunk); the process stays suspended
+ *   -EIO         the driver or the disk failed; the process stays suspended
  */
 TCGPU_API int tcgpu_resume(void);
 
@@ -141,8 +147,25 @@ struct tcgpu_status {
                                     to an image); 0 otherwise */
 };
 
-/* Fill *st with the process's current state. Never blocks on an operation. */
+/* The size of struct tcgpu_status in release 0.1: what tcgpu_status() fills. */
+#define TCGPU_STATUS_SIZE_0_1 (offsetof(struct tcgpu_status, last_image_ns) + sizeof(uint64_t))
+
+/*
+ * Fill *st with the process's current state. Never blocks on an operation.
+ * Fills the fields of release 0.1 only (TCGPU_STATUS_SIZE_0_1 bytes), now
+ * and in every later release, so a program built against this header keeps
+ * working when struct tcgpu_status grows. Returns 0, or -EINVAL (st NULL).
+ */
 TCGPU_API int tcgpu_status(struct tcgpu_status *st);
+
+/*
+ * The same for a struct of `size` bytes: pass sizeof(*st) to get every
+ * field your header knows. Fields this library does not know are zeroed;
+ * fields it knows beyond `size` are left out. Returns 0, or -EINVAL (st
+ * NULL or size < TCGPU_STATUS_SIZE_0_1). Fields are only ever added at the
+ * end; none moves or changes meaning.
+ */
+TCGPU_API int tcgpu_get_status(struct tcgpu_status *st, size_t size);
 
 /* Names: "running", "suspended"...; "checkpoint", "suspend"...; static strings. */
 TCGPU_API const char *tcgpu_state_name(enum tcgpu_state s);
@@ -151,7 +174,12 @@ TCGPU_API const char *tcgpu_op_name(enum tcgpu_op op);
 /* A static description of a tcgpu error code ("device state cannot be checkpointed"). */
 TCGPU_API const char *tcgpu_strerror(int err);
 
-/* The detailed message of the calling thread's last failed tcgpu call, or "". */
+/*
+ * The detailed message of the calling thread's last operation (checkpoint,
+ * suspend, resume): its failure's, or "" when it succeeded or none ran. Each
+ * operation replaces it; the other functions leave it alone. The string is
+ * the thread's own, valid until its next operation.
+ */
 TCGPU_API const char *tcgpu_last_error(void);
 
 /* ---------------------------------------------------------------------------

@@ -25,7 +25,9 @@
 #include "driver/driver.h"
 #include "wrappers.h"
 
-void *tcgpu_dlsym_hook(void *handle, const char *name, const void *caller);
+/* Hidden: called only from the trampoline below, never exported. */
+__attribute__((visibility("hidden"))) void *tcgpu_dlsym_hook(void *handle, const char *name,
+                                                           const void *caller);
 
 #define MAX_SELF 8
 static struct {

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/errmsg.h"
 #include "ops.h"
@@ -36,9 +37,26 @@ TCGPU_API int tcgpu_resume(void)
     return finish(tcgpu_op_resume(NULL, NULL));
 }
 
+TCGPU_API int tcgpu_get_status(struct tcgpu_status *st, size_t size)
+{
+    struct tcgpu_status now;
+    int rc;
+
+    if (!st || size < TCGPU_STATUS_SIZE_0_1)
+        return -EINVAL;
+    if ((rc = tcgpu_op_status(&now)) != 0)
+        return rc;
+    if (size > sizeof(now)) {       /* a newer header: fields we do not know */
+        memset((char *)st + sizeof(now), 0, size - sizeof(now));
+        size = sizeof(now);
+    }
+    memcpy(st, &now, size);
+    return 0;
+}
+
 TCGPU_API int tcgpu_status(struct tcgpu_status *st)
 {
-    return tcgpu_op_status(st);
+    return tcgpu_get_status(st, TCGPU_STATUS_SIZE_0_1);
 }
 
 TCGPU_API const char *tcgpu_last_error(void)

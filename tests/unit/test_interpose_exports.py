@@ -1,47 +1,74 @@
 #!/usr/bin/env python3
-"""libtcgpu.so exports exactly the driver's ABI names, dlsym and tcgpu_*, unversioned.
+"""libtcgpu.so exports exactly: the driver's ABI names and dlsym, unversioned;
+the C API of include/tcgpu.h, each name in a TCGPU_<release> node of
+interpose/libtcgpu.map; nothing else.
 
-    test_interpose_exports.py LIBTCGPU CUDA_API_PY CUDA_H TYPEDEFS_H
+    test_interpose_exports.py LIBTCGPU CUDA_API_PY CUDA_H TYPEDEFS_H TCGPU_H LIBTCGPU_MAP
 """
 import importlib.util
+import re
 import subprocess
 import sys
 
 
+def api_names(tcgpu_h):
+    """Every function tcgpu.h declares with TCGPU_API."""
+    text = open(tcgpu_h).read()
+    return set(re.findall(r'^TCGPU_API\b[^;(]*?\b(tcgpu_\w+)\s*\(', text, re.M))
+
+
+def map_nodes(path):
+    """{name: node} of the version script (comments stripped)."""
+    text = re.sub(r'/\*.*?\*/', '', open(path).read(), flags=re.S)
+    nodes = {}
+    for node, body in re.findall(r'([\w.]+)\s*\{(.*?)\}\s*(?:\w+\s*)?;', text, re.S):
+        body = body.split('local:')[0].replace('global:', '')
+        for name in re.findall(r'([\w*]+)\s*;', body):
+            nodes[name] = node
+    return nodes
+
+
 def main(argv):
-    lib, api_py, cuda_h, typedefs_h = argv[1:5]
+    lib, api_py, cuda_h, typedefs_h, tcgpu_h, map_path = argv[1:7]
     spec = importlib.util.spec_from_file_location('cuda_api', api_py)
     api = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(api)
     entries, _ = api.load(cuda_h, typedefs_h)
-    want = {e.abi for e in entries} | {'dlsym'}
+    driver = {e.abi for e in entries} | {'dlsym'}
+    public = api_names(tcgpu_h)
+    nodes = map_nodes(map_path)
 
     out = subprocess.run(['nm', '-D', '--defined-only', lib], stdout=subprocess.PIPE,
                          check=True, universal_newlines=True).stdout
     have = {}
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) < 3:
+        if len(parts) < 3 or parts[1] == 'A':      # version definitions
             continue
-        name = parts[2]
-        base, _, ver = name.partition('@')
+        base, _, ver = parts[2].partition('@')
         have[base] = ver.lstrip('@')
-    bad = 0
-    for n in sorted(want - set(have)):
-        print('FAIL: %s is not exported' % n)
-        bad += 1
-    for n in sorted(set(have) - want):
-        if n.startswith('tcgpu_'):
-            continue
-        print('FAIL: %s is exported, but is neither a driver entry point nor tcgpu_*' % n)
-        bad += 1
-    for n in sorted(set(have)):
+    bad = []
+    for n in sorted(public - set(nodes)):
+        bad.append('%s is declared in tcgpu.h but in no node of libtcgpu.map' % n)
+    for n in sorted(set(nodes) - public):
+        bad.append('libtcgpu.map lists %s, which tcgpu.h does not declare with TCGPU_API' % n)
+    for n in sorted((driver | public) - set(have)):
+        bad.append('%s is not exported' % n)
+    for n in sorted(set(have) - driver - public):
+        bad.append('%s is exported, but is neither a driver entry point, dlsym, nor tcgpu.h API' % n)
+    for n in sorted(set(have) & driver):
         if have[n]:
-            print('FAIL: %s has version %r: a versioned definition would not catch the '
-                  'program\'s references' % (n, have[n]))
-            bad += 1
-    print('%d driver entry points + dlsym expected, %d exported symbols, %d problems'
-          % (len(want), len(have), bad))
+            bad.append('%s has version %r: a versioned definition would not catch the '
+                       "program's references" % (n, have[n]))
+    for n in sorted(set(have) & public):
+        if n in nodes and have[n] != nodes[n]:
+            bad.append('%s is exported as version %r, libtcgpu.map says %r' % (n, have[n], nodes[n]))
+        if not re.match(r'TCGPU_\d+\.\d+$', nodes.get(n, 'TCGPU_')):
+            bad.append('%s is in node %r, not TCGPU_<major>.<minor>' % (n, nodes.get(n)))
+    for b in bad:
+        print('FAIL: ' + b)
+    print('%d driver entry points + dlsym, %d API names, %d exported symbols, %d problems'
+          % (len(driver), len(public), len(have), len(bad)))
     return 1 if bad else 0
 
 

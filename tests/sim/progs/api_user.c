@@ -34,6 +34,7 @@ struct api {
     int (*resume)(void);
     int (*checkpoint)(const char *);
     int (*status)(struct tcgpu_status *);
+    int (*get_status)(struct tcgpu_status *, size_t);
     int (*hint_skip)(uint64_t, size_t, int);
     int (*hint_dtype)(uint64_t, size_t, enum tcgpu_dtype);
     int (*set_callback)(tcgpu_event_fn, void *);
@@ -47,12 +48,13 @@ static int load_api(struct api *a)
     a->resume = (int (*)(void))dlsym(RTLD_DEFAULT, "tcgpu_resume");
     a->checkpoint = (int (*)(const char *))dlsym(RTLD_DEFAULT, "tcgpu_checkpoint");
     a->status = (int (*)(struct tcgpu_status *))dlsym(RTLD_DEFAULT, "tcgpu_status");
+    a->get_status = (int (*)(struct tcgpu_status *, size_t))dlsym(RTLD_DEFAULT, "tcgpu_get_status");
     a->hint_skip = (int (*)(uint64_t, size_t, int))dlsym(RTLD_DEFAULT, "tcgpu_hint_skip");
     a->hint_dtype = (int (*)(uint64_t, size_t, enum tcgpu_dtype))dlsym(RTLD_DEFAULT, "tcgpu_hint_dtype");
     a->set_callback = (int (*)(tcgpu_event_fn, void *))dlsym(RTLD_DEFAULT, "tcgpu_set_event_callback");
     a->last_error = (const char *(*)(void))dlsym(RTLD_DEFAULT, "tcgpu_last_error");
     return a->suspend && a->resume && a->checkpoint && a->status && a->hint_skip &&
-           a->hint_dtype && a->set_callback && a->last_error;
+           a->hint_dtype && a->set_callback && a->last_error && a->get_status;
 }
 
 static int events_seen[8];
@@ -142,6 +144,27 @@ int main(int argc, char **argv)
     CHECK(a.last_error()[0] != '\0');
     CHECK(events_seen[TCGPU_EVENT_FAILED] >= 2);
     CHECK(a.status(&st) == 0 && st.last_op == TCGPU_OP_CHECKPOINT && st.last_result == -EEXIST);
+    CHECK(a.resume() == -EALREADY && a.last_error()[0] != '\0');
+    {
+        /* A caller built against a newer header: a larger struct, whose tail
+         * this library does not know, comes back zeroed; a smaller one than
+         * release 0.1's is refused; the 0.1 call fills what it always did. */
+        struct {
+            struct tcgpu_status st;
+            uint64_t newer[4];
+        } big;
+        memset(&big, 0xa5, sizeof(big));
+        CHECK(a.get_status(&big.st, sizeof(big)) == 0);
+        CHECK(big.st.state == TCGPU_STATE_RUNNING && big.st.last_op == TCGPU_OP_RESUME);
+        CHECK(big.newer[0] == 0 && big.newer[3] == 0);
+        CHECK(a.get_status(&st, TCGPU_STATUS_SIZE_0_1 - 1) == -EINVAL);
+        CHECK(a.get_status(NULL, sizeof(st)) == -EINVAL);
+        memset(&st, 0xa5, sizeof(st));
+        CHECK(a.status(&st) == 0 && st.last_image_ns == big.st.last_image_ns);
+    }
+    /* A successful operation clears the thread's message (tcgpu.h). */
+    CHECK(a.suspend(NULL) == 0 && a.last_error()[0] == '\0');
+    CHECK(a.resume() == 0);
 
     /* The program carries on after all of it. */
     fill(want, 9);
