@@ -5,15 +5,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-/* "gpuckpt: <message>" on stderr. */
-void gpuckpt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Prints a usage error for `cmd`; returns the usage exit code. */
-int gpuckpt_usage_error(const char *cmd, const char *msg);
 /* Prints `cmd`'s --help on stdout. */
 void gpuckpt_command_help(const char *cmd);
-/* A JSON string literal. */
-void gpuckpt_json_string(FILE *f, const char *s);
-
 /*
  * Runs one request ("suspend", "resume", "status") on process pid over its
  * control socket, with no progress display and no summary line; errors are
@@ -23,9 +16,6 @@ void gpuckpt_json_string(FILE *f, const char *s);
  */
 struct tcgpu_status;
 int gpuckpt_call(const char *cmd, pid_t pid, const char *dir, struct tcgpu_status *st);
-
-/* DIR as an absolute path (from gpuckpt's working directory). 0 or -errno. */
-int gpuckpt_absolute_dir(const char *dir, char *out, size_t len);
 
 /* save.c, restore.c: whole process trees (docs/save-restore.md). */
 int gpuckpt_cmd_save(int argc, char **argv);

@@ -8,6 +8,7 @@
 #include "ctl/client.h"
 #include "gpuckpt.h"
 #include "tree.h"
+#include "util.h"
 #include "image/image.h"
 
 /* Exit code for an image_open / image_verify_all failure. */

@@ -31,6 +31,7 @@
 #include "gpuckpt.h"
 #include "tcgpud.h"
 #include "driver.h"
+#include "util.h"
 #include "common/signals.h"
 #include "tcgpu.h"
 #include "common/clock.h"
@@ -40,19 +41,6 @@
 #ifndef TCGPU_INSTALL_LIBDIR
 #define TCGPU_INSTALL_LIBDIR "/usr/local/lib"
 #endif
-
-static const char *prog = "gpuckpt";
-
-void gpuckpt_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    fprintf(stderr, "%s: ", prog);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
 
 /* ---------------------------------------------------------------------------
  * Help
@@ -97,101 +85,6 @@ static void print_usage(FILE *f)
 static void print_command_help(const struct command *c, FILE *f)
 {
     fprintf(f, "usage: gpuckpt %s\n\n%s", c->usage, c->help);
-}
-
-/* Handles -h/--help and unknown options for every command: returns -1 to go on. */
-static int usage_error(const char *cmd, const char *fmt, ...)
-{
-    va_list ap;
-
-    fprintf(stderr, "%s %s: ", prog, cmd);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n(gpuckpt %s --help shows its usage)\n", cmd);
-    return CTL_EXIT_USAGE;
-}
-
-/* ---------------------------------------------------------------------------
- * Argument helpers
- * ------------------------------------------------------------------------- */
-
-static int parse_pid(const char *s, pid_t *pid)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v <= 0 || v > INT_MAX)
-        return -1;
-    *pid = (pid_t)v;
-    return 0;
-}
-
-/* Seconds (may be fractional) to milliseconds; -1 on error. */
-static int parse_seconds_ms(const char *s)
-{
-    char *end;
-    double v;
-
-    errno = 0;
-    v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= 0) || v > 2000000)
-        return -1;
-    return (int)(v * 1000 + 0.5);
-}
-
-/* DIR as an absolute path (the process resolves it, from its own cwd). */
-static int absolute_dir(const char *dir, char *out, size_t len)
-{
-    char cwd[PATH_MAX];
-    int n;
-
-    if (!*dir)
-        return -EINVAL;
-    if (dir[0] == '/')
-        n = snprintf(out, len, "%s", dir);
-    else if (!getcwd(cwd, sizeof(cwd)))
-        return -errno;
-    else
-        n = snprintf(out, len, "%s/%s", strcmp(cwd, "/") ? cwd : "", dir);
-    if (n < 0 || (size_t)n >= len)
-        return -ENAMETOOLONG;
-    while (n > 1 && out[n - 1] == '/')
-        out[--n] = '\0';
-    return 0;
-}
-
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7f)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-void gpuckpt_json_string(FILE *f, const char *s)
-{
-    json_string(f, s);
-}
-
-static int is_integer(const char *s)
-{
-    if (*s == '-')
-        s++;
-    if (!*s || strlen(s) > 19 || (s[0] == '0' && s[1]))
-        return 0;
-    for (; *s; s++)
-        if (*s < '0' || *s > '9')
-            return 0;
-    return 1;
 }
 
 /* ---------------------------------------------------------------------------
@@ -302,14 +195,14 @@ static void print_status_json(pid_t pid, const struct ctl_msg *m, const char *dr
     for (int i = 0; i < m->nfields; i++) {
         const struct ctl_field *fl = &m->fields[i];
         fprintf(f, "%s\"%s\":", first ? "" : ",", fl->key);
-        if (is_integer(fl->value))
+        if (gpuckpt_is_integer(fl->value))
             fputs(fl->value, f);
         else
-            json_string(f, fl->value);
+            gpuckpt_json_string(f, fl->value);
         first = 0;
     }
     fprintf(f, ",\"driver_state\":");
-    json_string(f, drv);
+    gpuckpt_json_string(f, drv);
     fprintf(f, "}\n");
 }
 
@@ -382,48 +275,48 @@ static int parse_client_args(const char *cmd, int argc, char **argv, const char 
             return -1;
         case 'D':
             if (!strchr(shortopts, 'D'))
-                return usage_error(cmd, "no -D/--dir for this command");
+                return gpuckpt_usage_error(cmd, "no -D/--dir for this command");
             o->dir = optarg;
             break;
         case 'q':
             o->quiet = 1;
             break;
         case OPT_TIMEOUT:
-            if ((o->timeout_ms = parse_seconds_ms(optarg)) < 0)
-                return usage_error(cmd, "--timeout wants seconds, not '%s'", optarg);
+            if ((o->timeout_ms = gpuckpt_parse_seconds_ms(optarg)) < 0)
+                return gpuckpt_usage_error(cmd, "--timeout wants seconds, not '%s'", optarg);
             break;
         case OPT_WAIT:
-            if ((o->wait_ms = parse_seconds_ms(optarg)) < 0)
-                return usage_error(cmd, "--wait wants seconds, not '%s'", optarg);
+            if ((o->wait_ms = gpuckpt_parse_seconds_ms(optarg)) < 0)
+                return gpuckpt_usage_error(cmd, "--wait wants seconds, not '%s'", optarg);
             break;
         case OPT_JSON:
             if (strcmp(cmd, "status"))
-                return usage_error(cmd, "--json is for status and inspect");
+                return gpuckpt_usage_error(cmd, "--json is for status and inspect");
             o->json = 1;
             break;
         case OPT_KEEP_CONTEXT:
             if (strcmp(cmd, "suspend"))
-                return usage_error(cmd, "--keep-context is for suspend");
+                return gpuckpt_usage_error(cmd, "--keep-context is for suspend");
             o->keep_context = 1;
             break;
         case GPUCKPT_OPT_AUTO_RESUME:
             if (strcmp(cmd, "suspend"))
-                return usage_error(cmd, "--auto-resume is for suspend");
+                return gpuckpt_usage_error(cmd, "--auto-resume is for suspend");
             o->auto_resume = 1;
             break;
         case OPT_PARENT:
             if (strcmp(cmd, "checkpoint"))
-                return usage_error(cmd, "--parent is for checkpoint");
+                return gpuckpt_usage_error(cmd, "--parent is for checkpoint");
             o->parent = optarg;
             break;
         default:
-            return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+            return gpuckpt_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind != argc - 1)
-        return usage_error(cmd, optind >= argc ? "which PID?" : "one PID, please");
-    if (parse_pid(argv[optind], pid) < 0)
-        return usage_error(cmd, "'%s' is not a process id", argv[optind]);
+        return gpuckpt_usage_error(cmd, optind >= argc ? "which PID?" : "one PID, please");
+    if (gpuckpt_parse_pid(argv[optind], pid) < 0)
+        return gpuckpt_usage_error(cmd, "'%s' is not a process id", argv[optind]);
     return 0;
 }
 
@@ -627,23 +520,23 @@ static int run_op_command(const char *cmd, int argc, char **argv, const char *sh
         goto out;
     }
     if (dir_required && !o.dir) {
-        r = usage_error(cmd, "-D DIR is required");
+        r = gpuckpt_usage_error(cmd, "-D DIR is required");
         goto out;
     }
     ctl_buf_request(req, cmd);
     if (o.dir) {
-        int e = absolute_dir(o.dir, dir, sizeof(dir));
+        int e = gpuckpt_absolute_dir(o.dir, dir, sizeof(dir));
         if (e < 0) {
-            r = usage_error(cmd, "bad directory '%s': %s", o.dir, strerror(-e));
+            r = gpuckpt_usage_error(cmd, "bad directory '%s': %s", o.dir, strerror(-e));
             goto out;
         }
         ctl_buf_put(req, "dir", dir);
     }
     if (o.parent) {
         char parent[PATH_MAX];
-        int e = strcmp(o.parent, "auto") ? absolute_dir(o.parent, parent, sizeof(parent)) : 0;
+        int e = strcmp(o.parent, "auto") ? gpuckpt_absolute_dir(o.parent, parent, sizeof(parent)) : 0;
         if (e < 0) {
-            r = usage_error(cmd, "bad parent directory '%s': %s", o.parent, strerror(-e));
+            r = gpuckpt_usage_error(cmd, "bad parent directory '%s': %s", o.parent, strerror(-e));
             goto out;
         }
         ctl_buf_put(req, "parent", strcmp(o.parent, "auto") ? parent : "auto");
@@ -837,29 +730,29 @@ static int cmd_run(int argc, char **argv)
             return CTL_EXIT_OK;
         case 's':
             if (tcgpu_signal_parse(optarg) < 0)
-                return usage_error("run", "--signal %s: unknown or unusable signal "
+                return gpuckpt_usage_error("run", "--signal %s: unknown or unusable signal "
                                    "(try RTMIN+4, USR2, 38 or off)", optarg);
             setenv("TCGPU_SIGNAL", optarg, 1);
             break;
         case 'a':
             if (tcgpu_sigaction_parse(optarg) < 0)
-                return usage_error("run", "--signal-action %s: one of toggle, suspend, resume, "
+                return gpuckpt_usage_error("run", "--signal-action %s: one of toggle, suspend, resume, "
                                    "checkpoint", optarg);
             setenv("TCGPU_SIGNAL_ACTION", optarg, 1);
             break;
         case 'D':
-            if (absolute_dir(optarg, dir, sizeof(dir)) < 0)
-                return usage_error("run", "bad directory '%s'", optarg);
+            if (gpuckpt_absolute_dir(optarg, dir, sizeof(dir)) < 0)
+                return gpuckpt_usage_error("run", "bad directory '%s'", optarg);
             setenv("TCGPU_CHECKPOINT_DIR", dir, 1);
             break;
         case 'R':
-            if (absolute_dir(optarg, dir, sizeof(dir)) < 0)
-                return usage_error("run", "bad directory '%s'", optarg);
+            if (gpuckpt_absolute_dir(optarg, dir, sizeof(dir)) < 0)
+                return gpuckpt_usage_error("run", "bad directory '%s'", optarg);
             setenv("TCGPU_RUN_DIR", dir, 1);
             break;
         case 'l':
             if (strcmp(optarg, "quiet") && strcmp(optarg, "info") && strcmp(optarg, "debug"))
-                return usage_error("run", "--log is quiet, info or debug");
+                return gpuckpt_usage_error("run", "--log is quiet, info or debug");
             setenv("TCGPU_LOG", optarg, 1);
             break;
         case GPUCKPT_OPT_PROJECT ... GPUCKPT_OPT_TCGPUD_LAST - 1: {
@@ -869,11 +762,11 @@ static int cmd_run(int argc, char **argv)
             break;
         }
         default:
-            return usage_error("run", "unknown option '%s'", argv[optind - 1]);
+            return gpuckpt_usage_error("run", "unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind >= argc)
-        return usage_error("run", "which command?");
+        return gpuckpt_usage_error("run", "which command?");
     if (find_library(lib, sizeof(lib)) < 0)
         return CTL_EXIT_FAILED;
     if (preload_with(lib) < 0) {
@@ -1020,16 +913,6 @@ int main(int argc, char **argv)
         return CTL_EXIT_USAGE;
     }
     return c->fn(argc - 1, argv + 1);
-}
-
-int gpuckpt_absolute_dir(const char *dir, char *out, size_t len)
-{
-    return absolute_dir(dir, out, len);
-}
-
-int gpuckpt_usage_error(const char *cmd, const char *msg)
-{
-    return usage_error(cmd, "%s", msg);
 }
 
 void gpuckpt_command_help(const char *cmd)

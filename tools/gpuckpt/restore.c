@@ -33,6 +33,7 @@
 #include "gpuckpt.h"
 #include "driver.h"
 #include "tree.h"
+#include "util.h"
 #include "image/image.h"
 #include "common/clock.h"
 

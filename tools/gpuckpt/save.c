@@ -30,6 +30,7 @@
 #include "gpuckpt.h"
 #include "driver.h"
 #include "tree.h"
+#include "util.h"
 #include "image/image.h"
 #include "tcgpu.h"
 #include "common/clock.h"
@@ -301,8 +302,6 @@ static int parse_save_args(int argc, char **argv, struct save_opts *o)
         { 0 },
     };
     const char *dir = NULL;
-    char *end;
-    long v;
     int ch;
 
     optind = 1;
@@ -319,11 +318,8 @@ static int parse_save_args(int argc, char **argv, struct save_opts *o)
     }
     if (optind != argc - 1)
         return gpuckpt_usage_error("save", "one PID, please");
-    errno = 0;
-    v = strtol(argv[optind], &end, 10);
-    if (errno || *end || end == argv[optind] || v <= 0 || v > INT_MAX)
+    if (gpuckpt_parse_pid(argv[optind], &o->root) < 0)
         return gpuckpt_usage_error("save", "PID is not a process id");
-    o->root = (pid_t)v;
     if (!dir)
         return gpuckpt_usage_error("save", "-D DIR is required");
     if (gpuckpt_absolute_dir(dir, o->dir, sizeof(o->dir)) < 0 || strlen(o->dir) > PATH_MAX - 64)

@@ -15,6 +15,7 @@
 #include "ctl/daemon_io.h"
 #include "gpuckpt.h"
 #include "tcgpud.h"
+#include "util.h"
 #include "common/units.h"
 
 /* ---------------------------------------------------------------------------
@@ -178,18 +179,6 @@ out:
  * Output helpers
  * ------------------------------------------------------------------------- */
 
-static int is_number(const char *s)
-{
-    if (*s == '-')
-        s++;
-    if (!*s || strlen(s) > 19 || (s[0] == '0' && s[1]))
-        return 0;
-    for (; *s; s++)
-        if ((*s < '0' || *s > '9'))
-            return 0;
-    return 1;
-}
-
 static int is_decimal(const char *s)
 {
     char *end;
@@ -205,7 +194,7 @@ static void print_json_fields(FILE *f, const struct ctl_msg *m)
     fputc('{', f);
     for (int i = 0; i < m->nfields; i++) {
         fprintf(f, "%s\"%s\":", i ? "," : "", m->fields[i].key);
-        if (is_number(m->fields[i].value) || is_decimal(m->fields[i].value))
+        if (gpuckpt_is_integer(m->fields[i].value) || is_decimal(m->fields[i].value))
             fputs(m->fields[i].value, f);
         else
             gpuckpt_json_string(f, m->fields[i].value);
