@@ -27,7 +27,8 @@
 #include <unistd.h>
 
 #include "ctl/client.h"
-#include "gpuckpt.h"
+#include "commands.h"
+#include "ops.h"
 #include "driver.h"
 #include "tree.h"
 #include "util.h"
@@ -290,7 +291,8 @@ static void keep_log(const struct save_opts *o, char *kept, size_t len)
 
 /* ---- the command ------------------------------------------------------------------ */
 
-static int parse_save_args(int argc, char **argv, struct save_opts *o)
+static int parse_save_args(const struct gpuckpt_command *self, int argc, char **argv,
+                           struct save_opts *o)
 {
     enum { OPT_LEAVE = 1000, OPT_TCP, OPT_SHELL };
     static const struct option longopts[] = {
@@ -308,7 +310,7 @@ static int parse_save_args(int argc, char **argv, struct save_opts *o)
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "hD:", longopts, NULL)) != -1) {
         switch (ch) {
-        case 'h': gpuckpt_command_help("save"); return -1;
+        case 'h': gpuckpt_command_help(self); return -1;
         case 'D': dir = optarg; break;
         case OPT_LEAVE: o->leave_running = 1; break;
         case OPT_TCP: o->tcp_established = 1; break;
@@ -424,7 +426,7 @@ static void report(const struct tree *t, const struct save_opts *o, double secs)
            o->t_criu, o->t_sync, o->leave_running ? "; it runs on" : "");
 }
 
-int gpuckpt_cmd_save(int argc, char **argv)
+int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
 {
     struct save_opts o = { 0 };
     struct tree *t = calloc(1, sizeof(*t));
@@ -434,7 +436,7 @@ int gpuckpt_cmd_save(int argc, char **argv)
 
     if (!t)
         return CTL_EXIT_FAILED;
-    if ((r = parse_save_args(argc, argv, &o)) != 0) {
+    if ((r = parse_save_args(self, argc, argv, &o)) != 0) {
         free(t);
         return r < 0 ? CTL_EXIT_OK : r;
     }

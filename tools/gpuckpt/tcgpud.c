@@ -1,6 +1,6 @@
 /*
  * tcgpud.c - gpuckpt ps, gpuckpt events, `run --project`, and
- * suspend/resume through tcgpud. See tcgpud.h.
+ * suspend/resume through tcgpud. See tcgpud.h and commands.h.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -13,7 +13,7 @@
 #include "ctl/client.h"
 #include "ctl/proto.h"
 #include "ctl/daemon_io.h"
-#include "gpuckpt.h"
+#include "commands.h"
 #include "tcgpud.h"
 #include "util.h"
 #include "common/units.h"
@@ -228,8 +228,14 @@ static const char *mib(uint64_t b, char *buf, size_t len)
  * ps
  * ------------------------------------------------------------------------- */
 
-static int simple_args(const char *cmd, int argc, char **argv, int *json, int *follow)
+/*
+ * Parses `self`'s options: --json, and --follow where follow is not NULL.
+ * Returns 0, -1 when --help was shown, or a usage exit code.
+ */
+static int simple_args(const struct gpuckpt_command *self, int argc, char **argv, int *json,
+                       int *follow)
 {
+    const char *cmd = self->name;
     static const struct option longopts[] = {
         { "json", no_argument, NULL, 'j' },
         { "follow", no_argument, NULL, 'f' },
@@ -243,7 +249,7 @@ static int simple_args(const char *cmd, int argc, char **argv, int *json, int *f
     while ((ch = getopt_long(argc, argv, "hjf", longopts, NULL)) != -1) {
         switch (ch) {
         case 'h':
-            gpuckpt_command_help(cmd);
+            gpuckpt_command_help(self);
             return -1;
         case 'j':
             *json = 1;
@@ -324,7 +330,7 @@ static void ps_json(const struct list *l)
     printf("]}\n");
 }
 
-int gpuckpt_cmd_ps(int argc, char **argv)
+int gpuckpt_cmd_ps(const struct gpuckpt_command *self, int argc, char **argv)
 {
     struct ctl_buf *req = malloc(sizeof(*req));
     struct ctl_msg *rep = malloc(sizeof(*rep));
@@ -335,7 +341,7 @@ int gpuckpt_cmd_ps(int argc, char **argv)
         r = CTL_EXIT_FAILED;
         goto out;
     }
-    r = simple_args("ps", argc, argv, &json, NULL);
+    r = simple_args(self, argc, argv, &json, NULL);
     if (r) {
         r = r < 0 ? CTL_EXIT_OK : r;
         goto out;
@@ -402,7 +408,7 @@ static void print_event(const struct ctl_msg *m, void *arg)
     fflush(stdout);
 }
 
-int gpuckpt_cmd_events(int argc, char **argv)
+int gpuckpt_cmd_events(const struct gpuckpt_command *self, int argc, char **argv)
 {
     struct ctl_buf *req = malloc(sizeof(*req));
     struct ctl_msg *rep = malloc(sizeof(*rep));
@@ -413,7 +419,7 @@ int gpuckpt_cmd_events(int argc, char **argv)
         r = CTL_EXIT_FAILED;
         goto out;
     }
-    r = simple_args("events", argc, argv, &v.json, &follow);
+    r = simple_args(self, argc, argv, &v.json, &follow);
     if (r) {
         r = r < 0 ? CTL_EXIT_OK : r;
         goto out;

@@ -23,6 +23,11 @@ void gpuckpt_error(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+void gpuckpt_command_help(const struct gpuckpt_command *c)
+{
+    printf("usage: gpuckpt %s\n\n%s", c->usage, c->help);
+}
+
 int gpuckpt_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;

@@ -11,6 +11,21 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+/*
+ * One row of gpuckpt's command table (main.c). A command's handler gets its
+ * own row (for --help), its arguments with argv[0] the command's name, and
+ * returns gpuckpt's exit code (enum ctl_exit in ctl/client.h).
+ */
+struct gpuckpt_command {
+    const char *name;
+    int (*run)(const struct gpuckpt_command *self, int argc, char **argv);
+    const char *usage;          /* "status PID [--json] ...": after "usage: gpuckpt " */
+    const char *help;           /* what it does, then its options */
+};
+
+/* c's --help on stdout. */
+void gpuckpt_command_help(const struct gpuckpt_command *c);
+
 /* "gpuckpt: <message>\n" on stderr. */
 void gpuckpt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -19,7 +34,8 @@ void gpuckpt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * gpuckpt CMD --help. Returns the usage exit code (CTL_EXIT_USAGE), so that
  * a parser can `return gpuckpt_usage_error(...)`.
  */
-int gpuckpt_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int gpuckpt_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* s as a JSON string literal, quotes included, control characters escaped. */
 void gpuckpt_json_string(FILE *f, const char *s);
