@@ -2,10 +2,10 @@
  * gpuckpt - checkpoint, suspend and resume GPU programs running under tcgpu
  * (docs/cli.md).
  *
- * This file is the command table: one row per command (name, handler, usage
- * and help), and the dispatch by it. The commands are in their own files
- * (commands.h). Exit codes (scripts rely on them): enum ctl_exit in
- * lib/ctl/client.h.
+ * This file is the command table: one row per command (name, handler,
+ * one-line summary, arguments, help), the dispatch by it, and gpuckpt --help
+ * made from it. The commands are in their own files (commands.h). Exit codes
+ * (scripts rely on them): enum ctl_exit in lib/ctl/client.h.
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,43 +17,16 @@
 #include "common/macros.h"
 #include "tcgpu.h"
 
-/* ---------------------------------------------------------------------------
- * Help
- * ------------------------------------------------------------------------- */
+static int cmd_help(const struct gpuckpt_command *self, int argc, char **argv);
 
-static void print_usage(FILE *f)
-{
-    fprintf(f,
-        "usage: gpuckpt COMMAND [ARGS]\n"
-        "\n"
-        "Checkpoint, suspend and resume GPU programs running under tcgpu.\n"
-        "\n"
-        "commands:\n"
-        "  run [OPTIONS] [--] CMD [ARG...]   run CMD with libtcgpu.so preloaded\n"
-        "  status PID [--json]               state, memory and last operation of PID\n"
-        "  checkpoint PID -D DIR [--parent P] write an image of PID's GPU state to DIR; PID goes on\n"
-        "                                    (--parent P|auto: incremental against image P, or\n"
-        "                                    against PID's previous checkpoint)\n"
-        "  suspend PID [-D DIR]              take PID off the GPU (to host memory, or to DIR)\n"
-        "  resume PID                        put PID back on the GPU\n"
-        "  ps [--json]                       jobs tcgpud manages\n"
-        "  events [--follow] [--json]        tcgpud's events\n"
-        "  save PID -D DIR [--leave-running] save the process tree under PID with CRIU\n"
-        "  restore -D DIR [-d]               restore a saved tree and put it back on the GPU\n"
-        "  inspect DIR [--json]              show an image's manifest\n"
-        "  verify DIR                        check every checksum of an image\n"
-        "\n"
-        "gpuckpt COMMAND --help shows a command's options; gpuckpt --version its version.\n"
-        "Exit codes: 0 ok, 1 failed, 2 usage, 3 no such (tcgpu) process, 4 refused in this\n"
-        "state, 5 timeout, 6 permission denied, 7 corrupt image, 8 not enough memory now.\n");
-}
-
-/* ---------------------------------------------------------------------------
- * Commands
- * ------------------------------------------------------------------------- */
-
+/*
+ * The commands, in the order gpuckpt --help lists them. help is the
+ * description and then the options, each line ending in a newline.
+ */
 static const struct gpuckpt_command commands[] = {
-    { "run", gpuckpt_cmd_run, "run [OPTIONS] [--] CMD [ARG...]",
+    { "run", gpuckpt_cmd_run,
+      "run CMD with libtcgpu.so preloaded",
+      "[OPTIONS] [--] CMD [ARG...]",
       "Run CMD with libtcgpu.so preloaded (prepended to LD_PRELOAD); gpuckpt is replaced by\n"
       "CMD, so its pid is CMD's pid and its exit status CMD's (127/126 if it cannot be run).\n"
       "The library is $TCGPU_LIB, else found next to gpuckpt.\n"
@@ -64,20 +37,28 @@ static const struct gpuckpt_command commands[] = {
       "  -R, --run-dir DIR         where the control socket goes (TCGPU_RUN_DIR)\n"
       "  -l, --log LEVEL           quiet, info (default), debug (TCGPU_LOG)\n"
       GPUCKPT_TCGPUD_RUN_HELP },
-    { "status", gpuckpt_cmd_status, "status PID [--json] [--wait SEC] [--timeout SEC]",
+    { "status", gpuckpt_cmd_status,
+      "state, memory and last operation of PID",
+      "PID [--json] [--wait SEC] [--timeout SEC]",
       "Show PID's state, GPU memory, tracked objects, last operation and its timings.\n"
       "\n"
       "  --json          one JSON object on stdout (the protocol's fields, numbers as numbers)\n"
       "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
       "  --timeout SEC   give up waiting for the reply after SEC seconds (exit 5)\n" },
-    { "checkpoint", gpuckpt_cmd_checkpoint, "checkpoint PID -D DIR [--parent DIR|auto] [--timeout SEC] [--wait SEC] [-q]",
+    { "checkpoint", gpuckpt_cmd_checkpoint,
+      "write an image of PID's GPU state to DIR (or what changed); PID goes on",
+      "PID -D DIR [--parent DIR|auto] [--timeout SEC] [--wait SEC] [-q]",
       "Write an image of PID's GPU state to DIR (which must not exist); PID carries on.\n"
       "\n"
       "  -D, --dir DIR   the image directory (relative paths are made absolute here)\n"
+      "  --parent DIR    incremental: only what changed since the image DIR; auto: since\n"
+      "                  PID's previous checkpoint\n"
       "  --timeout SEC   stop waiting after SEC seconds (exit 5; the operation goes on)\n"
       "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
       "  -q, --quiet     no progress and no summary line\n" },
-    { "suspend", gpuckpt_cmd_suspend, "suspend PID [-D DIR] [--keep-context] [--timeout SEC] [--wait SEC] [-q]",
+    { "suspend", gpuckpt_cmd_suspend,
+      "take PID off the GPU (to host memory, or to DIR)",
+      "PID [-D DIR] [--keep-context] [--auto-resume] [--timeout SEC] [--wait SEC] [-q]",
       "Take PID off the GPU: drain its device memory to host memory (or to the image DIR),\n"
       "release it, and park PID's CUDA calls until gpuckpt resume. Where the driver has the\n"
       "checkpoint API (CUDA 12.8+), PID's context is then handed to the driver and released\n"
@@ -91,7 +72,9 @@ static const struct gpuckpt_command commands[] = {
       "  --timeout SEC   stop waiting after SEC seconds (exit 5; the operation goes on)\n"
       "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
       "  -q, --quiet     no progress and no summary line\n" },
-    { "resume", gpuckpt_cmd_resume, "resume PID [-D DIR] [--timeout SEC] [--wait SEC] [-q]",
+    { "resume", gpuckpt_cmd_resume,
+      "put PID back on the GPU",
+      "PID [-D DIR] [--timeout SEC] [--wait SEC] [-q]",
       "Put PID back on the GPU at the same device addresses and release its threads.\n"
       "A context released to the driver is taken back first (Restore + Unlock).\n"
       "Exit 8 when the device has no room now (PID stays suspended, safely).\n"
@@ -101,7 +84,8 @@ static const struct gpuckpt_command commands[] = {
       "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
       "  -q, --quiet     no progress and no summary line\n" },
     { "save", gpuckpt_cmd_save,
-      "save PID -D DIR [--leave-running] [--tcp-established] [--shell-job]",
+      "save the process tree under PID with CRIU",
+      "PID -D DIR [--leave-running] [--tcp-established] [--shell-job]",
       "Save the whole process tree under PID to DIR (which must not exist) with CRIU: every\n"
       "process under tcgpu is suspended to an image in DIR/gpu/<pid> and its CUDA context\n"
       "released to the driver, then CRIU dumps the tree into DIR/criu. DIR is written as\n"
@@ -114,7 +98,9 @@ static const struct gpuckpt_command commands[] = {
       "  --leave-running     resume the tree after the dump (default: CRIU ends it)\n"
       "  --tcp-established   dump established TCP connections (CRIU's option)\n"
       "  --shell-job         the tree is a shell job (CRIU's option; restore repeats it)\n" },
-    { "restore", gpuckpt_cmd_restore, "restore -D DIR [-d]",
+    { "restore", gpuckpt_cmd_restore,
+      "restore a saved tree and put it back on the GPU",
+      "-D DIR [-d]",
       "Restore a tree saved by gpuckpt save: verify the whole save first (every checksum, the\n"
       "GPU model, the pids free), then CRIU restores the tree, and every tcgpu process takes\n"
       "its context back and is resumed from DIR/gpu/<pid> at the same device addresses.\n"
@@ -122,26 +108,39 @@ static const struct gpuckpt_command commands[] = {
       "\n"
       "  -D, --dir DIR   the save directory\n"
       "  -d, --detach    return once the tree runs\n" },
-    { "ps", gpuckpt_cmd_ps, "ps [--json]",
+    { "inspect", gpuckpt_cmd_inspect,
+      "show an image's manifest",
+      "DIR [--json]",
+      "Show an image's manifest: process, devices, allocations, chunks and compression.\n"
+      "For a save directory: every process, its GPU image's sizes and compression, CRIU's images.\n"
+      "\n"
+      "  --json   one JSON object on stdout\n" },
+    { "verify", gpuckpt_cmd_verify,
+      "check every checksum of an image",
+      "DIR",
+      "Read every chunk of the image at DIR and check its checksums (for a save directory:\n"
+      "the tree manifest, every GPU image, and that CRIU's images are there).\n"
+      "Exit 0 when the image is whole, 7 when it is corrupt or truncated.\n" },
+    { "ps", gpuckpt_cmd_ps,
+      "jobs tcgpud manages",
+      "[--json]",
       "The jobs tcgpud manages: pid, user, project, priority, state, GPU, memory, limit,\n"
       "run time, preemptions, and who suspended a suspended job and why.\n"
       "\n"
       "  --json   one JSON object: {\"devices\": [...], \"jobs\": [...]}\n" },
-    { "events", gpuckpt_cmd_events, "events [--follow] [--json]",
+    { "events", gpuckpt_cmd_events,
+      "tcgpud's events",
+      "[--follow] [--json]",
       "tcgpud's recent events (registered, request, suspending, suspended, resumed,\n"
       "granted, denied, exited, refused...), with who, why and latencies.\n"
       "\n"
       "  -f, --follow   keep printing events as they happen\n"
       "  --json         one JSON object a line\n" },
-    { "inspect", gpuckpt_cmd_inspect, "inspect DIR [--json]",
-      "Show an image's manifest: process, devices, allocations, chunks and compression.\n"
-      "For a save directory: every process, its GPU image's sizes and compression, CRIU's images.\n"
-      "\n"
-      "  --json   one JSON object on stdout\n" },
-    { "verify", gpuckpt_cmd_verify, "verify DIR",
-      "Read every chunk of the image at DIR and check its checksums (for a save directory:\n"
-      "the tree manifest, every GPU image, and that CRIU's images are there).\n"
-      "Exit 0 when the image is whole, 7 when it is corrupt or truncated.\n" },
+    { "help", cmd_help,
+      "a command's usage and options, or this list",
+      "[COMMAND]",
+      "Show COMMAND's usage and options (as gpuckpt COMMAND --help), or without COMMAND\n"
+      "the list of commands.\n" },
 };
 
 static const struct gpuckpt_command *find_command(const char *name)
@@ -150,6 +149,38 @@ static const struct gpuckpt_command *find_command(const char *name)
         if (!strcmp(commands[i].name, name))
             return &commands[i];
     return NULL;
+}
+
+/* gpuckpt --help: every row's synopsis and summary. */
+static void print_usage(FILE *f)
+{
+    fprintf(f, "usage: gpuckpt COMMAND [ARGS]\n"
+               "\n"
+               "Checkpoint, suspend and resume GPU programs running under tcgpu.\n"
+               "\n"
+               "commands:\n");
+    for (size_t i = 0; i < NELEM(commands); i++) {
+        gpuckpt_print_synopsis(f, "  ", &commands[i]);
+        fprintf(f, "      %s\n", commands[i].summary);
+    }
+    fprintf(f, "\n"
+               "gpuckpt COMMAND --help shows a command's options; gpuckpt --version its version.\n"
+               "Exit codes: 0 ok, 1 failed, 2 usage, 3 no such (tcgpu) process, 4 refused in this\n"
+               "state, 5 timeout, 6 permission denied, 7 corrupt image, 8 not enough memory now.\n");
+}
+
+/* gpuckpt help [COMMAND]: an unknown COMMAND is a usage error, with the list. */
+static int cmd_help(const struct gpuckpt_command *self, int argc, char **argv)
+{
+    const struct gpuckpt_command *c = argc > 1 ? find_command(argv[1]) : NULL;
+
+    (void)self;
+    if (c) {
+        gpuckpt_command_help(c);
+        return CTL_EXIT_OK;
+    }
+    print_usage(stdout);
+    return argc > 1 ? CTL_EXIT_USAGE : CTL_EXIT_OK;
 }
 
 int main(int argc, char **argv)
@@ -167,14 +198,6 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         print_usage(stdout);
         return CTL_EXIT_OK;
-    }
-    if (!strcmp(argv[1], "help")) {
-        if (argc > 2 && (c = find_command(argv[2]))) {
-            gpuckpt_command_help(c);
-            return CTL_EXIT_OK;
-        }
-        print_usage(stdout);
-        return argc > 2 ? CTL_EXIT_USAGE : CTL_EXIT_OK;
     }
     c = find_command(argv[1]);
     if (!c) {

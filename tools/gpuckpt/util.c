@@ -23,9 +23,46 @@ void gpuckpt_error(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+enum { SYNOPSIS_WIDTH = 79 };
+
+/* The length of the argument group at s: up to the next " [" outside brackets. */
+static size_t arg_group_len(const char *s)
+{
+    int depth = 0;
+    size_t i;
+
+    for (i = 0; s[i]; i++) {
+        if (i > 0 && depth == 0 && s[i] == ' ' && s[i + 1] == '[')
+            break;
+        depth += (s[i] == '[') - (s[i] == ']');
+    }
+    return i;
+}
+
+void gpuckpt_print_synopsis(FILE *f, const char *lead, const struct gpuckpt_command *c)
+{
+    size_t indent = strlen(lead) + strlen(c->name), col = indent;
+
+    fprintf(f, "%s%s", lead, c->name);
+    for (const char *p = c->args; *p; ) {
+        size_t n = arg_group_len(p);
+
+        if (col + 1 + n > SYNOPSIS_WIDTH && col > indent) {
+            fprintf(f, "\n%*s", (int)indent, "");
+            col = indent;
+        }
+        fprintf(f, " %.*s", (int)n, p);
+        col += 1 + n;
+        for (p += n; *p == ' '; p++)
+            ;
+    }
+    fputc('\n', f);
+}
+
 void gpuckpt_command_help(const struct gpuckpt_command *c)
 {
-    printf("usage: gpuckpt %s\n\n%s", c->usage, c->help);
+    gpuckpt_print_synopsis(stdout, "usage: gpuckpt ", c);
+    printf("\n%s", c->help);
 }
 
 int gpuckpt_usage_error(const char *cmd, const char *fmt, ...)

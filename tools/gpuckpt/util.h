@@ -19,11 +19,18 @@
 struct gpuckpt_command {
     const char *name;
     int (*run)(const struct gpuckpt_command *self, int argc, char **argv);
-    const char *usage;          /* "status PID [--json] ...": after "usage: gpuckpt " */
+    const char *summary;        /* one line for gpuckpt --help */
+    const char *args;           /* after the name: "PID [--json] [--wait SEC]" */
     const char *help;           /* what it does, then its options */
 };
 
-/* c's --help on stdout. */
+/*
+ * "<lead>NAME ARGS\n" on f. Lines that would pass 79 columns are broken
+ * before an optional "[...]" group and go on under the first argument.
+ */
+void gpuckpt_print_synopsis(FILE *f, const char *lead, const struct gpuckpt_command *c);
+
+/* c's --help on stdout: its synopsis, then its help. */
 void gpuckpt_command_help(const struct gpuckpt_command *c);
 
 /* "gpuckpt: <message>\n" on stderr. */
