@@ -556,17 +556,6 @@ static void rerelease_context(pid_t pid, const struct client_opts *o)
         gpuckpt_error("resume %d: the process keeps its CUDA context (suspended): %s", (int)pid, err);
 }
 
-/*
- * A job tcgpud manages is suspended and resumed by tcgpud, so that its view
- * stays true (and a manual suspension is not undone automatically). Returns
- * an exit code, or -1 when tcgpud does not manage the process.
- */
-static int through_tcgpud(const struct op *op)
-{
-    return gpuckpt_tcgpud_op(op->cmd, op->pid, op->o.dir ? op->dir : NULL, op->o.auto_resume,
-                             op->o.quiet, op->o.timeout_ms);
-}
-
 /* Suspend by the process itself, then the driver's step unless --keep-context. */
 static int suspend_directly(struct op *op)
 {
@@ -624,30 +613,33 @@ int gpuckpt_cmd_checkpoint(const struct gpuckpt_command *self, int argc, char **
     return r;
 }
 
-int gpuckpt_cmd_suspend(const struct gpuckpt_command *self, int argc, char **argv)
+/*
+ * suspend and resume: a job tcgpud manages goes through tcgpud, so that its
+ * view stays true (and a manual suspension is not undone automatically);
+ * any other process is asked directly.
+ */
+static int suspend_or_resume(const struct gpuckpt_command *self, int argc, char **argv,
+                             int (*directly)(struct op *op))
 {
     struct op *op;
     int r = op_start(self, argc, argv, DIR_OPTIONAL, &op);
 
     if (!op)
         return r;
-    r = through_tcgpud(op);
+    r = gpuckpt_tcgpud_op(op->cmd, op->pid, op->o.dir ? op->dir : NULL, op->o.auto_resume,
+                          op->o.quiet, op->o.timeout_ms);
     if (r < 0)
-        r = suspend_directly(op);
+        r = directly(op);
     free(op);
     return r;
 }
 
+int gpuckpt_cmd_suspend(const struct gpuckpt_command *self, int argc, char **argv)
+{
+    return suspend_or_resume(self, argc, argv, suspend_directly);
+}
+
 int gpuckpt_cmd_resume(const struct gpuckpt_command *self, int argc, char **argv)
 {
-    struct op *op;
-    int r = op_start(self, argc, argv, DIR_OPTIONAL, &op);
-
-    if (!op)
-        return r;
-    r = through_tcgpud(op);
-    if (r < 0)
-        r = resume_directly(op);
-    free(op);
-    return r;
+    return suspend_or_resume(self, argc, argv, resume_directly);
 }

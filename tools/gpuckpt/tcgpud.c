@@ -179,6 +179,10 @@ out:
  * Output helpers
  * ------------------------------------------------------------------------- */
 
+/*
+ * A fraction tcgpud writes (latencies in milliseconds, "%.1f"), typed as a
+ * JSON number in ps and events beside the integers (gpuckpt_is_integer).
+ */
 static int is_decimal(const char *s)
 {
     char *end;
