@@ -1,6 +1,6 @@
 /*
- * gpuckpt save PID -D DIR: a whole process tree to disk (design decision 9,
- * docs/save-restore.md).
+ * gpuckpt save PID -D DIR: a whole process tree to disk
+ * (docs/save-restore.md).
  *
  *   1. walk the tree and classify every process, refusing before anything
  *      is touched: a process the driver knows (it holds a GPU) that is not
