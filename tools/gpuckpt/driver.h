@@ -1,6 +1,6 @@
 /*
  * driver.h - the CUDA driver's own checkpoint API, driven from
- * outside the target process (design decision 5).
+ * outside the target process (docs/save-restore.md).
  *
  * gpuckpt is not preloaded with libtcgpu.so: it loads the driver itself with
  * dlopen($TCGPU_REAL_LIBCUDA, else "libcuda.so.1") and looks the functions up

@@ -6,8 +6,10 @@
 #include <string.h>
 
 #include "ctl/client.h"
-#include "gpuckpt.h"
+#include "commands.h"
+#include "restore.h"
 #include "tree.h"
+#include "util.h"
 #include "image/image.h"
 
 /* Exit code for an image_open / image_verify_all failure. */
@@ -25,9 +27,14 @@ static int image_exit_code(int r)
     }
 }
 
-static int parse_dir_args(const char *cmd, int argc, char **argv, int allow_json, int *json,
-                          const char **dir)
+/*
+ * Parses `self`'s command line: one image directory into *dir, and --json
+ * when allow_json. Returns 0, -1 when --help was shown, or a usage exit code.
+ */
+static int parse_dir_args(const struct gpuckpt_command *self, int argc, char **argv,
+                          int allow_json, int *json, const char **dir)
 {
+    const char *cmd = self->name;
     static const struct option longopts[] = {
         { "json", no_argument, NULL, 'j' },
         { "help", no_argument, NULL, 'h' },
@@ -40,7 +47,7 @@ static int parse_dir_args(const char *cmd, int argc, char **argv, int allow_json
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if (ch == 'h') {
-            gpuckpt_command_help(cmd);
+            gpuckpt_command_help(self);
             return -1;
         }
         if (ch == 'j' && allow_json) {
@@ -56,14 +63,14 @@ static int parse_dir_args(const char *cmd, int argc, char **argv, int allow_json
     return 0;
 }
 
-int gpuckpt_cmd_inspect(int argc, char **argv)
+int gpuckpt_cmd_inspect(const struct gpuckpt_command *self, int argc, char **argv)
 {
     struct image *img = NULL;
     const char *dir;
     char err[512] = "";
     int json, r;
 
-    r = parse_dir_args("inspect", argc, argv, 1, &json, &dir);
+    r = parse_dir_args(self, argc, argv, 1, &json, &dir);
     if (r)
         return r < 0 ? CTL_EXIT_OK : r;
     if (tree_is_save_dir(dir))
@@ -90,7 +97,7 @@ int gpuckpt_cmd_inspect(int argc, char **argv)
     return CTL_EXIT_OK;
 }
 
-int gpuckpt_cmd_verify(int argc, char **argv)
+int gpuckpt_cmd_verify(const struct gpuckpt_command *self, int argc, char **argv)
 {
     struct image *img = NULL;
     const char *dir;
@@ -99,7 +106,7 @@ int gpuckpt_cmd_verify(int argc, char **argv)
     size_t n;
     int json, r;
 
-    r = parse_dir_args("verify", argc, argv, 0, &json, &dir);
+    r = parse_dir_args(self, argc, argv, 0, &json, &dir);
     if (r)
         return r < 0 ? CTL_EXIT_OK : r;
     if (tree_is_save_dir(dir))

@@ -30,9 +30,12 @@
 #include <unistd.h>
 
 #include "ctl/client.h"
-#include "gpuckpt.h"
+#include "commands.h"
+#include "ops.h"
+#include "restore.h"
 #include "driver.h"
 #include "tree.h"
+#include "util.h"
 #include "image/image.h"
 #include "common/clock.h"
 
@@ -318,7 +321,8 @@ static int wait_root(pid_t root)
     }
 }
 
-static int parse_restore_args(int argc, char **argv, char *dir, size_t len, int *detach)
+static int parse_restore_args(const struct gpuckpt_command *self, int argc, char **argv,
+                              char *dir, size_t len, int *detach)
 {
     static const struct option longopts[] = {
         { "dir", required_argument, NULL, 'D' },
@@ -334,7 +338,7 @@ static int parse_restore_args(int argc, char **argv, char *dir, size_t len, int 
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "hdD:", longopts, NULL)) != -1) {
         switch (ch) {
-        case 'h': gpuckpt_command_help("restore"); return -1;
+        case 'h': gpuckpt_command_help(self); return -1;
         case 'D': d = optarg; break;
         case 'd': *detach = 1; break;
         default: return gpuckpt_usage_error("restore", "unknown option");
@@ -365,7 +369,7 @@ static int preflight(const char *dir, struct tree *t, char *err, size_t len)
     return check_pids_free(t, err, len);
 }
 
-int gpuckpt_cmd_restore(int argc, char **argv)
+int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **argv)
 {
     struct tree *t = calloc(1, sizeof(*t));
     char dir[PATH_MAX], err[16384];
@@ -374,7 +378,7 @@ int gpuckpt_cmd_restore(int argc, char **argv)
 
     if (!t)
         return CTL_EXIT_FAILED;
-    if ((r = parse_restore_args(argc, argv, dir, sizeof(dir), &detach)) != 0) {
+    if ((r = parse_restore_args(self, argc, argv, dir, sizeof(dir), &detach)) != 0) {
         free(t);
         return r < 0 ? CTL_EXIT_OK : r;
     }

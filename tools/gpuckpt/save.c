@@ -1,6 +1,6 @@
 /*
- * gpuckpt save PID -D DIR: a whole process tree to disk (design decision 9,
- * docs/save-restore.md).
+ * gpuckpt save PID -D DIR: a whole process tree to disk
+ * (docs/save-restore.md).
  *
  *   1. walk the tree and classify every process, refusing before anything
  *      is touched: a process the driver knows (it holds a GPU) that is not
@@ -27,9 +27,11 @@
 #include <unistd.h>
 
 #include "ctl/client.h"
-#include "gpuckpt.h"
+#include "commands.h"
+#include "ops.h"
 #include "driver.h"
 #include "tree.h"
+#include "util.h"
 #include "image/image.h"
 #include "tcgpu.h"
 #include "common/clock.h"
@@ -289,7 +291,8 @@ static void keep_log(const struct save_opts *o, char *kept, size_t len)
 
 /* ---- the command ------------------------------------------------------------------ */
 
-static int parse_save_args(int argc, char **argv, struct save_opts *o)
+static int parse_save_args(const struct gpuckpt_command *self, int argc, char **argv,
+                           struct save_opts *o)
 {
     enum { OPT_LEAVE = 1000, OPT_TCP, OPT_SHELL };
     static const struct option longopts[] = {
@@ -301,15 +304,13 @@ static int parse_save_args(int argc, char **argv, struct save_opts *o)
         { 0 },
     };
     const char *dir = NULL;
-    char *end;
-    long v;
     int ch;
 
     optind = 1;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "hD:", longopts, NULL)) != -1) {
         switch (ch) {
-        case 'h': gpuckpt_command_help("save"); return -1;
+        case 'h': gpuckpt_command_help(self); return -1;
         case 'D': dir = optarg; break;
         case OPT_LEAVE: o->leave_running = 1; break;
         case OPT_TCP: o->tcp_established = 1; break;
@@ -319,11 +320,8 @@ static int parse_save_args(int argc, char **argv, struct save_opts *o)
     }
     if (optind != argc - 1)
         return gpuckpt_usage_error("save", "one PID, please");
-    errno = 0;
-    v = strtol(argv[optind], &end, 10);
-    if (errno || *end || end == argv[optind] || v <= 0 || v > INT_MAX)
+    if (gpuckpt_parse_pid(argv[optind], &o->root) < 0)
         return gpuckpt_usage_error("save", "PID is not a process id");
-    o->root = (pid_t)v;
     if (!dir)
         return gpuckpt_usage_error("save", "-D DIR is required");
     if (gpuckpt_absolute_dir(dir, o->dir, sizeof(o->dir)) < 0 || strlen(o->dir) > PATH_MAX - 64)
@@ -428,7 +426,7 @@ static void report(const struct tree *t, const struct save_opts *o, double secs)
            o->t_criu, o->t_sync, o->leave_running ? "; it runs on" : "");
 }
 
-int gpuckpt_cmd_save(int argc, char **argv)
+int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
 {
     struct save_opts o = { 0 };
     struct tree *t = calloc(1, sizeof(*t));
@@ -438,7 +436,7 @@ int gpuckpt_cmd_save(int argc, char **argv)
 
     if (!t)
         return CTL_EXIT_FAILED;
-    if ((r = parse_save_args(argc, argv, &o)) != 0) {
+    if ((r = parse_save_args(self, argc, argv, &o)) != 0) {
         free(t);
         return r < 0 ? CTL_EXIT_OK : r;
     }

@@ -1,6 +1,6 @@
 /*
  * tcgpud.c - gpuckpt ps, gpuckpt events, `run --project`, and
- * suspend/resume through tcgpud. See tcgpud.h.
+ * suspend/resume through tcgpud. See tcgpud.h and commands.h.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -13,8 +13,9 @@
 #include "ctl/client.h"
 #include "ctl/proto.h"
 #include "ctl/daemon_io.h"
-#include "gpuckpt.h"
+#include "commands.h"
 #include "tcgpud.h"
+#include "util.h"
 #include "common/units.h"
 
 /* ---------------------------------------------------------------------------
@@ -178,18 +179,10 @@ out:
  * Output helpers
  * ------------------------------------------------------------------------- */
 
-static int is_number(const char *s)
-{
-    if (*s == '-')
-        s++;
-    if (!*s || strlen(s) > 19 || (s[0] == '0' && s[1]))
-        return 0;
-    for (; *s; s++)
-        if ((*s < '0' || *s > '9'))
-            return 0;
-    return 1;
-}
-
+/*
+ * A fraction tcgpud writes (latencies in milliseconds, "%.1f"), typed as a
+ * JSON number in ps and events beside the integers (gpuckpt_is_integer).
+ */
 static int is_decimal(const char *s)
 {
     char *end;
@@ -205,7 +198,7 @@ static void print_json_fields(FILE *f, const struct ctl_msg *m)
     fputc('{', f);
     for (int i = 0; i < m->nfields; i++) {
         fprintf(f, "%s\"%s\":", i ? "," : "", m->fields[i].key);
-        if (is_number(m->fields[i].value) || is_decimal(m->fields[i].value))
+        if (gpuckpt_is_integer(m->fields[i].value) || is_decimal(m->fields[i].value))
             fputs(m->fields[i].value, f);
         else
             gpuckpt_json_string(f, m->fields[i].value);
@@ -239,8 +232,14 @@ static const char *mib(uint64_t b, char *buf, size_t len)
  * ps
  * ------------------------------------------------------------------------- */
 
-static int simple_args(const char *cmd, int argc, char **argv, int *json, int *follow)
+/*
+ * Parses `self`'s options: --json, and --follow where follow is not NULL.
+ * Returns 0, -1 when --help was shown, or a usage exit code.
+ */
+static int simple_args(const struct gpuckpt_command *self, int argc, char **argv, int *json,
+                       int *follow)
 {
+    const char *cmd = self->name;
     static const struct option longopts[] = {
         { "json", no_argument, NULL, 'j' },
         { "follow", no_argument, NULL, 'f' },
@@ -254,7 +253,7 @@ static int simple_args(const char *cmd, int argc, char **argv, int *json, int *f
     while ((ch = getopt_long(argc, argv, "hjf", longopts, NULL)) != -1) {
         switch (ch) {
         case 'h':
-            gpuckpt_command_help(cmd);
+            gpuckpt_command_help(self);
             return -1;
         case 'j':
             *json = 1;
@@ -335,7 +334,7 @@ static void ps_json(const struct list *l)
     printf("]}\n");
 }
 
-int gpuckpt_cmd_ps(int argc, char **argv)
+int gpuckpt_cmd_ps(const struct gpuckpt_command *self, int argc, char **argv)
 {
     struct ctl_buf *req = malloc(sizeof(*req));
     struct ctl_msg *rep = malloc(sizeof(*rep));
@@ -346,7 +345,7 @@ int gpuckpt_cmd_ps(int argc, char **argv)
         r = CTL_EXIT_FAILED;
         goto out;
     }
-    r = simple_args("ps", argc, argv, &json, NULL);
+    r = simple_args(self, argc, argv, &json, NULL);
     if (r) {
         r = r < 0 ? CTL_EXIT_OK : r;
         goto out;
@@ -413,7 +412,7 @@ static void print_event(const struct ctl_msg *m, void *arg)
     fflush(stdout);
 }
 
-int gpuckpt_cmd_events(int argc, char **argv)
+int gpuckpt_cmd_events(const struct gpuckpt_command *self, int argc, char **argv)
 {
     struct ctl_buf *req = malloc(sizeof(*req));
     struct ctl_msg *rep = malloc(sizeof(*rep));
@@ -424,7 +423,7 @@ int gpuckpt_cmd_events(int argc, char **argv)
         r = CTL_EXIT_FAILED;
         goto out;
     }
-    r = simple_args("events", argc, argv, &v.json, &follow);
+    r = simple_args(self, argc, argv, &v.json, &follow);
     if (r) {
         r = r < 0 ? CTL_EXIT_OK : r;
         goto out;

@@ -1,6 +1,7 @@
 /*
- * tcgpud.h - gpuckpt's side of tcgpud: ps, events, `run --project`
- * and suspend/resume of jobs tcgpud manages (docs/tcgpud.md, docs/cli.md).
+ * tcgpud.h - gpuckpt's side of tcgpud, for the other command files: the
+ * options of `run --project ...` and suspend/resume of jobs tcgpud manages
+ * (docs/tcgpud.md, docs/cli.md). ps and events are in commands.h.
  */
 #ifndef GPUCKPT_TCGPUD_H
 #define GPUCKPT_TCGPUD_H
@@ -44,8 +45,5 @@ int gpuckpt_tcgpud_run_option(int opt, const char *arg);
  */
 int gpuckpt_tcgpud_op(const char *cmd, pid_t pid, const char *dir, int auto_resume, int quiet,
                       int timeout_ms);
-
-int gpuckpt_cmd_ps(int argc, char **argv);
-int gpuckpt_cmd_events(int argc, char **argv);
 
 #endif

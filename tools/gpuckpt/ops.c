@@ -1,0 +1,645 @@
+/*
+ * ops.c - the commands that talk to one process over its control socket:
+ * gpuckpt status, checkpoint, suspend and resume (docs/cli.md), and
+ * gpuckpt_call() for save and restore (ops.h).
+ *
+ * suspend and resume add the driver's step (driver.h): suspend hands the
+ * process's context to the driver after tcgpu drained its memory, resume
+ * takes it back first. A job tcgpud manages goes through tcgpud instead
+ * (tcgpud.h), so that its view stays true.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "driver.h"
+#include "ops.h"
+#include "tcgpud.h"
+#include "util.h"
+#include "ctl/client.h"
+#include "ctl/proto.h"
+#include "common/clock.h"
+#include "common/names.h"
+#include "common/units.h"
+#include "tcgpu.h"
+
+/* ---------------------------------------------------------------------------
+ * Talking to a process
+ * ------------------------------------------------------------------------- */
+
+struct client_opts {
+    int timeout_ms;             /* -1: no limit */
+    int wait_ms;                /* keep trying to connect this long (0: once) */
+    int json;
+    int quiet;
+    int keep_context;           /* suspend: leave the CUDA context to the process */
+    int auto_resume;            /* suspend through tcgpud: it may resume when memory fits */
+    const char *dir;
+    const char *parent;         /* checkpoint: parent image or "auto" */
+};
+
+struct progress_view {
+    const char *what;
+    int shown;
+    uint64_t t0_ns;
+};
+
+static void show_progress(uint64_t done, uint64_t total, void *arg)
+{
+    struct progress_view *v = arg;
+    char d[32], t[32];
+    double secs = (double)(now_ns() - v->t0_ns) / 1e9;
+
+    if (total)
+        fprintf(stderr, "\r%s: %s / %s (%3.0f%%)  %.1f s ", v->what, units_format_bytes(done, d, sizeof(d)),
+                units_format_bytes(total, t, sizeof(t)), 100.0 * (double)done / (double)total, secs);
+    else
+        fprintf(stderr, "\r%s: %s  %.1f s ", v->what, units_format_bytes(done, d, sizeof(d)), secs);
+    fflush(stderr);
+    v->shown = 1;
+}
+
+static int connect_retrying(pid_t pid, struct ctl_conn *c, int wait_ms, char *err, size_t errlen)
+{
+    uint64_t deadline = now_ns() + (uint64_t)wait_ms * 1000000u;
+    int r;
+
+    for (;;) {
+        r = ctl_connect(pid, c, err, errlen);
+        /* only "not there yet" is worth waiting for */
+        if (r != -ENOENT || now_ns() >= deadline)
+            return r;
+        usleep(50000);
+    }
+}
+
+/*
+ * Connect, send `req`, wait for the final reply into *reply. Prints errors.
+ * Returns an exit code; CTL_EXIT_OK means *reply is "ok".
+ */
+static int call(const char *cmd, pid_t pid, struct ctl_buf *req, struct ctl_msg *reply,
+                const struct client_opts *o)
+{
+    struct ctl_conn c;
+    struct progress_view view = { .what = cmd, .t0_ns = now_ns() };
+    char err[PATH_MAX + 512];
+    long len = ctl_buf_finish(req);
+    int r, show;
+
+    if (len < 0) {
+        gpuckpt_error("%s %d: request too long", cmd, (int)pid);
+        return CTL_EXIT_USAGE;
+    }
+    r = connect_retrying(pid, &c, o->wait_ms, err, sizeof(err));
+    if (r < 0) {
+        gpuckpt_error("%s", err);
+        return ctl_exit_code(r, 0);
+    }
+    show = !o->quiet && strcmp(cmd, "status") && isatty(STDERR_FILENO);
+    r = ctl_call(&c, req->data, (size_t)len, reply, o->timeout_ms, show ? show_progress : NULL, &view);
+    ctl_close(&c);
+    if (view.shown)
+        fprintf(stderr, "\r\033[K");
+    if (r == -ETIMEDOUT) {
+        gpuckpt_error("%s %d: no reply within the timeout; the operation goes on in the process "
+                      "(check with gpuckpt status %d)", cmd, (int)pid, (int)pid);
+        return CTL_EXIT_TIMEOUT;
+    }
+    if (r < 0) {
+        gpuckpt_error("%s %d: %s", cmd, (int)pid,
+                      r == -ECONNRESET ? "the process closed the connection without a reply "
+                                         "(did it exit?)"
+                      : r == -EPROTO ? "malformed reply" : strerror(-r));
+        return ctl_exit_code(r, 0);
+    }
+    if (reply->err) {
+        gpuckpt_error("%s %d: %s: %s", cmd, (int)pid, reply->err_name, reply->err_text);
+        return ctl_exit_code(reply->err, 1);
+    }
+    return CTL_EXIT_OK;
+}
+
+/* Options common to the commands that talk to a process. */
+enum { OPT_TIMEOUT = 1000, OPT_WAIT, OPT_JSON, OPT_KEEP_CONTEXT, OPT_PARENT };
+
+/*
+ * Parses the options and the PID of `self`'s command line (shortopts: the
+ * short options it takes). Returns 0, -1 when --help was shown, or a usage
+ * exit code (the error printed).
+ */
+static int parse_client_args(const struct gpuckpt_command *self, int argc, char **argv,
+                             const char *shortopts, struct client_opts *o, pid_t *pid)
+{
+    const char *cmd = self->name;
+    static const struct option longopts[] = {
+        { "dir", required_argument, NULL, 'D' },
+        { "timeout", required_argument, NULL, OPT_TIMEOUT },
+        { "wait", required_argument, NULL, OPT_WAIT },
+        { "json", no_argument, NULL, OPT_JSON },
+        { "keep-context", no_argument, NULL, OPT_KEEP_CONTEXT },
+        { "auto-resume", no_argument, NULL, GPUCKPT_OPT_AUTO_RESUME },
+        { "parent", required_argument, NULL, OPT_PARENT },
+        { "quiet", no_argument, NULL, 'q' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    int ch;
+
+    memset(o, 0, sizeof(*o));
+    o->timeout_ms = -1;
+    optind = 1;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'h':
+            gpuckpt_command_help(self);
+            return -1;
+        case 'D':
+            if (!strchr(shortopts, 'D'))
+                return gpuckpt_usage_error(cmd, "no -D/--dir for this command");
+            o->dir = optarg;
+            break;
+        case 'q':
+            o->quiet = 1;
+            break;
+        case OPT_TIMEOUT:
+            if ((o->timeout_ms = gpuckpt_parse_seconds_ms(optarg)) < 0)
+                return gpuckpt_usage_error(cmd, "--timeout wants seconds, not '%s'", optarg);
+            break;
+        case OPT_WAIT:
+            if ((o->wait_ms = gpuckpt_parse_seconds_ms(optarg)) < 0)
+                return gpuckpt_usage_error(cmd, "--wait wants seconds, not '%s'", optarg);
+            break;
+        case OPT_JSON:
+            if (strcmp(cmd, "status"))
+                return gpuckpt_usage_error(cmd, "--json is for status and inspect");
+            o->json = 1;
+            break;
+        case OPT_KEEP_CONTEXT:
+            if (strcmp(cmd, "suspend"))
+                return gpuckpt_usage_error(cmd, "--keep-context is for suspend");
+            o->keep_context = 1;
+            break;
+        case GPUCKPT_OPT_AUTO_RESUME:
+            if (strcmp(cmd, "suspend"))
+                return gpuckpt_usage_error(cmd, "--auto-resume is for suspend");
+            o->auto_resume = 1;
+            break;
+        case OPT_PARENT:
+            if (strcmp(cmd, "checkpoint"))
+                return gpuckpt_usage_error(cmd, "--parent is for checkpoint");
+            o->parent = optarg;
+            break;
+        default:
+            return gpuckpt_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind != argc - 1)
+        return gpuckpt_usage_error(cmd, optind >= argc ? "which PID?" : "one PID, please");
+    if (gpuckpt_parse_pid(argv[optind], pid) < 0)
+        return gpuckpt_usage_error(cmd, "'%s' is not a process id", argv[optind]);
+    return 0;
+}
+
+/* The quiet call for save and restore: see ops.h. */
+int gpuckpt_call(const char *cmd, pid_t pid, const char *dir, struct tcgpu_status *st)
+{
+    struct client_opts o = { .timeout_ms = -1, .quiet = 1 };
+    struct ctl_buf *req = malloc(sizeof(*req));
+    struct ctl_msg *rep = malloc(sizeof(*rep));
+    int r = CTL_EXIT_FAILED;
+
+    if (req && rep) {
+        ctl_buf_request(req, cmd);
+        if (dir)
+            ctl_buf_put(req, "dir", dir);
+        r = call(cmd, pid, req, rep, &o);
+        if (st && (r == CTL_EXIT_OK || rep->err) && ctl_get_status(rep, st) < 0)
+            memset(st, 0, sizeof(*st));
+    }
+    free(req);
+    free(rep);
+    return r;
+}
+
+/* Does the command take -D DIR? */
+enum dir_arg { NO_DIR, DIR_OPTIONAL, DIR_REQUIRED };
+
+/* One command's call on one process: its command line, request and reply. */
+struct op {
+    const char *cmd;            /* the command's name, which is also the request's */
+    struct client_opts o;
+    pid_t pid;
+    char dir[PATH_MAX];         /* -D DIR made absolute; "" without -D */
+    struct ctl_buf req;
+    struct ctl_msg rep;
+};
+
+/* op's request: -D DIR and --parent made absolute. CTL_EXIT_OK or a usage exit code. */
+static int build_request(struct op *op)
+{
+    const char *parent = op->o.parent;
+    char abs_parent[PATH_MAX];
+    int e;
+
+    ctl_buf_request(&op->req, op->cmd);
+    op->dir[0] = '\0';
+    if (op->o.dir) {
+        e = gpuckpt_absolute_dir(op->o.dir, op->dir, sizeof(op->dir));
+        if (e < 0)
+            return gpuckpt_usage_error(op->cmd, "bad directory '%s': %s", op->o.dir, strerror(-e));
+        ctl_buf_put(&op->req, "dir", op->dir);
+    }
+    if (parent && strcmp(parent, "auto")) {
+        e = gpuckpt_absolute_dir(parent, abs_parent, sizeof(abs_parent));
+        if (e < 0)
+            return gpuckpt_usage_error(op->cmd, "bad parent directory '%s': %s", parent,
+                                       strerror(-e));
+        parent = abs_parent;
+    }
+    if (parent)
+        ctl_buf_put(&op->req, "parent", parent);
+    return CTL_EXIT_OK;
+}
+
+/*
+ * Parses `self`'s command line into a new op with its request ready to send.
+ * Returns CTL_EXIT_OK and *out, which the caller frees. Otherwise *out is
+ * NULL and the return value is the exit code: CTL_EXIT_OK after --help, a
+ * usage exit code (said on stderr), CTL_EXIT_FAILED without memory.
+ */
+static int op_start(const struct gpuckpt_command *self, int argc, char **argv, enum dir_arg dir,
+                    struct op **out)
+{
+    struct op *op = malloc(sizeof(*op));
+    int r;
+
+    *out = NULL;
+    if (!op)
+        return CTL_EXIT_FAILED;
+    op->cmd = self->name;
+    r = parse_client_args(self, argc, argv, dir == NO_DIR ? "hq" : "hqD:", &op->o, &op->pid);
+    if (r != 0) {
+        r = r < 0 ? CTL_EXIT_OK : r;
+        goto err;
+    }
+    if (dir == DIR_REQUIRED && !op->o.dir) {
+        r = gpuckpt_usage_error(op->cmd, "-D DIR is required");
+        goto err;
+    }
+    r = build_request(op);
+    if (r != CTL_EXIT_OK)
+        goto err;
+    *out = op;
+    return CTL_EXIT_OK;
+err:
+    free(op);
+    return r;
+}
+
+/* Sends op's request and waits for the reply (call()). */
+static int op_call(struct op *op)
+{
+    return call(op->cmd, op->pid, &op->req, &op->rep, &op->o);
+}
+
+/* The reply's status for the summary line; without one, the plain line and -1. */
+static int summary_status(const struct op *op, struct tcgpu_status *st)
+{
+    if (ctl_get_status(&op->rep, st) == 0)
+        return 0;
+    printf("process %d: %s done\n", (int)op->pid, op->cmd);
+    return -1;
+}
+
+/* ---------------------------------------------------------------------------
+ * status
+ * ------------------------------------------------------------------------- */
+
+static void print_status_json(pid_t pid, const struct ctl_msg *m, const char *drv, FILE *f)
+{
+    int first = 1;
+
+    fprintf(f, "{");
+    if (!ctl_get(m, "pid")) {
+        fprintf(f, "\"pid\":%d", (int)pid);
+        first = 0;
+    }
+    for (int i = 0; i < m->nfields; i++) {
+        const struct ctl_field *fl = &m->fields[i];
+        fprintf(f, "%s\"%s\":", first ? "" : ",", fl->key);
+        if (gpuckpt_is_integer(fl->value))
+            fputs(fl->value, f);
+        else
+            gpuckpt_json_string(f, fl->value);
+        first = 0;
+    }
+    fprintf(f, ",\"driver_state\":");
+    gpuckpt_json_string(f, drv);
+    fprintf(f, "}\n");
+}
+
+static void print_status_human(pid_t pid, const struct ctl_msg *m, FILE *f)
+{
+    struct tcgpu_status st;
+    char a[32], b[32], c[32], q[32], fr[32], t[32];
+    const char *sig = ctl_get(m, "trigger_signal");
+    const char *act = ctl_get(m, "trigger_action");
+    const char *inst = ctl_get(m, "trigger_installed");
+
+    if (ctl_get_status(m, &st) < 0) {
+        fprintf(f, "process %d: (unreadable status)\n", (int)pid);
+        return;
+    }
+    fprintf(f, "process %d: %s\n", (int)pid, tcgpu_state_name(st.state));
+    fprintf(f, "  gpu memory   %s held, %s tracked, last image %s\n",
+            units_format_bytes(st.gpu_bytes, a, sizeof(a)), units_format_bytes(st.tracked_bytes, b, sizeof(b)),
+            units_format_bytes(st.image_bytes, c, sizeof(c)));
+    fprintf(f, "  objects      %u allocations, %u contexts, %u streams, %u events, %u modules\n",
+            st.allocations, st.contexts, st.streams, st.events, st.modules);
+    if (st.last_op == TCGPU_OP_NONE)
+        fprintf(f, "  last op      none\n");
+    else {
+        fprintf(f, "  last op      %s: %s%s%s\n", tcgpu_op_name(st.last_op),
+                st.last_result ? errno_name(st.last_result) : "ok",
+                st.last_error[0] ? ": " : "", st.last_error);
+        fprintf(f, "  timings      quiesce %s, gpu free %s, total %s\n",
+                units_format_ns(st.last_quiesce_ns, q, sizeof(q)), units_format_ns(st.last_free_ns, fr, sizeof(fr)),
+                units_format_ns(st.last_total_ns, t, sizeof(t)));
+    }
+    if (sig) {
+        if (!strcmp(sig, "off"))
+            fprintf(f, "  signal       off\n");
+        else
+            fprintf(f, "  signal       %s -> %s%s\n", sig, act ? act : "?",
+                    inst && !strcmp(inst, "0") ? " (NOT in place: the program replaced the handler)"
+                                               : "");
+    }
+}
+
+/* The driver's checkpoint state of pid: "running", "locked", "checkpointed",
+ * "failed", "none" (unknown to the driver) or "unavailable" (no API). */
+static const char *driver_state_word(pid_t pid)
+{
+    int state;
+
+    if (!gdrv_available(NULL, 0))
+        return "unavailable";
+    gdrv_get_state(pid, &state, NULL, 0);
+    return gdrv_state_name(state);
+}
+
+static const char *driver_state_human(const char *w)
+{
+    if (!strcmp(w, "running"))
+        return "held by the process (driver state running)";
+    if (!strcmp(w, "checkpointed"))
+        return "released to the driver (driver state checkpointed)";
+    if (!strcmp(w, "locked"))
+        return "held, CUDA calls locked by the driver (driver state locked)";
+    if (!strcmp(w, "failed"))
+        return "driver checkpoint FAILED";
+    if (!strcmp(w, "unavailable"))
+        return "held (the driver has no checkpoint API)";
+    return "unknown to the driver";
+}
+
+int gpuckpt_cmd_status(const struct gpuckpt_command *self, int argc, char **argv)
+{
+    const char *drv;
+    struct op *op;
+    int r = op_start(self, argc, argv, NO_DIR, &op);
+
+    if (!op)
+        return r;
+    r = op_call(op);
+    if (r == CTL_EXIT_OK) {
+        drv = driver_state_word(op->pid);
+        if (op->o.json) {
+            print_status_json(op->pid, &op->rep, drv, stdout);
+        } else {
+            print_status_human(op->pid, &op->rep, stdout);
+            printf("  context      %s\n", driver_state_human(drv));
+        }
+    }
+    free(op);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------
+ * checkpoint, suspend, resume
+ * ------------------------------------------------------------------------- */
+
+/* Lock bound for the driver's checkpoint: --timeout, else the gate's default. */
+static unsigned lock_timeout_ms(const struct client_opts *o)
+{
+    return o->timeout_ms > 0 ? (unsigned)o->timeout_ms : 10000;
+}
+
+/*
+ * Suspend's second half (docs/save-restore.md): with the driver checkpoint API,
+ * hand the process's context to the driver, which releases it. On failure
+ * the process stays tcgpu-suspended with its context (gdrv_release is all
+ * or nothing). note receives what to add to the summary line.
+ */
+static int release_context(pid_t pid, const struct client_opts *o, char *note, size_t len)
+{
+    char why[512], err[512];
+    int r;
+
+    if (!gdrv_available(why, sizeof(why))) {
+        snprintf(note, len, "; context kept (%s)", why);
+        return CTL_EXIT_OK;
+    }
+    r = gdrv_release(pid, lock_timeout_ms(o), err, sizeof(err));
+    if (r == 0) {
+        snprintf(note, len, "; context released");
+        return CTL_EXIT_OK;
+    }
+    gpuckpt_error("suspend %d: suspended (device memory released), but the CUDA context could "
+                  "not be released: %s", (int)pid, err);
+    return r == -ETIMEDOUT ? CTL_EXIT_TIMEOUT : CTL_EXIT_FAILED;
+}
+
+/*
+ * Resume's first half: take the context back from the driver (Restore +
+ * Unlock, as GetState says), so that tcgpu can re-create memory. *taken
+ * says whether there was anything to take back.
+ */
+static int reacquire_context(pid_t pid, int *taken)
+{
+    char err[512];
+    int state, r;
+
+    *taken = 0;
+    if (!gdrv_available(NULL, 0) || gdrv_get_state(pid, &state, err, sizeof(err)) < 0 ||
+        state == GDRV_RUNNING)
+        return CTL_EXIT_OK;     /* nothing of ours to take back */
+    r = gdrv_reacquire(pid, err, sizeof(err));
+    if (r == 0) {
+        *taken = 1;
+        return CTL_EXIT_OK;
+    }
+    gpuckpt_error("resume %d: cannot take the CUDA context back from the driver (the process "
+                  "stays suspended): %s", (int)pid, err);
+    return r == -ENOMEM ? CTL_EXIT_NOROOM : CTL_EXIT_FAILED;
+}
+
+/*
+ * Serialises gpuckpt's suspend and resume of one process across gpuckpt
+ * processes: the tcgpu operation and the driver step together must not
+ * interleave with another gpuckpt's (two resumes would both see the context
+ * checkpointed and race on Restore/Unlock). The process serialises its own
+ * operations; this covers the driver step. A lock file <run dir>/<pid>.lock
+ * next to the control socket (the run dir is private to the user, checked by
+ * ctl_connect); the holder removes it, and a waiter that finds it replaced
+ * after getting the lock tries again. Returns the descriptor, or -1 when no
+ * lock could be had (the operation then goes on unserialised, as before).
+ */
+static int lock_process(pid_t pid)
+{
+    struct ctl_conn c;
+    char err[PATH_MAX + 512], path[PATH_MAX];
+    struct stat a, b;
+    int fd;
+
+    if (ctl_connect(pid, &c, err, sizeof(err)) < 0)
+        return -1;              /* the operation reports the problem */
+    ctl_close(&c);
+    snprintf(path, sizeof(path), "%s", c.path);
+    if (!strrchr(path, '/'))
+        return -1;
+    snprintf(strrchr(path, '/') + 1, sizeof(path) - (size_t)(strrchr(path, '/') + 1 - path),
+             "%d.lock", (int)pid);
+    for (int tries = 0; tries < 100; tries++) {
+        fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return -1;
+        if (flock(fd, LOCK_EX) == 0 && fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
+            a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+            return fd;
+        close(fd);              /* removed by the previous holder: take the new one */
+    }
+    return -1;
+}
+
+static void unlock_process(int fd)
+{
+    char link[64], path[PATH_MAX];
+    ssize_t n;
+
+    if (fd < 0)
+        return;
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    n = readlink(link, path, sizeof(path) - 1);
+    if (n > 0) {
+        path[n] = '\0';
+        unlink(path);           /* while holding it: waiters see a new file */
+    }
+    close(fd);
+}
+
+/* A resume that failed after the context came back: release it again, as it was. */
+static void rerelease_context(pid_t pid, const struct client_opts *o)
+{
+    char err[512];
+
+    if (gdrv_release(pid, lock_timeout_ms(o), err, sizeof(err)) < 0)
+        gpuckpt_error("resume %d: the process keeps its CUDA context (suspended): %s", (int)pid, err);
+}
+
+/* Suspend by the process itself, then the driver's step unless --keep-context. */
+static int suspend_directly(struct op *op)
+{
+    struct tcgpu_status st;
+    char note[600] = "", t[32], b[32];
+    int lock = lock_process(op->pid);
+    int r = op_call(op);
+
+    if (r == CTL_EXIT_OK && !op->o.keep_context)
+        r = release_context(op->pid, &op->o, note, sizeof(note));
+    if (r == CTL_EXIT_OK && !op->o.quiet && summary_status(op, &st) == 0)
+        printf("process %d suspended in %s (gpu memory released after %s)%s%s%s\n", (int)op->pid,
+               units_format_ns(st.last_total_ns, t, sizeof(t)),
+               units_format_ns(st.last_free_ns, b, sizeof(b)), op->o.dir ? ", image " : "", op->dir,
+               note);
+    unlock_process(lock);
+    return r;
+}
+
+/* The driver's step first (the context back), then resume by the process itself. */
+static int resume_directly(struct op *op)
+{
+    struct tcgpu_status st;
+    char t[32];
+    int taken, lock = lock_process(op->pid);
+    int r = reacquire_context(op->pid, &taken);
+
+    if (r == CTL_EXIT_OK) {
+        r = op_call(op);
+        if (r != CTL_EXIT_OK && r != CTL_EXIT_REFUSED && taken)
+            rerelease_context(op->pid, &op->o);
+    }
+    if (r == CTL_EXIT_OK && !op->o.quiet && summary_status(op, &st) == 0)
+        printf("process %d resumed in %s\n", (int)op->pid,
+               units_format_ns(st.last_total_ns, t, sizeof(t)));
+    unlock_process(lock);
+    return r;
+}
+
+int gpuckpt_cmd_checkpoint(const struct gpuckpt_command *self, int argc, char **argv)
+{
+    struct tcgpu_status st;
+    char t[32], b[32];
+    struct op *op;
+    int r = op_start(self, argc, argv, DIR_REQUIRED, &op);
+
+    if (!op)
+        return r;
+    r = op_call(op);
+    if (r == CTL_EXIT_OK && !op->o.quiet && summary_status(op, &st) == 0)
+        printf("process %d checkpointed to %s in %s (%s)\n", (int)op->pid, op->dir,
+               units_format_ns(st.last_total_ns, t, sizeof(t)),
+               units_format_bytes(st.image_bytes, b, sizeof(b)));
+    free(op);
+    return r;
+}
+
+/*
+ * suspend and resume: a job tcgpud manages goes through tcgpud, so that its
+ * view stays true (and a manual suspension is not undone automatically);
+ * any other process is asked directly.
+ */
+static int suspend_or_resume(const struct gpuckpt_command *self, int argc, char **argv,
+                             int (*directly)(struct op *op))
+{
+    struct op *op;
+    int r = op_start(self, argc, argv, DIR_OPTIONAL, &op);
+
+    if (!op)
+        return r;
+    r = gpuckpt_tcgpud_op(op->cmd, op->pid, op->o.dir ? op->dir : NULL, op->o.auto_resume,
+                          op->o.quiet, op->o.timeout_ms);
+    if (r < 0)
+        r = directly(op);
+    free(op);
+    return r;
+}
+
+int gpuckpt_cmd_suspend(const struct gpuckpt_command *self, int argc, char **argv)
+{
+    return suspend_or_resume(self, argc, argv, suspend_directly);
+}
+
+int gpuckpt_cmd_resume(const struct gpuckpt_command *self, int argc, char **argv)
+{
+    return suspend_or_resume(self, argc, argv, resume_directly);
+}

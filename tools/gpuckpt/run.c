@@ -1,0 +1,187 @@
+/*
+ * run.c - gpuckpt run: a command with libtcgpu.so preloaded (docs/cli.md).
+ *
+ * The options become the library's environment (TCGPU_*), checked here so
+ * that a mistake is a usage error rather than a program that starts without
+ * what was asked; then gpuckpt execs the command, which keeps gpuckpt's pid.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "tcgpud.h"
+#include "util.h"
+#include "ctl/client.h"
+#include "common/macros.h"
+#include "common/signals.h"
+
+#ifndef TCGPU_INSTALL_LIBDIR
+#define TCGPU_INSTALL_LIBDIR "/usr/local/lib"
+#endif
+
+static int readable_file(const char *p)
+{
+    struct stat st;
+
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, R_OK) == 0;
+}
+
+/*
+ * Where libtcgpu.so is: $TCGPU_LIB, else next to gpuckpt (build tree or
+ * install), else in the install's libdir. out: PATH_MAX bytes (realpath's).
+ * 0, or -1 with the places looked in said on stderr.
+ */
+static int find_library(char out[PATH_MAX])
+{
+    const char *env = getenv("TCGPU_LIB");
+    char exe[PATH_MAX], looked[4 * PATH_MAX] = "";
+    static const char *const rel[] = {
+        "/../../interpose/libtcgpu.so", /* build tree: tools/gpuckpt/gpuckpt */
+        "/../lib/tcgpu/libtcgpu.so",    /* installed: bin/gpuckpt */
+        "/../lib/libtcgpu.so",
+        "/../lib64/libtcgpu.so",
+    };
+    char cand[PATH_MAX];
+    ssize_t n;
+
+    if (env && *env) {
+        if (!realpath(env, out) || !readable_file(out)) {
+            gpuckpt_error("TCGPU_LIB=%s: not a readable file", env);
+            return -1;
+        }
+        return 0;
+    }
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = '\0';
+        for (size_t i = 0; i < NELEM(rel); i++) {
+            snprintf(cand, sizeof(cand), "%s%s", exe, rel[i]);
+            size_t l = strlen(looked);
+            snprintf(looked + l, sizeof(looked) - l, "\n  %s", cand);
+            if (readable_file(cand) && realpath(cand, out))
+                return 0;
+        }
+    }
+    const char *fixed[] = { TCGPU_INSTALL_LIBDIR "/tcgpu/libtcgpu.so", TCGPU_INSTALL_LIBDIR "/libtcgpu.so" };
+    for (size_t i = 0; i < NELEM(fixed); i++) {
+        size_t l = strlen(looked);
+        snprintf(looked + l, sizeof(looked) - l, "\n  %s", fixed[i]);
+        if (readable_file(fixed[i]) && realpath(fixed[i], out))
+            return 0;
+    }
+    gpuckpt_error("cannot find libtcgpu.so; set TCGPU_LIB=/path/to/libtcgpu.so. Looked in:%s", looked);
+    return -1;
+}
+
+/* LD_PRELOAD with lib first; the existing entries (space- or colon-separated) kept. */
+static int preload_with(const char *lib)
+{
+    const char *old = getenv("LD_PRELOAD");
+    char *v;
+    int r;
+
+    if (strpbrk(lib, " :")) {
+        gpuckpt_error("%s: LD_PRELOAD cannot hold a path with a space or colon; "
+                      "move the library or set TCGPU_LIB to a link without them", lib);
+        return -1;
+    }
+    if (old && *old) {
+        /* already there? then leave LD_PRELOAD alone */
+        char *copy = strdup(old), *save = NULL;
+        for (char *t = copy ? strtok_r(copy, " :", &save) : NULL; t; t = strtok_r(NULL, " :", &save)) {
+            if (!strcmp(t, lib)) {
+                free(copy);
+                return 0;
+            }
+        }
+        free(copy);
+        if (asprintf(&v, "%s:%s", lib, old) < 0)
+            return -1;
+    } else if (!(v = strdup(lib))) {
+        return -1;
+    }
+    r = setenv("LD_PRELOAD", v, 1);
+    free(v);
+    return r;
+}
+
+int gpuckpt_cmd_run(const struct gpuckpt_command *self, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "signal", required_argument, NULL, 's' },
+        { "signal-action", required_argument, NULL, 'a' },
+        { "checkpoint-dir", required_argument, NULL, 'D' },
+        { "run-dir", required_argument, NULL, 'R' },
+        { "log", required_argument, NULL, 'l' },
+        GPUCKPT_TCGPUD_RUN_LONGOPTS,
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    char lib[PATH_MAX], dir[PATH_MAX];
+    int ch;
+
+    optind = 1;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, "+hs:a:D:R:l:", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'h':
+            gpuckpt_command_help(self);
+            return CTL_EXIT_OK;
+        case 's':
+            if (tcgpu_signal_parse(optarg) < 0)
+                return gpuckpt_usage_error("run", "--signal %s: unknown or unusable signal "
+                                           "(try RTMIN+4, USR2, 38 or off)", optarg);
+            setenv("TCGPU_SIGNAL", optarg, 1);
+            break;
+        case 'a':
+            if (tcgpu_sigaction_parse(optarg) < 0)
+                return gpuckpt_usage_error("run", "--signal-action %s: one of toggle, suspend, "
+                                           "resume, checkpoint", optarg);
+            setenv("TCGPU_SIGNAL_ACTION", optarg, 1);
+            break;
+        case 'D':
+            if (gpuckpt_absolute_dir(optarg, dir, sizeof(dir)) < 0)
+                return gpuckpt_usage_error("run", "bad directory '%s'", optarg);
+            setenv("TCGPU_CHECKPOINT_DIR", dir, 1);
+            break;
+        case 'R':
+            if (gpuckpt_absolute_dir(optarg, dir, sizeof(dir)) < 0)
+                return gpuckpt_usage_error("run", "bad directory '%s'", optarg);
+            setenv("TCGPU_RUN_DIR", dir, 1);
+            break;
+        case 'l':
+            if (strcmp(optarg, "quiet") && strcmp(optarg, "info") && strcmp(optarg, "debug"))
+                return gpuckpt_usage_error("run", "--log is quiet, info or debug");
+            setenv("TCGPU_LOG", optarg, 1);
+            break;
+        case GPUCKPT_OPT_PROJECT ... GPUCKPT_OPT_TCGPUD_LAST - 1: {
+            int e = gpuckpt_tcgpud_run_option(ch, optarg);   /* tcgpud's: sets TCGPU_* */
+            if (e)
+                return e;
+            break;
+        }
+        default:
+            return gpuckpt_usage_error("run", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return gpuckpt_usage_error("run", "which command?");
+    if (find_library(lib) < 0)
+        return CTL_EXIT_FAILED;
+    if (preload_with(lib) < 0) {
+        gpuckpt_error("cannot set LD_PRELOAD");
+        return CTL_EXIT_FAILED;
+    }
+    execvp(argv[optind], argv + optind);
+    gpuckpt_error("cannot run %s: %s", argv[optind], strerror(errno));
+    return errno == ENOENT ? 127 : 126;
+}
