@@ -511,6 +511,20 @@ static void at_exit(void)
         unlink(ctl.sock_path);
 }
 
+/* Undo what tcgpu_control_start() set up, with no service thread running:
+ * remove the socket, close the descriptors, put the signal's previous
+ * disposition back. */
+static void close_channel(void)
+{
+    if (ctl.sock_path[0])
+        unlink(ctl.sock_path);
+    ctl.sock_path[0] = '\0';
+    close_fd(&ctl.listen_fd);
+    close_fd(&ctl.stop_fd);
+    tcgpu_signal_trigger_uninstall();
+    ctl.sig = 0;
+}
+
 static void atfork_child_hook(void)
 {
     tcgpu_control_atfork_child();
@@ -559,12 +573,7 @@ int tcgpu_control_start(void)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (r < 0) {
         log_err("control channel disabled: cannot start its thread: %s", strerror(-r));
-        if (ctl.sock_path[0])
-            unlink(ctl.sock_path);
-        ctl.sock_path[0] = '\0';
-        close_fd(&ctl.listen_fd);
-        close_fd(&ctl.stop_fd);
-        tcgpu_signal_trigger_uninstall();
+        close_channel();
         goto out;
     }
     pthread_setname_np(ctl.thread, "tcgpu-control");
@@ -591,13 +600,7 @@ void tcgpu_control_stop(void)
         /* the counter cannot be full: one write per stop */
     }
     pthread_join(ctl.thread, NULL);
-    if (ctl.sock_path[0])
-        unlink(ctl.sock_path);
-    ctl.sock_path[0] = '\0';
-    close_fd(&ctl.listen_fd);
-    close_fd(&ctl.stop_fd);
-    tcgpu_signal_trigger_uninstall();
-    ctl.sig = 0;
+    close_channel();
     ctl.started = 0;
     ctl.owner = 0;
     pthread_mutex_unlock(&ctl_lock);
