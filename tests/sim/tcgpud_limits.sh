@@ -3,7 +3,7 @@
 # CUDA_ERROR_OUT_OF_MEMORY), and cuMemGetInfo reports the job's view.
 # Without tcgpud (--gpu-mem alone); with tcgpud (a project's default_limit):
 # borrow = no keeps it hard, borrow = yes lets tcgpud raise it when the GPU
-# has room.
+# has room. A job's negative priority is shown with its sign.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tcgpud_lib.sh"
 PROBE=$PROGS/tcgpud_meminfo
@@ -46,4 +46,16 @@ grep -q 'over_limit=1' <<<"$evs" || fail "no over-limit request in the events"
 # a job's own --gpu-mem beats the project's default
 out=$("$GPUCKPT" run --project strict --gpu-mem 512M -- "$PROBE" 100 200) || fail "probe failed: $out"
 grep -q '^total=512 ' <<<"$out" && grep -q '^more=ok$' <<<"$out" || fail "--gpu-mem 512M: $out"
-echo "ok: limits enforced, cuMemGetInfo shows the job's view, borrowing raises the limit"
+# a priority below the project's, negative: shown with its sign everywhere
+start_bg "$WORK/neg.out" "$GPUCKPT" run --project strict --priority -5 -- "$TRAIN" --mb 16 --steps 100000 --print-every 0 --sleep-ms 5
+neg=$BG
+wait_registered "$neg"
+[ "$(job_field "$neg" priority)" = -5 ] || fail "ps --json: priority $(job_field "$neg" priority), not -5"
+ps=$("$GPUCKPT" ps)
+grep -qE "^$neg +[^ ]+ +strict +-5 " <<<"$ps" || fail "gpuckpt ps does not show priority -5: $ps"
+evs=$("$GPUCKPT" events)
+grep -qE "registered +pid $neg \(strict, prio -5\).* priority_given=-5( |\$)" <<<"$evs" ||
+    fail "the registered event does not show priority -5: $(grep "pid $neg " <<<"$evs")"
+grep -q "pid $neg registered: .*priority -5," "$WORK/tcgpud.log" || fail "not logged with priority -5"
+kill "$neg"
+echo "ok: limits enforced, cuMemGetInfo shows the job's view, borrowing raises the limit, negative priorities"

@@ -218,6 +218,13 @@ static const char *u64s(uint64_t v, char *buf)
     return buf;
 }
 
+/* A signed value (a priority) with its sign: never through u64s(). */
+static const char *i64s(int64_t v, char *buf)
+{
+    snprintf(buf, 24, "%lld", (long long)v);
+    return buf;
+}
+
 static const char *msecs(uint64_t ns, char *buf)
 {
     snprintf(buf, 24, "%.1f", (double)ns / 1e6);
@@ -525,84 +532,135 @@ static void learn_device(int dev, uint64_t reported)
     }
 }
 
-static void cmd_register(int ci, const struct ctl_msg *m)
-{
-    static struct ctl_buf b;
-    const struct ucred *peer = &d.conns[ci].peer;
-    const char *proj = ctl_get(m, "project");
+/* A register request on its way through its steps. */
+struct registration {
+    const struct ucred *peer;     /* the job */
+    const char *proj;
     const struct tcgpud_project *cp;
     struct identity id;
-    struct pol_job_spec s = { .id = (uint64_t)peer->pid, .state = POL_RUNNING };
-    uint64_t gpu_mem = 0, total = 0, dev = 0, start;
+    struct pol_job_spec spec;
+};
+
+/* The project exists and the peer may run in it. 0, or -errno (replied). */
+static int register_member(int ci, const struct ctl_msg *m, struct registration *rg)
+{
+    const char *groups[64];
+    char why[160];
+
+    rg->proj = ctl_get(m, "project");
+    identify(rg->peer->uid, &rg->id);
+    rg->cp = rg->proj ? tcgpud_config_project(&d.cfg, rg->proj) : NULL;
+    if (!rg->cp) {
+        reply_error(ci, -ENOENT, "no project '%s' in %s", rg->proj ? rg->proj : "", d.cfg.path);
+        return -ENOENT;
+    }
+    for (int g = 0; g < rg->id.ngroups; g++)
+        groups[g] = rg->id.groups[g];
+    if (!rg->id.admin && !tcgpud_project_has_member(rg->cp, rg->id.user, groups, rg->id.ngroups)) {
+        snprintf(why, sizeof(why), "user %s is not a member of project %s", rg->id.user, rg->proj);
+        refuse(ci, "register", why);
+        return -EACCES;
+    }
+    rg->spec.project = policy_project_find(d.pol, rg->proj);
+    return 0;
+}
+
+/* The project's priority, or the one asked for: at most the project's
+ * unless the peer is an admin. 0, or -errno (replied). */
+static int register_priority(int ci, const struct ctl_msg *m, struct registration *rg)
+{
+    const char *given = ctl_get(m, "priority");
     int64_t prio;
     char why[160];
-    int r;
 
-    identify(peer->uid, &id);
-    cp = proj ? tcgpud_config_project(&d.cfg, proj) : NULL;
-    if (!cp) {
-        reply_error(ci, -ENOENT, "no project '%s' in %s", proj ? proj : "", d.cfg.path);
-        return;
+    rg->spec.priority = rg->cp->pol.priority;
+    if (!given)
+        return 0;
+    if (ctl_get_i64(m, "priority", &prio) < 0 || prio < -1000000 || prio > 1000000) {
+        reply_error(ci, -EINVAL, "priority '%s' is not an integer", given);
+        return -EINVAL;
     }
-    const char *groups[64];
-    for (int g = 0; g < id.ngroups; g++)
-        groups[g] = id.groups[g];
-    if (!id.admin && !tcgpud_project_has_member(cp, id.user, groups, id.ngroups)) {
-        snprintf(why, sizeof(why), "user %s is not a member of project %s", id.user, proj);
+    if (prio > rg->cp->pol.priority && !rg->id.admin) {
+        snprintf(why, sizeof(why), "priority %lld is above project %s's %d", (long long)prio,
+                 rg->proj, rg->cp->pol.priority);
         refuse(ci, "register", why);
-        return;
+        return -EACCES;
     }
-    s.project = policy_project_find(d.pol, proj);
-    s.priority = cp->pol.priority;
-    if (ctl_get(m, "priority")) {
-        if (ctl_get_i64(m, "priority", &prio) < 0 || prio < -1000000 || prio > 1000000) {
-            reply_error(ci, -EINVAL, "priority '%s' is not an integer", ctl_get(m, "priority"));
-            return;
-        }
-        if (prio > cp->pol.priority && !id.admin) {
-            snprintf(why, sizeof(why), "priority %lld is above project %s's %d", (long long)prio,
-                     proj, cp->pol.priority);
-            refuse(ci, "register", why);
-            return;
-        }
-        s.priority = (int)prio;
-    }
+    rg->spec.priority = (int)prio;
+    return 0;
+}
+
+/* Its memory limit and its device, which tcgpud learns of. 0, or -errno (replied). */
+static int register_memory(int ci, const struct ctl_msg *m, struct registration *rg)
+{
+    uint64_t gpu_mem = 0, total = 0, dev = 0;
+
     if ((ctl_get(m, "gpu_mem") && ctl_get_u64(m, "gpu_mem", &gpu_mem) < 0) ||
         (ctl_get(m, "total") && ctl_get_u64(m, "total", &total) < 0) ||
         (ctl_get(m, "device") && (ctl_get_u64(m, "device", &dev) < 0 || dev >= TCGPUD_MAX_GPUS))) {
         reply_error(ci, -EINVAL, "malformed register request");
-        return;
+        return -EINVAL;
     }
-    s.limit = gpu_mem ? gpu_mem : cp->pol.default_limit;
-    s.device = (int)dev;
+    rg->spec.limit = gpu_mem ? gpu_mem : rg->cp->pol.default_limit;
+    rg->spec.device = (int)dev;
     learn_device((int)dev, total);
-    start = tcgpud_proc_start_ticks(peer->pid);
+    return 0;
+}
+
+/* Into the policy and the job list. 0, or -errno (replied). */
+static int register_admit(int ci, struct registration *rg)
+{
+    pid_t pid = rg->peer->pid;
+    uint64_t start = tcgpud_proc_start_ticks(pid);
+    struct djob *old = job_of(pid);
+    int r;
+
     /* A pid registering again (an exec'd program, a restarted job) starts afresh. */
-    struct djob *old = job_of(peer->pid);
     if (old)
         job_gone(old, "registered again");
-    r = policy_admit(d.pol, &s, now_ns());
-    if (r < 0 || !add_job(peer->pid, peer->uid, id.user, s.project, start)) {
+    r = policy_admit(d.pol, &rg->spec, now_ns());
+    if (r < 0 || !add_job(pid, rg->peer->uid, rg->id.user, rg->spec.project, start)) {
         if (r == 0)
-            policy_job_exited(d.pol, s.id, now_ns(), &acts);
-        reply_error(ci, r < 0 ? r : -ENOMEM, "cannot admit the job: %s", strerror(r < 0 ? -r : ENOMEM));
-        return;
+            policy_job_exited(d.pol, rg->spec.id, now_ns(), &acts);
+        r = r < 0 ? r : -ENOMEM;
+        reply_error(ci, r, "cannot admit the job: %s", strerror(-r));
+        return r;
     }
     pol_actions_clear(&acts);
+    return 0;
+}
+
+static void reply_registered(int ci, const struct ctl_msg *m, const struct registration *rg)
+{
+    static struct ctl_buf b;
+    const struct pol_job_spec *s = &rg->spec;
     char pr[24], lim[24];
-    logmsg("pid %d registered: user %s, project %s, priority %d, limit %s%s", (int)peer->pid,
-           id.user, proj, s.priority, s.limit ? u64s(s.limit / MiB, lim) : "none",
-           s.limit ? " MiB" : "");
-    event("registered", peer->pid, "limit", u64s(s.limit, lim), "priority_given",
-          ctl_get(m, "priority") ? u64s((uint64_t)s.priority, pr) : "", NULL);
+
+    logmsg("pid %d registered: user %s, project %s, priority %d, limit %s%s", (int)rg->peer->pid,
+           rg->id.user, rg->proj, s->priority, s->limit ? u64s(s->limit / MiB, lim) : "none",
+           s->limit ? " MiB" : "");
+    event("registered", rg->peer->pid, "limit", u64s(s->limit, lim), "priority_given",
+          ctl_get(m, "priority") ? i64s(s->priority, pr) : "", NULL);
     d.dirty = 1;
     ctl_buf_ok(&b);
-    ctl_buf_put(&b, "project", proj);
-    ctl_buf_put_i64(&b, "priority", s.priority);
-    ctl_buf_put_u64(&b, "limit", s.limit);
-    ctl_buf_put_u64(&b, "may_borrow", (uint64_t)cp->pol.may_borrow);
+    ctl_buf_put(&b, "project", rg->proj);
+    ctl_buf_put_i64(&b, "priority", s->priority);
+    ctl_buf_put_u64(&b, "limit", s->limit);
+    ctl_buf_put_u64(&b, "may_borrow", (uint64_t)rg->cp->pol.may_borrow);
     send_msg(ci, &b);
     conn_close(ci);
+}
+
+static void cmd_register(int ci, const struct ctl_msg *m)
+{
+    const struct ucred *peer = &d.conns[ci].peer;
+    struct registration rg = { .peer = peer,
+                               .spec = { .id = (uint64_t)peer->pid, .state = POL_RUNNING } };
+
+    if (register_member(ci, m, &rg) < 0 || register_priority(ci, m, &rg) < 0 ||
+        register_memory(ci, m, &rg) < 0 || register_admit(ci, &rg) < 0)
+        return;
+    reply_registered(ci, m, &rg);
 }
 
 /* ---------------------------------------------------------------------------
