@@ -58,4 +58,19 @@ grep -qE "registered +pid $neg \(strict, prio -5\).* priority_given=-5( |\$)" <<
     fail "the registered event does not show priority -5: $(grep "pid $neg " <<<"$evs")"
 grep -q "pid $neg registered: .*priority -5," "$WORK/tcgpud.log" || fail "not logged with priority -5"
 kill "$neg"
+# the dispatcher: an unknown word, a request from a process that is no job,
+# a suspend without its pid=, a resume of no job (first line, decoded)
+ask() {
+    python3 -c '
+import socket, sys, urllib.parse
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect(sys.argv[1])
+s.send(sys.argv[2].encode())
+print(urllib.parse.unquote(s.recv(65536).decode().split("\n")[0]))' "$TCGPU_DAEMON_SOCKET" "$1"
+}
+r=$(ask frobnicate); [ "$r" = "error EINVAL 22 unknown command 'frobnicate'" ] || fail "unknown command: $r"
+r=$(ask "request bytes=1 device=0"); [[ "$r" == "error ENOENT 2 process "*" is not a registered job" ]] ||
+    fail "a request from no job: $r"
+r=$(ask suspend); [ "$r" = "error EINVAL 22 suspend needs pid=N" ] || fail "suspend without pid=: $r"
+r=$(ask "resume pid=1"); [ "$r" = "error ENOENT 2 process 1 is not managed by tcgpud" ] || fail "resume of no job: $r"
 echo "ok: limits enforced, cuMemGetInfo shows the job's view, borrowing raises the limit, negative priorities"

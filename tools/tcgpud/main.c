@@ -35,6 +35,7 @@
 #include "config.h"
 #include "state.h"
 #include "common/clock.h"
+#include "common/macros.h"
 #include "common/names.h"
 
 #define TICK_MS          500
@@ -311,6 +312,22 @@ static void identify(uid_t uid, struct identity *id)
         }
     }
 }
+
+/* Who may send a command: the dispatcher checks it before the handler runs. */
+enum access {
+    ACCESS_ANY_PROCESS,           /* ps, events, status; register, for itself, checks the
+                                     members of the project it names */
+    ACCESS_THE_JOB,               /* a registered job, about itself (its peer pid and uid) */
+    ACCESS_OWNER_OR_ADMIN,        /* pid=N: that job's owner (same uid), or an admin */
+};
+
+/* One command of tcgpud's protocol (docs/tcgpud.md, "Protocol"). */
+struct command {
+    const char *word;
+    enum access access;
+    /* j: the job the access check found (NULL for ACCESS_ANY_PROCESS) */
+    void (*handle)(int ci, const struct ctl_msg *m, struct djob *j);
+};
 
 static void refuse(int ci, const char *what, const char *why)
 {
@@ -651,17 +668,22 @@ static void reply_registered(int ci, const struct ctl_msg *m, const struct regis
     conn_close(ci);
 }
 
-static void cmd_register(int ci, const struct ctl_msg *m)
+static void register_job(int ci, const struct ctl_msg *m, struct djob *unused)
 {
     const struct ucred *peer = &d.conns[ci].peer;
     struct registration rg = { .peer = peer,
                                .spec = { .id = (uint64_t)peer->pid, .state = POL_RUNNING } };
 
+    (void)unused;
     if (register_member(ci, m, &rg) < 0 || register_priority(ci, m, &rg) < 0 ||
         register_memory(ci, m, &rg) < 0 || register_admit(ci, &rg) < 0)
         return;
     reply_registered(ci, m, &rg);
 }
+
+static const struct command cmd_register = {
+    .word = "register", .access = ACCESS_ANY_PROCESS, .handle = register_job,
+};
 
 /* ---------------------------------------------------------------------------
  * Memory requests
@@ -669,18 +691,13 @@ static void cmd_register(int ci, const struct ctl_msg *m)
 
 static void kick_poll(void);
 
-static void cmd_request(int ci, const struct ctl_msg *m)
+static void request_memory(int ci, const struct ctl_msg *m, struct djob *j)
 {
     const struct ucred *peer = &d.conns[ci].peer;
-    struct djob *j = job_of(peer->pid);
-    const struct pol_job *pj = policy_job(d.pol, (uint64_t)peer->pid);
+    const struct pol_job *pj = policy_job(d.pol, (uint64_t)j->pid);
     uint64_t dev = 0, total = 0, wait_ms = 0, over = 0;
     char by[24];
 
-    if (!j || !pj || j->uid != peer->uid) {
-        reply_error(ci, -ENOENT, "process %d is not a registered job", (int)peer->pid);
-        return;
-    }
     if (pj->state != POL_RUNNING) {
         /* It was chosen as a victim just before it asked: it retries after its resume. */
         reply_error(ci, -EAGAIN, "process %d is being suspended", (int)peer->pid);
@@ -715,6 +732,10 @@ static void cmd_request(int ci, const struct ctl_msg *m)
     j->req_gen = d.poll_started + 1;
     kick_poll();
 }
+
+static const struct command cmd_request = {
+    .word = "request", .access = ACCESS_THE_JOB, .handle = request_memory,
+};
 
 static void decide_request(struct djob *j)
 {
@@ -926,11 +947,13 @@ static void put_job(struct ctl_buf *b, const struct djob *j, const struct pol_jo
     }
 }
 
-static void cmd_ps(int ci)
+static void list_jobs(int ci, const struct ctl_msg *m, struct djob *unused)
 {
     static struct ctl_buf b;
     uint64_t now = now_ns();
 
+    (void)m;
+    (void)unused;
     for (int dev = 0; dev < policy_device_count(d.pol); dev++) {
         ctl_buf_request(&b, "device");
         ctl_buf_put_u64(&b, "id", (uint64_t)dev);
@@ -952,12 +975,17 @@ static void cmd_ps(int ci)
     conn_close(ci);
 }
 
-static void cmd_events(int ci, const struct ctl_msg *m)
+static const struct command cmd_ps = {
+    .word = "ps", .access = ACCESS_ANY_PROCESS, .handle = list_jobs,
+};
+
+static void send_events(int ci, const struct ctl_msg *m, struct djob *unused)
 {
     static struct ctl_buf b;
     uint64_t first = d.event_seq >= EVENTS_MAX ? d.event_seq - EVENTS_MAX + 1 : 1;
     const char *f = ctl_get(m, "follow");
 
+    (void)unused;
     for (uint64_t s = first; s <= d.event_seq; s++) {
         const char *e = d.events[s % EVENTS_MAX];
         if (send(d.conns[ci].fd, e, strlen(e), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
@@ -974,6 +1002,10 @@ static void cmd_events(int ci, const struct ctl_msg *m)
     send_msg(ci, &b);
     conn_close(ci);
 }
+
+static const struct command cmd_events = {
+    .word = "events", .access = ACCESS_ANY_PROCESS, .handle = send_events,
+};
 
 /* The job named by pid=, if the peer may act on it. Replies and returns NULL otherwise. */
 static struct djob *authorised_job(int ci, const struct ctl_msg *m, const char *what)
@@ -1007,17 +1039,14 @@ static struct djob *authorised_job(int ci, const struct ctl_msg *m, const char *
     return j;
 }
 
-static void cmd_manual(int ci, const struct ctl_msg *m, int suspend)
+static void manual_op(int ci, const struct ctl_msg *m, struct djob *j, int suspend)
 {
     static struct ctl_buf b;
-    struct djob *j = authorised_job(ci, m, suspend ? "suspend" : "resume");
     const char *ar = ctl_get(m, "auto_resume");
     const char *dir = ctl_get(m, "dir");
     char who[24];
     int r;
 
-    if (!j)
-        return;
     if (dir && dir[0] != '/') {
         reply_error(ci, -EINVAL, "dir must be an absolute path");
         return;
@@ -1065,10 +1094,30 @@ static void cmd_manual(int ci, const struct ctl_msg *m, int suspend)
     do_actions(&acts);
 }
 
-static void cmd_status(int ci)
+static void suspend_job(int ci, const struct ctl_msg *m, struct djob *j)
+{
+    manual_op(ci, m, j, 1);
+}
+
+static const struct command cmd_suspend = {
+    .word = "suspend", .access = ACCESS_OWNER_OR_ADMIN, .handle = suspend_job,
+};
+
+static void resume_job(int ci, const struct ctl_msg *m, struct djob *j)
+{
+    manual_op(ci, m, j, 0);
+}
+
+static const struct command cmd_resume = {
+    .word = "resume", .access = ACCESS_OWNER_OR_ADMIN, .handle = resume_job,
+};
+
+static void report_status(int ci, const struct ctl_msg *m, struct djob *unused)
 {
     static struct ctl_buf b;
 
+    (void)m;
+    (void)unused;
     ctl_buf_ok(&b);
     ctl_buf_put(&b, "version", TCGPU_VERSION_STRING);
     ctl_buf_put(&b, "config", d.cfg.path);
@@ -1078,24 +1127,46 @@ static void cmd_status(int ci)
     conn_close(ci);
 }
 
+static const struct command cmd_status = {
+    .word = "status", .access = ACCESS_ANY_PROCESS, .handle = report_status,
+};
+
+static const struct command *const commands[] = {
+    &cmd_register, &cmd_request, &cmd_ps, &cmd_events, &cmd_suspend, &cmd_resume, &cmd_status,
+};
+
+/* The peer's own registered job. Replies and returns NULL otherwise. */
+static struct djob *own_job(int ci)
+{
+    const struct ucred *peer = &d.conns[ci].peer;
+    struct djob *j = job_of(peer->pid);
+
+    if (!j || !policy_job(d.pol, (uint64_t)peer->pid) || j->uid != peer->uid) {
+        reply_error(ci, -ENOENT, "process %d is not a registered job", (int)peer->pid);
+        return NULL;
+    }
+    return j;
+}
+
 static void handle(int ci, const struct ctl_msg *m)
 {
-    if (!strcmp(m->word, "register"))
-        cmd_register(ci, m);
-    else if (!strcmp(m->word, "request"))
-        cmd_request(ci, m);
-    else if (!strcmp(m->word, "ps"))
-        cmd_ps(ci);
-    else if (!strcmp(m->word, "events"))
-        cmd_events(ci, m);
-    else if (!strcmp(m->word, "suspend"))
-        cmd_manual(ci, m, 1);
-    else if (!strcmp(m->word, "resume"))
-        cmd_manual(ci, m, 0);
-    else if (!strcmp(m->word, "status"))
-        cmd_status(ci);
-    else
+    const struct command *cmd = NULL;
+    struct djob *j = NULL;
+
+    for (size_t i = 0; i < NELEM(commands) && !cmd; i++)
+        if (!strcmp(m->word, commands[i]->word))
+            cmd = commands[i];
+    if (!cmd) {
         reply_error(ci, -EINVAL, "unknown command '%s'", m->word);
+        return;
+    }
+    if (cmd->access == ACCESS_THE_JOB)
+        j = own_job(ci);
+    else if (cmd->access == ACCESS_OWNER_OR_ADMIN)
+        j = authorised_job(ci, m, cmd->word);
+    if (cmd->access != ACCESS_ANY_PROCESS && !j)
+        return;                   /* refused, and replied */
+    cmd->handle(ci, m, j);
 }
 
 /* ---------------------------------------------------------------------------
