@@ -269,11 +269,6 @@ static void reply_error(int ci, int err, const char *fmt, ...)
     conn_close(ci);
 }
 
-static void put_status(struct ctl_buf *b, const struct tcgpu_status *st)
-{
-    ctl_put_status(b, st);
-}
-
 /* ---------------------------------------------------------------------------
  * Who may do what
  * ------------------------------------------------------------------------- */
@@ -849,7 +844,7 @@ static void reply_waiter(struct djob *j, const struct work *w)
         ctl_buf_error(&b, w->err, w->msg);
     } else {
         ctl_buf_ok(&b);
-        put_status(&b, &w->st);
+        ctl_put_status(&b, &w->st);
     }
     send_msg(j->waiter, &b);
     conn_close(j->waiter);
