@@ -24,6 +24,7 @@
 #include "common/names.h"
 #include "common/errmsg.h"
 #include "common/units.h"
+#include "common/macros.h"
 
 #define REQUEST_WAIT_MS   5000      /* a client that connects must send within this */
 #define REPLY_SEND_SEC    10        /* a client that stops reading is given up on */
@@ -214,57 +215,83 @@ static void put_extras(struct ctl_buf *b)
     ctl_buf_put_u64(b, "trigger_installed", (uint64_t)(ctl.sig > 0 && tcgpu_signal_trigger_in_place()));
 }
 
-static void handle_request(int fd, const struct ucred *peer, const struct ctl_msg *req, struct ctl_buf *b)
+/* A request being served: the connection it came on, who sent it, what it says. */
+struct request {
+    int fd;
+    const struct ucred *peer;
+    const struct ctl_msg *msg;
+};
+
+/* One command of the protocol (docs/cli.md, "The protocol"): its word, the
+ * function that answers it into the reply, and the operation it runs. */
+struct command {
+    const char *word;
+    void (*answer)(const struct command *cmd, const struct request *rq, struct ctl_buf *reply);
+    enum tcgpu_op op;           /* answer_operation: what to run */
+    int needs_dir;              /* answer_operation: dir= is required */
+};
+
+static void answer_status(const struct command *cmd, const struct request *rq, struct ctl_buf *b)
 {
     struct tcgpu_status st;
-    struct progress_sink sink = { .fd = fd };
-    enum tcgpu_op op;
-    const char *dir = ctl_get(req, "dir");
+    int r;
+
+    (void)cmd;
+    (void)rq;
+    memset(&st, 0, sizeof(st));
+    r = tcgpu_op_status(&st);
+    if (r < 0) {
+        ctl_buf_error(b, r, errmsg_get());
+        return;
+    }
+    ctl_buf_ok(b);
+    ctl_put_status(b, &st);
+    put_extras(b);
+}
+
+static const struct command cmd_status = { .word = "status", .answer = answer_status };
+
+/* The image directory of an operation: NULL for host memory, else absolute.
+ * Returns 0, or -EINVAL with the reply already written. */
+static int operation_dir(const struct command *cmd, const struct ctl_msg *req, const char **dir,
+                         struct ctl_buf *b)
+{
+    const char *d = ctl_get(req, "dir");
+
+    if (cmd->needs_dir && (!d || !*d)) {
+        char msg[64];
+        snprintf(msg, sizeof(msg), "%s needs dir=PATH", cmd->word);
+        ctl_buf_error(b, -EINVAL, msg);
+        return -EINVAL;
+    }
+    if (d && !*d)
+        d = NULL;
+    if (d && d[0] != '/') {
+        ctl_buf_error(b, -EINVAL, "dir must be an absolute path");
+        return -EINVAL;
+    }
+    *dir = d;
+    return 0;
+}
+
+static void answer_operation(const struct command *cmd, const struct request *rq, struct ctl_buf *b)
+{
+    struct tcgpu_status st;
+    struct progress_sink sink = { .fd = rq->fd };
+    enum tcgpu_op op = cmd->op;
+    const char *dir;
     char who[64];
     uint64_t t0;
     int r;
 
-    if (!strcmp(req->word, "status")) {
-        memset(&st, 0, sizeof(st));
-        r = tcgpu_op_status(&st);
-        if (r < 0) {
-            ctl_buf_error(b, r, errmsg_get());
-            return;
-        }
-        ctl_buf_ok(b);
-        ctl_put_status(b, &st);
-        put_extras(b);
+    if (operation_dir(cmd, rq->msg, &dir, b) < 0)
         return;
-    }
-    if (!strcmp(req->word, "checkpoint"))
-        op = TCGPU_OP_CHECKPOINT;
-    else if (!strcmp(req->word, "suspend"))
-        op = TCGPU_OP_SUSPEND;
-    else if (!strcmp(req->word, "resume"))
-        op = TCGPU_OP_RESUME;
-    else {
-        char msg[96];
-        snprintf(msg, sizeof(msg), "unknown command '%s'", req->word);
-        ctl_buf_error(b, -EINVAL, msg);
-        return;
-    }
-    if (op == TCGPU_OP_CHECKPOINT && (!dir || !*dir)) {
-        ctl_buf_error(b, -EINVAL, "checkpoint needs dir=PATH");
-        return;
-    }
-    if (dir && !*dir)
-        dir = NULL;
-    if (dir && dir[0] != '/') {
-        ctl_buf_error(b, -EINVAL, "dir must be an absolute path");
-        return;
-    }
-
     memset(&st, 0, sizeof(st));
     tcgpu_op_status(&st);
-    snprintf(who, sizeof(who), "uid %u pid %d", (unsigned)peer->uid, (int)peer->pid);
+    snprintf(who, sizeof(who), "uid %u pid %d", (unsigned)rq->peer->uid, (int)rq->peer->pid);
     log_info("%s requested by %s%s%s", tcgpu_op_name(op), who, dir ? ", dir " : "", dir ? dir : "");
     t0 = now_ns();
-    r = run_op(op, dir, ctl_get(req, "parent"), &sink);
+    r = run_op(op, dir, ctl_get(rq->msg, "parent"), &sink);
     log_op(op, who, r, now_ns() - t0, &st);
     if (r < 0)
         ctl_buf_error(b, r, errmsg_get());
@@ -276,12 +303,41 @@ static void handle_request(int fd, const struct ucred *peer, const struct ctl_ms
     put_extras(b);
 }
 
+static const struct command cmd_checkpoint = {
+    .word = "checkpoint", .answer = answer_operation, .op = TCGPU_OP_CHECKPOINT, .needs_dir = 1,
+};
+static const struct command cmd_suspend = {
+    .word = "suspend", .answer = answer_operation, .op = TCGPU_OP_SUSPEND,
+};
+static const struct command cmd_resume = {
+    .word = "resume", .answer = answer_operation, .op = TCGPU_OP_RESUME,
+};
+
+static const struct command *const commands[] = {
+    &cmd_status, &cmd_checkpoint, &cmd_suspend, &cmd_resume,
+};
+
+static void handle_request(const struct request *rq, struct ctl_buf *b)
+{
+    char msg[96];
+
+    for (size_t i = 0; i < NELEM(commands); i++) {
+        if (!strcmp(rq->msg->word, commands[i]->word)) {
+            commands[i]->answer(commands[i], rq, b);
+            return;
+        }
+    }
+    snprintf(msg, sizeof(msg), "unknown command '%s'", rq->msg->word);
+    ctl_buf_error(b, -EINVAL, msg);
+}
+
 static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_msg *req)
 {
     struct ucred peer;
     socklen_t plen = sizeof(peer);
     struct pollfd pfd = { .fd = fd, .events = POLLIN };
     struct timeval tv = { .tv_sec = REPLY_SEND_SEC };
+    struct request rq;
     ssize_t n;
     int r, allowed;
 
@@ -323,7 +379,8 @@ static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_m
         send_reply(fd, b);
         return;
     }
-    handle_request(fd, &peer, req, b);
+    rq = (struct request){ .fd = fd, .peer = &peer, .msg = req };
+    handle_request(&rq, b);
     send_reply(fd, b);
 }
 
@@ -511,6 +568,20 @@ static void at_exit(void)
         unlink(ctl.sock_path);
 }
 
+/* Undo what tcgpu_control_start() set up, with no service thread running:
+ * remove the socket, close the descriptors, put the signal's previous
+ * disposition back. */
+static void close_channel(void)
+{
+    if (ctl.sock_path[0])
+        unlink(ctl.sock_path);
+    ctl.sock_path[0] = '\0';
+    close_fd(&ctl.listen_fd);
+    close_fd(&ctl.stop_fd);
+    tcgpu_signal_trigger_uninstall();
+    ctl.sig = 0;
+}
+
 static void atfork_child_hook(void)
 {
     tcgpu_control_atfork_child();
@@ -559,12 +630,7 @@ int tcgpu_control_start(void)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (r < 0) {
         log_err("control channel disabled: cannot start its thread: %s", strerror(-r));
-        if (ctl.sock_path[0])
-            unlink(ctl.sock_path);
-        ctl.sock_path[0] = '\0';
-        close_fd(&ctl.listen_fd);
-        close_fd(&ctl.stop_fd);
-        tcgpu_signal_trigger_uninstall();
+        close_channel();
         goto out;
     }
     pthread_setname_np(ctl.thread, "tcgpu-control");
@@ -591,13 +657,7 @@ void tcgpu_control_stop(void)
         /* the counter cannot be full: one write per stop */
     }
     pthread_join(ctl.thread, NULL);
-    if (ctl.sock_path[0])
-        unlink(ctl.sock_path);
-    ctl.sock_path[0] = '\0';
-    close_fd(&ctl.listen_fd);
-    close_fd(&ctl.stop_fd);
-    tcgpu_signal_trigger_uninstall();
-    ctl.sig = 0;
+    close_channel();
     ctl.started = 0;
     ctl.owner = 0;
     pthread_mutex_unlock(&ctl_lock);

@@ -372,97 +372,163 @@ int ctl_get_i64(const struct ctl_msg *m, const char *key, int64_t *v)
 
 
 /* ---------------------------------------------------------------------------
+ * Structs as fields
+ * ------------------------------------------------------------------------- */
+
+static void put_text(struct ctl_buf *b, const char *key, const char *text, size_t size)
+{
+    /* the array may lack its NUL if a writer filled it whole */
+    char *v = strndup(text, size - 1);
+
+    if (!v) {
+        b->overflow = 1;
+        return;
+    }
+    ctl_buf_put(b, key, v);
+    free(v);
+}
+
+static void put_field(struct ctl_buf *b, const struct ctl_field_desc *f, const char *p)
+{
+    switch (f->kind) {
+    case CTL_U64:
+        ctl_buf_put_u64(b, f->key, *(const uint64_t *)p);
+        break;
+    case CTL_U32:
+        ctl_buf_put_u64(b, f->key, *(const uint32_t *)p);
+        break;
+    case CTL_I32:
+        ctl_buf_put_i64(b, f->key, *(const int32_t *)p);
+        break;
+    case CTL_FLAG:
+        ctl_buf_put_u64(b, f->key, *(const int *)p != 0);
+        break;
+    case CTL_TEXT:
+        put_text(b, f->key, p, f->size);
+        break;
+    case CTL_STATE:
+        ctl_buf_put(b, f->key, tcgpu_state_name(*(const enum tcgpu_state *)p));
+        break;
+    case CTL_OP:
+        ctl_buf_put(b, f->key, tcgpu_op_name(*(const enum tcgpu_op *)p));
+        break;
+    }
+}
+
+void ctl_put_fields(struct ctl_buf *b, const struct ctl_field_desc *fields, size_t n,
+                    const void *obj)
+{
+    for (size_t i = 0; i < n; i++)
+        put_field(b, &fields[i], (const char *)obj + fields[i].off);
+}
+
+static int get_number(const struct ctl_msg *m, const struct ctl_field_desc *f, char *p)
+{
+    uint64_t u;
+    int64_t v;
+
+    switch (f->kind) {
+    case CTL_I32:
+        if (ctl_get_i64(m, f->key, &v) < 0 || v < f->min || v > f->max)
+            return -EPROTO;
+        *(int32_t *)p = (int32_t)v;
+        return 0;
+    case CTL_U32:
+        if (ctl_get_u64(m, f->key, &u) < 0 || u > UINT32_MAX)
+            return -EPROTO;
+        *(uint32_t *)p = (uint32_t)u;
+        return 0;
+    case CTL_FLAG:
+        if (ctl_get_u64(m, f->key, &u) < 0)
+            return -EPROTO;
+        *(int *)p = u != 0;
+        return 0;
+    default:                    /* CTL_U64 */
+        if (ctl_get_u64(m, f->key, &u) < 0)
+            return -EPROTO;
+        *(uint64_t *)p = u;
+        return 0;
+    }
+}
+
+static int get_name(const char *s, const struct ctl_field_desc *f, char *p)
+{
+    int r = f->kind == CTL_STATE ? tcgpu_state_parse(s) : tcgpu_op_parse(s);
+
+    if (r < 0)
+        return -EPROTO;
+    if (f->kind == CTL_STATE)
+        *(enum tcgpu_state *)p = (enum tcgpu_state)r;
+    else
+        *(enum tcgpu_op *)p = (enum tcgpu_op)r;
+    return 0;
+}
+
+static int get_field(const struct ctl_msg *m, const struct ctl_field_desc *f, char *p)
+{
+    const char *s = ctl_get(m, f->key);
+
+    if (!s) {
+        if (f->required)
+            return -EPROTO;
+        memset(p, 0, f->size);   /* 0, or "" */
+        return 0;
+    }
+    switch (f->kind) {
+    case CTL_TEXT:
+        snprintf(p, f->size, "%s", s);
+        return 0;
+    case CTL_STATE:
+    case CTL_OP:
+        return get_name(s, f, p);
+    default:
+        return get_number(m, f, p);
+    }
+}
+
+int ctl_get_fields(const struct ctl_msg *m, const struct ctl_field_desc *fields, size_t n,
+                   void *obj)
+{
+    for (size_t i = 0; i < n; i++)
+        if (get_field(m, &fields[i], (char *)obj + fields[i].off) < 0)
+            return -EPROTO;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
  * Status
  * ------------------------------------------------------------------------- */
 
+#define STATUS_FIELD(member, kind, ...) \
+    CTL_FIELD(struct tcgpu_status, member, #member, kind, __VA_ARGS__)
+
+/* The status fields in the order they are sent (docs/cli.md, "The protocol"). */
+static const struct ctl_field_desc status_fields[] = {
+    STATUS_FIELD(state, CTL_STATE, .required = 1),
+    STATUS_FIELD(gpu_bytes, CTL_U64),
+    STATUS_FIELD(tracked_bytes, CTL_U64),
+    STATUS_FIELD(image_bytes, CTL_U64),
+    STATUS_FIELD(allocations, CTL_U32),
+    STATUS_FIELD(contexts, CTL_U32),
+    STATUS_FIELD(streams, CTL_U32),
+    STATUS_FIELD(events, CTL_U32),
+    STATUS_FIELD(modules, CTL_U32),
+    STATUS_FIELD(last_op, CTL_OP),
+    STATUS_FIELD(last_result, CTL_I32, .min = -4095, .max = 0),
+    STATUS_FIELD(last_quiesce_ns, CTL_U64),
+    STATUS_FIELD(last_free_ns, CTL_U64),
+    STATUS_FIELD(last_total_ns, CTL_U64),
+    STATUS_FIELD(last_image_ns, CTL_U64),
+    STATUS_FIELD(last_error, CTL_TEXT),
+};
+
 void ctl_put_status(struct ctl_buf *b, const struct tcgpu_status *st)
 {
-    char err[sizeof(st->last_error)];
-
-    ctl_buf_put(b, "state", tcgpu_state_name(st->state));
-    ctl_buf_put_u64(b, "gpu_bytes", st->gpu_bytes);
-    ctl_buf_put_u64(b, "tracked_bytes", st->tracked_bytes);
-    ctl_buf_put_u64(b, "image_bytes", st->image_bytes);
-    ctl_buf_put_u64(b, "allocations", st->allocations);
-    ctl_buf_put_u64(b, "contexts", st->contexts);
-    ctl_buf_put_u64(b, "streams", st->streams);
-    ctl_buf_put_u64(b, "events", st->events);
-    ctl_buf_put_u64(b, "modules", st->modules);
-    ctl_buf_put(b, "last_op", tcgpu_op_name(st->last_op));
-    ctl_buf_put_i64(b, "last_result", st->last_result);
-    ctl_buf_put_u64(b, "last_quiesce_ns", st->last_quiesce_ns);
-    ctl_buf_put_u64(b, "last_free_ns", st->last_free_ns);
-    ctl_buf_put_u64(b, "last_total_ns", st->last_total_ns);
-    ctl_buf_put_u64(b, "last_image_ns", st->last_image_ns);
-    /* last_error may lack its NUL if a writer filled it whole */
-    memcpy(err, st->last_error, sizeof(err));
-    err[sizeof(err) - 1] = '\0';
-    ctl_buf_put(b, "last_error", err);
-}
-
-static int get_u64_opt(const struct ctl_msg *m, const char *key, uint64_t *v, uint64_t max)
-{
-    int r = ctl_get_u64(m, key, v);
-
-    if (r == -ENOENT) {
-        *v = 0;
-        return 0;
-    }
-    if (r == 0 && *v > max)
-        return -EPROTO;
-    return r;
+    ctl_put_fields(b, status_fields, NELEM(status_fields), st);
 }
 
 int ctl_get_status(const struct ctl_msg *m, struct tcgpu_status *st)
 {
-    static const struct { const char *key; size_t off; int is32; } nums[] = {
-        { "gpu_bytes", offsetof(struct tcgpu_status, gpu_bytes), 0 },
-        { "tracked_bytes", offsetof(struct tcgpu_status, tracked_bytes), 0 },
-        { "image_bytes", offsetof(struct tcgpu_status, image_bytes), 0 },
-        { "allocations", offsetof(struct tcgpu_status, allocations), 1 },
-        { "contexts", offsetof(struct tcgpu_status, contexts), 1 },
-        { "streams", offsetof(struct tcgpu_status, streams), 1 },
-        { "events", offsetof(struct tcgpu_status, events), 1 },
-        { "modules", offsetof(struct tcgpu_status, modules), 1 },
-        { "last_quiesce_ns", offsetof(struct tcgpu_status, last_quiesce_ns), 0 },
-        { "last_free_ns", offsetof(struct tcgpu_status, last_free_ns), 0 },
-        { "last_total_ns", offsetof(struct tcgpu_status, last_total_ns), 0 },
-        { "last_image_ns", offsetof(struct tcgpu_status, last_image_ns), 0 },
-    };
-    const char *s;
-    int64_t res;
-    int r;
-
     memset(st, 0, sizeof(*st));
-    s = ctl_get(m, "state");
-    if (!s || (r = tcgpu_state_parse(s)) < 0)
-        return -EPROTO;
-    st->state = (enum tcgpu_state)r;
-    s = ctl_get(m, "last_op");
-    if (s) {
-        if ((r = tcgpu_op_parse(s)) < 0)
-            return -EPROTO;
-        st->last_op = (enum tcgpu_op)r;
-    }
-    for (size_t i = 0; i < NELEM(nums); i++) {
-        uint64_t v;
-        if (get_u64_opt(m, nums[i].key, &v, nums[i].is32 ? UINT32_MAX : UINT64_MAX) < 0)
-            return -EPROTO;
-        if (nums[i].is32)
-            *(uint32_t *)((char *)st + nums[i].off) = (uint32_t)v;
-        else
-            *(uint64_t *)((char *)st + nums[i].off) = v;
-    }
-    r = ctl_get_i64(m, "last_result", &res);
-    if (r == 0) {
-        if (res > 0 || res < -4095)
-            return -EPROTO;
-        st->last_result = (int)res;
-    } else if (r != -ENOENT) {
-        return -EPROTO;
-    }
-    s = ctl_get(m, "last_error");
-    if (s)
-        snprintf(st->last_error, sizeof(st->last_error), "%s", s);
-    return 0;
+    return ctl_get_fields(m, status_fields, NELEM(status_fields), st);
 }

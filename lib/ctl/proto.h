@@ -29,6 +29,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
 #include "tcgpu.h"
 
 #define CTL_MSG_MAX     65536   /* bytes in one message, request or reply */
@@ -95,7 +96,46 @@ long ctl_encode(const char *src, char *dst, size_t dstlen, int keep_space);
  * length, or -EPROTO (bad escape, %00). */
 long ctl_decode(const char *src, size_t srclen, char *dst);
 
-/* Append every field of *st (state, gpu_bytes, ..., last_error). */
+/*
+ * A C struct as key=value pairs, declared once as a table of its fields, one
+ * row a field in the order they are written: ctl_put_fields() writes the
+ * struct from the table and ctl_get_fields() reads it back from the same
+ * table, so the two directions cannot drift apart.
+ */
+enum ctl_kind {
+    CTL_U64,                    /* uint64_t, decimal */
+    CTL_U32,                    /* uint32_t (unsigned, uid_t), decimal, at most UINT32_MAX */
+    CTL_I32,                    /* int32_t (int, pid_t), decimal with its sign, in [min, max] */
+    CTL_FLAG,                   /* int, written 0 or 1; any non-zero number reads as 1 */
+    CTL_TEXT,                   /* char[size], written up to its NUL or its size - 1 bytes */
+    CTL_STATE,                  /* enum tcgpu_state, by name ("running") */
+    CTL_OP,                     /* enum tcgpu_op, by name ("suspend") */
+};
+
+struct ctl_field_desc {
+    const char *key;
+    enum ctl_kind kind;
+    size_t off;                 /* offsetof() the field in its struct */
+    size_t size;                /* sizeof() the field (CTL_TEXT: its array) */
+    int required;               /* absent: -EPROTO; else absent reads as 0 or "" */
+    int64_t min, max;           /* CTL_I32: the range accepted */
+};
+
+/* A row of the table of struct `type`: its field `member`, written as `key`. */
+#define CTL_FIELD(type, member, key_, kind_, ...)                                   \
+    { .key = (key_), .kind = (kind_), .off = offsetof(type, member),                \
+      .size = sizeof(((type *)0)->member), __VA_ARGS__ }
+
+/* Append the n fields of `fields` from the struct at obj. */
+void ctl_put_fields(struct ctl_buf *b, const struct ctl_field_desc *fields, size_t n,
+                    const void *obj);
+/* Fill the n fields of `fields` in the struct at obj from m (other bytes of
+ * it are left alone). Returns 0, or -EPROTO: a required field is absent, or a
+ * field is present but malformed or out of its range. */
+int ctl_get_fields(const struct ctl_msg *m, const struct ctl_field_desc *fields, size_t n,
+                   void *obj);
+
+/* Append every field of *st (state, gpu_bytes, ..., last_error, last_image_ns). */
 void ctl_put_status(struct ctl_buf *b, const struct tcgpu_status *st);
 /* Fill *st from a reply; absent fields are 0. Returns 0 or -EPROTO (a field
  * is present but malformed, or state is missing or unknown). */

@@ -3,7 +3,7 @@
 # CUDA_ERROR_OUT_OF_MEMORY), and cuMemGetInfo reports the job's view.
 # Without tcgpud (--gpu-mem alone); with tcgpud (a project's default_limit):
 # borrow = no keeps it hard, borrow = yes lets tcgpud raise it when the GPU
-# has room.
+# has room. A job's negative priority is shown with its sign.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tcgpud_lib.sh"
 PROBE=$PROGS/tcgpud_meminfo
@@ -46,4 +46,31 @@ grep -q 'over_limit=1' <<<"$evs" || fail "no over-limit request in the events"
 # a job's own --gpu-mem beats the project's default
 out=$("$GPUCKPT" run --project strict --gpu-mem 512M -- "$PROBE" 100 200) || fail "probe failed: $out"
 grep -q '^total=512 ' <<<"$out" && grep -q '^more=ok$' <<<"$out" || fail "--gpu-mem 512M: $out"
-echo "ok: limits enforced, cuMemGetInfo shows the job's view, borrowing raises the limit"
+# a priority below the project's, negative: shown with its sign everywhere
+start_bg "$WORK/neg.out" "$GPUCKPT" run --project strict --priority -5 -- "$TRAIN" --mb 16 --steps 100000 --print-every 0 --sleep-ms 5
+neg=$BG
+wait_registered "$neg"
+[ "$(job_field "$neg" priority)" = -5 ] || fail "ps --json: priority $(job_field "$neg" priority), not -5"
+ps=$("$GPUCKPT" ps)
+grep -qE "^$neg +[^ ]+ +strict +-5 " <<<"$ps" || fail "gpuckpt ps does not show priority -5: $ps"
+evs=$("$GPUCKPT" events)
+grep -qE "registered +pid $neg \(strict, prio -5\).* priority_given=-5( |\$)" <<<"$evs" ||
+    fail "the registered event does not show priority -5: $(grep "pid $neg " <<<"$evs")"
+grep -q "pid $neg registered: .*priority -5," "$WORK/tcgpud.log" || fail "not logged with priority -5"
+kill "$neg"
+# the dispatcher: an unknown word, a request from a process that is no job,
+# a suspend without its pid=, a resume of no job (first line, decoded)
+ask() {
+    python3 -c '
+import socket, sys, urllib.parse
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect(sys.argv[1])
+s.send(sys.argv[2].encode())
+print(urllib.parse.unquote(s.recv(65536).decode().split("\n")[0]))' "$TCGPU_DAEMON_SOCKET" "$1"
+}
+r=$(ask frobnicate); [ "$r" = "error EINVAL 22 unknown command 'frobnicate'" ] || fail "unknown command: $r"
+r=$(ask "request bytes=1 device=0"); [[ "$r" == "error ENOENT 2 process "*" is not a registered job" ]] ||
+    fail "a request from no job: $r"
+r=$(ask suspend); [ "$r" = "error EINVAL 22 suspend needs pid=N" ] || fail "suspend without pid=: $r"
+r=$(ask "resume pid=1"); [ "$r" = "error ENOENT 2 process 1 is not managed by tcgpud" ] || fail "resume of no job: $r"
+echo "ok: limits enforced, cuMemGetInfo shows the job's view, borrowing raises the limit, negative priorities"

@@ -440,10 +440,17 @@ static int test_e2e(void)
 
     /* bad requests: exit 2 and no operation run */
     r = calls(TCGPU_OP_CHECKPOINT);
-    CHECK(request("checkpoint", NULL, 5000) == CTL_EXIT_USAGE && reply.err == -EINVAL);
-    CHECK(request("checkpoint", "relative/dir", 5000) == CTL_EXIT_USAGE);
-    CHECK(request("frobnicate", NULL, 5000) == CTL_EXIT_USAGE && strstr(reply.err_text, "frobnicate"));
+    CHECK(request("checkpoint", NULL, 5000) == CTL_EXIT_USAGE && reply.err == -EINVAL &&
+          !strcmp(reply.err_text, "checkpoint needs dir=PATH"));
+    CHECK(request("checkpoint", "", 5000) == CTL_EXIT_USAGE && reply.err == -EINVAL);
+    CHECK(request("checkpoint", "relative/dir", 5000) == CTL_EXIT_USAGE &&
+          !strcmp(reply.err_text, "dir must be an absolute path"));
+    CHECK(request("frobnicate", NULL, 5000) == CTL_EXIT_USAGE &&
+          !strcmp(reply.err_text, "unknown command 'frobnicate'"));
     CHECK(calls(TCGPU_OP_CHECKPOINT) == r);
+    r = calls(TCGPU_OP_SUSPEND);
+    CHECK(request("suspend", "relative/dir", 5000) == CTL_EXIT_USAGE && reply.err == -EINVAL);
+    CHECK(calls(TCGPU_OP_SUSPEND) == r);
     CHECK(raw_request("status k", 8) == -EPROTO);
     CHECK(raw_request("status\0", 7) == -EPROTO);
     char *big = malloc(CTL_MSG_MAX + 100);

@@ -14,6 +14,7 @@
 
 #include "../common/check.h"
 #include "../common/rand.h"
+#include "common/macros.h"
 #include "common/names.h"
 
 static struct ctl_msg msg;
@@ -137,6 +138,175 @@ static void test_round_trip(void)
     ctl_buf_request(&buf, "status");
     ctl_buf_put(&buf, "Bad-Key", "v");
     CHECK(ctl_buf_finish(&buf) == -EMSGSIZE);
+}
+
+/* Every field of struct tcgpu_status, in the order it goes on the wire. */
+static const char *const status_keys[] = {
+    "state", "gpu_bytes", "tracked_bytes", "image_bytes", "allocations", "contexts", "streams",
+    "events", "modules", "last_op", "last_result", "last_quiesce_ns", "last_free_ns",
+    "last_total_ns", "last_image_ns", "last_error",
+};
+
+static int status_round_trip(const struct tcgpu_status *st, struct tcgpu_status *back)
+{
+    long n;
+
+    ctl_buf_ok(&buf);
+    ctl_put_status(&buf, st);
+    n = ctl_buf_finish(&buf);
+    if (n <= 0 || ctl_parse(buf.data, (size_t)n, &msg) < 0)
+        return -1;
+    return ctl_get_status(&msg, back);
+}
+
+static void test_status_fields(void)
+{
+    struct tcgpu_status st, back;
+
+    /* each field its own value, none of them 0 */
+    memset(&st, 0, sizeof(st));
+    st.state = TCGPU_STATE_RESUMING;
+    st.gpu_bytes = 11;
+    st.tracked_bytes = 12;
+    st.image_bytes = 13;
+    st.allocations = 14;
+    st.contexts = 15;
+    st.streams = 16;
+    st.events = 17;
+    st.modules = 18;
+    st.last_op = TCGPU_OP_RESUME;
+    st.last_result = -19;
+    st.last_quiesce_ns = 20;
+    st.last_free_ns = 21;
+    st.last_total_ns = 22;
+    st.last_image_ns = 23;
+    snprintf(st.last_error, sizeof(st.last_error), "x y=z%%");
+    CHECK(status_round_trip(&st, &back) == 0);
+    CHECK(memcmp(&st, &back, sizeof(st)) == 0);
+    CHECK(msg.nfields == (int)NELEM(status_keys));
+    for (int k = 0; k < msg.nfields && k < (int)NELEM(status_keys); k++)
+        CHECK(!strcmp(msg.fields[k].key, status_keys[k]));
+
+    /* the ends of each range */
+    memset(&st, 0, sizeof(st));
+    st.gpu_bytes = st.tracked_bytes = st.image_bytes = UINT64_MAX;
+    st.allocations = st.contexts = st.streams = st.events = st.modules = UINT32_MAX;
+    st.last_result = -4095;
+    st.last_quiesce_ns = st.last_free_ns = st.last_total_ns = st.last_image_ns = UINT64_MAX;
+    CHECK(status_round_trip(&st, &back) == 0 && memcmp(&st, &back, sizeof(st)) == 0);
+    for (int s = TCGPU_STATE_RUNNING; s <= TCGPU_STATE_RESUMING; s++) {
+        for (int op = TCGPU_OP_NONE; op <= TCGPU_OP_RESUME; op++) {
+            memset(&st, 0, sizeof(st));
+            st.state = (enum tcgpu_state)s;
+            st.last_op = (enum tcgpu_op)op;
+            CHECK(status_round_trip(&st, &back) == 0 && back.state == st.state &&
+                  back.last_op == st.last_op);
+        }
+    }
+
+    /* each field alone beside the state: the others read as 0 */
+    for (size_t k = 1; k < NELEM(status_keys); k++) {
+        char line[128];
+        const char *v = !strcmp(status_keys[k], "last_op") ? "checkpoint"
+                        : !strcmp(status_keys[k], "last_result") ? "-5" : "7";
+        snprintf(line, sizeof(line), "ok state=suspended %s=%s", status_keys[k], v);
+        CHECK(parse_str(line) == 0 && ctl_get_status(&msg, &back) == 0);
+        st = back;
+        CHECK(status_round_trip(&st, &back) == 0);
+        CHECK(msg.nfields == (int)NELEM(status_keys));
+        for (int f = 0; f < msg.nfields; f++) {
+            const char *got = msg.fields[f].value;
+            if (f == 0)
+                CHECK(!strcmp(got, "suspended"));
+            else if ((size_t)f == k)
+                CHECK(!strcmp(got, v));
+            else if (!strcmp(msg.fields[f].key, "last_op"))
+                CHECK(!strcmp(got, "none"));
+            else if (!strcmp(msg.fields[f].key, "last_error"))
+                CHECK(!strcmp(got, ""));
+            else
+                CHECK(!strcmp(got, "0"));
+        }
+    }
+}
+
+/* A table of every kind, as a caller outside the status would declare one. */
+struct rec {
+    uint64_t big;
+    uint32_t count;
+    int32_t level;
+    int on;
+    char name[8];
+    enum tcgpu_state state;
+    enum tcgpu_op op;
+    uint64_t extra;
+};
+
+#define REC_FIELD(member, kind, ...) CTL_FIELD(struct rec, member, #member, kind, __VA_ARGS__)
+
+static const struct ctl_field_desc rec_fields[] = {
+    REC_FIELD(big, CTL_U64, .required = 1),
+    REC_FIELD(count, CTL_U32, .required = 1),
+    REC_FIELD(level, CTL_I32, .required = 1, .min = -3, .max = 3),
+    REC_FIELD(on, CTL_FLAG, .required = 1),
+    REC_FIELD(name, CTL_TEXT, .required = 1),
+    REC_FIELD(state, CTL_STATE, .required = 1),
+    REC_FIELD(op, CTL_OP, .required = 1),
+    REC_FIELD(extra, CTL_U64),
+};
+
+static int rec_parse(const char *line, struct rec *r)
+{
+    memset(r, 0x5a, sizeof(*r));
+    if (parse_str(line) < 0)
+        return -EBADMSG;
+    return ctl_get_fields(&msg, rec_fields, NELEM(rec_fields), r);
+}
+
+static void test_field_table(void)
+{
+    struct rec r = { .big = UINT64_MAX, .count = UINT32_MAX, .level = -3, .on = 7,
+                     .state = TCGPU_STATE_SUSPENDED, .op = TCGPU_OP_CHECKPOINT, .extra = 9 };
+    struct rec back;
+    long n;
+
+    memcpy(r.name, "abcdefgh", sizeof(r.name));         /* no NUL: cut to 7 */
+    ctl_buf_request(&buf, "rec");
+    ctl_put_fields(&buf, rec_fields, NELEM(rec_fields), &r);
+    n = ctl_buf_finish(&buf);
+    CHECK(n > 0 && n < CTL_MSG_MAX);
+    if (n <= 0 || n >= CTL_MSG_MAX)
+        return;
+    buf.data[n] = '\0';
+    CHECK(!strcmp(buf.data, "rec big=18446744073709551615 count=4294967295 level=-3 on=1 "
+                            "name=abcdefg state=suspended op=checkpoint extra=9"));
+    CHECK(rec_parse(buf.data, &back) == 0);
+    CHECK(back.big == r.big && back.count == r.count && back.level == -3 && back.on == 1);
+    CHECK(!strcmp(back.name, "abcdefg") && back.state == r.state && back.op == r.op);
+    CHECK(back.extra == 9);
+
+    /* an optional field absent reads as 0; a required one absent is refused */
+    CHECK(rec_parse("rec big=1 count=2 level=3 on=0 name= state=running op=none", &back) == 0);
+    CHECK(back.extra == 0 && back.on == 0 && back.level == 3 && !strcmp(back.name, ""));
+    CHECK(rec_parse("rec count=2 level=3 on=0 name= state=running op=none", &back) == -EPROTO);
+    CHECK(rec_parse("rec big=1 count=2 level=3 on=0 state=running op=none", &back) == -EPROTO);
+    /* out of range, malformed, unknown names */
+    static const char *const bad[] = {
+        "rec big=1 count=4294967296 level=0 on=0 name= state=running op=none",
+        "rec big=1 count=-1 level=0 on=0 name= state=running op=none",
+        "rec big=1 count=1 level=4 on=0 name= state=running op=none",
+        "rec big=1 count=1 level=-4 on=0 name= state=running op=none",
+        "rec big=-1 count=1 level=0 on=0 name= state=running op=none",
+        "rec big=1 count=1 level=0 on=-1 name= state=running op=none",
+        "rec big=1 count=1 level=0 on=0 name= state=flying op=none",
+        "rec big=1 count=1 level=0 on=0 name= state=running op=nap",
+        "rec big=1 count=1 level=0 on=0 name= state=running op=none extra=x",
+    };
+    for (size_t i = 0; i < NELEM(bad); i++)
+        CHECK(rec_parse(bad[i], &back) == -EPROTO, "%s", bad[i]);
+    /* a text longer than its array is cut */
+    CHECK(rec_parse("rec big=1 count=1 level=0 on=0 name=0123456789 state=running op=none", &back) == 0);
+    CHECK(!strcmp(back.name, "0123456"));
 }
 
 static void test_valid_forms(void)
@@ -340,6 +510,8 @@ int main(void)
 {
     test_encoding();
     test_round_trip();
+    test_status_fields();
+    test_field_table();
     test_valid_forms();
     test_hostile();
     test_names();

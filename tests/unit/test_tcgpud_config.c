@@ -1,13 +1,17 @@
 /*
  * tcgpud's configuration (tools/tcgpud/config.c): the shipped example parses
  * to what it says; every kind of mistake is refused with the right line.
+ * And its state file (tools/tcgpud/state.c): every field of a job comes back
+ * as it was saved, and a malformed line is refused with its number.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tcgpud/config.h"
+#include "tcgpud/state.h"
 #include "../common/check.h"
 
 #define GiB (1ull << 30)
@@ -120,11 +124,98 @@ static int test_values(void)
     return 0;
 }
 
+/* A state file of its own, "" when none could be made. */
+static void state_path(char *path, size_t len)
+{
+    char dir[] = "/tmp/tcgpud-state-XXXXXX";
+
+    path[0] = '\0';
+    if (mkdtemp(dir))
+        snprintf(path, len, "%s/state", dir);
+}
+
+static void state_path_free(const char *path)
+{
+    char dir[4096];
+
+    unlink(path);
+    snprintf(dir, sizeof(dir), "%s", path);
+    *strrchr(dir, '/') = '\0';
+    rmdir(dir);
+}
+
+static int write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    if (!f)
+        return -errno;
+    fputs(text, f);
+    return fclose(f) == 0 ? 0 : -EIO;
+}
+
+static int test_state_round_trip(void)
+{
+    struct tcgpud_saved_job in[2], *out = NULL;
+    char path[4096], err[512];
+    size_t n = 0;
+
+    state_path(path, sizeof(path));
+    REQUIRE(path[0], "mkdtemp: %s", strerror(errno));
+    /* every field its own value; a negative priority and "no device" */
+    memset(in, 0, sizeof(in));
+    in[0] = (struct tcgpud_saved_job){ .pid = 4242, .start_ticks = 123456789012ull, .uid = 1000,
+                                       .priority = -5, .limit = 8ull << 30, .device = -1,
+                                       .dev_capacity = 80ull << 30, .mem = 3ull << 30,
+                                       .auto_resume = 1, .preemptions = 7, .run_ns = 99 };
+    snprintf(in[0].user, sizeof(in[0].user), "alice b");
+    snprintf(in[0].project, sizeof(in[0].project), "prod=1%%");
+    snprintf(in[0].state, sizeof(in[0].state), "suspended");
+    snprintf(in[0].suspended_by, sizeof(in[0].suspended_by), "manual");
+    /* the ends of each range */
+    in[1] = (struct tcgpud_saved_job){ .pid = INT32_MAX, .start_ticks = UINT64_MAX,
+                                       .uid = UINT32_MAX, .priority = INT32_MIN,
+                                       .limit = UINT64_MAX, .device = 4095, .mem = UINT64_MAX,
+                                       .preemptions = UINT32_MAX, .run_ns = UINT64_MAX };
+    snprintf(in[1].user, sizeof(in[1].user), "root");
+    snprintf(in[1].project, sizeof(in[1].project), "batch");
+    snprintf(in[1].state, sizeof(in[1].state), "running");
+    snprintf(in[1].suspended_by, sizeof(in[1].suspended_by), "none");
+    REQUIRE(tcgpud_state_save(path, in, 2, err, sizeof(err)) == 0, "%s", err);
+    REQUIRE(tcgpud_state_load(path, &out, &n, err, sizeof(err)) == 0, "%s", err);
+    CHECK(n == 2);
+    for (size_t i = 0; i < n && i < 2; i++)
+        CHECK(memcmp(&in[i], &out[i], sizeof(in[i])) == 0, "job %zu changed on its way back", i);
+    free(out);
+
+    /* a file of an older tcgpud, without dev_capacity */
+    CHECK(write_file(path, "tcgpud-state 1\njob pid=7 start=1 uid=0 user=root project=p "
+                           "priority=-3 limit=0 device=0 mem=0 state=running suspended_by=none "
+                           "auto_resume=5 preemptions=0 run_ns=0\n") == 0);
+    CHECK(tcgpud_state_load(path, &out, &n, err, sizeof(err)) == 0 && n == 1 &&
+          out[0].dev_capacity == 0 && out[0].priority == -3 && out[0].auto_resume == 1, "%s", err);
+    free(out);
+
+    /* malformed: the line is named */
+    CHECK(write_file(path, "tcgpud-state 1\njob pid=7 start=1 uid=0 user=root project=p "
+                           "priority=-3 limit=0 device=-2 mem=0 state=running suspended_by=none "
+                           "auto_resume=0 preemptions=0 run_ns=0\n") == 0);
+    CHECK(tcgpud_state_load(path, &out, &n, err, sizeof(err)) == -EBADMSG && n == 0 &&
+          strstr(err, ":2: malformed job line"), "%s", err);
+    CHECK(write_file(path, "tcgpud-state 1\njob pid=7 start=1 uid=0 project=p "
+                           "priority=-3 limit=0 device=0 mem=0 state=running suspended_by=none "
+                           "auto_resume=0 preemptions=0 run_ns=0\n") == 0);
+    CHECK(tcgpud_state_load(path, &out, &n, err, sizeof(err)) == -EBADMSG, "no user: %s", err);
+    state_path_free(path);
+    return 0;
+}
+
 int main(void)
 {
 
     RUN(test_example);
     RUN(test_errors);
     RUN(test_values);
+    RUN(test_state_round_trip);
     return T_EXIT_STATUS();
 }

@@ -9,29 +9,42 @@
 #include <unistd.h>
 
 #include "common/fileio.h"
+#include "common/macros.h"
 #include "ctl/proto.h"
 #include "state.h"
 
 #define HEADER "tcgpud-state"
 
+_Static_assert(sizeof(pid_t) == sizeof(int32_t) && sizeof(uid_t) == sizeof(uint32_t),
+               "the job table reads pid_t as CTL_I32 and uid_t as CTL_U32");
+
+#define JOB_FIELD(member, key, kind, ...) \
+    CTL_FIELD(struct tcgpud_saved_job, member, key, kind, .required = 1, __VA_ARGS__)
+
+/* A job's line after its word "job", in this order. Every field is required
+ * but dev_capacity, which came later. */
+static const struct ctl_field_desc job_fields[] = {
+    JOB_FIELD(pid, "pid", CTL_I32, .min = 1, .max = INT_MAX),
+    JOB_FIELD(start_ticks, "start", CTL_U64),
+    JOB_FIELD(uid, "uid", CTL_U32),
+    JOB_FIELD(user, "user", CTL_TEXT),
+    JOB_FIELD(project, "project", CTL_TEXT),
+    JOB_FIELD(priority, "priority", CTL_I32, .min = INT_MIN, .max = INT_MAX),
+    JOB_FIELD(limit, "limit", CTL_U64),
+    JOB_FIELD(device, "device", CTL_I32, .min = -1, .max = 4095),
+    CTL_FIELD(struct tcgpud_saved_job, dev_capacity, "dev_capacity", CTL_U64),
+    JOB_FIELD(mem, "mem", CTL_U64),
+    JOB_FIELD(state, "state", CTL_TEXT),
+    JOB_FIELD(suspended_by, "suspended_by", CTL_TEXT),
+    JOB_FIELD(auto_resume, "auto_resume", CTL_FLAG),
+    JOB_FIELD(preemptions, "preemptions", CTL_U32),
+    JOB_FIELD(run_ns, "run_ns", CTL_U64),
+};
+
 static void put_job(struct ctl_buf *b, const struct tcgpud_saved_job *j)
 {
     ctl_buf_request(b, "job");
-    ctl_buf_put_u64(b, "pid", (uint64_t)j->pid);
-    ctl_buf_put_u64(b, "start", j->start_ticks);
-    ctl_buf_put_u64(b, "uid", (uint64_t)j->uid);
-    ctl_buf_put(b, "user", j->user);
-    ctl_buf_put(b, "project", j->project);
-    ctl_buf_put_i64(b, "priority", j->priority);
-    ctl_buf_put_u64(b, "limit", j->limit);
-    ctl_buf_put_i64(b, "device", j->device);
-    ctl_buf_put_u64(b, "dev_capacity", j->dev_capacity);
-    ctl_buf_put_u64(b, "mem", j->mem);
-    ctl_buf_put(b, "state", j->state);
-    ctl_buf_put(b, "suspended_by", j->suspended_by);
-    ctl_buf_put_u64(b, "auto_resume", (uint64_t)j->auto_resume);
-    ctl_buf_put_u64(b, "preemptions", j->preemptions);
-    ctl_buf_put_u64(b, "run_ns", j->run_ns);
+    ctl_put_fields(b, job_fields, NELEM(job_fields), j);
 }
 
 static int write_jobs(int fd, const struct tcgpud_saved_job *jobs, size_t n)
@@ -90,42 +103,11 @@ int tcgpud_state_save(const char *path, const struct tcgpud_saved_job *jobs, siz
 /* One "job ..." line into *j. 0 or -EBADMSG. */
 static int parse_job(const char *line, size_t len, struct ctl_msg *m, struct tcgpud_saved_job *j)
 {
-    uint64_t pid, start, uid, limit, mem, ar, pre, run, cap = 0;
-    int64_t prio, dev;
-    const char *user, *proj, *state, *by;
-
     if (ctl_parse(line, len, m) < 0 || strcmp(m->word, "job"))
         return -EBADMSG;
-    user = ctl_get(m, "user");
-    proj = ctl_get(m, "project");
-    state = ctl_get(m, "state");
-    by = ctl_get(m, "suspended_by");
-    if (ctl_get_u64(m, "pid", &pid) || ctl_get_u64(m, "start", &start) ||
-        ctl_get_u64(m, "uid", &uid) || ctl_get_i64(m, "priority", &prio) ||
-        ctl_get_u64(m, "limit", &limit) || ctl_get_i64(m, "device", &dev) ||
-        ctl_get_u64(m, "mem", &mem) || ctl_get_u64(m, "auto_resume", &ar) ||
-        ctl_get_u64(m, "preemptions", &pre) || ctl_get_u64(m, "run_ns", &run) || !user || !proj ||
-        !state || !by || pid == 0 || pid > INT_MAX || uid > UINT32_MAX || prio < INT_MIN ||
-        prio > INT_MAX || dev < -1 || dev > 4095)
-        return -EBADMSG;
-    if (ctl_get(m, "dev_capacity") && ctl_get_u64(m, "dev_capacity", &cap))
-        return -EBADMSG;
     memset(j, 0, sizeof(*j));
-    j->dev_capacity = cap;
-    j->pid = (pid_t)pid;
-    j->start_ticks = start;
-    j->uid = (uid_t)uid;
-    snprintf(j->user, sizeof(j->user), "%s", user);
-    snprintf(j->project, sizeof(j->project), "%s", proj);
-    j->priority = (int)prio;
-    j->limit = limit;
-    j->device = (int)dev;
-    j->mem = mem;
-    snprintf(j->state, sizeof(j->state), "%s", state);
-    snprintf(j->suspended_by, sizeof(j->suspended_by), "%s", by);
-    j->auto_resume = ar != 0;
-    j->preemptions = (unsigned)pre;
-    j->run_ns = run;
+    if (ctl_get_fields(m, job_fields, NELEM(job_fields), j) < 0)
+        return -EBADMSG;
     return 0;
 }
 

@@ -1,8 +1,8 @@
 /*
- * tcgpud.h - the daemon's internals, shared by tools/tcgpud*.c.
+ * tcgpud.h - the daemon's workers (work.c) and what the loop asks of them.
  *
- * One thread runs the event loop (main.c): the socket, the policy, the
- * jobs, the state file, the metrics. Talking to a job's control socket can
+ * One thread runs the event loop (main.c and the files of daemon.h): the
+ * socket, the policy, the jobs, the state file, the metrics. Talking to a job's control socket can
  * take seconds (a suspend drains its memory), so each such call runs on a
  * worker thread (work.c) and reports back through a queue the loop
  * reads when an eventfd fires. Workers touch nothing of the loop's state.

@@ -1,0 +1,225 @@
+/* tcgpud's connections: the socket, replies, events to followers; see daemon.h. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "daemon.h"
+
+#define READ_WAIT_NS     2000000000ull   /* a client that connects must send within this */
+
+/* ---------------------------------------------------------------------------
+ * Events: a ring of finished "event ..." messages, pushed to followers
+ * ------------------------------------------------------------------------- */
+
+void send_msg(int ci, const struct ctl_buf *b)
+{
+    long n = ctl_buf_finish(b);
+
+    if (n < 0 || d.conns[ci].fd < 0)
+        return;
+    if (send(d.conns[ci].fd, b->data, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+        logmsg("reply to uid %u pid %d not delivered: %s", (unsigned)d.conns[ci].peer.uid,
+               (int)d.conns[ci].peer.pid, strerror(errno));
+}
+
+/*
+ * Record an event: `type`, the job, and key=value pairs given as a
+ * NULL-terminated list of (key, value) strings. Followers get it at once
+ * (a follower that cannot keep up is dropped).
+ */
+void event(const char *type, pid_t pid, ...)
+{
+    static struct ctl_buf b;
+    const struct djob *j = job_of(pid);
+    const struct pol_job *pj = policy_job(d.pol, (uint64_t)pid);
+    va_list ap;
+    const char *k;
+    long n;
+
+    ctl_buf_request(&b, "event");
+    ctl_buf_put_u64(&b, "seq", ++d.event_seq);
+    ctl_buf_put_u64(&b, "time_ms", wall_ms());
+    ctl_buf_put(&b, "type", type);
+    if (pid)
+        ctl_buf_put_u64(&b, "pid", (uint64_t)pid);
+    if (j) {
+        ctl_buf_put(&b, "user", j->user);
+        ctl_buf_put(&b, "project", project_name(j->project));
+    }
+    if (pj)
+        ctl_buf_put_i64(&b, "priority", pj->priority);
+    va_start(ap, pid);
+    while ((k = va_arg(ap, const char *))) {
+        const char *v = va_arg(ap, const char *);
+        ctl_buf_put(&b, k, v);
+    }
+    va_end(ap);
+    n = ctl_buf_finish(&b);
+    if (n < 0 || n >= EVENT_LEN)
+        return;
+    memcpy(d.events[d.event_seq % EVENTS_MAX], b.data, (size_t)n);
+    d.events[d.event_seq % EVENTS_MAX][n] = '\0';
+    for (int ci = 0; ci < MAX_CONNS; ci++) {
+        if (d.conns[ci].kind != C_FOLLOW)
+            continue;
+        if (send(d.conns[ci].fd, b.data, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+            conn_close(ci);
+    }
+}
+
+const char *u64s(uint64_t v, char *buf)
+{
+    snprintf(buf, 24, "%llu", (unsigned long long)v);
+    return buf;
+}
+
+/* A signed value (a priority) with its sign: never through u64s(). */
+const char *i64s(int64_t v, char *buf)
+{
+    snprintf(buf, 24, "%lld", (long long)v);
+    return buf;
+}
+
+const char *msecs(uint64_t ns, char *buf)
+{
+    snprintf(buf, 24, "%.1f", (double)ns / 1e6);
+    return buf;
+}
+
+/* ---------------------------------------------------------------------------
+ * Connections
+ * ------------------------------------------------------------------------- */
+
+void conn_close(int ci)
+{
+    struct conn *c = &d.conns[ci];
+
+    if (c->kind == C_FREE)
+        return;
+    close(c->fd);
+    c->fd = -1;
+    c->kind = C_FREE;
+    for (size_t i = 0; i < d.njobs; i++) {
+        if (d.jobs[i].waiter == ci)
+            d.jobs[i].waiter = -1;
+        if (d.jobs[i].req_conn == ci)
+            d.jobs[i].req_conn = -1;
+    }
+}
+
+void reply_error(int ci, int err, const char *fmt, ...)
+{
+    static struct ctl_buf b;
+    char text[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    ctl_buf_error(&b, err, text);
+    send_msg(ci, &b);
+    conn_close(ci);
+}
+
+/* ---------------------------------------------------------------------------
+ * Socket
+ * ------------------------------------------------------------------------- */
+
+int open_socket(const char *path)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    int fd, probe;
+
+    if (strlen(path) >= sizeof(a.sun_path)) {
+        logmsg("socket path %s is too long", path);
+        return -ENAMETOOLONG;
+    }
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    /* A live tcgpud on the path must not be displaced; a stale file may. */
+    probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0) {
+        close(probe);
+        logmsg("another tcgpud is serving %s", path);
+        return -EADDRINUSE;
+    }
+    if (probe >= 0)
+        close(probe);
+    unlink(path);
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+        chmod(path, 0666) < 0 || listen(fd, 64) < 0) {
+        int e = errno;
+        logmsg("cannot listen on %s: %s", path, strerror(e));
+        if (fd >= 0)
+            close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+void accept_all(void)
+{
+    int fd;
+
+    while ((fd = accept4(d.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+        socklen_t len = sizeof(struct ucred);
+        int ci;
+        for (ci = 0; ci < MAX_CONNS && d.conns[ci].kind != C_FREE; ci++)
+            ;
+        if (ci == MAX_CONNS) {
+            logmsg("too many connections; dropping one");
+            close(fd);
+            continue;
+        }
+        d.conns[ci] = (struct conn){ .kind = C_READ, .fd = fd, .deadline_ns = now_ns() + READ_WAIT_NS };
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &d.conns[ci].peer, &len) < 0) {
+            logmsg("cannot read peer credentials: %s", strerror(errno));
+            conn_close(ci);
+        }
+    }
+}
+
+void read_request(int ci)
+{
+    static char buf[CTL_MSG_MAX + 1];
+    static struct ctl_msg m;
+    ssize_t n = recv(d.conns[ci].fd, buf, sizeof(buf), MSG_TRUNC | MSG_DONTWAIT);
+
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        conn_close(ci);
+        return;
+    }
+    if (n > CTL_MSG_MAX) {
+        reply_error(ci, -EMSGSIZE, "request too large");
+        return;
+    }
+    if (ctl_parse(buf, (size_t)n, &m) < 0) {
+        reply_error(ci, -EPROTO, "malformed request");
+        return;
+    }
+    d.conns[ci].kind = C_OP;      /* handled: no more reading as a request */
+    handle(ci, &m);
+}
+
+/* A client waiting for an answer hung up (a job that died in its allocation). */
+void peer_gone(int ci)
+{
+    struct conn *c = &d.conns[ci];
+    struct djob *j = job_of(c->job);
+
+    if (c->kind == C_REQUEST && j && j->req_conn == ci) {
+        j->req_conn = -1;
+        j->req_gen = 0;
+        if (policy_request_cancel(d.pol, (uint64_t)j->pid, now_ns(), &acts) == 0)
+            pol_actions_clear(&acts);     /* nobody to tell */
+    }
+    conn_close(ci);
+}

@@ -1,0 +1,467 @@
+/* tcgpud's jobs and what happens to them; see daemon.h. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/names.h"
+#include "daemon.h"
+#include "state.h"
+
+#define OP_TIMEOUT_MS    600000   /* a suspend of a very large job to disk takes minutes */
+
+/* ---------------------------------------------------------------------------
+ * Jobs
+ * ------------------------------------------------------------------------- */
+
+struct djob *job_of(pid_t pid)
+{
+    for (size_t i = 0; i < d.njobs; i++)
+        if (d.jobs[i].pid == pid)
+            return &d.jobs[i];
+    return NULL;
+}
+
+const char *project_name(int idx)
+{
+    const struct pol_project *p = policy_project(d.pol, idx);
+    return p ? p->name : "?";
+}
+
+struct djob *add_job(pid_t pid, uid_t uid, const char *user, int project, uint64_t start)
+{
+    struct djob *j;
+
+    if (d.njobs == d.cap) {
+        size_t cap = d.cap ? d.cap * 2 : 32;
+        struct djob *v = realloc(d.jobs, cap * sizeof(*v));
+        if (!v)
+            return NULL;
+        d.jobs = v;
+        d.cap = cap;
+    }
+    j = &d.jobs[d.njobs++];
+    memset(j, 0, sizeof(*j));
+    j->pid = pid;
+    j->uid = uid;
+    snprintf(j->user, sizeof(j->user), "%s", user);
+    j->project = project;
+    j->start_ticks = start;
+    j->waiter = -1;
+    j->req_conn = -1;
+    return j;
+}
+
+static void remove_job(struct djob *j)
+{
+    size_t i = (size_t)(j - d.jobs);
+
+    if (j->req_conn >= 0)
+        conn_close(j->req_conn);
+    if (j->waiter >= 0)
+        reply_error(j->waiter, -ESRCH, "process %d exited", (int)j->pid);
+    memmove(&d.jobs[i], &d.jobs[i + 1], (d.njobs - i - 1) * sizeof(*d.jobs));
+    d.njobs--;
+    d.dirty = 1;
+}
+
+void job_gone(struct djob *j, const char *how)
+{
+    const struct pol_job *pj = policy_job(d.pol, (uint64_t)j->pid);
+    char rt[24];
+
+    logmsg("pid %d (project %s) %s", (int)j->pid, project_name(j->project), how);
+    event("exited", j->pid, "how", how, "runtime_ms",
+          msecs(pj ? policy_job_runtime(pj, now_ns()) : 0, rt), NULL);
+    policy_job_exited(d.pol, (uint64_t)j->pid, now_ns(), &acts);
+    remove_job(j);
+    do_actions(&acts);
+}
+
+static uint64_t capacity_for(int dev, uint64_t reported)
+{
+    for (int i = 0; i < d.cfg.ngpus; i++)
+        if (d.cfg.gpus[i].id == dev)
+            return d.cfg.gpus[i].capacity;
+    return reported;
+}
+
+/* Make sure device dev exists in the policy, with its capacity. */
+void learn_device(int dev, uint64_t reported)
+{
+    uint64_t cap = capacity_for(dev, reported);
+
+    if (dev < 0 || dev >= TCGPUD_MAX_GPUS)
+        return;
+    if (dev >= policy_device_count(d.pol) || policy_device_capacity(d.pol, dev) == 0) {
+        if (cap) {
+            policy_set_device(d.pol, dev, cap);
+            logmsg("GPU %d: capacity %llu MiB%s", dev, (unsigned long long)(cap / MiB),
+                   cap == reported ? " (reported by a job)" : " (from the configuration)");
+        } else if (dev >= policy_device_count(d.pol)) {
+            policy_set_device(d.pol, dev, 0);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Carrying out the policy's actions
+ * ------------------------------------------------------------------------- */
+
+void start_op(struct djob *j, enum work_kind kind, const char *dir)
+{
+    struct work *w = calloc(1, sizeof(*w));
+    int r;
+
+    if (!w) {
+        logmsg("out of memory starting an operation on pid %d", (int)j->pid);
+        return;
+    }
+    w->kind = kind;
+    w->pid = j->pid;
+    w->timeout_ms = OP_TIMEOUT_MS;
+    if (dir)
+        snprintf(w->dir, sizeof(w->dir), "%s", dir);
+    j->busy = 1;
+    j->op_t0 = now_ns();
+    r = tcgpud_work_start(w);
+    if (r < 0) {
+        /* Report it as the operation's failure, through the same path. */
+        w->err = r;
+        snprintf(w->msg, sizeof(w->msg), "cannot start a worker: %s", strerror(-r));
+        logmsg("pid %d: %s", (int)j->pid, w->msg);
+        j->busy = 0;
+        struct pol_actions more = { 0 };
+        if (kind == WORK_SUSPEND)
+            policy_job_suspended(d.pol, (uint64_t)j->pid, r, now_ns(), &more);
+        else
+            policy_job_resumed(d.pol, (uint64_t)j->pid, r, now_ns(), &more);
+        pol_actions_free(&more);
+        free(w);
+    }
+}
+
+static void reply_grant(struct djob *j, uint64_t bytes)
+{
+    static struct ctl_buf b;
+    const struct pol_job *pj = policy_job(d.pol, (uint64_t)j->pid);
+    uint64_t limit = pj ? pj->limit : 0;
+    char t[24], by[24];
+
+    /* A job borrowing beyond its own limit gets the limit raised to cover it. */
+    if (j->req_over_limit && limit && j->req_used + bytes > limit) {
+        limit = (j->req_used + bytes + 2 * MiB - 1) / (2 * MiB) * (2 * MiB);
+        policy_set_limit(d.pol, (uint64_t)j->pid, limit);
+        d.dirty = 1;
+    }
+    event("granted", j->pid, "bytes", u64s(bytes, by), "wait_ms", msecs(now_ns() - j->req_t0, t), NULL);
+    if (j->req_conn >= 0) {
+        ctl_buf_ok(&b);
+        ctl_buf_put_u64(&b, "granted", bytes);
+        ctl_buf_put_u64(&b, "limit", limit);
+        send_msg(j->req_conn, &b);
+        conn_close(j->req_conn);
+    }
+    j->req_conn = -1;
+    j->req_gen = 0;
+}
+
+static void reply_deny(struct djob *j, const struct pol_action *a)
+{
+    char why[160], by[24];
+
+    if (a->why == POL_WHY_VICTIM_FAILED)
+        snprintf(why, sizeof(why), "process %llu did not suspend to make room",
+                 (unsigned long long)a->for_job);
+    else if (a->why == POL_WHY_NO_BORROW)
+        snprintf(why, sizeof(why), "project %s may not use more than its reservation",
+                 project_name(j->project));
+    else if (a->why == POL_WHY_CANCELLED)
+        snprintf(why, sizeof(why), "no room within the wait timeout");
+    else
+        snprintf(why, sizeof(why), "no room on GPU %d and no job that may be preempted for it",
+                 a->device);
+    event("denied", j->pid, "bytes", u64s(a->bytes, by), "why", pol_why_name(a->why), "text", why,
+          NULL);
+    logmsg("pid %d (project %s): %llu MiB denied: %s", (int)j->pid, project_name(j->project),
+           (unsigned long long)(a->bytes / MiB), why);
+    if (j->req_conn >= 0)
+        reply_error(j->req_conn, -ENOMEM, "%s", why);
+    j->req_conn = -1;
+    j->req_gen = 0;
+}
+
+void do_actions(struct pol_actions *a)
+{
+    char b1[24], b2[24];
+
+    for (size_t i = 0; i < a->n; i++) {
+        const struct pol_action *x = &a->v[i];
+        struct djob *j = job_of((pid_t)x->job);
+        if (!j)
+            continue;
+        switch (x->kind) {
+        case POL_ACT_GRANT:
+            reply_grant(j, x->bytes);
+            break;
+        case POL_ACT_DENY:
+            reply_deny(j, x);
+            break;
+        case POL_ACT_WAIT:
+            event("waiting", j->pid, "bytes", u64s(x->bytes, b1), NULL);
+            break;
+        case POL_ACT_SUSPEND:
+            if (x->for_job) {
+                d.preemptions_total++;
+                logmsg("preempting pid %d (project %s, %llu MiB) for pid %llu: %s", (int)j->pid,
+                       project_name(j->project), (unsigned long long)(x->bytes / MiB),
+                       (unsigned long long)x->for_job, pol_why_name(x->why));
+            }
+            event("suspending", j->pid, "why", pol_why_name(x->why), "for", u64s(x->for_job, b1),
+                  "bytes", u64s(x->bytes, b2), NULL);
+            start_op(j, WORK_SUSPEND, NULL);
+            break;
+        case POL_ACT_RESUME:
+            event("resuming", j->pid, "why", pol_why_name(x->why), "bytes", u64s(x->bytes, b1), NULL);
+            start_op(j, WORK_RESUME, NULL);
+            break;
+        }
+    }
+    if (a->n)
+        d.dirty = 1;              /* the state file is rewritten only when something changed */
+    pol_actions_clear(a);
+}
+
+/* ---------------------------------------------------------------------------
+ * Memory requests
+ * ------------------------------------------------------------------------- */
+
+static void decide_request(struct djob *j)
+{
+    int r;
+
+    j->req_gen = 0;
+    r = policy_request(d.pol, (uint64_t)j->pid, j->req_device, j->req_bytes, j->req_free,
+                       j->req_wait_ms > 0, now_ns(), &acts);
+    if (r < 0) {
+        if (j->req_conn >= 0)
+            reply_error(j->req_conn, r, "the policy refused the request: %s", strerror(-r));
+        j->req_conn = -1;
+        pol_actions_clear(&acts);
+        return;
+    }
+    if (j->req_wait_ms && j->req_conn >= 0)
+        d.conns[j->req_conn].deadline_ns = now_ns() + j->req_wait_ms * 1000000u;
+    do_actions(&acts);
+}
+
+/* ---------------------------------------------------------------------------
+ * Status polls
+ * ------------------------------------------------------------------------- */
+
+void kick_poll(void)
+{
+    struct work *w;
+    size_t n = 0;
+
+    if (d.poll_in_flight)
+        return;
+    w = calloc(1, sizeof(*w));
+    if (!w || !(w->items = calloc(d.njobs ? d.njobs : 1, sizeof(*w->items)))) {
+        free(w);
+        return;
+    }
+    for (size_t i = 0; i < d.njobs; i++)
+        if (!d.jobs[i].busy)      /* a job in an operation answers after it: skip it */
+            w->items[n++].pid = d.jobs[i].pid;
+    w->kind = WORK_POLL;
+    w->n = n;
+    w->gen = ++d.poll_started;
+    d.poll_in_flight = 1;
+    if (tcgpud_work_start(w) < 0) {
+        d.poll_in_flight = 0;
+        d.poll_done = w->gen;     /* nothing learnt, but nobody waits forever */
+        tcgpud_work_free(w);
+    }
+}
+
+/* A job's state as the job itself reports it differs from the policy's:
+ * someone used its control socket or the signal directly. Believe the job. */
+static void reconcile(struct djob *j, const struct pol_job *pj, const struct tcgpu_status *st)
+{
+    uint64_t now = now_ns();
+
+    if (pj->state == POL_RUNNING && pj->req == POL_REQ_NONE && st->state == TCGPU_STATE_SUSPENDED) {
+        logmsg("pid %d was suspended outside tcgpud: a manual suspension now", (int)j->pid);
+        if (policy_manual_suspend(d.pol, (uint64_t)j->pid, 0, now, &acts) == 0) {
+            pol_actions_clear(&acts);     /* already done: acknowledge instead of acting */
+            policy_job_suspended(d.pol, (uint64_t)j->pid, 0, now, &acts);
+        }
+        event("suspended", j->pid, "why", "manual", "by", "outside", NULL);
+    } else if (pj->state == POL_SUSPENDED && st->state == TCGPU_STATE_RUNNING) {
+        logmsg("pid %d was resumed outside tcgpud", (int)j->pid);
+        if (policy_manual_resume(d.pol, (uint64_t)j->pid, now, &acts) == 0) {
+            pol_actions_clear(&acts);
+            policy_job_resumed(d.pol, (uint64_t)j->pid, 0, now, &acts);
+        }
+        event("resumed", j->pid, "why", "manual", "by", "outside", NULL);
+    }
+    do_actions(&acts);
+}
+
+static void poll_done(struct work *w)
+{
+    for (size_t i = 0; i < w->n; i++) {
+        const struct poll_item *it = &w->items[i];
+        struct djob *j = job_of(it->pid);
+        const struct pol_job *pj = policy_job(d.pol, (uint64_t)it->pid);
+        if (!j || !pj || j->busy || it->err)
+            continue;
+        if (it->st.state == TCGPU_STATE_RUNNING)
+            policy_set_usage(d.pol, (uint64_t)it->pid, it->st.gpu_bytes);
+        reconcile(j, policy_job(d.pol, (uint64_t)it->pid), &it->st);
+    }
+    d.poll_in_flight = 0;
+    d.poll_done = w->gen;
+    int later = 0;
+    for (size_t i = 0; i < d.njobs; i++) {
+        if (d.jobs[i].req_gen && d.jobs[i].req_gen <= d.poll_done)
+            decide_request(&d.jobs[i]);
+        else if (d.jobs[i].req_gen)
+            later = 1;
+    }
+    if (later)
+        kick_poll();              /* a request arrived during this round: it needs the next */
+}
+
+/* ---------------------------------------------------------------------------
+ * Finished operations
+ * ------------------------------------------------------------------------- */
+
+static void reply_waiter(struct djob *j, const struct work *w)
+{
+    static struct ctl_buf b;
+
+    if (j->waiter < 0)
+        return;
+    if (w->err) {
+        ctl_buf_error(&b, w->err, w->msg);
+    } else {
+        ctl_buf_ok(&b);
+        ctl_put_status(&b, &w->st);
+    }
+    send_msg(j->waiter, &b);
+    conn_close(j->waiter);
+    j->waiter = -1;
+}
+
+static void op_done(struct work *w)
+{
+    struct djob *j = job_of(w->pid);
+    int err = w->err;
+    char t[24], by[24];
+
+    if (!j)
+        return;                   /* exited meanwhile */
+    j->busy = 0;
+    d.dirty = 1;                  /* a state changed, even when no action follows */
+    /* Already in the state asked for: done, as far as the policy goes. */
+    if (err == -EALREADY && w->from_server)
+        err = 0;
+    if (w->kind == WORK_SUSPEND) {
+        if (err == 0) {
+            latency_add(&d.suspend_lat, (double)w->ns / 1e9);
+            logmsg("pid %d suspended in %.0f ms (GPU memory now %llu MiB)", (int)j->pid,
+                   (double)w->ns / 1e6, (unsigned long long)(w->st.gpu_bytes / MiB));
+            event("suspended", j->pid, "latency_ms", msecs(w->ns, t),
+                  "gpu_bytes", u64s(w->st.gpu_bytes, by), NULL);
+        } else {
+            logmsg("pid %d did not suspend: %s", (int)j->pid, w->msg);
+            event("suspend-failed", j->pid, "error", errno_name(err), "text", w->msg, NULL);
+        }
+        reply_waiter(j, w);
+        policy_job_suspended(d.pol, (uint64_t)j->pid, err, now_ns(), &acts);
+    } else {
+        if (err == 0) {
+            latency_add(&d.resume_lat, (double)w->ns / 1e9);
+            logmsg("pid %d resumed in %.0f ms", (int)j->pid, (double)w->ns / 1e6);
+            event("resumed", j->pid, "latency_ms", msecs(w->ns, t), NULL);
+        } else {
+            logmsg("pid %d did not resume: %s", (int)j->pid, w->msg);
+            event("resume-failed", j->pid, "error", errno_name(err), "text", w->msg, NULL);
+        }
+        reply_waiter(j, w);
+        policy_job_resumed(d.pol, (uint64_t)j->pid, err, now_ns(), &acts);
+    }
+    do_actions(&acts);
+}
+
+void take_work(void)
+{
+    struct work *w = tcgpud_work_take();
+
+    while (w) {
+        struct work *next = w->next;
+        if (w->kind == WORK_POLL)
+            poll_done(w);
+        else
+            op_done(w);
+        tcgpud_work_free(w);
+        w = next;
+    }
+}
+
+const char *display_state(const struct pol_job *pj)
+{
+    if (pj->state == POL_RUNNING && pj->req != POL_REQ_NONE)
+        return "waiting";
+    return pol_state_name(pj->state);
+}
+
+/* ---------------------------------------------------------------------------
+ * State file
+ * ------------------------------------------------------------------------- */
+
+void save_state(void)
+{
+    struct tcgpud_saved_job *v = calloc(d.njobs ? d.njobs : 1, sizeof(*v));
+    char err[512];
+    size_t n = 0;
+
+    if (!v) {
+        logmsg("out of memory saving the state");
+        return;
+    }
+    for (size_t i = 0; i < d.njobs; i++) {
+        const struct djob *j = &d.jobs[i];
+        const struct pol_job *pj = policy_job(d.pol, (uint64_t)j->pid);
+        struct tcgpud_saved_job *s = &v[n++];
+        if (!pj) {
+            n--;
+            continue;
+        }
+        s->pid = j->pid;
+        s->start_ticks = j->start_ticks;
+        s->uid = j->uid;
+        snprintf(s->user, sizeof(s->user), "%s", j->user);
+        snprintf(s->project, sizeof(s->project), "%s", project_name(j->project));
+        s->priority = pj->priority;
+        s->limit = pj->limit;
+        s->device = pj->device;
+        s->dev_capacity = policy_device_capacity(d.pol, pj->device);
+        s->mem = pj->mem;
+        /* in-between states are saved as where they are heading */
+        snprintf(s->state, sizeof(s->state), "%s",
+                 pj->state == POL_RUNNING || pj->state == POL_RESUMING ? "running" : "suspended");
+        snprintf(s->suspended_by, sizeof(s->suspended_by), "%s", pol_by_name(pj->suspended_by));
+        s->auto_resume = pj->auto_resume;
+        s->preemptions = pj->preemptions;
+        s->run_ns = policy_job_runtime(pj, now_ns());
+    }
+    if (tcgpud_state_save(d.cfg.state_file, v, n, err, sizeof(err)) < 0)
+        logmsg("%s", err);
+    else
+        d.dirty = 0;
+    free(v);
+}
