@@ -1,0 +1,485 @@
+/*
+ * drain.c - device memory (or a host store) to the host store or an image:
+ * the host drain's direct copies, and the image drain's staging ring
+ * (copies issued, chunks encoded by the workers, written in order).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <xxhash.h>
+
+#include "driver/driver.h"
+#include "driver/gate.h"
+#include "dev.h"
+#include "internal.h"
+
+static int copy_d2h(struct pipe *p, void *dst, CUdeviceptr src, size_t len)
+{
+    CUresult rc = TCGPU_REAL(cuMemcpyDtoHAsync)(dst, src, len, p->stream);
+
+    if (rc != CUDA_SUCCESS) {
+        say(p, "cuMemcpyDtoHAsync of %zu bytes at %#llx: %s", len, (unsigned long long)src,
+            cu_error_name(rc));
+        return -EIO;
+    }
+    p->st.copied_bytes += len;
+    return 0;
+}
+
+/*
+ * Faults the store's pages in (MADV_POPULATE_WRITE) on a thread of its own
+ * while the stream copies: fresh pages cost a fault and a page of zeroing
+ * each, as much as the copy itself on some machines. Chunks the device
+ * found zero are left untouched (no memory at all).
+ */
+struct prefault {
+    struct pipe_store *s;
+    pthread_t th;
+    int started;
+};
+
+static void *prefault_main(void *arg)
+{
+    struct prefault *f = arg;
+
+    tcgpu_gate_set_exempt(true);
+    for (size_t i = 0; i < f->s->n; i++) {
+        struct piece *q = &f->s->pc[i];
+        uintptr_t a = (uintptr_t)q->host & ~(uintptr_t)4095;
+        uintptr_t b = ((uintptr_t)q->host + q->len + 4095) & ~(uintptr_t)4095;
+
+        if (q->state == P_ZERO)
+            continue;
+        if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) != 0)
+            break;            /* old kernel: the copies fault the pages in */
+    }
+    return NULL;
+}
+
+int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out)
+{
+    struct pipe_store *s = NULL;
+    struct prefault pf = { 0 };
+    uint64_t since_sync = 0;
+    int rc;
+
+    p->msg[0] = '\0';
+    memset(&p->st, 0, sizeof(p->st));
+    p->progress = 0;
+    if ((rc = store_new(p, e, n, &s)) != 0)
+        return rc;
+    p->st.raw_bytes = s->raw_bytes;
+    for (size_t i = 0; i < s->n && rc == 0;) {
+        size_t end = device_run(s->pc, s->n, i);
+
+        if ((rc = use_device(p, s->pc[i].device, 1)) != 0 ||
+            (rc = scan_pieces(p, s->pc, i, end, 0)) != 0)
+            break;
+        for (size_t k = i; k < end; k++)
+            if (s->pc[k].scanned && !s->pc[k].nonzero)
+                s->pc[k].state = P_ZERO;
+        if (!pf.started && getenv("TCGPU_PREFAULT") && strcmp(getenv("TCGPU_PREFAULT"), "0")) {
+            pf.s = s;
+            pf.started = pthread_create(&pf.th, NULL, prefault_main, &pf) == 0;
+        }
+        while (i < end && rc == 0) {
+            struct piece *q = &s->pc[i];
+            size_t run = q->len, j = i + 1;
+
+            if (q->state == P_ZERO) {
+                /* Zero on the device: the store's untouched pages are zero. */
+                p->st.zero_chunks++;
+                p->st.device_skipped++;
+                i++;
+                continue;
+            }
+            /* One copy for a run of adjacent non-zero chunks. */
+            while (j < end && run < HOST_COPY_MAX && s->pc[j].va == q->va + run &&
+                   s->pc[j].host == q->host + run && s->pc[j].state != P_ZERO)
+                run += s->pc[j++].len;
+            rc = copy_d2h(p, q->host, q->va, run);
+            since_sync += run;
+            i = j;
+            if (rc == 0 && since_sync >= HOST_SYNC_EVERY) {
+                rc = stream_sync(p);
+                progress(p, since_sync);
+                since_sync = 0;
+            }
+        }
+        if (rc == 0)
+            rc = stream_sync(p);
+    }
+    if (rc == 0)
+        rc = leave_device(p);
+    else
+        leave_device(p);
+    if (pf.started)
+        pthread_join(pf.th, NULL);
+    if (rc) {
+        pipe_store_free(s);
+        return rc;
+    }
+    progress(p, since_sync);
+    p->st.stored_bytes = pipe_store_bytes(s);
+    *out = s;
+    return 0;
+}
+
+/* --- encoding: drain to image and write a store ------------------------------ */
+
+static void encode_job(struct pipe *p, struct worker *w, struct task *t)
+{
+    struct job *j = (struct job *)t;
+    struct piece *q = j->pc;
+    int rc;
+
+    (void)p;
+    if (j->have_parent) {
+        uint64_t h = XXH3_64bits(j->src, q->len);
+
+        if (h == j->parent_csum) {
+            image_chunk_parent(&j->c, q->len, h);
+            j->stored = NULL;
+            return;
+        }
+        rc = image_chunk_encode_hashed(w->ctx, j->src, q->len, q->dtype, h, j->dst, q->len,
+                                       &j->c, &j->stored);
+    } else {
+        rc = image_chunk_encode(w->ctx, j->src, q->len, q->dtype, j->dst, q->len, &j->c,
+                                &j->stored);
+    }
+    t->rc = rc;
+}
+
+/* Parent's chunk for this piece: same position and length. */
+static const struct image_chunk *parent_chunk(const struct image *parent, const struct piece *q)
+{
+    const struct image_chunk *c;
+    size_t idx;
+
+    if (!parent || !image_find_chunk(parent, q->alloc_id, q->offset, &idx))
+        return NULL;
+    c = image_chunk_at(parent, idx);
+    return c && c->raw_len == q->len ? c : NULL;
+}
+
+struct drain {
+    struct pipe *p;
+    struct piece *pc;
+    size_t n;
+    size_t next;                  /* next piece to take */
+    int from_device;
+    const struct image *parent;
+    struct image_writer *w;
+    uint64_t issued, written;     /* job sequence numbers */
+    unsigned fill_slot;
+    int err;
+};
+
+/* Takes pieces into slot `si` until it is full: copies issued (device) or
+ * pointed at (store); zero and unchanged chunks become ready jobs at once. */
+static int fill_slot(struct drain *d, unsigned si)
+{
+    struct pipe *p = d->p;
+    struct slot *s = &p->slots[si];
+    int rc, copies = 0;
+
+    s->fill = 0;
+    s->pending = 0;
+    while (d->next < d->n && d->issued - d->written < p->njobs) {
+        struct piece *q = &d->pc[d->next];
+        struct job *j = &p->jobs[d->issued % p->njobs];
+        const struct image_chunk *pcnk;
+
+        memset(j, 0, sizeof(*j));
+        j->pc = q;
+        j->slot = -1;
+        j->c.alloc_id = q->alloc_id;
+        j->c.alloc_offset = q->offset;
+        if (q->scanned == 2) {
+            j->c.dev_hash = q->devhash;
+            j->c.has_dev_hash = 1;
+        }
+        pcnk = parent_chunk(d->parent, q);
+        if ((q->scanned && !q->nonzero) || (!d->from_device && q->state == P_ZERO)) {
+            j->c.codec = TCGPU_CODEC_ZERO;
+            j->c.raw_len = (uint32_t)q->len;
+            j->c.raw_csum = zero_csum(p, q->len);
+            j->c.stored_csum = XXH3_64bits(NULL, 0);
+            j->state = J_READY;
+            if (d->from_device)
+                p->st.device_skipped++;
+        } else if (pcnk && q->scanned == 2 && pcnk->has_dev_hash && pcnk->dev_hash == q->devhash) {
+            /* Unchanged by the device hash: stays on the device. */
+            image_chunk_parent(&j->c, q->len, pcnk->raw_csum);
+            j->c.dev_hash = q->devhash;
+            j->c.has_dev_hash = 1;
+            j->state = J_READY;
+            p->st.device_skipped++;
+        } else {
+            if (s->fill + q->len > p->slot_size)
+                break;
+            j->slot = (int)si;
+            j->dst = s->enc + s->fill;
+            j->have_parent = pcnk != NULL;
+            j->parent_csum = pcnk ? pcnk->raw_csum : 0;
+            j->t.fn = encode_job;
+            if (d->from_device) {
+                j->src = s->mem + s->fill;
+                if ((rc = copy_d2h(p, s->mem + s->fill, q->va, q->len)) != 0)
+                    return rc;
+                j->state = J_WAITING_COPY;
+                copies++;
+            } else {
+                j->src = q->host;
+                j->state = J_QUEUED;
+                submit(p, &j->t);
+            }
+            s->fill += q->len;
+            s->pending++;
+            s->last_seq = d->issued;
+        }
+        d->issued++;
+        d->next++;
+    }
+    if (copies) {
+        CUresult cr = TCGPU_REAL(cuEventRecord)(s->ev, p->stream);
+
+        if (cr != CUDA_SUCCESS) {
+            say(p, "cuEventRecord: %s", cu_error_name(cr));
+            return -EIO;
+        }
+        s->state = S_COPYING;
+    } else if (s->pending) {
+        s->state = S_WORKING;
+    }
+    return 0;
+}
+
+/* Hands the chunks of a slot whose copies are done to the workers. */
+static void dispatch_slot(struct drain *d, unsigned si)
+{
+    struct pipe *p = d->p;
+
+    for (uint64_t q = d->written; q < d->issued; q++) {
+        struct job *j = &p->jobs[q % p->njobs];
+
+        if (j->slot == (int)si && j->state == J_WAITING_COPY) {
+            j->state = J_QUEUED;
+            submit(p, &j->t);
+        }
+    }
+    p->slots[si].state = S_WORKING;
+}
+
+/* Appends ready jobs in order; frees their slots. Returns 1 if any. */
+static int write_ready(struct drain *d)
+{
+    struct pipe *p = d->p;
+    int any = 0;
+
+    while (d->written < d->issued) {
+        struct job *j = &p->jobs[d->written % p->njobs];
+        int rc;
+
+        if (j->state == J_WAITING_COPY || (j->state == J_QUEUED && !task_done(p, &j->t)))
+            break;
+        if (j->state == J_QUEUED && j->t.rc && !d->err) {
+            say(p, "encoding chunk at %#llx+%#llx of allocation %llu: %s",
+                (unsigned long long)j->pc->va, (unsigned long long)j->pc->offset,
+                (unsigned long long)j->pc->alloc_id, strerror(-j->t.rc));
+            d->err = j->t.rc;
+        }
+        if (!d->err) {
+            rc = image_writer_add_encoded(d->w, &j->c, j->stored);
+            if (rc) {
+                say(p, "%s", image_writer_error(d->w));
+                d->err = rc;
+            } else {
+                p->st.stored_bytes += j->c.stored_len;
+                p->st.zero_chunks += j->c.codec == TCGPU_CODEC_ZERO;
+                p->st.parent_chunks += j->c.codec == TCGPU_CODEC_PARENT;
+                progress(p, j->c.raw_len);
+            }
+        }
+        if (j->slot >= 0) {
+            struct slot *s = &p->slots[j->slot];
+
+            if (--s->pending == 0)
+                s->state = S_FREE;
+        }
+        j->state = J_EMPTY;
+        d->written++;
+        any = 1;
+    }
+    return any;
+}
+
+static int run_drain(struct drain *d)
+{
+    struct pipe *p = d->p;
+    int rc = 0;
+
+    while (!d->err || d->written < d->issued) {
+        int progressed = 0;
+
+        /* 1. fill free slots, in ring order */
+        while (!d->err && d->next < d->n && p->slots[d->fill_slot].state == S_FREE) {
+            uint64_t before = d->issued;
+
+            if ((rc = fill_slot(d, d->fill_slot)) != 0) {
+                d->err = rc;
+                break;
+            }
+            if (p->slots[d->fill_slot].state != S_FREE)
+                d->fill_slot = (d->fill_slot + 1) % p->nslots;
+            if (d->issued == before)
+                break;            /* no room in the job ring, or a device switch waits */
+            progressed = 1;
+        }
+        /* 2. slots whose copies landed go to the workers */
+        for (unsigned k = 0; k < p->nslots; k++) {
+            struct slot *s = &p->slots[k];
+
+            if (s->state == S_COPYING &&
+                TCGPU_REAL(cuEventQuery)(s->ev) != CUDA_ERROR_NOT_READY) {
+                dispatch_slot(d, k);
+                progressed = 1;
+            }
+        }
+        /* 3. write what is ready, in order */
+        progressed |= write_ready(d);
+        if (d->written == d->issued && (d->next == d->n || d->err))
+            break;
+        if (progressed)
+            continue;
+        /* 4. wait for the oldest job: its copy, or its encoding */
+        if (d->written < d->issued) {
+            struct job *j = &p->jobs[d->written % p->njobs];
+
+            if (j->state == J_WAITING_COPY) {
+                CUresult cr = TCGPU_REAL(cuEventSynchronize)(p->slots[j->slot].ev);
+
+                if (cr != CUDA_SUCCESS && !d->err) {
+                    say(p, "copy to the staging ring: %s", cu_error_name(cr));
+                    d->err = -EIO;
+                }
+                dispatch_slot(d, (unsigned)j->slot);
+            } else if (j->state == J_QUEUED) {
+                task_wait(p, &j->t);
+            }
+        }
+    }
+    return d->err;
+}
+
+static int drain_setup(struct pipe *p)
+{
+    p->msg[0] = '\0';
+    memset(&p->st, 0, sizeof(p->st));
+    p->progress = 0;
+    if (zeros_init(p)) {
+        say(p, "out of memory");
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/*
+ * Whether the drain hashes chunks on the device. A GPU hashes at memory
+ * speed, so always; the simcuda twin hashes on the CPU, slower than copying
+ * and hashing on the host, so only when the parent's device hashes can save
+ * the copies.
+ */
+static int want_device_hash(const struct pipe *p, const struct image *parent)
+{
+    const char *v = getenv("TCGPU_DEVICE_HASH");
+    int mode = v && *v ? (strcmp(v, "0") ? 1 : -1) : p->o.device_hash;
+
+    if (!p->dev || mode < 0)
+        return 0;
+    if (mode > 0 || pdev_kind(p->dev) == PDEV_CUBIN)
+        return 1;
+    for (size_t i = 0; parent && i < image_chunk_count(parent); i++)
+        if (image_chunk_at(parent, i)->has_dev_hash)
+            return 1;
+    return 0;
+}
+
+static size_t n_pieces_of(const struct drain *d)
+{
+    return d->n;
+}
+
+int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n,
+                     struct image_writer *w, const struct image *parent)
+{
+    struct drain d = { .p = p, .from_device = 1, .parent = parent, .w = w };
+    int rc;
+
+    if ((rc = drain_setup(p)) != 0 || (rc = make_pieces(p, e, n, &d.pc, &d.n)) != 0)
+        return rc;
+    for (size_t i = 0; i < d.n; i++)
+        p->st.raw_bytes += d.pc[i].len;
+    /* One device at a time (the caller groups extents by device). */
+    for (size_t i = 0, end; i < n_pieces_of(&d) && rc == 0; i = end) {
+        struct drain run = d;
+
+        end = device_run(d.pc, d.n, i);
+        run.pc = d.pc + i;
+        run.n = end - i;
+        rc = use_device(p, d.pc[i].device, 1);
+        if (rc == 0)
+            rc = make_ring(p, 1);
+        if (rc == 0)
+            rc = scan_pieces(p, d.pc, i, end, want_device_hash(p, parent));
+        if (rc == 0)
+            rc = run_drain(&run);
+    }
+    if (rc == 0)
+        rc = leave_device(p);
+    else
+        leave_device(p);
+    free(d.pc);
+    return rc;
+}
+
+int pipe_write_store(struct pipe *p, struct pipe_store *s, struct image_writer *w,
+                     const struct image *parent)
+{
+    struct drain d = { .p = p, .pc = s->pc, .n = s->n, .parent = parent, .w = w };
+    int rc;
+
+    pipe_store_compress_stop(s);
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->pc[i].state == P_ENC) {
+            say(p, "the host copy is compressed in memory; cannot write it as an image");
+            return -EINVAL;
+        }
+    }
+    if ((rc = drain_setup(p)) != 0)
+        return rc;
+    p->st.raw_bytes = s->raw_bytes;
+    /* No device: the ring is plain memory for the encoders' output. */
+    p->slots = calloc(p->nslots, sizeof(*p->slots));
+    p->njobs = (size_t)p->nslots * (p->slot_size / p->chunk + 64) + 256;
+    p->jobs = calloc(p->njobs, sizeof(*p->jobs));
+    for (unsigned i = 0; p->slots && i < p->nslots; i++)
+        if (!(p->slots[i].enc = malloc(p->slot_size)))
+            break;
+    if (!p->slots || !p->jobs || !p->slots[p->nslots - 1].enc) {
+        say(p, "out of host memory for the encoders");
+        rc = -ENOMEM;
+    } else {
+        rc = run_drain(&d);
+    }
+    for (unsigned i = 0; p->slots && i < p->nslots; i++)
+        free(p->slots[i].enc);
+    free(p->slots);
+    free(p->jobs);
+    p->slots = NULL;
+    p->jobs = NULL;
+    return rc;
+}

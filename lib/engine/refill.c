@@ -1,0 +1,385 @@
+/*
+ * refill.c - an image or a host store back to the device: zero chunks by
+ * memset, raw host chunks by direct uploads, the rest decoded by the
+ * workers into the staging slots and uploaded while the next ones decode.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/driver.h"
+#include "internal.h"
+
+/* --- refill ---------------------------------------------------------------- */
+
+static void decode_job(struct pipe *p, struct worker *w, struct task *t)
+{
+    struct job *j = (struct job *)t;
+    int rc;
+
+    (void)p;
+    if (j->kind == R_DECODE_STORE) {
+        struct piece *q = j->pc;
+        rc = codec_decode(w->ctx, q->codec, q->enc, q->enc_len, j->dst, q->len);
+        if (rc)
+            snprintf(j->err, sizeof(j->err), "in-memory chunk at %#llx does not decode: %s",
+                     (unsigned long long)q->va, strerror(-rc));
+        t->rc = rc;
+        return;
+    }
+    unsigned codec;
+    uint32_t stored_len;
+
+    image_chunk_resolved(j->img, j->img_index, &codec, &stored_len);
+    if (codec == TCGPU_CODEC_RAW) {
+        /* Stored bytes are the raw bytes: read them where they go. */
+        t->rc = image_read_stored(j->img, j->img_index, j->dst, j->err, sizeof(j->err));
+        return;
+    }
+    if (w->buf_cap < stored_len) {
+        uint8_t *b = realloc(w->buf, stored_len);
+
+        if (!b) {
+            snprintf(j->err, sizeof(j->err), "out of memory");
+            t->rc = -ENOMEM;
+            return;
+        }
+        w->buf = b;
+        w->buf_cap = stored_len;
+    }
+    rc = image_read_stored(j->img, j->img_index, w->buf, j->err, sizeof(j->err));
+    if (rc == 0)
+        rc = image_decode_chunk(j->img, j->img_index, w->ctx, w->buf, j->dst, j->err,
+                                sizeof(j->err));
+    t->rc = rc;
+}
+
+struct refill {
+    struct pipe *p;
+    struct job *items;            /* what to put back, in order */
+    size_t n, next;
+    int err;
+};
+
+static int upload(struct pipe *p, CUdeviceptr va, const void *src, size_t len)
+{
+    CUresult rc = TCGPU_REAL(cuMemcpyHtoDAsync)(va, src, len, p->stream);
+
+    if (rc != CUDA_SUCCESS) {
+        say(p, "cuMemcpyHtoDAsync of %zu bytes at %#llx: %s", len, (unsigned long long)va,
+            cu_error_name(rc));
+        return -EIO;
+    }
+    p->st.copied_bytes += len;
+    return 0;
+}
+
+static int memset_dev(struct pipe *p, CUdeviceptr va, size_t len)
+{
+    CUresult rc = TCGPU_REAL(cuMemsetD8Async)(va, 0, len, p->stream);
+
+    if (rc != CUDA_SUCCESS) {
+        say(p, "cuMemsetD8Async of %zu bytes at %#llx: %s", len, (unsigned long long)va,
+            cu_error_name(rc));
+        return -EIO;
+    }
+    return 0;
+}
+
+/* Uploads a slot whose chunks are all decoded. */
+static int upload_slot(struct refill *r, unsigned si, size_t first, size_t last)
+{
+    struct pipe *p = r->p;
+    struct slot *s = &p->slots[si];
+    int rc = 0;
+
+    for (size_t i = first; i < last && rc == 0; i++) {
+        struct job *j = &r->items[i];
+
+        if (j->slot != (int)si)
+            continue;
+        if (j->t.rc && !r->err) {
+            say(p, "%s", j->err[0] ? j->err : strerror(-j->t.rc));
+            r->err = j->t.rc;
+        }
+        if (!r->err) {
+            rc = upload(p, j->va, j->dst, j->len);
+            progress(p, j->len);
+        }
+    }
+    if (rc == 0 && !r->err) {
+        CUresult cr = TCGPU_REAL(cuEventRecord)(s->ev, p->stream);
+
+        if (cr != CUDA_SUCCESS) {
+            say(p, "cuEventRecord: %s", cu_error_name(cr));
+            rc = -EIO;
+        }
+    }
+    s->state = S_UPLOADING;
+    return rc;
+}
+
+static int slots_busy(const struct pipe *p)
+{
+    for (unsigned k = 0; k < p->nslots; k++)
+        if (p->slots[k].state != S_FREE)
+            return 1;
+    return 0;
+}
+
+/* Puts r->items back on the current device: zero chunks by memset, raw
+ * host chunks by direct uploads, the rest decoded by the workers into the
+ * staging slots and uploaded slot by slot while the next ones decode. */
+static int run_refill(struct refill *r)
+{
+    struct pipe *p = r->p;
+    size_t *slot_first = calloc(p->nslots, sizeof(size_t));
+    size_t *slot_last = calloc(p->nslots, sizeof(size_t));
+    unsigned fill = 0, next_up = 0, oldest = 0;
+    int rc = 0;
+
+    if (!slot_first || !slot_last) {
+        free(slot_first);
+        free(slot_last);
+        say(p, "out of memory");
+        return -ENOMEM;
+    }
+    for (;;) {
+        int progressed = 0;
+
+        /* 1. fill the next free slot; zero and direct chunks go now */
+        while (!r->err && r->next < r->n && p->slots[fill].state == S_FREE) {
+            struct slot *s = &p->slots[fill];
+            size_t first = r->next;
+
+            s->fill = 0;
+            s->pending = 0;
+            while (r->next < r->n && !r->err) {
+                struct job *j = &r->items[r->next];
+
+                if (j->kind == R_ZERO || j->kind == R_DIRECT) {
+                    rc = j->kind == R_ZERO ? memset_dev(p, j->va, j->len)
+                                           : upload(p, j->va, j->src, j->len);
+                    if (rc) {
+                        r->err = rc;
+                        break;
+                    }
+                    progress(p, j->len);
+                    r->next++;
+                    progressed = 1;
+                    continue;
+                }
+                if (s->fill + j->len > p->slot_size)
+                    break;
+                j->slot = (int)fill;
+                j->dst = s->mem + s->fill;
+                j->t.fn = decode_job;
+                submit(p, &j->t);
+                s->fill += j->len;
+                s->pending++;
+                r->next++;
+            }
+            if (!s->pending)
+                break;
+            slot_first[fill] = first;
+            slot_last[fill] = r->next;
+            s->state = S_WORKING;
+            fill = (fill + 1) % p->nslots;
+            progressed = 1;
+        }
+        /* 2. in ring order: upload decoded slots (next_up), free uploaded
+         * ones (oldest); both follow the order the slots were filled in */
+        while (p->slots[next_up].state == S_WORKING) {
+            int all = 1;
+
+            for (size_t i = slot_first[next_up]; i < slot_last[next_up] && all; i++)
+                if (r->items[i].slot == (int)next_up && !task_done(p, &r->items[i].t))
+                    all = 0;
+            if (!all)
+                break;
+            if ((rc = upload_slot(r, next_up, slot_first[next_up], slot_last[next_up])) != 0 &&
+                !r->err)
+                r->err = rc;
+            next_up = (next_up + 1) % p->nslots;
+            progressed = 1;
+        }
+        while (p->slots[oldest].state == S_UPLOADING) {
+            if (!r->err && TCGPU_REAL(cuEventQuery)(p->slots[oldest].ev) == CUDA_ERROR_NOT_READY)
+                break;
+            p->slots[oldest].state = S_FREE;
+            oldest = (oldest + 1) % p->nslots;
+            progressed = 1;
+        }
+        if (!slots_busy(p) && (r->next == r->n || r->err))
+            break;
+        if (progressed)
+            continue;
+        /* 3. wait: for the next slot's decoding, else the oldest upload */
+        if (p->slots[next_up].state == S_WORKING) {
+            for (size_t i = slot_first[next_up]; i < slot_last[next_up]; i++)
+                if (r->items[i].slot == (int)next_up)
+                    task_wait(p, &r->items[i].t);
+        } else if (p->slots[oldest].state == S_UPLOADING) {
+            TCGPU_REAL(cuEventSynchronize)(p->slots[oldest].ev);
+        }
+    }
+    free(slot_first);
+    free(slot_last);
+    if (!r->err)
+        r->err = stream_sync(p);
+    return r->err;
+}
+
+static int item_cmp_device(const void *a, const void *b)
+{
+    const struct job *x = a, *y = b;
+
+    if (x->pc->device != y->pc->device)
+        return x->pc->device < y->pc->device ? -1 : 1;
+    return x->img_index < y->img_index ? -1 : x->img_index > y->img_index;
+}
+
+/* Runs the items device by device (stable: sorted by device, then order). */
+static int refill_all(struct pipe *p, struct refill *all)
+{
+    int rc = 0;
+
+    for (size_t i = 0; i < all->n; i++)
+        all->items[i].img_index = all->items[i].img ? all->items[i].img_index : i;
+    qsort(all->items, all->n, sizeof(*all->items), item_cmp_device);
+    for (size_t i = 0, end; i < all->n && rc == 0; i = end) {
+        struct refill r = { .p = p, .items = all->items + i };
+
+        for (end = i + 1; end < all->n && all->items[end].pc->device == all->items[i].pc->device;)
+            end++;
+        r.n = end - i;
+        rc = use_device(p, all->items[i].pc->device, 0);
+        if (rc == 0)
+            rc = make_ring(p, 0);
+        if (rc == 0)
+            rc = run_refill(&r);
+        if (rc)
+            break;
+        rc = leave_device(p);
+    }
+    leave_device(p);
+    return rc;
+}
+
+static void refill_setup(struct pipe *p)
+{
+    p->msg[0] = '\0';
+    memset(&p->st, 0, sizeof(p->st));
+    p->progress = 0;
+}
+
+int pipe_refill_host(struct pipe *p, struct pipe_store *s)
+{
+    struct refill r = { .p = p };
+    int rc;
+
+    pipe_store_compress_stop(s);
+    if (!s->n)
+        return 0;
+    r.items = calloc(s->n, sizeof(*r.items));
+    refill_setup(p);
+    if (!r.items) {
+        say(p, "out of memory");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < s->n; i++) {
+        struct piece *q = &s->pc[i];
+        struct job *j = &r.items[r.n++];
+
+        j->pc = q;
+        j->va = q->va;
+        j->len = q->len;
+        j->slot = -1;
+        j->kind = q->state == P_ZERO ? R_ZERO : q->state == P_RAW ? R_DIRECT : R_DECODE_STORE;
+        j->src = q->host;
+        /* Merge adjacent raw chunks into one upload. */
+        while (j->kind == R_DIRECT && i + 1 < s->n && s->pc[i + 1].state == P_RAW &&
+               s->pc[i + 1].va == j->va + j->len && s->pc[i + 1].host == j->src + j->len &&
+               s->pc[i + 1].device == q->device && j->len < HOST_COPY_MAX)
+            j->len += s->pc[++i].len;
+    }
+    refill_setup(p);
+    p->st.raw_bytes = s->raw_bytes;
+    rc = refill_all(p, &r);
+    free(r.items);
+    return rc;
+}
+
+struct alloc_key {
+    uint64_t id;
+    size_t index;
+};
+
+static int key_cmp(const void *a, const void *b)
+{
+    const struct alloc_key *x = a, *y = b;
+
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int pipe_refill_image(struct pipe *p, const struct image *img, const struct pipe_ext *allocs,
+                      size_t n)
+{
+    struct refill r = { .p = p };
+    struct alloc_key *keys = calloc(n ? n : 1, sizeof(*keys));
+    struct piece *dev = calloc(n ? n : 1, sizeof(*dev));   /* device of each alloc */
+    size_t nch = image_chunk_count(img);
+    int rc = 0;
+
+    refill_setup(p);
+    r.items = calloc(nch ? nch : 1, sizeof(*r.items));
+    if (!keys || !dev || !r.items) {
+        say(p, "out of memory");
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        keys[i] = (struct alloc_key){ allocs[i].alloc_id, i };
+        dev[i].device = allocs[i].device;
+    }
+    qsort(keys, n, sizeof(*keys), key_cmp);
+    for (size_t i = 0; i < nch; i++) {
+        const struct image_chunk *c = image_chunk_at(img, i);
+        struct alloc_key k = { c->alloc_id, 0 }, *f;
+        unsigned codec;
+        struct job *j;
+
+        f = n ? bsearch(&k, keys, n, sizeof(*keys), key_cmp) : NULL;
+        if (!f)
+            continue;             /* not one of the allocations asked for */
+        if (c->alloc_offset + c->raw_len > allocs[f->index].len) {
+            say(p, "chunk at offset %#llx of allocation %llu runs past its %zu bytes",
+                (unsigned long long)c->alloc_offset, (unsigned long long)c->alloc_id,
+                allocs[f->index].len);
+            rc = -EBADMSG;
+            goto out;
+        }
+        if (c->raw_len > p->slot_size) {
+            say(p, "chunk of %u bytes is larger than a staging slot", c->raw_len);
+            rc = -EINVAL;
+            goto out;
+        }
+        image_chunk_resolved(img, i, &codec, NULL);
+        j = &r.items[r.n++];
+        j->pc = &dev[f->index];
+        j->va = allocs[f->index].va + c->alloc_offset;
+        j->len = c->raw_len;
+        j->slot = -1;
+        j->img = img;
+        j->img_index = i;
+        j->kind = codec == TCGPU_CODEC_ZERO ? R_ZERO : R_DECODE_IMAGE;
+        p->st.raw_bytes += c->raw_len;
+    }
+    rc = refill_all(p, &r);
+out:
+    free(r.items);
+    free(keys);
+    free(dev);
+    return rc;
+}
