@@ -20,8 +20,8 @@ static int copy_d2h(struct pipe *p, void *dst, CUdeviceptr src, size_t len)
     CUresult rc = TCGPU_REAL(cuMemcpyDtoHAsync)(dst, src, len, p->stream);
 
     if (rc != CUDA_SUCCESS) {
-        say(p, "cuMemcpyDtoHAsync of %zu bytes at %#llx: %s", len, (unsigned long long)src,
-            cu_error_name(rc));
+        pipe_say(p, "cuMemcpyDtoHAsync of %zu bytes at %#llx: %s", len, (unsigned long long)src,
+                 cu_error_name(rc));
         return -EIO;
     }
     p->st.copied_bytes += len;
@@ -68,14 +68,14 @@ int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct p
     p->msg[0] = '\0';
     memset(&p->st, 0, sizeof(p->st));
     p->progress = 0;
-    if ((rc = store_new(p, e, n, &s)) != 0)
+    if ((rc = pipe_store_new(p, e, n, &s)) != 0)
         return rc;
     p->st.raw_bytes = s->raw_bytes;
     for (size_t i = 0; i < s->n && rc == 0;) {
-        size_t end = device_run(s->pc, s->n, i);
+        size_t end = pipe_device_run(s->pc, s->n, i);
 
-        if ((rc = use_device(p, s->pc[i].device, 1)) != 0 ||
-            (rc = scan_pieces(p, s->pc, i, end, 0)) != 0)
+        if ((rc = pipe_use_device(p, s->pc[i].device, 1)) != 0 ||
+            (rc = pipe_scan_pieces(p, s->pc, i, end, 0)) != 0)
             break;
         for (size_t k = i; k < end; k++)
             if (s->pc[k].scanned && !s->pc[k].nonzero)
@@ -103,25 +103,25 @@ int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct p
             since_sync += run;
             i = j;
             if (rc == 0 && since_sync >= HOST_SYNC_EVERY) {
-                rc = stream_sync(p);
-                progress(p, since_sync);
+                rc = pipe_stream_sync(p);
+                pipe_add_progress(p, since_sync);
                 since_sync = 0;
             }
         }
         if (rc == 0)
-            rc = stream_sync(p);
+            rc = pipe_stream_sync(p);
     }
     if (rc == 0)
-        rc = leave_device(p);
+        rc = pipe_leave_device(p);
     else
-        leave_device(p);
+        pipe_leave_device(p);
     if (pf.started)
         pthread_join(pf.th, NULL);
     if (rc) {
         pipe_store_free(s);
         return rc;
     }
-    progress(p, since_sync);
+    pipe_add_progress(p, since_sync);
     p->st.stored_bytes = pipe_store_bytes(s);
     *out = s;
     return 0;
@@ -206,7 +206,7 @@ static int fill_slot(struct drain *d, unsigned si)
         if ((q->scanned && !q->nonzero) || (!d->from_device && q->state == P_ZERO)) {
             j->c.codec = TCGPU_CODEC_ZERO;
             j->c.raw_len = (uint32_t)q->len;
-            j->c.raw_csum = zero_csum(p, q->len);
+            j->c.raw_csum = pipe_zero_csum(p, q->len);
             j->c.stored_csum = XXH3_64bits(NULL, 0);
             j->state = J_READY;
             if (d->from_device)
@@ -235,7 +235,7 @@ static int fill_slot(struct drain *d, unsigned si)
             } else {
                 j->src = q->host;
                 j->state = J_QUEUED;
-                submit(p, &j->t);
+                pool_submit(p, &j->t);
             }
             s->fill += q->len;
             s->pending++;
@@ -248,7 +248,7 @@ static int fill_slot(struct drain *d, unsigned si)
         CUresult cr = TCGPU_REAL(cuEventRecord)(s->ev, p->stream);
 
         if (cr != CUDA_SUCCESS) {
-            say(p, "cuEventRecord: %s", cu_error_name(cr));
+            pipe_say(p, "cuEventRecord: %s", cu_error_name(cr));
             return -EIO;
         }
         s->state = S_COPYING;
@@ -268,7 +268,7 @@ static void dispatch_slot(struct drain *d, unsigned si)
 
         if (j->slot == (int)si && j->state == J_WAITING_COPY) {
             j->state = J_QUEUED;
-            submit(p, &j->t);
+            pool_submit(p, &j->t);
         }
     }
     p->slots[si].state = S_WORKING;
@@ -284,24 +284,24 @@ static int write_ready(struct drain *d)
         struct job *j = &p->jobs[d->written % p->njobs];
         int rc;
 
-        if (j->state == J_WAITING_COPY || (j->state == J_QUEUED && !task_done(p, &j->t)))
+        if (j->state == J_WAITING_COPY || (j->state == J_QUEUED && !pool_task_done(p, &j->t)))
             break;
         if (j->state == J_QUEUED && j->t.rc && !d->err) {
-            say(p, "encoding chunk at %#llx+%#llx of allocation %llu: %s",
-                (unsigned long long)j->pc->va, (unsigned long long)j->pc->offset,
-                (unsigned long long)j->pc->alloc_id, strerror(-j->t.rc));
+            pipe_say(p, "encoding chunk at %#llx+%#llx of allocation %llu: %s",
+                     (unsigned long long)j->pc->va, (unsigned long long)j->pc->offset,
+                     (unsigned long long)j->pc->alloc_id, strerror(-j->t.rc));
             d->err = j->t.rc;
         }
         if (!d->err) {
             rc = image_writer_add_encoded(d->w, &j->c, j->stored);
             if (rc) {
-                say(p, "%s", image_writer_error(d->w));
+                pipe_say(p, "%s", image_writer_error(d->w));
                 d->err = rc;
             } else {
                 p->st.stored_bytes += j->c.stored_len;
                 p->st.zero_chunks += j->c.codec == TCGPU_CODEC_ZERO;
                 p->st.parent_chunks += j->c.codec == TCGPU_CODEC_PARENT;
-                progress(p, j->c.raw_len);
+                pipe_add_progress(p, j->c.raw_len);
             }
         }
         if (j->slot >= 0) {
@@ -363,12 +363,12 @@ static int run_drain(struct drain *d)
                 CUresult cr = TCGPU_REAL(cuEventSynchronize)(p->slots[j->slot].ev);
 
                 if (cr != CUDA_SUCCESS && !d->err) {
-                    say(p, "copy to the staging ring: %s", cu_error_name(cr));
+                    pipe_say(p, "copy to the staging ring: %s", cu_error_name(cr));
                     d->err = -EIO;
                 }
                 dispatch_slot(d, (unsigned)j->slot);
             } else if (j->state == J_QUEUED) {
-                task_wait(p, &j->t);
+                pool_task_wait(p, &j->t);
             }
         }
     }
@@ -380,8 +380,8 @@ static int drain_setup(struct pipe *p)
     p->msg[0] = '\0';
     memset(&p->st, 0, sizeof(p->st));
     p->progress = 0;
-    if (zeros_init(p)) {
-        say(p, "out of memory");
+    if (pipe_zeros_init(p)) {
+        pipe_say(p, "out of memory");
         return -ENOMEM;
     }
     return 0;
@@ -419,7 +419,7 @@ int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n,
     struct drain d = { .p = p, .from_device = 1, .parent = parent, .w = w };
     int rc;
 
-    if ((rc = drain_setup(p)) != 0 || (rc = make_pieces(p, e, n, &d.pc, &d.n)) != 0)
+    if ((rc = drain_setup(p)) != 0 || (rc = pipe_make_pieces(p, e, n, &d.pc, &d.n)) != 0)
         return rc;
     for (size_t i = 0; i < d.n; i++)
         p->st.raw_bytes += d.pc[i].len;
@@ -427,21 +427,21 @@ int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n,
     for (size_t i = 0, end; i < n_pieces_of(&d) && rc == 0; i = end) {
         struct drain run = d;
 
-        end = device_run(d.pc, d.n, i);
+        end = pipe_device_run(d.pc, d.n, i);
         run.pc = d.pc + i;
         run.n = end - i;
-        rc = use_device(p, d.pc[i].device, 1);
+        rc = pipe_use_device(p, d.pc[i].device, 1);
         if (rc == 0)
-            rc = make_ring(p, 1);
+            rc = pipe_make_ring(p, 1);
         if (rc == 0)
-            rc = scan_pieces(p, d.pc, i, end, want_device_hash(p, parent));
+            rc = pipe_scan_pieces(p, d.pc, i, end, want_device_hash(p, parent));
         if (rc == 0)
             rc = run_drain(&run);
     }
     if (rc == 0)
-        rc = leave_device(p);
+        rc = pipe_leave_device(p);
     else
-        leave_device(p);
+        pipe_leave_device(p);
     free(d.pc);
     return rc;
 }
@@ -455,7 +455,7 @@ int pipe_write_store(struct pipe *p, struct pipe_store *s, struct image_writer *
     pipe_store_compress_stop(s);
     for (size_t i = 0; i < s->n; i++) {
         if (s->pc[i].state == P_ENC) {
-            say(p, "the host copy is compressed in memory; cannot write it as an image");
+            pipe_say(p, "the host copy is compressed in memory; cannot write it as an image");
             return -EINVAL;
         }
     }
@@ -470,7 +470,7 @@ int pipe_write_store(struct pipe *p, struct pipe_store *s, struct image_writer *
         if (!(p->slots[i].enc = malloc(p->slot_size)))
             break;
     if (!p->slots || !p->jobs || !p->slots[p->nslots - 1].enc) {
-        say(p, "out of host memory for the encoders");
+        pipe_say(p, "out of host memory for the encoders");
         rc = -ENOMEM;
     } else {
         rc = run_drain(&d);

@@ -159,38 +159,40 @@ struct pipe {
 /* --- pipeline.c ------------------------------------------------------------ */
 
 /* Sets the pipe's message (pipe_error). */
-void __attribute__((format(printf, 2, 3))) say(struct pipe *p, const char *fmt, ...);
+void __attribute__((format(printf, 2, 3))) pipe_say(struct pipe *p, const char *fmt, ...);
 /* Adds `bytes` to the call's progress and reports it. */
-void progress(struct pipe *p, uint64_t bytes);
+void pipe_add_progress(struct pipe *p, uint64_t bytes);
 /* Makes a context of `device` current with a stream of the pipe's (and, if
- * `helpers`, the device-side helpers); leave_device syncs and undoes it. */
-int use_device(struct pipe *p, int device, int helpers);
-int leave_device(struct pipe *p);
+ * `helpers`, the device-side helpers); pipe_leave_device syncs and undoes it. */
+int pipe_use_device(struct pipe *p, int device, int helpers);
+int pipe_leave_device(struct pipe *p);
 /* The staging ring and the job ring, in the current context. */
-int make_ring(struct pipe *p, int with_enc);
+int pipe_make_ring(struct pipe *p, int with_enc);
 /* Waits for the pipe's stream. */
-int stream_sync(struct pipe *p);
-/* The chunk-sized zero pages and their checksum; zero_csum(len) of len bytes. */
-int zeros_init(struct pipe *p);
-uint64_t zero_csum(struct pipe *p, size_t len);
+int pipe_stream_sync(struct pipe *p);
+/* The chunk-sized zero pages; pipe_zero_csum: the XXH3 of `len` zero bytes. */
+int pipe_zeros_init(struct pipe *p);
+uint64_t pipe_zero_csum(struct pipe *p, size_t len);
 /* Cuts extents into pieces at multiples of the chunk size of their offset. */
-int make_pieces(struct pipe *p, const struct pipe_ext *e, size_t n, struct piece **out,
-                size_t *nout);
-int scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, int hash);
-size_t device_run(const struct piece *pc, size_t n, size_t i);
+int pipe_make_pieces(struct pipe *p, const struct pipe_ext *e, size_t n, struct piece **out,
+                     size_t *nout);
+/* The device-side scan of pc[from, to): zero flags, device hashes if `hash`. */
+int pipe_scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, int hash);
+/* End index of the run of pieces on the same device as pc[i]. */
+size_t pipe_device_run(const struct piece *pc, size_t n, size_t i);
 
 /* --- pool.c ---------------------------------------------------------------- */
 
 /* A worker's thread (pipe_new starts them). */
-void *worker_main(void *arg);
-/* Queues t for the workers; task_done polls it, task_wait waits for it. */
-void submit(struct pipe *p, struct task *t);
-int task_done(struct pipe *p, struct task *t);
-void task_wait(struct pipe *p, struct task *t);
+void *pool_worker_main(void *arg);
+/* Queues t for the workers; pool_task_done polls it, pool_task_wait waits for it. */
+void pool_submit(struct pipe *p, struct task *t);
+int pool_task_done(struct pipe *p, struct task *t);
+void pool_task_wait(struct pipe *p, struct task *t);
 
 /* --- store.c --------------------------------------------------------------- */
 
 /* A store for the extents, its pieces pointing at its buffers (no copy yet). */
-int store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out);
+int pipe_store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out);
 
 #endif

@@ -19,7 +19,7 @@
 #include "dev.h"
 #include "internal.h"
 
-void say(struct pipe *p, const char *fmt, ...)
+void pipe_say(struct pipe *p, const char *fmt, ...)
 {
     va_list ap;
 
@@ -38,7 +38,7 @@ void pipe_get_stats(const struct pipe *p, struct pipe_stats *st)
     *st = p->st;
 }
 
-void progress(struct pipe *p, uint64_t bytes)
+void pipe_add_progress(struct pipe *p, uint64_t bytes)
 {
     p->progress += bytes;
     if (p->o.progress)
@@ -105,7 +105,7 @@ int pipe_new(struct pipe **out, const struct pipe_opts *o)
             goto err;
     }
     for (unsigned i = 0; i < p->nw; i++) {
-        if (pthread_create(&p->w[i].th, NULL, worker_main, &p->w[i])) {
+        if (pthread_create(&p->w[i].th, NULL, pool_worker_main, &p->w[i])) {
             rc = -EAGAIN;
             p->nw = i;
             goto err;
@@ -161,7 +161,7 @@ static void free_ring(struct pipe *p)
 }
 
 /* Leaves the current device: waits for the stream, drops the helpers. */
-int leave_device(struct pipe *p)
+int pipe_leave_device(struct pipe *p)
 {
     CUresult rc = CUDA_SUCCESS;
 
@@ -178,30 +178,30 @@ int leave_device(struct pipe *p)
     p->o.ctx_leave(p->o.ctx_arg);
     p->cur_dev = -1;
     if (rc != CUDA_SUCCESS) {
-        say(p, "cuStreamSynchronize of the copy stream: %s", cu_error_name(rc));
+        pipe_say(p, "cuStreamSynchronize of the copy stream: %s", cu_error_name(rc));
         return -EIO;
     }
     return 0;
 }
 
-int use_device(struct pipe *p, int device, int helpers)
+int pipe_use_device(struct pipe *p, int device, int helpers)
 {
     CUresult cr;
     int rc;
 
     if (p->cur_dev == device)
         return 0;
-    if ((rc = leave_device(p)) != 0)
+    if ((rc = pipe_leave_device(p)) != 0)
         return rc;
     if ((rc = p->o.ctx_enter(device, p->o.ctx_arg)) != 0) {
-        say(p, "cannot make a context of device %d current", device);
+        pipe_say(p, "cannot make a context of device %d current", device);
         return rc;
     }
     p->cur_dev = device;
     cr = TCGPU_REAL(cuStreamCreate)(&p->stream, CU_STREAM_NON_BLOCKING);
     if (cr != CUDA_SUCCESS) {
         p->stream = NULL;
-        say(p, "cuStreamCreate on device %d: %s", device, cu_error_name(cr));
+        pipe_say(p, "cuStreamCreate on device %d: %s", device, cu_error_name(cr));
         return -EIO;
     }
     const char *env = getenv("TCGPU_DEVICE_HELPERS");
@@ -218,7 +218,7 @@ int use_device(struct pipe *p, int device, int helpers)
 }
 
 /* The staging ring and the job ring (in the current context). */
-int make_ring(struct pipe *p, int with_enc)
+int pipe_make_ring(struct pipe *p, int with_enc)
 {
     if (p->slots)
         return 0;
@@ -246,17 +246,18 @@ int make_ring(struct pipe *p, int with_enc)
             goto oom;
         if (TCGPU_REAL(cuEventCreate)(&s->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
             s->ev = NULL;
-            say(p, "cuEventCreate failed");
+            pipe_say(p, "cuEventCreate failed");
             return -EIO;
         }
     }
     return 0;
 oom:
-    say(p, "out of host memory for the staging ring (%u x %zu bytes)", p->nslots, p->slot_size);
+    pipe_say(p, "out of host memory for the staging ring (%u x %zu bytes)", p->nslots,
+             p->slot_size);
     return -ENOMEM;
 }
 
-int zeros_init(struct pipe *p)
+int pipe_zeros_init(struct pipe *p)
 {
     if (p->zeros)
         return 0;
@@ -269,15 +270,15 @@ int zeros_init(struct pipe *p)
     return 0;
 }
 
-uint64_t zero_csum(struct pipe *p, size_t len)
+uint64_t pipe_zero_csum(struct pipe *p, size_t len)
 {
     return len == p->chunk ? p->zero_csum : XXH3_64bits(p->zeros, len);
 }
 
 /* --- pieces ------------------------------------------------------------------ */
 
-int make_pieces(struct pipe *p, const struct pipe_ext *e, size_t n, struct piece **out,
-                       size_t *nout)
+int pipe_make_pieces(struct pipe *p, const struct pipe_ext *e, size_t n, struct piece **out,
+                     size_t *nout)
 {
     size_t cnt = 0, k = 0;
     struct piece *pc;
@@ -292,7 +293,7 @@ int make_pieces(struct pipe *p, const struct pipe_ext *e, size_t n, struct piece
     }
     pc = calloc(cnt ? cnt : 1, sizeof(*pc));
     if (!pc) {
-        say(p, "out of host memory for %zu chunk records", cnt);
+        pipe_say(p, "out of host memory for %zu chunk records", cnt);
         return -ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
@@ -321,7 +322,7 @@ int make_pieces(struct pipe *p, const struct pipe_ext *e, size_t n, struct piece
 /* Runs the device-side scan over the pieces of the current device in
  * [from, to): zero flags, and device hashes when `hash`. No helpers: nothing
  * to do. */
-int scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, int hash)
+int pipe_scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, int hash)
 {
     struct pdev_desc *d;
     struct pdev_result *r;
@@ -352,12 +353,12 @@ int scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, int ha
     free(d);
     free(r);
     if (rc)
-        say(p, "device-side scan: %s", err);
+        pipe_say(p, "device-side scan: %s", err);
     return rc;
 }
 
 /* End index of the run of pieces on the same device as pc[i]. */
-size_t device_run(const struct piece *pc, size_t n, size_t i)
+size_t pipe_device_run(const struct piece *pc, size_t n, size_t i)
 {
     size_t j = i + 1;
 
@@ -366,12 +367,12 @@ size_t device_run(const struct piece *pc, size_t n, size_t i)
     return j;
 }
 
-int stream_sync(struct pipe *p)
+int pipe_stream_sync(struct pipe *p)
 {
     CUresult rc = TCGPU_REAL(cuStreamSynchronize)(p->stream);
 
     if (rc != CUDA_SUCCESS) {
-        say(p, "cuStreamSynchronize of the copy stream: %s", cu_error_name(rc));
+        pipe_say(p, "cuStreamSynchronize of the copy stream: %s", cu_error_name(rc));
         return -EIO;
     }
     return 0;

@@ -10,7 +10,7 @@
 
 /* --- pool ------------------------------------------------------------------ */
 
-void *worker_main(void *arg)
+void *pool_worker_main(void *arg)
 {
     struct worker *w = arg;
     struct pipe *p = w->p;
@@ -39,7 +39,7 @@ void *worker_main(void *arg)
     return NULL;
 }
 
-void submit(struct pipe *p, struct task *t)
+void pool_submit(struct pipe *p, struct task *t)
 {
     pthread_mutex_lock(&p->mu);
     t->done = 0;
@@ -54,7 +54,7 @@ void submit(struct pipe *p, struct task *t)
     pthread_mutex_unlock(&p->mu);
 }
 
-int task_done(struct pipe *p, struct task *t)
+int pool_task_done(struct pipe *p, struct task *t)
 {
     int d;
 
@@ -64,7 +64,7 @@ int task_done(struct pipe *p, struct task *t)
     return d;
 }
 
-void task_wait(struct pipe *p, struct task *t)
+void pool_task_wait(struct pipe *p, struct task *t)
 {
     pthread_mutex_lock(&p->mu);
     while (!t->done)

@@ -67,8 +67,8 @@ static int upload(struct pipe *p, CUdeviceptr va, const void *src, size_t len)
     CUresult rc = TCGPU_REAL(cuMemcpyHtoDAsync)(va, src, len, p->stream);
 
     if (rc != CUDA_SUCCESS) {
-        say(p, "cuMemcpyHtoDAsync of %zu bytes at %#llx: %s", len, (unsigned long long)va,
-            cu_error_name(rc));
+        pipe_say(p, "cuMemcpyHtoDAsync of %zu bytes at %#llx: %s", len, (unsigned long long)va,
+                 cu_error_name(rc));
         return -EIO;
     }
     p->st.copied_bytes += len;
@@ -80,8 +80,8 @@ static int memset_dev(struct pipe *p, CUdeviceptr va, size_t len)
     CUresult rc = TCGPU_REAL(cuMemsetD8Async)(va, 0, len, p->stream);
 
     if (rc != CUDA_SUCCESS) {
-        say(p, "cuMemsetD8Async of %zu bytes at %#llx: %s", len, (unsigned long long)va,
-            cu_error_name(rc));
+        pipe_say(p, "cuMemsetD8Async of %zu bytes at %#llx: %s", len, (unsigned long long)va,
+                 cu_error_name(rc));
         return -EIO;
     }
     return 0;
@@ -100,19 +100,19 @@ static int upload_slot(struct refill *r, unsigned si, size_t first, size_t last)
         if (j->slot != (int)si)
             continue;
         if (j->t.rc && !r->err) {
-            say(p, "%s", j->err[0] ? j->err : strerror(-j->t.rc));
+            pipe_say(p, "%s", j->err[0] ? j->err : strerror(-j->t.rc));
             r->err = j->t.rc;
         }
         if (!r->err) {
             rc = upload(p, j->va, j->dst, j->len);
-            progress(p, j->len);
+            pipe_add_progress(p, j->len);
         }
     }
     if (rc == 0 && !r->err) {
         CUresult cr = TCGPU_REAL(cuEventRecord)(s->ev, p->stream);
 
         if (cr != CUDA_SUCCESS) {
-            say(p, "cuEventRecord: %s", cu_error_name(cr));
+            pipe_say(p, "cuEventRecord: %s", cu_error_name(cr));
             rc = -EIO;
         }
     }
@@ -142,7 +142,7 @@ static int run_refill(struct refill *r)
     if (!slot_first || !slot_last) {
         free(slot_first);
         free(slot_last);
-        say(p, "out of memory");
+        pipe_say(p, "out of memory");
         return -ENOMEM;
     }
     for (;;) {
@@ -165,7 +165,7 @@ static int run_refill(struct refill *r)
                         r->err = rc;
                         break;
                     }
-                    progress(p, j->len);
+                    pipe_add_progress(p, j->len);
                     r->next++;
                     progressed = 1;
                     continue;
@@ -175,7 +175,7 @@ static int run_refill(struct refill *r)
                 j->slot = (int)fill;
                 j->dst = s->mem + s->fill;
                 j->t.fn = decode_job;
-                submit(p, &j->t);
+                pool_submit(p, &j->t);
                 s->fill += j->len;
                 s->pending++;
                 r->next++;
@@ -194,7 +194,7 @@ static int run_refill(struct refill *r)
             int all = 1;
 
             for (size_t i = slot_first[next_up]; i < slot_last[next_up] && all; i++)
-                if (r->items[i].slot == (int)next_up && !task_done(p, &r->items[i].t))
+                if (r->items[i].slot == (int)next_up && !pool_task_done(p, &r->items[i].t))
                     all = 0;
             if (!all)
                 break;
@@ -219,7 +219,7 @@ static int run_refill(struct refill *r)
         if (p->slots[next_up].state == S_WORKING) {
             for (size_t i = slot_first[next_up]; i < slot_last[next_up]; i++)
                 if (r->items[i].slot == (int)next_up)
-                    task_wait(p, &r->items[i].t);
+                    pool_task_wait(p, &r->items[i].t);
         } else if (p->slots[oldest].state == S_UPLOADING) {
             TCGPU_REAL(cuEventSynchronize)(p->slots[oldest].ev);
         }
@@ -227,7 +227,7 @@ static int run_refill(struct refill *r)
     free(slot_first);
     free(slot_last);
     if (!r->err)
-        r->err = stream_sync(p);
+        r->err = pipe_stream_sync(p);
     return r->err;
 }
 
@@ -254,16 +254,16 @@ static int refill_all(struct pipe *p, struct refill *all)
         for (end = i + 1; end < all->n && all->items[end].pc->device == all->items[i].pc->device;)
             end++;
         r.n = end - i;
-        rc = use_device(p, all->items[i].pc->device, 0);
+        rc = pipe_use_device(p, all->items[i].pc->device, 0);
         if (rc == 0)
-            rc = make_ring(p, 0);
+            rc = pipe_make_ring(p, 0);
         if (rc == 0)
             rc = run_refill(&r);
         if (rc)
             break;
-        rc = leave_device(p);
+        rc = pipe_leave_device(p);
     }
-    leave_device(p);
+    pipe_leave_device(p);
     return rc;
 }
 
@@ -285,7 +285,7 @@ int pipe_refill_host(struct pipe *p, struct pipe_store *s)
     r.items = calloc(s->n, sizeof(*r.items));
     refill_setup(p);
     if (!r.items) {
-        say(p, "out of memory");
+        pipe_say(p, "out of memory");
         return -ENOMEM;
     }
     for (size_t i = 0; i < s->n; i++) {
@@ -335,7 +335,7 @@ int pipe_refill_image(struct pipe *p, const struct image *img, const struct pipe
     refill_setup(p);
     r.items = calloc(nch ? nch : 1, sizeof(*r.items));
     if (!keys || !dev || !r.items) {
-        say(p, "out of memory");
+        pipe_say(p, "out of memory");
         rc = -ENOMEM;
         goto out;
     }
@@ -354,14 +354,14 @@ int pipe_refill_image(struct pipe *p, const struct image *img, const struct pipe
         if (!f)
             continue;             /* not one of the allocations asked for */
         if (c->alloc_offset + c->raw_len > allocs[f->index].len) {
-            say(p, "chunk at offset %#llx of allocation %llu runs past its %zu bytes",
-                (unsigned long long)c->alloc_offset, (unsigned long long)c->alloc_id,
-                allocs[f->index].len);
+            pipe_say(p, "chunk at offset %#llx of allocation %llu runs past its %zu bytes",
+                     (unsigned long long)c->alloc_offset, (unsigned long long)c->alloc_id,
+                     allocs[f->index].len);
             rc = -EBADMSG;
             goto out;
         }
         if (c->raw_len > p->slot_size) {
-            say(p, "chunk of %u bytes is larger than a staging slot", c->raw_len);
+            pipe_say(p, "chunk of %u bytes is larger than a staging slot", c->raw_len);
             rc = -EINVAL;
             goto out;
         }

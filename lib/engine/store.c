@@ -53,7 +53,7 @@ void pipe_store_free(struct pipe_store *s)
     free(s);
 }
 
-int store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out)
+int pipe_store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out)
 {
     struct pipe_store *s = calloc(1, sizeof(*s));
     size_t k = 0;
@@ -63,7 +63,7 @@ int store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_st
         return -ENOMEM;
     pthread_mutex_init(&s->mu, NULL);
     s->bufs = calloc(n ? n : 1, sizeof(*s->bufs));
-    if (!s->bufs || (rc = make_pieces(p, e, n, &s->pc, &s->n)) != 0) {
+    if (!s->bufs || (rc = pipe_make_pieces(p, e, n, &s->pc, &s->n)) != 0) {
         pipe_store_free(s);
         return -ENOMEM;
     }
@@ -74,8 +74,8 @@ int store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_st
             continue;
         m = store_alloc(s, e[i].len);
         if (!m) {
-            say(p, "out of host memory for %zu bytes of device memory at %#llx", e[i].len,
-                (unsigned long long)e[i].va);
+            pipe_say(p, "out of host memory for %zu bytes of device memory at %#llx", e[i].len,
+                     (unsigned long long)e[i].va);
             pipe_store_free(s);
             return -ENOMEM;
         }
