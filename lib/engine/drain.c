@@ -15,6 +15,7 @@
 #include "dev.h"
 #include "internal.h"
 
+/* Issues one async D2H copy (the stream orders them). */
 static int copy_d2h(struct pipe *p, void *dst, CUdeviceptr src, size_t len)
 {
     CUresult rc = TCGPU_REAL(cuMemcpyDtoHAsync)(dst, src, len, p->stream);

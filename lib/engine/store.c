@@ -103,7 +103,6 @@ uint64_t pipe_store_bytes(const struct pipe_store *s)
     return b;
 }
 
-/* Issues one async D2H copy (the stream orders them). */
 int pipe_store_read(struct pipe_store *s, uint64_t alloc_id, uint64_t offset, void *dst,
                     size_t len)
 {
