@@ -79,7 +79,7 @@ int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct p
             (rc = pipe_scan_pieces(p, s->pc, i, end, 0)) != 0)
             break;
         for (size_t k = i; k < end; k++)
-            if (s->pc[k].scanned && !s->pc[k].nonzero)
+            if (piece_found_zero(&s->pc[k]))
                 s->pc[k].state = P_ZERO;
         if (!pf.started && getenv("TCGPU_PREFAULT") && strcmp(getenv("TCGPU_PREFAULT"), "0")) {
             pf.s = s;
@@ -199,12 +199,12 @@ static int fill_slot(struct drain *d, unsigned si)
         j->slot = -1;
         j->c.alloc_id = q->alloc_id;
         j->c.alloc_offset = q->offset;
-        if (q->scanned == 2) {
+        if (q->scan == SCAN_DEVHASH) {
             j->c.dev_hash = q->devhash;
             j->c.has_dev_hash = 1;
         }
         pcnk = parent_chunk(d->parent, q);
-        if ((q->scanned && !q->nonzero) || (!d->from_device && q->state == P_ZERO)) {
+        if (piece_found_zero(q) || (!d->from_device && q->state == P_ZERO)) {
             j->c.codec = TCGPU_CODEC_ZERO;
             j->c.raw_len = (uint32_t)q->len;
             j->c.raw_csum = pipe_zero_csum(p, q->len);
@@ -212,7 +212,8 @@ static int fill_slot(struct drain *d, unsigned si)
             j->state = J_READY;
             if (d->from_device)
                 p->st.device_skipped++;
-        } else if (pcnk && q->scanned == 2 && pcnk->has_dev_hash && pcnk->dev_hash == q->devhash) {
+        } else if (pcnk && q->scan == SCAN_DEVHASH && pcnk->has_dev_hash &&
+                   pcnk->dev_hash == q->devhash) {
             /* Unchanged by the device hash: stays on the device. */
             image_chunk_parent(&j->c, q->len, pcnk->raw_csum);
             j->c.dev_hash = q->devhash;

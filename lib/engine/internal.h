@@ -36,6 +36,13 @@
 
 enum piece_state { P_RAW = 0, P_ZERO, P_ENC };
 
+/* What the device-side scan (pipe_scan_pieces) found out about a piece. */
+enum piece_scan {
+    SCAN_NONE = 0,                /* not scanned (no helpers): nothing known */
+    SCAN_ZERO_FLAG,               /* nonzero is valid */
+    SCAN_DEVHASH,                 /* nonzero and devhash are valid */
+};
+
 struct piece {
     CUdeviceptr va;
     size_t len;
@@ -47,10 +54,16 @@ struct piece {
     uint32_t enc_len;
     uint8_t codec;
     uint8_t state;                /* enum piece_state */
-    uint8_t scanned;              /* devhash / nonzero valid (device helpers) */
+    uint8_t scan;                 /* enum piece_scan */
     uint8_t nonzero;
     uint64_t devhash;
 };
+
+/* The device-side scan found every byte of the piece zero. */
+static inline int piece_found_zero(const struct piece *q)
+{
+    return q->scan != SCAN_NONE && !q->nonzero;
+}
 
 struct hbuf {
     uint8_t *mem;
@@ -100,11 +113,16 @@ struct slot {
     uint8_t *mem;                 /* pinned (or plain memory if pinning failed) */
     uint8_t *enc;                 /* encode output, slot_size bytes (drain) */
     CUevent ev;
-    int state;
+    enum slot_state state;
     size_t fill;                  /* bytes used */
     size_t pending;               /* jobs not yet written / uploaded */
     uint64_t last_seq;            /* its last job */
 };
+
+/* Where a job is (drain). */
+enum job_state { J_EMPTY = 0, J_READY, J_QUEUED, J_WAITING_COPY };
+/* How a refill job's bytes go back (0: a drain's job). */
+enum refill_kind { R_ZERO = 1, R_DIRECT, R_DECODE_IMAGE, R_DECODE_STORE };
 
 /* One chunk on its way: to the writer (drain) or to the device (refill). */
 struct job {
@@ -113,7 +131,7 @@ struct job {
     const uint8_t *src;           /* drain: raw bytes */
     uint8_t *dst;                 /* encode output / decode target */
     int slot;                     /* -1: none */
-    int state;                    /* J_* */
+    enum job_state state;
     int have_parent;
     uint64_t parent_csum;
     struct image_chunk c;
@@ -123,12 +141,9 @@ struct job {
     size_t img_index;
     CUdeviceptr va;
     size_t len;
-    int kind;                     /* R_* */
+    enum refill_kind kind;
     char err[200];                /* a failed decode's message */
 };
-
-enum { J_EMPTY = 0, J_READY, J_QUEUED, J_WAITING_COPY };
-enum { R_ZERO = 1, R_DIRECT, R_DECODE_IMAGE, R_DECODE_STORE };
 
 struct pipe {
     struct pipe_opts o;

@@ -345,7 +345,7 @@ int pipe_scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, i
             d[k] = (struct pdev_desc){ pc[i + k].va, pc[i + k].len };
         rc = pdev_scan(p->dev, p->stream, d, n, hash ? PDEV_SCAN_HASH : 0, r, err, sizeof(err));
         for (size_t k = 0; k < n && rc == 0; k++) {
-            pc[i + k].scanned = 1 + !!hash;     /* 2: devhash valid */
+            pc[i + k].scan = hash ? SCAN_DEVHASH : SCAN_ZERO_FLAG;
             pc[i + k].nonzero = r[k].nonzero != 0;
             pc[i + k].devhash = r[k].hash;
         }
