@@ -241,7 +241,6 @@ static int fill_slot(struct drain *d, unsigned si)
             }
             s->fill += q->len;
             s->pending++;
-            s->last_seq = d->issued;
         }
         d->issued++;
         d->next++;
@@ -410,11 +409,6 @@ static int want_device_hash(const struct pipe *p, const struct image *parent)
     return 0;
 }
 
-static size_t n_pieces_of(const struct drain *d)
-{
-    return d->n;
-}
-
 int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n,
                      struct image_writer *w, const struct image *parent)
 {
@@ -426,7 +420,7 @@ int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n,
     for (size_t i = 0; i < d.n; i++)
         p->st.raw_bytes += d.pc[i].len;
     /* One device at a time (the caller groups extents by device). */
-    for (size_t i = 0, end; i < n_pieces_of(&d) && rc == 0; i = end) {
+    for (size_t i = 0, end; i < d.n && rc == 0; i = end) {
         struct drain run = d;
 
         end = pipe_device_run(d.pc, d.n, i);

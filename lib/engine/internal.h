@@ -116,7 +116,6 @@ struct slot {
     enum slot_state state;
     size_t fill;                  /* bytes used */
     size_t pending;               /* jobs not yet written / uploaded */
-    uint64_t last_seq;            /* its last job */
 };
 
 /* Where a job is (drain). */
@@ -163,7 +162,6 @@ struct pipe {
     CUstream stream;
     int cur_dev;                  /* -1: no context entered */
     struct pdev *dev;
-    int helpers_tried;
     struct slot *slots;
     struct job *jobs;
     size_t njobs;
