@@ -179,84 +179,145 @@ struct drain {
     int err;
 };
 
-/* Takes pieces into slot `si` until it is full: copies issued (device) or
- * pointed at (store); zero and unchanged chunks become ready jobs at once. */
-static int fill_slot(struct drain *d, unsigned si)
+/* The job ring's next entry, cleared, for `piece`: its chunk's position
+ * and, when the device hashed it, its device hash. */
+static struct job *next_job(struct drain *d, struct piece *piece)
+{
+    struct job *job = &d->p->jobs[d->issued % d->p->njobs];
+
+    memset(job, 0, sizeof(*job));
+    job->pc = piece;
+    job->slot = -1;
+    job->c.alloc_id = piece->alloc_id;
+    job->c.alloc_offset = piece->offset;
+    if (piece->scan == SCAN_DEVHASH) {
+        job->c.dev_hash = piece->devhash;
+        job->c.has_dev_hash = 1;
+    }
+    return job;
+}
+
+/* Found zero on the device, or held as zero by the store. */
+static int is_zero(const struct drain *d, const struct piece *piece)
+{
+    return piece_found_zero(piece) || (!d->from_device && piece->state == P_ZERO);
+}
+
+/* The device hash equals the parent chunk's: unchanged, and never copied. */
+static int unchanged_on_device(const struct piece *piece, const struct image_chunk *parent)
+{
+    return parent && piece->scan == SCAN_DEVHASH && parent->has_dev_hash &&
+           parent->dev_hash == piece->devhash;
+}
+
+/* A ZERO chunk: ready at once, nothing copied or encoded. */
+static void ready_as_zero(struct drain *d, struct job *job)
 {
     struct pipe *p = d->p;
-    struct slot *s = &p->slots[si];
-    int rc, copies = 0;
+    size_t len = job->pc->len;
 
-    s->fill = 0;
-    s->pending = 0;
+    job->c.codec = TCGPU_CODEC_ZERO;
+    job->c.raw_len = (uint32_t)len;
+    job->c.raw_csum = pipe_zero_csum(p, len);
+    job->c.stored_csum = XXH3_64bits(NULL, 0);
+    job->state = J_READY;
+    if (d->from_device)
+        p->st.device_skipped++;
+}
+
+/* A PARENT chunk by the device hash: ready at once, it stays on the device. */
+static void ready_as_parent(struct drain *d, struct job *job, const struct image_chunk *parent)
+{
+    image_chunk_parent(&job->c, job->pc->len, parent->raw_csum);
+    job->state = J_READY;
+    d->p->st.device_skipped++;
+}
+
+/*
+ * Puts the job's bytes in the slot for a worker to encode: from the device,
+ * a copy into the slot's memory (the job waits for the slot's event); from
+ * a store, its raw copy where it is (queued now). The encoded form goes to
+ * the slot's `enc` buffer.
+ */
+static int stage_for_encoding(struct drain *d, unsigned slot_index, struct job *job,
+                              const struct image_chunk *parent)
+{
+    struct pipe *p = d->p;
+    struct slot *slot = &p->slots[slot_index];
+    struct piece *piece = job->pc;
+    int rc;
+
+    job->slot = (int)slot_index;
+    job->dst = slot->enc + slot->fill;
+    job->have_parent = parent != NULL;
+    job->parent_csum = parent ? parent->raw_csum : 0;
+    job->t.fn = encode_job;
+    if (d->from_device) {
+        job->src = slot->mem + slot->fill;
+        if ((rc = copy_d2h(p, slot->mem + slot->fill, piece->va, piece->len)) != 0)
+            return rc;
+        job->state = J_WAITING_COPY;
+    } else {
+        job->src = piece->host;
+        job->state = J_QUEUED;
+        pool_submit(p, &job->t);
+    }
+    slot->fill += piece->len;
+    slot->pending++;
+    return 0;
+}
+
+/* A filled slot: its copies get the event that tells when they landed
+ * (S_COPYING); a store's chunks are with the workers already (S_WORKING). */
+static int seal_slot(struct drain *d, struct slot *slot)
+{
+    CUresult cr;
+
+    if (!slot->pending)
+        return 0;
+    if (!d->from_device) {
+        slot->state = S_WORKING;
+        return 0;
+    }
+    cr = TCGPU_REAL(cuEventRecord)(slot->ev, d->p->stream);
+    if (cr != CUDA_SUCCESS) {
+        pipe_say(d->p, "cuEventRecord: %s", cu_error_name(cr));
+        return -EIO;
+    }
+    slot->state = S_COPYING;
+    return 0;
+}
+
+/* Takes pieces into slot `slot_index` until it is full (or the job ring
+ * is): their bytes are copied (device) or pointed at (store); zero and
+ * unchanged chunks become ready jobs at once. */
+static int fill_slot(struct drain *d, unsigned slot_index)
+{
+    struct pipe *p = d->p;
+    struct slot *slot = &p->slots[slot_index];
+    int rc;
+
+    slot->fill = 0;
+    slot->pending = 0;
     while (d->next < d->n && d->issued - d->written < p->njobs) {
-        struct piece *q = &d->pc[d->next];
-        struct job *j = &p->jobs[d->issued % p->njobs];
-        const struct image_chunk *pcnk;
+        struct piece *piece = &d->pc[d->next];
+        struct job *job = next_job(d, piece);
+        const struct image_chunk *parent = parent_chunk(d->parent, piece);
 
-        memset(j, 0, sizeof(*j));
-        j->pc = q;
-        j->slot = -1;
-        j->c.alloc_id = q->alloc_id;
-        j->c.alloc_offset = q->offset;
-        if (q->scan == SCAN_DEVHASH) {
-            j->c.dev_hash = q->devhash;
-            j->c.has_dev_hash = 1;
-        }
-        pcnk = parent_chunk(d->parent, q);
-        if (piece_found_zero(q) || (!d->from_device && q->state == P_ZERO)) {
-            j->c.codec = TCGPU_CODEC_ZERO;
-            j->c.raw_len = (uint32_t)q->len;
-            j->c.raw_csum = pipe_zero_csum(p, q->len);
-            j->c.stored_csum = XXH3_64bits(NULL, 0);
-            j->state = J_READY;
-            if (d->from_device)
-                p->st.device_skipped++;
-        } else if (pcnk && q->scan == SCAN_DEVHASH && pcnk->has_dev_hash &&
-                   pcnk->dev_hash == q->devhash) {
-            /* Unchanged by the device hash: stays on the device. */
-            image_chunk_parent(&j->c, q->len, pcnk->raw_csum);
-            j->c.dev_hash = q->devhash;
-            j->c.has_dev_hash = 1;
-            j->state = J_READY;
-            p->st.device_skipped++;
+        if (is_zero(d, piece)) {
+            ready_as_zero(d, job);
+        } else if (unchanged_on_device(piece, parent)) {
+            ready_as_parent(d, job, parent);
         } else {
-            if (s->fill + q->len > p->slot_size)
-                break;
-            j->slot = (int)si;
-            j->dst = s->enc + s->fill;
-            j->have_parent = pcnk != NULL;
-            j->parent_csum = pcnk ? pcnk->raw_csum : 0;
-            j->t.fn = encode_job;
-            if (d->from_device) {
-                j->src = s->mem + s->fill;
-                if ((rc = copy_d2h(p, s->mem + s->fill, q->va, q->len)) != 0)
-                    return rc;
-                j->state = J_WAITING_COPY;
-                copies++;
-            } else {
-                j->src = q->host;
-                j->state = J_QUEUED;
-                pool_submit(p, &j->t);
-            }
-            s->fill += q->len;
-            s->pending++;
+            if (slot->fill + piece->len > p->slot_size)
+                break;            /* the next slot takes it */
+            if ((rc = stage_for_encoding(d, slot_index, job, parent)) != 0)
+                return rc;
         }
         d->issued++;
         d->next++;
     }
-    if (copies) {
-        CUresult cr = TCGPU_REAL(cuEventRecord)(s->ev, p->stream);
-
-        if (cr != CUDA_SUCCESS) {
-            pipe_say(p, "cuEventRecord: %s", cu_error_name(cr));
-            return -EIO;
-        }
-        s->state = S_COPYING;
-    } else if (s->pending) {
-        s->state = S_WORKING;
-    }
-    return 0;
+    return seal_slot(d, slot);
 }
 
 /* Hands the chunks of a slot whose copies are done to the workers. */
