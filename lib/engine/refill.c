@@ -60,6 +60,9 @@ struct refill {
     struct job *items;            /* what to put back, in order */
     size_t n, next;
     int err;
+    /* run_refill's ring: slots are filled, uploaded and freed in ring order */
+    size_t *slot_first, *slot_last;   /* items [first, last) went into slot k */
+    unsigned fill, next_up, oldest;   /* to fill, to upload, to free next */
 };
 
 static int upload(struct pipe *p, CUdeviceptr va, const void *src, size_t len)
@@ -88,13 +91,13 @@ static int memset_dev(struct pipe *p, CUdeviceptr va, size_t len)
 }
 
 /* Uploads a slot whose chunks are all decoded. */
-static int upload_slot(struct refill *r, unsigned si, size_t first, size_t last)
+static int upload_slot(struct refill *r, unsigned si)
 {
     struct pipe *p = r->p;
     struct slot *s = &p->slots[si];
     int rc = 0;
 
-    for (size_t i = first; i < last && rc == 0; i++) {
+    for (size_t i = r->slot_first[si]; i < r->slot_last[si] && rc == 0; i++) {
         struct job *j = &r->items[i];
 
         if (j->slot != (int)si)
@@ -128,107 +131,168 @@ static int slots_busy(const struct pipe *p)
     return 0;
 }
 
+/* A zero chunk by memset, a raw host chunk by a direct upload. */
+static int put_back_now(struct pipe *p, const struct job *job)
+{
+    int rc = job->kind == R_ZERO ? memset_dev(p, job->va, job->len)
+                                 : upload(p, job->va, job->src, job->len);
+
+    if (rc == 0)
+        pipe_add_progress(p, job->len);
+    return rc;
+}
+
+/* Hands the job to a worker, to decode into the next bytes of slot r->fill. */
+static void queue_decode(struct refill *r, struct slot *slot, struct job *job)
+{
+    job->slot = (int)r->fill;
+    job->dst = slot->mem + slot->fill;
+    job->t.fn = decode_job;
+    pool_submit(r->p, &job->t);
+    slot->fill += job->len;
+    slot->pending++;
+}
+
+/* Takes items into slot r->fill until it is full: zero and direct chunks go
+ * to the device at once, the others to the workers. Returns whether any
+ * went at once. */
+static int take_items(struct refill *r, struct slot *slot)
+{
+    struct pipe *p = r->p;
+    int progressed = 0;
+
+    slot->fill = 0;
+    slot->pending = 0;
+    while (r->next < r->n && !r->err) {
+        struct job *job = &r->items[r->next];
+
+        if (job->kind == R_ZERO || job->kind == R_DIRECT) {
+            if ((r->err = put_back_now(p, job)) != 0)
+                break;
+            progressed = 1;
+        } else if (slot->fill + job->len > p->slot_size) {
+            break;                /* the next slot takes it */
+        } else {
+            queue_decode(r, slot, job);
+        }
+        r->next++;
+    }
+    return progressed;
+}
+
+/* Step 1: fills the free slots, in ring order. Returns whether anything moved. */
+static int fill_slots(struct refill *r)
+{
+    struct pipe *p = r->p;
+    int progressed = 0;
+
+    while (!r->err && r->next < r->n && p->slots[r->fill].state == S_FREE) {
+        struct slot *slot = &p->slots[r->fill];
+        size_t first = r->next;
+
+        progressed |= take_items(r, slot);
+        if (!slot->pending)
+            break;
+        r->slot_first[r->fill] = first;
+        r->slot_last[r->fill] = r->next;
+        slot->state = S_WORKING;
+        r->fill = (r->fill + 1) % p->nslots;
+        progressed = 1;
+    }
+    return progressed;
+}
+
+/* Whether the workers decoded every chunk of slot `si`. */
+static int slot_decoded(const struct refill *r, unsigned si)
+{
+    for (size_t i = r->slot_first[si]; i < r->slot_last[si]; i++)
+        if (r->items[i].slot == (int)si && !pool_task_done(r->p, &r->items[i].t))
+            return 0;
+    return 1;
+}
+
+/* Step 2: uploads the decoded slots, in the order they were filled.
+ * Returns whether any was. */
+static int upload_decoded_slots(struct refill *r)
+{
+    struct pipe *p = r->p;
+    int progressed = 0;
+
+    while (p->slots[r->next_up].state == S_WORKING && slot_decoded(r, r->next_up)) {
+        int rc = upload_slot(r, r->next_up);
+
+        if (rc && !r->err)
+            r->err = rc;
+        r->next_up = (r->next_up + 1) % p->nslots;
+        progressed = 1;
+    }
+    return progressed;
+}
+
+/* Step 3: frees the slots whose uploads are done (after an error, without
+ * asking), in the order they were filled. Returns whether any was. */
+static int free_uploaded_slots(struct refill *r)
+{
+    struct pipe *p = r->p;
+    int progressed = 0;
+
+    while (p->slots[r->oldest].state == S_UPLOADING) {
+        if (!r->err && TCGPU_REAL(cuEventQuery)(p->slots[r->oldest].ev) == CUDA_ERROR_NOT_READY)
+            break;
+        p->slots[r->oldest].state = S_FREE;
+        r->oldest = (r->oldest + 1) % p->nslots;
+        progressed = 1;
+    }
+    return progressed;
+}
+
+/* When nothing moved: waits for the next slot's decoding, else for the
+ * oldest upload. */
+static void wait_for_ring(struct refill *r)
+{
+    struct pipe *p = r->p;
+    unsigned si = r->next_up;
+
+    if (p->slots[si].state == S_WORKING) {
+        for (size_t i = r->slot_first[si]; i < r->slot_last[si]; i++)
+            if (r->items[i].slot == (int)si)
+                pool_task_wait(p, &r->items[i].t);
+    } else if (p->slots[r->oldest].state == S_UPLOADING) {
+        TCGPU_REAL(cuEventSynchronize)(p->slots[r->oldest].ev);
+    }
+}
+
 /* Puts r->items back on the current device: zero chunks by memset, raw
  * host chunks by direct uploads, the rest decoded by the workers into the
  * staging slots and uploaded slot by slot while the next ones decode. */
 static int run_refill(struct refill *r)
 {
     struct pipe *p = r->p;
-    size_t *slot_first = calloc(p->nslots, sizeof(size_t));
-    size_t *slot_last = calloc(p->nslots, sizeof(size_t));
-    unsigned fill = 0, next_up = 0, oldest = 0;
-    int rc = 0;
+    int rc = -ENOMEM;
 
-    if (!slot_first || !slot_last) {
-        free(slot_first);
-        free(slot_last);
+    r->slot_first = calloc(p->nslots, sizeof(size_t));
+    r->slot_last = calloc(p->nslots, sizeof(size_t));
+    if (!r->slot_first || !r->slot_last) {
         pipe_say(p, "out of memory");
-        return -ENOMEM;
+        goto out;
     }
     for (;;) {
-        int progressed = 0;
+        int progressed = fill_slots(r);
 
-        /* 1. fill the next free slot; zero and direct chunks go now */
-        while (!r->err && r->next < r->n && p->slots[fill].state == S_FREE) {
-            struct slot *s = &p->slots[fill];
-            size_t first = r->next;
-
-            s->fill = 0;
-            s->pending = 0;
-            while (r->next < r->n && !r->err) {
-                struct job *j = &r->items[r->next];
-
-                if (j->kind == R_ZERO || j->kind == R_DIRECT) {
-                    rc = j->kind == R_ZERO ? memset_dev(p, j->va, j->len)
-                                           : upload(p, j->va, j->src, j->len);
-                    if (rc) {
-                        r->err = rc;
-                        break;
-                    }
-                    pipe_add_progress(p, j->len);
-                    r->next++;
-                    progressed = 1;
-                    continue;
-                }
-                if (s->fill + j->len > p->slot_size)
-                    break;
-                j->slot = (int)fill;
-                j->dst = s->mem + s->fill;
-                j->t.fn = decode_job;
-                pool_submit(p, &j->t);
-                s->fill += j->len;
-                s->pending++;
-                r->next++;
-            }
-            if (!s->pending)
-                break;
-            slot_first[fill] = first;
-            slot_last[fill] = r->next;
-            s->state = S_WORKING;
-            fill = (fill + 1) % p->nslots;
-            progressed = 1;
-        }
-        /* 2. in ring order: upload decoded slots (next_up), free uploaded
-         * ones (oldest); both follow the order the slots were filled in */
-        while (p->slots[next_up].state == S_WORKING) {
-            int all = 1;
-
-            for (size_t i = slot_first[next_up]; i < slot_last[next_up] && all; i++)
-                if (r->items[i].slot == (int)next_up && !pool_task_done(p, &r->items[i].t))
-                    all = 0;
-            if (!all)
-                break;
-            if ((rc = upload_slot(r, next_up, slot_first[next_up], slot_last[next_up])) != 0 &&
-                !r->err)
-                r->err = rc;
-            next_up = (next_up + 1) % p->nslots;
-            progressed = 1;
-        }
-        while (p->slots[oldest].state == S_UPLOADING) {
-            if (!r->err && TCGPU_REAL(cuEventQuery)(p->slots[oldest].ev) == CUDA_ERROR_NOT_READY)
-                break;
-            p->slots[oldest].state = S_FREE;
-            oldest = (oldest + 1) % p->nslots;
-            progressed = 1;
-        }
+        progressed |= upload_decoded_slots(r);
+        progressed |= free_uploaded_slots(r);
         if (!slots_busy(p) && (r->next == r->n || r->err))
             break;
-        if (progressed)
-            continue;
-        /* 3. wait: for the next slot's decoding, else the oldest upload */
-        if (p->slots[next_up].state == S_WORKING) {
-            for (size_t i = slot_first[next_up]; i < slot_last[next_up]; i++)
-                if (r->items[i].slot == (int)next_up)
-                    pool_task_wait(p, &r->items[i].t);
-        } else if (p->slots[oldest].state == S_UPLOADING) {
-            TCGPU_REAL(cuEventSynchronize)(p->slots[oldest].ev);
-        }
+        if (!progressed)
+            wait_for_ring(r);
     }
-    free(slot_first);
-    free(slot_last);
     if (!r->err)
         r->err = pipe_stream_sync(p);
-    return r->err;
+    rc = r->err;
+out:
+    free(r->slot_first);
+    free(r->slot_last);
+    return rc;
 }
 
 static int item_cmp_device(const void *a, const void *b)
