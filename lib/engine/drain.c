@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <xxhash.h>
 
 #include "driver/driver.h"
 #include "driver/gate.h"
@@ -134,36 +133,10 @@ static void encode_job(struct pipe *p, struct worker *w, struct task *t)
 {
     struct job *j = (struct job *)t;
     struct piece *q = j->pc;
-    int rc;
 
     (void)p;
-    if (j->have_parent) {
-        uint64_t h = XXH3_64bits(j->src, q->len);
-
-        if (h == j->parent_csum) {
-            image_chunk_parent(&j->c, q->len, h);
-            j->stored = NULL;
-            return;
-        }
-        rc = image_chunk_encode_hashed(w->ctx, j->src, q->len, q->dtype, h, j->dst, q->len,
-                                       &j->c, &j->stored);
-    } else {
-        rc = image_chunk_encode(w->ctx, j->src, q->len, q->dtype, j->dst, q->len, &j->c,
-                                &j->stored);
-    }
-    t->rc = rc;
-}
-
-/* Parent's chunk for this piece: same position and length. */
-static const struct image_chunk *parent_chunk(const struct image *parent, const struct piece *q)
-{
-    const struct image_chunk *c;
-    size_t idx;
-
-    if (!parent || !image_find_chunk(parent, q->alloc_id, q->offset, &idx))
-        return NULL;
-    c = image_chunk_at(parent, idx);
-    return c && c->raw_len == q->len ? c : NULL;
+    t->rc = chunk_encode(w->ctx, j->src, q->len, q->dtype, j->parent, j->dst, q->len, &j->c,
+                         &j->stored);
 }
 
 struct drain {
@@ -172,8 +145,7 @@ struct drain {
     size_t n;
     size_t next;                  /* next piece to take */
     int from_device;
-    const struct image *parent;
-    struct image_writer *w;
+    struct chunk_sink *sink;
     uint64_t issued, written;     /* job sequence numbers */
     unsigned fill_slot;
     int err;
@@ -216,10 +188,7 @@ static void ready_as_zero(struct drain *d, struct job *job)
     struct pipe *p = d->p;
     size_t len = job->pc->len;
 
-    job->c.codec = TCGPU_CODEC_ZERO;
-    job->c.raw_len = (uint32_t)len;
-    job->c.raw_csum = pipe_zero_csum(p, len);
-    job->c.stored_csum = XXH3_64bits(NULL, 0);
+    chunk_set_zero(&job->c, len, pipe_zero_csum(p, len));
     job->state = J_READY;
     if (d->from_device)
         p->st.device_skipped++;
@@ -228,7 +197,7 @@ static void ready_as_zero(struct drain *d, struct job *job)
 /* A PARENT chunk by the device hash: ready at once, it stays on the device. */
 static void ready_as_parent(struct drain *d, struct job *job, const struct image_chunk *parent)
 {
-    image_chunk_parent(&job->c, job->pc->len, parent->raw_csum);
+    chunk_set_parent(&job->c, parent);
     job->state = J_READY;
     d->p->st.device_skipped++;
 }
@@ -249,8 +218,7 @@ static int stage_for_encoding(struct drain *d, unsigned slot_index, struct job *
 
     job->slot = (int)slot_index;
     job->dst = slot->enc + slot->fill;
-    job->have_parent = parent != NULL;
-    job->parent_csum = parent ? parent->raw_csum : 0;
+    job->parent = parent;
     job->t.fn = encode_job;
     if (d->from_device) {
         job->src = slot->mem + slot->fill;
@@ -302,7 +270,8 @@ static int fill_slot(struct drain *d, unsigned slot_index)
     while (d->next < d->n && d->issued - d->written < p->njobs) {
         struct piece *piece = &d->pc[d->next];
         struct job *job = next_job(d, piece);
-        const struct image_chunk *parent = parent_chunk(d->parent, piece);
+        const struct image_chunk *parent =
+            chunk_sink_parent(d->sink, piece->alloc_id, piece->offset, piece->len);
 
         if (is_zero(d, piece)) {
             ready_as_zero(d, job);
@@ -355,9 +324,9 @@ static int write_ready(struct drain *d)
             d->err = j->t.rc;
         }
         if (!d->err) {
-            rc = image_writer_add_encoded(d->w, &j->c, j->stored);
+            rc = chunk_sink_add(d->sink, &j->c, j->stored);
             if (rc) {
-                pipe_say(p, "%s", image_writer_error(d->w));
+                pipe_say(p, "%s", chunk_sink_error(d->sink));
                 d->err = rc;
             } else {
                 p->st.stored_bytes += j->c.stored_len;
@@ -455,7 +424,7 @@ static int drain_setup(struct pipe *p)
  * and hashing on the host, so only when the parent's device hashes can save
  * the copies.
  */
-static int want_device_hash(const struct pipe *p, const struct image *parent)
+static int want_device_hash(const struct pipe *p, const struct chunk_sink *sink)
 {
     const char *v = getenv("TCGPU_DEVICE_HASH");
     int mode = v && *v ? (strcmp(v, "0") ? 1 : -1) : p->o.device_hash;
@@ -464,16 +433,12 @@ static int want_device_hash(const struct pipe *p, const struct image *parent)
         return 0;
     if (mode > 0 || pdev_kind(p->dev) == PDEV_CUBIN)
         return 1;
-    for (size_t i = 0; parent && i < image_chunk_count(parent); i++)
-        if (image_chunk_at(parent, i)->has_dev_hash)
-            return 1;
-    return 0;
+    return chunk_sink_parent_has_dev_hash(sink);
 }
 
-int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n,
-                     struct image_writer *w, const struct image *parent)
+int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n, struct chunk_sink *sink)
 {
-    struct drain d = { .p = p, .from_device = 1, .parent = parent, .w = w };
+    struct drain d = { .p = p, .from_device = 1, .sink = sink };
     int rc;
 
     if ((rc = drain_setup(p)) != 0 || (rc = pipe_make_pieces(p, e, n, &d.pc, &d.n)) != 0)
@@ -491,7 +456,7 @@ int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n,
         if (rc == 0)
             rc = pipe_make_ring(p, 1);
         if (rc == 0)
-            rc = pipe_scan_pieces(p, d.pc, i, end, want_device_hash(p, parent));
+            rc = pipe_scan_pieces(p, d.pc, i, end, want_device_hash(p, sink));
         if (rc == 0)
             rc = run_drain(&run);
     }
@@ -503,10 +468,9 @@ int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n,
     return rc;
 }
 
-int pipe_write_store(struct pipe *p, struct pipe_store *s, struct image_writer *w,
-                     const struct image *parent)
+int pipe_write_store(struct pipe *p, struct pipe_store *s, struct chunk_sink *sink)
 {
-    struct drain d = { .p = p, .pc = s->pc, .n = s->n, .parent = parent, .w = w };
+    struct drain d = { .p = p, .pc = s->pc, .n = s->n, .sink = sink };
     int rc;
 
     pipe_store_compress_stop(s);

@@ -131,13 +131,12 @@ struct job {
     uint8_t *dst;                 /* encode output / decode target */
     int slot;                     /* -1: none */
     enum job_state state;
-    int have_parent;
-    uint64_t parent_csum;
+    const struct image_chunk *parent;  /* drain: the parent's chunk here, or NULL */
     struct image_chunk c;
     const void *stored;
     /* refill */
-    const struct image *img;
-    size_t img_index;
+    const struct chunk_source *source;  /* NULL: from a store */
+    size_t index;                 /* of the chunk in the source; a store's: the order */
     CUdeviceptr va;
     size_t len;
     enum refill_kind kind;

@@ -31,10 +31,10 @@ static void decode_job(struct pipe *p, struct worker *w, struct task *t)
     unsigned codec;
     uint32_t stored_len;
 
-    image_chunk_resolved(j->img, j->img_index, &codec, &stored_len);
+    chunk_source_resolved(j->source, j->index, &codec, &stored_len);
     if (codec == TCGPU_CODEC_RAW) {
         /* Stored bytes are the raw bytes: read them where they go. */
-        t->rc = image_read_stored(j->img, j->img_index, j->dst, j->err, sizeof(j->err));
+        t->rc = chunk_source_read(j->source, j->index, j->dst, j->err, sizeof(j->err));
         return;
     }
     if (w->buf_cap < stored_len) {
@@ -48,10 +48,10 @@ static void decode_job(struct pipe *p, struct worker *w, struct task *t)
         w->buf = b;
         w->buf_cap = stored_len;
     }
-    rc = image_read_stored(j->img, j->img_index, w->buf, j->err, sizeof(j->err));
+    rc = chunk_source_read(j->source, j->index, w->buf, j->err, sizeof(j->err));
     if (rc == 0)
-        rc = image_decode_chunk(j->img, j->img_index, w->ctx, w->buf, j->dst, j->err,
-                                sizeof(j->err));
+        rc = chunk_source_decode(j->source, j->index, w->ctx, w->buf, j->dst, j->err,
+                                 sizeof(j->err));
     t->rc = rc;
 }
 
@@ -301,7 +301,7 @@ static int item_cmp_device(const void *a, const void *b)
 
     if (x->pc->device != y->pc->device)
         return x->pc->device < y->pc->device ? -1 : 1;
-    return x->img_index < y->img_index ? -1 : x->img_index > y->img_index;
+    return x->index < y->index ? -1 : x->index > y->index;
 }
 
 /* Runs the items device by device (stable: sorted by device, then order). */
@@ -310,7 +310,7 @@ static int refill_all(struct pipe *p, struct refill *all)
     int rc = 0;
 
     for (size_t i = 0; i < all->n; i++)
-        all->items[i].img_index = all->items[i].img ? all->items[i].img_index : i;
+        all->items[i].index = all->items[i].source ? all->items[i].index : i;
     qsort(all->items, all->n, sizeof(*all->items), item_cmp_device);
     for (size_t i = 0, end; i < all->n && rc == 0; i = end) {
         struct refill r = { .p = p, .items = all->items + i };
@@ -387,13 +387,13 @@ static int key_cmp(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-int pipe_refill_image(struct pipe *p, const struct image *img, const struct pipe_ext *allocs,
-                      size_t n)
+int pipe_refill_image(struct pipe *p, const struct chunk_source *src,
+                      const struct pipe_ext *allocs, size_t n)
 {
     struct refill r = { .p = p };
     struct alloc_key *keys = calloc(n ? n : 1, sizeof(*keys));
     struct piece *dev = calloc(n ? n : 1, sizeof(*dev));   /* device of each alloc */
-    size_t nch = image_chunk_count(img);
+    size_t nch = chunk_source_count(src);
     int rc = 0;
 
     refill_setup(p);
@@ -409,7 +409,7 @@ int pipe_refill_image(struct pipe *p, const struct image *img, const struct pipe
     }
     qsort(keys, n, sizeof(*keys), key_cmp);
     for (size_t i = 0; i < nch; i++) {
-        const struct image_chunk *c = image_chunk_at(img, i);
+        const struct image_chunk *c = chunk_source_at(src, i);
         struct alloc_key k = { c->alloc_id, 0 }, *f;
         unsigned codec;
         struct job *j;
@@ -429,14 +429,14 @@ int pipe_refill_image(struct pipe *p, const struct image *img, const struct pipe
             rc = -EINVAL;
             goto out;
         }
-        image_chunk_resolved(img, i, &codec, NULL);
+        chunk_source_resolved(src, i, &codec, NULL);
         j = &r.items[r.n++];
         j->pc = &dev[f->index];
         j->va = allocs[f->index].va + c->alloc_offset;
         j->len = c->raw_len;
         j->slot = -1;
-        j->img = img;
-        j->img_index = i;
+        j->source = src;
+        j->index = i;
         j->kind = codec == TCGPU_CODEC_ZERO ? R_ZERO : R_DECODE_IMAGE;
         p->st.raw_bytes += c->raw_len;
     }
