@@ -1,9 +1,13 @@
 /*
- * pipeline.c - the pipelined drain/refill engine; see pipeline.h.
+ * pipeline.c - the pipelined drain/refill engine (see pipeline.h): the pipe
+ * itself (pipe_new/free, its message and statistics), the device it works
+ * on (context, copy stream, device-side helpers), the staging ring, and the
+ * pieces an extent is cut into. The mechanisms are in pool.c, store.c,
+ * drain.c and refill.c.
  *
  * One thread (the operation's) drives everything that touches the driver:
  * it issues copies on the pipe's own stream, records and polls events, hands
- * chunks to the workers, appends their results to the image writer in order,
+ * chunks to the workers, appends their results to the chunk sink in order,
  * and uploads what they decoded. Workers only encode and decode.
  */
 #include <errno.h>
