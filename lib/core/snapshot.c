@@ -450,10 +450,10 @@ static int write_regions(struct snap *s, struct image_writer *w, struct pipe *p,
         free(l.e);
     }
     pipe_get_stats(p, &s->stats);
-    if (rc && !errmsg_get()[0])
+    /* The pipe's message when it has one, else the one already set (the
+     * extents could not be listed). */
+    if (rc && pipe_error(p)[0])
         errmsg_set("%s", pipe_error(p));
-    else if (rc)
-        errmsg_set("%s", pipe_error(p)[0] ? pipe_error(p) : errmsg_get());
     return rc;
 }
 
