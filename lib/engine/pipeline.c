@@ -105,8 +105,10 @@ int pipe_new(struct pipe **out, const struct pipe_opts *o)
     p->nw_alloc = p->nw;
     for (unsigned i = 0; i < p->nw; i++) {
         p->w[i].p = p;
-        if (codec_ctx_new(&p->w[i].ctx, NULL))
+        if (codec_ctx_new(&p->w[i].ctx, NULL)) {
+            p->nw = 0;            /* no thread started: pipe_free joins none */
             goto err;
+        }
     }
     for (unsigned i = 0; i < p->nw; i++) {
         if (pthread_create(&p->w[i].th, NULL, pool_worker_main, &p->w[i])) {
