@@ -17,15 +17,8 @@
 /* Issues one async D2H copy (the stream orders them). */
 static int copy_d2h(struct pipe *p, void *dst, CUdeviceptr src, size_t len)
 {
-    CUresult rc = TCGPU_REAL(cuMemcpyDtoHAsync)(dst, src, len, p->stream);
-
-    if (rc != CUDA_SUCCESS) {
-        pipe_say(p, "cuMemcpyDtoHAsync of %zu bytes at %#llx: %s", len, (unsigned long long)src,
-                 cu_error_name(rc));
-        return -EIO;
-    }
-    p->st.copied_bytes += len;
-    return 0;
+    return pipe_copy_issued(p, TCGPU_REAL(cuMemcpyDtoHAsync)(dst, src, len, p->stream),
+                            "cuMemcpyDtoHAsync", src, len);
 }
 
 /*

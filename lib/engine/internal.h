@@ -180,6 +180,10 @@ int pipe_use_device(struct pipe *p, int device, int helpers);
 int pipe_leave_device(struct pipe *p);
 /* The staging ring and the job ring, in the current context. */
 int pipe_make_ring(struct pipe *p, int with_enc);
+/* What `call` (an async copy of `len` bytes at device address `va` on the
+ * pipe's stream) returned: 0, the bytes counted as copied; or -EIO, with the
+ * pipe's message naming the call. */
+int pipe_copy_issued(struct pipe *p, CUresult rc, const char *call, CUdeviceptr va, size_t len);
 /* Waits for the pipe's stream. */
 int pipe_stream_sync(struct pipe *p);
 /* The chunk-sized zero pages; pipe_zero_csum: the XXH3 of `len` zero bytes. */

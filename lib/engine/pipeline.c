@@ -373,6 +373,17 @@ size_t pipe_device_run(const struct piece *pc, size_t n, size_t i)
     return j;
 }
 
+int pipe_copy_issued(struct pipe *p, CUresult rc, const char *call, CUdeviceptr va, size_t len)
+{
+    if (rc != CUDA_SUCCESS) {
+        pipe_say(p, "%s of %zu bytes at %#llx: %s", call, len, (unsigned long long)va,
+                 cu_error_name(rc));
+        return -EIO;
+    }
+    p->st.copied_bytes += len;
+    return 0;
+}
+
 int pipe_stream_sync(struct pipe *p)
 {
     CUresult rc = TCGPU_REAL(cuStreamSynchronize)(p->stream);

@@ -65,17 +65,11 @@ struct refill {
     unsigned fill, next_up, oldest;   /* to fill, to upload, to free next */
 };
 
+/* Issues one async H2D copy (the stream orders them). */
 static int upload(struct pipe *p, CUdeviceptr va, const void *src, size_t len)
 {
-    CUresult rc = TCGPU_REAL(cuMemcpyHtoDAsync)(va, src, len, p->stream);
-
-    if (rc != CUDA_SUCCESS) {
-        pipe_say(p, "cuMemcpyHtoDAsync of %zu bytes at %#llx: %s", len, (unsigned long long)va,
-                 cu_error_name(rc));
-        return -EIO;
-    }
-    p->st.copied_bytes += len;
-    return 0;
+    return pipe_copy_issued(p, TCGPU_REAL(cuMemcpyHtoDAsync)(va, src, len, p->stream),
+                            "cuMemcpyHtoDAsync", va, len);
 }
 
 static int memset_dev(struct pipe *p, CUdeviceptr va, size_t len)
