@@ -50,9 +50,9 @@ struct image_chunk {
  * Encodes `len` raw bytes for chunk_sink_add (any thread). `parent` (may be
  * NULL) is the parent's chunk at the same position and of the same length
  * (chunk_sink_parent): when the bytes' XXH3_64 equals its raw checksum, c
- * becomes a PARENT chunk and *stored NULL, nothing encoded. Otherwise as image_chunk_encode: *stored points into `dst`
- * or `src`. The caller sets c->alloc_id and c->alloc_offset. Returns 0 or
- * codec_encode's errors.
+ * becomes a PARENT chunk and *stored NULL, nothing encoded. Otherwise as
+ * image_chunk_encode: *stored points into `dst` or `src`. The caller sets
+ * c->alloc_id and c->alloc_offset. Returns 0 or codec_encode's errors.
  */
 int chunk_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dtype,
                  const struct image_chunk *parent, void *dst, size_t dst_cap,
@@ -66,7 +66,7 @@ void chunk_set_zero(struct image_chunk *c, size_t len, uint64_t raw_csum);
  * unchanged: nothing stored (any thread). */
 void chunk_set_parent(struct image_chunk *c, const struct image_chunk *parent);
 
-/* ---- the sink: an image being written -------------------------------------- */
+/* ---- the sink: an image being written ---------------------------------------- */
 
 struct chunk_sink {
     struct image_writer *writer;
@@ -103,7 +103,7 @@ int chunk_sink_add(struct chunk_sink *s, const struct image_chunk *c, const void
 /* Message for the last failure of chunk_sink_add ("" if none). */
 const char *chunk_sink_error(const struct chunk_sink *s);
 
-/* ---- the source: an image being read back -------------------------------------- */
+/* ---- the source: an image being read back ------------------------------------ */
 
 struct chunk_source {
     const struct image *img;
