@@ -418,6 +418,7 @@ static int write_regions(struct snap *s, struct image_writer *w, struct pipe *p,
 {
     uint32_t devindex[TCGPU_IMG_MAX_DEVICES];
     struct image_process proc;
+    struct chunk_sink sink;
     int rc;
 
     fill_process(&proc);
@@ -435,23 +436,24 @@ static int write_regions(struct snap *s, struct image_writer *w, struct pipe *p,
             return rc;
         }
     }
+    chunk_sink_init(&sink, w, parent);
     if (s->store) {
         /* The bytes are in host memory already (suspend: the device was
          * released before compressing). */
-        rc = pipe_write_store(p, s->store, w, parent);
+        rc = pipe_write_store(p, s->store, &sink);
     } else {
         struct ext_list l;
 
         if ((rc = list_extents(s, &l)) != 0)
             return rc;
-        rc = pipe_drain_image(p, l.e, l.n, w, parent);
+        rc = pipe_drain_image(p, l.e, l.n, &sink);
         free(l.e);
     }
     pipe_get_stats(p, &s->stats);
-    if (rc && !errmsg_get()[0])
+    /* The pipe's message when it has one, else the one already set (the
+     * extents could not be listed). */
+    if (rc && pipe_error(p)[0])
         errmsg_set("%s", pipe_error(p));
-    else if (rc)
-        errmsg_set("%s", pipe_error(p)[0] ? pipe_error(p) : errmsg_get());
     return rc;
 }
 
@@ -614,6 +616,7 @@ static int refill_from_host(struct snap *s, struct progress *prog)
 static int refill_from_image(struct snap *s, struct image *img, struct progress *prog)
 {
     struct pipe_ext *e = calloc(s->n ? s->n : 1, sizeof(*e));
+    struct chunk_source src;
     struct pipe *p = NULL;
     int rc;
 
@@ -624,9 +627,10 @@ static int refill_from_image(struct snap *s, struct image *img, struct progress 
     for (size_t i = 0; i < s->n; i++)
         e[i] = (struct pipe_ext){ .va = s->r[i].va, .len = s->r[i].size, .alloc_id = s->r[i].id,
                                   .dtype = s->r[i].dtype, .device = s->r[i].device };
+    chunk_source_init(&src, img);
     rc = open_pipe(&p, prog);
     if (rc == 0) {
-        rc = pipe_refill_image(p, img, e, s->n);
+        rc = pipe_refill_image(p, &src, e, s->n);
         if (rc)
             errmsg_set("%s", pipe_error(p));
         pipe_get_stats(p, &s->stats);

@@ -10,15 +10,21 @@
  *                     device-side helpers find all zero are not copied.
  *   drain to image    device -> pinned staging ring (a few slots, async
  *                     copies + an event per slot) -> chunk workers
- *                     (image_chunk_encode, one codec context each) -> the
- *                     image writer (io_uring), in order. Used by checkpoint:
- *                     copies of slot k+1 overlap the encoding of slot k.
- *   write a store     host store -> chunk workers -> image writer: suspend to
+ *                     (chunk_encode, one codec context each) -> the chunk
+ *                     sink (the image writer, io_uring), in order. Used by
+ *                     checkpoint: copies of slot k+1 overlap the encoding of
+ *                     slot k.
+ *   write a store     host store -> chunk workers -> chunk sink: suspend to
  *                     an image releases the device after the raw drain and
  *                     compresses afterwards.
- *   refill            image or host store -> read ahead and decode in the
- *                     workers into pinned slots -> async uploads while the
- *                     next slots decode; ZERO chunks become cuMemsetD8Async.
+ *   refill            chunk source (an image) or host store -> read ahead
+ *                     and decode in the workers into pinned slots -> async
+ *                     uploads while the next slots decode; ZERO chunks
+ *                     become cuMemsetD8Async.
+ *
+ * Images: the engine sees them only through image/chunks.h, a sink to write
+ * chunks to (which also answers for the parent's chunks) and a source to
+ * read them from; the caller opens the images and builds both.
  *
  * Chunks: every extent is cut at multiples of the chunk size (4 MiB) of the
  * *allocation offset*, so one allocation's chunks line up from one
@@ -43,7 +49,7 @@
 #include <stdint.h>
 #include <cuda.h>
 
-#include "image/image.h"
+#include "image/chunks.h"
 
 /* A range of device memory to save: a part of an allocation. */
 struct pipe_ext {
@@ -113,28 +119,27 @@ void pipe_get_stats(const struct pipe *p, struct pipe_stats *st);
 int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out);
 
 /*
- * Streams the extents into the image writer `w` (allocations and devices
- * already added). `parent` (may be NULL) is an open image set as w's parent
- * with image_writer_set_parent: unchanged chunks become PARENT chunks.
- * The writer is not committed here.
+ * Streams the extents into `sink` (chunk_sink_init: an image writer whose
+ * allocations and devices are added, and its parent or none). With a
+ * parent, unchanged chunks become PARENT chunks. The image is not committed
+ * here.
  */
-int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n,
-                     struct image_writer *w, const struct image *parent);
+int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n, struct chunk_sink *sink);
 
-/* Encodes a raw store into `w`, as pipe_drain_image (no device access). */
-int pipe_write_store(struct pipe *p, struct pipe_store *s, struct image_writer *w,
-                     const struct image *parent);
+/* Encodes a raw store into `sink`, as pipe_drain_image (no device access). */
+int pipe_write_store(struct pipe *p, struct pipe_store *s, struct chunk_sink *sink);
 
 /* Puts a store's bytes back at their device addresses (the memory mapped). */
 int pipe_refill_host(struct pipe *p, struct pipe_store *s);
 
 /*
  * Puts every chunk of the allocations in `allocs` (one extent per whole
- * allocation: va, len = size, alloc_id) back from `img`, which the caller
- * verified. Bytes no chunk covers are left as they are.
+ * allocation: va, len = size, alloc_id) back from `src` (chunk_source_init
+ * over an image the caller verified). Bytes no chunk covers are left as
+ * they are.
  */
-int pipe_refill_image(struct pipe *p, const struct image *img, const struct pipe_ext *allocs,
-                      size_t n);
+int pipe_refill_image(struct pipe *p, const struct chunk_source *src,
+                      const struct pipe_ext *allocs, size_t n);
 
 /*
  * Compresses a raw store in the background, in memory (TCGPU_HOST_COMPRESS):

@@ -7,10 +7,11 @@
  * and image_writer_commit writes the manifest, fsyncs, and renames the
  * directory to DIR atomically: an image exists whole or not at all.
  *
- * Parallel pipelines (the snapshot engine): worker threads call
- * image_chunk_encode with their own codec context, and the one writer thread
- * hands the results to image_writer_add_encoded in any order; the writer
- * records each chunk's data-file offset.
+ * Parallel pipelines: worker threads call image_chunk_encode with their own
+ * codec context, and the one writer thread hands the results to
+ * image_writer_add_encoded in any order; the writer records each chunk's
+ * data-file offset. The snapshot engine does this through chunks.h, the
+ * narrow face it sees of the writer and the reader.
  *
  * Reading: image_open parses and checks the whole manifest (checksums, every
  * count, offset and length: images are untrusted files) and the data files'
@@ -27,6 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "chunks.h"
 #include "codec.h"
 #include "format.h"
 
@@ -58,20 +60,7 @@ struct image_alloc {
                                 writer copies it, the reader owns its copy */
 };
 
-/* One chunk index entry, in memory. */
-struct image_chunk {
-    uint64_t alloc_id;
-    uint64_t alloc_offset;
-    uint32_t raw_len;
-    uint32_t stored_len;
-    uint8_t codec; /* enum tcgpu_codec */
-    uint16_t file; /* data file index */
-    uint64_t file_offset;
-    uint64_t raw_csum;    /* XXH3_64 of the raw bytes */
-    uint64_t stored_csum; /* XXH3_64 of the stored bytes */
-    uint64_t dev_hash;    /* device hash (kernels/devhash.h) when has_dev_hash */
-    uint8_t has_dev_hash; /* the DEVHASH section carries it (minor 1) */
-};
+/* struct image_chunk, one chunk index entry in memory: chunks.h. */
 
 /* ---- writer ------------------------------------------------------------------ */
 

@@ -383,13 +383,15 @@ static int write_image(const char *dir, CUdeviceptr d, size_t bytes, double *sec
     struct image_alloc a = { .id = 1, .addr = d, .size = bytes };
     struct pipe_ext e = { d, bytes, 1, 0, TCGPU_DTYPE_UNKNOWN, 0 };
     struct pipe *p = new_pipe();
+    struct chunk_sink sink;
     char err[512];
     double t = now();
 
     if (image_writer_begin(&w, dir, NULL, err, sizeof(err)) ||
         image_writer_add_device(w, &dv, NULL) || image_writer_add_allocation(w, &a))
         die(err);
-    if (pipe_drain_image(p, &e, 1, w, NULL))
+    chunk_sink_init(&sink, w, NULL);
+    if (pipe_drain_image(p, &e, 1, &sink))
         die(pipe_error(p));
     if (image_writer_commit(w))
         die(image_writer_error(w));
@@ -433,6 +435,7 @@ static int cmd_refill(size_t mb, const char *dir)
         struct pipe *p = new_pipe();
         struct pipe_store *s = NULL;
         struct image *img = NULL;
+        struct chunk_source src;
         char err[512];
         double t = now();
 
@@ -440,8 +443,9 @@ static int cmd_refill(size_t mb, const char *dir)
         base[r] = now() - t;
         if (image_open(&img, dir, 0, err, sizeof(err)))
             die(err);
+        chunk_source_init(&src, img);
         t = now();
-        if (pipe_refill_image(p, img, &e, 1))
+        if (pipe_refill_image(p, &src, &e, 1))
             die(pipe_error(p));
         img_t[r] = now() - t;
         image_close(img);

@@ -229,6 +229,7 @@ static int write_image(struct pipe *p, const char *dir, const char *parent_dir,
     size_t n = extents(e);
     struct image_writer *w = NULL;
     struct image *parent = NULL;
+    struct chunk_sink sink;
     char err[512];
     int rc;
 
@@ -240,7 +241,8 @@ static int write_image(struct pipe *p, const char *dir, const char *parent_dir,
         image_manifest_csum(parent, csum);
         REQUIRE(image_writer_set_parent(w, parent_dir, csum) == 0, "set_parent");
     }
-    rc = pipe_drain_image(p, e, n, w, parent);
+    chunk_sink_init(&sink, w, parent);
+    rc = pipe_drain_image(p, e, n, &sink);
     REQUIRE(rc == 0, "pipe_drain_image: %d %s", rc, pipe_error(p));
     pipe_get_stats(p, st);
     REQUIRE(image_writer_commit(w) == 0, "%s", image_writer_error(w));
@@ -253,6 +255,7 @@ static int refill_image(struct pipe *p, const char *dir, int want_rc, const char
 {
     struct pipe_ext e[NBUF];
     struct image *img = NULL;
+    struct chunk_source src;
     char err[512] = "";
     int rc = image_open(&img, dir, 0, err, sizeof(err));
 
@@ -264,7 +267,8 @@ static int refill_image(struct pipe *p, const char *dir, int want_rc, const char
     REQUIRE(rc == 0, "%s", err);
     REQUIRE(image_verify_all(img, 0) == 0, "%s", image_error(img));
     allocs_ext(e);
-    rc = pipe_refill_image(p, img, e, NBUF);
+    chunk_source_init(&src, img);
+    rc = pipe_refill_image(p, &src, e, NBUF);
     REQUIRE(rc == 0, "pipe_refill_image: %s", pipe_error(p));
     image_close(img);
     return 0;
@@ -340,6 +344,7 @@ static int test_store_image(void)
     size_t n = extents(e);
     struct pipe_store *s = NULL;
     struct image_writer *w = NULL;
+    struct chunk_sink sink;
     char dir[300], err[512];
 
     snprintf(dir, sizeof(dir), "%s/store-img", tmpdir);
@@ -350,7 +355,8 @@ static int test_store_image(void)
         return 1;
     REQUIRE(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == 0, "%s", err);
     REQUIRE(add_allocs(w) == 0, "allocations");
-    REQUIRE(pipe_write_store(p, s, w, NULL) == 0, "write store: %s", pipe_error(p));
+    chunk_sink_init(&sink, w, NULL);
+    REQUIRE(pipe_write_store(p, s, &sink) == 0, "write store: %s", pipe_error(p));
     REQUIRE(image_writer_commit(w) == 0, "%s", image_writer_error(w));
     image_writer_free(w);
     pipe_store_free(s);

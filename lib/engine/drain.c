@@ -1,0 +1,499 @@
+/*
+ * drain.c - device memory (or a host store) to the host store or an image:
+ * the host drain's direct copies, and the image drain's staging ring
+ * (copies issued, chunks encoded by the workers, written in order).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "driver/driver.h"
+#include "driver/gate.h"
+#include "dev.h"
+#include "internal.h"
+
+/* Issues one async D2H copy (the stream orders them). */
+static int copy_d2h(struct pipe *p, void *dst, CUdeviceptr src, size_t len)
+{
+    return pipe_copy_issued(p, TCGPU_REAL(cuMemcpyDtoHAsync)(dst, src, len, p->stream),
+                            "cuMemcpyDtoHAsync", src, len);
+}
+
+/*
+ * Faults the store's pages in (MADV_POPULATE_WRITE) on a thread of its own
+ * while the stream copies: fresh pages cost a fault and a page of zeroing
+ * each, as much as the copy itself on some machines. Chunks the device
+ * found zero are left untouched (no memory at all).
+ */
+struct prefault {
+    struct pipe_store *s;
+    pthread_t th;
+    int started;
+};
+
+static void *prefault_main(void *arg)
+{
+    struct prefault *f = arg;
+
+    tcgpu_gate_set_exempt(true);
+    for (size_t i = 0; i < f->s->n; i++) {
+        struct piece *q = &f->s->pc[i];
+        uintptr_t a = (uintptr_t)q->host & ~(uintptr_t)4095;
+        uintptr_t b = ((uintptr_t)q->host + q->len + 4095) & ~(uintptr_t)4095;
+
+        if (q->state == P_ZERO)
+            continue;
+        if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) != 0)
+            break;            /* old kernel: the copies fault the pages in */
+    }
+    return NULL;
+}
+
+int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out)
+{
+    struct pipe_store *s = NULL;
+    struct prefault pf = { 0 };
+    uint64_t since_sync = 0;
+    int rc;
+
+    p->msg[0] = '\0';
+    memset(&p->st, 0, sizeof(p->st));
+    p->progress = 0;
+    if ((rc = pipe_store_new(p, e, n, &s)) != 0)
+        return rc;
+    p->st.raw_bytes = s->raw_bytes;
+    for (size_t i = 0; i < s->n && rc == 0;) {
+        size_t end = pipe_device_run(s->pc, s->n, i);
+
+        if ((rc = pipe_use_device(p, s->pc[i].device, 1)) != 0 ||
+            (rc = pipe_scan_pieces(p, s->pc, i, end, 0)) != 0)
+            break;
+        for (size_t k = i; k < end; k++)
+            if (piece_found_zero(&s->pc[k]))
+                s->pc[k].state = P_ZERO;
+        if (!pf.started && getenv("TCGPU_PREFAULT") && strcmp(getenv("TCGPU_PREFAULT"), "0")) {
+            pf.s = s;
+            pf.started = pthread_create(&pf.th, NULL, prefault_main, &pf) == 0;
+        }
+        while (i < end && rc == 0) {
+            struct piece *q = &s->pc[i];
+            size_t run = q->len, j = i + 1;
+
+            if (q->state == P_ZERO) {
+                /* Zero on the device: the store's untouched pages are zero. */
+                p->st.zero_chunks++;
+                p->st.device_skipped++;
+                i++;
+                continue;
+            }
+            /* One copy for a run of adjacent non-zero chunks. */
+            while (j < end && run < HOST_COPY_MAX && s->pc[j].va == q->va + run &&
+                   s->pc[j].host == q->host + run && s->pc[j].state != P_ZERO)
+                run += s->pc[j++].len;
+            rc = copy_d2h(p, q->host, q->va, run);
+            since_sync += run;
+            i = j;
+            if (rc == 0 && since_sync >= HOST_SYNC_EVERY) {
+                rc = pipe_stream_sync(p);
+                pipe_add_progress(p, since_sync);
+                since_sync = 0;
+            }
+        }
+        if (rc == 0)
+            rc = pipe_stream_sync(p);
+    }
+    if (rc == 0)
+        rc = pipe_leave_device(p);
+    else
+        pipe_leave_device(p);
+    if (pf.started)
+        pthread_join(pf.th, NULL);
+    if (rc) {
+        pipe_store_free(s);
+        return rc;
+    }
+    pipe_add_progress(p, since_sync);
+    p->st.stored_bytes = pipe_store_bytes(s);
+    *out = s;
+    return 0;
+}
+
+/* --- encoding: drain to image and write a store ------------------------------ */
+
+static void encode_job(struct pipe *p, struct worker *w, struct task *t)
+{
+    struct job *j = (struct job *)t;
+    struct piece *q = j->pc;
+
+    (void)p;
+    t->rc = chunk_encode(w->ctx, j->src, q->len, q->dtype, j->parent, j->dst, q->len, &j->c,
+                         &j->stored);
+}
+
+struct drain {
+    struct pipe *p;
+    struct piece *pc;
+    size_t n;
+    size_t next;                  /* next piece to take */
+    int from_device;
+    struct chunk_sink *sink;
+    uint64_t issued, written;     /* job sequence numbers */
+    unsigned fill_slot;
+    int err;
+};
+
+/* The job ring's next entry, cleared, for `piece`: its chunk's position
+ * and, when the device hashed it, its device hash. */
+static struct job *next_job(struct drain *d, struct piece *piece)
+{
+    struct job *job = &d->p->jobs[d->issued % d->p->njobs];
+
+    memset(job, 0, sizeof(*job));
+    job->pc = piece;
+    job->slot = -1;
+    job->c.alloc_id = piece->alloc_id;
+    job->c.alloc_offset = piece->offset;
+    if (piece->scan == SCAN_DEVHASH) {
+        job->c.dev_hash = piece->devhash;
+        job->c.has_dev_hash = 1;
+    }
+    return job;
+}
+
+/* Found zero on the device, or held as zero by the store. */
+static int is_zero(const struct drain *d, const struct piece *piece)
+{
+    return piece_found_zero(piece) || (!d->from_device && piece->state == P_ZERO);
+}
+
+/* The device hash equals the parent chunk's: unchanged, and never copied. */
+static int unchanged_on_device(const struct piece *piece, const struct image_chunk *parent)
+{
+    return parent && piece->scan == SCAN_DEVHASH && parent->has_dev_hash &&
+           parent->dev_hash == piece->devhash;
+}
+
+/* A ZERO chunk: ready at once, nothing copied or encoded. */
+static void ready_as_zero(struct drain *d, struct job *job)
+{
+    struct pipe *p = d->p;
+    size_t len = job->pc->len;
+
+    chunk_set_zero(&job->c, len, pipe_zero_csum(p, len));
+    job->state = J_READY;
+    if (d->from_device)
+        p->st.device_skipped++;
+}
+
+/* A PARENT chunk by the device hash: ready at once, it stays on the device. */
+static void ready_as_parent(struct drain *d, struct job *job, const struct image_chunk *parent)
+{
+    chunk_set_parent(&job->c, parent);
+    job->state = J_READY;
+    d->p->st.device_skipped++;
+}
+
+/*
+ * Puts the job's bytes in the slot for a worker to encode: from the device,
+ * a copy into the slot's memory (the job waits for the slot's event); from
+ * a store, its raw copy where it is (queued now). The encoded form goes to
+ * the slot's `enc` buffer.
+ */
+static int stage_for_encoding(struct drain *d, unsigned slot_index, struct job *job,
+                              const struct image_chunk *parent)
+{
+    struct pipe *p = d->p;
+    struct slot *slot = &p->slots[slot_index];
+    struct piece *piece = job->pc;
+    int rc;
+
+    job->slot = (int)slot_index;
+    job->dst = slot->enc + slot->fill;
+    job->parent = parent;
+    job->t.fn = encode_job;
+    if (d->from_device) {
+        job->src = slot->mem + slot->fill;
+        if ((rc = copy_d2h(p, slot->mem + slot->fill, piece->va, piece->len)) != 0)
+            return rc;
+        job->state = J_WAITING_COPY;
+    } else {
+        job->src = piece->host;
+        job->state = J_QUEUED;
+        pool_submit(p, &job->t);
+    }
+    slot->fill += piece->len;
+    slot->pending++;
+    return 0;
+}
+
+/* A filled slot: its copies get the event that tells when they landed
+ * (S_COPYING); a store's chunks are with the workers already (S_WORKING). */
+static int seal_slot(struct drain *d, struct slot *slot)
+{
+    CUresult cr;
+
+    if (!slot->pending)
+        return 0;
+    if (!d->from_device) {
+        slot->state = S_WORKING;
+        return 0;
+    }
+    cr = TCGPU_REAL(cuEventRecord)(slot->ev, d->p->stream);
+    if (cr != CUDA_SUCCESS) {
+        pipe_say(d->p, "cuEventRecord: %s", cu_error_name(cr));
+        return -EIO;
+    }
+    slot->state = S_COPYING;
+    return 0;
+}
+
+/* Takes pieces into slot `slot_index` until it is full (or the job ring
+ * is): their bytes are copied (device) or pointed at (store); zero and
+ * unchanged chunks become ready jobs at once. */
+static int fill_slot(struct drain *d, unsigned slot_index)
+{
+    struct pipe *p = d->p;
+    struct slot *slot = &p->slots[slot_index];
+    int rc;
+
+    slot->fill = 0;
+    slot->pending = 0;
+    while (d->next < d->n && d->issued - d->written < p->njobs) {
+        struct piece *piece = &d->pc[d->next];
+        struct job *job = next_job(d, piece);
+        const struct image_chunk *parent =
+            chunk_sink_parent(d->sink, piece->alloc_id, piece->offset, piece->len);
+
+        if (is_zero(d, piece)) {
+            ready_as_zero(d, job);
+        } else if (unchanged_on_device(piece, parent)) {
+            ready_as_parent(d, job, parent);
+        } else {
+            if (slot->fill + piece->len > p->slot_size)
+                break;            /* the next slot takes it */
+            if ((rc = stage_for_encoding(d, slot_index, job, parent)) != 0)
+                return rc;
+        }
+        d->issued++;
+        d->next++;
+    }
+    return seal_slot(d, slot);
+}
+
+/* Hands the chunks of a slot whose copies are done to the workers. */
+static void dispatch_slot(struct drain *d, unsigned si)
+{
+    struct pipe *p = d->p;
+
+    for (uint64_t q = d->written; q < d->issued; q++) {
+        struct job *j = &p->jobs[q % p->njobs];
+
+        if (j->slot == (int)si && j->state == J_WAITING_COPY) {
+            j->state = J_QUEUED;
+            pool_submit(p, &j->t);
+        }
+    }
+    p->slots[si].state = S_WORKING;
+}
+
+/* Appends ready jobs in order; frees their slots. Returns 1 if any. */
+static int write_ready(struct drain *d)
+{
+    struct pipe *p = d->p;
+    int any = 0;
+
+    while (d->written < d->issued) {
+        struct job *j = &p->jobs[d->written % p->njobs];
+        int rc;
+
+        if (j->state == J_WAITING_COPY || (j->state == J_QUEUED && !pool_task_done(p, &j->t)))
+            break;
+        if (j->state == J_QUEUED && j->t.rc && !d->err) {
+            pipe_say(p, "encoding chunk at %#llx+%#llx of allocation %llu: %s",
+                     (unsigned long long)j->pc->va, (unsigned long long)j->pc->offset,
+                     (unsigned long long)j->pc->alloc_id, strerror(-j->t.rc));
+            d->err = j->t.rc;
+        }
+        if (!d->err) {
+            rc = chunk_sink_add(d->sink, &j->c, j->stored);
+            if (rc) {
+                pipe_say(p, "%s", chunk_sink_error(d->sink));
+                d->err = rc;
+            } else {
+                p->st.stored_bytes += j->c.stored_len;
+                p->st.zero_chunks += j->c.codec == TCGPU_CODEC_ZERO;
+                p->st.parent_chunks += j->c.codec == TCGPU_CODEC_PARENT;
+                pipe_add_progress(p, j->c.raw_len);
+            }
+        }
+        if (j->slot >= 0) {
+            struct slot *s = &p->slots[j->slot];
+
+            if (--s->pending == 0)
+                s->state = S_FREE;
+        }
+        j->state = J_EMPTY;
+        d->written++;
+        any = 1;
+    }
+    return any;
+}
+
+static int run_drain(struct drain *d)
+{
+    struct pipe *p = d->p;
+    int rc = 0;
+
+    while (!d->err || d->written < d->issued) {
+        int progressed = 0;
+
+        /* 1. fill free slots, in ring order */
+        while (!d->err && d->next < d->n && p->slots[d->fill_slot].state == S_FREE) {
+            uint64_t before = d->issued;
+
+            if ((rc = fill_slot(d, d->fill_slot)) != 0) {
+                d->err = rc;
+                break;
+            }
+            if (p->slots[d->fill_slot].state != S_FREE)
+                d->fill_slot = (d->fill_slot + 1) % p->nslots;
+            if (d->issued == before)
+                break;            /* no room in the job ring, or a device switch waits */
+            progressed = 1;
+        }
+        /* 2. slots whose copies landed go to the workers */
+        for (unsigned k = 0; k < p->nslots; k++) {
+            struct slot *s = &p->slots[k];
+
+            if (s->state == S_COPYING &&
+                TCGPU_REAL(cuEventQuery)(s->ev) != CUDA_ERROR_NOT_READY) {
+                dispatch_slot(d, k);
+                progressed = 1;
+            }
+        }
+        /* 3. write what is ready, in order */
+        progressed |= write_ready(d);
+        if (d->written == d->issued && (d->next == d->n || d->err))
+            break;
+        if (progressed)
+            continue;
+        /* 4. wait for the oldest job: its copy, or its encoding */
+        if (d->written < d->issued) {
+            struct job *j = &p->jobs[d->written % p->njobs];
+
+            if (j->state == J_WAITING_COPY) {
+                CUresult cr = TCGPU_REAL(cuEventSynchronize)(p->slots[j->slot].ev);
+
+                if (cr != CUDA_SUCCESS && !d->err) {
+                    pipe_say(p, "copy to the staging ring: %s", cu_error_name(cr));
+                    d->err = -EIO;
+                }
+                dispatch_slot(d, (unsigned)j->slot);
+            } else if (j->state == J_QUEUED) {
+                pool_task_wait(p, &j->t);
+            }
+        }
+    }
+    return d->err;
+}
+
+static int drain_setup(struct pipe *p)
+{
+    p->msg[0] = '\0';
+    memset(&p->st, 0, sizeof(p->st));
+    p->progress = 0;
+    if (pipe_zeros_init(p)) {
+        pipe_say(p, "out of memory");
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/*
+ * Whether the drain hashes chunks on the device. A GPU hashes at memory
+ * speed, so always; the simcuda twin hashes on the CPU, slower than copying
+ * and hashing on the host, so only when the parent's device hashes can save
+ * the copies.
+ */
+static int want_device_hash(const struct pipe *p, const struct chunk_sink *sink)
+{
+    const char *v = getenv("TCGPU_DEVICE_HASH");
+    int mode = v && *v ? (strcmp(v, "0") ? 1 : -1) : p->o.device_hash;
+
+    if (!p->dev || mode < 0)
+        return 0;
+    if (mode > 0 || pdev_kind(p->dev) == PDEV_CUBIN)
+        return 1;
+    return chunk_sink_parent_has_dev_hash(sink);
+}
+
+int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n, struct chunk_sink *sink)
+{
+    struct drain d = { .p = p, .from_device = 1, .sink = sink };
+    int rc;
+
+    if ((rc = drain_setup(p)) != 0 || (rc = pipe_make_pieces(p, e, n, &d.pc, &d.n)) != 0)
+        return rc;
+    for (size_t i = 0; i < d.n; i++)
+        p->st.raw_bytes += d.pc[i].len;
+    /* One device at a time (the caller groups extents by device). */
+    for (size_t i = 0, end; i < d.n && rc == 0; i = end) {
+        struct drain run = d;
+
+        end = pipe_device_run(d.pc, d.n, i);
+        run.pc = d.pc + i;
+        run.n = end - i;
+        rc = pipe_use_device(p, d.pc[i].device, 1);
+        if (rc == 0)
+            rc = pipe_make_ring(p, 1);
+        if (rc == 0)
+            rc = pipe_scan_pieces(p, d.pc, i, end, want_device_hash(p, sink));
+        if (rc == 0)
+            rc = run_drain(&run);
+    }
+    if (rc == 0)
+        rc = pipe_leave_device(p);
+    else
+        pipe_leave_device(p);
+    free(d.pc);
+    return rc;
+}
+
+int pipe_write_store(struct pipe *p, struct pipe_store *s, struct chunk_sink *sink)
+{
+    struct drain d = { .p = p, .pc = s->pc, .n = s->n, .sink = sink };
+    int rc;
+
+    pipe_store_compress_stop(s);
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->pc[i].state == P_ENC) {
+            pipe_say(p, "the host copy is compressed in memory; cannot write it as an image");
+            return -EINVAL;
+        }
+    }
+    if ((rc = drain_setup(p)) != 0)
+        return rc;
+    p->st.raw_bytes = s->raw_bytes;
+    /* No device: the ring is plain memory for the encoders' output. */
+    p->slots = calloc(p->nslots, sizeof(*p->slots));
+    p->njobs = (size_t)p->nslots * (p->slot_size / p->chunk + 64) + 256;
+    p->jobs = calloc(p->njobs, sizeof(*p->jobs));
+    for (unsigned i = 0; p->slots && i < p->nslots; i++)
+        if (!(p->slots[i].enc = malloc(p->slot_size)))
+            break;
+    if (!p->slots || !p->jobs || !p->slots[p->nslots - 1].enc) {
+        pipe_say(p, "out of host memory for the encoders");
+        rc = -ENOMEM;
+    } else {
+        rc = run_drain(&d);
+    }
+    for (unsigned i = 0; p->slots && i < p->nslots; i++)
+        free(p->slots[i].enc);
+    free(p->slots);
+    free(p->jobs);
+    p->slots = NULL;
+    p->jobs = NULL;
+    return rc;
+}

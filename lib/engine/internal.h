@@ -1,0 +1,214 @@
+/*
+ * internal.h - what the engine's files share: the pipe, its staging ring,
+ * its job ring and the pieces (chunks) of a drain or a store; and the
+ * functions one file of the engine calls in another. Not for other folders:
+ * pipeline.h is the engine's face.
+ *
+ *   pipeline.c  pipe_new/free, messages, contexts and stream, staging ring, pieces
+ *   pool.c      the worker pool
+ *   store.c     the host store and its background compression
+ *   drain.c     device (or store) to the host store or an image
+ *   refill.c    image or store back to the device
+ *
+ * Threads as in pipeline.h: everything here runs on the operation's thread,
+ * except what a task's fn does on a worker.
+ */
+#ifndef TCGPU_ENGINE_INTERNAL_H
+#define TCGPU_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda.h>
+
+#include "pipeline.h"
+
+#define DEFAULT_CHUNK (4u << 20)
+#define DEFAULT_SLOT (16u << 20)
+#define DEFAULT_SLOTS 4u
+#define MAX_WORKERS 64u
+#define HOST_COPY_MAX (64u << 20)      /* one async copy at most (host drain) */
+#define HOST_SYNC_EVERY (1ull << 30)   /* progress granularity of the host drain */
+#define MMAP_MIN (1u << 20)            /* store buffers this big are mmap'd */
+#define SCAN_BATCH 4096u               /* chunks per device-side scan */
+
+/* --- chunks ---------------------------------------------------------------- */
+
+enum piece_state { P_RAW = 0, P_ZERO, P_ENC };
+
+/* What the device-side scan (pipe_scan_pieces) found out about a piece. */
+enum piece_scan {
+    SCAN_NONE = 0,                /* not scanned (no helpers): nothing known */
+    SCAN_ZERO_FLAG,               /* nonzero is valid */
+    SCAN_DEVHASH,                 /* nonzero and devhash are valid */
+};
+
+struct piece {
+    CUdeviceptr va;
+    size_t len;
+    uint64_t alloc_id, offset;
+    uint32_t dtype;
+    int device;
+    uint8_t *host;                /* store: raw copy (NULL once encoded) */
+    uint8_t *enc;                 /* store: encoded bytes (P_ENC) */
+    uint32_t enc_len;
+    uint8_t codec;
+    uint8_t state;                /* enum piece_state */
+    uint8_t scan;                 /* enum piece_scan */
+    uint8_t nonzero;
+    uint64_t devhash;
+};
+
+/* The device-side scan found every byte of the piece zero. */
+static inline int piece_found_zero(const struct piece *q)
+{
+    return q->scan != SCAN_NONE && !q->nonzero;
+}
+
+struct hbuf {
+    uint8_t *mem;
+    size_t len;
+    int mapped;
+};
+
+struct pipe_store {
+    struct piece *pc;
+    size_t n;
+    struct hbuf *bufs;
+    size_t nbufs;
+    uint64_t raw_bytes;
+    /* background compression */
+    pthread_t *th;
+    unsigned nth;
+    size_t next;                  /* guarded by mu */
+    int stop;
+    pthread_mutex_t mu;
+};
+
+/* --- the worker pool --------------------------------------------------------- */
+
+struct pipe;
+struct worker;
+
+struct task {
+    void (*fn)(struct pipe *p, struct worker *w, struct task *t);
+    struct task *next;
+    int done;                     /* guarded by the pipe's mutex */
+    int rc;
+};
+
+struct worker {
+    struct pipe *p;
+    pthread_t th;
+    struct codec_ctx *ctx;
+    uint8_t *buf;                 /* stored bytes of a chunk being read */
+    size_t buf_cap;
+};
+
+/* --- staging ring ------------------------------------------------------------ */
+
+enum slot_state { S_FREE = 0, S_COPYING, S_WORKING, S_UPLOADING };
+
+struct slot {
+    uint8_t *mem;                 /* pinned (or plain memory if pinning failed) */
+    uint8_t *enc;                 /* encode output, slot_size bytes (drain) */
+    CUevent ev;
+    enum slot_state state;
+    size_t fill;                  /* bytes used */
+    size_t pending;               /* jobs not yet written / uploaded */
+};
+
+/* Where a job is (drain). */
+enum job_state { J_EMPTY = 0, J_READY, J_QUEUED, J_WAITING_COPY };
+/* How a refill job's bytes go back (0: a drain's job). */
+enum refill_kind { R_ZERO = 1, R_DIRECT, R_DECODE_IMAGE, R_DECODE_STORE };
+
+/* One chunk on its way: to the writer (drain) or to the device (refill). */
+struct job {
+    struct task t;
+    struct piece *pc;             /* drain: the chunk */
+    const uint8_t *src;           /* drain: raw bytes */
+    uint8_t *dst;                 /* encode output / decode target */
+    int slot;                     /* -1: none */
+    enum job_state state;
+    const struct image_chunk *parent;  /* drain: the parent's chunk here, or NULL */
+    struct image_chunk c;
+    const void *stored;
+    /* refill */
+    const struct chunk_source *source;  /* NULL: from a store */
+    size_t index;                 /* of the chunk in the source; a store's: the order */
+    CUdeviceptr va;
+    size_t len;
+    enum refill_kind kind;
+    char err[200];                /* a failed decode's message */
+};
+
+struct pipe {
+    struct pipe_opts o;
+    size_t chunk;
+    size_t slot_size;
+    unsigned nslots;
+    struct worker *w;
+    unsigned nw, nw_alloc;        /* running, allocated */
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    struct task *head, *tail;
+    int quit;
+    char msg[512];
+    struct pipe_stats st;
+    uint64_t progress;
+    /* per call */
+    CUstream stream;
+    int cur_dev;                  /* -1: no context entered */
+    struct pdev *dev;
+    struct slot *slots;
+    struct job *jobs;
+    size_t njobs;
+    uint8_t *zeros;               /* chunk-sized zero pages (untouched) */
+    uint64_t zero_csum;           /* XXH3 of `chunk` zero bytes */
+};
+
+/* --- pipeline.c ------------------------------------------------------------ */
+
+/* Sets the pipe's message (pipe_error). */
+void __attribute__((format(printf, 2, 3))) pipe_say(struct pipe *p, const char *fmt, ...);
+/* Adds `bytes` to the call's progress and reports it. */
+void pipe_add_progress(struct pipe *p, uint64_t bytes);
+/* Makes a context of `device` current with a stream of the pipe's (and, if
+ * `helpers`, the device-side helpers); pipe_leave_device syncs and undoes it. */
+int pipe_use_device(struct pipe *p, int device, int helpers);
+int pipe_leave_device(struct pipe *p);
+/* The staging ring and the job ring, in the current context. */
+int pipe_make_ring(struct pipe *p, int with_enc);
+/* What `call` (an async copy of `len` bytes at device address `va` on the
+ * pipe's stream) returned: 0, the bytes counted as copied; or -EIO, with the
+ * pipe's message naming the call. */
+int pipe_copy_issued(struct pipe *p, CUresult rc, const char *call, CUdeviceptr va, size_t len);
+/* Waits for the pipe's stream. */
+int pipe_stream_sync(struct pipe *p);
+/* The chunk-sized zero pages; pipe_zero_csum: the XXH3 of `len` zero bytes. */
+int pipe_zeros_init(struct pipe *p);
+uint64_t pipe_zero_csum(struct pipe *p, size_t len);
+/* Cuts extents into pieces at multiples of the chunk size of their offset. */
+int pipe_make_pieces(struct pipe *p, const struct pipe_ext *e, size_t n, struct piece **out,
+                     size_t *nout);
+/* The device-side scan of pc[from, to): zero flags, device hashes if `hash`. */
+int pipe_scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, int hash);
+/* End index of the run of pieces on the same device as pc[i]. */
+size_t pipe_device_run(const struct piece *pc, size_t n, size_t i);
+
+/* --- pool.c ---------------------------------------------------------------- */
+
+/* A worker's thread (pipe_new starts them). */
+void *pool_worker_main(void *arg);
+/* Queues t for the workers; pool_task_done polls it, pool_task_wait waits for it. */
+void pool_submit(struct pipe *p, struct task *t);
+int pool_task_done(struct pipe *p, struct task *t);
+void pool_task_wait(struct pipe *p, struct task *t);
+
+/* --- store.c --------------------------------------------------------------- */
+
+/* A store for the extents, its pieces pointing at its buffers (no copy yet). */
+int pipe_store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out);
+
+#endif

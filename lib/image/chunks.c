@@ -1,0 +1,108 @@
+/*
+ * chunks.c - the engine's chunk sink and source (chunks.h), over the image
+ * writer and reader.
+ */
+#include <xxhash.h>
+
+#include "chunks.h"
+#include "image.h"
+
+int chunk_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dtype,
+                 const struct image_chunk *parent, void *dst, size_t dst_cap,
+                 struct image_chunk *c, const void **stored)
+{
+    uint64_t raw_csum;
+
+    if (!parent)
+        return image_chunk_encode(ctx, src, len, dtype, dst, dst_cap, c, stored);
+    /* Hashed before encoding: an unchanged chunk is not encoded at all. */
+    raw_csum = XXH3_64bits(src, len);
+    if (raw_csum == parent->raw_csum) {
+        chunk_set_parent(c, parent);
+        *stored = NULL;
+        return 0;
+    }
+    return image_chunk_encode_hashed(ctx, src, len, dtype, raw_csum, dst, dst_cap, c, stored);
+}
+
+void chunk_set_zero(struct image_chunk *c, size_t len, uint64_t raw_csum)
+{
+    c->codec = TCGPU_CODEC_ZERO;
+    c->raw_len = (uint32_t)len;
+    c->raw_csum = raw_csum;
+    c->stored_csum = XXH3_64bits(NULL, 0);
+}
+
+void chunk_set_parent(struct image_chunk *c, const struct image_chunk *parent)
+{
+    image_chunk_parent(c, parent->raw_len, parent->raw_csum);
+}
+
+void chunk_sink_init(struct chunk_sink *s, struct image_writer *w, const struct image *parent)
+{
+    s->writer = w;
+    s->parent = parent;
+}
+
+const struct image_chunk *chunk_sink_parent(const struct chunk_sink *s, uint64_t alloc_id,
+                                            uint64_t offset, size_t len)
+{
+    const struct image_chunk *c;
+    size_t idx;
+
+    if (!s->parent || !image_find_chunk(s->parent, alloc_id, offset, &idx))
+        return NULL;
+    c = image_chunk_at(s->parent, idx);
+    return c && c->raw_len == len ? c : NULL;
+}
+
+int chunk_sink_parent_has_dev_hash(const struct chunk_sink *s)
+{
+    for (size_t i = 0; s->parent && i < image_chunk_count(s->parent); i++)
+        if (image_chunk_at(s->parent, i)->has_dev_hash)
+            return 1;
+    return 0;
+}
+
+int chunk_sink_add(struct chunk_sink *s, const struct image_chunk *c, const void *stored)
+{
+    return image_writer_add_encoded(s->writer, c, stored);
+}
+
+const char *chunk_sink_error(const struct chunk_sink *s)
+{
+    return image_writer_error(s->writer);
+}
+
+void chunk_source_init(struct chunk_source *s, const struct image *img)
+{
+    s->img = img;
+}
+
+size_t chunk_source_count(const struct chunk_source *s)
+{
+    return image_chunk_count(s->img);
+}
+
+const struct image_chunk *chunk_source_at(const struct chunk_source *s, size_t i)
+{
+    return image_chunk_at(s->img, i);
+}
+
+void chunk_source_resolved(const struct chunk_source *s, size_t i, unsigned *codec,
+                           uint32_t *stored_len)
+{
+    image_chunk_resolved(s->img, i, codec, stored_len);
+}
+
+int chunk_source_read(const struct chunk_source *s, size_t i, void *buf, char *errbuf,
+                      size_t errlen)
+{
+    return image_read_stored(s->img, i, buf, errbuf, errlen);
+}
+
+int chunk_source_decode(const struct chunk_source *s, size_t i, struct codec_ctx *ctx,
+                        const void *stored, void *dst, char *errbuf, size_t errlen)
+{
+    return image_decode_chunk(s->img, i, ctx, stored, dst, errbuf, errlen);
+}
