@@ -511,7 +511,7 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
         image_writer_free(w);
         return rc;
     }
-    errmsg_set("%s", "");
+    errmsg_clear();
     rc = open_parent(s, w, &parent);
     if (rc == 0)
         rc = open_pipe(&p, &prog);
