@@ -1,5 +1,5 @@
 /*
- * pipeline.h - the pipelined drain/refill engine (design.md decision 6).
+ * pipeline.h - the pipelined drain/refill engine (docs/engine.md).
  *
  * The snapshot engine (snapshot.c) decides *what* to save and when the device
  * memory is released; this module moves the bytes:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The engine's benchmark (issue 6): tests/bench/run.sh BUILD
+# The engine's benchmark (docs/engine.md): tests/bench/run.sh BUILD
 # or: meson test -C BUILD --suite bench engine
 #
 # Every figure is a ratio against a baseline measured in the same run, on the

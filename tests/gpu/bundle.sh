@@ -12,7 +12,7 @@
 # so run.sh takes it as BUILD_DIR, and adds:
 #   deps/   every shared library those programs need beyond glibc (run.sh
 #           uses one only when the GPU machine lacks it)
-#   bin/    criu, when this machine has one (CRIU >= 4 built per design.md)
+#   bin/    criu, when this machine has one (CRIU >= 4, as scripts/setup.sh builds it)
 #   BUNDLE-INFO  the commit and the machine it was built on
 set -euo pipefail
 
