@@ -3,13 +3,12 @@
 #
 #   refusals.sh gate-timeout   a kernel that never ends: suspend times out at the
 #                              gate naming the thread and call; the job is untouched
-#   refusals.sh ipc            an exported IPC handle: checkpoint refuses naming
-#                              cuIpcGetEventHandle; the job runs on
 #   refusals.sh corrupt-image  resume from a damaged image is refused before
 #                              anything is touched; with the image repaired the job
 #                              resumes and finishes with the right checksum
 #   refusals.sh disk-full      a checkpoint onto a full disk fails with ENOSPC,
 #                              leaves nothing behind, and the job finishes correctly
+# (An IPC handle's refusal: progs/ipc_hold.desc, every mode.)
 . "$(dirname "$0")/lib.sh"
 
 expect_exit() { # CODE CMD... : CMD exits with CODE; its output goes to $WORK/last.out
@@ -47,18 +46,6 @@ gate-timeout)
     [ "$(status_field "$pid" state)" = running ] || fail "after the timeout the job is not running"
     held=$(device_bytes_of "$pid")
     [ "$held" -ge $((1 << 20)) ] || fail "the job lost its memory after a refused suspend ($held bytes)"
-    ;;
-ipc)
-    start_bg "$WORK/ipc.out" "$GPUCKPT" run -- "$PROGS/ipc_hold" 2 --expect-mem-refused
-    pid=$BG
-    wait_for_line "$WORK/ipc.out" exported
-    wait_for_socket "$pid"
-    expect_exit 4 "$GPUCKPT" checkpoint "$pid" -D "$WORK/img"
-    grep -q cuIpcGetEventHandle "$WORK/last.out" || fail "the refusal does not name the call: $(cat "$WORK/last.out")"
-    [ ! -e "$WORK/img" ] || fail "a refused checkpoint left $WORK/img behind"
-    expect_exit 4 "$GPUCKPT" suspend "$pid"
-    wait "$pid" || fail "the job failed after the refusals: $(cat "$WORK/ipc.out")"
-    grep -q '^checksum:' "$WORK/ipc.out" || fail "the job did not finish"
     ;;
 corrupt-image)
     start_train --mb 64 --steps 300 --print-every 100
