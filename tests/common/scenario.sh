@@ -69,6 +69,8 @@
 # checksum), NAME.memory_released, NAME.context_released, NAME.verify,
 # NAME.inspect, NAME.save_verify.
 
+[ -z "${TC_SCENARIO_SH:-}" ] || return 0     # sourced once (tests/sim/lib.sh sources it too)
+TC_SCENARIO_SH=1
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 SC_ALL_MODES=(plain suspend-host suspend-image suspend-keep-context checkpoint save-restore)

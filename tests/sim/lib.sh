@@ -1,11 +1,11 @@
 # The setup of the integration tests on simcuda, sourced by tests/sim/*.sh,
-# tests/criu/lib.sh and `tests/common/scenario.sh --lib` (the helpers are
-# tests/common/lib.sh's).
+# tests/criu/lib.sh and `tests/common/scenario.sh --lib`: with the helpers of
+# tests/common/lib.sh and the harness of tests/common/scenario.sh.
 #
 # Each test gets its own simulated device (SIMCUDA_SHM) and its own run dir for
 # control sockets, and cleans both up, so tests run in parallel.
 set -euo pipefail
-. "$(dirname "${BASH_SOURCE[0]}")/../common/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../common/scenario.sh"
 
 B=${TCGPU_BUILD_ROOT:?run through meson test}
 GPUCKPT=$B/tools/gpuckpt/gpuckpt
@@ -73,3 +73,15 @@ SC_DRIVER_API=required
 SC_HELD_RELEASED=0
 SC_CONTEXT_MIN=$CONTEXT_BYTES
 SC_HELD_KEPT=$((CONTEXT_BYTES + (4 << 20)))
+
+# start_mid_run LABEL SLEEP_MS NAME CMD...: NAME's reference, then NAME under
+# tcgpu with --sleep-ms SLEEP_MS, once it is mid-run; sets pid.
+start_mid_run() {
+    local label=$1 ms=$2
+    shift 2
+    sc_program "$@"
+    SC_SLOW=(--sleep-ms "$ms")
+    sc_reference
+    sc_start "$label"
+    pid=$SC_PID
+}
