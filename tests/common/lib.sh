@@ -1,7 +1,7 @@
 # tests/common/lib.sh - the shell helpers every test script shares
 # (tests/README.md): sourced by tests/sim/lib.sh, tests/common/scenario.sh and
 # tests/gpu/run.sh. Functions and one list only: no options, no traps; the
-# callers set those, and WORK (a scratch directory) and GPUCKPT where a
+# callers set those, and WORK (a scratch directory), GPUCKPT and SMI where a
 # helper below uses them.
 
 [ -z "${TC_TESTS_LIB:-}" ] || return 0        # sourced once: BG_PIDS stays
@@ -37,6 +37,16 @@ except Exception:
 # status_of PID KEY: a field of `gpuckpt status PID --json` (empty when PID
 # does not answer).
 status_of() { json_get "$("$GPUCKPT" status "$1" --json 2>/dev/null || true)" "$2"; }
+
+# device_bytes_of PID: device memory simcuda ($SMI, simcuda-smi) accounts to
+# PID, all devices ("process pid=N device=D used=BYTES ..." lines of -q).
+device_bytes_of() {
+    "$SMI" -q | awk -v want="pid=$1" '
+        $1 == "process" && $2 == want {
+            for (i = 3; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); sum += $i }
+        }
+        END { print sum + 0 }'
+}
 
 # start_bg OUTFILE CMD...: CMD in the background, its output in OUTFILE;
 # sets BG (its pid) and adds it to BG_PIDS.

@@ -107,12 +107,13 @@ sc_check() {
     "$SC_REPORT" "$1" "$SC_NAME.$2" "$3"
 }
 
-# sc_fail DETAIL: the current run failed; returns 1, for `|| return 1`.
+# sc_fail DETAIL: the current run (SC_LABEL) failed; returns 1.
 sc_fail() {
     sc_check FAIL "$SC_LABEL" "$1"
     return 1
 }
 
+# sc_in WORD LIST...: WORD is one of LIST.
 sc_in() {
     local word=$1
     shift
@@ -154,11 +155,14 @@ sc_unsupported() {
             echo "$SC_NAME does not support $m (its modes: $(echo "${SC_MODES[@]}" "${SC_REFUSES[@]}"))"
             return 0
         fi
-        [ "$m" = save-restore ] && sc_criu_missing
+        if [ "$m" = save-restore ]; then
+            sc_criu_missing
+            return 0
+        fi
     done
-    return 0
 }
 
+# Why save-restore cannot run here (nothing when it can).
 sc_criu_missing() {
     if [ "$(id -u)" -ne 0 ]; then
         echo "save-restore needs root (CRIU)"
@@ -233,16 +237,22 @@ sc_end() {
     sc_verdict "$rc"
 }
 
-# sc_verdict RC: the run's exit status and checksum, and what its suspends
-# showed.
+# sc_verdict RC: what the run's suspends showed, then its exit status and
+# checksum.
 sc_verdict() {
     local got
+    sc_suspends_verdict
     got=$(checksum_of "$SC_OUT")
-    [ "$1" -eq 0 ] || { sc_fail "exit $1 after $(sc_done): $(tail_of "$SC_OUT")"; return 1; }
+    [ "$1" -eq 0 ] || { sc_fail "exit $1 under tcgpu$(sc_done): $(tail_of "$SC_OUT")"; return 1; }
     [ "$got" = "$SC_REF" ] ||
-        { sc_fail "checksum '$got' after $(sc_done), reference $SC_REF ($(sc_determinism))"; return 1; }
-    sc_check PASS "$SC_LABEL" "checksum $got after $(sc_done)"
+        { sc_fail "checksum '$got' under tcgpu$(sc_done), reference $SC_REF ($(sc_determinism))"; return 1; }
+    sc_check PASS "$SC_LABEL" "checksum $got under tcgpu$(sc_done)"
     "$SC_OBSERVE" finished "$SC_LABEL" "$SC_OUT"
+}
+
+# One result for the memory and one for the context over all the run's
+# suspends (a failed one was reported when it happened).
+sc_suspends_verdict() {
     [ "$SC_SUSPENDS" -gt 0 ] || return 0
     if [ -z "$SC_HELD_MOST" ]; then
         sc_check SKIP memory_released "no reading of the device memory a process holds"
@@ -257,17 +267,18 @@ sc_verdict() {
 }
 
 # sc_done: the modes the run went through, each once with its count
-# ("checkpoint, suspend-host x3").
+# (", after checkpoint, suspend-host x3"; ", left alone").
 sc_done() {
     if [ ${#SC_DONE[@]} -eq 0 ]; then
-        echo "a run left alone"
+        echo ", left alone"
         return 0
     fi
     printf '%s\n' "${SC_DONE[@]}" | awk '
         !($0 in n) { order[++k] = $0 }
         { n[$0]++ }
-        END { for (i = 1; i <= k; i++)
-                  printf "%s%s%s", (i > 1 ? ", " : ""), order[i], (n[order[i]] > 1 ? " x" n[order[i]] : "") }'
+        END { printf ", after"
+              for (i = 1; i <= k; i++)
+                  printf "%s %s%s", (i > 1 ? "," : ""), order[i], (n[order[i]] > 1 ? " x" n[order[i]] : "") }'
 }
 
 # On a mismatch: is the program itself deterministic?
@@ -400,9 +411,6 @@ sc_check_suspended() {
     if [ "$held" -gt "$limit" ] || [ "$held" -lt "$least" ]; then
         SC_MEM_FAILED=$((SC_MEM_FAILED + 1))
         sc_check FAIL memory_released "$mode: $held bytes held while suspended, want $least to $limit"
-    elif [ -n "$SC_HELD_RUNNING" ] && [ "$SC_HELD_RUNNING" -le "$limit" ]; then
-        SC_MEM_FAILED=$((SC_MEM_FAILED + 1))
-        sc_check FAIL memory_released "$mode: running, the job held only $SC_HELD_RUNNING bytes: the check proves nothing (make it bigger)"
     fi
     if [ -z "$SC_HELD_MOST" ] || [ "$held" -gt "$SC_HELD_MOST" ]; then SC_HELD_MOST=$held; fi
 }

@@ -52,16 +52,6 @@ wait_for_line() {
     wait_line "$1" "$2" 10 || fail "'$2' never appeared in $1: $(tail -n 5 "$1")"
 }
 
-# device_bytes_of PID : device memory simcuda accounts to PID, all devices
-# ("process pid=N device=D used=BYTES ..." lines of simcuda-smi -q).
-device_bytes_of() {
-    "$SMI" -q | awk -v want="pid=$1" '
-        $1 == "process" && $2 == want {
-            for (i = 3; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); sum += $i }
-        }
-        END { print sum + 0 }'
-}
-
 # smi_state PID : the driver state of PID as simcuda-smi shows it.
 smi_state() { "$SMI" -q | awk -v want="pid=$1" '$1 == "process" && $2 == want { for (i = 3; i <= NF; i++) if ($i ~ /^state=/) { sub(/^state=/, "", $i); print $i } }'; }
 
