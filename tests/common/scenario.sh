@@ -162,13 +162,18 @@ sc_unsupported() {
     done
 }
 
-# Why save-restore cannot run here (nothing when it can).
+# Why save-restore cannot run here (nothing when it can). CRIU is looked for
+# where gpuckpt looks (gpuckpt save --help).
 sc_criu_missing() {
+    local c
     if [ "$(id -u)" -ne 0 ]; then
         echo "save-restore needs root (CRIU)"
-    elif ! command -v "${TCGPU_CRIU:-criu}" >/dev/null; then
-        echo "save-restore needs criu (on PATH, or TCGPU_CRIU)"
+        return 0
     fi
+    for c in "${TCGPU_CRIU:-}" "$(command -v criu || true)" /usr/local/sbin/criu /usr/sbin/criu; do
+        if [ -n "$c" ] && [ -x "$c" ]; then return 0; fi
+    done
+    echo "save-restore needs criu (TCGPU_CRIU, on PATH, in /usr/local/sbin or /usr/sbin)"
 }
 
 # sc_reference: the program without tcgpu; sets SC_REF, its checksum.
