@@ -21,22 +21,35 @@ tail_of() { tail -n "${2:-3}" "$1" 2>/dev/null | tr '\n' ' ' | cut -c1-300; }
 random_ms() { echo $(( $1 + RANDOM % ($2 - $1 + 1) )); }
 sleep_ms() { sleep "$(awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }')"; }
 
-# json_get JSON KEY[.KEY...]: a field of a JSON object, empty if absent.
+# json_field JSON KEY: a top-level number or string of a flat JSON object
+# (gpuckpt status --json), empty if absent; bash alone, as it is polled.
+json_field() {
+    local re="\"$2\"[[:space:]]*:[[:space:]]*\"?([^,\"}]*)"
+    if [[ $1 =~ $re ]]; then echo "${BASH_REMATCH[1]}"; fi
+}
+
+# json_get JSON KEY[.KEY...]...: fields of any JSON object, one line each
+# (empty where absent).
 json_get() {
     python3 -c '
 import json, sys
 try:
-    v = json.loads(sys.argv[1])
-    for k in sys.argv[2].split("."):
-        v = v[k]
-    print(v)
-except Exception:
-    pass' "$1" "$2"
+    doc = json.loads(sys.argv[1])
+except ValueError:
+    doc = {}
+for path in sys.argv[2:]:
+    v = doc
+    try:
+        for k in path.split("."):
+            v = v[k]
+    except (KeyError, TypeError):
+        v = ""
+    print(v)' "$@"
 }
 
 # status_of PID KEY: a field of `gpuckpt status PID --json` (empty when PID
 # does not answer).
-status_of() { json_get "$("$GPUCKPT" status "$1" --json 2>/dev/null || true)" "$2"; }
+status_of() { json_field "$("$GPUCKPT" status "$1" --json 2>/dev/null || true)" "$2"; }
 
 # device_bytes_of PID: device memory simcuda ($SMI, simcuda-smi) accounts to
 # PID, all devices ("process pid=N device=D used=BYTES ..." lines of -q).

@@ -389,7 +389,7 @@ sc_suspended() {
 sc_check_suspended() {
     local mode=$1 st state drv gpu limit least=0 held
     st=$("$GPUCKPT" status "$SC_PID" --json 2>/dev/null || true)
-    state=$(json_get "$st" state) drv=$(json_get "$st" driver_state) gpu=$(json_get "$st" gpu_bytes)
+    state=$(json_field "$st" state) drv=$(json_field "$st" driver_state) gpu=$(json_field "$st" gpu_bytes)
     if [ "$state" != suspended ] || [ "$gpu" != 0 ]; then
         sc_fail "$mode: state '$state' and gpu_bytes '$gpu' after the suspend"
         return 1
@@ -439,7 +439,7 @@ sc_held_below() {
 
 # sc_checkpointed DIR: the job runs on; its image verifies and has totals.
 sc_checkpointed() {
-    local dir=$1 insp stored
+    local dir=$1 insp stored allocs raw
     sc_runs_on "checkpoint: after it" || return 1
     if "$GPUCKPT" verify "$dir" >"$WORK/$SC_NAME-verify.out" 2>&1; then
         sc_check PASS verify "$(tail_of "$WORK/$SC_NAME-verify.out" 1)"
@@ -447,9 +447,9 @@ sc_checkpointed() {
         sc_check FAIL verify "$(tail_of "$WORK/$SC_NAME-verify.out")"
     fi
     insp=$("$GPUCKPT" inspect "$dir" --json 2>/dev/null || true)
-    stored=$(json_get "$insp" totals.stored_bytes)
+    { read -r stored; read -r allocs; read -r raw; } < <(json_get "$insp" totals.stored_bytes totals.allocations totals.raw_bytes)
     if [ -n "$stored" ]; then
-        sc_check PASS inspect "$(json_get "$insp" totals.allocations) allocations, $(json_get "$insp" totals.raw_bytes) bytes -> $stored stored"
+        sc_check PASS inspect "$allocs allocations, $raw bytes -> $stored stored"
     else
         sc_check FAIL inspect "inspect --json gave no totals"
     fi

@@ -328,12 +328,12 @@ lib_metrics() {                 # OUT: what the library costs a step
 }
 
 checkpoint_metrics() {          # PID DIR
-    local insp stored
+    local insp stored raw
     metric "$SC_NAME.checkpoint_ms" "$(ns_to_ms "$(status_of "$1" last_total_ns)")" ms
     insp=$("$GPUCKPT" inspect "$2" --json 2>/dev/null || true)
-    stored=$(json_get "$insp" totals.stored_bytes)
+    { read -r stored; read -r raw; } < <(json_get "$insp" totals.stored_bytes totals.raw_bytes)
     metric "$SC_NAME.image_bytes" "$(du -sb "$2" | cut -f1)" B "on disk"
-    metric "$SC_NAME.image_raw_bytes" "$(json_get "$insp" totals.raw_bytes)" B "device bytes saved"
+    metric "$SC_NAME.image_raw_bytes" "$raw" B "device bytes saved"
     metric "$SC_NAME.image_vs_gpu_bytes" "$(div "$stored" "$(metric_get "$SC_NAME.gpu_bytes")")" x "stored / tcgpu-held"
     metric "$SC_NAME.image_vs_device_mem" "$(div "$stored" "$(metric_get "$SC_NAME.device_mem_running")")" x "stored / process memory ($SMI_MODE)"
 }
