@@ -1,8 +1,8 @@
 # tests/common/lib.sh - the shell helpers every test script shares
 # (tests/README.md): sourced by tests/sim/lib.sh, tests/common/scenario.sh and
-# tests/gpu/run.sh. Functions and one list only: no options, no traps; the
-# callers set those, and WORK (a scratch directory), GPUCKPT and SMI where a
-# helper below uses them.
+# tests/gpu/run.sh. Functions and the list BG_PIDS only (sourced once): no
+# options, no traps. The callers set those, and WORK (a scratch directory),
+# GPUCKPT and SMI where a helper below uses them.
 
 [ -z "${TC_TESTS_LIB:-}" ] || return 0        # sourced once: BG_PIDS stays
 TC_TESTS_LIB=1

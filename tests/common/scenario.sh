@@ -460,7 +460,7 @@ sc_checkpointed() {
 # sc_restore DIR: after the save the job is gone, unfinished; the save
 # verifies; gpuckpt restore runs it to its end (SC_EXIT: its exit status).
 sc_restore() {
-    local dir=$1 rc=0 t0=$SECONDS log=$WORK/$SC_NAME-restore.out
+    local dir=$1 rc=0 t0 log=$WORK/$SC_NAME-restore.out
     wait_job "$SC_PID" 30 || true          # CRIU ended the tree: its pids must be free
     if grep -q '^checksum' "$SC_OUT"; then
         sc_fail "save-restore: the job ended before it was saved: make it run longer"
@@ -473,6 +473,7 @@ sc_restore() {
     fi
     "$SC_OBSERVE" saved "$dir"
     # Without -d, gpuckpt restore is the tree's parent and exits with its status.
+    t0=$SECONDS
     timeout -k 5 "$SC_TIME" "$GPUCKPT" restore -D "$dir" >"$log" 2>&1 || rc=$?
     "$SC_OBSERVE" restored "$((SECONDS - t0))"
     [ "$rc" -eq 0 ] || { sc_fail "save-restore: gpuckpt restore exited $rc: $(tail_of "$log") / $(tail_of "$SC_OUT")"; return 1; }
