@@ -48,8 +48,10 @@ wait_for_socket() {
 }
 
 # wait_for_line FILE PATTERN : a line matching PATTERN appeared in FILE (10 s).
+# The bound is generous: it only ends a test that would hang (an ASan build
+# under load needs tens of seconds to fill a large device buffer).
 wait_for_line() {
-    wait_line "$1" "$2" 10 || fail "'$2' never appeared in $1: $(tail -n 5 "$1")"
+    wait_line "$1" "$2" 60 || fail "'$2' never appeared in $1 within 60 s: $(tail -n 5 "$1")"
 }
 
 # smi_state PID : the driver state of PID as simcuda-smi shows it.
