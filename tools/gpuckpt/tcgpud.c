@@ -120,7 +120,10 @@ static int daemon_call(const char *cmd, struct ctl_buf *req, struct ctl_msg *rep
     close(fd);
     if (r < 0) {
         gpuckpt_error("%s: tcgpud at %s: %s", cmd, tcgpud_socket_path(),
-                      r == -ETIMEDOUT ? "no reply in time" : strerror(-r));
+                      r == -ETIMEDOUT ? "no reply in time"
+                      : r == -ECONNRESET ? "it closed the connection without an answer (is it "
+                                           "restarting? see its log)"
+                      : strerror(-r));
         return ctl_exit_code(r, 0);
     }
     return CTL_EXIT_OK;

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,6 +56,58 @@ void logmsg(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+}
+
+/*
+ * Refusals a user can cause at will (a flood of connections, requests it may
+ * not make) are logged at most once a second per uid, so that one user can
+ * neither fill the log nor push everyone else's events out of the ring.
+ */
+#define NOTE_EVERY_NS 1000000000ull
+#define NOTE_UIDS     64
+
+static struct refusal_note {
+    uid_t uid;
+    uint64_t last_ns;             /* 0: a free entry */
+    unsigned long held;           /* refusals not logged since */
+} notes[NOTE_UIDS];
+
+static struct refusal_note *note_of(uid_t uid)
+{
+    struct refusal_note *oldest = &notes[0];
+
+    for (int i = 0; i < NOTE_UIDS; i++) {
+        if (notes[i].last_ns && notes[i].uid == uid)
+            return &notes[i];
+        if (notes[i].last_ns < oldest->last_ns)
+            oldest = &notes[i];
+    }
+    *oldest = (struct refusal_note){ .uid = uid };
+    return oldest;
+}
+
+long note_refusal(uid_t uid, const char *fmt, ...)
+{
+    struct refusal_note *n = note_of(uid);
+    uint64_t now = now_ns();
+    unsigned long held = n->held;
+    char text[640];
+    va_list ap;
+
+    if (n->last_ns && now - n->last_ns < NOTE_EVERY_NS) {
+        n->held++;
+        return -1;
+    }
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (held)
+        logmsg("%s (and %lu more refusals of uid %u not logged)", text, held, (unsigned)uid);
+    else
+        logmsg("%s", text);
+    n->last_ns = now;
+    n->held = 0;
+    return (long)held;
 }
 
 /* ---------------------------------------------------------------------------
@@ -112,6 +165,23 @@ static void tick(void)
  * Start-up: configuration, policy, re-learning jobs
  * ------------------------------------------------------------------------- */
 
+/* What the projects reserve fits every GPU as tcgpud found it. 0 or -EINVAL (logged). */
+static int reservations_fit(void)
+{
+    for (int dev = 0; dev < policy_device_count(d.pol); dev++) {
+        uint64_t sum = 0, cap = policy_device_capacity(d.pol, dev);
+        for (int k = 0; k < d.cfg.nprojects; k++)
+            sum += pol_project_reserved(&d.cfg.projects[k].pol, dev);
+        if (cap && sum > cap) {
+            logmsg("the projects reserve %llu MiB on GPU %d, more than its %llu MiB: fix %s",
+                   (unsigned long long)(sum / MiB), dev, (unsigned long long)(cap / MiB),
+                   d.cfg.path);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 static int build_policy(void)
 {
     struct pol_config pc = { .min_runtime_ns = d.cfg.min_runtime_ns,
@@ -120,13 +190,12 @@ static int build_policy(void)
     d.pol = policy_new(&pc);
     if (!d.pol)
         return -ENOMEM;
-    for (int i = 0; i < d.cfg.ngpus; i++)
-        if (policy_set_device(d.pol, d.cfg.gpus[i].id, d.cfg.gpus[i].capacity) < 0)
-            return -EINVAL;
     for (int i = 0; i < d.cfg.nprojects; i++)
         if (policy_add_project(d.pol, &d.cfg.projects[i].pol) < 0)
             return -EINVAL;
-    return 0;
+    if (learn_devices() < 0)
+        return -EINVAL;
+    return reservations_fit();
 }
 
 /* Ask the job itself how it is (synchronously: at start-up nothing else runs yet). */
@@ -157,14 +226,41 @@ out:
     return r;
 }
 
+/*
+ * What the job is now, from its answer (r: job_status's result), and as it
+ * was saved. The job's word wins; a job that does not answer in time (busy
+ * with an operation another client asked for) is taken as it was saved.
+ */
+static void relearnt_state(const struct tcgpud_saved_job *s, int r, const struct tcgpu_status *st,
+                           struct pol_job_spec *spec)
+{
+    int saved_suspended = !strcmp(s->state, "suspended");
+    int suspended = r == 0 ? st->state == TCGPU_STATE_SUSPENDED || st->state == TCGPU_STATE_SUSPENDING
+                           : saved_suspended;
+
+    if (!suspended) {
+        spec->state = POL_RUNNING;
+        spec->mem = r == 0 ? st->gpu_bytes : s->mem;
+        return;
+    }
+    spec->state = POL_SUSPENDED;
+    spec->mem = s->mem ? s->mem : st->tracked_bytes;
+    /* Saved as running but suspended now: someone did it by hand meanwhile
+     * (tcgpud saves a job as suspended before it asks it to suspend). */
+    spec->suspended_by = saved_suspended ? (enum pol_by)pol_by_parse(s->suspended_by) : POL_BY_MANUAL;
+    if ((int)spec->suspended_by <= 0)
+        spec->suspended_by = POL_BY_MANUAL;
+    spec->auto_resume = s->auto_resume;
+}
+
 static void relearn_one(const struct tcgpud_saved_job *s)
 {
     struct pol_job_spec spec = { .id = (uint64_t)s->pid, .priority = s->priority,
                                  .device = s->device, .limit = s->limit,
                                  .preemptions = s->preemptions, .run_ns = s->run_ns };
-    struct tcgpu_status st;
+    struct tcgpu_status st = { 0 };
     char err[512];
-    int proj = policy_project_find(d.pol, s->project);
+    int proj = policy_project_find(d.pol, s->project), r;
 
     if (tcgpud_proc_start_ticks(s->pid) != s->start_ticks) {
         logmsg("pid %d (project %s) ended while tcgpud was away", (int)s->pid, s->project);
@@ -174,25 +270,19 @@ static void relearn_one(const struct tcgpud_saved_job *s)
         logmsg("pid %d: project %s is no longer configured; not managing it", (int)s->pid, s->project);
         return;
     }
-    if (job_status(s->pid, &st, err, sizeof(err)) < 0) {
+    if (s->device < 0 || policy_device_capacity(d.pol, s->device) == 0) {
+        logmsg("pid %d: tcgpud no longer manages its GPU %d; not managing it", (int)s->pid, s->device);
+        return;
+    }
+    r = job_status(s->pid, &st, err, sizeof(err));
+    if (r < 0 && r != -ETIMEDOUT) {
         logmsg("pid %d: %s; not managing it", (int)s->pid, err);
         return;
     }
-    learn_device(s->device, s->dev_capacity);
+    if (r < 0)
+        logmsg("pid %d: %s; taking it as it was saved (%s)", (int)s->pid, err, s->state);
     spec.project = proj;
-    if (st.state == TCGPU_STATE_SUSPENDED) {
-        spec.state = POL_SUSPENDED;
-        spec.mem = s->mem ? s->mem : st.tracked_bytes;
-        /* Saved as running but suspended now: someone did it by hand meanwhile. */
-        spec.suspended_by = !strcmp(s->state, "suspended") ? (enum pol_by)pol_by_parse(s->suspended_by)
-                                                           : POL_BY_MANUAL;
-        if ((int)spec.suspended_by <= 0)
-            spec.suspended_by = POL_BY_MANUAL;
-        spec.auto_resume = s->auto_resume;
-    } else {
-        spec.state = POL_RUNNING;
-        spec.mem = st.gpu_bytes;
-    }
+    relearnt_state(s, r, &st, &spec);
     if (policy_admit(d.pol, &spec, now_ns()) < 0 ||
         !add_job(s->pid, s->uid, s->user, proj, s->start_ticks)) {
         logmsg("pid %d: cannot re-admit it", (int)s->pid);
@@ -267,6 +357,20 @@ static int parse_args(int argc, char **argv, const char **config, const char **s
     return 0;
 }
 
+/* Room for a full connection table and the workers' sockets. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    rlim_t want = MAX_CONNS + 256;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < want)
+        logmsg("open files limited to %llu (want %llu): fewer connections can be served",
+               (unsigned long long)rl.rlim_cur, (unsigned long long)want);
+}
+
 static int setup(int argc, char **argv)
 {
     const char *config = "/etc/tcgpud.ini", *sock = NULL, *state = NULL;
@@ -287,6 +391,7 @@ static int setup(int argc, char **argv)
         fprintf(stderr, "tcgpud: cannot build the policy from %s\n", config);
         return 1;
     }
+    raise_fd_limit();
     if (geteuid() != 0)
         logmsg("not running as root: only jobs of uid %u can be suspended and resumed",
                (unsigned)geteuid());
