@@ -45,6 +45,7 @@ static struct {
     int configured;                           /* environment read */
     int registered;
     int ever_registered;                      /* tcgpud has known this job once */
+    int away;                                 /* the last try found tcgpud there but not answering */
     int may_borrow;
     char project[64];
     char priority[32];
@@ -155,6 +156,9 @@ static int do_register(void)
         ctl_buf_put_u64(req, "gpu_mem", dc.gpu_mem);
     put_device(req, 0);
     r = call_daemon(req, rep, REGISTER_TIMEOUT_MS, err, sizeof(err));
+    /* A tcgpud that is there but does not answer now (killed, restarting,
+     * busy turning connections away) is away; no socket at all is no tcgpud. */
+    dc.away = (r < 0 && r != -ENOENT) || (r == 0 && rep->err == -EAGAIN);
     if (r == 0 && rep->err) {
         r = rep->err;
         snprintf(err, sizeof(err), "tcgpud refused to register this job: %s: %s", rep->err_name,
@@ -162,7 +166,8 @@ static int do_register(void)
     }
     if (r < 0) {
         if (!dc.warned++)
-            log_err("%s; running without policy (project %s)", err, dc.project);
+            log_err("%s; running without policy (project %s)%s", err, dc.project,
+                    dc.away ? " until tcgpud answers" : "");
         goto out;
     }
     dc.registered = 1;
@@ -377,10 +382,11 @@ int tcgpu_daemon_make_room(int device, uint64_t bytes, uint64_t used, int over_l
 
     pthread_mutex_lock(&reg_mutex);
     configure();
-    /* A job tcgpud knew once keeps asking while tcgpud is away; one that
-     * never registered runs without policy: the limit is hard, OOM is OOM. */
-    policy = (ensure_registered() || dc.ever_registered) && !(over_limit && dc.registered &&
-                                                              !dc.may_borrow);
+    /* A job tcgpud knew once, or that found it away, keeps asking while
+     * tcgpud is away; one refused or without a tcgpud runs without policy:
+     * the limit is hard, OOM is OOM. */
+    policy = (ensure_registered() || dc.ever_registered || dc.away) &&
+             !(over_limit && dc.registered && !dc.may_borrow);
     pthread_mutex_unlock(&reg_mutex);
     if (!policy) {
         if (over_limit)

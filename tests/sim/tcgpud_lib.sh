@@ -1,5 +1,6 @@
 # Helpers of the tcgpud scenarios (sourced by tests/sim/tcgpud_*.sh after lib.sh).
 # Each test runs its own tcgpud on its own simulated device, socket and state file.
+. "$(dirname "${BASH_SOURCE[0]}")/users_lib.sh"
 TCGPUD=$B/tools/tcgpud/tcgpud
 export TCGPU_DAEMON_SOCKET=$WORK/tcgpud.sock
 CONTEXT_BYTES=$((32 << 20))            # SIMCUDA_CONTEXT_MEM of lib.sh
@@ -86,7 +87,8 @@ for l in sys.stdin:
 # low_args and high_args; sets ref_low, ref_high (uninterrupted checksums),
 # low and high (the jobs' pids). A research job (priority 10) fills the
 # device, and once it is older than min_runtime a prod job (priority 100)
-# arrives that needs the memory.
+# arrives that needs the memory. $BEFORE_JOBS, when set, is run (a command)
+# once tcgpud is up, before the jobs start.
 low_then_high() {
     ref_low=$(reference low "${low_args[@]}")
     ref_high=$(reference high "${high_args[@]}")
@@ -100,6 +102,7 @@ priority = 100
 members = *
 "
     start_tcgpud
+    if [ -n "${BEFORE_JOBS:-}" ]; then $BEFORE_JOBS; fi
     start_bg "$WORK/low.out" "$GPUCKPT" run --project research -- "$TRAIN" "${low_args[@]}" --sleep-ms 10
     low=$BG
     wait_registered "$low"
@@ -109,52 +112,3 @@ members = *
     high=$BG
 }
 
-# --- other users, for the hostile-user tests ----------------------------------
-# throwaway_user TAG : a user made for this test with useradd (no home, no
-# login; uid chosen by useradd), removed with its processes at exit. Prints
-# its name. Needs root and useradd (callers skip otherwise: needs_users).
-# Their processes must be in BG_PIDS (or ended) by then: cleanup kills those.
-THROWAWAY_USERS=()
-THROWAWAY_DIRS=()
-CLIENT=$(dirname "${BASH_SOURCE[0]}")/tcgpud_client.py
-PY=/usr/bin/python3                     # every user can run it (not a per-user install)
-
-needs_users() {
-    [ "$(id -u)" -eq 0 ] || { echo "skip: needs root to create users"; exit 77; }
-    command -v useradd >/dev/null && command -v setpriv >/dev/null ||
-        { echo "skip: no useradd/setpriv"; exit 77; }
-    chmod 711 "$WORK"                   # other users reach the socket in it (not list it)
-    trap 'cleanup; remove_throwaway_users' EXIT
-}
-
-throwaway_user() {
-    local name="tc$1$$"
-    useradd -M -N -s /usr/sbin/nologin "$name" >/dev/null || fail "useradd $name failed"
-    THROWAWAY_USERS+=("$name")
-    echo "$name"
-}
-
-remove_throwaway_users() {
-    local u
-    rm -rf "${THROWAWAY_DIRS[@]}"
-    for u in "${THROWAWAY_USERS[@]}"; do
-        userdel "$u" 2>/dev/null || userdel -f "$u" 2>/dev/null || true
-    done
-}
-
-# as_user NAME CMD... : CMD as user NAME (its uid, primary group and groups).
-# In the background: start_bg OUT setpriv $(user_ids NAME) CMD... (one pid throughout).
-user_ids() { echo "--reuid=$(id -u "$1") --regid=$(id -g "$1") --init-groups"; }
-as_user() {
-    local u=$1; shift
-    # shellcheck disable=SC2046
-    setpriv $(user_ids "$u") "$@"
-}
-
-# user_run_dir NAME : a private run dir owned by NAME (for its jobs' control sockets).
-# Sets RUN_DIR (not printed: the list of dirs to remove lives in this shell).
-user_run_dir() {
-    RUN_DIR=$(mktemp -d /tmp/tcgpu-test-XXXXXX)
-    chown "$1" "$RUN_DIR"
-    THROWAWAY_DIRS+=("$RUN_DIR")
-}

@@ -251,7 +251,7 @@ static void request_memory(int ci, const struct ctl_msg *m, struct djob *j)
     const struct ucred *peer = &d.conns[ci].peer;
     const struct pol_job *pj = policy_job(d.pol, (uint64_t)j->pid);
     uint64_t wait_ms = 0, over = 0, cap;
-    char by[24], why[160];
+    char by[24], fr[24], why[160];
     int dev, r;
 
     if (pj->state != POL_RUNNING) {
@@ -301,7 +301,8 @@ static void request_memory(int ci, const struct ctl_msg *m, struct djob *j)
     d.conns[ci].kind = C_REQUEST;
     d.conns[ci].job = j->pid;
     d.conns[ci].deadline_ns = 0;
-    event("request", j->pid, "bytes", u64s(j->req_bytes, by), "over_limit", over ? "1" : "0", NULL);
+    event("request", j->pid, "bytes", u64s(j->req_bytes, by), "over_limit", over ? "1" : "0",
+          "free", j->req_free == POL_FREE_UNKNOWN ? "" : u64s(j->req_free, fr), NULL);
     /* Decide on fresh numbers: after a status poll that starts from now. */
     j->req_gen = d.poll_started + 1;
     kick_poll();

@@ -441,7 +441,17 @@ void save_state(void)
         snprintf(s->suspended_by, sizeof(s->suspended_by), "%s", pol_by_name(pj->suspended_by));
         s->auto_resume = pj->auto_resume;
         s->preemptions = pj->preemptions;
-        s->run_ns = policy_job_runtime(pj, now_ns());
+        /* The time it was last started or resumed, so that a restarted tcgpud
+         * does not make every job younger than min_runtime again (and so
+         * unpreemptable); a suspended job's place in the resume queue. */
+        if (pj->state == POL_RUNNING) {
+            s->run_ns = pj->run_ns;
+            s->since_ns = pj->since_ns;
+        } else {
+            /* one in between may finish its suspension any time: not known */
+            s->run_ns = policy_job_runtime(pj, now_ns());
+            s->since_ns = pj->state == POL_SUSPENDED ? pj->queued_ns : 0;
+        }
     }
     if (tcgpud_state_save(d.cfg.state_file, v, n, err, sizeof(err)) < 0)
         logmsg("%s", err);

@@ -253,6 +253,25 @@ static void relearnt_state(const struct tcgpud_saved_job *s, int r, const struct
     spec->auto_resume = s->auto_resume;
 }
 
+/*
+ * The time to admit a re-learnt job at (the policy takes it as its last
+ * start or resume, or as its suspension): as saved when the job is as it
+ * was saved, so that its age and its place in the queue survive the
+ * restart. spec->run_ns is then its run time up to that point.
+ */
+static uint64_t relearnt_since(const struct tcgpud_saved_job *s, struct pol_job_spec *spec)
+{
+    uint64_t now = now_ns();
+    int same = (spec->state == POL_RUNNING) == !strcmp(s->state, "running");
+
+    if (!s->since_ns || s->since_ns > now || !same) {
+        if (s->since_ns && spec->state == POL_SUSPENDED && !strcmp(s->state, "running"))
+            spec->run_ns = s->run_ns + (now > s->since_ns ? now - s->since_ns : 0);
+        return now;
+    }
+    return s->since_ns;
+}
+
 static void relearn_one(const struct tcgpud_saved_job *s)
 {
     struct pol_job_spec spec = { .id = (uint64_t)s->pid, .priority = s->priority,
@@ -283,7 +302,7 @@ static void relearn_one(const struct tcgpud_saved_job *s)
         logmsg("pid %d: %s; taking it as it was saved (%s)", (int)s->pid, err, s->state);
     spec.project = proj;
     relearnt_state(s, r, &st, &spec);
-    if (policy_admit(d.pol, &spec, now_ns()) < 0 ||
+    if (policy_admit(d.pol, &spec, relearnt_since(s, &spec)) < 0 ||
         !add_job(s->pid, s->uid, s->user, proj, s->start_ticks)) {
         logmsg("pid %d: cannot re-admit it", (int)s->pid);
         return;

@@ -30,7 +30,9 @@ struct tcgpud_saved_job {
     char suspended_by[16];        /* pol_by_name() */
     int auto_resume;
     unsigned preemptions;
-    uint64_t run_ns;
+    uint64_t run_ns;              /* time it ran: up to since_ns when that is given, else all */
+    uint64_t since_ns;            /* CLOCK_MONOTONIC (one boot, as the job's pid is): its last
+                                     start or resume, or its suspension; 0: not known */
 };
 
 /* Write n jobs to path atomically. 0 or -errno (message in err). */
