@@ -117,6 +117,14 @@ static int test_values(void)
     REQUIRE(units_parse_size("0.5", &v) < 0, "half a byte");
     REQUIRE(units_parse_size("99999999T", &v) < 0, "overflow");
     REQUIRE(units_parse_size("8X", &v) < 0, "unit");
+    /* decimal only: strtod's hex, exponents and words are not sizes */
+    REQUIRE(units_parse_size("0x10", &v) < 0, "hex");
+    REQUIRE(units_parse_size("1e3", &v) < 0 && units_parse_size("1E3M", &v) < 0, "exponent");
+    REQUIRE(units_parse_size("inf", &v) < 0 && units_parse_size("nan", &v) < 0, "words");
+    REQUIRE(units_parse_size("1.", &v) < 0 && units_parse_size(".5G", &v) < 0, "bare point");
+    REQUIRE(units_parse_duration("0x10s", &v) < 0 && units_parse_duration("1e3", &v) < 0,
+            "durations too");
+    REQUIRE(units_parse_duration("1.5s", &v) == 0 && v == 1500000000ull, "1.5s");
     REQUIRE(units_parse_duration("500ms", &v) == 0 && v == 500000000ull, "ms");
     REQUIRE(units_parse_duration("2m", &v) == 0 && v == 120000000000ull, "m");
     REQUIRE(units_parse_duration("10", &v) == 0 && v == 10000000000ull, "plain seconds");
