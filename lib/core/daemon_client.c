@@ -243,7 +243,7 @@ static int ask(int device, uint64_t bytes, uint64_t used, int over_limit, int ti
         r = ASK_FORGOTTEN;
         goto out;
     }
-    if (rep->err == -EAGAIN && !strncmp(rep->err_text, "process", 7)) {
+    if (rep->err == -EAGAIN && ctl_get(rep, "suspending")) {
         /* We are being suspended: give the suspend a moment to close the
          * gate, so that our retry parks there until the resume instead of
          * failing again at once. */
@@ -252,8 +252,9 @@ static int ask(int device, uint64_t bytes, uint64_t used, int over_limit, int ti
         goto out;
     }
     if (rep->err == -EAGAIN) {
-        /* turned away (too many connections): as if tcgpud were away */
-        snprintf(err, errlen, "tcgpud turned the request away: %s", rep->err_text);
+        /* turned away (too many connections, or it has just restarted): as
+         * if tcgpud were away, for a moment */
+        snprintf(err, errlen, "tcgpud asked to come back: %s", rep->err_text);
         r = ASK_UNREACHABLE;
         goto out;
     }

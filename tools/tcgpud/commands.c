@@ -254,9 +254,19 @@ static void request_memory(int ci, const struct ctl_msg *m, struct djob *j)
     char by[24], fr[24], why[160];
     int dev, r;
 
+    if (d.relearning) {
+        reply_error(ci, -EAGAIN, "tcgpud has just restarted and is asking its jobs how they "
+                    "are: ask again in a moment");
+        return;
+    }
     if (pj->state != POL_RUNNING) {
-        /* It was chosen as a victim just before it asked: it retries after its resume. */
-        reply_error(ci, -EAGAIN, "process %d is being suspended", (int)peer->pid);
+        /* It was chosen as a victim just before it asked: it retries after its
+         * resume (suspending=1 tells it so: it waits at the gate). */
+        static struct ctl_buf b;
+        ctl_buf_error(&b, -EAGAIN, "this process is being suspended");
+        ctl_buf_put(&b, "suspending", "1");
+        send_msg(ci, &b);
+        conn_close(ci);
         return;
     }
     if (j->req_conn >= 0 || pj->req != POL_REQ_NONE) {
@@ -448,6 +458,11 @@ static void manual_op(int ci, const struct ctl_msg *m, struct djob *j, int suspe
 
     if (dir && dir[0] != '/') {
         reply_error(ci, -EINVAL, "dir must be an absolute path");
+        return;
+    }
+    if (d.relearning) {
+        reply_error(ci, -EAGAIN, "tcgpud has just restarted and is asking its jobs how they "
+                    "are: try again in a moment");
         return;
     }
     if (suspend)

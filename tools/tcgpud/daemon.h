@@ -106,6 +106,7 @@ struct daemon {
     struct conn conns[MAX_CONNS];
     int listen_fd, sig_fd;
     int stop;
+    int relearning;               /* the state file's jobs are being asked (main.c) */
     int dirty;                    /* the state file is behind */
     uint64_t poll_started, poll_done;     /* generations */
     int poll_in_flight;
@@ -122,6 +123,9 @@ extern struct pol_actions acts;
 
 /* main.c */
 void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The answers of the state file's jobs are in: admit those still there. */
+void relearn_done(struct work *w);
 
 /*
  * Log a refusal of uid's (the message from fmt), at most once a second per

@@ -387,6 +387,8 @@ void take_work(void)
         struct work *next = w->next;
         if (w->kind == WORK_POLL)
             poll_done(w);
+        else if (w->kind == WORK_RELEARN)
+            relearn_done(w);
         else
             op_done(w);
         tcgpud_work_free(w);

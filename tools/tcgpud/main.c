@@ -153,10 +153,12 @@ static void tick(void)
 {
     check_deaths();
     check_deadlines();
-    if (policy_tick(d.pol, now_ns(), &acts) == 0)
-        do_actions(&acts);
-    else
-        pol_actions_clear(&acts);
+    if (!d.relearning) {          /* nobody is resumed before every job is known */
+        if (policy_tick(d.pol, now_ns(), &acts) == 0)
+            do_actions(&acts);
+        else
+            pol_actions_clear(&acts);
+    }
     kick_poll();
     write_metrics();
 }
@@ -198,38 +200,11 @@ static int build_policy(void)
     return reservations_fit();
 }
 
-/* Ask the job itself how it is (synchronously: at start-up nothing else runs yet). */
-static int job_status(pid_t pid, struct tcgpu_status *st, char *err, size_t errlen)
-{
-    struct ctl_conn c;
-    struct ctl_buf *req = malloc(sizeof(*req));
-    struct ctl_msg *rep = malloc(sizeof(*rep));
-    long len;
-    int r = -ENOMEM;
-
-    if (!req || !rep)
-        goto out;
-    r = ctl_connect(pid, &c, err, errlen);
-    if (r < 0)
-        goto out;
-    ctl_buf_request(req, "status");
-    len = ctl_buf_finish(req);
-    r = ctl_call(&c, req->data, (size_t)len, rep, 5000, NULL, NULL);
-    ctl_close(&c);
-    if (r == 0 && (rep->err || ctl_get_status(rep, st) < 0))
-        r = rep->err ? rep->err : -EPROTO;
-    if (r < 0)
-        snprintf(err, errlen, "status of process %d: %s", (int)pid, strerror(-r));
-out:
-    free(req);
-    free(rep);
-    return r;
-}
-
 /*
- * What the job is now, from its answer (r: job_status's result), and as it
- * was saved. The job's word wins; a job that does not answer in time (busy
- * with an operation another client asked for) is taken as it was saved.
+ * What the job is now, from its answer (r: 0, or the -errno of asking it),
+ * and as it was saved. The job's word wins; a job that does not settle in
+ * time (busy with a long operation, or not answering) is taken as it was
+ * saved: tcgpud saved it as suspended before it asked it to suspend.
  */
 static void relearnt_state(const struct tcgpud_saved_job *s, int r, const struct tcgpu_status *st,
                            struct pol_job_spec *spec)
@@ -272,14 +247,12 @@ static uint64_t relearnt_since(const struct tcgpud_saved_job *s, struct pol_job_
     return s->since_ns;
 }
 
-static void relearn_one(const struct tcgpud_saved_job *s)
+static void relearn_one(const struct tcgpud_saved_job *s, const struct poll_item *it)
 {
     struct pol_job_spec spec = { .id = (uint64_t)s->pid, .priority = s->priority,
                                  .device = s->device, .limit = s->limit,
                                  .preemptions = s->preemptions, .run_ns = s->run_ns };
-    struct tcgpu_status st = { 0 };
-    char err[512];
-    int proj = policy_project_find(d.pol, s->project), r;
+    int proj = policy_project_find(d.pol, s->project), r = it->err;
 
     if (tcgpud_proc_start_ticks(s->pid) != s->start_ticks) {
         logmsg("pid %d (project %s) ended while tcgpud was away", (int)s->pid, s->project);
@@ -293,15 +266,15 @@ static void relearn_one(const struct tcgpud_saved_job *s)
         logmsg("pid %d: tcgpud no longer manages its GPU %d; not managing it", (int)s->pid, s->device);
         return;
     }
-    r = job_status(s->pid, &st, err, sizeof(err));
     if (r < 0 && r != -ETIMEDOUT) {
-        logmsg("pid %d: %s; not managing it", (int)s->pid, err);
+        logmsg("pid %d: cannot ask it its state (%s); not managing it", (int)s->pid, strerror(-r));
         return;
     }
     if (r < 0)
-        logmsg("pid %d: %s; taking it as it was saved (%s)", (int)s->pid, err, s->state);
+        logmsg("pid %d did not settle in time; taking it as it was saved (%s)", (int)s->pid,
+               s->state);
     spec.project = proj;
-    relearnt_state(s, r, &st, &spec);
+    relearnt_state(s, r, &it->st, &spec);
     if (policy_admit(d.pol, &spec, relearnt_since(s, &spec)) < 0 ||
         !add_job(s->pid, s->uid, s->user, proj, s->start_ticks)) {
         logmsg("pid %d: cannot re-admit it", (int)s->pid);
@@ -312,20 +285,63 @@ static void relearn_one(const struct tcgpud_saved_job *s)
     event("relearnt", s->pid, "state", pol_state_name(spec.state), NULL);
 }
 
+/* The state file's jobs, while their statuses are asked (WORK_RELEARN). */
+static struct tcgpud_saved_job *saved;
+static size_t nsaved;
+
+void relearn_done(struct work *w)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < nsaved && i < w->n; i++) {
+        relearn_one(&saved[i], &w->items[i]);
+        n += job_of(saved[i].pid) != NULL;
+    }
+    logmsg("re-learnt %zu of the %zu jobs in %s in %.0f ms", n, nsaved, d.cfg.state_file,
+           (double)w->ns / 1e6);
+    free(saved);
+    saved = NULL;
+    nsaved = 0;
+    d.relearning = 0;
+    d.dirty = 1;
+}
+
+/*
+ * Ask the jobs of the state file how they are, all at once and without
+ * holding up the loop: a restarted tcgpud serves ps and registrations at
+ * once, and decides nothing (requests are asked to come back, nobody is
+ * resumed) until it knows where each of its jobs stands.
+ */
 static void relearn(void)
 {
-    struct tcgpud_saved_job *v;
-    size_t n;
+    struct work *w;
     char err[512];
 
-    if (tcgpud_state_load(d.cfg.state_file, &v, &n, err, sizeof(err)) < 0) {
+    if (tcgpud_state_load(d.cfg.state_file, &saved, &nsaved, err, sizeof(err)) < 0) {
         logmsg("%s: starting without the jobs it held", err);
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        relearn_one(&v[i]);
-    free(v);
-    d.dirty = 1;
+    if (!nsaved)
+        return;
+    w = calloc(1, sizeof(*w));
+    if (w)
+        w->items = calloc(nsaved, sizeof(*w->items));
+    if (!w || !w->items) {
+        free(w);
+        logmsg("out of memory re-learning %zu jobs", nsaved);
+        return;
+    }
+    for (size_t i = 0; i < nsaved; i++)
+        w->items[i].pid = saved[i].pid;
+    w->kind = WORK_RELEARN;
+    w->n = nsaved;
+    d.relearning = 1;
+    if (tcgpud_work_start(w) < 0) {
+        for (size_t i = 0; i < nsaved; i++)
+            w->items[i].err = -ETIMEDOUT;   /* as saved */
+        relearn_done(w);
+        tcgpud_work_free(w);
+    }
 }
 
 /* ---------------------------------------------------------------------------
