@@ -13,7 +13,7 @@
  *     max_jobs_per_user = 128            ; registered at once, per uid (root apart)
  *
  *     [gpu 0]
- *     capacity = 80G                     ; else learnt from the first job on it
+ *     capacity = 80G                     ; else the device's memory, as the driver says
  *
  *     [project prod]
  *     priority = 100
