@@ -282,16 +282,7 @@ done
 REF_HIGH=$(reference high --mb 500 --steps 500 --print-every 100 --seed 31)
 REF_LOW=$(reference low --mb 500 --steps 400 --print-every 100 --seed 31)
 DAEMON_CRASHED=
-write_config "
-[project research]
-priority = 10
-members = *
-
-[project prod]
-priority = 100
-members = *
-"
-start_tcgpud
+start_research_prod
 for i in $(seq 1 "$TRIES"); do kill_tcgpud; done
 
 printf '\n%-24s %6s %5s %9s %5s %8s\n' fault tries bit survived lost crashed

@@ -12,6 +12,7 @@
  * stored checksum and, where the stored bytes decode, its raw checksum, and
  * last the trailer's XXH3_128 over all of it.
  */
+#include <endian.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,19 +26,19 @@
 
 #define RAW_CHECK_MAX (8u << 20)  /* chunks larger than this keep their raw checksum */
 
+/* Little-endian fields of n = 2, 4 or 8 bytes (format.h), with <endian.h>. */
 static uint64_t get(const uint8_t *p, unsigned n)
 {
     uint64_t v = 0;
 
-    for (unsigned i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
+    memcpy(&v, p, n);
+    return le64toh(v);
 }
 
 static void put(uint8_t *p, uint64_t v, unsigned n)
 {
-    for (unsigned i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    v = htole64(v);
+    memcpy(p, &v, n);
 }
 
 /* One chunk record's checksums, from the data it points at. */

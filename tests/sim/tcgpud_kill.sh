@@ -19,16 +19,7 @@ low_args=(--mb 250 --steps 400 --print-every 100 --seed 11)
 high_args=(--mb 250 --steps 20 --print-every 10 --seed 12)
 ref_low=$(reference low "${low_args[@]}")
 ref_high=$(reference high "${high_args[@]}")
-write_config "
-[project research]
-priority = 10
-members = *
-
-[project prod]
-priority = 100
-members = *
-"
-start_tcgpud
+start_research_prod
 
 for round in $(seq 1 "$ROUNDS"); do
     kill_ms=$(random_ms 0 900)

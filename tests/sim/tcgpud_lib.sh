@@ -83,15 +83,9 @@ for l in sys.stdin:
     if e.get("pid") == int(sys.argv[1]): print(e["type"])' "$1"
 }
 
-# low_then_high HIGH_SLEEP_MS : the preemption scenario. Uses the arrays
-# low_args and high_args; sets ref_low, ref_high (uninterrupted checksums),
-# low and high (the jobs' pids). A research job (priority 10) fills the
-# device, and once it is older than min_runtime a prod job (priority 100)
-# arrives that needs the memory. $BEFORE_JOBS, when set, is run (a command)
-# once tcgpud is up, before the jobs start.
-low_then_high() {
-    ref_low=$(reference low "${low_args[@]}")
-    ref_high=$(reference high "${high_args[@]}")
+# start_research_prod : tcgpud with two projects open to all: research
+# (priority 10) and prod (priority 100), the preemption scenarios' pair.
+start_research_prod() {
     write_config "
 [project research]
 priority = 10
@@ -102,6 +96,18 @@ priority = 100
 members = *
 "
     start_tcgpud
+}
+
+# low_then_high HIGH_SLEEP_MS : the preemption scenario. Uses the arrays
+# low_args and high_args; sets ref_low, ref_high (uninterrupted checksums),
+# low and high (the jobs' pids). A research job (priority 10) fills the
+# device, and once it is older than min_runtime a prod job (priority 100)
+# arrives that needs the memory. $BEFORE_JOBS, when set, is run (a command)
+# once tcgpud is up, before the jobs start.
+low_then_high() {
+    ref_low=$(reference low "${low_args[@]}")
+    ref_high=$(reference high "${high_args[@]}")
+    start_research_prod
     if [ -n "${BEFORE_JOBS:-}" ]; then $BEFORE_JOBS; fi
     start_bg "$WORK/low.out" "$GPUCKPT" run --project research -- "$TRAIN" "${low_args[@]}" --sleep-ms 10
     low=$BG
