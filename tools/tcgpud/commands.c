@@ -82,6 +82,13 @@ static void refuse(int ci, const char *what, const char *why)
     reply_error(ci, -EACCES, "%s: %s", what, why);
 }
 
+/* While a restarted tcgpud re-learns its jobs it decides nothing: come back. */
+static void reply_relearning(int ci)
+{
+    reply_error(ci, -EAGAIN, "tcgpud has just restarted and is asking its jobs how they are: "
+                "ask again in a moment");
+}
+
 /* ---------------------------------------------------------------------------
  * Register
  * ------------------------------------------------------------------------- */
@@ -255,8 +262,7 @@ static void request_memory(int ci, const struct ctl_msg *m, struct djob *j)
     int dev, r;
 
     if (d.relearning) {
-        reply_error(ci, -EAGAIN, "tcgpud has just restarted and is asking its jobs how they "
-                    "are: ask again in a moment");
+        reply_relearning(ci);
         return;
     }
     if (pj->state != POL_RUNNING) {
@@ -461,8 +467,7 @@ static void manual_op(int ci, const struct ctl_msg *m, struct djob *j, int suspe
         return;
     }
     if (d.relearning) {
-        reply_error(ci, -EAGAIN, "tcgpud has just restarted and is asking its jobs how they "
-                    "are: try again in a moment");
+        reply_relearning(ci);
         return;
     }
     if (suspend)
@@ -555,6 +560,11 @@ static struct djob *own_job(int ci)
     const struct ucred *peer = &d.conns[ci].peer;
     struct djob *j = job_of(peer->pid);
 
+    if ((!j || !policy_job(d.pol, (uint64_t)peer->pid)) && d.relearning) {
+        /* it may be one of the jobs being re-learnt: not "register again" yet */
+        reply_relearning(ci);
+        return NULL;
+    }
     if (!j || !policy_job(d.pol, (uint64_t)peer->pid) || j->uid != peer->uid) {
         reply_error(ci, -ENOENT, "process %d is not a registered job", (int)peer->pid);
         return NULL;
