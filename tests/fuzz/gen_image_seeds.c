@@ -35,11 +35,9 @@ static int pack(const char *img, const char *out)
     size_t ml, dl;
     FILE *f;
 
-    snprintf(p, sizeof(p), "%s/manifest", img);
-    if (slurp(p, &m, &ml) < 0)
+    if (snprintf(p, sizeof(p), "%s/manifest", img) >= (int)sizeof(p) || slurp(p, &m, &ml) < 0)
         return -1;
-    snprintf(p, sizeof(p), "%s/data.0", img);
-    if (slurp(p, &d, &dl) < 0)
+    if (snprintf(p, sizeof(p), "%s/data.0", img) >= (int)sizeof(p) || slurp(p, &d, &dl) < 0)
         return -1;
     for (int i = 0; i < 4; i++)
         len[i] = (uint8_t)(ml >> (8 * i));
