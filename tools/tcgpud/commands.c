@@ -542,6 +542,7 @@ static void report_status(int ci, const struct ctl_msg *m, struct djob *unused)
     ctl_buf_put(&b, "config", d.cfg.path);
     ctl_buf_put_u64(&b, "jobs", d.njobs);
     ctl_buf_put_u64(&b, "uptime_ms", (now_ns() - d.start_ns) / 1000000u);
+    ctl_buf_put_u64(&b, "relearning", (uint64_t)d.relearning);
     send_msg(ci, &b);
     conn_close(ci);
 }
