@@ -26,7 +26,7 @@ static int same_job(const struct tcgpud_saved_job *a, const struct tcgpud_saved_
            a->mem == b->mem && !strcmp(a->state, b->state) &&
            !strcmp(a->suspended_by, b->suspended_by) && a->auto_resume == b->auto_resume &&
            a->preemptions == b->preemptions && a->run_ns == b->run_ns &&
-           a->since_ns == b->since_ns;
+           a->since_ns == b->since_ns && a->queued_ns == b->queued_ns;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

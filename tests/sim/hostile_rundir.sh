@@ -13,7 +13,7 @@ needs_users
 mallory=$(throwaway_user m)
 victim=$(throwaway_user v)
 vuid=$(id -u "$victim")
-args=(--mb 64 --steps 400 --print-every 100 --seed 21)
+args=(--mb 16 --steps 300 --print-every 100 --seed 21)
 ref=$(SIMCUDA_SHM=$SIMCUDA_SHM-ref "$TRAIN" "${args[@]}" | sed -n 's/^checksum: *\([0-9a-f]*\).*/\1/p')
 rm -f "/dev/shm$SIMCUDA_SHM-ref"
 [ -n "$ref" ] || fail "no reference checksum"
@@ -25,7 +25,7 @@ one_case() {                 # one_case WHAT : mallory has planted /tmp/tcgpu-VU
     local what=$1 job fb
     # shellcheck disable=SC2046
     start_bg "$WORK/job-$what.out" env -u TCGPU_RUN_DIR -u XDG_RUNTIME_DIR \
-        setpriv $(user_ids "$victim") "$GPUCKPT" run -- "$TRAIN" "${args[@]}" --sleep-ms 20
+        setpriv $(user_ids "$victim") "$GPUCKPT" run -- "$TRAIN" "${args[@]}" --sleep-ms 10
     job=$BG
     wait_for_line "$WORK/job-$what.out" "using the private /tmp/tcgpu-$vuid\."
     grep -q "run dir /tmp/tcgpu-$vuid .*refusing to use it" "$WORK/job-$what.out" ||

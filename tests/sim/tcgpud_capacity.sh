@@ -5,6 +5,7 @@
 # from the driver, and a preemption afterwards runs its course: the victim
 # is resumed when the memory frees up, both checksums as uninterrupted runs.
 # Needs root (useradd): skips otherwise.
+export SIMCUDA_DEVICE_MEM=512M             # small jobs: the preemption is what matters
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tcgpud_lib.sh"
 needs_users
@@ -26,11 +27,11 @@ poison() {
     sed -n 3p "$WORK/poison.out" | grep -q 'ENODEV.*does not manage GPU 7' ||
         fail "a GPU tcgpud does not manage: $(sed -n 3p "$WORK/poison.out")"
     sed -n 4p "$WORK/poison.out" | grep -q 'EINVAL' || fail "a malformed uuid: $(sed -n 4p "$WORK/poison.out")"
-    [ "$(capacity)" = $((1 << 30)) ] || fail "GPU 0's capacity is $(capacity) after mallory's report"
+    [ "$(capacity)" = $((512 << 20)) ] || fail "GPU 0's capacity is $(capacity) after mallory's report"
 }
 
-low_args=(--mb 500 --steps 300 --print-every 100 --seed 5)
-high_args=(--mb 500 --steps 100 --print-every 50 --seed 6)
+low_args=(--mb 250 --steps 300 --print-every 100 --seed 5)
+high_args=(--mb 250 --steps 100 --print-every 50 --seed 6)
 BEFORE_JOBS=poison low_then_high 5
 wait_state "$low" suspended
 wait "$high" || fail "the high job failed: $(tail -n 5 "$WORK/high.out")"
@@ -38,6 +39,6 @@ wait_state "$low" running 20
 wait "$low" || fail "the low job failed: $(tail -n 5 "$WORK/low.out")"
 [ "$(checksum_of "$WORK/low.out")" = "$ref_low" ] || fail "low checksum changed"
 [ "$(checksum_of "$WORK/high.out")" = "$ref_high" ] || fail "high checksum changed"
-[ "$(capacity)" = $((1 << 30)) ] || fail "GPU 0's capacity is $(capacity) at the end"
-grep -q "GPU 0: 1024 MiB (from the driver)" "$WORK/tcgpud.log" || fail "tcgpud did not learn GPU 0 itself"
+[ "$(capacity)" = $((512 << 20)) ] || fail "GPU 0's capacity is $(capacity) at the end"
+grep -q "GPU 0: 512 MiB (from the driver)" "$WORK/tcgpud.log" || fail "tcgpud did not learn GPU 0 itself"
 echo "ok: a job's report did not change what tcgpud knows of the GPU; the victim was resumed"

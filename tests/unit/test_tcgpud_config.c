@@ -179,7 +179,7 @@ static int test_state_round_trip(void)
                                        .priority = -5, .limit = 8ull << 30, .device = -1,
                                        .dev_capacity = 80ull << 30, .mem = 3ull << 30,
                                        .auto_resume = 1, .preemptions = 7, .run_ns = 99,
-                                       .since_ns = 5000000000ull };
+                                       .since_ns = 5000000000ull, .queued_ns = 6000000000ull };
     snprintf(in[0].user, sizeof(in[0].user), "alice b");
     snprintf(in[0].project, sizeof(in[0].project), "prod=1%%");
     snprintf(in[0].state, sizeof(in[0].state), "suspended");

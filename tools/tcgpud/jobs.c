@@ -435,25 +435,21 @@ void save_state(void)
         s->device = pj->device;
         s->dev_capacity = policy_device_capacity(d.pol, pj->device);
         s->mem = pj->mem;
-        /* A job in between is saved as suspended: the next tcgpud asks the job
-         * and believes it, and only a job saved as suspended and found
-         * suspended is resumed by it (a suspending one was heading there; a
-         * resuming one may not have left it). */
-        snprintf(s->state, sizeof(s->state), "%s", pj->state == POL_RUNNING ? "running" : "suspended");
+        /* In between as such: the next tcgpud asks the job and believes it,
+         * and only a job saved as not running and found suspended is resumed
+         * by it (a suspending one was heading there; a resuming one may not
+         * have left it). */
+        snprintf(s->state, sizeof(s->state), "%s", pol_state_name(pj->state));
         snprintf(s->suspended_by, sizeof(s->suspended_by), "%s", pol_by_name(pj->suspended_by));
         s->auto_resume = pj->auto_resume;
         s->preemptions = pj->preemptions;
-        /* The time it was last started or resumed, so that a restarted tcgpud
-         * does not make every job younger than min_runtime again (and so
-         * unpreemptable); a suspended job's place in the resume queue. */
-        if (pj->state == POL_RUNNING) {
-            s->run_ns = pj->run_ns;
-            s->since_ns = pj->since_ns;
-        } else {
-            /* one in between may finish its suspension any time: not known */
-            s->run_ns = policy_job_runtime(pj, now_ns());
-            s->since_ns = pj->state == POL_SUSPENDED ? pj->queued_ns : 0;
-        }
+        /* Its age (the time it was last started or resumed), so that a
+         * restarted tcgpud does not make every job younger than min_runtime
+         * again (and so unpreemptable); a suspended job's place in the
+         * resume queue and its hold-off. */
+        s->run_ns = pj->run_ns;
+        s->since_ns = pj->since_ns;
+        s->queued_ns = pj->state == POL_SUSPENDED || pj->state == POL_RESUMING ? pj->queued_ns : 0;
     }
     if (tcgpud_state_save(d.cfg.state_file, v, n, err, sizeof(err)) < 0)
         logmsg("%s", err);

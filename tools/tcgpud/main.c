@@ -204,14 +204,14 @@ static int build_policy(void)
  * What the job is now, from its answer (r: 0, or the -errno of asking it),
  * and as it was saved. The job's word wins; a job that does not settle in
  * time (busy with a long operation, or not answering) is taken as it was
- * saved: tcgpud saved it as suspended before it asked it to suspend.
+ * saved: tcgpud saved it as suspending before it asked it to suspend.
  */
 static void relearnt_state(const struct tcgpud_saved_job *s, int r, const struct tcgpu_status *st,
                            struct pol_job_spec *spec)
 {
-    int saved_suspended = !strcmp(s->state, "suspended");
+    int saved_off = strcmp(s->state, "running") != 0;     /* suspending, suspended, resuming */
     int suspended = r == 0 ? st->state == TCGPU_STATE_SUSPENDED || st->state == TCGPU_STATE_SUSPENDING
-                           : saved_suspended;
+                           : saved_off;
 
     if (!suspended) {
         spec->state = POL_RUNNING;
@@ -221,30 +221,41 @@ static void relearnt_state(const struct tcgpud_saved_job *s, int r, const struct
     spec->state = POL_SUSPENDED;
     spec->mem = s->mem ? s->mem : st->tracked_bytes;
     /* Saved as running but suspended now: someone did it by hand meanwhile
-     * (tcgpud saves a job as suspended before it asks it to suspend). */
-    spec->suspended_by = saved_suspended ? (enum pol_by)pol_by_parse(s->suspended_by) : POL_BY_MANUAL;
+     * (tcgpud saves a job as suspending before it asks it to suspend). */
+    spec->suspended_by = saved_off ? (enum pol_by)pol_by_parse(s->suspended_by) : POL_BY_MANUAL;
     if ((int)spec->suspended_by <= 0)
         spec->suspended_by = POL_BY_MANUAL;
     spec->auto_resume = s->auto_resume;
 }
 
+/* A monotonic time of this boot that the state file gave (0: none). */
+static int known(uint64_t t)
+{
+    return t && t <= now_ns();
+}
+
 /*
- * The time to admit a re-learnt job at (the policy takes it as its last
- * start or resume, or as its suspension): as saved when the job is as it
- * was saved, so that its age and its place in the queue survive the
- * restart. spec->run_ns is then its run time up to that point.
+ * The time to admit a re-learnt job at: the policy takes it as the job's
+ * last start or resume (running), or as its suspension (suspended), so that
+ * its age, its place in the queue and its hold-off survive the restart.
+ * spec->run_ns becomes its run time up to that point.
  */
 static uint64_t relearnt_since(const struct tcgpud_saved_job *s, struct pol_job_spec *spec)
 {
     uint64_t now = now_ns();
-    int same = (spec->state == POL_RUNNING) == !strcmp(s->state, "running");
+    int was_on = !strcmp(s->state, "running") || !strcmp(s->state, "suspending");
 
-    if (!s->since_ns || s->since_ns > now || !same) {
-        if (s->since_ns && spec->state == POL_SUSPENDED && !strcmp(s->state, "running"))
-            spec->run_ns = s->run_ns + (now > s->since_ns ? now - s->since_ns : 0);
-        return now;
-    }
-    return s->since_ns;
+    spec->run_ns = s->run_ns;
+    if (!known(s->since_ns))
+        return now;                           /* an older file: run_ns is all of it */
+    if (spec->state == POL_RUNNING)           /* on all along, or resumed while away */
+        return was_on ? s->since_ns : now;
+    if (known(s->queued_ns) && !was_on)       /* suspended all along */
+        return s->queued_ns;
+    /* it stopped running while tcgpud was away: held off from now */
+    if (was_on)
+        spec->run_ns = s->run_ns + (now - s->since_ns);
+    return now;
 }
 
 static void relearn_one(const struct tcgpud_saved_job *s, const struct poll_item *it)
