@@ -6,6 +6,9 @@
 # installed criu is missing, too old or failing its check, we build CRIU 4.1.1
 # from Debian 13's source tarball (checksum verified) into /usr/local.
 #
+# --no-criu skips CRIU; --fuzz also installs clang for the fuzz suite
+# (tests/fuzz/README.md), which CI does not run.
+#
 # Idempotent: a second run checks and returns within a second or two.
 # Needs root for installing; as a normal user it only reports what is missing.
 set -euo pipefail
@@ -16,6 +19,8 @@ CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 
 BUILD_PKGS=(gcc make pkg-config meson ninja-build python3 xz-utils curl ca-certificates
             libzstd-dev zstd liburing-dev libunwind-dev libinih-dev libxxhash-dev)
+# For the fuzz suite only (tests/fuzz/README.md; not in CI): clang with libFuzzer.
+FUZZ_PKGS=(clang)
 CRIU_BUILD_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
                  libnl-3-dev libnl-route-3-dev libnet1-dev libcap-dev libbsd-dev uuid-dev
                  libgnutls28-dev libnftables-dev iproute2)
@@ -96,14 +101,16 @@ build_criu() {
 }
 
 main() {
-    local want_criu=1
+    local want_criu=1 want_fuzz=0
     for a in "$@"; do
         case "$a" in
             --no-criu) want_criu=0 ;;
+            --fuzz) want_fuzz=1 ;;
             *) die "unknown option: $a" ;;
         esac
     done
     apt_install "${BUILD_PKGS[@]}"
+    [ "$want_fuzz" -eq 1 ] && apt_install "${FUZZ_PKGS[@]}"
     if [ "$want_criu" -eq 1 ] && ! criu_ok; then
         build_criu
     fi

@@ -479,6 +479,8 @@ static int open_socket(void)
         log_err("control socket disabled: %s", err);
         return r;
     }
+    if (r > 0)
+        log_err("%s", err);     /* the preferred run dir was refused: where it is instead */
     r = tcgpu_rundir_socket_path(dir, getpid(), ctl.sock_path, sizeof(ctl.sock_path));
     if (r < 0) {
         ctl.sock_path[0] = '\0';

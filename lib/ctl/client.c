@@ -30,7 +30,7 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-int ctl_socket_connect(const char *path)
+static int socket_connect(const char *path, int nonblock)
 {
     struct sockaddr_un a = { .sun_family = AF_UNIX };
     size_t len = path ? strlen(path) : 0;
@@ -38,7 +38,7 @@ int ctl_socket_connect(const char *path)
 
     if (!len || len >= sizeof(a.sun_path))
         return -EINVAL;
-    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
     if (fd < 0)
         return -errno;
     memcpy(a.sun_path, path, len + 1);
@@ -50,8 +50,13 @@ int ctl_socket_connect(const char *path)
     return fd;
 }
 
-static int connect_one(const char *path, pid_t pid, uid_t uid, struct ctl_conn *c, char *err,
-                       size_t errlen)
+int ctl_socket_connect(const char *path)
+{
+    return socket_connect(path, 0);
+}
+
+static int connect_one(const char *path, pid_t pid, uid_t uid, int flags, struct ctl_conn *c,
+                       char *err, size_t errlen)
 {
     struct ucred cred;
     socklen_t clen = sizeof(cred);
@@ -68,9 +73,12 @@ static int connect_one(const char *path, pid_t pid, uid_t uid, struct ctl_conn *
                 (unsigned)uid);
         return -EPERM;
     }
-    fd = ctl_socket_connect(path);
+    fd = socket_connect(path, flags & CTL_CONNECT_NONBLOCK);
     if (fd < 0) {
-        if (fd == -ECONNREFUSED)
+        if (fd == -EAGAIN)
+            set_err(err, errlen, "process %d does not accept connections now (%s is full)",
+                    (int)pid, path);
+        else if (fd == -ECONNREFUSED)
             set_err(err, errlen, "process %d does not answer on %s (stale socket: "
                     "a tcgpu process with this pid died)", (int)pid, path);
         else
@@ -92,10 +100,19 @@ static int connect_one(const char *path, pid_t pid, uid_t uid, struct ctl_conn *
     return 0;
 }
 
-int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen)
+/* Append dir to the list of places looked in (for the message). */
+static void note_looked(char *looked, size_t len, const char *dir)
+{
+    size_t l = strlen(looked);
+
+    if (l + strlen(dir) + 3 < len)
+        snprintf(looked + l, len - l, "%s%s", l ? ", " : "", dir);
+}
+
+int ctl_connect_flags(pid_t pid, struct ctl_conn *c, int flags, char *err, size_t errlen)
 {
     char dirs[TCGPU_RUNDIR_MAX_CANDIDATES][PATH_MAX];
-    char path[PATH_MAX], looked[1024] = "";
+    char path[PATH_MAX], looked[2048] = "", refused[PATH_MAX + 160] = "";
     uid_t uid;
     int n, r;
 
@@ -108,18 +125,24 @@ int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen)
             set_err(err, errlen, "process %d: %s", (int)pid, strerror(-r));
         return r;
     }
+    /* A candidate that is not the target user's private dir (another user
+     * planted it, say) is passed over: the process fell back to another. */
     n = tcgpu_rundir_candidates(pid, uid, dirs, TCGPU_RUNDIR_MAX_CANDIDATES);
     for (int i = 0; i < n; i++) {
         struct stat st;
-        char derr[PATH_MAX + 128];
-        size_t l = strlen(looked);
+        char why[PATH_MAX + 160];
 
         if (tcgpu_rundir_socket_path(dirs[i], pid, path, sizeof(path)) < 0)
             continue;
-        if (l + strlen(dirs[i]) + 3 < sizeof(looked)) {
-            memcpy(looked + l, l ? ", " : "", l ? 2 : 0);
-            memcpy(looked + l + (l ? 2 : 0), dirs[i], strlen(dirs[i]) + 1);
+        if (tcgpu_rundir_check(dirs[i], uid, why, sizeof(why)) < 0) {
+            if (access(dirs[i], F_OK) == 0 || errno != ENOENT) {
+                note_looked(looked, sizeof(looked), dirs[i]);
+                if (!refused[0])
+                    snprintf(refused, sizeof(refused), "%s", why);
+            }
+            continue;
         }
+        note_looked(looked, sizeof(looked), dirs[i]);
         if (lstat(path, &st) < 0) {
             if (errno == EACCES) {
                 set_err(err, errlen, "cannot look into %s: permission denied (process %d "
@@ -128,17 +151,21 @@ int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen)
             }
             continue;
         }
-        r = tcgpu_rundir_check(dirs[i], uid, derr, sizeof(derr));
-        if (r < 0) {
-            set_err(err, errlen, "%s", derr);
-            return -EPERM;
-        }
-        return connect_one(path, pid, uid, c, err, errlen);
+        return connect_one(path, pid, uid, flags, c, err, errlen);
     }
-    set_err(err, errlen, "process %d has no control socket: it is not running under tcgpu "
-            "(gpuckpt run / LD_PRELOAD=libtcgpu.so) or has not initialised CUDA yet "
-            "(looked in %s)", (int)pid, looked);
+    if (refused[0])
+        set_err(err, errlen, "process %d has no control socket in a run dir of uid %u's that "
+                "tcgpu trusts (looked in %s; %s)", (int)pid, (unsigned)uid, looked, refused);
+    else
+        set_err(err, errlen, "process %d has no control socket: it is not running under tcgpu "
+                "(gpuckpt run / LD_PRELOAD=libtcgpu.so) or has not initialised CUDA yet "
+                "(looked in %s)", (int)pid, looked[0] ? looked : "no run dir of its user");
     return -ENOENT;
+}
+
+int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen)
+{
+    return ctl_connect_flags(pid, c, 0, err, errlen);
 }
 
 int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *reply,

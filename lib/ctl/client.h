@@ -27,12 +27,18 @@ struct ctl_conn {
  * uid. Returns 0 with *c open, or -errno with a one-line message in err:
  *   -ESRCH        no such process
  *   -ENOENT       no control socket: not a tcgpu process, or it has not
- *                 initialised CUDA yet
+ *                 initialised CUDA yet (err names a run dir passed over:
+ *                 another user's, say)
  *   -ECONNREFUSED a socket file with nobody behind it (a process that died)
  *   -EACCES/-EPERM  not allowed (another user's process, an unsafe run
  *                 dir or socket, a server that is not the target process)
  */
 int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen);
+
+/* ctl_connect with flags: CTL_CONNECT_NONBLOCK gives a non-blocking socket
+ * and never waits to connect (-EAGAIN: the process's backlog is full). */
+#define CTL_CONNECT_NONBLOCK 0x1
+int ctl_connect_flags(pid_t pid, struct ctl_conn *c, int flags, char *err, size_t errlen);
 
 /*
  * The socket under both channels: a close-on-exec AF_UNIX SOCK_SEQPACKET

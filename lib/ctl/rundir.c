@@ -1,4 +1,5 @@
 /* Where control sockets live; see rundir.h. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -84,22 +85,88 @@ static int choose_dir(char *dir, size_t dirlen, uid_t uid)
     return 0;
 }
 
+/* "/tmp/tcgpu-<uid>.": the start of the fallback dirs' names. */
+static void fallback_prefix(uid_t uid, char *buf, size_t len)
+{
+    snprintf(buf, len, "/tmp/tcgpu-%u.", (unsigned)uid);
+}
+
+/* An existing fallback dir of uid that passes the checks, into dir. 0 or -ENOENT. */
+static int find_fallback(uid_t uid, char *dir, size_t dirlen)
+{
+    char prefix[64];
+    size_t pl;
+    DIR *tmp = opendir("/tmp");
+    struct dirent *e;
+    int r = -ENOENT;
+
+    if (!tmp)
+        return -ENOENT;
+    fallback_prefix(uid, prefix, sizeof(prefix));
+    pl = strlen(prefix) - strlen("/tmp/");
+    while (r < 0 && (e = readdir(tmp))) {
+        if (strncmp(e->d_name, prefix + 5, pl) || strlen(e->d_name) != pl + 6)
+            continue;
+        if ((size_t)snprintf(dir, dirlen, "/tmp/%s", e->d_name) < dirlen &&
+            tcgpu_rundir_check(dir, uid, NULL, 0) == 0)
+            r = 0;
+    }
+    closedir(tmp);
+    return r;
+}
+
+/*
+ * The preferred run dir was refused (another user's, a symlink, a file...):
+ * a private one nobody else can have made first, /tmp/tcgpu-<uid>.XXXXXX
+ * (mkdtemp: a name not known in advance, created exclusively, 0700), or one
+ * of those made earlier. Clients find it among their candidates.
+ */
+static int fall_back(char *dir, size_t dirlen, uid_t uid)
+{
+    char tmpl[64];
+
+    if (find_fallback(uid, dir, dirlen) == 0)
+        return 0;
+    fallback_prefix(uid, tmpl, sizeof(tmpl));
+    strcat(tmpl, "XXXXXX");
+    if (!mkdtemp(tmpl))
+        return -errno;
+    if ((size_t)snprintf(dir, dirlen, "%s", tmpl) >= dirlen) {
+        rmdir(tmpl);
+        return -ENAMETOOLONG;
+    }
+    return tcgpu_rundir_check(dir, uid, NULL, 0);
+}
+
 int tcgpu_rundir_prepare(char *dir, size_t dirlen, char *err, size_t errlen)
 {
+    char refused[PATH_MAX + 160], wanted[PATH_MAX];
     uid_t uid = geteuid();
-    int r;
+    int r, made;
 
     r = choose_dir(dir, dirlen, uid);
     if (r < 0) {
         set_err(err, errlen, "run dir path is too long (TCGPU_RUN_DIR, XDG_RUNTIME_DIR)");
         return r;
     }
-    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-        r = -errno;
-        set_err(err, errlen, "cannot create run dir %s: %s", dir, strerror(-r));
+    made = mkdir(dir, 0700) == 0 || errno == EEXIST ? 0 : -errno;
+    r = tcgpu_rundir_check(dir, uid, refused, sizeof(refused));
+    if (r == 0)
+        return 0;
+    if (r == -ENOENT) {         /* a missing parent, say: the user's mistake to fix */
+        set_err(err, errlen, "cannot create run dir %s: %s", dir, strerror(made ? -made : -r));
+        return -ENOENT;
+    }
+    snprintf(wanted, sizeof(wanted), "%s", dir);
+    r = fall_back(dir, dirlen, uid);
+    if (r < 0) {
+        set_err(err, errlen, "%s, and no private run dir could be made in /tmp: %s", refused,
+                strerror(-r));
         return r;
     }
-    return tcgpu_rundir_check(dir, uid, err, errlen);
+    set_err(err, errlen, "%s; using the private %s instead of %s (gpuckpt finds it)", refused,
+            dir, wanted);
+    return 1;
 }
 
 int tcgpu_rundir_socket_path(const char *dir, pid_t pid, char *buf, size_t len)
@@ -166,6 +233,25 @@ static void add_candidate(char dirs[][PATH_MAX], int *n, int max, const char *a,
     memcpy(dirs[(*n)++], d, (size_t)l + 1);
 }
 
+/* Every fallback dir of uid (tcgpu_rundir_prepare's), whoever owns it: the
+ * client checks each before it trusts one. */
+static void add_fallbacks(char dirs[][PATH_MAX], int *n, int max, uid_t uid)
+{
+    char prefix[64];
+    DIR *tmp = opendir("/tmp");
+    struct dirent *e;
+    size_t pl;
+
+    if (!tmp)
+        return;
+    fallback_prefix(uid, prefix, sizeof(prefix));
+    pl = strlen(prefix) - strlen("/tmp/");
+    while (*n < max && (e = readdir(tmp)))
+        if (!strncmp(e->d_name, prefix + 5, pl) && strlen(e->d_name) == pl + 6)
+            add_candidate(dirs, n, max, "/tmp/", e->d_name);
+    closedir(tmp);
+}
+
 int tcgpu_rundir_candidates(pid_t pid, uid_t uid, char dirs[][PATH_MAX], int max)
 {
     static const size_t cap = 1 << 20;
@@ -188,6 +274,7 @@ int tcgpu_rundir_candidates(pid_t pid, uid_t uid, char dirs[][PATH_MAX], int max
     add_candidate(dirs, &n, max, u, "/tcgpu");
     snprintf(u, sizeof(u), "%u", (unsigned)uid);
     add_candidate(dirs, &n, max, "/tmp/tcgpu-", u);
+    add_fallbacks(dirs, &n, max, uid);
     free(env);
     return n;
 }

@@ -313,6 +313,10 @@ int policy_admit(struct policy *p, const struct pol_job_spec *s, uint64_t now)
         j->suspended_by = s->suspended_by ? s->suspended_by : POL_BY_POLICY;
         j->why = j->suspended_by == POL_BY_MANUAL ? POL_WHY_MANUAL : POL_WHY_PRIORITY;
         j->auto_resume = s->auto_resume;
+        /* As after policy_job_suspended(): `now` is when it was suspended
+         * (tcgpud re-learning it), and its requester comes first. */
+        if (j->suspended_by == POL_BY_POLICY)
+            j->retry_ns = now + p->cfg.min_runtime_ns;
     }
     p->may_wait[p->njobs] = 0;
     p->njobs++;

@@ -214,9 +214,12 @@ uint64_t policy_reserved(const struct policy *p, int idx, int dev);
 uint64_t policy_project_used(const struct policy *p, int idx, int dev);
 
 /*
- * Admit a job (spec->state RUNNING or SUSPENDED). A suspended one may be
- * resumed by the next policy_tick(). Returns 0, -EEXIST (id taken),
- * -EINVAL (bad project/device/state), -ENOMEM.
+ * Admit a job (spec->state RUNNING or SUSPENDED) at `now`: for a job that
+ * was running before (tcgpud re-learning it), the time it was last started
+ * or resumed; for a suspended one, when it was suspended. A suspended one
+ * may be resumed by a later policy_tick(): one the policy suspended once
+ * min_runtime has passed since `now`, as after policy_job_suspended().
+ * Returns 0, -EEXIST (id taken), -EINVAL (bad project/device/state), -ENOMEM.
  */
 int policy_admit(struct policy *p, const struct pol_job_spec *spec, uint64_t now);
 

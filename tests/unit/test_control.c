@@ -283,7 +283,7 @@ static int wait_for(int (*pred)(void), int ms)
 
 static int test_rundir(void)
 {
-    char dir[PATH_MAX], err[PATH_MAX + 128], p[PATH_MAX];
+    char dir[PATH_MAX], err[2 * PATH_MAX + 256], p[PATH_MAX], fb[PATH_MAX];
     char cand[TCGPU_RUNDIR_MAX_CANDIDATES][PATH_MAX];
     struct stat st;
     uid_t uid = geteuid();
@@ -303,11 +303,23 @@ static int test_rundir(void)
     CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == 0);
     CHECK(dir[strlen(dir) - 1] != '/');
 
-    /* group/other bits: refused, and not silently repaired */
+    /* group/other bits: refused, and not silently repaired; the process
+     * falls back to a private /tmp/tcgpu-UID.XXXXXX and says so */
     chmod(dir, 0755);
     CHECK(tcgpu_rundir_check(dir, uid, err, sizeof(err)) == -EPERM && strstr(err, "0755"));
-    CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == -EPERM);
+    CHECK(tcgpu_rundir_prepare(fb, sizeof(fb), err, sizeof(err)) == 1 && strstr(err, "0755") &&
+          strstr(err, fb) && strstr(err, dir), "%s", err);
+    snprintf(p, sizeof(p), "/tmp/tcgpu-%u.", (unsigned)uid);
+    CHECK(!strncmp(fb, p, strlen(p)) && strlen(fb) == strlen(p) + 6, "fallback %s", fb);
+    CHECK(tcgpu_rundir_check(fb, uid, err, sizeof(err)) == 0, "%s", err);
     CHECK(stat(dir, &st) == 0 && (st.st_mode & 07777) == 0755);
+    /* ... the same one next time, and clients look there */
+    CHECK(tcgpu_rundir_prepare(p, sizeof(p), err, sizeof(err)) == 1 && !strcmp(p, fb), "%s", p);
+    n = tcgpu_rundir_candidates(getpid(), uid, cand, TCGPU_RUNDIR_MAX_CANDIDATES);
+    int listed = 0;
+    for (int i = 0; i < n; i++)
+        listed |= !strcmp(cand[i], fb);
+    CHECK(listed, "%s is not among a client's candidates", fb);
     chmod(dir, 0701);
     CHECK(tcgpu_rundir_check(dir, uid, err, sizeof(err)) == -EPERM);
     chmod(dir, 0700);
@@ -318,7 +330,8 @@ static int test_rundir(void)
         snprintf(p, sizeof(p), "%s/theirs", tmpdir);
         CHECK(mkdir(p, 0700) == 0 && chown(p, 65534, 65534) == 0);
         setenv("TCGPU_RUN_DIR", p, 1);
-        CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == -EPERM);
+        CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == 1 &&
+              !strcmp(dir, fb) && strstr(err, "owned by uid 65534"), "%s", err);
     }
 
     /* a symlink to a good dir is refused */
@@ -327,7 +340,8 @@ static int test_rundir(void)
     CHECK(symlink(dir, p) == 0);
     CHECK(tcgpu_rundir_check(p, uid, err, sizeof(err)) == -ENOTDIR && strstr(err, "symbolic link"));
     setenv("TCGPU_RUN_DIR", p, 1);
-    CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == -ENOTDIR);
+    CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == 1 && !strcmp(dir, fb) &&
+          strstr(err, "symbolic link"), "%s", err);
 
     /* a plain file, a missing dir under a missing parent */
     snprintf(p, sizeof(p), "%s/file", tmpdir);
@@ -369,7 +383,10 @@ static int test_rundir(void)
     n = tcgpu_rundir_candidates(getpid(), uid, cand, TCGPU_RUNDIR_MAX_CANDIDATES);
     CHECK(n >= 2 && !strcmp(cand[0], "/somewhere"));
     snprintf(p, sizeof(p), "/tmp/tcgpu-%u", (unsigned)uid);
-    CHECK(n >= 2 && !strcmp(cand[n - 1], p));
+    listed = 0;
+    for (int i = 1; i < n; i++)
+        listed |= !strcmp(cand[i], p);
+    CHECK(n >= 2 && listed);
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++)
             CHECK(strcmp(cand[i], cand[j]));
@@ -378,6 +395,7 @@ static int test_rundir(void)
     CHECK(tcgpu_proc_uid(getpid(), &proc_uid) == 0 && proc_uid == uid);
     CHECK(tcgpu_proc_uid(0, &proc_uid) == -ESRCH);
     CHECK(tcgpu_proc_uid(INT_MAX, &proc_uid) == -ESRCH);
+    rmdir(fb);                  /* the fallback made here, if it is still empty */
     return 0;
 }
 
@@ -804,13 +822,21 @@ static int test_gpuckpt(const char *exe)
     /* run: a missing library is a clear failure, and the command runs with it preloaded */
     setenv("TCGPU_LIB", "/nonexistent/libtcgpu.so", 1);
     CHECK(run_gpuckpt(exe, out, sizeof(out), "run", "--", "true", NULL) == CTL_EXIT_FAILED);
+    /* a file that is not libtcgpu.so: ld.so would skip it and run the command
+     * without tcgpu, so gpuckpt refuses before */
     snprintf(want, sizeof(want), "%s/libfake.so", tmpdir);
     close(open(want, O_CREAT | O_WRONLY, 0644));
     setenv("TCGPU_LIB", want, 1);
     unsetenv("LD_PRELOAD");
-    CHECK(run_gpuckpt(exe, out, sizeof(out), "run", "--signal", "USR2", "/usr/bin/env", NULL) == 0);
-    /* (ld.so complains about the empty library but runs the command) */
-    CHECK(strstr(out, "LD_PRELOAD=") && strstr(out, want) && strstr(out, "TCGPU_SIGNAL=USR2"));
+    CHECK(run_gpuckpt(exe, out, sizeof(out), "run", "/usr/bin/env", NULL) == CTL_EXIT_FAILED &&
+          !strstr(out, "LD_PRELOAD="), "the command ran: %s", out);
+    if (getenv("TCGPU_BUILD_ROOT")) {
+        snprintf(want, sizeof(want), "%s/interpose/libtcgpu.so", getenv("TCGPU_BUILD_ROOT"));
+        setenv("TCGPU_LIB", want, 1);
+        CHECK(run_gpuckpt(exe, out, sizeof(out), "run", "--signal", "USR2", "/usr/bin/env", NULL) == 0);
+        CHECK(strstr(out, "LD_PRELOAD=") && strstr(out, "libtcgpu.so") && strstr(out, "TCGPU_SIGNAL=USR2"),
+              "%s", out);
+    }
     CHECK(run_gpuckpt(exe, out, sizeof(out), "run", "--signal", "KILL", "true", NULL) == CTL_EXIT_USAGE);
     CHECK(run_gpuckpt(exe, out, sizeof(out), "run", "/nonexistent/cmd", NULL) == 127);
     unsetenv("TCGPU_LIB");

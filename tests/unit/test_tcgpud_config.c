@@ -29,6 +29,7 @@ static int test_example(void)
     REQUIRE(tcgpud_config_load(&c, path, err, sizeof(err)) == 0, "%s", err);
     REQUIRE(!strcmp(c.socket, "/run/tcgpud.sock") && !strcmp(c.admins, "gpuadmin"), "daemon keys");
     REQUIRE(c.min_runtime_ns == 30000000000ull && c.resume_retry_ns == 5000000000ull, "durations");
+    REQUIRE(c.max_connections_per_user == 16 && c.max_jobs_per_user == 128, "limits");
     REQUIRE(c.ngpus == 2 && c.gpus[1].id == 1 && c.gpus[1].capacity == 80 * GiB, "gpus");
     REQUIRE(c.nprojects == 3, "projects: %d", c.nprojects);
     p = tcgpud_config_project(&c, "research");
@@ -56,6 +57,8 @@ static int test_errors(void)
 {
     static const struct bad cases[] = {
         { "[daemon]\nsocket = /a\nsockett = /b\n", "t.ini:3: [daemon]: unknown key 'sockett'" },
+        { "[daemon]\nmax_connections_per_user = 0\n", "t.ini:2: max_connections_per_user: '0' is not a number in 1..512" },
+        { "[daemon]\nmax_jobs_per_user = 0x10\n", "t.ini:2: max_jobs_per_user: '0x10' is not a number" },
         { "[daemon]\nsocket = relative\n", "t.ini:2: socket: 'relative' must be an absolute path" },
         { "[daemon]\nmin_runtime = 3 weeks\n", "t.ini:2: min_runtime: '3 weeks' is not a duration" },
         { "[daemon]\nsocket = /a\nsocket = /b\n", "t.ini:3: [daemon]: 'socket' given twice" },
@@ -117,6 +120,14 @@ static int test_values(void)
     REQUIRE(units_parse_size("0.5", &v) < 0, "half a byte");
     REQUIRE(units_parse_size("99999999T", &v) < 0, "overflow");
     REQUIRE(units_parse_size("8X", &v) < 0, "unit");
+    /* decimal only: strtod's hex, exponents and words are not sizes */
+    REQUIRE(units_parse_size("0x10", &v) < 0, "hex");
+    REQUIRE(units_parse_size("1e3", &v) < 0 && units_parse_size("1E3M", &v) < 0, "exponent");
+    REQUIRE(units_parse_size("inf", &v) < 0 && units_parse_size("nan", &v) < 0, "words");
+    REQUIRE(units_parse_size("1.", &v) < 0 && units_parse_size(".5G", &v) < 0, "bare point");
+    REQUIRE(units_parse_duration("0x10s", &v) < 0 && units_parse_duration("1e3", &v) < 0,
+            "durations too");
+    REQUIRE(units_parse_duration("1.5s", &v) == 0 && v == 1500000000ull, "1.5s");
     REQUIRE(units_parse_duration("500ms", &v) == 0 && v == 500000000ull, "ms");
     REQUIRE(units_parse_duration("2m", &v) == 0 && v == 120000000000ull, "m");
     REQUIRE(units_parse_duration("10", &v) == 0 && v == 10000000000ull, "plain seconds");
@@ -167,7 +178,8 @@ static int test_state_round_trip(void)
     in[0] = (struct tcgpud_saved_job){ .pid = 4242, .start_ticks = 123456789012ull, .uid = 1000,
                                        .priority = -5, .limit = 8ull << 30, .device = -1,
                                        .dev_capacity = 80ull << 30, .mem = 3ull << 30,
-                                       .auto_resume = 1, .preemptions = 7, .run_ns = 99 };
+                                       .auto_resume = 1, .preemptions = 7, .run_ns = 99,
+                                       .since_ns = 5000000000ull, .queued_ns = 6000000000ull };
     snprintf(in[0].user, sizeof(in[0].user), "alice b");
     snprintf(in[0].project, sizeof(in[0].project), "prod=1%%");
     snprintf(in[0].state, sizeof(in[0].state), "suspended");

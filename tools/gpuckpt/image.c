@@ -54,7 +54,9 @@ static int parse_dir_args(const struct gpuckpt_command *self, int argc, char **a
             *json = 1;
             continue;
         }
-        return gpuckpt_usage_error(cmd, "unknown option");
+        if (ch == 'j')
+            return gpuckpt_usage_error(cmd, "--json is for inspect");
+        return gpuckpt_option_error(cmd, argc, argv, "h", longopts);
     }
     if (optind != argc - 1)
         return gpuckpt_usage_error(cmd, optind >= argc ? "which image directory?"

@@ -199,7 +199,7 @@ static int parse_client_args(const struct gpuckpt_command *self, int argc, char 
             o->parent = optarg;
             break;
         default:
-            return gpuckpt_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+            return gpuckpt_option_error(cmd, argc, argv, shortopts, longopts);
         }
     }
     if (optind != argc - 1)
@@ -407,8 +407,6 @@ static const char *driver_state_human(const char *w)
         return "held, CUDA calls locked by the driver (driver state locked)";
     if (!strcmp(w, "failed"))
         return "driver checkpoint FAILED";
-    if (!strcmp(w, "unavailable"))
-        return "held (the driver has no checkpoint API)";
     return "unknown to the driver";
 }
 
@@ -426,8 +424,12 @@ int gpuckpt_cmd_status(const struct gpuckpt_command *self, int argc, char **argv
         if (op->o.json) {
             print_status_json(op->pid, &op->rep, drv, stdout);
         } else {
+            char why[512] = "";
             print_status_human(op->pid, &op->rep, stdout);
-            printf("  context      %s\n", driver_state_human(drv));
+            if (!gdrv_available(why, sizeof(why)))
+                printf("  context      held (no driver checkpoint: %s)\n", why);
+            else
+                printf("  context      %s\n", driver_state_human(drv));
         }
     }
     free(op);
@@ -575,6 +577,28 @@ static int suspend_directly(struct op *op)
     return r;
 }
 
+/*
+ * A process that runs because its last suspend failed (a signal's toggle
+ * that timed out at the gate, say, which this resume waited for): there is
+ * nothing to resume, and what the caller wanted holds: says so, returns
+ * CTL_EXIT_OK. An exit code when the process cannot be asked (said), or -1:
+ * send the resume (refused, exit 4, when the process simply runs).
+ */
+static int runs_after_failed_suspend(const struct op *op)
+{
+    struct tcgpu_status st;
+    int r = gpuckpt_call("status", op->pid, NULL, &st);
+
+    if (r != CTL_EXIT_OK)
+        return r;
+    if (st.state != TCGPU_STATE_RUNNING || st.last_op != TCGPU_OP_SUSPEND || st.last_result == 0)
+        return -1;
+    if (!op->o.quiet)
+        printf("process %d is running: its last suspend failed (%s: %s), so there was nothing to "
+               "resume\n", (int)op->pid, errno_name(st.last_result), st.last_error);
+    return CTL_EXIT_OK;
+}
+
 /* The driver's step first (the context back), then resume by the process itself. */
 static int resume_directly(struct op *op)
 {
@@ -583,6 +607,13 @@ static int resume_directly(struct op *op)
     int taken, lock = lock_process(op->pid);
     int r = reacquire_context(op->pid, &taken);
 
+    if (r == CTL_EXIT_OK && !taken) {
+        int done = runs_after_failed_suspend(op);
+        if (done >= 0) {
+            unlock_process(lock);
+            return done;
+        }
+    }
     if (r == CTL_EXIT_OK) {
         r = op_call(op);
         if (r != CTL_EXIT_OK && r != CTL_EXIT_REFUSED && taken)

@@ -341,7 +341,7 @@ static int parse_restore_args(const struct gpuckpt_command *self, int argc, char
         case 'h': gpuckpt_command_help(self); return -1;
         case 'D': d = optarg; break;
         case 'd': *detach = 1; break;
-        default: return gpuckpt_usage_error("restore", "unknown option");
+        default: return gpuckpt_option_error("restore", argc, argv, "hdD:", longopts);
         }
     }
     if (optind != argc)
@@ -378,7 +378,8 @@ int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **arg
 
     if (!t)
         return CTL_EXIT_FAILED;
-    if ((r = parse_restore_args(self, argc, argv, dir, sizeof(dir), &detach)) != 0) {
+    if ((r = parse_restore_args(self, argc, argv, dir, sizeof(dir), &detach)) != 0 ||
+        (r = gpuckpt_needs_root("restore", "CRIU restores a process tree only as root")) != 0) {
         free(t);
         return r < 0 ? CTL_EXIT_OK : r;
     }

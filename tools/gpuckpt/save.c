@@ -315,7 +315,7 @@ static int parse_save_args(const struct gpuckpt_command *self, int argc, char **
         case OPT_LEAVE: o->leave_running = 1; break;
         case OPT_TCP: o->tcp_established = 1; break;
         case OPT_SHELL: o->shell_job = 1; break;
-        default: return gpuckpt_usage_error("save", "unknown option");
+        default: return gpuckpt_option_error("save", argc, argv, "hD:", longopts);
         }
     }
     if (optind != argc - 1)
@@ -436,7 +436,8 @@ int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
 
     if (!t)
         return CTL_EXIT_FAILED;
-    if ((r = parse_save_args(self, argc, argv, &o)) != 0) {
+    if ((r = parse_save_args(self, argc, argv, &o)) != 0 ||
+        (r = gpuckpt_needs_root("save", "CRIU dumps a process tree only as root")) != 0) {
         free(t);
         return r < 0 ? CTL_EXIT_OK : r;
     }

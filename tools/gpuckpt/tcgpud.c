@@ -37,24 +37,27 @@ int gpuckpt_tcgpud_run_option(int opt, const char *arg)
         errno = 0;
         long p = strtol(arg, &end, 10);
         if (errno || end == arg || *end || p < -1000000 || p > 1000000)
-            return gpuckpt_usage_error("run", "--priority wants an integer");
+            return gpuckpt_usage_error("run", "--priority %s: not an integer in -1000000..1000000",
+                                       arg);
         setenv("TCGPU_PRIORITY", arg, 1);
         return 0;
     case GPUCKPT_OPT_GPU_MEM:
         if (units_parse_size(arg, &v) < 0 || v == 0)
-            return gpuckpt_usage_error("run", "--gpu-mem wants a size, e.g. 8G or 512M");
+            return gpuckpt_usage_error("run", "--gpu-mem %s: not a size (a decimal number with K, "
+                                       "M, G or T: 8G, 512M, 1.5G)", arg);
         setenv("TCGPU_GPU_MEM", arg, 1);
         return 0;
     case GPUCKPT_OPT_WAIT_TIMEOUT:
         if (units_parse_duration(arg, &v) < 0)
-            return gpuckpt_usage_error("run", "--wait-timeout wants a duration, e.g. 60s");
+            return gpuckpt_usage_error("run", "--wait-timeout %s: not a duration (60s, 500ms, "
+                                       "10m)", arg);
         setenv("TCGPU_WAIT_TIMEOUT", arg, 1);
         return 0;
     case GPUCKPT_OPT_DAEMON_SOCKET:
         setenv("TCGPU_DAEMON_SOCKET", arg, 1);
         return 0;
     }
-    return gpuckpt_usage_error("run", "unknown option");
+    return gpuckpt_usage_error("run", "unknown tcgpud option %d", opt);
 }
 
 /* ---------------------------------------------------------------------------
@@ -120,7 +123,10 @@ static int daemon_call(const char *cmd, struct ctl_buf *req, struct ctl_msg *rep
     close(fd);
     if (r < 0) {
         gpuckpt_error("%s: tcgpud at %s: %s", cmd, tcgpud_socket_path(),
-                      r == -ETIMEDOUT ? "no reply in time" : strerror(-r));
+                      r == -ETIMEDOUT ? "no reply in time"
+                      : r == -ECONNRESET ? "it closed the connection without an answer (is it "
+                                           "restarting? see its log)"
+                      : strerror(-r));
         return ctl_exit_code(r, 0);
     }
     return CTL_EXIT_OK;
@@ -264,7 +270,7 @@ static int simple_args(const struct gpuckpt_command *self, int argc, char **argv
             *follow = 1;
             break;
         default:
-            return gpuckpt_usage_error(cmd, "unknown option");
+            return gpuckpt_option_error(cmd, argc, argv, "hjf", longopts);
         }
     }
     if (optind != argc)

@@ -1,5 +1,7 @@
 /* util.c - gpuckpt's messages, JSON output and argument parsing; see util.h. */
+#include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -75,6 +77,43 @@ int gpuckpt_usage_error(const char *cmd, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "\n(gpuckpt %s --help shows its usage)\n", cmd);
     return CTL_EXIT_USAGE;
+}
+
+/* The long option of longopts whose val is `val`, or NULL. */
+static const struct option *long_option(const struct option *longopts, int val)
+{
+    for (const struct option *o = longopts; o && o->name; o++)
+        if (o->val == val)
+            return o;
+    return NULL;
+}
+
+int gpuckpt_option_error(const char *cmd, int argc, char **argv, const char *shortopts,
+                         const struct option *longopts)
+{
+    const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "";
+    const struct option *lo = optopt ? long_option(longopts, optopt) : NULL;
+    const char *sp = optopt > 0 && optopt < 256 && isalnum(optopt) ? strchr(shortopts, optopt) : NULL;
+
+    if (lo && !strncmp(arg, "--", 2)) {
+        if (lo->has_arg == no_argument)
+            return gpuckpt_usage_error(cmd, "option '--%s' takes no value", lo->name);
+        return gpuckpt_usage_error(cmd, "option '--%s' needs a value", lo->name);
+    }
+    if (sp && sp[1] == ':')
+        return gpuckpt_usage_error(cmd, "option '-%c' needs a value", optopt);
+    if (optopt > 0 && optopt < 256 && isprint(optopt))
+        return gpuckpt_usage_error(cmd, "unknown option '-%c'", optopt);
+    return gpuckpt_usage_error(cmd, "unknown option '%s'", arg);
+}
+
+int gpuckpt_needs_root(const char *cmd, const char *why)
+{
+    if (geteuid() == 0)
+        return 0;
+    gpuckpt_error("%s needs root (uid 0; this is uid %u): %s. Run it as root, e.g. with sudo",
+                  cmd, (unsigned)geteuid(), why);
+    return CTL_EXIT_PERM;
 }
 
 void gpuckpt_json_string(FILE *f, const char *s)

@@ -44,6 +44,19 @@ void gpuckpt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int gpuckpt_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/*
+ * After getopt_long() returned '?' (opterr = 0): the usage error that names
+ * what was wrong ("unknown option '--jsno'", "option '-D' needs a value",
+ * "option '--json' takes no value"), from optopt, optind and the command's
+ * shortopts and longopts. Returns CTL_EXIT_USAGE.
+ */
+struct option;
+int gpuckpt_option_error(const char *cmd, int argc, char **argv, const char *shortopts,
+                         const struct option *longopts);
+
+/* 0 as root; else says that cmd needs root and why, and returns CTL_EXIT_PERM. */
+int gpuckpt_needs_root(const char *cmd, const char *why);
+
 /* s as a JSON string literal, quotes included, control characters escaped. */
 void gpuckpt_json_string(FILE *f, const char *s);
 

@@ -203,7 +203,8 @@ static int key_bit(const char *const *keys, const char *name)
 }
 
 static const char *const daemon_keys[] = {
-    "socket", "state_file", "admins", "min_runtime", "resume_retry", "metrics", NULL,
+    "socket", "state_file", "admins", "min_runtime", "resume_retry", "metrics",
+    "max_connections_per_user", "max_jobs_per_user", NULL,
 };
 static const char *const project_keys[] = {
     "priority", "reservation", "members", "borrow", "default_limit", NULL,
@@ -227,10 +228,12 @@ static void daemon_key(struct parse_ctx *x, const char *name, const char *v)
 {
     struct tcgpud_config *c = x->c;
     int bit = key_bit(daemon_keys, name);
+    long n;
 
     if (bit < 0) {
         fail(x, x->line, "[daemon]: unknown key '%s' (known: socket, state_file, admins, "
-             "min_runtime, resume_retry, metrics)", name);
+             "min_runtime, resume_retry, metrics, max_connections_per_user, max_jobs_per_user)",
+             name);
         return;
     }
     if (x->daemon_seen & (1u << bit)) {
@@ -250,6 +253,16 @@ static void daemon_key(struct parse_ctx *x, const char *name, const char *v)
             fail(x, x->line, "admins: '%s' is not a group name", v);
         else
             snprintf(c->admins, sizeof(c->admins), "%s", g);
+    } else if (!strcmp(name, "max_connections_per_user")) {
+        if (parse_int(v, 1, 512, &n) < 0)
+            fail(x, x->line, "max_connections_per_user: '%s' is not a number in 1..512", v);
+        else
+            c->max_connections_per_user = (int)n;
+    } else if (!strcmp(name, "max_jobs_per_user")) {
+        if (parse_int(v, 1, 100000, &n) < 0)
+            fail(x, x->line, "max_jobs_per_user: '%s' is not a number in 1..100000", v);
+        else
+            c->max_jobs_per_user = (int)n;
     } else if (!strcmp(name, "min_runtime")) {
         if (units_parse_duration(v, &c->min_runtime_ns) < 0)
             fail(x, x->line, "min_runtime: '%s' is not a duration (e.g. 30s, 500ms, 2m)", v);
@@ -501,6 +514,8 @@ void tcgpud_config_defaults(struct tcgpud_config *c)
     snprintf(c->state_file, sizeof(c->state_file), "%s", TCGPUD_DEFAULT_STATE);
     c->min_runtime_ns = TCGPUD_DEFAULT_MIN_RUNTIME_NS;
     c->resume_retry_ns = TCGPUD_DEFAULT_RETRY_NS;
+    c->max_connections_per_user = TCGPUD_DEFAULT_CONNS_PER_USER;
+    c->max_jobs_per_user = TCGPUD_DEFAULT_JOBS_PER_USER;
 }
 
 static int parse_file(struct tcgpud_config *c, FILE *f, const char *name, char *err, size_t errlen)

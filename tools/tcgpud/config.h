@@ -9,9 +9,11 @@
  *     min_runtime = 30s                  ; never preempt a job that ran less since its (re)start
  *     resume_retry = 5s                  ; after a failed resume, wait this long
  *     metrics = /var/lib/node_exporter/textfile/tcgpud.prom
+ *     max_connections_per_user = 16      ; at once, per uid (root and jobs' own requests apart)
+ *     max_jobs_per_user = 128            ; registered at once, per uid (root apart)
  *
  *     [gpu 0]
- *     capacity = 80G                     ; else learnt from the first job on it
+ *     capacity = 80G                     ; else the device's memory, as the driver says
  *
  *     [project prod]
  *     priority = 100
@@ -39,6 +41,8 @@
 #define TCGPUD_DEFAULT_STATE      "/var/lib/tcgpud/state"
 #define TCGPUD_DEFAULT_MIN_RUNTIME_NS (30ull * 1000000000ull)
 #define TCGPUD_DEFAULT_RETRY_NS       (5ull * 1000000000ull)
+#define TCGPUD_DEFAULT_CONNS_PER_USER 16
+#define TCGPUD_DEFAULT_JOBS_PER_USER  128
 #define TCGPUD_MAX_GPUS           64
 #define TCGPUD_MAX_PROJECTS       256
 #define TCGPUD_MAX_MEMBERS        256
@@ -65,6 +69,8 @@ struct tcgpud_config {
     char metrics[PATH_MAX];       /* "" for none */
     uint64_t min_runtime_ns;
     uint64_t resume_retry_ns;
+    int max_connections_per_user; /* 1..512 */
+    int max_jobs_per_user;        /* 1..100000 */
     int ngpus;
     struct { int id; uint64_t capacity; int line; } gpus[TCGPUD_MAX_GPUS];
     int nprojects;

@@ -79,41 +79,23 @@ void job_gone(struct djob *j, const char *how)
     do_actions(&acts);
 }
 
-static uint64_t capacity_for(int dev, uint64_t reported)
-{
-    for (int i = 0; i < d.cfg.ngpus; i++)
-        if (d.cfg.gpus[i].id == dev)
-            return d.cfg.gpus[i].capacity;
-    return reported;
-}
-
-/* Make sure device dev exists in the policy, with its capacity. */
-void learn_device(int dev, uint64_t reported)
-{
-    uint64_t cap = capacity_for(dev, reported);
-
-    if (dev < 0 || dev >= TCGPUD_MAX_GPUS)
-        return;
-    if (dev >= policy_device_count(d.pol) || policy_device_capacity(d.pol, dev) == 0) {
-        if (cap) {
-            policy_set_device(d.pol, dev, cap);
-            logmsg("GPU %d: capacity %llu MiB%s", dev, (unsigned long long)(cap / MiB),
-                   cap == reported ? " (reported by a job)" : " (from the configuration)");
-        } else if (dev >= policy_device_count(d.pol)) {
-            policy_set_device(d.pol, dev, 0);
-        }
-    }
-}
-
 /* ---------------------------------------------------------------------------
  * Carrying out the policy's actions
  * ------------------------------------------------------------------------- */
 
+/*
+ * The state file is written before the job is asked (and so before any
+ * effect): tcgpud killed at any moment after this leaves a state file that
+ * calls the job suspended by whoever asked, so that the next tcgpud resumes
+ * a victim the policy suspended, whether or not the suspend had finished.
+ */
 void start_op(struct djob *j, enum work_kind kind, const char *dir)
 {
     struct work *w = calloc(1, sizeof(*w));
     int r;
 
+    if (d.dirty)
+        save_state();
     if (!w) {
         logmsg("out of memory starting an operation on pid %d", (int)j->pid);
         return;
@@ -196,6 +178,8 @@ void do_actions(struct pol_actions *a)
 {
     char b1[24], b2[24];
 
+    if (a->n)
+        d.dirty = 1;              /* the state file is rewritten only when something changed */
     for (size_t i = 0; i < a->n; i++) {
         const struct pol_action *x = &a->v[i];
         struct djob *j = job_of((pid_t)x->job);
@@ -228,8 +212,6 @@ void do_actions(struct pol_actions *a)
             break;
         }
     }
-    if (a->n)
-        d.dirty = 1;              /* the state file is rewritten only when something changed */
     pol_actions_clear(a);
 }
 
@@ -405,6 +387,8 @@ void take_work(void)
         struct work *next = w->next;
         if (w->kind == WORK_POLL)
             poll_done(w);
+        else if (w->kind == WORK_RELEARN)
+            relearn_done(w);
         else
             op_done(w);
         tcgpud_work_free(w);
@@ -451,13 +435,21 @@ void save_state(void)
         s->device = pj->device;
         s->dev_capacity = policy_device_capacity(d.pol, pj->device);
         s->mem = pj->mem;
-        /* in-between states are saved as where they are heading */
-        snprintf(s->state, sizeof(s->state), "%s",
-                 pj->state == POL_RUNNING || pj->state == POL_RESUMING ? "running" : "suspended");
+        /* In between as such: the next tcgpud asks the job and believes it,
+         * and only a job saved as not running and found suspended is resumed
+         * by it (a suspending one was heading there; a resuming one may not
+         * have left it). */
+        snprintf(s->state, sizeof(s->state), "%s", pol_state_name(pj->state));
         snprintf(s->suspended_by, sizeof(s->suspended_by), "%s", pol_by_name(pj->suspended_by));
         s->auto_resume = pj->auto_resume;
         s->preemptions = pj->preemptions;
-        s->run_ns = policy_job_runtime(pj, now_ns());
+        /* Its age (the time it was last started or resumed), so that a
+         * restarted tcgpud does not make every job younger than min_runtime
+         * again (and so unpreemptable); a suspended job's place in the
+         * resume queue and its hold-off. */
+        s->run_ns = pj->run_ns;
+        s->since_ns = pj->since_ns;
+        s->queued_ns = pj->state == POL_SUSPENDED || pj->state == POL_RESUMING ? pj->queued_ns : 0;
     }
     if (tcgpud_state_save(d.cfg.state_file, v, n, err, sizeof(err)) < 0)
         logmsg("%s", err);
