@@ -5,8 +5,11 @@
  * The cap follows who else computes on the device now: a job with a share
  * alone there is not held back at all; next to a job without a share it
  * keeps to its share (the other takes what it wants); next to jobs that all
- * have shares, the shares are scaled to fill the device, so 30% and 50%
- * become 37.5% and 62.5%, and 60% and 60% become 50% each.
+ * have shares, the shares are scaled up to fill the device, so 30% and 50%
+ * become 37.5% and 62.5%. A cap is never below the job's own share: shares
+ * that add up to more than the device (60% and 60%) stay as they are and
+ * the device's turns decide, so no job can push another below its share by
+ * claiming a large one.
  */
 #include <errno.h>
 
@@ -54,5 +57,7 @@ unsigned policy_compute_cap(const struct policy *p, uint64_t id, uint64_t now)
     if (!others)
         return POL_COMPUTE_FULL;
     uint64_t cap = (uint64_t)POL_COMPUTE_FULL * j->compute / sum;
-    return cap > POL_COMPUTE_FULL ? POL_COMPUTE_FULL : cap ? (unsigned)cap : 1;
+    if (cap < j->compute)
+        cap = j->compute;
+    return cap > POL_COMPUTE_FULL ? POL_COMPUTE_FULL : (unsigned)cap;
 }

@@ -94,7 +94,8 @@
  * by the job's own throttle (lib/core/throttle.h) as a cap that
  * policy_compute_cap() computes from the other jobs active on the device:
  * no cap when nobody else computes there, the share when an unlimited job
- * does, else the shares scaled to fill the device. With cfg.pack_compute
+ * does, else the shares scaled up to fill the device (never below the job's
+ * share: compute.c). With cfg.pack_compute
  * (the replay's cluster placement), shares are also a second dimension of
  * placement and preemption: the shares on a device never exceed 1000.
  *

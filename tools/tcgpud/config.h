@@ -9,6 +9,7 @@
  *     min_runtime = 30s                  ; never preempt a job that ran less since its (re)start
  *     resume_retry = 5s                  ; after a failed resume, wait this long
  *     metrics = /var/lib/node_exporter/textfile/tcgpud.prom
+ *     backfill = yes                     ; jobs that fit start while bigger ones wait (they make way)
  *
  *     [gpu 0]
  *     capacity = 80G                     ; else learnt from the first job on it
@@ -19,6 +20,11 @@
  *     members = alice, bob, @ml-team     ; users, @groups, or *
  *     borrow = yes
  *     default_limit = 40G                ; a job's memory limit unless it asks (0: none)
+ *     lending_limit = 50%                ; of its reservation others may use (or a size)
+ *     borrowing_limit = 40G              ; the most it may use beyond its reservation, per GPU
+ *     weight = 2                         ; its share of idle memory among equal-priority borrowers
+ *     cohort = ml                        ; projects of a cohort lend to each other first
+ *     default_compute = 30%              ; a job's share of the GPU's compute unless it asks
  *
  * Sizes: a number with an optional K, M, G or T (powers of 1024; "KiB",
  * "GB"... accepted alike). Durations: a number with ms, s, m or h (plain: s).
@@ -55,6 +61,7 @@ struct tcgpud_project {
     int nmembers;
     int line;                     /* of its section, for messages */
     unsigned seen;                /* keys given (bit per key), for duplicate checks */
+    int key_line[16];             /* line of each key given (0: not given), for messages */
 };
 
 struct tcgpud_config {
@@ -65,6 +72,7 @@ struct tcgpud_config {
     char metrics[PATH_MAX];       /* "" for none */
     uint64_t min_runtime_ns;
     uint64_t resume_retry_ns;
+    int backfill;                 /* [daemon] backfill (policy.h, "Resume") */
     int ngpus;
     struct { int id; uint64_t capacity; int line; } gpus[TCGPUD_MAX_GPUS];
     int nprojects;
