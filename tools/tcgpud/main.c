@@ -115,7 +115,8 @@ static void tick(void)
 static int build_policy(void)
 {
     struct pol_config pc = { .min_runtime_ns = d.cfg.min_runtime_ns,
-                             .resume_retry_ns = d.cfg.resume_retry_ns };
+                             .resume_retry_ns = d.cfg.resume_retry_ns,
+                             .backfill = d.cfg.backfill };
 
     d.pol = policy_new(&pc);
     if (!d.pol)
@@ -161,7 +162,9 @@ static void relearn_one(const struct tcgpud_saved_job *s)
 {
     struct pol_job_spec spec = { .id = (uint64_t)s->pid, .priority = s->priority,
                                  .device = s->device, .limit = s->limit,
+                                 .compute = s->compute <= POL_COMPUTE_FULL ? s->compute : 0,
                                  .preemptions = s->preemptions, .run_ns = s->run_ns };
+    struct djob *j;
     struct tcgpu_status st;
     char err[512];
     int proj = policy_project_find(d.pol, s->project);
@@ -193,11 +196,14 @@ static void relearn_one(const struct tcgpud_saved_job *s)
         spec.state = POL_RUNNING;
         spec.mem = st.gpu_bytes;
     }
+    spec.gang = s->job[0] ? gang_for(s->uid, s->job) : 0;
     if (policy_admit(d.pol, &spec, now_ns()) < 0 ||
-        !add_job(s->pid, s->uid, s->user, proj, s->start_ticks)) {
+        !(j = add_job(s->pid, s->uid, s->user, proj, s->start_ticks))) {
         logmsg("pid %d: cannot re-admit it", (int)s->pid);
         return;
     }
+    snprintf(j->job_name, sizeof(j->job_name), "%s", s->job);
+    j->gang = spec.gang;
     logmsg("pid %d re-learnt: project %s, %s%s", (int)s->pid, s->project, pol_state_name(spec.state),
            spec.state == POL_SUSPENDED ? (spec.suspended_by == POL_BY_MANUAL ? " (by hand)" : " (by policy)") : "");
     event("relearnt", s->pid, "state", pol_state_name(spec.state), NULL);

@@ -31,6 +31,8 @@ struct tcgpud_saved_job {
     int auto_resume;
     unsigned preemptions;
     uint64_t run_ns;
+    char job[64];                 /* the gang (multi-GPU job) it is a task of, "" none */
+    unsigned compute;             /* its compute share, permille, 0: none */
 };
 
 /* Write n jobs to path atomically. 0 or -errno (message in err). */
