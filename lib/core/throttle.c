@@ -29,6 +29,7 @@
 _Atomic unsigned tcgpu_throttle_on;
 _Atomic int tcgpu_throttle_launched;
 _Atomic int tcgpu_throttle_counting;
+_Atomic int tcgpu_throttle_device = -1;
 
 struct pending {
     CUevent start, end;
@@ -144,7 +145,7 @@ void throttle_take_report(int *active, unsigned *busy, int *device)
                                : 0;
     if (*busy > THROTTLE_FULL)
         *busy = THROTTLE_FULL;
-    *device = th.device;
+    *device = th.device >= 0 ? th.device : atomic_load(&tcgpu_throttle_device);
     th.charged_ns = 0;
     th.period_ns = now;
     pthread_mutex_unlock(&th.lock);
@@ -275,6 +276,14 @@ static void harvest(void)
     }
 }
 
+void throttle_learn_device(void)
+{
+    CUdevice dev;
+
+    if (TCGPU_REAL(cuCtxGetDevice)(&dev) == CUDA_SUCCESS)
+        atomic_store(&tcgpu_throttle_device, (int)dev);
+}
+
 void throttle_ctx_gone(CUcontext ctx)
 {
     pthread_mutex_lock(&th.lock);
@@ -360,6 +369,7 @@ static void start_measure(struct throttle_ticket *t, CUfunction fn, CUstream s, 
     t->stream = s;
     t->per_thread = per_thread;
     th.device = pl->device;
+    atomic_store_explicit(&tcgpu_throttle_device, pl->device, memory_order_relaxed);
 }
 
 /* Is the launch's stream being captured into a graph? Then nothing runs

@@ -19,7 +19,7 @@
  * it is, and charging that would give the job less than its share.
  *
  * Cost: a job without a share pays one relaxed load and (when tcgpud is
- * there) one relaxed store per launch; a job with a share alone on its
+ * there) one relaxed store and load per launch, and once cuCtxGetDevice; a job with a share alone on its
  * device a lock and a clock read, and two event records every 8th launch.
  *
  * Thread-safe: any thread may launch; the reporter thread (daemon_client.c)
@@ -39,6 +39,7 @@
 extern _Atomic unsigned tcgpu_throttle_on;      /* a share is set: launches go the slow way */
 extern _Atomic int tcgpu_throttle_launched;     /* a launch since the last report */
 extern _Atomic int tcgpu_throttle_counting;     /* tcgpud wants to hear of launches */
+extern _Atomic int tcgpu_throttle_device;       /* the device launched on; -1: not known yet */
 
 /* One launch in flight between throttle_before() and throttle_after(). */
 struct throttle_ticket {
@@ -65,6 +66,7 @@ unsigned throttle_cap(void);
 void throttle_take_report(int *active, unsigned *busy, int *device);
 
 void throttle_before_slow(struct throttle_ticket *t, CUfunction fn, CUstream s, int per_thread);
+void throttle_learn_device(void);
 void throttle_after_slow(struct throttle_ticket *t, CUresult rc);
 
 /* Before the real launch (inside the API gate): may sleep (outside it). */
@@ -76,8 +78,11 @@ static inline void throttle_before(struct throttle_ticket *t, CUfunction fn, CUs
         throttle_before_slow(t, fn, s, per_thread);
         return;
     }
-    if (atomic_load_explicit(&tcgpu_throttle_counting, memory_order_relaxed))
+    if (atomic_load_explicit(&tcgpu_throttle_counting, memory_order_relaxed)) {
         atomic_store_explicit(&tcgpu_throttle_launched, 1, memory_order_relaxed);
+        if (__builtin_expect(atomic_load_explicit(&tcgpu_throttle_device, memory_order_relaxed) < 0, 0))
+            throttle_learn_device();      /* once: tcgpud is told where the job computes */
+    }
 }
 
 /* After the real launch returned rc. */

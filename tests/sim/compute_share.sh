@@ -13,6 +13,11 @@
 HOG=$PROGS/compute_hog
 BUSY=$PROGS/busy_kernel.so
 KERNEL_US=5000
+# hog NAME [gpuckpt run options] : a job that keeps the GPU busy until $WORK/stop-NAME exists
+hog() {
+    local name=$1; shift
+    start_bg "$WORK/$name.out" "$GPUCKPT" run "$@" -- "$HOG" "$BUSY" 120 $KERNEL_US 0 16 "$WORK/stop-$name"
+}
 
 # kernel_ns PID : how long PID's kernels have held device 0 (simcuda-smi -q).
 kernel_ns() {
@@ -50,9 +55,9 @@ members = *
 start_tcgpud
 
 # --- 30% and 70%, both wanting all of it ------------------------------------
-start_bg "$WORK/a.out" "$GPUCKPT" run --project a --gpu-compute 30% -- "$HOG" "$BUSY" 10 $KERNEL_US
+hog a --project a --gpu-compute 30%
 a=$BG
-start_bg "$WORK/b.out" "$GPUCKPT" run --project a --gpu-compute 70% -- "$HOG" "$BUSY" 10 $KERNEL_US
+hog b --project a --gpu-compute 70%
 b=$BG
 wait_registered "$a"
 wait_registered "$b"
@@ -65,12 +70,13 @@ note "30% and 70% jobs got ${sa} and ${sb} per mille of the device"
 within "$sa" 300 || fail "the 30% job got ${sa} per mille"
 within "$sb" 700 || fail "the 70% job got ${sb} per mille"
 [ $((sa + sb)) -ge 900 ] || fail "together they left the device idle: $((sa + sb)) per mille"
+touch "$WORK/stop-a" "$WORK/stop-b"
 wait "$a" || fail "job a failed: $(tail -n 3 "$WORK/a.out")"
 wait "$b" || fail "job b failed: $(tail -n 3 "$WORK/b.out")"
 grep -q '^checksum ok' "$WORK/a.out" && grep -q '^checksum ok' "$WORK/b.out" || fail "data changed"
 
 # --- 30% alone: any share --------------------------------------------------
-start_bg "$WORK/c.out" "$GPUCKPT" run --project a --gpu-compute 30% -- "$HOG" "$BUSY" 6 $KERNEL_US
+hog c --project a --gpu-compute 30%
 c=$BG
 wait_registered "$c"
 wait_for_line "$WORK/c.out" '^running'
@@ -79,6 +85,7 @@ sc=$(shares 3 "$c")
 note "the 30% job alone got ${sc} per mille"
 [ "$sc" -ge 900 ] || fail "alone on the device, the 30% job was held to ${sc} per mille"
 [ "$(job_field "$c" compute_cap)" = 1000 ] || fail "its cap alone: $(job_field "$c" compute_cap)"
+touch "$WORK/stop-c"
 wait "$c" || fail "job c failed"
 
 # --- unlimited alone: as fast as without tcgpu -------------------------------
@@ -91,12 +98,13 @@ note "unlimited alone: $managed kernels under tcgpud, $plain without tcgpu"
 [ $((managed * 100)) -ge $((plain * 95)) ] || fail "the unlimited job was slowed: $managed against $plain kernels"
 
 # --- no tcgpud to ask: the share is kept ------------------------------------
-TCGPU_DAEMON_SOCKET=$WORK/nobody.sock start_bg "$WORK/d.out" "$GPUCKPT" run --gpu-compute 30% -- "$HOG" "$BUSY" 5 $KERNEL_US
+TCGPU_DAEMON_SOCKET=$WORK/nobody.sock hog d --gpu-compute 30%
 d=$BG
 wait_for_line "$WORK/d.out" '^running'
 sleep 1
 sd=$(shares 3 "$d")
 note "30% without tcgpud: ${sd} per mille"
 within "$sd" 300 || fail "without tcgpud the 30% job got ${sd} per mille"
+touch "$WORK/stop-d"
 wait "$d" || fail "job d failed"
 echo "ok: 30%/70% got $sa/$sb per mille, 30% alone $sc, unlimited $managed/$plain kernels, 30% without tcgpud $sd"

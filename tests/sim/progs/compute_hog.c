@@ -3,19 +3,20 @@
  * wants more compute, for the compute-share tests (tests/sim/compute_share.sh,
  * tests/sim/tcgpud_gang.sh).
  *
- *   compute_hog MODULE.so SECONDS KERNEL_US [DEVICE [MIB]]
+ *   compute_hog MODULE.so SECONDS KERNEL_US [DEVICE [MIB [STOPFILE]]]
  *
  * Launches `busy` kernels of KERNEL_US back to back on one stream (eight in
- * flight at a time) for SECONDS on device DEVICE (0), holding MIB of device
- * memory (16) whose contents it checks at the end, so a suspension in
- * between must bring them back. Prints "running" once started, then
- * "kernels N" and "checksum ok" at the end.
+ * flight at a time) for SECONDS on device DEVICE (0), or until STOPFILE
+ * exists, holding MIB of device memory (16) whose contents it checks at the
+ * end, so a suspension in between must bring them back. Prints "running"
+ * once started, then "kernels N" and "checksum ok" at the end.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <cuda.h>
 
 static void check(CUresult rc, const char *what)
@@ -46,10 +47,11 @@ int main(int argc, char **argv)
     CUdeviceptr p;
     CUdevice dev;
 
-    if (argc < 4 || argc > 6) {
-        fprintf(stderr, "usage: compute_hog MODULE.so SECONDS KERNEL_US [DEVICE [MIB]]\n");
+    if (argc < 4 || argc > 7) {
+        fprintf(stderr, "usage: compute_hog MODULE.so SECONDS KERNEL_US [DEVICE [MIB [STOPFILE]]]\n");
         return 2;
     }
+    const char *stop = argc > 6 ? argv[6] : NULL;
     double seconds = atof(argv[2]);
     uint32_t us = (uint32_t)strtoul(argv[3], NULL, 10);
     int ordinal = argc > 4 ? atoi(argv[4]) : 0;
@@ -73,7 +75,7 @@ int main(int argc, char **argv)
     fflush(stdout);
     unsigned long n = 0;
     double end = mono() + seconds;
-    while (mono() < end) {
+    while (mono() < end && !(stop && n % 64 == 0 && access(stop, F_OK) == 0)) {
         void *args[] = { &us };
         check(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, args, NULL), "cuLaunchKernel");
         if (++n % 8 == 0)
