@@ -12,6 +12,18 @@
 #include "driver/gate.h"
 #include "core/throttle.h"
 
+/* Every wrapper's body: the real call `call` between the gate and the throttle. */
+#define THROTTLED(abi, fn, stream, per_thread, call)                                     \
+    do {                                                                                 \
+        struct throttle_ticket t_;                                                       \
+        TCGPU_GATE_ENTER(#abi);                                                          \
+        throttle_before(&t_, (fn), (stream), (per_thread));                              \
+        CUresult rc_ = (call);                                                           \
+        throttle_after(&t_, rc_);                                                        \
+        TCGPU_GATE_LEAVE();                                                              \
+        return rc_;                                                                      \
+    } while (0)
+
 /* The per-thread-stream flavours, declared only with the internal API names. */
 CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                      unsigned int gridDimZ, unsigned int blockDimX,
@@ -32,16 +44,9 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
                                 unsigned int sharedMemBytes, CUstream hStream,
                                 void **kernelParams, void **extra)
 {
-    struct throttle_ticket t;
-
-    TCGPU_GATE_ENTER("cuLaunchKernel");
-    throttle_before(&t, f, hStream, 0);
-    CUresult rc = TCGPU_REAL_ABI(cuLaunchKernel)(f, gridDimX, gridDimY, gridDimZ, blockDimX,
-                                                 blockDimY, blockDimZ, sharedMemBytes, hStream,
-                                                 kernelParams, extra);
-    throttle_after(&t, rc);
-    TCGPU_GATE_LEAVE();
-    return rc;
+    THROTTLED(cuLaunchKernel, f, hStream, 0,
+              TCGPU_REAL_ABI(cuLaunchKernel)(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
+                                             blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
 }
 
 CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -50,42 +55,24 @@ CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsign
                                      unsigned int sharedMemBytes, CUstream hStream,
                                      void **kernelParams, void **extra)
 {
-    struct throttle_ticket t;
-
-    TCGPU_GATE_ENTER("cuLaunchKernel_ptsz");
-    throttle_before(&t, f, hStream, 1);
-    CUresult rc = TCGPU_REAL_ABI(cuLaunchKernel_ptsz)(f, gridDimX, gridDimY, gridDimZ, blockDimX,
-                                                      blockDimY, blockDimZ, sharedMemBytes,
-                                                      hStream, kernelParams, extra);
-    throttle_after(&t, rc);
-    TCGPU_GATE_LEAVE();
-    return rc;
+    THROTTLED(cuLaunchKernel_ptsz, f, hStream, 1,
+              TCGPU_REAL_ABI(cuLaunchKernel_ptsz)(f, gridDimX, gridDimY, gridDimZ, blockDimX,
+                                                  blockDimY, blockDimZ, sharedMemBytes, hStream,
+                                                  kernelParams, extra));
 }
 
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
                                   void **extra)
 {
-    struct throttle_ticket t;
-
-    TCGPU_GATE_ENTER("cuLaunchKernelEx");
-    throttle_before(&t, f, config ? config->hStream : NULL, 0);
-    CUresult rc = TCGPU_REAL_ABI(cuLaunchKernelEx)(config, f, kernelParams, extra);
-    throttle_after(&t, rc);
-    TCGPU_GATE_LEAVE();
-    return rc;
+    THROTTLED(cuLaunchKernelEx, f, config ? config->hStream : NULL, 0,
+              TCGPU_REAL_ABI(cuLaunchKernelEx)(config, f, kernelParams, extra));
 }
 
 CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
                                        void **kernelParams, void **extra)
 {
-    struct throttle_ticket t;
-
-    TCGPU_GATE_ENTER("cuLaunchKernelEx_ptsz");
-    throttle_before(&t, f, config ? config->hStream : NULL, 1);
-    CUresult rc = TCGPU_REAL_ABI(cuLaunchKernelEx_ptsz)(config, f, kernelParams, extra);
-    throttle_after(&t, rc);
-    TCGPU_GATE_LEAVE();
-    return rc;
+    THROTTLED(cuLaunchKernelEx_ptsz, f, config ? config->hStream : NULL, 1,
+              TCGPU_REAL_ABI(cuLaunchKernelEx_ptsz)(config, f, kernelParams, extra));
 }
 
 CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
@@ -94,16 +81,10 @@ CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
                                            unsigned int blockDimZ, unsigned int sharedMemBytes,
                                            CUstream hStream, void **kernelParams)
 {
-    struct throttle_ticket t;
-
-    TCGPU_GATE_ENTER("cuLaunchCooperativeKernel");
-    throttle_before(&t, f, hStream, 0);
-    CUresult rc = TCGPU_REAL_ABI(cuLaunchCooperativeKernel)(f, gridDimX, gridDimY, gridDimZ,
-                                                            blockDimX, blockDimY, blockDimZ,
-                                                            sharedMemBytes, hStream, kernelParams);
-    throttle_after(&t, rc);
-    TCGPU_GATE_LEAVE();
-    return rc;
+    THROTTLED(cuLaunchCooperativeKernel, f, hStream, 0,
+              TCGPU_REAL_ABI(cuLaunchCooperativeKernel)(f, gridDimX, gridDimY, gridDimZ, blockDimX,
+                                                        blockDimY, blockDimZ, sharedMemBytes,
+                                                        hStream, kernelParams));
 }
 
 CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
@@ -112,15 +93,8 @@ CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridD
                                                 unsigned int blockDimZ, unsigned int sharedMemBytes,
                                                 CUstream hStream, void **kernelParams)
 {
-    struct throttle_ticket t;
-
-    TCGPU_GATE_ENTER("cuLaunchCooperativeKernel_ptsz");
-    throttle_before(&t, f, hStream, 1);
-    CUresult rc = TCGPU_REAL_ABI(cuLaunchCooperativeKernel_ptsz)(f, gridDimX, gridDimY, gridDimZ,
-                                                                 blockDimX, blockDimY, blockDimZ,
-                                                                 sharedMemBytes, hStream,
-                                                                 kernelParams);
-    throttle_after(&t, rc);
-    TCGPU_GATE_LEAVE();
-    return rc;
+    THROTTLED(cuLaunchCooperativeKernel_ptsz, f, hStream, 1,
+              TCGPU_REAL_ABI(cuLaunchCooperativeKernel_ptsz)(f, gridDimX, gridDimY, gridDimZ,
+                                                             blockDimX, blockDimY, blockDimZ,
+                                                             sharedMemBytes, hStream, kernelParams));
 }

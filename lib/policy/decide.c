@@ -128,6 +128,26 @@ static int preempt_on(struct policy *p, struct pol_job *j, int dev, uint64_t byt
     return r;
 }
 
+/* The device not in skip[] where job j has the most room for bytes (and may
+ * take them: its borrowing limit), or -1. */
+static int most_room(const struct policy *p, const struct pol_job *j, uint64_t bytes,
+                     const unsigned char *skip)
+{
+    int best = -1;
+    uint64_t best_room = 0;
+
+    for (int d = 0; d < p->ndev; d++) {
+        if (skip[d] || p->cap[d] < bytes || !pol_may_take(p, j->project, d, bytes, 0))
+            continue;
+        uint64_t room = pol_room(p, NULL, j->project, d, 0);
+        if (best < 0 || room > best_room) {
+            best = d;
+            best_room = room;
+        }
+    }
+    return best;
+}
+
 /* For an unplaced job: the devices with the most room first, each while
  * none succeeds. 1: started; 0: no way; -ENOMEM. */
 static int preempt_any(struct policy *p, struct pol_job *j, uint64_t bytes, uint64_t now,
@@ -142,17 +162,7 @@ static int preempt_any(struct policy *p, struct pol_job *j, uint64_t bytes, uint
     if (!tried)
         return -ENOMEM;
     for (int round = 0; round < p->ndev && r == 0; round++) {
-        int best = -1;
-        uint64_t best_room = 0;
-        for (int d = 0; d < p->ndev; d++) {
-            if (tried[d] || p->cap[d] < bytes || !pol_may_take(p, j->project, d, bytes, 0))
-                continue;
-            uint64_t room = pol_room(p, NULL, j->project, d, 0);
-            if (best < 0 || room > best_room) {
-                best = d;
-                best_room = room;
-            }
-        }
+        int best = most_room(p, j, bytes, tried);
         if (best < 0)
             break;
         tried[best] = 1;
@@ -213,17 +223,7 @@ static int place_gang(struct policy *p, struct pol_job *j, uint64_t bytes, uint6
     memset(skip, 0, (size_t)p->ndev);
     for (size_t i = 0; i < n; i++) {
         struct pol_job *t = &p->jobs[g[i]];
-        int best = -1;
-        uint64_t best_room = 0;
-        for (int d = 0; d < p->ndev; d++) {
-            if (skip[d] || p->cap[d] < (t == j ? bytes : t->want))
-                continue;
-            uint64_t room = pol_room(p, NULL, t->project, d, 0);
-            if (best < 0 || room > best_room) {
-                best = d;
-                best_room = room;
-            }
-        }
+        int best = most_room(p, t, t == j ? bytes : t->want, skip);
         if (best < 0)
             goto out;
         skip[best] = 1;

@@ -197,11 +197,14 @@ static int test_state_round_trip(void)
     snprintf(in[0].project, sizeof(in[0].project), "prod=1%%");
     snprintf(in[0].state, sizeof(in[0].state), "suspended");
     snprintf(in[0].suspended_by, sizeof(in[0].suspended_by), "manual");
+    snprintf(in[0].job, sizeof(in[0].job), "slurm:4242");      /* a task of a gang */
+    in[0].compute = 300;
     /* the ends of each range */
     in[1] = (struct tcgpud_saved_job){ .pid = INT32_MAX, .start_ticks = UINT64_MAX,
                                        .uid = UINT32_MAX, .priority = INT32_MIN,
                                        .limit = UINT64_MAX, .device = 4095, .mem = UINT64_MAX,
-                                       .preemptions = UINT32_MAX, .run_ns = UINT64_MAX };
+                                       .preemptions = UINT32_MAX, .run_ns = UINT64_MAX,
+                                       .compute = 1000 };
     snprintf(in[1].user, sizeof(in[1].user), "root");
     snprintf(in[1].project, sizeof(in[1].project), "batch");
     snprintf(in[1].state, sizeof(in[1].state), "running");
@@ -218,7 +221,8 @@ static int test_state_round_trip(void)
                            "priority=-3 limit=0 device=0 mem=0 state=running suspended_by=none "
                            "auto_resume=5 preemptions=0 run_ns=0\n") == 0);
     CHECK(tcgpud_state_load(path, &out, &n, err, sizeof(err)) == 0 && n == 1 &&
-          out[0].dev_capacity == 0 && out[0].priority == -3 && out[0].auto_resume == 1, "%s", err);
+          out[0].dev_capacity == 0 && out[0].priority == -3 && out[0].auto_resume == 1 &&
+          !out[0].job[0] && out[0].compute == 0, "%s", err);
     free(out);
 
     /* malformed: the line is named */
