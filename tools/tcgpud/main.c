@@ -4,7 +4,7 @@
  *
  *   tcgpud [--config FILE] [--socket PATH] [--state FILE]
  *
- * Foreground, logs to stderr. Decisions come from lib/policy/policy.c; tcgpud
+ * Foreground, logs to stderr. Decisions come from lib/policy (policy.h); tcgpud
  * carries them out by talking to each job's control socket (suspend,
  * resume, status), persists its jobs to a state file, and re-learns them
  * from it and from the jobs themselves when it starts again.
