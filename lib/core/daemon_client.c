@@ -147,14 +147,18 @@ static int call_daemon(struct ctl_buf *req, struct ctl_msg *reply, int timeout_m
  * with the cap each one's throttle applies (lib/core/throttle.h).
  * ------------------------------------------------------------------------- */
 
-/* One report; the cap tcgpud answers, or 0 when there was no answer. */
-static unsigned report_compute(int active, unsigned busy, int device)
+static int ensure_registered(void);
+
+/* One report; the cap tcgpud answers, or 0 when there was no answer
+ * (*forgotten: tcgpud does not know the job, it must register again). */
+static unsigned report_compute(int active, unsigned busy, int device, int *forgotten)
 {
     struct ctl_buf *req = malloc(sizeof(*req));
     struct ctl_msg *rep = malloc(sizeof(*rep));
     uint64_t cap = 0;
     char err[256];
 
+    *forgotten = 0;
     if (!req || !rep)
         goto out;
     ctl_buf_request(req, "compute");
@@ -162,9 +166,12 @@ static unsigned report_compute(int active, unsigned busy, int device)
         ctl_buf_put_u64(req, "device", (uint64_t)physical_device(device));
     ctl_buf_put_u64(req, "active", (uint64_t)(active != 0));
     ctl_buf_put_u64(req, "busy", busy);
-    if (call_daemon(req, rep, REPORT_TIMEOUT_MS, err, sizeof(err)) < 0 || rep->err ||
-        ctl_get_u64(rep, "cap", &cap) < 0)
+    if (call_daemon(req, rep, REPORT_TIMEOUT_MS, err, sizeof(err)) < 0) {
         cap = 0;
+    } else if (rep->err || ctl_get_u64(rep, "cap", &cap) < 0) {
+        *forgotten = rep->err == -ENOENT;
+        cap = 0;
+    }
 out:
     free(req);
     free(rep);
@@ -187,7 +194,15 @@ static void *reporter(void *arg)
         if (!active && !was_active && throttle_cap() == THROTTLE_FULL)
             continue;                   /* idle, and nothing holds it back: nothing to say */
         was_active = active;
-        cap = report_compute(active, busy, device);
+        int forgotten;
+        cap = report_compute(active, busy, device, &forgotten);
+        if (forgotten) {
+            /* tcgpud restarted without its state: register again (at most every 5 s) */
+            pthread_mutex_lock(&reg_mutex);
+            dc.registered = 0;
+            ensure_registered();
+            pthread_mutex_unlock(&reg_mutex);
+        }
         if (throttle_share())
             throttle_set_cap(cap ? cap : throttle_share());
     }

@@ -84,7 +84,8 @@
  * not fit blocks everyone after it on its device (and, with cfg.strict, a
  * new request never passes a waiting one ahead of it). With cfg.backfill
  * on, later ones that fit run anyway and are marked as having *jumped* the
- * waiting ones ahead of them; a waiting job suspends the jobs that jumped it
+ * waiting ones ahead of them (that waited already when they asked: a job that
+ * displaced its victim jumped nobody); a waiting job suspends the jobs that jumped it
  * as soon as that makes it fit, without waiting for their min_runtime. So a
  * job that fits starts while a larger one waits, and can never delay it by
  * more than the time to suspend it (policy_check_backfill verifies this
@@ -404,11 +405,11 @@ int pol_by_parse(const char *s);
 
 /*
  * Checks every invariant the policy promises (used <= capacity on every
- * device, every lending limit, every borrowing limit for grants, compute
- * shares within the device under pack_compute, claimed consistent,
+ * device, every lending limit, compute shares within the device under
+ * pack_compute, used and claimed sums consistent with the jobs,
  * victims_pending matches the suspending jobs, states and requests
- * consistent, gangs on distinct devices). Returns 0 or -EFAULT with a
- * message in msg. For tests and the replay's self-check.
+ * consistent). Returns 0 or -EFAULT with a message in msg. For tests and
+ * the replay's self-check.
  */
 int policy_check(const struct policy *p, char *msg, size_t len);
 

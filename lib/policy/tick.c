@@ -54,7 +54,9 @@ int pol_waiter_ahead(const struct policy *p, const struct pol_job *self, int dev
         uint64_t hs;
         if (h == self || (self->gang && h->gang == self->gang))
             continue;
-        if ((hs = pol_waiting_since(h, now)) && could_use(p, h, dev) &&
+        /* h waited already when self asked: a job that displaced h (its
+         * victim, now waiting) did not jump it */
+        if ((hs = pol_waiting_since(h, now)) && hs <= since && could_use(p, h, dev) &&
             pol_ahead(p, h, hs, prio, since, self->id))
             return 1;
     }
@@ -82,7 +84,7 @@ int policy_job_jumped(const struct policy *p, const struct pol_job *h, const str
         return 0;
     if (h->state == POL_RUNNING && h->req == POL_REQ_NONE)
         return 0;                       /* not in the queue */
-    return h->queued_ns <= v->bf_ns &&
+    return h->queued_ns <= v->bf_queued &&
            pol_ahead(p, h, h->queued_ns, v->bf_priority, v->bf_queued, v->id);
 }
 

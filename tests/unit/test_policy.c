@@ -813,6 +813,32 @@ static int test_backfill(void)
     return 0;
 }
 
+/* A victim waiting to come back does not see the job it made room for as a
+ * jumper, though it has the higher priority: no ping-pong through backfill. */
+static int test_backfill_no_ping_pong(void)
+{
+    struct pol_config cfg = { .min_runtime_ns = 30 * SEC, .resume_retry_ns = SEC, .backfill = 1 };
+    struct policy *p = new_policy_cfg(&cfg, 1000 * MiB, 1);
+    int bat = add_project(p, "batch", 50, 1, 0, 0);
+    int team = add_project(p, "team", 10, 1, 0, 700 * MiB);
+
+    REQUIRE(start_job(p, 1, bat, 50, 600 * MiB, 0) == 0, "the borrower");
+    REQUIRE(admit(p, 2, team, 10, 0) == 0, "2");
+    pol_actions_clear(&acts);
+    policy_request(p, 2, 0, 500 * MiB, POL_FREE_UNKNOWN, 0, 40 * SEC, &acts);
+    REQUIRE(has(POL_ACT_SUSPEND, 1) && acts.v[0].why == POL_WHY_RECLAIM, "team reclaims");
+    ack_suspends(p, 41 * SEC);
+    REQUIRE(has(POL_ACT_GRANT, 2), "granted");
+    REQUIRE(!policy_job_jumped(p, policy_job(p, 1), policy_job(p, 2)), "team did not jump batch");
+    for (int t = 42; t < 120; t += 5) {
+        pol_actions_clear(&acts);
+        policy_tick(p, (uint64_t)t * SEC, &acts);
+        REQUIRE(count(POL_ACT_SUSPEND) == 0, "t=%d: batch suspends team back", t);
+    }
+    policy_free(p);
+    return 0;
+}
+
 /* A job of higher priority is never a jumper; nor one that came first. */
 static int test_backfill_order(void)
 {
@@ -1078,7 +1104,7 @@ static int reclaims_for(struct world *w, const struct pol_job *r, const struct p
 /* v jumped r: it started after r began to wait, from behind r in the queue. */
 static int jumped(struct world *w, const struct pol_job *r, const struct pol_job *v)
 {
-    if (!w->backfill || !v->bf_ns || r->queued_ns > v->bf_ns)
+    if (!w->backfill || !v->bf_ns || r->queued_ns > v->bf_queued)
         return 0;
     if (r->priority != v->bf_priority)
         return r->priority > v->bf_priority;
@@ -1397,6 +1423,7 @@ int main(void)
     RUN(test_cohort);
     RUN(test_backfill);
     RUN(test_backfill_order);
+    RUN(test_backfill_no_ping_pong);
     RUN(test_gang_preempt);
     RUN(test_gang_place);
     RUN(test_compute_cap);
