@@ -452,12 +452,13 @@ int sim_exec_kernel(struct sim_op *op, struct sim_ctx *c)
         .priv = &st,
     };
 
-    (void)c;
     memcpy(k.grid, op->u.kernel.grid, sizeof(k.grid));
     memcpy(k.block, op->u.kernel.block, sizeof(k.block));
+    sim_engine_acquire(c->dev);         /* its process's turn on the device (engine.c) */
     sim_map_rdlock();
     op->u.kernel.fn(&k, op->u.kernel.params);
     sim_map_unlock();
+    sim_engine_release(c->dev);
     return st.faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : 0;
 }
 

@@ -232,6 +232,9 @@ static void slot_clear(struct sim_shm *s, struct sim_shm_proc *p)
         s->used[d] -= p->used[d] <= s->used[d] ? p->used[d] : s->used[d];
         p->used[d] = 0;
         p->parked[d] = 0;
+        p->kernel_ns[d] = 0;
+        s->engine[d].waiters -= p->engine_waiting[d];
+        p->engine_waiting[d] = 0;
     }
     p->state = CU_PROCESS_STATE_RUNNING;
     p->restore_tid = 0;

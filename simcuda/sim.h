@@ -13,6 +13,7 @@
  *   module.c     modules (shared objects of host functions) and kernel launches
  *   procaddr.c   cuGetProcAddress from a table generated out of cuda.h/cudaTypedefs.h
  *   checkpoint.c the driver checkpoint API and the per-process service thread
+ *   engine.c     the device's compute engine, which the processes' kernels take turns on
  *
  * The whole library is compiled with __CUDA_API_VERSION_INTERNAL, so cuda.h
  * declares every exported ABI name (cuMemAlloc is the 32-bit v1, cuMemAlloc_v2
@@ -84,6 +85,21 @@ struct sim_shm_proc {
     uint32_t arg;                /* lock timeout in ms */
     int32_t result;              /* CUresult of the last command */
     int32_t _pad2;
+    /* The compute engine (engine.c): */
+    uint64_t kernel_ns[SIM_MAX_DEVICES];  /* time its kernels held the device's engine */
+    int32_t engine_waiting[SIM_MAX_DEVICES];  /* its kernels waiting for their turn */
+};
+
+/* One device's compute engine: the process whose kernels run on it now. */
+struct sim_engine {
+    int32_t owner;               /* pid, 0: idle */
+    int32_t running;             /* the owner's kernels running (its streams overlap) */
+    int32_t last;                /* the owner before: it lets a waiting process go first */
+    int32_t waiters;             /* kernels of all processes waiting for a turn */
+    uint32_t seq;                /* futex word: bumped whenever the engine is given up */
+    uint32_t _pad;
+    uint64_t since_ns;           /* the owner took it */
+    uint64_t handoff_until_ns;   /* the last owner stands back until then */
 };
 
 struct sim_shm {
@@ -94,6 +110,7 @@ struct sim_shm {
     int32_t _pad;
     uint64_t capacity[SIM_MAX_DEVICES];
     uint64_t used[SIM_MAX_DEVICES];
+    struct sim_engine engine[SIM_MAX_DEVICES];
     struct sim_shm_proc procs[SIM_MAX_PROCS];
 };
 
@@ -379,6 +396,17 @@ void sim_pool_free_exec(struct sim_range *r);
 /* Release pool memory above the thresholds (at synchronisation points). */
 void sim_pools_trim(void);
 void sim_pools_release_ctx(struct sim_ctx *c);
+
+/* --- the compute engine (engine.c) ----------------------------------------
+ * A GPU without MPS runs one context's kernels at a time and time-slices
+ * between the processes that have work. simcuda does the same at kernel
+ * boundaries: a kernel waits for its process's turn on the device; a
+ * process's own kernels on several streams overlap; when another process
+ * waits, the owner's new kernels wait too, and the engine passes to the
+ * waiter once the owner's running kernels end. Each process's kernel time
+ * (the engine held with a kernel of it running) is counted in the shm. */
+void sim_engine_acquire(int dev);
+void sim_engine_release(int dev);
 
 /* --- checkpoint (checkpoint.c) --------------------------------------------- */
 void sim_ckpt_park_all(void);       /* checkpoint: release capacity */

@@ -4,7 +4,7 @@
  *   simcuda-smi        a table: devices (capacity, used, free) and processes
  *   simcuda-smi -q     one line per record, key=value, for scripts:
  *                        device index=0 total=... used=... free=...
- *                        process pid=... device=0 used=... state=running command=...
+ *                        process pid=... device=0 used=... parked=... kernel_ns=... state=running command=...
  *
  * It reads the shm named by SIMCUDA_SHM (default /simcuda) without attaching
  * to the device; dead processes are reaped first, as any attach would.
@@ -60,9 +60,9 @@ static void print_lines(const struct sim_shm *s)
         if (!p->pid)
             continue;
         for (int d = 0; d < s->ndev; d++)
-            printf("process pid=%d device=%d used=%llu parked=%llu state=%s command=%s\n", p->pid, d,
-                   (unsigned long long)p->used[d], (unsigned long long)p->parked[d],
-                   sim_state_name(p->state), p->comm);
+            printf("process pid=%d device=%d used=%llu parked=%llu kernel_ns=%llu state=%s command=%s\n",
+                   p->pid, d, (unsigned long long)p->used[d], (unsigned long long)p->parked[d],
+                   (unsigned long long)p->kernel_ns[d], sim_state_name(p->state), p->comm);
     }
 }
 

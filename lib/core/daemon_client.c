@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "daemon_client.h"
+#include "throttle.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
 #include "common/log.h"
@@ -38,6 +39,8 @@
 #define RETRY_MAX_MS          1000
 #define FORGOTTEN_MAX         3           /* ENOENT answers in a row before giving up */
 #define LIMIT_NOTE_EVERY_NS   10000000000ull
+#define REPORT_EVERY_NS       500000000ull    /* compute reports of an active job */
+#define REPORT_TIMEOUT_MS     2000
 
 static _Atomic uint64_t job_limit;            /* bytes; 0: none */
 static pthread_mutex_t reg_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -56,6 +59,8 @@ static struct {
     int warned;
     uint64_t limit_noted_ns;                  /* the last "over its limit" line */
     unsigned long limit_not_noted;
+    char job[64];                             /* TCGPU_JOB, or slurm:$SLURM_JOB_ID */
+    int reporter;                             /* the compute reporter thread runs */
 } dc;
 
 uint64_t tcgpu_daemon_limit(void)
@@ -79,6 +84,13 @@ static void configure(void)
     dc.timeout_ms = DEFAULT_TIMEOUT_MS;
     if (p && *p)
         snprintf(dc.project, sizeof(dc.project), "%s", p);
+    /* the tasks of one job: its name, or Slurm's job id (every task of a step has it) */
+    const char *job = getenv("TCGPU_JOB"), *slurm = getenv("SLURM_JOB_ID");
+    if (job && *job)
+        snprintf(dc.job, sizeof(dc.job), "%s", job);
+    else if (slurm && *slurm)
+        snprintf(dc.job, sizeof(dc.job), "slurm:%s", slurm);
+    throttle_configure();
     if (prio && *prio)
         snprintf(dc.priority, sizeof(dc.priority), "%s", prio);
     if (mem && *mem) {
@@ -100,6 +112,32 @@ static void configure(void)
         else
             dc.timeout_ms = (int)(v / 1000000);
     }
+}
+
+/*
+ * The machine's index of the job's CUDA device `ordinal`: under
+ * CUDA_VISIBLE_DEVICES=2,3 (as Slurm sets it) the job's device 0 is GPU 2.
+ * Entries that are not indexes (UUIDs, MIG instances) are left as the
+ * ordinal: tcgpud then accounts the job on the GPU of that number.
+ */
+static int physical_device(int ordinal)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    int i = 0;
+
+    if (!v || !*v || ordinal < 0)
+        return ordinal;
+    for (const char *s = v; *s; i++) {
+        char *end;
+        long idx = strtol(s, &end, 10);
+        if (i == ordinal)
+            return end != s && (*end == ',' || !*end) && idx >= 0 && idx < 4096 ? (int)idx : ordinal;
+        s = strchr(s, ',');
+        if (!s)
+            break;
+        s++;
+    }
+    return ordinal;
 }
 
 /* One request/reply with tcgpud. Returns 0 with *reply filled (check ->err), or -errno. */
@@ -128,12 +166,98 @@ static void put_device(struct ctl_buf *req, int ordinal)
     CUuuid u;
     char hex[33];
 
-    ctl_buf_put_u64(req, "device", (uint64_t)ordinal);
+    ctl_buf_put_u64(req, "device", (uint64_t)physical_device(ordinal));
     if (TCGPU_REAL(cuDeviceGetUuid)(&u, ordinal) != CUDA_SUCCESS)
         return;
     for (int k = 0; k < 16; k++)
         snprintf(hex + 2 * k, 3, "%02x", (unsigned char)u.bytes[k]);
     ctl_buf_put(req, "uuid", hex);
+}
+
+/* ---------------------------------------------------------------------------
+ * Compute reports: tcgpud hears which jobs compute on a device and answers
+ * with the cap each one's throttle applies (lib/core/throttle.h).
+ * ------------------------------------------------------------------------- */
+
+static int ensure_registered(void);
+
+/* One report; the cap tcgpud answers, or 0 when there was no answer
+ * (*forgotten: tcgpud does not know the job, it must register again). */
+static unsigned report_compute(int active, unsigned busy, int device, int *forgotten)
+{
+    struct ctl_buf *req = malloc(sizeof(*req));
+    struct ctl_msg *rep = malloc(sizeof(*rep));
+    uint64_t cap = 0;
+    char err[256];
+
+    *forgotten = 0;
+    if (!req || !rep)
+        goto out;
+    ctl_buf_request(req, "compute");
+    if (device >= 0)
+        put_device(req, device);
+    ctl_buf_put_u64(req, "active", (uint64_t)(active != 0));
+    ctl_buf_put_u64(req, "busy", busy);
+    if (call_daemon(req, rep, REPORT_TIMEOUT_MS, err, sizeof(err)) < 0) {
+        cap = 0;
+    } else if (rep->err || ctl_get_u64(rep, "cap", &cap) < 0) {
+        *forgotten = rep->err == -ENOENT;
+        cap = 0;
+    }
+out:
+    free(req);
+    free(rep);
+    return (unsigned)cap;
+}
+
+/* Twice a second while the job launches work (and once more when it
+ * stops): whether it did, and the answer applied. tcgpud away: the share. */
+static void *reporter(void *arg)
+{
+    struct timespec ts = { 0, (long)REPORT_EVERY_NS };
+    int was_active = 0;
+
+    (void)arg;
+    for (;;) {
+        int active, device;
+        unsigned busy, cap;
+        nanosleep(&ts, NULL);
+        throttle_take_report(&active, &busy, &device);
+        if (!active && !was_active && throttle_cap() == THROTTLE_FULL)
+            continue;                   /* idle, and nothing holds it back: nothing to say */
+        was_active = active;
+        int forgotten;
+        cap = report_compute(active, busy, device, &forgotten);
+        if (forgotten) {
+            /* tcgpud restarted without its state: register again (at most every 5 s) */
+            pthread_mutex_lock(&reg_mutex);
+            dc.registered = 0;
+            ensure_registered();
+            pthread_mutex_unlock(&reg_mutex);
+        }
+        if (throttle_share())
+            throttle_set_cap(cap ? cap : throttle_share());
+    }
+    return NULL;
+}
+
+/* Start the reporter once, after the first registration. Lock held. */
+static void start_reporter(void)
+{
+    pthread_attr_t a;
+    pthread_t t;
+
+    if (dc.reporter)
+        return;
+    atomic_store(&tcgpu_throttle_counting, 1);
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &a, reporter, NULL) == 0)
+        dc.reporter = 1;
+    else
+        log_err("cannot start the compute reporter: the compute share stays at %u%%",
+                throttle_share() / 10);
+    pthread_attr_destroy(&a);
 }
 
 /* Register now. Lock held. Returns 0 or -errno (logged once). */
@@ -155,6 +279,10 @@ static int do_register(void)
     if (dc.gpu_mem)
         ctl_buf_put_u64(req, "gpu_mem", dc.gpu_mem);
     put_device(req, 0);
+    if (throttle_share())
+        ctl_buf_put_u64(req, "compute", throttle_share());
+    if (dc.job[0])
+        ctl_buf_put(req, "job", dc.job);
     r = call_daemon(req, rep, REGISTER_TIMEOUT_MS, err, sizeof(err));
     /* A tcgpud that is there but does not answer now (killed, restarting,
      * busy turning connections away) is away; no socket at all is no tcgpud. */
@@ -176,6 +304,12 @@ static int do_register(void)
     dc.may_borrow = ctl_get(rep, "may_borrow") && !strcmp(ctl_get(rep, "may_borrow"), "1");
     if (ctl_get_u64(rep, "limit", &limit) == 0)
         atomic_store(&job_limit, limit);
+    /* the project's default share, when the job gave none */
+    uint64_t compute;
+    if (!throttle_share() && ctl_get_u64(rep, "compute", &compute) == 0 && compute &&
+        compute <= THROTTLE_FULL)
+        throttle_set_share((unsigned)compute);
+    start_reporter();
     log_info("registered with tcgpud: project %s, priority %s, memory limit %llu MiB%s",
              dc.project, ctl_get(rep, "priority") ? ctl_get(rep, "priority") : "?",
              (unsigned long long)(tcgpu_daemon_limit() >> 20),

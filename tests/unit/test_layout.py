@@ -7,7 +7,7 @@
   table lets A include that folder; a bare #include "x.h" names a header of the
   same folder (or tcgpu.h, or a header generated into that folder);
 - the tools include only the libraries they link (gpuckpt: common, ctl, image;
-  tcgpud: common, ctl, policy; tcgpu-replay: common, policy);
+  tcgpud: common, ctl, policy; tcgpu-replay (tools/replay): common, policy);
 - a library's meson.build depends only on the libraries it may include;
 - no meson.build compiles a source file of another folder.
 """
@@ -28,7 +28,7 @@ MAY_INCLUDE = {
 TOOLS = {
     'tools/gpuckpt': {'common', 'ctl', 'image', 'gpuckpt'},
     'tools/tcgpud': {'common', 'ctl', 'policy', 'tcgpud'},
-    'tools/tcgpu-replay.c': {'common', 'policy'},
+    'tools/replay': {'common', 'policy'},
 }
 GENERATED = {'driver': {'driver_table.h'}}
 # Headers of other trees a folder is built against (include_directories in its meson.build).

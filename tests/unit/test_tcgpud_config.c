@@ -31,16 +31,26 @@ static int test_example(void)
     REQUIRE(c.min_runtime_ns == 30000000000ull && c.resume_retry_ns == 5000000000ull, "durations");
     REQUIRE(c.max_connections_per_user == 16 && c.max_jobs_per_user == 128, "limits");
     REQUIRE(c.ngpus == 2 && c.gpus[1].id == 1 && c.gpus[1].capacity == 80 * GiB, "gpus");
-    REQUIRE(c.nprojects == 3, "projects: %d", c.nprojects);
+    REQUIRE(c.nprojects == 4, "projects: %d", c.nprojects);
+    REQUIRE(c.backfill == 1, "backfill");
+    p = tcgpud_config_project(&c, "prod");
+    REQUIRE(p && (p->pol.quota_flags & POL_Q_LENDING_LIMIT) && p->pol.lend_pct == 75 &&
+            pol_project_lendable(&p->pol, 0) == 30 * GiB && p->pol.compute == 200,
+            "prod: lends 75%% of 40G, 20%% compute");
+    p = tcgpud_config_project(&c, "vision");
+    REQUIRE(p && !strcmp(p->pol.cohort, "ml") && p->pol.weight == 0, "vision in cohort ml");
     p = tcgpud_config_project(&c, "research");
     REQUIRE(p && p->pol.priority == 50 && p->pol.nreserve == 2 && p->pol.reserve[1].device == 1 &&
           p->pol.reserve[1].bytes == 20 * GiB && p->pol.default_limit == 24 * GiB, "research");
     REQUIRE(p->nmembers == 4, "members over two lines: %d", p->nmembers);
+    REQUIRE(!strcmp(p->pol.cohort, "ml") && p->pol.weight == 2, "research: cohort ml, weight 2");
     REQUIRE(tcgpud_project_has_member(p, "carol", NULL, 0), "carol");
     REQUIRE(tcgpud_project_has_member(p, "zed", groups, 2), "@ml-interns");
     REQUIRE(!tcgpud_project_has_member(p, "zed", groups, 1), "zed is not");
     p = tcgpud_config_project(&c, "batch");
     REQUIRE(p && tcgpud_project_has_member(p, "anyone", NULL, 0), "* is everyone");
+    REQUIRE((p->pol.quota_flags & POL_Q_BORROWING_LIMIT) && p->pol.borrow_bytes == 60 * GiB,
+            "batch: borrowing limit 60G");
     tcgpud_config_free(&c);
     REQUIRE(tcgpud_config_load(&c, "/nonexistent/tcgpud.ini", err, sizeof(err)) == -ENOENT &&
           strstr(err, "/nonexistent/tcgpud.ini"), "missing file: %s", err);
@@ -84,6 +94,21 @@ static int test_errors(void)
           "t.ini:1: [gpu 0]: the projects reserve 12288 MiB, more than its capacity of 10240 MiB" },
         { "[daemon]\nthis is not ini\n", "t.ini:2: not a section header or key = value line" },
         { "[daemon]\nadmins =\n", "t.ini:2: 'admins' has no value" },
+        { "[daemon]\nbackfill = often\n", "t.ini:2: backfill: 'often' is not yes or no" },
+        { "[project a]\nmembers = *\nreservation = 8G on 0\nlending_limit = 120%\n",
+          "t.ini:4: lending_limit: '120%' is not a percentage" },
+        { "[project a]\nmembers = *\nreservation = 8G on 0\nlending_limit = half\n",
+          "t.ini:4: lending_limit: 'half' is not a size or a percentage" },
+        { "[project a]\nmembers = *\nlending_limit = 4G\n",
+          "t.ini:3: [project a]: lending_limit: the project reserves nothing to lend" },
+        { "[project a]\nmembers = *\nborrowing_limit = lots\n", "t.ini:3: borrowing_limit: 'lots' is not a size" },
+        { "[project a]\nmembers = *\nborrow = no\nborrowing_limit = 4G\n",
+          "t.ini:4: [project a]: borrowing_limit 4096 MiB, but borrow = no" },
+        { "[project a]\nmembers = *\nweight = 0\n", "t.ini:3: weight: '0' is not an integer in 1..1000" },
+        { "[project a]\nmembers = *\ncohort = m l\n", "t.ini:3: cohort: 'm l' is not a name" },
+        { "[project a]\nmembers = *\ndefault_compute = 30\n",
+          "t.ini:3: default_compute: '30' is not a percentage in 1%..100%" },
+        { "[project a]\nmembers = *\ndefault_compute = 0%\n", "t.ini:3: default_compute: '0%'" },
     };
     char err[512];
 
@@ -184,11 +209,14 @@ static int test_state_round_trip(void)
     snprintf(in[0].project, sizeof(in[0].project), "prod=1%%");
     snprintf(in[0].state, sizeof(in[0].state), "suspended");
     snprintf(in[0].suspended_by, sizeof(in[0].suspended_by), "manual");
+    snprintf(in[0].job, sizeof(in[0].job), "slurm:4242");      /* a task of a gang */
+    in[0].compute = 300;
     /* the ends of each range */
     in[1] = (struct tcgpud_saved_job){ .pid = INT32_MAX, .start_ticks = UINT64_MAX,
                                        .uid = UINT32_MAX, .priority = INT32_MIN,
                                        .limit = UINT64_MAX, .device = 4095, .mem = UINT64_MAX,
-                                       .preemptions = UINT32_MAX, .run_ns = UINT64_MAX };
+                                       .preemptions = UINT32_MAX, .run_ns = UINT64_MAX,
+                                       .compute = 1000 };
     snprintf(in[1].user, sizeof(in[1].user), "root");
     snprintf(in[1].project, sizeof(in[1].project), "batch");
     snprintf(in[1].state, sizeof(in[1].state), "running");
@@ -205,7 +233,8 @@ static int test_state_round_trip(void)
                            "priority=-3 limit=0 device=0 mem=0 state=running suspended_by=none "
                            "auto_resume=5 preemptions=0 run_ns=0\n") == 0);
     CHECK(tcgpud_state_load(path, &out, &n, err, sizeof(err)) == 0 && n == 1 &&
-          out[0].dev_capacity == 0 && out[0].priority == -3 && out[0].auto_resume == 1, "%s", err);
+          out[0].dev_capacity == 0 && out[0].priority == -3 && out[0].auto_resume == 1 &&
+          !out[0].job[0] && out[0].compute == 0, "%s", err);
     free(out);
 
     /* malformed: the line is named */

@@ -56,6 +56,19 @@ int gpuckpt_tcgpud_run_option(int opt, const char *arg)
     case GPUCKPT_OPT_DAEMON_SOCKET:
         setenv("TCGPU_DAEMON_SOCKET", arg, 1);
         return 0;
+    case GPUCKPT_OPT_GPU_COMPUTE:
+        errno = 0;
+        long pct = strtol(arg, &end, 10);
+        if (errno || end == arg || (*end && strcmp(end, "%")) || pct < 1 || pct > 100)
+            return gpuckpt_usage_error("run", "--gpu-compute wants a percentage, 1%%..100%% (e.g. 30%%)");
+        setenv("TCGPU_GPU_COMPUTE", arg, 1);
+        return 0;
+    case GPUCKPT_OPT_JOB:
+        if (!*arg || strlen(arg) > 63 || strspn(arg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                     "0123456789._:-") != strlen(arg))
+            return gpuckpt_usage_error("run", "--job wants a name of 1..63 of [A-Za-z0-9._:-]");
+        setenv("TCGPU_JOB", arg, 1);
+        return 0;
     }
     return gpuckpt_usage_error("run", "unknown tcgpud option %d", opt);
 }
@@ -305,6 +318,16 @@ static void ps_human(const struct list *l)
                          !strcmp(get(m, "auto_resume"), "1") ? ", auto-resume" : "");
         } else if (!strcmp(get(m, "borrowing"), "1")) {
             snprintf(note, sizeof(note), "borrowing");
+        }
+        if (get(m, "job")[0]) {
+            size_t n = strlen(note);
+            snprintf(note + n, sizeof(note) - n, "%sjob %s", n ? "; " : "", get(m, "job"));
+        }
+        if (get_u64(m, "compute")) {
+            size_t n = strlen(note);
+            snprintf(note + n, sizeof(note) - n, "%scompute %llu%% (cap %llu%%)", n ? "; " : "",
+                     (unsigned long long)get_u64(m, "compute") / 10,
+                     (unsigned long long)get_u64(m, "compute_cap") / 10);
         }
         printf("%-8s %-10s %-12s %5s %-10s %3s %10s %10s %8.1fs %4s  %s\n", get(m, "pid"),
                get(m, "user"), get(m, "project"), get(m, "priority"), get(m, "state"),

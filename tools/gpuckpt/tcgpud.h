@@ -15,6 +15,8 @@ enum {
     GPUCKPT_OPT_GPU_MEM,
     GPUCKPT_OPT_WAIT_TIMEOUT,
     GPUCKPT_OPT_DAEMON_SOCKET,
+    GPUCKPT_OPT_GPU_COMPUTE,
+    GPUCKPT_OPT_JOB,
     GPUCKPT_OPT_TCGPUD_LAST,
     GPUCKPT_OPT_AUTO_RESUME = 2100,   /* suspend --auto-resume */
 };
@@ -24,14 +26,20 @@ enum {
     { "priority", required_argument, NULL, GPUCKPT_OPT_PRIORITY },                        \
     { "gpu-mem", required_argument, NULL, GPUCKPT_OPT_GPU_MEM },                          \
     { "wait-timeout", required_argument, NULL, GPUCKPT_OPT_WAIT_TIMEOUT },                \
-    { "daemon-socket", required_argument, NULL, GPUCKPT_OPT_DAEMON_SOCKET }
+    { "daemon-socket", required_argument, NULL, GPUCKPT_OPT_DAEMON_SOCKET },              \
+    { "gpu-compute", required_argument, NULL, GPUCKPT_OPT_GPU_COMPUTE },                  \
+    { "job", required_argument, NULL, GPUCKPT_OPT_JOB }
 
 #define GPUCKPT_TCGPUD_RUN_HELP                                                                  \
     "  --project P               register with tcgpud in project P (TCGPU_PROJECT)\n"             \
     "  --priority N              the job's priority, at most the project's (TCGPU_PRIORITY)\n"    \
     "  --gpu-mem SIZE            the job's GPU memory limit, e.g. 8G (TCGPU_GPU_MEM)\n"           \
     "  --wait-timeout SEC        when tcgpud cannot make room, wait this long (TCGPU_WAIT_TIMEOUT)\n" \
-    "  --daemon-socket PATH      tcgpud's socket (TCGPU_DAEMON_SOCKET, default /run/tcgpud.sock)\n"
+    "  --daemon-socket PATH      tcgpud's socket (TCGPU_DAEMON_SOCKET, default /run/tcgpud.sock)\n" \
+    "  --gpu-compute PCT         the job's share of the GPU's compute when others want it, e.g. 30%\n" \
+    "                            (TCGPU_GPU_COMPUTE)\n"                                           \
+    "  --job NAME                a task of multi-GPU job NAME: suspended and resumed with its\n"  \
+    "                            other tasks (TCGPU_JOB; default: slurm:$SLURM_JOB_ID)\n"
 
 /* One of the options above: sets the environment. 0, or a usage exit code. */
 int gpuckpt_tcgpud_run_option(int opt, const char *arg);

@@ -1,4 +1,5 @@
 /* tcgpud's requests: one handler each, and the table that dispatches them; see daemon.h. */
+#include <ctype.h>
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
@@ -100,6 +101,7 @@ struct registration {
     const struct tcgpud_project *cp;
     struct identity id;
     struct pol_job_spec spec;
+    const char *job_name;         /* a task of this gang, or NULL */
 };
 
 /* The project exists and the peer may run in it. 0, or -errno (replied). */
@@ -181,12 +183,42 @@ static int jobs_of(uid_t uid)
     return n;
 }
 
+/* A gang name: 1..63 of [A-Za-z0-9._:-] ("slurm:4242", "train-7"). */
+static int valid_job_name(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n >= sizeof(((struct djob *)0)->job_name))
+        return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr("._:-", *s))
+            return 0;
+    return 1;
+}
+
+/* Its compute share (compute=PERMILLE, else the project's default) and the
+ * gang it is a task of (job=NAME). 0, or -errno (replied). */
+static int register_share(int ci, const struct ctl_msg *m, struct registration *rg)
+{
+    uint64_t compute = rg->cp->pol.compute;
+
+    if ((ctl_get(m, "compute") && (ctl_get_u64(m, "compute", &compute) < 0 || compute == 0 ||
+                                   compute > POL_COMPUTE_FULL)) ||
+        (ctl_get(m, "job") && !valid_job_name(ctl_get(m, "job")))) {
+        reply_error(ci, -EINVAL, "malformed register request (compute=1..1000, job=NAME)");
+        return -EINVAL;
+    }
+    rg->spec.compute = (unsigned)compute;
+    rg->job_name = ctl_get(m, "job");
+    return 0;
+}
+
 /* Into the policy and the job list. 0, or -errno (replied). */
 static int register_admit(int ci, struct registration *rg)
 {
     pid_t pid = rg->peer->pid;
     uint64_t start = tcgpud_proc_start_ticks(pid);
-    struct djob *old = job_of(pid);
+    struct djob *old = job_of(pid), *j;
     int r;
 
     /* A pid registering again (an exec'd program, a restarted job) starts afresh. */
@@ -199,14 +231,17 @@ static int register_admit(int ci, struct registration *rg)
         refuse(ci, "register", why);
         return -EACCES;
     }
+    rg->spec.gang = rg->job_name ? gang_for(rg->peer->uid, rg->job_name) : 0;
     r = policy_admit(d.pol, &rg->spec, now_ns());
-    if (r < 0 || !add_job(pid, rg->peer->uid, rg->id.user, rg->spec.project, start)) {
+    if (r < 0 || !(j = add_job(pid, rg->peer->uid, rg->id.user, rg->spec.project, start))) {
         if (r == 0)
             policy_job_exited(d.pol, rg->spec.id, now_ns(), &acts);
         r = r < 0 ? r : -ENOMEM;
         reply_error(ci, r, "cannot admit the job: %s", strerror(-r));
         return r;
     }
+    j->gang = rg->spec.gang;
+    snprintf(j->job_name, sizeof(j->job_name), "%s", rg->job_name ? rg->job_name : "");
     pol_actions_clear(&acts);
     return 0;
 }
@@ -217,9 +252,11 @@ static void reply_registered(int ci, const struct ctl_msg *m, const struct regis
     const struct pol_job_spec *s = &rg->spec;
     char pr[24], lim[24];
 
-    logmsg("pid %d registered: user %s, project %s, priority %d, limit %s%s", (int)rg->peer->pid,
-           rg->id.user, rg->proj, s->priority, s->limit ? u64s(s->limit / MiB, lim) : "none",
-           s->limit ? " MiB" : "");
+    logmsg("pid %d registered: user %s, project %s, priority %d, limit %s%s, compute %u%%%s%s",
+           (int)rg->peer->pid, rg->id.user, rg->proj, s->priority,
+           s->limit ? u64s(s->limit / MiB, lim) : "none", s->limit ? " MiB" : "",
+           s->compute ? s->compute / 10 : 100, rg->job_name ? ", job " : "",
+           rg->job_name ? rg->job_name : "");
     event("registered", rg->peer->pid, "limit", u64s(s->limit, lim), "priority_given",
           ctl_get(m, "priority") ? i64s(s->priority, pr) : "", NULL);
     d.dirty = 1;
@@ -228,6 +265,7 @@ static void reply_registered(int ci, const struct ctl_msg *m, const struct regis
     ctl_buf_put_i64(&b, "priority", s->priority);
     ctl_buf_put_u64(&b, "limit", s->limit);
     ctl_buf_put_u64(&b, "may_borrow", (uint64_t)rg->cp->pol.may_borrow);
+    ctl_buf_put_u64(&b, "compute", s->compute);
     send_msg(ci, &b);
     conn_close(ci);
 }
@@ -240,7 +278,8 @@ static void register_job(int ci, const struct ctl_msg *m, struct djob *unused)
 
     (void)unused;
     if (register_member(ci, m, &rg) < 0 || register_priority(ci, m, &rg) < 0 ||
-        register_memory(ci, m, &rg) < 0 || register_admit(ci, &rg) < 0)
+        register_memory(ci, m, &rg) < 0 || register_share(ci, m, &rg) < 0 ||
+        register_admit(ci, &rg) < 0)
         return;
     reply_registered(ci, m, &rg);
 }
@@ -329,6 +368,51 @@ static const struct command cmd_request = {
 };
 
 /* ---------------------------------------------------------------------------
+ * Compute shares
+ * ------------------------------------------------------------------------- */
+
+/*
+ * compute [device=D] active=0|1 [busy=PERMILLE]: the job says whether it
+ * launched work since it last said (and on which device, the share of it
+ * it measured); the answer is the cap its throttle applies until it asks
+ * again (policy_compute_cap). Active jobs ask twice a second.
+ */
+static void report_compute(int ci, const struct ctl_msg *m, struct djob *j)
+{
+    static struct ctl_buf b;
+    uint64_t active = 0, busy = 0;
+    const struct pol_job *pj;
+    char why[160];
+    int dev, r;
+
+    if (ctl_get_u64(m, "active", &active) < 0 ||
+        (ctl_get(m, "busy") && ctl_get_u64(m, "busy", &busy) < 0)) {
+        reply_error(ci, -EINVAL, "malformed compute report");
+        return;
+    }
+    if (ctl_get(m, "device")) {
+        r = job_device(m, &dev, why, sizeof(why));
+        if (r < 0) {
+            reply_error(ci, r, "%s", why);
+            return;
+        }
+        policy_job_relocate(d.pol, (uint64_t)j->pid, dev);
+    }
+    policy_compute_report(d.pol, (uint64_t)j->pid, active != 0,
+                          busy > POL_COMPUTE_FULL ? POL_COMPUTE_FULL : (unsigned)busy, now_ns());
+    pj = policy_job(d.pol, (uint64_t)j->pid);
+    ctl_buf_ok(&b);
+    ctl_buf_put_u64(&b, "cap", policy_compute_cap(d.pol, (uint64_t)j->pid, now_ns()));
+    ctl_buf_put_u64(&b, "share", pj ? pj->compute : 0);
+    send_msg(ci, &b);
+    conn_close(ci);
+}
+
+static const struct command cmd_compute = {
+    .word = "compute", .access = ACCESS_THE_JOB, .handle = report_compute,
+};
+
+/* ---------------------------------------------------------------------------
  * ps, events, manual suspend/resume
  * ------------------------------------------------------------------------- */
 
@@ -347,6 +431,10 @@ static void put_job(struct ctl_buf *b, const struct djob *j, const struct pol_jo
     ctl_buf_put_u64(b, "runtime_ms", policy_job_runtime(pj, now) / 1000000u);
     ctl_buf_put_u64(b, "preemptions", pj->preemptions);
     ctl_buf_put_u64(b, "borrowing", (uint64_t)policy_job_borrowing(d.pol, pj));
+    ctl_buf_put(b, "job", j->job_name);
+    ctl_buf_put_u64(b, "compute", pj->compute);
+    ctl_buf_put_u64(b, "compute_cap", policy_compute_cap(d.pol, pj->id, now));
+    ctl_buf_put_u64(b, "compute_busy", pj->compute_busy);
     if (pj->state == POL_SUSPENDED || pj->state == POL_SUSPENDING) {
         ctl_buf_put(b, "suspended_by", pol_by_name(pj->suspended_by));
         ctl_buf_put(b, "why", pol_why_name(pj->why));
@@ -552,7 +640,8 @@ static const struct command cmd_status = {
 };
 
 static const struct command *const commands[] = {
-    &cmd_register, &cmd_request, &cmd_ps, &cmd_events, &cmd_suspend, &cmd_resume, &cmd_status,
+    &cmd_register, &cmd_request, &cmd_compute, &cmd_ps, &cmd_events, &cmd_suspend, &cmd_resume,
+    &cmd_status,
 };
 
 /* The peer's own registered job. Replies and returns NULL otherwise. */

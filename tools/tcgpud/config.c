@@ -203,12 +203,27 @@ static int key_bit(const char *const *keys, const char *name)
 }
 
 static const char *const daemon_keys[] = {
-    "socket", "state_file", "admins", "min_runtime", "resume_retry", "metrics",
+    "socket", "state_file", "admins", "min_runtime", "resume_retry", "metrics", "backfill",
     "max_connections_per_user", "max_jobs_per_user", NULL,
 };
 static const char *const project_keys[] = {
-    "priority", "reservation", "members", "borrow", "default_limit", NULL,
+    "priority", "reservation", "members", "borrow", "default_limit", "lending_limit",
+    "borrowing_limit", "weight", "cohort", "default_compute", NULL,
 };
+
+/* "30%" (a whole percentage, lo..100) into *pct. */
+static int parse_pct(const char *s, unsigned lo, unsigned *pct)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || end == s || *end != '%' || *skip_space(end + 1) || v < (long)lo || v > 100)
+        return -EINVAL;
+    *pct = (unsigned)v;
+    return 0;
+}
 
 static int set_path(struct parse_ctx *x, char *dst, size_t len, const char *key, const char *v)
 {
@@ -232,8 +247,8 @@ static void daemon_key(struct parse_ctx *x, const char *name, const char *v)
 
     if (bit < 0) {
         fail(x, x->line, "[daemon]: unknown key '%s' (known: socket, state_file, admins, "
-             "min_runtime, resume_retry, metrics, max_connections_per_user, max_jobs_per_user)",
-             name);
+              "min_runtime, resume_retry, metrics, backfill, max_connections_per_user, "
+              "max_jobs_per_user)", name);
         return;
     }
     if (x->daemon_seen & (1u << bit)) {
@@ -266,8 +281,52 @@ static void daemon_key(struct parse_ctx *x, const char *name, const char *v)
     } else if (!strcmp(name, "min_runtime")) {
         if (units_parse_duration(v, &c->min_runtime_ns) < 0)
             fail(x, x->line, "min_runtime: '%s' is not a duration (e.g. 30s, 500ms, 2m)", v);
+    } else if (!strcmp(name, "backfill")) {
+        if (parse_bool(v, &c->backfill) < 0)
+            fail(x, x->line, "backfill: '%s' is not yes or no", v);
     } else if (units_parse_duration(v, &c->resume_retry_ns) < 0) {
         fail(x, x->line, "resume_retry: '%s' is not a duration (e.g. 5s)", v);
+    }
+}
+
+/* The quota keys of a project (docs/tcgpud.md, "Quotas"). */
+static void quota_key(struct parse_ctx *x, struct tcgpud_project *p, const char *name,
+                      const char *v)
+{
+    struct pol_project *q = &p->pol;
+    long w;
+
+    if (!strcmp(name, "lending_limit")) {
+        unsigned pct;
+        q->quota_flags |= POL_Q_LENDING_LIMIT;
+        if (!strchr(v, '%')) {
+            if (units_parse_size(v, &q->lend_bytes) < 0)
+                fail(x, x->line, "lending_limit: '%s' is not a size or a percentage (e.g. 20G, 50%%)", v);
+        } else if (parse_pct(v, 0, &pct) < 0) {
+            fail(x, x->line, "lending_limit: '%s' is not a percentage in 0%%..100%%", v);
+        } else {
+            q->lend_pct = pct;            /* 0%: lend_bytes stays 0, it lends nothing */
+        }
+    } else if (!strcmp(name, "borrowing_limit")) {
+        q->quota_flags |= POL_Q_BORROWING_LIMIT;
+        if (units_parse_size(v, &q->borrow_bytes) < 0)
+            fail(x, x->line, "borrowing_limit: '%s' is not a size (e.g. 40G, or 0)", v);
+    } else if (!strcmp(name, "weight")) {
+        if (parse_int(v, 1, 1000, &w) < 0)
+            fail(x, x->line, "weight: '%s' is not an integer in 1..1000", v);
+        else
+            q->weight = (unsigned)w;
+    } else if (!strcmp(name, "cohort")) {
+        if (!valid_name(v, sizeof(q->cohort)))
+            fail(x, x->line, "cohort: '%s' is not a name of [A-Za-z0-9._-]", v);
+        else
+            snprintf(q->cohort, sizeof(q->cohort), "%s", v);
+    } else {
+        unsigned pct;
+        if (parse_pct(v, 1, &pct) < 0)
+            fail(x, x->line, "default_compute: '%s' is not a percentage in 1%%..100%% (e.g. 30%%)", v);
+        else
+            q->compute = pct * 10;
     }
 }
 
@@ -281,7 +340,8 @@ static void project_key(struct parse_ctx *x, struct tcgpud_project *p, const cha
 
     if (bit < 0) {
         fail(x, x->line, "[project %s]: unknown key '%s' (known: priority, reservation, members, "
-             "borrow, default_limit)", p->pol.name, name);
+             "borrow, default_limit, lending_limit, borrowing_limit, weight, cohort, "
+             "default_compute)", p->pol.name, name);
         return;
     }
     /* inih hands indented continuation lines over as the same key again:
@@ -306,9 +366,14 @@ static void project_key(struct parse_ctx *x, struct tcgpud_project *p, const cha
             fail(x, x->line, "borrow: '%s' is not yes or no", v);
         else
             p->pol.may_borrow = b;
-    } else if (units_parse_size(v, &p->pol.default_limit) < 0) {
-        fail(x, x->line, "default_limit: '%s' is not a size (e.g. 16G, or 0 for none)", v);
+    } else if (!strcmp(name, "default_limit")) {
+        if (units_parse_size(v, &p->pol.default_limit) < 0)
+            fail(x, x->line, "default_limit: '%s' is not a size (e.g. 16G, or 0 for none)", v);
+    } else {
+        quota_key(x, p, name, v);
     }
+    if (!x->err[0])
+        p->key_line[bit] = x->line;
 }
 
 static void gpu_key(struct parse_ctx *x, int idx, const char *name, const char *v)
@@ -480,6 +545,25 @@ static char *read_line(char *str, int num, void *stream)
  * Whole-file checks
  * ------------------------------------------------------------------------- */
 
+static int key_index(const char *name)
+{
+    return key_bit(project_keys, name);
+}
+
+/* Quotas that contradict each other or the reservation. */
+static void check_quotas(struct parse_ctx *x, const struct tcgpud_project *p)
+{
+    const struct pol_project *q = &p->pol;
+    int lend = p->key_line[key_index("lending_limit")];
+    int borrow = p->key_line[key_index("borrowing_limit")];
+
+    if (lend && !q->nreserve)
+        fail(x, lend, "[project %s]: lending_limit: the project reserves nothing to lend", q->name);
+    else if (borrow && !q->may_borrow && q->borrow_bytes)
+        fail(x, borrow, "[project %s]: borrowing_limit %llu MiB, but borrow = no", q->name,
+             (unsigned long long)(q->borrow_bytes >> 20));
+}
+
 static void check_whole(struct parse_ctx *x)
 {
     struct tcgpud_config *c = x->c;
@@ -491,6 +575,8 @@ static void check_whole(struct parse_ctx *x)
         if (!c->projects[i].nmembers)
             fail(x, c->projects[i].line, "[project %s]: members is missing (users, @groups, or *)",
                  c->projects[i].pol.name);
+    for (int i = 0; i < c->nprojects && !x->err[0]; i++)
+        check_quotas(x, &c->projects[i]);
     /* Reservations on a GPU of known capacity must fit together. */
     for (int i = 0; i < c->ngpus && !x->err[0]; i++) {
         uint64_t sum = 0;
@@ -516,6 +602,7 @@ void tcgpud_config_defaults(struct tcgpud_config *c)
     c->resume_retry_ns = TCGPUD_DEFAULT_RETRY_NS;
     c->max_connections_per_user = TCGPUD_DEFAULT_CONNS_PER_USER;
     c->max_jobs_per_user = TCGPUD_DEFAULT_JOBS_PER_USER;
+    c->backfill = 1;
 }
 
 static int parse_file(struct tcgpud_config *c, FILE *f, const char *name, char *err, size_t errlen)

@@ -11,6 +11,7 @@
  *     metrics = /var/lib/node_exporter/textfile/tcgpud.prom
  *     max_connections_per_user = 16      ; at once, per uid (root and jobs' own requests apart)
  *     max_jobs_per_user = 128            ; registered at once, per uid (root apart)
+ *     backfill = yes                     ; jobs that fit start while bigger ones wait (they make way)
  *
  *     [gpu 0]
  *     capacity = 80G                     ; else the device's memory, as the driver says
@@ -21,6 +22,11 @@
  *     members = alice, bob, @ml-team     ; users, @groups, or *
  *     borrow = yes
  *     default_limit = 40G                ; a job's memory limit unless it asks (0: none)
+ *     lending_limit = 50%                ; of its reservation others may use (or a size)
+ *     borrowing_limit = 40G              ; the most it may use beyond its reservation, per GPU
+ *     weight = 2                         ; its share of idle memory among equal-priority borrowers
+ *     cohort = ml                        ; projects of a cohort lend to each other first
+ *     default_compute = 30%              ; a job's share of the GPU's compute unless it asks
  *
  * Sizes: a number with an optional K, M, G or T (powers of 1024; "KiB",
  * "GB"... accepted alike). Durations: a number with ms, s, m or h (plain: s).
@@ -59,6 +65,7 @@ struct tcgpud_project {
     int nmembers;
     int line;                     /* of its section, for messages */
     unsigned seen;                /* keys given (bit per key), for duplicate checks */
+    int key_line[16];             /* line of each key given (0: not given), for messages */
 };
 
 struct tcgpud_config {
@@ -71,6 +78,7 @@ struct tcgpud_config {
     uint64_t resume_retry_ns;
     int max_connections_per_user; /* 1..512 */
     int max_jobs_per_user;        /* 1..100000 */
+    int backfill;                 /* [daemon] backfill (policy.h, "Resume") */
     int ngpus;
     struct { int id; uint64_t capacity; int line; } gpus[TCGPUD_MAX_GPUS];
     int nprojects;

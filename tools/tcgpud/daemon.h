@@ -79,6 +79,9 @@ struct djob {
     uint64_t req_wait_ms;
     uint64_t req_gen;             /* decide after this poll generation; 0: decided */
     uint64_t req_t0;
+    /* a task of a gang: the job it is part of (`job=` at registration) */
+    char job_name[64];            /* "" : a job of its own */
+    uint64_t gang;                /* the policy's gang id, 0: none */
 };
 
 /* A GPU as the driver showed it (devices.c). */
@@ -113,6 +116,7 @@ struct daemon {
     char events[EVENTS_MAX][EVENT_LEN];
     uint64_t event_seq;
     uint64_t preemptions_total, refused_total;
+    uint64_t last_gang;           /* gang ids given out */
     struct latency suspend_lat, resume_lat;
     uint64_t start_ns;
 };
@@ -157,6 +161,8 @@ void peer_gone(int ci);
 struct djob *job_of(pid_t pid);
 const char *project_name(int idx);
 struct djob *add_job(pid_t pid, uid_t uid, const char *user, int project, uint64_t start);
+/* The gang of job `name` of user uid: its tasks' id, or a new one. */
+uint64_t gang_for(uid_t uid, const char *name);
 void job_gone(struct djob *j, const char *how);
 void start_op(struct djob *j, enum work_kind kind, const char *dir);
 void do_actions(struct pol_actions *a);

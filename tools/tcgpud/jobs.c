@@ -53,6 +53,15 @@ struct djob *add_job(pid_t pid, uid_t uid, const char *user, int project, uint64
     return j;
 }
 
+uint64_t gang_for(uid_t uid, const char *name)
+{
+    /* by user and name: nobody joins, and so gets suspended with, another user's job */
+    for (size_t i = 0; i < d.njobs; i++)
+        if (d.jobs[i].gang && d.jobs[i].uid == uid && !strcmp(d.jobs[i].job_name, name))
+            return d.jobs[i].gang;
+    return ++d.last_gang;
+}
+
 static void remove_job(struct djob *j)
 {
     size_t i = (size_t)(j - d.jobs);
@@ -174,6 +183,19 @@ static void reply_deny(struct djob *j, const struct pol_action *a)
     j->req_gen = 0;
 }
 
+/* Is suspension i of the list the first of its gang's for the same requester?
+ * (A gang is preempted once, though each of its tasks is suspended.) */
+static int first_of_gang(const struct pol_actions *a, size_t i, const struct djob *j)
+{
+    for (size_t k = 0; j->gang && k < i; k++) {
+        const struct djob *o = job_of((pid_t)a->v[k].job);
+        if (a->v[k].kind == POL_ACT_SUSPEND && o && o->gang == j->gang &&
+            a->v[k].for_job == a->v[i].for_job)
+            return 0;
+    }
+    return 1;
+}
+
 void do_actions(struct pol_actions *a)
 {
     char b1[24], b2[24];
@@ -197,13 +219,14 @@ void do_actions(struct pol_actions *a)
             break;
         case POL_ACT_SUSPEND:
             if (x->for_job) {
-                d.preemptions_total++;
-                logmsg("preempting pid %d (project %s, %llu MiB) for pid %llu: %s", (int)j->pid,
+                d.preemptions_total += first_of_gang(a, i, j);
+                logmsg("preempting pid %d (project %s, %llu MiB%s%s) for pid %llu: %s", (int)j->pid,
                        project_name(j->project), (unsigned long long)(x->bytes / MiB),
-                       (unsigned long long)x->for_job, pol_why_name(x->why));
+                       j->gang ? ", job " : "", j->job_name, (unsigned long long)x->for_job,
+                       pol_why_name(x->why));
             }
             event("suspending", j->pid, "why", pol_why_name(x->why), "for", u64s(x->for_job, b1),
-                  "bytes", u64s(x->bytes, b2), NULL);
+                  "bytes", u64s(x->bytes, b2), "job", j->job_name, NULL);
             start_op(j, WORK_SUSPEND, NULL);
             break;
         case POL_ACT_RESUME:
@@ -224,6 +247,8 @@ static void decide_request(struct djob *j)
     int r;
 
     j->req_gen = 0;
+    /* The job knows its device; tcgpud assumed device 0 at registration. */
+    policy_job_relocate(d.pol, (uint64_t)j->pid, j->req_device);
     r = policy_request(d.pol, (uint64_t)j->pid, j->req_device, j->req_bytes, j->req_free,
                        j->req_wait_ms > 0, now_ns(), &acts);
     if (r < 0) {
@@ -450,6 +475,8 @@ void save_state(void)
         s->run_ns = pj->run_ns;
         s->since_ns = pj->since_ns;
         s->queued_ns = pj->state == POL_SUSPENDED || pj->state == POL_RESUMING ? pj->queued_ns : 0;
+        snprintf(s->job, sizeof(s->job), "%s", j->job_name);
+        s->compute = pj->compute;
     }
     if (tcgpud_state_save(d.cfg.state_file, v, n, err, sizeof(err)) < 0)
         logmsg("%s", err);

@@ -4,7 +4,7 @@
  *
  *   tcgpud [--config FILE] [--socket PATH] [--state FILE]
  *
- * Foreground, logs to stderr. Decisions come from lib/policy/policy.c; tcgpud
+ * Foreground, logs to stderr. Decisions come from lib/policy (policy.h); tcgpud
  * carries them out by talking to each job's control socket (suspend,
  * resume, status), persists its jobs to a state file, and re-learns them
  * from it and from the jobs themselves when it starts again.
@@ -187,7 +187,8 @@ static int reservations_fit(void)
 static int build_policy(void)
 {
     struct pol_config pc = { .min_runtime_ns = d.cfg.min_runtime_ns,
-                             .resume_retry_ns = d.cfg.resume_retry_ns };
+                             .resume_retry_ns = d.cfg.resume_retry_ns,
+                             .backfill = d.cfg.backfill };
 
     d.pol = policy_new(&pc);
     if (!d.pol)
@@ -262,7 +263,9 @@ static void relearn_one(const struct tcgpud_saved_job *s, const struct poll_item
 {
     struct pol_job_spec spec = { .id = (uint64_t)s->pid, .priority = s->priority,
                                  .device = s->device, .limit = s->limit,
+                                 .compute = s->compute <= POL_COMPUTE_FULL ? s->compute : 0,
                                  .preemptions = s->preemptions, .run_ns = s->run_ns };
+    struct djob *j;
     int proj = policy_project_find(d.pol, s->project), r = it->err;
 
     if (tcgpud_proc_start_ticks(s->pid) != s->start_ticks) {
@@ -285,12 +288,15 @@ static void relearn_one(const struct tcgpud_saved_job *s, const struct poll_item
         logmsg("pid %d did not settle in time; taking it as it was saved (%s)", (int)s->pid,
                s->state);
     spec.project = proj;
+    spec.gang = s->job[0] ? gang_for(s->uid, s->job) : 0;
     relearnt_state(s, r, &it->st, &spec);
     if (policy_admit(d.pol, &spec, relearnt_since(s, &spec)) < 0 ||
-        !add_job(s->pid, s->uid, s->user, proj, s->start_ticks)) {
+        !(j = add_job(s->pid, s->uid, s->user, proj, s->start_ticks))) {
         logmsg("pid %d: cannot re-admit it", (int)s->pid);
         return;
     }
+    snprintf(j->job_name, sizeof(j->job_name), "%s", s->job);
+    j->gang = spec.gang;
     logmsg("pid %d re-learnt: project %s, %s%s", (int)s->pid, s->project, pol_state_name(spec.state),
            spec.state == POL_SUSPENDED ? (spec.suspended_by == POL_BY_MANUAL ? " (by hand)" : " (by policy)") : "");
     event("relearnt", s->pid, "state", pol_state_name(spec.state), NULL);

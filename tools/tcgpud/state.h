@@ -34,6 +34,8 @@ struct tcgpud_saved_job {
     uint64_t since_ns;            /* CLOCK_MONOTONIC (one boot, as the job's pid is): its last
                                      start or resume; 0: not known (older files) */
     uint64_t queued_ns;           /* CLOCK_MONOTONIC: when it was suspended; 0: not suspended */
+    char job[64];                 /* the gang (multi-GPU job) it is a task of, "" none */
+    unsigned compute;             /* its compute share, permille, 0: none */
 };
 
 /* Write n jobs to path atomically. 0 or -errno (message in err). */
