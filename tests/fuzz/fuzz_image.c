@@ -47,11 +47,12 @@ static void fix_chunk(uint8_t *rec, const uint8_t *data, size_t dlen, struct cod
     uint32_t raw_len = (uint32_t)get(rec + 16, 4), stored_len = (uint32_t)get(rec + 20, 4);
     uint64_t off = get(rec + 32, 8);
     unsigned codec = rec[24];
-    const uint8_t *stored = data + off;
+    const uint8_t *stored;
     uint8_t *raw;
 
     if (get(rec + 26, 2) != 0 || off > dlen || stored_len > dlen - off)
         return;
+    stored = data + off;        /* only once it is known to point inside data.0 */
     put(rec + 48, XXH3_64bits(stored, stored_len), 8);
     if (raw_len == 0 || raw_len > RAW_CHECK_MAX || !(raw = malloc(raw_len)))
         return;
