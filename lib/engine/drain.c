@@ -53,6 +53,12 @@ static void *prefault_main(void *arg)
 
 int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out)
 {
+    return pipe_drain_host_reuse(p, e, n, NULL, out);
+}
+
+int pipe_drain_host_reuse(struct pipe *p, const struct pipe_ext *e, size_t n,
+                          struct pipe_store *spare, struct pipe_store **out)
+{
     struct pipe_store *s = NULL;
     struct prefault pf = { 0 };
     uint64_t since_sync = 0;
@@ -61,13 +67,15 @@ int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct p
     p->msg[0] = '\0';
     memset(&p->st, 0, sizeof(p->st));
     p->progress = 0;
-    if ((rc = pipe_store_new(p, e, n, &s)) != 0)
+    if ((rc = pipe_store_new(p, e, n, spare, &s)) != 0)
         return rc;
     p->st.raw_bytes = s->raw_bytes;
+    p->st.store_reused = s->reused;
     for (size_t i = 0; i < s->n && rc == 0;) {
         size_t end = pipe_device_run(s->pc, s->n, i);
 
         if ((rc = pipe_use_device(p, s->pc[i].device, 1)) != 0 ||
+            (rc = pipe_store_register(p, s)) != 0 ||
             (rc = pipe_scan_pieces(p, s->pc, i, end, 0)) != 0)
             break;
         for (size_t k = i; k < end; k++)
@@ -89,8 +97,10 @@ int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct p
                 continue;
             }
             /* One copy for a run of adjacent non-zero chunks. */
+            /* (Never across allocations: adjacent addresses are not one allocation.) */
             while (j < end && run < HOST_COPY_MAX && s->pc[j].va == q->va + run &&
-                   s->pc[j].host == q->host + run && s->pc[j].state != P_ZERO)
+                   s->pc[j].host == q->host + run && s->pc[j].alloc_id == q->alloc_id &&
+                   s->pc[j].state != P_ZERO)
                 run += s->pc[j++].len;
             rc = copy_d2h(p, q->host, q->va, run);
             since_sync += run;
@@ -130,6 +140,7 @@ static void encode_job(struct pipe *p, struct worker *w, struct task *t)
     (void)p;
     t->rc = chunk_encode(w->ctx, j->src, q->len, q->dtype, j->parent, j->dst, q->len, &j->c,
                          &j->stored);
+    __atomic_add_fetch(&p->st.encoded_chunks, 1, __ATOMIC_RELAXED);
 }
 
 struct drain {
@@ -249,6 +260,23 @@ static int seal_slot(struct drain *d, struct slot *slot)
     return 0;
 }
 
+/* A copy into the slot failed: its chunks staged so far will never get an
+ * event to wait for, nor be encoded; they are done (the drain has failed,
+ * write_ready drops them) once the stream has finished with the slot. */
+static void abandon_slot(struct drain *d, unsigned slot_index)
+{
+    struct pipe *p = d->p;
+
+    for (uint64_t q = d->written; q < d->issued; q++) {
+        struct job *j = &p->jobs[q % p->njobs];
+
+        if (j->slot == (int)slot_index && j->state == J_WAITING_COPY)
+            j->state = J_READY;
+    }
+    TCGPU_REAL(cuStreamSynchronize)(p->stream);   /* the failed copy's message stays */
+    p->slots[slot_index].state = S_WORKING;
+}
+
 /* Takes pieces into slot `slot_index` until it is full (or the job ring
  * is): their bytes are copied (device) or pointed at (store); zero and
  * unchanged chunks become ready jobs at once. */
@@ -273,8 +301,10 @@ static int fill_slot(struct drain *d, unsigned slot_index)
         } else {
             if (slot->fill + piece->len > p->slot_size)
                 break;            /* the next slot takes it */
-            if ((rc = stage_for_encoding(d, slot_index, job, parent)) != 0)
+            if ((rc = stage_for_encoding(d, slot_index, job, parent)) != 0) {
+                abandon_slot(d, slot_index);
                 return rc;
+            }
         }
         d->issued++;
         d->next++;
@@ -447,7 +477,7 @@ int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n, struct 
         run.n = end - i;
         rc = pipe_use_device(p, d.pc[i].device, 1);
         if (rc == 0)
-            rc = pipe_make_ring(p, 1);
+            rc = pipe_make_ring(p, 1, 1);
         if (rc == 0)
             rc = pipe_scan_pieces(p, d.pc, i, end, want_device_hash(p, sink));
         if (rc == 0)
@@ -476,24 +506,9 @@ int pipe_write_store(struct pipe *p, struct pipe_store *s, struct chunk_sink *si
     if ((rc = drain_setup(p)) != 0)
         return rc;
     p->st.raw_bytes = s->raw_bytes;
-    /* No device: the ring is plain memory for the encoders' output. */
-    p->slots = calloc(p->nslots, sizeof(*p->slots));
-    p->njobs = (size_t)p->nslots * (p->slot_size / p->chunk + 64) + 256;
-    p->jobs = calloc(p->njobs, sizeof(*p->jobs));
-    for (unsigned i = 0; p->slots && i < p->nslots; i++)
-        if (!(p->slots[i].enc = malloc(p->slot_size)))
-            break;
-    if (!p->slots || !p->jobs || !p->slots[p->nslots - 1].enc) {
-        pipe_say(p, "out of host memory for the encoders");
-        rc = -ENOMEM;
-    } else {
+    /* No device: the ring's encode buffers only. */
+    rc = pipe_make_ring(p, 1, 0);
+    if (rc == 0)
         rc = run_drain(&d);
-    }
-    for (unsigned i = 0; p->slots && i < p->nslots; i++)
-        free(p->slots[i].enc);
-    free(p->slots);
-    free(p->jobs);
-    p->slots = NULL;
-    p->jobs = NULL;
     return rc;
 }

@@ -29,7 +29,6 @@
 #define MAX_WORKERS 64u
 #define HOST_COPY_MAX (64u << 20)      /* one async copy at most (host drain) */
 #define HOST_SYNC_EVERY (1ull << 30)   /* progress granularity of the host drain */
-#define MMAP_MIN (1u << 20)            /* store buffers this big are mmap'd */
 #define SCAN_BATCH 4096u               /* chunks per device-side scan */
 
 /* --- chunks ---------------------------------------------------------------- */
@@ -65,18 +64,16 @@ static inline int piece_found_zero(const struct piece *q)
     return q->scan != SCAN_NONE && !q->nonzero;
 }
 
-struct hbuf {
-    uint8_t *mem;
-    size_t len;
-    int mapped;
-};
-
 struct pipe_store {
     struct piece *pc;
     size_t n;
-    struct hbuf *bufs;
-    size_t nbufs;
     uint64_t raw_bytes;
+    /* the arena (store.c): every piece's raw copy lives in it */
+    uint8_t *mem;
+    size_t cap;
+    int registered;               /* cuMemHostRegister'ed, in reg_ctx */
+    CUcontext reg_ctx;
+    int reused;                   /* the arena came from an emptied store */
     /* background compression */
     pthread_t *th;
     unsigned nth;
@@ -109,8 +106,12 @@ struct worker {
 
 enum slot_state { S_FREE = 0, S_COPYING, S_WORKING, S_UPLOADING };
 
+/* How a slot's memory was made (and so how it is freed). */
+enum slot_mem { SLOT_NONE = 0, SLOT_PINNED, SLOT_REGISTERED, SLOT_PLAIN };
+
 struct slot {
-    uint8_t *mem;                 /* pinned (or plain memory if pinning failed) */
+    uint8_t *mem;                 /* staging memory, enum slot_mem */
+    enum slot_mem mem_kind;
     uint8_t *enc;                 /* encode output, slot_size bytes (drain) */
     CUevent ev;
     enum slot_state state;
@@ -161,7 +162,8 @@ struct pipe {
     CUstream stream;
     int cur_dev;                  /* -1: no context entered */
     struct pdev *dev;
-    struct slot *slots;
+    struct slot *slots;           /* kept between calls (pipe_make_ring) */
+    CUcontext ring_ctx;           /* where the slots' pinned memory was made */
     struct job *jobs;
     size_t njobs;
     uint8_t *zeros;               /* chunk-sized zero pages (untouched) */
@@ -178,8 +180,12 @@ void pipe_add_progress(struct pipe *p, uint64_t bytes);
  * `helpers`, the device-side helpers); pipe_leave_device syncs and undoes it. */
 int pipe_use_device(struct pipe *p, int device, int helpers);
 int pipe_leave_device(struct pipe *p);
-/* The staging ring and the job ring, in the current context. */
-int pipe_make_ring(struct pipe *p, int with_enc);
+/* The staging ring and the job ring, kept from one call to the next until
+ * pipe_free: encode buffers if `with_enc`; with `with_mem`, the pinned
+ * slot memory (made in the current context: the first call's) and the
+ * slots' events (the current context's; pipe_leave_device drops them).
+ * Resets every slot to free. */
+int pipe_make_ring(struct pipe *p, int with_enc, int with_mem);
 /* What `call` (an async copy of `len` bytes at device address `va` on the
  * pipe's stream) returned: 0, the bytes counted as copied; or -EIO, with the
  * pipe's message naming the call. */
@@ -208,7 +214,13 @@ void pool_task_wait(struct pipe *p, struct task *t);
 
 /* --- store.c --------------------------------------------------------------- */
 
-/* A store for the extents, its pieces pointing at its buffers (no copy yet). */
-int pipe_store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out);
+/* A store for the extents, its pieces pointing into its arena (no copy
+ * yet); the arena of `spare` (an emptied store, may be NULL) is reused and
+ * grown as needed. `spare` is taken in all cases (freed on failure). */
+int pipe_store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store *spare,
+                   struct pipe_store **out);
+/* Registers the arena with the driver (the current context), once: copies
+ * into it then run at the link's speed. Failure is not an error (0). */
+int pipe_store_register(struct pipe *p, struct pipe_store *s);
 
 #endif

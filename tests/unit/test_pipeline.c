@@ -14,6 +14,10 @@
  *   devhash     the scan kernel's twin against the host reference (devhash.h)
  *   compress    background compression of a store, then refill
  *   ring        tiny chunks and slots, 1 and 5 workers: the rings wrap
+ *   reuse       an emptied store's arena reused by the next host drain (and
+ *               grown for more extents), the bytes right each time
+ *   copy_fail   a copy that fails while a slot fills: the drain fails with
+ *               the copy's message, and nothing of that slot is encoded
  *
  *   test_pipeline [name]      (no name: all)
  */
@@ -604,6 +608,116 @@ static int test_ring(void)
     return 0;
 }
 
+static int test_reuse(void)
+{
+    struct pipe *p = new_pipe(2, 0, 0, 1);
+    struct pipe_ext e[NBUF + 4];
+    size_t n = extents(e);
+    struct pipe_store *s = NULL, *again = NULL;
+    struct pipe_stats st;
+    uint64_t kept;
+
+    if (upload_all())
+        return 1;
+    REQUIRE(pipe_drain_host(p, e, n, &s) == 0, "drain: %s", pipe_error(p));
+    pipe_get_stats(p, &st);
+    REQUIRE(!st.store_reused, "a fresh store counted as reused");
+    REQUIRE(pipe_refill_host(p, s) == 0, "refill: %s", pipe_error(p));
+    kept = pipe_store_empty(s);
+    REQUIRE(kept >= st.raw_bytes, "kept %llu bytes of %llu", (unsigned long long)kept,
+            (unsigned long long)st.raw_bytes);
+    REQUIRE(pipe_store_bytes(s) == 0, "an emptied store holds %llu bytes",
+            (unsigned long long)pipe_store_bytes(s));
+    /* The program ran on: new contents, drained into the same pages. */
+    if (touch(3, 12345) || touch(4, 4 * MiB + 7))
+        return 1;
+    REQUIRE(pipe_drain_host_reuse(p, e, n, s, &again) == 0, "drain: %s", pipe_error(p));
+    pipe_get_stats(p, &st);
+    REQUIRE(again == s && st.store_reused, "the spare's arena was not reused");
+    REQUIRE(pipe_store_kept_bytes(again) == kept, "arena %llu bytes, was %llu",
+            (unsigned long long)pipe_store_kept_bytes(again), (unsigned long long)kept);
+    if (scribble())
+        return 1;
+    REQUIRE(pipe_refill_host(p, again) == 0, "refill: %s", pipe_error(p));
+    if (compare("reused store"))
+        return 1;
+    /* More memory than the arena has: it grows, the bytes stay right. */
+    pipe_store_empty(again);
+    {
+        struct pipe_ext more[2 * (NBUF + 4)];
+        for (size_t i = 0; i < n; i++)
+            more[i] = more[i + n] = e[i];
+        for (size_t i = n; i < 2 * n; i++)
+            more[i].alloc_id += 100;   /* the same bytes saved twice, as other ids */
+        REQUIRE(pipe_drain_host_reuse(p, more, 2 * n, again, &s) == 0, "drain: %s",
+                pipe_error(p));
+        REQUIRE(pipe_store_kept_bytes(s) >= 2 * st.raw_bytes, "arena did not grow");
+        for (int i = 0; i < NBUF; i++) {
+            uint8_t *got = malloc(bufs[i].size);
+            size_t off = bufs[i].what[0] == 'h' ? 2 * MiB : 0;
+            size_t len = bufs[i].what[0] == 'h' ? 7 * MiB : bufs[i].size;
+            for (size_t at = off; at < off + len;) {   /* a read stays within a chunk */
+                size_t step = (at / (4 * MiB) + 1) * (4 * MiB) - at;
+                if (step > off + len - at)
+                    step = off + len - at;
+                REQUIRE(pipe_store_read(s, (uint64_t)i + 110, at, got + at, step) == 0,
+                        "read %s at %zu", bufs[i].what, at);
+                at += step;
+            }
+            CHECK(!memcmp(got + off, bufs[i].want + off, len), "grown store: buffer %s differs",
+                  bufs[i].what);
+            free(got);
+        }
+    }
+    pipe_store_free(s);
+    pipe_free(p);
+    return 0;
+}
+
+static int test_copy_fail(void)
+{
+    struct pipe *p = new_pipe(2, 0, 0, 1);
+    CUdeviceptr gone;
+    struct image_writer *w = NULL;
+    struct chunk_sink sink;
+    struct pipe_stats st;
+    char dir[300], err[512];
+    int rc;
+
+    /* An allocation freed before the drain: its copy fails at the call,
+     * after the copy of bf16's first chunk into the same slot was issued. */
+    CU(TCGPU_REAL(cuMemAlloc)(&gone, 4 * MiB));
+    CU(TCGPU_REAL(cuMemFree)(gone));
+    struct pipe_ext e[2] = {
+        { bufs[3].va, 4 * MiB, 13, 0, bufs[3].dtype, 0 },
+        { gone, 4 * MiB, 14, 0, TCGPU_DTYPE_U8, 0 },
+    };
+    struct image_alloc a1 = { .id = 13, .addr = bufs[3].va, .size = bufs[3].size };
+    struct image_alloc a2 = { .id = 14, .addr = gone, .size = 4 * MiB };
+    struct image_device d = { .ordinal = 0, .name = "sim" };
+
+    if (upload_all())
+        return 1;
+    snprintf(dir, sizeof(dir), "%s/copy-fail", tmpdir);
+    REQUIRE(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == 0, "%s", err);
+    REQUIRE(image_writer_add_device(w, &d, NULL) == 0 && image_writer_add_allocation(w, &a1) == 0 &&
+            image_writer_add_allocation(w, &a2) == 0, "allocations");
+    chunk_sink_init(&sink, w, NULL);
+    rc = pipe_drain_image(p, e, 2, &sink);
+    pipe_get_stats(p, &st);
+    REQUIRE(rc == -EIO, "drain of freed memory: %d (%s)", rc, pipe_error(p));
+    CHECK(strstr(pipe_error(p), "cuMemcpyDtoHAsync"), "message: %s", pipe_error(p));
+    CHECK(st.encoded_chunks == 0, "%llu chunks of the failed slot were encoded",
+          (unsigned long long)st.encoded_chunks);
+    image_writer_free(w);
+    /* The pipe is still good for the next drain. */
+    if (upload_all() || write_image(p, dir, NULL, &st) || scribble() ||
+        refill_image(p, dir, 0, NULL) || compare("after a failed drain"))
+        return 1;
+    pipe_free(p);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -633,6 +747,8 @@ int main(int argc, char **argv)
     T(devhash);
     T(compress);
     T(ring);
+    T(reuse);
+    T(copy_fail);
     {
         char cmd[300];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
