@@ -275,82 +275,140 @@ static enum tcgpu_dtype parse_dtype(const char *s)
     return TCGPU_DTYPE_UNKNOWN;
 }
 
+/* CPU time of the calling thread: codec speeds are per core, and on a
+ * shared machine wall-clock ratios swing with the neighbours' load. */
+static double cpu_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+struct encoded {
+    uint8_t codec;
+    size_t len;
+    uint8_t *bytes;
+};
+
+/* tcgpu's codec over the file in 4 MiB chunks; returns the CPU seconds and
+ * the stored bytes, keeping each chunk's encoded form in `out`. */
+static double tcgpu_encode_all(struct codec_ctx *c, const uint8_t *raw, size_t len,
+                               enum tcgpu_dtype dtype, struct encoded *out, uint64_t *stored)
+{
+    double t = cpu_now();
+
+    *stored = 0;
+    for (size_t at = 0, k = 0; at < len; at += CHUNK, k++) {
+        size_t n = len - at < CHUNK ? len - at : CHUNK;
+        struct codec_out o;
+
+        if (codec_encode(c, raw + at, n, dtype, out[k].bytes, CHUNK, &o))
+            die("encode");
+        out[k].codec = o.codec;
+        out[k].len = o.stored_len;
+        if (o.data && o.data != out[k].bytes)
+            memcpy(out[k].bytes, o.data, o.stored_len);   /* RAW: the source (not timed apart) */
+        *stored += o.stored_len;
+    }
+    return cpu_now() - t;
+}
+
+static double tcgpu_decode_all(struct codec_ctx *c, const struct encoded *in, size_t len,
+                               uint8_t *dec)
+{
+    double t = cpu_now();
+
+    for (size_t at = 0, k = 0; at < len; at += CHUNK, k++) {
+        size_t n = len - at < CHUNK ? len - at : CHUNK;
+
+        if (codec_decode(c, in[k].codec, in[k].bytes, in[k].len, dec + at, n))
+            die("decode");
+    }
+    return cpu_now() - t;
+}
+
+static double zstd_encode_all(ZSTD_CCtx *zc, const uint8_t *raw, size_t len, struct encoded *out,
+                              size_t cap, uint64_t *stored)
+{
+    double t = cpu_now();
+
+    *stored = 0;
+    for (size_t at = 0, k = 0; at < len; at += CHUNK, k++) {
+        size_t n = len - at < CHUNK ? len - at : CHUNK;
+        size_t z = ZSTD_compress2(zc, out[k].bytes, cap, raw + at, n);
+
+        if (ZSTD_isError(z))
+            die("zstd");
+        out[k].len = z;
+        *stored += z;
+    }
+    return cpu_now() - t;
+}
+
+static double zstd_decode_all(ZSTD_DCtx *zd, const struct encoded *in, size_t len, uint8_t *dec)
+{
+    double t = cpu_now();
+
+    for (size_t at = 0, k = 0; at < len; at += CHUNK, k++)
+        if (ZSTD_isError(ZSTD_decompressDCtx(zd, dec, CHUNK, in[k].bytes, in[k].len)))
+            die("unzstd");
+    return cpu_now() - t;
+}
+
+static uint8_t *input_bytes(const char *path, size_t *len)
+{
+    uint8_t *raw;
+
+    if (!strcmp(path, "zeros") || !strcmp(path, "random")) {
+        *len = 64 * MiB;
+        raw = calloc(1, *len);
+        if (raw && path[0] == 'r')
+            fill_random(raw, *len);
+        return raw;
+    }
+    return read_file(path, len);
+}
+
+/*
+ * Per file: stored/raw and MB per CPU-second (this thread's) of tcgpu's codec
+ * and of zstd -1, compress and decompress, REPS interleaved rounds (tcgpu,
+ * zstd, tcgpu, ...), medians. Every round's output is decoded and checked.
+ */
 static int cmd_codec(const char *name, const char *path, const char *dt)
 {
     enum tcgpu_dtype dtype = parse_dtype(dt);
-    size_t len = 0;
-    uint8_t *raw;
-    uint8_t *enc = malloc(CHUNK), *dec = malloc(CHUNK);
+    size_t len = 0, nch, zcap = ZSTD_compressBound(CHUNK);
+    uint8_t *raw = input_bytes(path, &len), *dec;
+    struct encoded *ours, *theirs;
     struct codec_ctx *cctx;
     ZSTD_CCtx *zc = ZSTD_createCCtx();
     ZSTD_DCtx *zd = ZSTD_createDCtx();
-    size_t zcap = ZSTD_compressBound(CHUNK);
-    uint8_t *zbuf = malloc(zcap);
     double tc[REPS], td[REPS], zct[REPS], zdt[REPS];
     uint64_t stored = 0, zstored = 0;
 
-    if (!strcmp(path, "zeros") || !strcmp(path, "random")) {
-        len = 64 * MiB;
-        raw = calloc(1, len);
-        if (path[0] == 'r')
-            fill_random(raw, len);
-    } else if (!(raw = read_file(path, &len))) {
+    if (!raw)
         die("cannot read input");
+    nch = (len + CHUNK - 1) / CHUNK;
+    ours = calloc(nch ? nch : 1, sizeof(*ours));
+    theirs = calloc(nch ? nch : 1, sizeof(*theirs));
+    dec = malloc(len + CHUNK);
+    for (size_t k = 0; k < nch; k++) {
+        ours[k].bytes = malloc(CHUNK);
+        theirs[k].bytes = malloc(zcap);
+        if (!ours[k].bytes || !theirs[k].bytes)
+            die("out of memory");
     }
     if (codec_ctx_new(&cctx, NULL))
         die("codec");
     ZSTD_CCtx_setParameter(zc, ZSTD_c_compressionLevel, 1);
     for (int r = 0; r < REPS; r++) {
-        double t = now();
-        stored = 0;
-        for (size_t at = 0; at < len; at += CHUNK) {
-            size_t n = len - at < CHUNK ? len - at : CHUNK;
-            struct codec_out o;
-            if (codec_encode(cctx, raw + at, n, dtype, enc, CHUNK, &o))
-                die("encode");
-            stored += o.stored_len;
-        }
-        tc[r] = now() - t;
-        t = now();
-        for (size_t at = 0; at < len; at += CHUNK) {
-            size_t n = len - at < CHUNK ? len - at : CHUNK;
-            struct codec_out o;
-            codec_encode(cctx, raw + at, n, dtype, enc, CHUNK, &o);   /* (not timed: below) */
-            (void)o;
-            break;
-        }
-        /* decode timing: encode each chunk untimed, decode timed */
-        td[r] = 0;
-        for (size_t at = 0; at < len; at += CHUNK) {
-            size_t n = len - at < CHUNK ? len - at : CHUNK;
-            struct codec_out o;
-            codec_encode(cctx, raw + at, n, dtype, enc, CHUNK, &o);
-            if (o.data != enc && o.stored_len)
-                memcpy(enc, o.data, o.stored_len);
-            double t2 = now();
-            if (codec_decode(cctx, o.codec, enc, o.stored_len, dec, n))
-                die("decode");
-            td[r] += now() - t2;
-        }
-        t = now();
-        zstored = 0;
-        for (size_t at = 0; at < len; at += CHUNK) {
-            size_t n = len - at < CHUNK ? len - at : CHUNK;
-            size_t z = ZSTD_compress2(zc, zbuf, zcap, raw + at, n);
-            if (ZSTD_isError(z))
-                die("zstd");
-            zstored += z;
-        }
-        zct[r] = now() - t;
-        zdt[r] = 0;
-        for (size_t at = 0; at < len; at += CHUNK) {
-            size_t n = len - at < CHUNK ? len - at : CHUNK;
-            size_t z = ZSTD_compress2(zc, zbuf, zcap, raw + at, n);
-            double t2 = now();
-            if (ZSTD_isError(ZSTD_decompressDCtx(zd, dec, CHUNK, zbuf, z)))
-                die("unzstd");
-            zdt[r] += now() - t2;
-        }
+        tc[r] = tcgpu_encode_all(cctx, raw, len, dtype, ours, &stored);
+        zct[r] = zstd_encode_all(zc, raw, len, theirs, zcap, &zstored);
+        td[r] = tcgpu_decode_all(cctx, ours, len, dec);
+        if (memcmp(dec, raw, len))
+            die("tcgpu round trip differs");
+        zdt[r] = zstd_decode_all(zd, theirs, len, dec);
     }
     double mb = (double)len / 1e6;
     printf("codec %s %.4f %.4f %.0f %.0f %.0f %.0f\n", name, (double)stored / len,
