@@ -687,7 +687,9 @@ static int refill_from_image(struct snap *s, struct image *img, struct progress 
     return rc;
 }
 
-/* Opens and verifies the whole image before anything is touched. */
+/* Opens the image and checks every chunk's stored bytes before anything is
+ * touched (a damaged file is refused here); the raw checksums are checked
+ * as the refill decodes, and a mismatch there undoes the rebuild. */
 static int open_verified(struct snap *s, struct image **out)
 {
     char err[512] = "";
@@ -698,11 +700,11 @@ static int open_verified(struct snap *s, struct image **out)
         errmsg_set("%s", err[0] ? err : strerror(-rc));
         return rc == -EBADMSG ? -EBADMSG : rc;
     }
-    rc = image_verify_all(img, 0);
+    rc = image_verify_stored(img, pipe_default_workers(), err, sizeof(err));
     if (rc) {
-        errmsg_set("%s", image_error(img));
+        errmsg_set("%s", err[0] ? err : strerror(-rc));
         image_close(img);
-        return rc == -EIO ? -EIO : -EBADMSG;
+        return rc == -EIO || rc == -ENOMEM ? rc : -EBADMSG;
     }
     for (size_t i = 0; i < s->n; i++) {
         const struct image_alloc *a = image_find_alloc(img, s->r[i].id);

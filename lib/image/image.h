@@ -232,6 +232,17 @@ uint32_t image_version_minor(const struct image *img);
 int image_verify_all(struct image *img, unsigned flags);
 
 /*
+ * Reads every chunk's stored bytes (a PARENT chunk's in its ancestor) and
+ * checks their checksum, on `threads` threads (0: one per CPU): the cheap
+ * check a restore makes before it touches anything (a damaged or truncated
+ * file is refused), leaving the raw checksums to the decoding that follows.
+ * Thread-safe on one image (pread). Returns 0 or the failure of the first
+ * bad chunk in chunk order (-EBADMSG, -EIO, -EOPNOTSUPP, -ENOMEM), with a
+ * message naming it in errbuf (may be NULL).
+ */
+int image_verify_stored(const struct image *img, unsigned threads, char *errbuf, size_t errlen);
+
+/*
  * Decodes allocation `id` into `dst` (`dst_len` >= its size); bytes no chunk
  * covers become zero. Every chunk's checksums are checked on the way.
  * Returns 0, -ENOENT, -ENOBUFS (dst too small), or as image_verify_all.
