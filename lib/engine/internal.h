@@ -40,6 +40,7 @@ enum piece_scan {
     SCAN_NONE = 0,                /* not scanned (no helpers): nothing known */
     SCAN_ZERO_FLAG,               /* nonzero is valid */
     SCAN_DEVHASH,                 /* nonzero and devhash are valid */
+    SCAN_BLOCKS,                  /* nonzero and the block hashes (bh) are valid */
 };
 
 struct piece {
@@ -56,6 +57,12 @@ struct piece {
     uint8_t scan;                 /* enum piece_scan */
     uint8_t nonzero;
     uint64_t devhash;
+    /* block hashes (blocks.c): nblocks of them at bh, valid when bh_valid */
+    uint64_t *bh;
+    uint32_t nblocks;
+    uint8_t bh_valid;
+    uint32_t *changed;            /* a patch's changed block indices (nblocks room) */
+    uint32_t nchanged;
 };
 
 /* The device-side scan found every byte of the piece zero. */
@@ -100,6 +107,7 @@ struct worker {
     struct codec_ctx *ctx;
     uint8_t *buf;                 /* stored bytes of a chunk being read */
     size_t buf_cap;
+    uint8_t *base, *xor_buf;      /* a patch's base bytes and XOR (chunk-sized) */
 };
 
 /* --- staging ring ------------------------------------------------------------ */
@@ -116,6 +124,7 @@ struct slot {
     CUevent ev;
     enum slot_state state;
     size_t fill;                  /* bytes used */
+    size_t enc_fill;              /* bytes of `enc` promised to jobs */
     size_t pending;               /* jobs not yet written / uploaded */
 };
 
@@ -130,9 +139,12 @@ struct job {
     struct piece *pc;             /* drain: the chunk */
     const uint8_t *src;           /* drain: raw bytes */
     uint8_t *dst;                 /* encode output / decode target */
+    size_t dst_cap;               /* drain: room at dst */
     int slot;                     /* -1: none */
     enum job_state state;
     const struct image_chunk *parent;  /* drain: the parent's chunk here, or NULL */
+    int patch;                    /* drain: src holds piece->changed blocks only */
+    struct chunk_sink *sink;      /* drain, patch: for the parent's bytes */
     struct image_chunk c;
     const void *stored;
     /* refill */
@@ -147,6 +159,7 @@ struct job {
 struct pipe {
     struct pipe_opts o;
     size_t chunk;
+    uint32_t block;               /* block of the block hashes; 0: none (blocks.c) */
     size_t slot_size;
     unsigned nslots;
     struct worker *w;
@@ -202,6 +215,22 @@ int pipe_make_pieces(struct pipe *p, const struct pipe_ext *e, size_t n, struct 
 int pipe_scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, int hash);
 /* End index of the run of pieces on the same device as pc[i]. */
 size_t pipe_device_run(const struct piece *pc, size_t n, size_t i);
+
+/* --- blocks.c --------------------------------------------------------------- */
+
+/* The block size for a chunk size: 64 KiB ($TCGPU_BLOCK_KB), at most the
+ * chunk, a power of two >= 4 KiB; 0 (no block hashes) when none fits. */
+uint32_t pipe_block_size(size_t chunk);
+/* Room for every piece's block hashes and changed list; freed with blocks_free. */
+int pipe_blocks_alloc(struct pipe *p, struct piece *pc, size_t n, uint64_t **bh, uint32_t **idx);
+/* The device-side scan of pc[from, to) block by block: bh, nonzero. */
+int pipe_scan_blocks(struct pipe *p, struct piece *pc, size_t from, size_t to);
+/* The host's block hashes of a piece whose raw bytes are at src. */
+void pipe_hash_blocks(const struct pipe *p, struct piece *q, const uint8_t *src);
+/* Compares the piece's block hashes with the parent chunk's: fills
+ * q->changed/nchanged; -1 when they cannot be compared. */
+int pipe_blocks_changed(const struct pipe *p, struct piece *q, const uint64_t *parent_bh,
+                        uint32_t parent_n, uint32_t parent_bs);
 
 /* --- pool.c ---------------------------------------------------------------- */
 

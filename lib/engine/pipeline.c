@@ -105,6 +105,7 @@ int pipe_new(struct pipe **out, const struct pipe_opts *o)
     if (p->nw > MAX_WORKERS)
         p->nw = MAX_WORKERS;
     p->cur_dev = -1;
+    p->block = pipe_block_size(p->chunk);
     if (p->chunk > TCGPU_IMG_MAX_CHUNK) {
         free(p);
         return -EINVAL;
@@ -150,6 +151,8 @@ void pipe_free(struct pipe *p)
     for (unsigned i = 0; p->w && i < p->nw_alloc; i++) {
         codec_ctx_free(p->w[i].ctx);
         free(p->w[i].buf);
+        free(p->w[i].base);
+        free(p->w[i].xor_buf);
     }
     free(p->w);
     free_ring(p);
@@ -253,7 +256,8 @@ int pipe_use_device(struct pipe *p, int device, int helpers)
         return -EIO;
     }
     const char *env = getenv("TCGPU_DEVICE_HELPERS");
-    int twin = p->o.no_helpers < 0 || (env && !strcmp(env, "1"));
+    /* helpers 2: the simcuda twin too (its scan saves copies here) */
+    int twin = p->o.no_helpers < 0 || (env && !strcmp(env, "1")) || helpers == 2;
 
     if (env && !strcmp(env, "0"))
         helpers = 0;

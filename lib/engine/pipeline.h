@@ -89,6 +89,7 @@ struct pipe_stats {
     uint64_t copied_bytes;        /* bytes that crossed the host link */
     uint64_t zero_chunks;         /* found zero (device side or codec) */
     uint64_t parent_chunks;       /* unchanged since the parent */
+    uint64_t patched_chunks;      /* stored as their changed blocks (PATCH) */
     uint64_t device_skipped;      /* chunks the device helpers kept on the device */
     uint64_t stored_bytes;        /* encoded bytes written or held */
     uint64_t encoded_chunks;      /* chunks the workers encoded */

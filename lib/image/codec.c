@@ -40,7 +40,7 @@ struct plan {
 };
 
 static const char *const codec_names[TCGPU_CODEC_COUNT] = {
-    "zero", "raw", "zstd", "bytegroup", "parent",
+    "zero", "raw", "zstd", "bytegroup", "parent", "patch",
 };
 
 static const char *const dtype_names[TCGPU_DTYPE_COUNT] = {
@@ -784,7 +784,8 @@ int codec_decode(struct codec_ctx *ctx, unsigned codec, const void *src, size_t 
         return 0;
     case TCGPU_CODEC_ZSTD: return zstd_exact(ctx, dst, raw_len, src, stored_len);
     case TCGPU_CODEC_BYTEGROUP: return decode_bytegroup(ctx, src, stored_len, dst, raw_len);
-    case TCGPU_CODEC_PARENT: return -EOPNOTSUPP;
+    case TCGPU_CODEC_PARENT:
+    case TCGPU_CODEC_PATCH: return -EOPNOTSUPP;    /* need the parent's bytes */
     default: return -EINVAL;
     }
 }

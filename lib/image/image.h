@@ -154,6 +154,16 @@ int image_writer_add_encoded(struct image_writer *w, const struct image_chunk *c
                              const void *stored);
 
 /*
+ * image_writer_add_encoded with the device hashes of the chunk's blocks
+ * (ceil(raw_len / block_size) of them, copied; NULL: none), for the next
+ * incremental image (BLOCKHASH section). Every chunk of an image uses one
+ * block size (a power of two, TCGPU_PATCH_MIN_BLOCK .. MAX): -EINVAL else.
+ */
+int image_writer_add_encoded_blocks(struct image_writer *w, const struct image_chunk *c,
+                                    const void *stored, uint32_t block_size,
+                                    const uint64_t *hashes);
+
+/*
  * Finishes the data file (fsync), checks the chunk table (no overlaps),
  * writes and fsyncs the manifest and the directory, and renames it to DIR.
  * If DIR exists: -EEXIST unless IMAGE_OVERWRITE, in which case an existing
@@ -219,6 +229,14 @@ int image_find_chunk(const struct image *img, uint64_t alloc_id, uint64_t offset
 /* Codec and stored length of where chunk i's bytes really are: the chunk
  * itself, or for a resolved PARENT chunk the ancestor's chunk. */
 void image_chunk_resolved(const struct image *img, size_t i, unsigned *codec, uint32_t *stored_len);
+/* A PATCH chunk's base (where chunk i's bytes resolve to is a PATCH chunk):
+ * 0 and the image and index of the chunk it patches; -ENOENT (not a
+ * patch), -EOPNOTSUPP (its parent is not open). */
+int image_chunk_base(const struct image *img, size_t i, const struct image **base, size_t *index);
+/* The device hashes of chunk i's blocks (BLOCKHASH), or NULL: *n of them,
+ * blocks of *block_size bytes. Valid until image_close. */
+const uint64_t *image_chunk_blocks(const struct image *img, size_t i, uint32_t *n,
+                                   uint32_t *block_size);
 /* Parent path, or NULL when the image is not incremental. */
 const char *image_parent(const struct image *img, uint8_t csum[16]);
 uint32_t image_version_minor(const struct image *img);

@@ -49,6 +49,46 @@ static void failed(struct verify *v, size_t i, int rc, const char *msg)
     pthread_mutex_unlock(&v->mu);
 }
 
+/* Reads and checks chunk i's stored bytes into *buf (grown as needed); a
+ * PATCH chunk's base chain too (the base it names, its stored bytes). */
+static int verify_chunk(const struct image *img, size_t i, uint8_t **buf, size_t *cap, char *err,
+                        size_t errlen)
+{
+    for (int depth = 0;; depth++) {
+        const struct image *b;
+        uint64_t named;
+        uint32_t len;
+        size_t bi;
+        int rc;
+
+        image_chunk_resolved(img, i, NULL, &len);
+        if (len > *cap) {
+            uint8_t *nb = realloc(*buf, len);
+
+            if (!nb) {
+                snprintf(err, errlen, "out of memory verifying the image");
+                return -ENOMEM;
+            }
+            *buf = nb;
+            *cap = len;
+        }
+        if ((rc = image_read_stored(img, i, *buf, err, errlen)) != 0)
+            return rc;
+        rc = image_chunk_base(img, i, &b, &bi);
+        if (rc == -ENOENT)
+            return 0;             /* not a patch: done */
+        if (rc || depth > 64 || codec_patch_base_csum(*buf, len, &named) ||
+            named != image_chunk_at(b, bi)->raw_csum) {
+            snprintf(err, errlen, "chunk %zu of %s: %s", i, image_parent(img, NULL),
+                     rc ? "the parent image it patches is not open"
+                        : "patches a chunk its parent image does not hold (checksum differs)");
+            return rc ? -EOPNOTSUPP : -EBADMSG;
+        }
+        img = b;
+        i = bi;
+    }
+}
+
 static void *verify_main(void *arg)
 {
     struct verify *v = arg;
@@ -57,21 +97,8 @@ static void *verify_main(void *arg)
 
     for (size_t i; (i = take(v)) < v->n;) {
         char err[512] = "";
-        uint32_t len;
-        int rc;
+        int rc = verify_chunk(v->img, i, &buf, &cap, err, sizeof(err));
 
-        image_chunk_resolved(v->img, i, NULL, &len);
-        if (len > cap) {
-            uint8_t *b = realloc(buf, len);
-
-            if (!b) {
-                failed(v, i, -ENOMEM, "out of memory verifying the image");
-                break;
-            }
-            buf = b;
-            cap = len;
-        }
-        rc = image_read_stored(v->img, i, buf, err, sizeof(err));
         if (rc)
             failed(v, i, rc, err);
     }

@@ -18,6 +18,13 @@
  *               grown for more extents), the bytes right each time
  *   copy_fail   a copy that fails while a slot fills: the drain fails with
  *               the copy's message, and nothing of that slot is encoded
+ *   patch       block hashes: an incremental image after two one-byte
+ *               changes stores two PATCH chunks and copies two blocks; after
+ *               a dense step (every bf16 weight moved a little) the patches
+ *               hold the XOR with the parent and are smaller than the same
+ *               chunks of a full image; refills give the bytes back; a
+ *               missing parent is refused at open, a damaged one (the bytes
+ *               a patch applies to) by the stored-checksum check
  *
  *   test_pipeline [name]      (no name: all)
  */
@@ -718,6 +725,108 @@ static int test_copy_fail(void)
     return 0;
 }
 
+/* Stored bytes of allocation `id` in the image at dir (alone: no parent). */
+static uint64_t alloc_stored(const char *dir, uint64_t id, unsigned codec, size_t *count)
+{
+    struct image *img = NULL;
+    uint64_t n = 0;
+
+    *count = 0;
+    if (image_open(&img, dir, IMAGE_OPEN_NO_PARENT, NULL, 0))
+        return 0;
+    for (size_t i = 0; i < image_chunk_count(img); i++) {
+        const struct image_chunk *c = image_chunk_at(img, i);
+        if (c->alloc_id == id && (codec == TCGPU_CODEC_COUNT || c->codec == codec)) {
+            n += c->stored_len;
+            (*count)++;
+        }
+    }
+    image_close(img);
+    return n;
+}
+
+static int test_patch(void)
+{
+    struct pipe *p = new_pipe(2, 0, 0, 0);
+    char a[300], b[300], c[300], x[300], moved[300], path[400], err[512];
+    struct pipe_stats st;
+    struct image *img = NULL;
+    size_t n, full_n;
+    uint64_t full, patched;
+    int rc;
+
+    snprintf(a, sizeof(a), "%s/PA", tmpdir);
+    snprintf(b, sizeof(b), "%s/PB", tmpdir);
+    snprintf(c, sizeof(c), "%s/PC", tmpdir);
+    snprintf(x, sizeof(x), "%s/PX", tmpdir);
+    snprintf(moved, sizeof(moved), "%s/PA-moved", tmpdir);
+    if (upload_all() || write_image(p, a, NULL, &st))
+        return 1;
+    /* B: one byte in fp32's first chunk, one in bf16's second */
+    if (touch(4, 100) || touch(3, 5 * MiB + 3) || write_image(p, b, a, &st))
+        return 1;
+    REQUIRE(st.patched_chunks == 2, "%llu PATCH chunks, want 2",
+            (unsigned long long)st.patched_chunks);
+    REQUIRE(alloc_stored(b, 14, TCGPU_CODEC_PATCH, &n) > 0 && n == 1, "fp32: %zu patches", n);
+    REQUIRE(st.copied_bytes <= 2 * 64 * 1024, "B copied %llu bytes for two changed blocks",
+            (unsigned long long)st.copied_bytes);
+    if (scribble() || refill_image(p, b, 0, NULL) || compare("patch B"))
+        return 1;
+    /* C: a dense step: every bf16 weight moved a little, as by an optimizer */
+    for (size_t i = 0; i + 1 < bufs[3].size; i += 2) {
+        uint16_t h;
+        memcpy(&h, bufs[3].want + i, 2);
+        if ((h & 0x7f80) && (h & 0x7f80) != 0x7f80)   /* normal numbers: a mantissa step */
+            h = (uint16_t)((h & 0xff80) | ((h + (t_rand() % 3)) & 0x7f));
+        memcpy(bufs[3].want + i, &h, 2);
+    }
+    CU(TCGPU_REAL(cuMemcpyHtoD)(bufs[3].va, bufs[3].want, bufs[3].size));
+    if (write_image(p, c, b, &st) || write_image(p, x, NULL, &st))
+        return 1;
+    patched = alloc_stored(c, 13, TCGPU_CODEC_PATCH, &n);
+    full = alloc_stored(x, 13, TCGPU_CODEC_COUNT, &full_n);
+    REQUIRE(n == 2 && full_n == 2, "bf16: %zu patches, %zu chunks in full", n, full_n);
+    REQUIRE(patched < full * 3 / 4, "the XOR patches take %llu bytes, the full chunks %llu",
+            (unsigned long long)patched, (unsigned long long)full);
+    fprintf(stderr, "  dense bf16 step: XOR patches %llu bytes, full chunks %llu (%.3f)\n",
+            (unsigned long long)patched, (unsigned long long)full, (double)patched / full);
+    if (scribble() || refill_image(p, c, 0, NULL) || compare("patch C (XOR)"))
+        return 1;
+    pipe_free(p);
+    /* The parent moved away: B cannot be opened. */
+    REQUIRE(rename(a, moved) == 0, "rename");
+    if (refill_image(NULL, b, -ENOENT, "parent image"))
+        return 1;
+    REQUIRE(rename(moved, a) == 0, "rename back");
+    /* The parent's bytes under B's patch damaged: refused before any refill. */
+    REQUIRE(image_open(&img, b, 0, err, sizeof(err)) == 0, "%s", err);
+    {
+        const struct image *base;
+        size_t bi, pi = (size_t)-1;
+
+        for (size_t i = 0; i < image_chunk_count(img); i++)
+            if (image_chunk_at(img, i)->codec == TCGPU_CODEC_PATCH)
+                pi = i;
+        REQUIRE(pi != (size_t)-1 && image_chunk_base(img, pi, &base, &bi) == 0, "no base");
+        const struct image_chunk *k = image_chunk_at(base, bi);
+        int fd;
+        uint8_t byte;
+
+        snprintf(path, sizeof(path), "%s/data.0", a);
+        fd = open(path, O_RDWR);
+        REQUIRE(fd >= 0 && pread(fd, &byte, 1, (off_t)(k->file_offset + k->stored_len / 2)) == 1,
+                "read");
+        byte ^= 0x10;
+        REQUIRE(pwrite(fd, &byte, 1, (off_t)(k->file_offset + k->stored_len / 2)) == 1, "write");
+        close(fd);
+    }
+    rc = image_verify_stored(img, 2, err, sizeof(err));
+    REQUIRE(rc == -EBADMSG && strstr(err, "stored checksum mismatch") && strstr(err, a),
+            "damaged parent: rc %d: %s", rc, err);
+    image_close(img);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -749,6 +858,7 @@ int main(int argc, char **argv)
     T(ring);
     T(reuse);
     T(copy_fail);
+    T(patch);
     {
         char cmd[300];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
