@@ -3,13 +3,17 @@
  * measured in the same run (tests/bench/run.sh drives it; docs/engine.md).
  *
  *   bench_engine free MB          time to free: drain to host (what a suspend
- *                                 does before releasing) vs cuMemcpyDtoH of
- *                                 the same bytes into a fresh buffer and into a
- *                                 warm one; on the bench mix and on random data
- *   bench_engine codec FILE DTYPE per file: stored/raw and MB/s per core of
- *                                 tcgpu's codec vs zstd -1 (libzstd, 1 thread),
- *                                 compress and decompress; prints
- *                                 "codec NAME ratio_tcgpu ratio_zstd c_tcgpu c_zstd d_tcgpu d_zstd"
+ *                                 does before releasing), into a fresh store and
+ *                                 into the kept store of an earlier suspend, vs
+ *                                 cuMemcpyDtoH of the same bytes into a fresh
+ *                                 buffer and into a warm one; the bench mix and
+ *                                 random data; interleaved, medians [ranges]
+ *   bench_engine codec NAME FILE DTYPE  per file: stored/raw and MB per CPU-second
+ *                                 of tcgpu's codec vs zstd -1 (libzstd, 1 thread),
+ *                                 compress and decompress, and of a memcpy; prints
+ *                                 "codec NAME ratio_tcgpu ratio_zstd c_tcgpu c_zstd d_tcgpu d_zstd copy"
+ *   bench_engine delta NAME A B DTYPE  B (one training step after A) encoded alone
+ *                                 and as the XOR with A (PATCH chunks)
  *   bench_engine mixfile OUT MB   writes the bench mix (a caching allocator's
  *                                 heap: weights, moments, zeros, random, stale)
  *   bench_engine refill MB        refill from an image and from host memory vs
@@ -188,63 +192,121 @@ static CUdeviceptr device_with(const uint8_t *h, size_t bytes)
 
 /* --- time to free ------------------------------------------------------------ */
 
+static double min_of(const double *v, int n)
+{
+    double m = v[0];
+
+    for (int i = 1; i < n; i++)
+        m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+static double max_of(const double *v, int n)
+{
+    double m = v[0];
+
+    for (int i = 1; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/* "12.3 ms [11.0-15.2]": median and range of n timings in seconds. */
+static const char *msr(const double *v, int n, char *buf, size_t len)
+{
+    double c[64];
+
+    memcpy(c, v, (size_t)n * sizeof(*v));
+    snprintf(buf, len, "%.1f ms [%.1f-%.1f]", median(c, n) * 1e3, min_of(v, n) * 1e3,
+             max_of(v, n) * 1e3);
+    return buf;
+}
+
+static struct pipe *pipe_with(int no_helpers)
+{
+    struct pipe_opts o = { .ctx_enter = t_ctx_enter, .ctx_leave = t_ctx_leave,
+                           .no_helpers = no_helpers };
+    struct pipe *p;
+
+    if (pipe_new(&p, &o))
+        die("pipe_new");
+    return p;
+}
+
+enum { F_FRESH, F_WARM, F_FIRST, F_AGAIN, F_TWIN, F_STEPS };
+
+/*
+ * Time to free `bytes` at d, REPS rounds of five steps in an order that
+ * rotates from round to round (so no step always runs right after a large
+ * free): a program's cuMemcpyDtoH into fresh malloc'ed memory and into a
+ * warm buffer; the suspend's drain into a fresh store (the first suspend)
+ * and into the kept store of an earlier one (every later suspend); the
+ * drain with the simcuda twin of the device helpers (zero chunks not
+ * copied). On simcuda the default drain loads no helpers: "default" and
+ * "no helpers" are the same code.
+ */
 static void bench_free_one(const char *name, CUdeviceptr d, size_t bytes)
 {
-    double cold[REPS], warm[REPS], ours[REPS], ours_nh[REPS], twin[REPS];
+    double t_[F_STEPS][REPS], m[F_STEPS];
     uint8_t *w = malloc(bytes);
     struct pipe_ext e = { d, bytes, 1, 0, TCGPU_DTYPE_UNKNOWN, 0 };
+    struct pipe *p = pipe_with(0), *tw = pipe_with(-1);
+    struct pipe_store *spare = NULL, *s = NULL;
+    char b[F_STEPS][64];
 
     memset(w, 1, bytes);
+    if (pipe_drain_host(p, &e, 1, &spare))   /* an earlier suspend's store, kept */
+        die(pipe_error(p));
+    pipe_store_empty(spare);
     for (int r = 0; r < REPS; r++) {
-        struct pipe *p = new_pipe();
-        struct pipe_store *s = NULL;
-        uint8_t *c = malloc(bytes);
-        double t;
+        for (int k = 0; k < F_STEPS; k++) {
+            int step = (k + r) % F_STEPS;
+            uint8_t *c;
+            double t = now();
 
-        t = now();
-        CU(TCGPU_REAL(cuMemcpyDtoH)(c, d, bytes));
-        cold[r] = now() - t;
-        free(c);
-        t = now();
-        CU(TCGPU_REAL(cuMemcpyDtoH)(w, d, bytes));
-        warm[r] = now() - t;
-        t = now();
-        if (pipe_drain_host(p, &e, 1, &s))
-            die(pipe_error(p));
-        ours[r] = now() - t;
-        pipe_store_free(s);
-        pipe_free(p);
-        {   /* the simcuda twin of the device helpers (zero chunks not copied) */
-            struct pipe_opts o = { .ctx_enter = t_ctx_enter, .ctx_leave = t_ctx_leave, .no_helpers = -1 };
-            if (pipe_new(&p, &o))
-                die("pipe_new");
+            switch (step) {
+            case F_FRESH:
+                c = malloc(bytes);
+                CU(TCGPU_REAL(cuMemcpyDtoH)(c, d, bytes));
+                t_[step][r] = now() - t;
+                free(c);
+                break;
+            case F_WARM:
+                CU(TCGPU_REAL(cuMemcpyDtoH)(w, d, bytes));
+                t_[step][r] = now() - t;
+                break;
+            case F_FIRST:
+            case F_TWIN:
+                if (pipe_drain_host(step == F_TWIN ? tw : p, &e, 1, &s))
+                    die(pipe_error(p));
+                t_[step][r] = now() - t;
+                pipe_store_free(s);
+                break;
+            case F_AGAIN:
+                if (pipe_drain_host_reuse(p, &e, 1, spare, &s))
+                    die(pipe_error(p));
+                t_[step][r] = now() - t;
+                pipe_store_empty(s);
+                spare = s;
+                break;
+            }
         }
-        t = now();
-        if (pipe_drain_host(p, &e, 1, &s))
-            die(pipe_error(p));
-        twin[r] = now() - t;
-        pipe_store_free(s);
-        pipe_free(p);
-        {
-            struct pipe_opts o = { .ctx_enter = t_ctx_enter, .ctx_leave = t_ctx_leave, .no_helpers = 1 };
-            if (pipe_new(&p, &o))
-                die("pipe_new");
-        }
-        t = now();
-        if (pipe_drain_host(p, &e, 1, &s))
-            die(pipe_error(p));
-        ours_nh[r] = now() - t;
-        pipe_store_free(s);
-        pipe_free(p);
     }
-    double mc = median(cold, REPS), mw = median(warm, REPS), mo = median(ours, REPS),
-           mn = median(ours_nh, REPS), mt = median(twin, REPS);
-    printf("free %s %zu MiB: memcpy cold %.1f ms, warm %.1f ms; drain %.1f ms (default), "
-           "%.1f ms (no helpers), %.1f ms (simcuda twin scan)\n", name, bytes >> 20, mc * 1e3,
-           mw * 1e3, mo * 1e3, mn * 1e3, mt * 1e3);
-    printf("free_vs_memcpy_cold_%s %.3f\n", name, mo / mc);
-    printf("free_vs_memcpy_warm_%s %.3f\n", name, mo / mw);
-    printf("free_twin_scan_vs_memcpy_warm_%s %.3f\n", name, mt / mw);
+    for (int k = 0; k < F_STEPS; k++) {
+        double c[REPS];
+        memcpy(c, t_[k], sizeof(c));
+        m[k] = median(c, REPS);
+        msr(t_[k], REPS, b[k], sizeof(b[k]));
+    }
+    printf("free %s %zu MiB: cuMemcpyDtoH into fresh memory %s, into warm memory %s; drain into "
+           "a fresh store (first suspend) %s, into the kept store (later suspends) %s, with the "
+           "simcuda twin scan %s (default = no helpers on simcuda)\n", name, bytes >> 20,
+           b[F_FRESH], b[F_WARM], b[F_FIRST], b[F_AGAIN], b[F_TWIN]);
+    printf("free_first_vs_memcpy_fresh_%s %.3f\n", name, m[F_FIRST] / m[F_FRESH]);
+    printf("free_again_vs_memcpy_warm_%s %.3f\n", name, m[F_AGAIN] / m[F_WARM]);
+    printf("free_twin_vs_default_%s %.3f\n", name, m[F_TWIN] / m[F_FIRST]);
+    pipe_store_free(spare);
+    pipe_free(p);
+    pipe_free(tw);
     free(w);
 }
 
@@ -384,7 +446,7 @@ static int cmd_codec(const char *name, const char *path, const char *dt)
     struct codec_ctx *cctx;
     ZSTD_CCtx *zc = ZSTD_createCCtx();
     ZSTD_DCtx *zd = ZSTD_createDCtx();
-    double tc[REPS], td[REPS], zct[REPS], zdt[REPS];
+    double tc[REPS], td[REPS], zct[REPS], zdt[REPS], cp[REPS];
     uint64_t stored = 0, zstored = 0;
 
     if (!raw)
@@ -409,11 +471,59 @@ static int cmd_codec(const char *name, const char *path, const char *dt)
         if (memcmp(dec, raw, len))
             die("tcgpu round trip differs");
         zdt[r] = zstd_decode_all(zd, theirs, len, dec);
+        cp[r] = cpu_now();        /* a raw copy of the same bytes, the floor of any codec */
+        memcpy(dec, raw, len);
+        cp[r] = cpu_now() - cp[r];
     }
     double mb = (double)len / 1e6;
-    printf("codec %s %.4f %.4f %.0f %.0f %.0f %.0f\n", name, (double)stored / len,
+    printf("codec %s %.4f %.4f %.0f %.0f %.0f %.0f %.0f\n", name, (double)stored / len,
            (double)zstored / len, mb / median(tc, REPS), mb / median(zct, REPS),
-           mb / median(td, REPS), mb / median(zdt, REPS));
+           mb / median(td, REPS), mb / median(zdt, REPS), mb / median(cp, REPS));
+    return 0;
+}
+
+/*
+ * What encoding the difference from the parent's bytes buys: FILE_B (a
+ * tensor one training step after FILE_A) in 4 MiB chunks, each encoded on
+ * its own (a full image) and as a PATCH of all its 64 KiB blocks, the XOR
+ * with FILE_A's chunk (an incremental image after a dense step). Prints
+ * "delta NAME plain/raw xor/raw xor/plain c_xor_MBps".
+ */
+static int cmd_delta(const char *name, const char *pa, const char *pb, const char *dt)
+{
+    enum tcgpu_dtype dtype = parse_dtype(dt);
+    size_t la = 0, lb = 0;
+    uint8_t *a = read_file(pa, &la), *b = read_file(pb, &lb);
+    uint8_t *out = malloc(2 * CHUNK), *scratch = malloc(CHUNK);
+    uint32_t idx[CHUNK / (64 << 10)];
+    struct codec_ctx *c;
+    uint64_t plain = 0, xored = 0;
+    double t_xor = 0;
+
+    if (!a || !b || la != lb || !out || !scratch || codec_ctx_new(&c, NULL))
+        die("delta: inputs of different sizes, or no memory");
+    for (size_t at = 0; at < lb; at += CHUNK) {
+        size_t n = lb - at < CHUNK ? lb - at : CHUNK, stored;
+        uint32_t k = (uint32_t)((n + (64 << 10) - 1) / (64 << 10));
+        struct codec_patch pt = { .raw_len = n, .block_size = 64 << 10, .k = k, .idx = idx,
+                                  .blocks = b + at, .base = a + at, .scratch = scratch };
+        struct codec_out o;
+        uint64_t csum;
+        double t;
+
+        for (uint32_t i = 0; i < k; i++)
+            idx[i] = i;
+        if (codec_encode(c, b + at, n, dtype, out, 2 * CHUNK, &o))
+            die("encode");
+        plain += o.stored_len;
+        t = cpu_now();
+        if (codec_patch_encode(c, &pt, dtype, out, 2 * CHUNK, &stored, &csum))
+            die("patch");
+        t_xor += cpu_now() - t;
+        xored += stored;
+    }
+    printf("delta %s %.4f %.4f %.4f %.0f\n", name, (double)plain / lb, (double)xored / lb,
+           (double)xored / plain, lb / 1e6 / t_xor);
     return 0;
 }
 
@@ -549,6 +659,8 @@ int main(int argc, char **argv)
         return cmd_free(strtoul(argv[2], NULL, 10));
     if (argc >= 5 && !strcmp(argv[1], "codec"))
         return cmd_codec(argv[2], argv[3], argv[4]);
+    if (argc >= 6 && !strcmp(argv[1], "delta"))
+        return cmd_delta(argv[2], argv[3], argv[4], argv[5]);
     if (argc >= 4 && !strcmp(argv[1], "mixfile"))
         return cmd_mixfile(argv[2], strtoul(argv[3], NULL, 10));
     if (argc >= 4 && !strcmp(argv[1], "image"))
@@ -556,6 +668,6 @@ int main(int argc, char **argv)
     if (argc >= 4 && !strcmp(argv[1], "refill"))
         return cmd_refill(strtoul(argv[2], NULL, 10), argv[3]);
     fprintf(stderr, "usage: bench_engine free MB | codec NAME FILE DTYPE | mixfile OUT MB | "
-                    "image MB DIR | refill MB DIR\n");
+                    "image MB DIR | refill MB DIR | delta NAME FILE_A FILE_B DTYPE\n");
     return 2;
 }
