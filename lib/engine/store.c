@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "dev.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
 #include "internal.h"
@@ -99,14 +100,59 @@ static int arena_fit(struct pipe_store *s, size_t need)
     return 0;
 }
 
+/* One thread's slice of the arena, faulted in (MADV_POPULATE_WRITE). */
+struct fault_slice {
+    uint8_t *at;
+    size_t len;
+    pthread_t th;
+    int started;
+};
+
+static void *fault_main(void *arg)
+{
+    struct fault_slice *f = arg;
+
+    tcgpu_gate_set_exempt(true);
+    madvise(f->at, f->len, MADV_POPULATE_WRITE);   /* old kernel: the copies fault them */
+    return NULL;
+}
+
+/*
+ * Faults a fresh arena in on `n` threads: a registration pins the pages,
+ * and a driver that faults them itself does it on one thread, at one
+ * core's page-zeroing speed (docs/engine.md, the model).
+ */
+static void fault_in_parallel(struct pipe_store *s, unsigned n)
+{
+    struct fault_slice f[MAX_WORKERS] = { { 0 } };
+    size_t step;
+
+    if (n > MAX_WORKERS)
+        n = MAX_WORKERS;
+    step = round_up((s->cap + n - 1) / n, ARENA_ALIGN);
+    for (unsigned i = 0; i < n && (size_t)i * step < s->cap; i++) {
+        f[i].at = s->mem + (size_t)i * step;
+        f[i].len = s->cap - (size_t)i * step < step ? s->cap - (size_t)i * step : step;
+        f[i].started = pthread_create(&f[i].th, NULL, fault_main, &f[i]) == 0;
+        if (!f[i].started)
+            fault_main(&f[i]);
+    }
+    for (unsigned i = 0; i < n; i++)
+        if (f[i].started)
+            pthread_join(f[i].th, NULL);
+}
+
 int pipe_store_register(struct pipe *p, struct pipe_store *s)
 {
     const char *v = getenv("TCGPU_HOST_REGISTER");
     CUresult cr;
 
-    (void)p;
     if (s->registered || !s->mem || (v && !strcmp(v, "0")))
         return 0;
+    /* A real GPU's registration pins (and so faults) the pages: do it on
+     * every core first. simcuda's does not: its copies fault them. */
+    if (!s->reused && pdev_kind(p->dev) == PDEV_CUBIN)
+        fault_in_parallel(s, p->nw ? p->nw : 1);
     if (TCGPU_REAL(cuCtxGetCurrent)(&s->reg_ctx) != CUDA_SUCCESS || !s->reg_ctx)
         return 0;
     cr = TCGPU_REAL(cuMemHostRegister)(s->mem, s->cap, CU_MEMHOSTREGISTER_PORTABLE);
