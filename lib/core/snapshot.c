@@ -674,7 +674,7 @@ static int refill_from_image(struct snap *s, struct image *img, struct progress 
     for (size_t i = 0; i < s->n; i++)
         e[i] = (struct pipe_ext){ .va = s->r[i].va, .len = s->r[i].size, .alloc_id = s->r[i].id,
                                   .dtype = s->r[i].dtype, .device = s->r[i].device };
-    chunk_source_init(&src, img);
+    chunk_source_init_verified(&src, img);   /* open_verified checked the stored bytes */
     rc = open_pipe(&p, prog);
     if (rc == 0) {
         rc = pipe_refill_image(p, &src, e, s->n);

@@ -149,6 +149,13 @@ const char *chunk_sink_error(const struct chunk_sink *s)
 void chunk_source_init(struct chunk_source *s, const struct image *img)
 {
     s->img = img;
+    s->read_flags = 0;
+}
+
+void chunk_source_init_verified(struct chunk_source *s, const struct image *img)
+{
+    s->img = img;
+    s->read_flags = IMAGE_READ_UNCHECKED;
 }
 
 size_t chunk_source_count(const struct chunk_source *s)
@@ -170,7 +177,7 @@ void chunk_source_resolved(const struct chunk_source *s, size_t i, unsigned *cod
 int chunk_source_read(const struct chunk_source *s, size_t i, void *buf, char *errbuf,
                       size_t errlen)
 {
-    return image_read_stored(s->img, i, buf, errbuf, errlen);
+    return image_read_stored_flags(s->img, i, buf, s->read_flags, errbuf, errlen);
 }
 
 int chunk_source_decode(const struct chunk_source *s, size_t i, struct codec_ctx *ctx,

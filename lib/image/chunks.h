@@ -144,10 +144,16 @@ const char *chunk_sink_error(const struct chunk_sink *s);
 
 struct chunk_source {
     const struct image *img;
+    unsigned read_flags;
 };
 
 /* A source over `img`, open (with its parent chain) and verified by the caller. */
 void chunk_source_init(struct chunk_source *s, const struct image *img);
+
+/* The same over an image whose stored checksums the caller checked
+ * (image_verify_stored): reads of chunks that are decoded skip that check,
+ * their raw checksums guard them (IMAGE_READ_UNCHECKED). */
+void chunk_source_init_verified(struct chunk_source *s, const struct image *img);
 
 /* The number of chunks, and chunk i (0 <= i < count; valid while the image is open). */
 size_t chunk_source_count(const struct chunk_source *s);

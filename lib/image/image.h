@@ -285,6 +285,17 @@ int image_read_allocation_cb(struct image *img, uint64_t id, image_chunk_cb cb, 
 int image_read_stored(const struct image *img, size_t i, void *buf, char *errbuf, size_t errlen);
 
 /*
+ * image_read_stored, and with IMAGE_READ_UNCHECKED the stored checksum of a
+ * compressed chunk (ZSTD, BYTEGROUP, PATCH) is not checked: for a caller
+ * that ran image_verify_stored already and decodes what it reads, whose raw
+ * checksums then guard the bytes. RAW chunks are always checked (their
+ * bytes are not decoded). Thread-safe.
+ */
+#define IMAGE_READ_UNCHECKED 0x1u
+int image_read_stored_flags(const struct image *img, size_t i, void *buf, unsigned flags,
+                            char *errbuf, size_t errlen);
+
+/*
  * Decodes chunk `i` from its stored bytes into `dst` (>= raw_len) with the
  * caller's context and checks the raw checksum. Thread-safe with one ctx
  * per thread. 0 or -errno.

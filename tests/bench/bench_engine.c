@@ -625,9 +625,10 @@ static int cmd_refill(size_t mb, const char *dir)
 
         CU(TCGPU_REAL(cuMemcpyHtoD)(d, h, bytes));
         base[r] = now() - t;
-        if (image_open(&img, dir, 0, err, sizeof(err)))
+        if (image_open(&img, dir, 0, err, sizeof(err)) ||
+            image_verify_stored(img, 0, err, sizeof(err)))   /* as a restore does, before */
             die(err);
-        chunk_source_init(&src, img);
+        chunk_source_init_verified(&src, img);
         t = now();
         if (pipe_refill_image(p, &src, &e, 1))
             die(pipe_error(p));
