@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
+#include <xxhash.h>
 
 #include "dev.h"
 #include "internal.h"
@@ -112,16 +114,25 @@ int pipe_scan_blocks(struct pipe *p, struct piece *pc, size_t from, size_t to)
     return rc;
 }
 
-void pipe_hash_blocks(const struct pipe *p, struct piece *q, const uint8_t *src)
+int pipe_hash_blocks(const struct pipe *p, struct piece *q, const uint8_t *src, uint64_t *xxh)
 {
-    if (!p->block || !q->bh || q->bh_valid)
-        return;
-    for (uint32_t b = 0; b < q->nblocks; b++) {
-        size_t at = (size_t)b * p->block;
+    XXH3_state_t st;
 
-        q->bh[b] = devhash_host(src + at, q->len - at < p->block ? q->len - at : p->block, NULL);
+    if (!p->block || !q->bh || q->bh_valid)
+        return 0;
+    /* Block by block, both hashes of a block while it is in the cache: one
+     * pass over the chunk's memory instead of two. */
+    if (XXH3_64bits_reset(&st) != XXH_OK)
+        return 0;
+    for (uint32_t b = 0; b < q->nblocks; b++) {
+        size_t at = (size_t)b * p->block, n = q->len - at < p->block ? q->len - at : p->block;
+
+        q->bh[b] = devhash_host(src + at, n, NULL);
+        XXH3_64bits_update(&st, src + at, n);
     }
     q->bh_valid = 1;
+    *xxh = XXH3_64bits_digest(&st);
+    return 1;
 }
 
 int pipe_blocks_changed(const struct pipe *p, struct piece *q, const uint64_t *parent_bh,

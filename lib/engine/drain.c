@@ -174,10 +174,16 @@ static void encode_job(struct pipe *p, struct worker *w, struct task *t)
             w->xor_buf = malloc(p->chunk);
         encode_patch(p, w, j);
     } else {
-        /* The next incremental compares blocks: hash them while the bytes are here. */
-        pipe_hash_blocks(p, q, j->src);
-        t->rc = chunk_encode(w->ctx, j->src, q->len, q->dtype, j->parent, j->dst, q->len, &j->c,
-                             &j->stored);
+        uint64_t xxh;
+
+        /* The next incremental compares blocks: hash them while the bytes
+         * are here, and the raw checksum in the same pass. */
+        if (pipe_hash_blocks(p, q, j->src, &xxh))
+            t->rc = chunk_encode_hashed(w->ctx, j->src, q->len, q->dtype, j->parent, xxh, j->dst,
+                                        q->len, &j->c, &j->stored);
+        else
+            t->rc = chunk_encode(w->ctx, j->src, q->len, q->dtype, j->parent, j->dst, q->len,
+                                 &j->c, &j->stored);
     }
     __atomic_add_fetch(&p->st.encoded_chunks, 1, __ATOMIC_RELAXED);
 }

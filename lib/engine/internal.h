@@ -225,8 +225,10 @@ uint32_t pipe_block_size(size_t chunk);
 int pipe_blocks_alloc(struct pipe *p, struct piece *pc, size_t n, uint64_t **bh, uint32_t **idx);
 /* The device-side scan of pc[from, to) block by block: bh, nonzero. */
 int pipe_scan_blocks(struct pipe *p, struct piece *pc, size_t from, size_t to);
-/* The host's block hashes of a piece whose raw bytes are at src. */
-void pipe_hash_blocks(const struct pipe *p, struct piece *q, const uint8_t *src);
+/* The host's block hashes of a piece whose raw bytes are at src, and in
+ * the same pass their XXH3_64 into *xxh: 1, or 0 (nothing done: the piece
+ * has its hashes, or no blocks). */
+int pipe_hash_blocks(const struct pipe *p, struct piece *q, const uint8_t *src, uint64_t *xxh);
 /* Compares the piece's block hashes with the parent chunk's: fills
  * q->changed/nchanged; -1 when they cannot be compared. */
 int pipe_blocks_changed(const struct pipe *p, struct piece *q, const uint64_t *parent_bh,

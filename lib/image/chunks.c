@@ -13,13 +13,18 @@ int chunk_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_
                  const struct image_chunk *parent, void *dst, size_t dst_cap,
                  struct image_chunk *c, const void **stored)
 {
-    uint64_t raw_csum;
-
     if (!parent)
         return image_chunk_encode(ctx, src, len, dtype, dst, dst_cap, c, stored);
     /* Hashed before encoding: an unchanged chunk is not encoded at all. */
-    raw_csum = XXH3_64bits(src, len);
-    if (raw_csum == parent->raw_csum) {
+    return chunk_encode_hashed(ctx, src, len, dtype, parent, XXH3_64bits(src, len), dst, dst_cap,
+                               c, stored);
+}
+
+int chunk_encode_hashed(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dtype,
+                        const struct image_chunk *parent, uint64_t raw_csum, void *dst,
+                        size_t dst_cap, struct image_chunk *c, const void **stored)
+{
+    if (parent && raw_csum == parent->raw_csum) {
         chunk_set_parent(c, parent);
         *stored = NULL;
         return 0;

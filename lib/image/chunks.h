@@ -60,6 +60,11 @@ int chunk_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_
                  const struct image_chunk *parent, void *dst, size_t dst_cap,
                  struct image_chunk *c, const void **stored);
 
+/* chunk_encode for a caller that has the bytes' XXH3_64 already (raw_csum). */
+int chunk_encode_hashed(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dtype,
+                        const struct image_chunk *parent, uint64_t raw_csum, void *dst,
+                        size_t dst_cap, struct image_chunk *c, const void **stored);
+
 /*
  * Encodes a PATCH chunk for chunk_sink_add (any thread): `pt` says which
  * blocks of the parent's chunk `parent` (chunk_sink_parent) are replaced
