@@ -18,9 +18,10 @@
 # BENCH_SCALE_MB (default "256 1024 4096 8192"; sizes that do not fit in the
 # machine's available memory are skipped and said so), BENCH_VENV (default
 # BUILD/bench-venv: zipnn and the MiniLM package), BENCH_STEPS (a directory
-# with two consecutive steps of generate.py's output, s300/ and s301/;
-# default BUILD/bench-steps, made with ../shared/bench-data/generate.py when
-# torch is there), CRIU (default /usr/local/sbin/criu), BENCH_PARTS (default
+# with two consecutive steps of generate.py's output, s$BENCH_STEP/ and the
+# next; default BUILD/bench-steps, made with ../shared/bench-data/generate.py
+# when torch is there; BENCH_STEP default 20: early training, whose steps
+# move the weights most), CRIU (default /usr/local/sbin/criu), BENCH_PARTS (default
 # "free codec delta ckpt incr restore refill scale"). Parts whose tools are
 # missing (no network for pip, not root for CRIU, no torch) say "skipped".
 set -u
@@ -32,6 +33,8 @@ MB=${BENCH_MB:-512}
 REPS=${BENCH_REPS:-3}
 VENV=${BENCH_VENV:-$BUILD/bench-venv}
 STEPS=${BENCH_STEPS:-$BUILD/bench-steps}
+STEP=${BENCH_STEP:-20}
+STEP2=$((STEP + 1))
 CRIU=${CRIU:-/usr/local/sbin/criu}
 BE=$BUILD/tests/bench/bench_engine
 HOLD=$BUILD/tests/bench/bench_hold
@@ -160,18 +163,18 @@ fi
 # --- 3. the difference from the parent's bytes (two consecutive steps) ------------------------
 if want delta; then
 say "delta encoding: two consecutive training steps"
-if [ ! -f "$STEPS/s301/weights.fp32" ] && [ -x "$DATA/generate.py" ] &&
+if [ ! -f "$STEPS/s$STEP2/weights.fp32" ] && [ -x "$DATA/generate.py" ] &&
    /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     mkdir -p "$STEPS"
-    for s in 300 301; do
+    for s in "$STEP" "$STEP2"; do
         "$DATA/generate.py" "$STEPS/s$s" --layers 4 --dim 256 --batch 16 --ctx 128 --steps "$s" \
             --lr 1e-3 --seed 1 >"$STEPS/s$s.log" 2>&1 || say "generate.py failed: $(tail -1 "$STEPS/s$s.log")"
     done
 fi
-if [ -f "$STEPS/s301/weights.fp32" ]; then
-    row "$(printf '%-22s %9s %9s %9s %9s' 'step 300 -> 301' alone/raw xor/raw xor/alone 'MB/cpu-s')"
+if [ -f "$STEPS/s$STEP2/weights.fp32" ]; then
+    row "$(printf '%-22s %9s %9s %9s %9s' "step $STEP -> $STEP2" alone/raw xor/raw xor/alone 'MB/cpu-s')"
     for f in weights.bf16:bf16 weights.fp32:fp32 adam_exp_avg.fp32:fp32 adam_exp_avg_sq.fp32:fp32; do
-        read -r _ _ pa xa xp sp < <("$BE" delta "${f%%:*}" "$STEPS/s300/${f%%:*}" "$STEPS/s301/${f%%:*}" "${f##*:}")
+        read -r _ _ pa xa xp sp < <("$BE" delta "${f%%:*}" "$STEPS/s$STEP/${f%%:*}" "$STEPS/s$STEP2/${f%%:*}" "${f##*:}")
         row "$(printf '%-22s %9s %9s %9s %9s' "${f%%:*}" "$pa" "$xa" "$xp" "$sp")"
         fig "delta_xor_vs_alone_${f%%:*}" "$xp"
     done
@@ -297,7 +300,8 @@ for s in ${BENCH_SCALE_MB:-256 1024 4096 8192}; do
     if [ "$(avail_mb)" -gt $(( s * 5 / 2 + 1024 )) ]; then sizes+=("$s"); else say "scale: $s MiB does not fit in $(avail_mb) MiB available: skipped"; fi
 done
 row "$(printf '%-10s %12s %12s %12s %12s   (s per GiB: free, resume, checkpoint, restore = resume from an image)' size free resume checkpoint restore)"
-declare -A PER
+declare -A T
+done_sizes=()
 for s in "${sizes[@]}"; do
     export SIMCUDA_DEVICE_MEM=$(( s * 2 + 1024 ))M
     SIMCUDA_SHM=/tcgpu-bench-scale-$$-$s
@@ -322,19 +326,26 @@ for s in "${sizes[@]}"; do
     [ "${#i[@]}" -gt 0 ] || { say "scale $s MiB: an operation failed"; continue; }
     g=$(awk -v s="$s" 'BEGIN { print s / 1024 }')
     pg() { awk -v t="$1" -v g="$g" 'BEGIN { printf "%.3f", t / g }'; }
-    PER[free,$s]=$(pg "$(med "${f[@]}")"); PER[resume,$s]=$(pg "$(med "${r[@]}")")
-    PER[checkpoint,$s]=$(pg "$(med "${c[@]}")"); PER[restore,$s]=$(pg "$(med "${i[@]}")")
-    row "$(printf '%-10s %12s %12s %12s %12s' "$s MiB" "${PER[free,$s]}" "${PER[resume,$s]}" "${PER[checkpoint,$s]}" "${PER[restore,$s]}")"
+    T[free,$s]=$(med "${f[@]}"); T[resume,$s]=$(med "${r[@]}")
+    T[checkpoint,$s]=$(med "${c[@]}"); T[restore,$s]=$(med "${i[@]}")
+    done_sizes+=("$s")
+    row "$(printf '%-10s %12s %12s %12s %12s' "$s MiB" "$(pg "${T[free,$s]}")" "$(pg "${T[resume,$s]}")" "$(pg "${T[checkpoint,$s]}")" "$(pg "${T[restore,$s]}")")"
 done
 export SIMCUDA_SHM=/tcgpu-bench-$$
-if [ "${#sizes[@]}" -ge 2 ]; then
+# Linear growth: the cost of each further GiB, between consecutive sizes
+# (the fixed part of an operation cancels out), within 25% of its median.
+if [ "${#done_sizes[@]}" -ge 3 ]; then
     for op in free resume checkpoint restore; do
-        v=(); for s in "${sizes[@]}"; do [ -n "${PER[$op,$s]:-}" ] && v+=("${PER[$op,$s]}"); done
-        [ "${#v[@]}" -ge 2 ] || continue
-        m=$(med "${v[@]}")
-        # the largest deviation of a size's time per GiB from their median
-        dev=$(printf '%s\n' "${v[@]}" | awk -v m="$m" '{ d = ($1 - m) / m; if (d < 0) d = -d; if (d > x) x = d } END { printf "%.3f", x }')
-        fig "scale_${op}_per_gib_deviation" "$dev" "<=" 0.25
+        slopes=()
+        for ((k = 1; k < ${#done_sizes[@]}; k++)); do
+            a=${done_sizes[k-1]} b=${done_sizes[k]}
+            slopes+=("$(awk -v ta="${T[$op,$a]}" -v tb="${T[$op,$b]}" -v a="$a" -v b="$b" \
+                'BEGIN { printf "%.4f", (tb - ta) / ((b - a) / 1024) }')")
+        done
+        m=$(med "${slopes[@]}")
+        dev=$(printf '%s\n' "${slopes[@]}" | awk -v m="$m" '{ d = m ? ($1 - m) / m : 1; if (d < 0) d = -d; if (d > x) x = d } END { printf "%.3f", x }')
+        row "scale $op: s per further GiB between sizes ${slopes[*]} (median $m)"
+        fig "scale_${op}_slope_deviation" "$dev" "<=" 0.25
     done
 fi
 fi
