@@ -73,15 +73,8 @@ int pipe_scan_blocks(struct pipe *p, struct piece *pc, size_t from, size_t to)
     size_t i = from, b = 0;       /* next block to describe: piece i, block b */
     int rc = 0;
 
-    if (!p->dev || !p->block || from >= to)
-        return 0;
-    d = malloc(SCAN_BATCH * sizeof(*d));
-    r = malloc(SCAN_BATCH * sizeof(*r));
-    if (!d || !r) {
-        free(d);
-        free(r);
+    if (!p->dev || !p->block || from >= to || pipe_scan_buffers(&d, &r))
         return 0;                 /* the helpers are an optimisation */
-    }
     while (i < to && rc == 0) {
         size_t n = 0, fi = i, fb = b;
 

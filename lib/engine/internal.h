@@ -211,6 +211,11 @@ uint64_t pipe_zero_csum(struct pipe *p, size_t len);
 /* Cuts extents into pieces at multiples of the chunk size of their offset. */
 int pipe_make_pieces(struct pipe *p, const struct pipe_ext *e, size_t n, struct piece **out,
                      size_t *nout);
+/* A scan's descriptor and result arrays, SCAN_BATCH entries each (free
+ * both); 0 or -ENOMEM (neither allocated). */
+struct pdev_desc;
+struct pdev_result;
+int pipe_scan_buffers(struct pdev_desc **d, struct pdev_result **r);
 /* The device-side scan of pc[from, to): zero flags, device hashes if `hash`. */
 int pipe_scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, int hash);
 /* End index of the run of pieces on the same device as pc[i]. */

@@ -406,6 +406,17 @@ int pipe_make_pieces(struct pipe *p, const struct pipe_ext *e, size_t n, struct 
 /* Runs the device-side scan over the pieces of the current device in
  * [from, to): zero flags, and device hashes when `hash`. No helpers: nothing
  * to do. */
+int pipe_scan_buffers(struct pdev_desc **d, struct pdev_result **r)
+{
+    *d = malloc(SCAN_BATCH * sizeof(**d));
+    *r = malloc(SCAN_BATCH * sizeof(**r));
+    if (*d && *r)
+        return 0;
+    free(*d);
+    free(*r);
+    return -ENOMEM;
+}
+
 int pipe_scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, int hash)
 {
     struct pdev_desc *d;
@@ -413,15 +424,8 @@ int pipe_scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, i
     char err[256] = "";
     int rc = 0;
 
-    if (!p->dev || from >= to)
-        return 0;
-    d = malloc(SCAN_BATCH * sizeof(*d));
-    r = malloc(SCAN_BATCH * sizeof(*r));
-    if (!d || !r) {
-        free(d);
-        free(r);
-        return 0;   /* the helpers are an optimisation */
-    }
+    if (!p->dev || from >= to || pipe_scan_buffers(&d, &r))
+        return 0;                 /* the helpers are an optimisation */
     for (size_t i = from; i < to && rc == 0; i += SCAN_BATCH) {
         size_t n = to - i < SCAN_BATCH ? to - i : SCAN_BATCH;
 
