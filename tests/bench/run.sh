@@ -72,7 +72,7 @@ fig() {
         FIG+=("$name $v")
     fi
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "nan" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.4f", a / b; else print "nan" }'; }
 PARTS=" ${BENCH_PARTS:-free codec delta ckpt incr restore refill scale} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 wait_ready() { for _ in $(seq 1200); do grep -q ready "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }

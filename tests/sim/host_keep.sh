@@ -9,7 +9,7 @@
 # the test kills it: a slow machine must not end it before the pressure).
 . "$(dirname "$0")/lib.sh"
 
-args=(--mb 128 --steps 500 --print-every 100)
+args=(--mb 128 --steps 250 --print-every 50)
 "$TRAIN" "${args[@]}" >"$WORK/ref.out" 2>&1 || fail "reference run failed: $(tail -n 3 "$WORK/ref.out")"
 ref=$(checksum_of "$WORK/ref.out")
 [ -n "$ref" ] || fail "no checksum in the reference run"
