@@ -28,6 +28,23 @@ static uint64_t get_le(const uint8_t *p, unsigned n)
     return v;
 }
 
+/* dst = a ^ b over n bytes, eight at a time (the compiler vectorises it). */
+static void xor_bytes(uint8_t *dst, const uint8_t *a, const uint8_t *b, size_t n)
+{
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x, y;
+
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        x ^= y;
+        memcpy(dst + i, &x, 8);
+    }
+    for (; i < n; i++)
+        dst[i] = a[i] ^ b[i];
+}
+
 static size_t block_len(uint32_t idx, uint32_t bs, size_t raw_len)
 {
     size_t at = (size_t)idx * bs;
@@ -75,8 +92,7 @@ int codec_patch_encode(struct codec_ctx *ctx, const struct codec_patch *pt, enum
         if (pt->base) {           /* XOR with the base's bytes of the same block */
             const uint8_t *b = pt->base + (size_t)pt->idx[i] * pt->block_size;
 
-            for (size_t j = 0; j < n; j++)
-                pt->scratch[at + j] = pt->blocks[at + j] ^ b[j];
+            xor_bytes(pt->scratch + at, pt->blocks + at, b, n);
         }
         at += n;
     }
@@ -161,8 +177,7 @@ int codec_patch_apply(struct codec_ctx *ctx, const void *stored, size_t stored_l
         uint8_t *b = d + (size_t)idx * bs;
 
         if (s[8] == TCGPU_PATCH_XOR)
-            for (size_t j = 0; j < n; j++)
-                b[j] ^= blocks[at + j];
+            xor_bytes(b, b, blocks + at, n);
         else
             memcpy(b, blocks + at, n);
         if (XXH3_64bits(b, n) != get_le(meta + 4 * k + 8 * i, 8))
