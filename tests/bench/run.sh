@@ -20,7 +20,7 @@
 # BUILD/bench-venv: zipnn and the MiniLM package), BENCH_STEPS (a directory
 # with two consecutive steps of generate.py's output, s$BENCH_STEP/ and the
 # next; default BUILD/bench-steps, made with ../shared/bench-data/generate.py
-# when torch is there; BENCH_STEP default 20: early training, whose steps
+# when torch is there; BENCH_STEP default 5: early training, whose steps
 # move the weights most), CRIU (default /usr/local/sbin/criu), BENCH_PARTS (default
 # "free codec delta ckpt incr restore refill scale"). Parts whose tools are
 # missing (no network for pip, not root for CRIU, no torch) say "skipped".
@@ -33,7 +33,7 @@ MB=${BENCH_MB:-512}
 REPS=${BENCH_REPS:-3}
 VENV=${BENCH_VENV:-$BUILD/bench-venv}
 STEPS=${BENCH_STEPS:-$BUILD/bench-steps}
-STEP=${BENCH_STEP:-20}
+STEP=${BENCH_STEP:-5}
 STEP2=$((STEP + 1))
 CRIU=${CRIU:-/usr/local/sbin/criu}
 BE=$BUILD/tests/bench/bench_engine
@@ -167,8 +167,11 @@ if [ ! -f "$STEPS/s$STEP2/weights.fp32" ] && [ -x "$DATA/generate.py" ] &&
    /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     mkdir -p "$STEPS"
     for s in "$STEP" "$STEP2"; do
-        "$DATA/generate.py" "$STEPS/s$s" --layers 4 --dim 256 --batch 16 --ctx 128 --steps "$s" \
-            --lr 1e-3 --seed 1 >"$STEPS/s$s.log" 2>&1 || say "generate.py failed: $(tail -1 "$STEPS/s$s.log")"
+        # a smaller model than the shared data's (a CPU run of it takes minutes
+        # a step on a loaded machine); one thread: deterministic, and the
+        # first steps of both runs are the same
+        OMP_NUM_THREADS=1 "$DATA/generate.py" "$STEPS/s$s" --layers 2 --dim 256 --batch 8 --ctx 64 \
+            --steps "$s" --lr 1e-3 --seed 1 >"$STEPS/s$s.log" 2>&1 || say "generate.py failed: $(tail -1 "$STEPS/s$s.log")"
     done
 fi
 if [ -f "$STEPS/s$STEP2/weights.fp32" ]; then
