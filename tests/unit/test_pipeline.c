@@ -18,6 +18,9 @@
  *               grown for more extents), the bytes right each time
  *   copy_fail   a copy that fails while a slot fills: the drain fails with
  *               the copy's message, and nothing of that slot is encoded
+ *   unpinned    pinned memory refused: the ring's slots are plain memory
+ *               registered with the driver, the bytes right, and pipe_free
+ *               undoes every registration it made
  *   patch       block hashes: an incremental image after two one-byte
  *               changes stores two PATCH chunks and copies two blocks; after
  *               a dense step (every bf16 weight moved a little) the patches
@@ -726,6 +729,66 @@ static int test_copy_fail(void)
 }
 
 /* Stored bytes of allocation `id` in the image at dir (alone: no parent). */
+/* The driver refuses pinned memory: every registration the ring makes must
+ * be undone when it is freed (a registered range outliving its free()
+ * stays in the driver's tables and refuses the next registration there). */
+static int registered, unregistered, unregister_failed;
+static tcgpu_pfn_cuMemHostRegister_v2 real_register;
+static tcgpu_pfn_cuMemHostUnregister real_unregister;
+
+static CUresult CUDAAPI refuse_pinned(void **pp, size_t bytes, unsigned flags)
+{
+    (void)pp, (void)bytes, (void)flags;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult CUDAAPI count_register(void *m, size_t bytes, unsigned flags)
+{
+    CUresult rc = real_register(m, bytes, flags);
+
+    registered += rc == CUDA_SUCCESS;
+    return rc;
+}
+
+static CUresult CUDAAPI count_unregister(void *m)
+{
+    CUresult rc = real_unregister(m);
+
+    unregistered += rc == CUDA_SUCCESS;
+    unregister_failed += rc != CUDA_SUCCESS;
+    return rc;
+}
+
+static int test_unpinned(void)
+{
+    tcgpu_pfn_cuMemHostAlloc real_alloc = tcgpu_driver.fn_cuMemHostAlloc;
+    struct pipe *p;
+    struct pipe_stats st;
+    char dir[300];
+    int rc = 0;
+
+    real_register = tcgpu_driver.fn_cuMemHostRegister_v2;
+    real_unregister = tcgpu_driver.fn_cuMemHostUnregister;
+    tcgpu_driver.fn_cuMemHostAlloc = refuse_pinned;
+    tcgpu_driver.fn_cuMemHostRegister_v2 = count_register;
+    tcgpu_driver.fn_cuMemHostUnregister = count_unregister;
+    p = new_pipe(2, 0, 0, 1);
+    snprintf(dir, sizeof(dir), "%s/unpinned", tmpdir);
+    if (upload_all() || write_image(p, dir, NULL, &st) || scribble() ||
+        refill_image(p, dir, 0, NULL) || compare("unpinned ring"))
+        rc = 1;
+    pipe_free(p);
+    tcgpu_driver.fn_cuMemHostAlloc = real_alloc;
+    tcgpu_driver.fn_cuMemHostRegister_v2 = real_register;
+    tcgpu_driver.fn_cuMemHostUnregister = real_unregister;
+    if (rc)
+        return 1;
+    REQUIRE(registered > 0, "no slot was registered");
+    REQUIRE(unregistered == registered && !unregister_failed,
+            "%d registrations, %d undone, %d refused", registered, unregistered, unregister_failed);
+    return 0;
+}
+
 static uint64_t alloc_stored(const char *dir, uint64_t id, unsigned codec, size_t *count)
 {
     struct image *img = NULL;
@@ -858,6 +921,7 @@ int main(int argc, char **argv)
     T(ring);
     T(reuse);
     T(copy_fail);
+    T(unpinned);
     T(patch);
     {
         char cmd[300];
