@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "devmem.h"
+#include "hostkeep.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
 #include "common/log.h"
@@ -200,6 +201,9 @@ static int do_suspend(struct op_run *r)
             goto undo_release;
         }
         r->t_image = now_ns();
+        /* The bytes are on disk: keep no host memory (a save's CRIU dump
+         * would carry it). */
+        hostkeep_release("suspended to an image");
     } else if (host_compress_wanted()) {
         snap_compress_host(s);
     }

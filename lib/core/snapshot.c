@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "objects.h"
 #include "engine/pipeline.h"
+#include "hostkeep.h"
 #include "registry.h"
 #include "snapshot.h"
 #include "driver/unsupported.h"
@@ -41,6 +42,7 @@ struct snap {
     uint64_t bytes;
     uint64_t stored;
     struct pipe_store *store;         /* host copy (host mode, or before an image) */
+    int keep_store;                   /* its memory serves the next suspend (hostkeep.h) */
     char *image_dir;                  /* saved to this image (image mode) */
     char *parent_dir;                 /* incremental: the parent image */
     struct pipe_stats stats;          /* of the last drain or refill */
@@ -251,18 +253,50 @@ static void pipe_progress(uint64_t bytes, void *arg)
         p->fn(p->done, p->total, p->arg);
 }
 
-/* A pipe for one operation; the caller frees it. */
+/* Whether the kept pipe's staging ring is still good: the context its
+ * pinned memory was made in is one of the program's live contexts. */
+static int pipe_still_good(const struct pipe *p)
+{
+    CUcontext ctxs[MAX_CTX], ring = pipe_ring_context(p);
+    CUdevice devs[MAX_CTX];
+    size_t n = objects_contexts(ctxs, devs, MAX_CTX);
+
+    for (size_t i = 0; i < n && i < MAX_CTX; i++)
+        if (ctxs[i] == ring)
+            return 1;
+    return ring == NULL;
+}
+
+/* A pipe for one operation: the one kept from the last (its workers,
+ * staging ring and buffers), else a new one. close_pipe gives it back. */
 static int open_pipe(struct pipe **out, struct progress *prog)
 {
     struct pipe_opts o = {
         .ctx_enter = pipe_ctx_enter, .ctx_leave = pipe_ctx_leave,
         .progress = pipe_progress, .progress_arg = prog,
     };
-    int rc = pipe_new(out, &o);
+    struct pipe *p = hostkeep_take_pipe();
+    int rc;
 
+    if (p && pipe_still_good(p)) {
+        pipe_set_progress(p, pipe_progress, prog);
+        *out = p;
+        return 0;
+    }
+    pipe_free(p);
+    rc = pipe_new(out, &o);
     if (rc)
         errmsg_set("cannot start the copy engine: %s", strerror(-rc));
     return rc;
+}
+
+/* Keeps the pipe for the next operation when this one went well. */
+static void close_pipe(struct pipe *p, int rc)
+{
+    if (rc)
+        pipe_free(p);
+    else
+        hostkeep_offer_pipe(p);
 }
 
 struct ext_list {
@@ -326,10 +360,16 @@ static int list_extents(struct snap *s, struct ext_list *l)
     return 0;
 }
 
+/* The host copy is no longer needed: after a resume from it, its memory
+ * is kept for the next suspend (hostkeep.h); otherwise it is freed. */
 static void free_host_copies(struct snap *s)
 {
-    pipe_store_free(s->store);
+    if (s->keep_store)
+        hostkeep_offer_store(s->store);
+    else
+        pipe_store_free(s->store);
     s->store = NULL;
+    s->keep_store = 0;
 }
 
 int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
@@ -343,16 +383,20 @@ int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
     if ((rc = list_extents(s, &l)) != 0)
         return rc;
     if ((rc = open_pipe(&p, &prog)) == 0) {
-        rc = pipe_drain_host(p, l.e, l.n, &s->store);
+        /* Into the pages the last suspend used, when they are kept. */
+        rc = pipe_drain_host_reuse(p, l.e, l.n, hostkeep_take_store(), &s->store);
         if (rc)
             errmsg_set("%s", pipe_error(p));
         pipe_get_stats(p, &s->stats);
+        close_pipe(p, rc);
     }
-    pipe_free(p);
     free(l.e);
     if (rc)
         return rc;
     s->stored = pipe_store_bytes(s->store);
+    log_debug("host copy of %llu bytes %s", (unsigned long long)s->stats.raw_bytes,
+              s->stats.store_reused ? "into the pages kept from the last suspend"
+                                    : "into fresh host memory");
     return 0;
 }
 
@@ -517,7 +561,8 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
         rc = open_pipe(&p, &prog);
     if (rc == 0)
         rc = write_regions(s, w, p, parent);
-    pipe_free(p);
+    if (p)
+        close_pipe(p, rc);
     image_close(parent);
     if (rc == 0 && (rc = image_writer_commit(w)) != 0)
         errmsg_set("%s", image_writer_error(w));
@@ -608,8 +653,10 @@ static int refill_from_host(struct snap *s, struct progress *prog)
         if (rc)
             errmsg_set("%s", pipe_error(p));
         pipe_get_stats(p, &s->stats);
+        close_pipe(p, rc);
     }
-    pipe_free(p);
+    /* Back on the device: the store's memory serves the next suspend. */
+    s->keep_store = rc == 0;
     return rc;
 }
 
@@ -627,20 +674,22 @@ static int refill_from_image(struct snap *s, struct image *img, struct progress 
     for (size_t i = 0; i < s->n; i++)
         e[i] = (struct pipe_ext){ .va = s->r[i].va, .len = s->r[i].size, .alloc_id = s->r[i].id,
                                   .dtype = s->r[i].dtype, .device = s->r[i].device };
-    chunk_source_init(&src, img);
+    chunk_source_init_verified(&src, img);   /* open_verified checked the stored bytes */
     rc = open_pipe(&p, prog);
     if (rc == 0) {
         rc = pipe_refill_image(p, &src, e, s->n);
         if (rc)
             errmsg_set("%s", pipe_error(p));
         pipe_get_stats(p, &s->stats);
+        close_pipe(p, rc);
     }
-    pipe_free(p);
     free(e);
     return rc;
 }
 
-/* Opens and verifies the whole image before anything is touched. */
+/* Opens the image and checks every chunk's stored bytes before anything is
+ * touched (a damaged file is refused here); the raw checksums are checked
+ * as the refill decodes, and a mismatch there undoes the rebuild. */
 static int open_verified(struct snap *s, struct image **out)
 {
     char err[512] = "";
@@ -651,11 +700,11 @@ static int open_verified(struct snap *s, struct image **out)
         errmsg_set("%s", err[0] ? err : strerror(-rc));
         return rc == -EBADMSG ? -EBADMSG : rc;
     }
-    rc = image_verify_all(img, 0);
+    rc = image_verify_stored(img, pipe_default_workers(), err, sizeof(err));
     if (rc) {
-        errmsg_set("%s", image_error(img));
+        errmsg_set("%s", err[0] ? err : strerror(-rc));
         image_close(img);
-        return rc == -EIO ? -EIO : -EBADMSG;
+        return rc == -EIO || rc == -ENOMEM ? rc : -EBADMSG;
     }
     for (size_t i = 0; i < s->n; i++) {
         const struct image_alloc *a = image_find_alloc(img, s->r[i].id);

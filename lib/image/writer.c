@@ -50,6 +50,9 @@ struct image_writer {
     struct idmap ids;
     struct image_chunk *chunks;
     size_t nchunks, chunk_cap;
+    uint32_t block_size;   /* of the block hashes (BLOCKHASH), 0 until the first */
+    uint64_t *blocks;      /* every chunk's block hashes; chunks' blocks_at index it */
+    size_t nblocks, blocks_cap;
     uint64_t raw_bytes, stored_bytes;
     int err; /* sticky I/O error; the temp dir is gone */
     int committed;
@@ -189,6 +192,7 @@ void image_writer_free(struct image_writer *w)
     free(w->allocs);
     idmap_free(&w->ids);
     free(w->chunks);
+    free(w->blocks);
     free(w->devs);
     free(w->encbuf);
     free(w->dir);
@@ -453,6 +457,7 @@ static int stored_len_ok(const struct image_chunk *c, int have_parent)
     switch (c->codec) {
     case TCGPU_CODEC_ZERO: return c->stored_len == 0;
     case TCGPU_CODEC_PARENT: return c->stored_len == 0 && have_parent;
+    case TCGPU_CODEC_PATCH: return c->stored_len >= TCGPU_PATCH_HDR_LEN && have_parent;
     case TCGPU_CODEC_RAW: return c->stored_len == c->raw_len;
     case TCGPU_CODEC_ZSTD:
     case TCGPU_CODEC_BYTEGROUP:
@@ -485,8 +490,46 @@ static int check_chunk(struct image_writer *w, const struct image_chunk *c)
     return 0;
 }
 
+/* Keeps the chunk's block hashes; rec gets their place. 0, -EINVAL, -ENOMEM. */
+static int add_blocks(struct image_writer *w, struct image_chunk *rec, uint32_t block_size,
+                      const uint64_t *hashes)
+{
+    uint32_t n;
+
+    rec->nblocks = 0;
+    if (!hashes)
+        return 0;
+    if (block_size < TCGPU_PATCH_MIN_BLOCK || block_size > TCGPU_PATCH_MAX_BLOCK ||
+        (block_size & (block_size - 1)) || (w->block_size && w->block_size != block_size))
+        return -EINVAL;
+    w->block_size = block_size;
+    n = (uint32_t)((rec->raw_len + (uint64_t)block_size - 1) / block_size);
+    if (w->nblocks + n > w->blocks_cap) {
+        size_t cap = w->blocks_cap ? w->blocks_cap * 2 : 4096;
+        uint64_t *b;
+
+        while (cap < w->nblocks + n)
+            cap *= 2;
+        if (!(b = realloc(w->blocks, cap * sizeof(*b))))
+            return -ENOMEM;
+        w->blocks = b, w->blocks_cap = cap;
+    }
+    memcpy(w->blocks + w->nblocks, hashes, n * sizeof(*hashes));
+    rec->blocks_at = w->nblocks;
+    rec->nblocks = n;
+    w->nblocks += n;
+    return 0;
+}
+
 int image_writer_add_encoded(struct image_writer *w, const struct image_chunk *c,
                              const void *stored)
+{
+    return image_writer_add_encoded_blocks(w, c, stored, 0, NULL);
+}
+
+int image_writer_add_encoded_blocks(struct image_writer *w, const struct image_chunk *c,
+                                    const void *stored, uint32_t block_size,
+                                    const uint64_t *hashes)
 {
     struct image_chunk rec;
     int rc;
@@ -507,6 +550,8 @@ int image_writer_add_encoded(struct image_writer *w, const struct image_chunk *c
         w->chunks = n, w->chunk_cap = cap;
     }
     rec = *c;
+    if ((rc = add_blocks(w, &rec, block_size, hashes)) != 0)
+        return rc;
     rec.file = 0;
     rec.file_offset = c->stored_len ? iowriter_offset(w->data) : 0;
     if (c->stored_len) {
@@ -657,11 +702,29 @@ static void put_devhash(struct mbuf *b, const struct image_writer *w)
     mb_end_section(b, s);
 }
 
+static void put_blockhash(struct mbuf *b, const struct image_writer *w)
+{
+    size_t s = mb_section(b, TCGPU_IMG_SEC_BLOCKHASH, 0);
+
+    mb_int(b, w->block_size, 4);
+    mb_int(b, 0, 4);
+    mb_int(b, w->nchunks, 8);
+    for (size_t i = 0; i < w->nchunks; i++) {
+        const struct image_chunk *c = &w->chunks[i];
+
+        mb_int(b, c->nblocks ? 1 : 0, 1);
+        for (uint32_t k = 0; k < c->nblocks; k++)
+            mb_int(b, w->blocks[c->blocks_at + k], 8);
+    }
+    mb_end_section(b, s);
+}
+
 /* Serialises the whole manifest (header, sections, trailer) into `b`. */
 static void build_manifest(struct mbuf *b, const struct image_writer *w, uint64_t data_size)
 {
     int devhash = any_dev_hash(w);
-    uint32_t nsec = 4 + w->ndevs + (w->have_parent ? 1 : 0) + (devhash ? 1 : 0);
+    int blockhash = w->nblocks > 0;
+    uint32_t nsec = 4 + w->ndevs + (w->have_parent ? 1 : 0) + (devhash ? 1 : 0) + blockhash;
     XXH128_hash_t h;
     size_t s;
 
@@ -692,6 +755,8 @@ static void build_manifest(struct mbuf *b, const struct image_writer *w, uint64_
     put_chunks(b, w);
     if (devhash)
         put_devhash(b, w);
+    if (blockhash)
+        put_blockhash(b, w);
     mb_put(b, TCGPU_IMG_TRAILER_MAGIC, 8);
     if (b->oom)
         return;

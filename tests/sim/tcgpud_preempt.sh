@@ -12,9 +12,10 @@ low_then_high 5
 wait_state "$low" suspended
 held=$(device_bytes_of "$low")
 [ "$held" -le "$SLACK" ] || fail "the suspended low job still holds $held bytes"
-[ "$(job_field "$low" suspended_by)" = policy ] || fail "suspended_by: $(job_field "$low" suspended_by)"
-[ "$(job_field "$low" why)" = priority ] || fail "why: $(job_field "$low" why)"
-[ "$(job_field "$low" for)" = "$high" ] || fail "for: $(job_field "$low" for), want $high"
+by=$(job_field "$low" suspended_by) why=$(job_field "$low" why) for=$(job_field "$low" for)
+[ "$by" = policy ] || fail "suspended_by: '$by', want policy"
+[ "$why" = priority ] || fail "why: '$why', want priority"
+[ "$for" = "$high" ] || fail "for: '$for', want $high"
 note "low job suspended for the high one; it holds $held bytes"
 
 wait "$high" || fail "the high job failed: $(tail -n 5 "$WORK/high.out")"

@@ -373,7 +373,17 @@ static int test_corruption(void)
     }
     REQUIRE(victim, "zstd chunk of MIXED");
     snprintf(path, sizeof(path), "%s/data.0", dir);
+    REQUIRE(image_verify_stored(img, 3, err, sizeof(err)) == 0, "intact image: %s", err);
     REQUIRE(flip_byte(path, victim->file_offset + victim->stored_len / 2) == 0, "flip data");
+    /* the parallel check of stored bytes (a restore's first step) refuses it
+     * too, naming the same chunk whatever the thread count */
+    for (unsigned t = 1; t <= 4; t += 3) {
+        err[0] = '\0';
+        rc = image_verify_stored(img, t, err, sizeof(err));
+        REQUIRE(rc == -EBADMSG && strstr(err, "chunk 2 of allocation 11") &&
+                    strstr(err, "stored checksum mismatch"),
+                "%u threads: rc %d: %s", t, rc, err);
+    }
     rc = image_verify_all(img, 0);
     REQUIRE(rc == -EBADMSG &&
               strstr(image_error(img), "chunk 2 of allocation 11 (0x7f0004000000+0x400000)") &&

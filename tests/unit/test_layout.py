@@ -64,6 +64,8 @@ def check_lib(root, bad):
                     bad.append('%s: #include "%s" is neither in its folder nor qualified' % (rel, inc))
                     continue
                 first = inc.split('/')[0]
+                if first != f and os.path.exists(os.path.join(here, inc)):
+                    continue          # a subfolder of its own folder ("kernels/devhash.h")
                 if first == f:
                     if inc.startswith(f + '/') and os.path.exists(os.path.join(lib, inc)):
                         bad.append('%s: #include "%s": a header of the same folder is included bare'
