@@ -34,6 +34,8 @@
 
 #include "policy/policy.h"
 #include "common/units.h"
+#include "json/json.h"
+#include "tcgpu.h"
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
 #define EPS 1e-9
@@ -445,24 +447,29 @@ static void report_human(const struct result *a, const struct result *b, size_t 
     printf("%-40s %14.0f s %14.0f s\n", "work lost", a->work_lost, b->work_lost);
 }
 
-static void result_json(const struct result *r)
+static json_t *result_json(const struct result *r)
 {
-    printf("{\"busy\":%.6f,\"memutil\":%.6f,\"hi_wait_mean\":%.3f,\"hi_wait_p95\":%.3f,"
-           "\"jct_all\":%.3f,\"jct_hi\":%.3f,\"jct_lo\":%.3f,\"makespan\":%.3f,\"preemptions\":%lu,"
-           "\"finished\":%lu,\"rejected\":%lu,\"work_lost\":%.6f}",
-           r->busy, r->memutil, r->hi_wait_mean, r->hi_wait_p95, r->jct_all, r->jct_hi, r->jct_lo,
-           r->makespan, r->preemptions, r->finished, r->rejected, r->work_lost);
+    return json_pack("{sf sf sf sf sf sf sf sf sI sI sI sf}", "busy", r->busy, "memutil", r->memutil,
+                     "hi_wait_mean", r->hi_wait_mean, "hi_wait_p95", r->hi_wait_p95,
+                     "jct_all", r->jct_all, "jct_hi", r->jct_hi, "jct_lo", r->jct_lo,
+                     "makespan", r->makespan, "preemptions", (json_int_t)r->preemptions,
+                     "finished", (json_int_t)r->finished, "rejected", (json_int_t)r->rejected,
+                     "work_lost", r->work_lost);
 }
 
-static void report_json(const struct result *a, const struct result *b, size_t n, size_t n_hi,
-                        int hi, const struct opts *o)
+/* One JSON object (docs/tcgpud.md, "Replay at scale"). 0, or -1 when stdout failed. */
+static int report_json(const struct result *a, const struct result *b, size_t n, size_t n_hi,
+                       int hi, const struct opts *o)
 {
-    printf("{\"jobs\":%zu,\"high_jobs\":%zu,\"high_priority\":%d,\"gpus\":%d,\"gpu_mem\":%llu,"
-           "\"tcgpud\":", n, n_hi, hi, o->gpus, (unsigned long long)o->gpu_mem);
-    result_json(a);
-    printf(",\"fifo\":");
-    result_json(b);
-    printf("}\n");
+    json_t *v = json_pack("{sI sI si si sI so so}", "jobs", (json_int_t)n, "high_jobs",
+                          (json_int_t)n_hi, "high_priority", hi, "gpus", o->gpus, "gpu_mem",
+                          (json_int_t)o->gpu_mem, "tcgpud", result_json(a), "fifo", result_json(b));
+
+    if (tc_json_print(v, stdout) < 0) {
+        fprintf(stderr, "tcgpu-replay: cannot write the JSON report\n");
+        return -1;
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------
@@ -528,6 +535,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: tcgpu-replay TRACE.csv [--gpus N] [--gpu-mem SIZE] [--min-runtime DUR]\n"
                "                    [--swap-gbps X] [--high-priority P] [--check] [--json]\n"
                "       tcgpu-replay --generate [--jobs N] [--gpus N] [--gpu-mem SIZE] [--load L] [--seed S]\n"
+               "       tcgpu-replay --version\n"
                "\n"
                "Replays a job trace through tcgpud's policy and through a FIFO without\n"
                "preemption, and compares them. Defaults: 8 GPUs of 80G, min runtime 60s,\n"
@@ -549,6 +557,7 @@ int main(int argc, char **argv)
         { "load", required_argument, NULL, 'l' },
         { "seed", required_argument, NULL, 's' },
         { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
         { 0 },
     };
     struct opts o = { .gpus = 8, .gpu_mem = 80ull << 30, .min_runtime_ns = 60000000000ull,
@@ -556,11 +565,11 @@ int main(int argc, char **argv)
     size_t njobs = 2000, n, n_hi = 0;
     double load = 0.9;
     uint64_t seed = 1;
-    int gen = 0, ch, hi;
+    int gen = 0, ch, hi, r = 0;
     struct rjob *trace;
     struct result a = { 0 }, b = { 0 };
 
-    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
         switch (ch) {
         case 'g': o.gpus = atoi(optarg); break;
         case 'm':
@@ -584,6 +593,7 @@ int main(int argc, char **argv)
         case 'l': load = atof(optarg); break;
         case 's': seed = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); return 0;
+        case 'V': printf("tcgpu-replay %s\n", TCGPU_VERSION_STRING); return 0;
         default: usage(stderr); return 2;
         }
     }
@@ -612,9 +622,9 @@ int main(int argc, char **argv)
         return 1;
     }
     if (o.json)
-        report_json(&a, &b, n, n_hi, hi, &o);
+        r = report_json(&a, &b, n, n_hi, hi, &o);
     else
         report_human(&a, &b, n, n_hi, hi, &o);
     free(trace);
-    return 0;
+    return r < 0 ? 1 : 0;
 }

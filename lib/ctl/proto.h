@@ -135,6 +135,10 @@ void ctl_put_fields(struct ctl_buf *b, const struct ctl_field_desc *fields, size
 int ctl_get_fields(const struct ctl_msg *m, const struct ctl_field_desc *fields, size_t n,
                    void *obj);
 
+/* The table of struct tcgpu_status's fields (n rows into *n), for readers
+ * that need each key's kind, such as the tools' JSON (lib/json). */
+const struct ctl_field_desc *ctl_status_fields(size_t *n);
+
 /* Append every field of *st (state, gpu_bytes, ..., last_error, last_image_ns). */
 void ctl_put_status(struct ctl_buf *b, const struct tcgpu_status *st);
 /* Fill *st from a reply; absent fields are 0. Returns 0 or -EPROTO (a field

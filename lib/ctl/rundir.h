@@ -22,6 +22,13 @@
 #define TCGPU_RUNDIR_MAX_CANDIDATES 5
 
 /*
+ * The run dir a process of `uid` with the caller's environment would use
+ * (rules above), without creating or checking it (gpuckpt check). 0 or
+ * -ENAMETOOLONG.
+ */
+int tcgpu_rundir_choose(char *dir, size_t dirlen, uid_t uid);
+
+/*
  * The run dir of the calling process (rules above), created if missing and
  * checked. Writes the path to dir (dirlen bytes). Returns 0 or -errno with a
  * one-line explanation in err ("run dir /tmp/tcgpu-1000 is owned by uid 0,

@@ -21,7 +21,7 @@ start_bg "$WORK/job.out" "$GPUCKPT" run --project research -- "$TRAIN" --mb 200 
 job=$BG
 wait_registered "$job"
 
-as_nobody "$GPUCKPT" ps >/dev/null || fail "nobody may look at the jobs"
+as_nobody "$GPUCKPT" ps --daemon >/dev/null || fail "nobody may look at the jobs"
 rc=0; as_nobody "$GPUCKPT" suspend "$job" 2>"$WORK/nobody.err" || rc=$?
 [ "$rc" -eq 6 ] || fail "nobody's suspend: exit $rc (want 6): $(cat "$WORK/nobody.err")"
 grep -q EACCES "$WORK/nobody.err" || fail "no EACCES: $(cat "$WORK/nobody.err")"

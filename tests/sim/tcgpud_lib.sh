@@ -25,7 +25,7 @@ start_tcgpud() {
     BG_PIDS+=("$DAEMON")
     local i
     for i in $(seq 1 200); do
-        "$GPUCKPT" ps >/dev/null 2>&1 && return 0
+        "$GPUCKPT" ps --daemon >/dev/null 2>&1 && return 0
         kill -0 "$DAEMON" 2>/dev/null || fail "tcgpud died: $(tail -n 5 "$WORK/tcgpud.log")"
         sleep 0.05
     done
@@ -34,7 +34,7 @@ start_tcgpud() {
 
 # job_field PID KEY : a field of PID in gpuckpt ps --json ("" when not managed).
 job_field() {
-    "$GPUCKPT" ps --json 2>/dev/null | python3 -c '
+    "$GPUCKPT" ps --daemon --json 2>/dev/null | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 for j in d["jobs"]:

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Strict JSON checks against the schemas the docs publish.
+
+    jsoncheck.py DOC OBJECT [--lines] [--expect KEY=VALUE...] < output
+
+Reads the tool's output from stdin and checks, strictly:
+- the bytes are UTF-8 (no invalid sequence, no lone surrogate escape),
+- each document is JSON with no duplicate key and no NaN/Infinity,
+- it is one object (or, with --lines, one object a line),
+- every key it has is documented for OBJECT in DOC, with the documented
+  type (nested objects and arrays checked against their own schemas),
+  and every key documented as required is there.
+--expect KEY=VALUE: the (top-level) key has this JSON value, e.g. ok=true.
+
+Schemas are the tables under "#### `NAME`" headings of DOC:
+
+    #### `job`
+    | key | type | meaning |
+    | --- | --- | --- |
+    | `pid` | integer | ... |
+    | `for` | integer, optional | ... |
+    | `status` | object status, or null | ... |
+    | `jobs` | array of job | ... |
+    | `codecs` | map of sums | ... |
+    | *status* | | every key of `status` |
+
+Types: string, integer, number (an integer is a number too), boolean,
+object NAME, array of NAME|TYPE, map of NAME|TYPE (an object whose keys are
+free and whose values are NAME|TYPE); ", or null" allows null; ", optional"
+allows the key to be absent; a row whose key is *NAME* includes NAME's rows.
+Exit status 0 when everything holds, 1 otherwise (the problems on stderr).
+"""
+import json
+import re
+import sys
+
+PRIMITIVE = {'string', 'integer', 'number', 'boolean'}
+
+
+def parse_schemas(path):
+    schemas, name = {}, None
+    for line in open(path, encoding='utf-8'):
+        m = re.match(r'^####\s+`([\w.-]+)`', line)
+        if m:
+            name = m.group(1)
+            schemas[name] = {'rows': {}, 'includes': []}
+            continue
+        if name is None or not line.startswith('|'):
+            if line.startswith('#'):
+                name = None
+            continue
+        cells = [c.strip() for c in line.strip().strip('|').split('|')]
+        if len(cells) < 2 or cells[0] in ('key', '---') or set(cells[0]) <= {'-'}:
+            continue
+        inc = re.match(r'^\*([\w.-]+)\*$', cells[0])
+        if inc:
+            schemas[name]['includes'].append(inc.group(1))
+            continue
+        key = re.match(r'^`([^`]+)`$', cells[0])
+        if not key:
+            continue
+        schemas[name]['rows'][key.group(1)] = parse_type(cells[1], name, key.group(1))
+    return schemas
+
+
+def parse_type(text, obj, key):
+    t = {'nullable': False, 'optional': False}
+    parts = [p.strip() for p in text.split(',')]
+    base = parts[0]
+    for p in parts[1:]:
+        if p == 'optional':
+            t['optional'] = True
+        elif p in ('or null', 'null'):
+            t['nullable'] = True
+        else:
+            raise SystemExit('%s.%s: unknown type qualifier %r' % (obj, key, p))
+    m = re.match(r'^(object|array of|map of)\s+([\w.-]+)$', base)
+    if m:
+        t['kind'], t['of'] = m.group(1), m.group(2)
+    elif base in PRIMITIVE:
+        t['kind'] = base
+    else:
+        raise SystemExit('%s.%s: unknown type %r' % (obj, key, base))
+    return t
+
+
+def rows_of(schemas, name, seen=()):
+    if name not in schemas:
+        raise SystemExit('no schema `%s` in the doc' % name)
+    rows = {}
+    for inc in schemas[name]['includes']:
+        if inc in seen:
+            raise SystemExit('schema %s includes itself' % inc)
+        rows.update(rows_of(schemas, inc, seen + (name,)))
+    rows.update(schemas[name]['rows'])
+    return rows
+
+
+def check_primitive(kind, v):
+    if kind == 'string':
+        return isinstance(v, str)
+    if kind == 'boolean':
+        return isinstance(v, bool)
+    if kind == 'integer':
+        return isinstance(v, int) and not isinstance(v, bool)
+    if kind == 'number':
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return False
+
+
+def check_value(schemas, t, v, where, bad):
+    if v is None:
+        if not t['nullable']:
+            bad.append('%s: null, but the doc says %s' % (where, describe(t)))
+        return
+    kind = t['kind']
+    if kind in PRIMITIVE:
+        if not check_primitive(kind, v):
+            bad.append('%s: %r is not a %s' % (where, v, kind))
+    elif kind == 'object':
+        check_object(schemas, t['of'], v, where, bad)
+    else:
+        want = list if kind == 'array of' else dict
+        if not isinstance(v, want):
+            bad.append('%s: not %s' % (where, 'an array' if want is list else 'an object'))
+            return
+        items = enumerate(v) if want is list else v.items()
+        for k, item in items:
+            inner = {'kind': t['of'] if t['of'] in PRIMITIVE else 'object', 'of': t['of'],
+                     'nullable': False, 'optional': False}
+            check_value(schemas, inner, item, '%s[%r]' % (where, k), bad)
+
+
+def describe(t):
+    return t['kind'] + (' ' + t['of'] if 'of' in t else '')
+
+
+def check_object(schemas, name, v, where, bad):
+    if not isinstance(v, dict):
+        bad.append('%s: not an object (schema %s)' % (where, name))
+        return
+    rows = rows_of(schemas, name)
+    for k, item in v.items():
+        if k not in rows:
+            bad.append('%s: key %r is not documented for `%s`' % (where, k, name))
+            continue
+        check_value(schemas, rows[k], item, '%s.%s' % (where, k), bad)
+    for k, t in rows.items():
+        if not t['optional'] and k not in v:
+            bad.append('%s: required key %r of `%s` is missing' % (where, k, name))
+
+
+def no_duplicates(pairs):
+    seen = {}
+    for k, v in pairs:
+        if k in seen:
+            raise ValueError('duplicate key %r' % k)
+        seen[k] = v
+    return seen
+
+
+def no_constants(name):
+    raise ValueError('%s is not JSON' % name)
+
+
+def no_surrogates(v):
+    """A lone surrogate escape (\\udcff) parses in Python but is not Unicode."""
+    if isinstance(v, str):
+        v.encode('utf-8')
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            no_surrogates(k)
+            no_surrogates(x)
+    elif isinstance(v, list):
+        for x in v:
+            no_surrogates(x)
+
+
+def strict_loads(text):
+    v = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
+    try:
+        no_surrogates(v)
+    except UnicodeEncodeError:
+        raise ValueError('a lone surrogate escape (not Unicode)')
+    return v
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    doc, name, rest = argv[1], argv[2], argv[3:]
+    lines = '--lines' in rest
+    expect = [e.split('=', 1) for e in rest if '=' in e]
+    schemas = parse_schemas(doc)
+    raw = sys.stdin.buffer.read()
+    try:
+        text = raw.decode('utf-8', errors='strict')
+    except UnicodeDecodeError as e:
+        print('FAIL: output is not UTF-8: %s' % e, file=sys.stderr)
+        return 1
+    docs = [l for l in text.split('\n') if l.strip()] if lines else [text]
+    if not lines and text.count('\n') > 1:
+        print('FAIL: more than one line: %r' % text[:300], file=sys.stderr)
+        return 1
+    bad = []
+    for i, d in enumerate(docs):
+        try:
+            v = strict_loads(d)
+        except ValueError as e:
+            bad.append('document %d is not strict JSON (%s): %r' % (i, e, d[:300]))
+            continue
+        check_object(schemas, name, v, name if not lines else '%s#%d' % (name, i), bad)
+        for k, want in expect:
+            if json.dumps(v.get(k) if isinstance(v, dict) else None) != json.dumps(json.loads(want)):
+                bad.append('%s: %s is %s, not %s' % (name, k, json.dumps(v.get(k)), want))
+    if not docs:
+        bad.append('no JSON at all')
+    for b in bad:
+        print('FAIL: ' + b, file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
