@@ -67,7 +67,7 @@ run_tests() {
 
 run_demo() {
     log "setup"
-    setup --no-criu
+    setup --no-criu --no-test-tools
     log "build ($BUILD)"
     configure "$BUILD"
     log "demo: tcgpud shares a simulated 1 GiB GPU; a high-priority job preempts a low one, which resumes by itself"

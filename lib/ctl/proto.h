@@ -10,7 +10,7 @@
  * A message is text, at most CTL_MSG_MAX bytes, with no NUL byte:
  *
  *     request   = WORD *( SEP key=value )            e.g. "suspend dir=/scratch/a"
- *     progress  = "progress" *( SEP key=value )       e.g. "progress done=1048576 total=8388608"
+ *     progress  = "progress" *( SEP key=value )       e.g. "progress phase=drain done=1 total=8"
  *     reply     = "ok" *( SEP key=value )
  *               / "error" SP ERRNO_NAME SP errno SP text *( "\n" key=value )
  *

@@ -46,23 +46,58 @@ struct client_opts {
     const char *parent;         /* checkpoint: parent image or "auto" */
 };
 
+/* The progress line of one operation, on stderr (a terminal). */
 struct progress_view {
     const char *what;
     int shown;
-    uint64_t t0_ns;
+    uint64_t t0_ns;             /* the request was sent */
+    char phase[16];             /* the phase shown */
+    uint64_t phase_t0_ns;       /* when it started */
 };
 
-static void show_progress(uint64_t done, uint64_t total, void *arg)
+/*
+ * "  1.9 GiB/s  ETA 3.6 s" from the phase's pace so far; the ETA only once
+ * the phase has run long enough for its pace to mean something.
+ */
+static void pace(const struct progress_view *v, uint64_t done, uint64_t total, char *out, size_t len)
+{
+    double secs = (double)(now_ns() - v->phase_t0_ns) / 1e9, rate;
+    char r[32], eta[32];
+
+    out[0] = '\0';
+    if (!total || !done || secs < 1e-3)
+        return;
+    rate = (double)done / secs;
+    units_format_bytes((uint64_t)rate, r, sizeof(r));
+    if (done >= total || secs < 0.2) {
+        snprintf(out, len, "  %s/s", r);
+        return;
+    }
+    units_format_ns((uint64_t)((double)(total - done) / rate * 1e9), eta, sizeof(eta));
+    snprintf(out, len, "  %s/s  ETA %s", r, eta);
+}
+
+/*
+ * "suspend: drain 1.2 GiB / 8.0 GiB  15%  1.9 GiB/s  ETA 3.6 s  (0.6 s)":
+ * the phase, its bytes, its pace, and the time since the request.
+ */
+static void show_progress(const char *phase, uint64_t done, uint64_t total, void *arg)
 {
     struct progress_view *v = arg;
-    char d[32], t[32];
+    char d[32], t[32], p[96];
     double secs = (double)(now_ns() - v->t0_ns) / 1e9;
 
+    if (strcmp(phase, v->phase)) {
+        snprintf(v->phase, sizeof(v->phase), "%s", phase);
+        v->phase_t0_ns = now_ns();
+    }
+    pace(v, done, total, p, sizeof(p));
     if (total)
-        fprintf(stderr, "\r%s: %s / %s (%3.0f%%)  %.1f s ", v->what, units_format_bytes(done, d, sizeof(d)),
-                units_format_bytes(total, t, sizeof(t)), 100.0 * (double)done / (double)total, secs);
+        fprintf(stderr, "\r%s: %s %s / %s %3.0f%%%s  (%.1f s)\033[K", v->what, phase,
+                units_format_bytes(done, d, sizeof(d)), units_format_bytes(total, t, sizeof(t)),
+                100.0 * (double)done / (double)total, p, secs);
     else
-        fprintf(stderr, "\r%s: %s  %.1f s ", v->what, units_format_bytes(done, d, sizeof(d)), secs);
+        fprintf(stderr, "\r%s: %s  (%.1f s)\033[K", v->what, phase[0] ? phase : "working", secs);
     fflush(stderr);
     v->shown = 1;
 }
