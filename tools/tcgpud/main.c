@@ -28,6 +28,7 @@
 #include "ctl/client.h"
 #include "common/clock.h"
 #include "daemon.h"
+#include "http.h"
 #include "state.h"
 
 #define TICK_MS          500
@@ -105,7 +106,8 @@ static void tick(void)
     else
         pol_actions_clear(&acts);
     kick_poll();
-    write_metrics();
+    publish_metrics();
+    dashboard_tick();
 }
 
 /* ---------------------------------------------------------------------------
@@ -314,6 +316,26 @@ static int parse_args(int argc, char **argv, const char **config, const char **s
     return 0;
 }
 
+/* The HTTP endpoint, when [daemon] http is set; its first contents at once. */
+static int start_http(void)
+{
+    char err[512];
+    int port;
+
+    if (!d.cfg.http_host[0])
+        return 0;
+    if (http_start(d.cfg.http_host, d.cfg.http_port, d.cfg.dashboard, &port, err, sizeof(err)) < 0) {
+        logmsg("%s", err);
+        return -1;
+    }
+    publish_metrics();
+    dashboard_tick();
+    logmsg("http: serving /metrics%s on http://%s%s%s:%d/", d.cfg.dashboard ? " and the dashboard" : "",
+           strchr(d.cfg.http_host, ':') ? "[" : "", d.cfg.http_host,
+           strchr(d.cfg.http_host, ':') ? "]" : "", port);
+    return 0;
+}
+
 static int setup(int argc, char **argv)
 {
     const char *config = "/etc/tcgpud.ini", *sock = NULL, *state = NULL;
@@ -351,6 +373,8 @@ static int setup(int argc, char **argv)
     relearn();
     d.listen_fd = open_socket(d.cfg.socket);
     if (d.listen_fd < 0)
+        return 1;
+    if (start_http() < 0)
         return 1;
     logmsg("serving %s (config %s, state %s, %d projects, min runtime %.1f s)", d.cfg.socket,
            config, d.cfg.state_file, d.cfg.nprojects, (double)d.cfg.min_runtime_ns / 1e9);
@@ -415,6 +439,7 @@ int main(int argc, char **argv)
     if (r)
         return r;
     loop();
+    http_stop();
     save_state();
     unlink(d.cfg.socket);
     for (int ci = 0; ci < MAX_CONNS; ci++)
