@@ -25,9 +25,12 @@ Schemas are the tables under "#### `NAME`" headings of DOC:
     | *status* | | every key of `status` |
 
 Types: string, integer, number (an integer is a number too), boolean,
-object NAME, array of NAME|TYPE, map of NAME|TYPE (an object whose keys are
-free and whose values are NAME|TYPE); ", or null" allows null; ", optional"
-allows the key to be absent; a row whose key is *NAME* includes NAME's rows.
+object NAME, array of TYPE, map of TYPE (an object whose keys are free and
+whose values are TYPE), tuple(TYPE TYPE...) (an array of those, in order),
+where a TYPE that is not one of these is the name of an object's schema;
+", or null" allows null; ", optional" allows the key to be absent; a row
+whose key is *NAME* includes NAME's rows. Several docs may be given, joined
+by ':' (DOC1:DOC2), for schemas that include another's.
 Exit status 0 when everything holds, 1 otherwise (the problems on stderr).
 """
 import json
@@ -63,10 +66,28 @@ def parse_schemas(path):
     return schemas
 
 
+def parse_base(base, obj, key):
+    """A type without its qualifiers: a primitive, an object, or a container of a type."""
+    m = re.match(r'^(array of|map of)\s+(.+)$', base)
+    if m:
+        return {'kind': m.group(1), 'item': parse_base(m.group(2), obj, key)}
+    m = re.match(r'^tuple\(([\w ]+)\)$', base)
+    if m:
+        return {'kind': 'tuple', 'items': [parse_base(t, obj, key) for t in m.group(1).split()]}
+    m = re.match(r'^object\s+([\w.-]+)$', base)
+    if m:
+        return {'kind': 'object', 'of': m.group(1)}
+    if base in PRIMITIVE:
+        return {'kind': base}
+    if re.match(r'^[\w.-]+$', base) and base not in PRIMITIVE:
+        return {'kind': 'object', 'of': base}      # "array of job": a schema's name
+    raise SystemExit('%s.%s: unknown type %r' % (obj, key, base))
+
+
 def parse_type(text, obj, key):
-    t = {'nullable': False, 'optional': False}
     parts = [p.strip() for p in text.split(',')]
-    base = parts[0]
+    t = parse_base(parts[0], obj, key)
+    t['nullable'] = t['optional'] = False
     for p in parts[1:]:
         if p == 'optional':
             t['optional'] = True
@@ -74,13 +95,6 @@ def parse_type(text, obj, key):
             t['nullable'] = True
         else:
             raise SystemExit('%s.%s: unknown type qualifier %r' % (obj, key, p))
-    m = re.match(r'^(object|array of|map of)\s+([\w.-]+)$', base)
-    if m:
-        t['kind'], t['of'] = m.group(1), m.group(2)
-    elif base in PRIMITIVE:
-        t['kind'] = base
-    else:
-        raise SystemExit('%s.%s: unknown type %r' % (obj, key, base))
     return t
 
 
@@ -110,7 +124,7 @@ def check_primitive(kind, v):
 
 def check_value(schemas, t, v, where, bad):
     if v is None:
-        if not t['nullable']:
+        if not t.get('nullable'):
             bad.append('%s: null, but the doc says %s' % (where, describe(t)))
         return
     kind = t['kind']
@@ -119,6 +133,12 @@ def check_value(schemas, t, v, where, bad):
             bad.append('%s: %r is not a %s' % (where, v, kind))
     elif kind == 'object':
         check_object(schemas, t['of'], v, where, bad)
+    elif kind == 'tuple':
+        if not isinstance(v, list) or len(v) != len(t['items']):
+            bad.append('%s: not an array of %d' % (where, len(t['items'])))
+            return
+        for i, (item, it) in enumerate(zip(v, t['items'])):
+            check_value(schemas, it, item, '%s[%d]' % (where, i), bad)
     else:
         want = list if kind == 'array of' else dict
         if not isinstance(v, want):
@@ -126,12 +146,14 @@ def check_value(schemas, t, v, where, bad):
             return
         items = enumerate(v) if want is list else v.items()
         for k, item in items:
-            inner = {'kind': t['of'] if t['of'] in PRIMITIVE else 'object', 'of': t['of'],
-                     'nullable': False, 'optional': False}
-            check_value(schemas, inner, item, '%s[%r]' % (where, k), bad)
+            check_value(schemas, t['item'], item, '%s[%r]' % (where, k), bad)
 
 
 def describe(t):
+    if t['kind'] in ('array of', 'map of'):
+        return t['kind'] + ' ' + describe(t['item'])
+    if t['kind'] == 'tuple':
+        return 'tuple(%s)' % ' '.join(describe(i) for i in t['items'])
     return t['kind'] + (' ' + t['of'] if 'of' in t else '')
 
 
@@ -192,7 +214,9 @@ def main(argv):
     doc, name, rest = argv[1], argv[2], argv[3:]
     lines = '--lines' in rest
     expect = [e.split('=', 1) for e in rest if '=' in e]
-    schemas = parse_schemas(doc)
+    schemas = {}
+    for path in doc.split(':'):
+        schemas.update(parse_schemas(path))
     raw = sys.stdin.buffer.read()
     try:
         text = raw.decode('utf-8', errors='strict')

@@ -59,7 +59,17 @@ def invariants(rep, what):
 
 
 # The checked-in trace, every policy invariant checked after every event.
-small = json.loads(run(trace, "--check", "--json"))
+def strict(text, what):
+    """The report against docs/tcgpud.md's `replay` schema, with the strict parser."""
+    src = os.environ.get("TCGPU_SOURCE_ROOT", "")
+    r = subprocess.run([sys.executable, os.path.join(src, "tests", "common", "jsoncheck.py"),
+                        os.path.join(src, "docs", "tcgpud.md"), "replay"], input=text.encode(),
+                       capture_output=True)
+    check(r.returncode == 0, "%s: --json is not what docs/tcgpud.md says: %s" % (what, r.stderr.decode()))
+    return json.loads(text)
+
+
+small = strict(run(trace, "--check", "--json"), "small")
 check(small["jobs"] == 200 and small["gpus"] == 8, "small trace: %d jobs on %d GPUs" % (small["jobs"], small["gpus"]))
 invariants(small, "small")
 
@@ -75,7 +85,7 @@ big_trace = run("--generate", "--jobs", "3000", "--gpus", "128", "--load", "0.95
 big_path = os.path.join(tmp, "big.csv")
 with open(big_path, "w") as f:
     f.write(big_trace)
-big = json.loads(run(big_path, "--gpus", "128", "--json"))
+big = strict(run(big_path, "--gpus", "128", "--json"), "big")
 invariants(big, "big")
 
 # Bad input is refused with the line.

@@ -20,9 +20,16 @@
 #include "daemon.h"
 #include "http.h"
 
-#define MAX_CONNECTIONS     64    /* in all */
-#define MAX_PER_ADDRESS     16    /* from one address */
-#define IDLE_TIMEOUT_S      10    /* a connection that sends nothing this long is closed */
+/*
+ * Connection bounds. On loopback every client has the same address, so the
+ * per-address bound only matters on other interfaces; a connection that
+ * sends nothing for IDLE_TIMEOUT_S is closed. A local user can still hold
+ * connections open and so delay scrapes; the loop itself never waits on
+ * this thread (docs/tcgpud.md, "HTTP endpoint and dashboard").
+ */
+#define MAX_CONNECTIONS     256   /* in all */
+#define MAX_PER_ADDRESS     64    /* from one address */
+#define IDLE_TIMEOUT_S      10
 #define REQUEST_MEMORY      (32 * 1024)   /* per connection: headers of a GET fit easily */
 
 /* The dashboard's files (dashboard/, embedded by codegen/embed.py). */
@@ -143,12 +150,20 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
         MHD_destroy_response(r);
         return ok;
     }
-    if (!*state) {                /* headers only so far: answer on the next call */
+    if (!*state) {
+        /* headers only so far: a request that announces a body is refused
+         * now, before any of it is read; the others are answered next call */
+        const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if ((len && strcmp(len, "0")) ||
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+            return send_text(c, MHD_HTTP_CONTENT_TOO_LARGE, "no request body, please\n");
         *state = &first_call;
         return MHD_YES;
     }
-    if (*upload_size)             /* a GET with a body: refuse, never buffer it */
-        return send_text(c, MHD_HTTP_CONTENT_TOO_LARGE, "no request body, please\n");
+    if (*upload_size) {           /* cannot happen after the check above: drop it */
+        *upload_size = 0;
+        return MHD_YES;
+    }
     if (!strcmp(url, "/healthz"))
         return send_text(c, MHD_HTTP_OK, "ok\n");
     for (size_t i = 0; i < NELEM(routes); i++) {
