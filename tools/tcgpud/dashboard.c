@@ -6,8 +6,10 @@
  * events with their latencies. Built on the loop's thread every tick and
  * published to the HTTP thread (http.h); see daemon.h.
  *
- * The history is a ring of samples, one every HISTORY_EVERY_MS, each the
- * memory every job held (or needs back, suspended) and its state.
+ * The history is a ring of samples, one every HISTORY_EVERY_MS and one at
+ * the first tick after each event (so that a preemption shows where it
+ * happened, not up to two seconds off), each the memory every job held (or
+ * needs back, suspended) and its state.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +22,8 @@
 #include "http.h"
 #include "json/schema.h"
 
-#define HISTORY_SAMPLES   300     /* ten minutes... */
-#define HISTORY_EVERY_MS  2000    /* ...of a sample every 2 s */
+#define HISTORY_SAMPLES   900     /* ten minutes of a sample a second, and room for events' */
+#define HISTORY_EVERY_MS  1000
 #define HISTORY_JOBS      64      /* jobs kept per sample (the rest are left out) */
 #define STATE_EVENTS      200     /* the newest events in the state */
 
@@ -43,15 +45,17 @@ static struct {
     struct sample *ring;
     size_t n, next;
     uint64_t last_ms;
+    uint64_t last_event;          /* d.event_seq at the last sample */
 } history;
 
-/* Takes a sample when HISTORY_EVERY_MS have passed since the last one. */
+/* Takes a sample when HISTORY_EVERY_MS have passed since the last one, or an event happened. */
 static void sample(uint64_t now_ms)
 {
     struct sample *s;
 
-    if (history.n && now_ms - history.last_ms < HISTORY_EVERY_MS)
+    if (history.n && now_ms - history.last_ms < HISTORY_EVERY_MS && history.last_event == d.event_seq)
         return;
+    history.last_event = d.event_seq;
     if (!history.ring && !(history.ring = calloc(HISTORY_SAMPLES, sizeof(*history.ring))))
         return;
     s = &history.ring[history.next];

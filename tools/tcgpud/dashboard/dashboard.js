@@ -63,7 +63,9 @@ function badge(state) { return el('span', { class: 'state state-' + state }, sta
 function chart(dev, st) {
   const W = 1000, H = 220, L = 70, R = 10, T = 10, B = 24;
   const samples = st.history.samples;
-  const now = st.time_ms, t0 = Math.min(now - 10 * 60000, samples.length ? samples[0].time_ms : now);
+  /* from the first sample (at least a minute, at most the ten minutes kept) to now */
+  const now = st.time_ms;
+  const t0 = Math.max(now - 10 * 60000, Math.min(now - 60000, samples.length ? samples[0].time_ms : now));
   const x = t => L + (W - L - R) * (t - t0) / Math.max(1, now - t0);
   const cap = Math.max(dev.capacity, 1);
   const y = b => H - B - (H - T - B) * Math.min(b, cap) / cap;
@@ -83,22 +85,28 @@ function chart(dev, st) {
   }
   for (const t of [t0, (t0 + now) / 2, now])
     svg.append(el('text', { x: Math.min(x(t), W - 80), y: H - 6 }, clock(t).slice(0, 8)));
-  const below = samples.map(() => 0);
+  /* steps, not slopes: a job holds what a sample saw until the next sample;
+   * a suspended job holds nothing (its bytes are what it needs back) */
+  const shown = samples.filter(s => s.time_ms >= t0);
+  const below = shown.map(() => 0);
   series.forEach(([pid, project], k) => {
     const top = [], bottom = [];
-    samples.forEach((s, i) => {
+    let most = 0;
+    shown.forEach((s, i) => {
       const j = s.jobs.find(v => v[0] === pid && v[1] === dev.id);
-      const held = j && (j[3] === 'running' || j[3] === 'waiting' || j[3] === 'resuming') ? j[2] : 0;
-      bottom.push([x(s.time_ms), y(below[i])]);
+      const held = j && j[3] !== 'suspended' ? j[2] : 0;
+      most = Math.max(most, held);
+      const x0 = x(s.time_ms), x1 = x(i + 1 < shown.length ? shown[i + 1].time_ms : now);
+      bottom.push([x0, y(below[i])], [x1, y(below[i])]);
       below[i] += held;
-      top.push([x(s.time_ms), y(below[i])]);
+      top.push([x0, y(below[i])], [x1, y(below[i])]);
     });
     if (!top.length)
       return;
     const d = 'M' + top.map(p => p.join(',')).join('L') + 'L' +
               bottom.reverse().map(p => p.join(',')).join('L') + 'Z';
     const path = el('path', { d: d, fill: colour(project, k), 'fill-opacity': 0.85,
-                              'data-pid': pid, 'data-project': project });
+                              'data-pid': pid, 'data-project': project, 'data-most': most });
     path.append(el('title', {}, 'pid ' + pid + ' (' + project + ')'));
     svg.append(path);
   });
