@@ -42,7 +42,7 @@ trap cleanup EXIT
 t0=$(date +%s.%N)
 say() { printf '\n\033[1m[%5.1fs] %s\033[0m\n' "$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }')" "$*"; }
 checksum_of() { sed -n 's/^checksum: *\([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
-smi() { "$SMI" | grep -v -e '^+' -e 'simcuda-smi' || true; }
+smi() { "$SMI" --query-compute-apps=pid,process_name,used_memory --format=csv || true; }
 
 say "reference runs, uninterrupted, on a device of their own (2 GiB)"
 SIMCUDA_SHM=/simcuda-demo-ref-$$ SIMCUDA_DEVICE_MEM=2G "$TRAIN" "${LOW_ARGS[@]}" >"$work/ref-low.out" 2>&1 &

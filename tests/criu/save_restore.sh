@@ -41,7 +41,6 @@ save() {        # save PID DIR [OPTS...]
 }
 
 # The driver state of pid as simcuda-smi sees it.
-smi_state() { "$SMI" -q | awk -v want="pid=$1" '$1 == "process" && $2 == want { for (i = 3; i <= NF; i++) if ($i ~ /^state=/) { sub(/^state=/, "", $i); print $i } }'; }
 
 case "$mode" in
 train)

@@ -10,7 +10,6 @@
 . "$(dirname "$0")/lib.sh"
 
 args=(--mb 128 --steps 400 --print-every 100)
-smi_state() { "$SMI" -q | awk -v want="pid=$1" '$1 == "process" && $2 == want { for (i = 3; i <= NF; i++) if ($i ~ /^state=/) { sub(/^state=/, "", $i); print $i } }'; }
 
 "$TRAIN" "${args[@]}" >"$WORK/ref.out" 2>&1 || fail "reference run failed"
 ref=$(checksum_of "$WORK/ref.out")

@@ -69,13 +69,16 @@ wait_for_line() {
 }
 
 # device_bytes_of PID : device memory simcuda accounts to PID, all devices
-# ("process pid=N device=D used=BYTES ..." lines of simcuda-smi -q).
+# (simcuda-smi's nvidia-smi-style query; used_memory_bytes is simcuda's exact count).
 device_bytes_of() {
-    "$SMI" -q | awk -v want="pid=$1" '
-        $1 == "process" && $2 == want {
-            for (i = 3; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); sum += $i }
-        }
-        END { print sum + 0 }'
+    "$SMI" --query-compute-apps=pid,used_memory_bytes --format=csv,noheader,nounits |
+        awk -F', ' -v want="$1" '$1 == want { sum += $2 } END { print sum + 0 }'
+}
+
+# smi_state PID : the driver checkpoint API's state of PID (running, locked, checkpointed)
+smi_state() {
+    "$SMI" --query-compute-apps=pid,checkpoint_state --format=csv,noheader |
+        awk -F', ' -v want="$1" '$1 == want { print $2; exit }'
 }
 
 # random_ms LO HI
