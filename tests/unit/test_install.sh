@@ -83,12 +83,13 @@ assert lib["result"] == "ok" and lib["detail"].startswith(sys.argv[1] + " "), li
 "$G" run -- "$B/examples/train/train" --mb 32 --steps 100000 --print-every 0 --sleep-ms 5 \
     >"$STAGE/job.log" 2>&1 &
 job=$!
-"$G" status "$job" --wait 20 -q >/dev/null || fail "status: $(tail -n 3 "$STAGE/job.log")"
+"$G" status "$job" --wait 30 -q >/dev/null 2>"$STAGE/op.err" ||
+    fail "status: $(cat "$STAGE/op.err"; tail -n 3 "$STAGE/job.log")"
 grep -q "$R/$libdir/libtcgpu.so" "/proc/$job/maps" || fail "the job did not load the installed libtcgpu.so"
-"$G" suspend "$job" -q && "$G" status "$job" --json | grep -q '"state":"suspended"' ||
-    fail "suspend with the installed gpuckpt"
-"$G" resume "$job" -q && "$G" status "$job" --json | grep -q '"state":"running"' ||
-    fail "resume with the installed gpuckpt"
+"$G" suspend "$job" -q 2>"$STAGE/op.err" && "$G" status "$job" --json | grep -q '"state":"suspended"' ||
+    fail "suspend with the installed gpuckpt: $(cat "$STAGE/op.err"; tail -n 3 "$STAGE/job.log")"
+"$G" resume "$job" -q 2>"$STAGE/op.err" && "$G" status "$job" --json | grep -q '"state":"running"' ||
+    fail "resume with the installed gpuckpt: $(cat "$STAGE/op.err"; tail -n 3 "$STAGE/job.log")"
 kill "$job"
 
 # pkg-config: the moved tree's header and library; a program compiles with it

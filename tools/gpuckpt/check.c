@@ -277,9 +277,7 @@ static int print_json(const struct check *v, size_t n, int failed)
 int gpuckpt_cmd_check(const struct gpuckpt_command *self, int argc, char **argv)
 {
     static const struct option longopts[] = {
-        { "json", no_argument, NULL, 'j' },
-        { "output", required_argument, NULL, 'o' },
-        { "help", no_argument, NULL, 'h' },
+        GPUCKPT_OUTPUT_LONGOPTS,
         { 0 },
     };
     struct check v[] = {
@@ -291,19 +289,12 @@ int gpuckpt_cmd_check(const struct gpuckpt_command *self, int argc, char **argv)
 
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
-        if (ch == 'h') {
-            gpuckpt_command_help(self);
-            return CTL_EXIT_OK;
-        }
-        if (ch == 'j') {
-            gpuckpt_set_json();
-        } else if (ch == 'o') {
-            if ((r = gpuckpt_set_format(self->name, optarg)) != 0)
-                return r;
-        } else {
+    while ((ch = getopt_long(argc, argv, "hjo:", longopts, NULL)) != -1) {
+        r = gpuckpt_output_option(self, ch);
+        if (r == GPUCKPT_NOT_OUTPUT_OPTION)
             return gpuckpt_usage_error(self->name, "unknown option '%s'", argv[optind - 1]);
-        }
+        if (r)
+            return r < 0 ? CTL_EXIT_OK : r;
     }
     if (optind != argc)
         return gpuckpt_usage_error(self->name, "no arguments, please");

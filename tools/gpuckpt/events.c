@@ -174,10 +174,8 @@ static void print_event(const struct ctl_msg *m, void *arg)
 static int events_args(const struct gpuckpt_command *self, int argc, char **argv, int *follow)
 {
     static const struct option longopts[] = {
-        { "json", no_argument, NULL, 'j' },
-        { "output", required_argument, NULL, 'o' },
+        GPUCKPT_OUTPUT_LONGOPTS,
         { "follow", no_argument, NULL, 'f' },
-        { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     int ch, r;
@@ -186,21 +184,12 @@ static int events_args(const struct gpuckpt_command *self, int argc, char **argv
     optind = 1;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "hjo:f", longopts, NULL)) != -1) {
-        switch (ch) {
-        case 'h':
-            gpuckpt_command_help(self);
-            return -1;
-        case 'j':
-            gpuckpt_set_json();
-            break;
-        case 'o':
-            if ((r = gpuckpt_set_format(self->name, optarg)) != 0)
+        if ((r = gpuckpt_output_option(self, ch)) != GPUCKPT_NOT_OUTPUT_OPTION) {
+            if (r)
                 return r;
-            break;
-        case 'f':
+        } else if (ch == 'f') {
             *follow = 1;
-            break;
-        default:
+        } else {
             return gpuckpt_usage_error(self->name, "unknown option '%s'", argv[optind - 1]);
         }
     }

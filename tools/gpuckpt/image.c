@@ -41,30 +41,19 @@ static int parse_dir_args(const struct gpuckpt_command *self, int argc, char **a
 {
     const char *cmd = self->name;
     static const struct option longopts[] = {
-        { "json", no_argument, NULL, 'j' },
-        { "output", required_argument, NULL, 'o' },
-        { "help", no_argument, NULL, 'h' },
+        GPUCKPT_OUTPUT_LONGOPTS,
         { 0 },
     };
     int ch, r;
 
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
-        if (ch == 'h') {
-            gpuckpt_command_help(self);
-            return -1;
-        }
-        if (ch == 'j') {
-            gpuckpt_set_json();
-            continue;
-        }
-        if (ch == 'o') {
-            if ((r = gpuckpt_set_format(cmd, optarg)) != 0)
-                return r;
-            continue;
-        }
-        return gpuckpt_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+    while ((ch = getopt_long(argc, argv, "hjo:", longopts, NULL)) != -1) {
+        r = gpuckpt_output_option(self, ch);
+        if (r == GPUCKPT_NOT_OUTPUT_OPTION)
+            return gpuckpt_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+        if (r)
+            return r;
     }
     if (optind != argc - 1)
         return gpuckpt_usage_error(cmd, optind >= argc ? "which image directory?"

@@ -39,11 +39,9 @@ enum ps_source { PS_AUTO, PS_LOCAL, PS_DAEMON };
 static int ps_args(const struct gpuckpt_command *self, int argc, char **argv, enum ps_source *src)
 {
     static const struct option longopts[] = {
-        { "json", no_argument, NULL, 'j' },
-        { "output", required_argument, NULL, 'o' },
+        GPUCKPT_OUTPUT_LONGOPTS,
         { "local", no_argument, NULL, 'l' },
         { "daemon", no_argument, NULL, 'd' },
-        { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     int ch, r;
@@ -52,24 +50,12 @@ static int ps_args(const struct gpuckpt_command *self, int argc, char **argv, en
     optind = 1;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "hjo:ld", longopts, NULL)) != -1) {
-        switch (ch) {
-        case 'h':
-            gpuckpt_command_help(self);
-            return -1;
-        case 'j':
-            gpuckpt_set_json();
-            break;
-        case 'o':
-            if ((r = gpuckpt_set_format(self->name, optarg)) != 0)
+        if ((r = gpuckpt_output_option(self, ch)) != GPUCKPT_NOT_OUTPUT_OPTION) {
+            if (r)
                 return r;
-            break;
-        case 'l':
-            *src = PS_LOCAL;
-            break;
-        case 'd':
-            *src = PS_DAEMON;
-            break;
-        default:
+        } else if (ch == 'l' || ch == 'd') {
+            *src = ch == 'l' ? PS_LOCAL : PS_DAEMON;
+        } else {
             return gpuckpt_usage_error(self->name, "unknown option '%s'", argv[optind - 1]);
         }
     }

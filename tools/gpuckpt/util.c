@@ -1,5 +1,6 @@
 /* util.c - gpuckpt's messages, JSON output and argument parsing; see util.h. */
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -65,6 +66,22 @@ int gpuckpt_set_format(const char *cmd, const char *format)
     if (!strcmp(format, "text"))
         return 0;
     return gpuckpt_usage_error(cmd, "-o wants json or text, not '%s'", format);
+}
+
+int gpuckpt_output_option(const struct gpuckpt_command *self, int ch)
+{
+    switch (ch) {
+    case 'h':
+        gpuckpt_command_help(self);
+        return -1;
+    case 'j':
+        gpuckpt_set_json();
+        return 0;
+    case 'o':
+        return gpuckpt_set_format(self->name, optarg);
+    default:
+        return GPUCKPT_NOT_OUTPUT_OPTION;
+    }
 }
 
 int gpuckpt_print_json(json_t *v)

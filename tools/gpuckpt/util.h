@@ -62,6 +62,20 @@ int gpuckpt_json(void);
  */
 int gpuckpt_set_format(const char *cmd, const char *format);
 
+/* The options of every command that prints: --json, -o/--output, -h/--help
+ * (with "hjo:" among the short options). */
+#define GPUCKPT_OUTPUT_LONGOPTS                                                                   \
+    { "json", no_argument, NULL, 'j' }, { "output", required_argument, NULL, 'o' },              \
+    { "help", no_argument, NULL, 'h' }
+#define GPUCKPT_NOT_OUTPUT_OPTION 1000
+
+/*
+ * getopt's ch (optarg its argument) when it is one of those: 0 (handled),
+ * -1 (--help shown), a usage exit code (a bad -o), or
+ * GPUCKPT_NOT_OUTPUT_OPTION for the command's own options.
+ */
+int gpuckpt_output_option(const struct gpuckpt_command *self, int ch);
+
 /*
  * Prints v on stdout as one line of JSON (a reference to v taken; NULL
  * means out of memory) and notes that this run's object is out. Returns
