@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Strict JSON checks against the schemas the docs publish.
 
-    jsoncheck.py DOC OBJECT [--lines] [--expect KEY=VALUE...] < output
+    jsoncheck.py DOC OBJECT [--lines] [PATH=JSON | PATH~TEXT | PATH>NUMBER ...] < output
 
 Reads the tool's output from stdin and checks, strictly:
 - the bytes are UTF-8 (no invalid sequence, no lone surrogate escape),
@@ -10,7 +10,10 @@ Reads the tool's output from stdin and checks, strictly:
 - every key it has is documented for OBJECT in DOC, with the documented
   type (nested objects and arrays checked against their own schemas),
   and every key documented as required is there.
---expect KEY=VALUE: the (top-level) key has this JSON value, e.g. ok=true.
+Expectations, for the object (each line's, with --lines): PATH=JSON, the
+value at PATH (keys joined by '.', e.g. status.state) is that JSON value
+(ok=true, status.state='"running"'); PATH~TEXT, it is a string holding TEXT;
+PATH>NUMBER, it is a number above NUMBER.
 
 Schemas are the tables under "#### `NAME`" headings of DOC:
 
@@ -213,7 +216,13 @@ def main(argv):
         return 2
     doc, name, rest = argv[1], argv[2], argv[3:]
     lines = '--lines' in rest
-    expect = [e.split('=', 1) for e in rest if '=' in e]
+    expect = []
+    for e in rest:
+        m = re.match(r'^([\w.-]+)([=~>])(.*)$', e)
+        if m:
+            expect.append(m.groups())
+        elif e != '--lines':
+            raise SystemExit('unknown argument %r' % e)
     schemas = {}
     for path in doc.split(':'):
         schemas.update(parse_schemas(path))
@@ -235,9 +244,17 @@ def main(argv):
             bad.append('document %d is not strict JSON (%s): %r' % (i, e, d[:300]))
             continue
         check_object(schemas, name, v, name if not lines else '%s#%d' % (name, i), bad)
-        for k, want in expect:
-            if json.dumps(v.get(k) if isinstance(v, dict) else None) != json.dumps(json.loads(want)):
-                bad.append('%s: %s is %s, not %s' % (name, k, json.dumps(v.get(k)), want))
+        for path, op, want in expect:
+            got = v
+            for k in path.split('.'):
+                got = got.get(k) if isinstance(got, dict) else None
+            if op == '=' and json.dumps(got) != json.dumps(json.loads(want)):
+                bad.append('%s: %s is %s, not %s' % (name, path, json.dumps(got), want))
+            elif op == '~' and not (isinstance(got, str) and want in got):
+                bad.append('%s: %s is %s, which does not hold %r' % (name, path, json.dumps(got), want))
+            elif op == '>' and not (isinstance(got, (int, float)) and not isinstance(got, bool)
+                                    and got > float(want)):
+                bad.append('%s: %s is %s, not above %s' % (name, path, json.dumps(got), want))
     if not docs:
         bad.append('no JSON at all')
     for b in bad:

@@ -15,80 +15,57 @@ bindir="$WORK/bin-$bad"
 mkdir "$bindir"
 cp "$TRAIN" "$B/examples/train/train_kernels.so" "$bindir/"
 
-# json OBJECT CMD... : run gpuckpt CMD, check its stdout against OBJECT; the output in $OUT.
+# json OBJECT EXPECTED-EXIT [EXPECTATION...] -- CMD... : gpuckpt CMD exits
+# EXPECTED-EXIT, and its stdout is a valid OBJECT holding the expectations
+# (jsoncheck.py's PATH=JSON, PATH~TEXT, PATH>NUMBER); one parse per command.
 json() {
-    local obj=$1 rc=0; shift
-    OUT=$("$GPUCKPT" "$@" 2>"$WORK/err") || rc=$?
-    printf '%s\n' "$OUT" | $CHECK "$obj" >&2 || fail "gpuckpt $* --json: not a valid '$obj' object: $OUT"
-    RC=$rc
+    local obj=$1 want=$2 rc=0 exp=(); shift 2
+    while [ "$1" != -- ]; do exp+=("$1"); shift; done; shift
+    "$GPUCKPT" "$@" >"$WORK/out.json" 2>"$WORK/err" || rc=$?
+    [ "$rc" -eq "$want" ] || fail "gpuckpt $*: exit $rc, not $want: $(cat "$WORK/out.json" "$WORK/err")"
+    $CHECK "$obj" "${exp[@]}" <"$WORK/out.json" >&2 ||
+        fail "gpuckpt $*: not the '$obj' docs/cli.md describes: $(cat "$WORK/out.json")"
 }
-field() { printf '%s' "$OUT" | python3 -c 'import json, sys; v = json.load(sys.stdin)
-for k in sys.argv[1].split("."): v = v[k]
-print(json.dumps(v))' "$1"; }
 
 start_bg "$WORK/run.out" "$GPUCKPT" run -- "$bindir/train" --mb 64 --steps 100000 --print-every 0 --sleep-ms 5
 pid=$BG
 wait_for_socket "$pid"
 
-json status status "$pid" --json
-[ "$RC" -eq 0 ] && [ "$(field state)" = '"running"' ] && [ "$(field pid)" = "$pid" ] ||
-    fail "status: exit $RC, $OUT"
-json status status "$pid" -o json
-[ "$(field trigger_installed)" = true ] || fail "-o json: $OUT"
+json status 0 state='"running"' pid="$pid" -- status "$pid" --json
+json status 0 trigger_installed=true -- status "$pid" -o json
 
-# a checkpoint into a directory whose name is not UTF-8
-json operation checkpoint "$pid" -D "$WORK/ck-$bad" --json
-[ "$RC" -eq 0 ] && [ "$(field op)" = '"checkpoint"' ] && [ "$(field status.image_bytes)" -gt 0 ] ||
-    fail "checkpoint: exit $RC, $OUT"
-case "$(field dir)" in *'\ufffd\ufffd"'|*'��"') ;; *) fail "checkpoint dir not shown with U+FFFD: $(field dir)" ;; esac
+# a checkpoint into a directory whose name is not UTF-8: U+FFFD for its bytes
+json operation 0 op='"checkpoint"' status.image_bytes\>0 dir~$'\xef\xbf\xbd\xef\xbf\xbd' -- \
+    checkpoint "$pid" -D "$WORK/ck-$bad" --json
+# the executable's path, from /proc/self/exe, had the invalid bytes too
+json inspect 0 kind='"image"' process.pid="$pid" process.exe~$'bin-\xef\xbf\xbd\xef\xbf\xbd/train' -- \
+    inspect "$WORK/ck-$bad" --json
+json verify 0 kind='"image"' chunks\>0 -- verify "$WORK/ck-$bad" --json
 
-json inspect inspect "$WORK/ck-$bad" --json
-[ "$RC" -eq 0 ] && [ "$(field kind)" = '"image"' ] && [ "$(field process.pid)" = "$pid" ] ||
-    fail "inspect: exit $RC, $OUT"
-# the executable's path came from /proc/self/exe, with the invalid bytes
-field process.exe | grep -q 'bin-' || fail "inspect: exe $(field process.exe)"
-printf '%s' "$OUT" | python3 -c 'import json, sys; e = json.load(sys.stdin)["process"]["exe"]
-sys.exit(0 if "\ufffd\ufffd/train" in e else 1)' || fail "inspect: exe not shown with U+FFFD: $(field process.exe)"
-json verify verify "$WORK/ck-$bad" --json
-[ "$RC" -eq 0 ] && [ "$(field chunks)" -gt 0 ] || fail "verify: exit $RC, $OUT"
-
-json operation suspend "$pid" --json
-[ "$RC" -eq 0 ] && [ "$(field status.state)" = '"suspended"' ] && [ "$(field through)" = '"process"' ] &&
-    [ "$(field context)" = '"released"' ] && [ "$(field dir)" = null ] || fail "suspend: exit $RC, $OUT"
-
+json operation 0 status.state='"suspended"' through='"process"' context='"released"' dir=null -- \
+    suspend "$pid" --json
 # refused: the failure object, with the errno and exit 4
-json failure suspend "$pid" --json
-[ "$RC" -eq 4 ] && [ "$(field ok)" = false ] && [ "$(field errno)" = '"EALREADY"' ] &&
-    [ "$(field exit_code)" = 4 ] || fail "a second suspend: exit $RC, $OUT"
+json failure 4 ok=false errno='"EALREADY"' exit_code=4 -- suspend "$pid" --json
 
-json ps-local ps --json
-[ "$RC" -eq 0 ] || fail "ps without tcgpud: exit $RC, $OUT"
-printf '%s' "$OUT" | python3 -c 'import json, sys
-d = json.load(sys.stdin); pid = int(sys.argv[1])
+json ps-local 0 tcgpud=false -- ps --json
+python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])); pid = int(sys.argv[2])
 p = [x for x in d["processes"] if x["pid"] == pid]
-assert p and p[0]["status"]["state"] == "suspended" and p[0]["command"] == "train", d' "$pid" ||
-    fail "ps without tcgpud does not list $pid as suspended: $OUT"
+assert p and p[0]["status"]["state"] == "suspended" and p[0]["command"] == "train", d' "$WORK/out.json" "$pid" ||
+    fail "ps without tcgpud does not list $pid as suspended: $(cat "$WORK/out.json")"
 "$GPUCKPT" ps | grep -E "^$pid +[^ ]+ +suspended " >/dev/null || fail "ps text: $("$GPUCKPT" ps)"
 
-json operation resume "$pid" --json
-[ "$RC" -eq 0 ] && [ "$(field status.state)" = '"running"' ] && [ "$(field context)" = '"taken-back"' ] ||
-    fail "resume: exit $RC, $OUT"
-
-json operation suspend "$pid" -D "$WORK/img-$bad" --json
-[ "$RC" -eq 0 ] && [ "$(field status.image_bytes)" -gt 0 ] || fail "suspend -D: exit $RC, $OUT"
-json operation resume "$pid" --json
-[ "$RC" -eq 0 ] || fail "resume from the image: exit $RC, $OUT"
+json operation 0 status.state='"running"' context='"taken-back"' -- resume "$pid" --json
+json operation 0 status.image_bytes\>0 -- suspend "$pid" -D "$WORK/img-$bad" --json
+json operation 0 status.state='"running"' -- resume "$pid" --json
 
 # a usage error in JSON mode is still one failure object
-json failure status "$pid" --json --bogus
-[ "$RC" -eq 2 ] && [ "$(field exit_code)" = 2 ] || fail "usage error: exit $RC, $OUT"
+json failure 2 exit_code=2 -- status "$pid" --json --bogus
 # a corrupt image: exit 7 and the failure object
 printf 'XXXX' | dd of="$WORK/ck-$bad/data.0" bs=1 seek=64 conv=notrunc 2>/dev/null
-json failure verify "$WORK/ck-$bad" --json
-[ "$RC" -eq 7 ] || fail "verify of a corrupt image: exit $RC, $OUT"
+json failure 7 exit_code=7 -- verify "$WORK/ck-$bad" --json
 
-json check check --json
-[ "$RC" -eq 0 ] && [ "$(field ok)" = true ] || fail "check: exit $RC, $OUT"
+json check 0 ok=true -- check --json
 
 kill "$pid"
 note "every JSON output is valid and typed as docs/cli.md says"

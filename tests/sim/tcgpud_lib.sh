@@ -32,14 +32,16 @@ start_tcgpud() {
     fail "tcgpud did not answer within 10 s: $(tail -n 5 "$WORK/tcgpud.log")"
 }
 
-# job_field PID KEY : a field of PID in gpuckpt ps --json ("" when not managed).
+# job_field PID KEY : a field of PID in gpuckpt ps --json ("" when not managed;
+# booleans as true/false).
 job_field() {
     "$GPUCKPT" ps --daemon --json 2>/dev/null | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 for j in d["jobs"]:
     if j["pid"] == int(sys.argv[1]):
-        print(j.get(sys.argv[2], ""))' "$1" "$2"
+        v = j.get(sys.argv[2], "")
+        print(json.dumps(v) if isinstance(v, bool) else v)' "$1" "$2"
 }
 
 # wait_state PID STATE [SECONDS] : tcgpud reports PID in STATE.
