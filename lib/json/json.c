@@ -141,6 +141,7 @@ int tc_json_print(json_t *v, FILE *f)
 
     if (!v)
         return -ENOMEM;
+    errno = 0;                  /* jansson refusing v (a bug) sets none */
     r = json_dumpf(v, f, DUMP_FLAGS);
     json_decref(v);
     if (r < 0 || fputc('\n', f) == EOF || fflush(f) != 0)

@@ -42,7 +42,8 @@ int tc_json_set_new(json_t *obj, const char *key, json_t *v);
  * Writes v compactly on one line, then a newline, to f, and flushes.
  * Object keys keep their insertion order; reals are written with up to 12
  * significant digits. Takes the caller's reference to v (NULL is refused
- * with -ENOMEM). 0, or -EIO when f could not be written.
+ * with -ENOMEM). 0, or -EIO when f could not be written (errno says why;
+ * 0 when jansson refused v itself).
  */
 int tc_json_print(json_t *v, FILE *f);
 

@@ -11,9 +11,10 @@ Reads the tool's output from stdin and checks, strictly:
   type (nested objects and arrays checked against their own schemas),
   and every key documented as required is there.
 Expectations, for the object (each line's, with --lines): PATH=JSON, the
-value at PATH (keys joined by '.', e.g. status.state) is that JSON value
-(ok=true, status.state='"running"'); PATH~TEXT, it is a string holding TEXT;
-PATH>NUMBER, it is a number above NUMBER.
+value at PATH (keys, or an array's indexes, joined by '.': status.state,
+processes.0.pid) is that JSON value (ok=true, status.state='"running"');
+PATH~TEXT, it is a string holding TEXT; PATH>NUMBER, it is a number above
+NUMBER.
 
 Schemas are the tables under "#### `NAME`" headings of DOC:
 
@@ -247,7 +248,10 @@ def main(argv):
         for path, op, want in expect:
             got = v
             for k in path.split('.'):
-                got = got.get(k) if isinstance(got, dict) else None
+                if isinstance(got, list) and k.isdigit():
+                    got = got[int(k)] if int(k) < len(got) else None
+                else:
+                    got = got.get(k) if isinstance(got, dict) else None
             if op == '=' and json.dumps(got) != json.dumps(json.loads(want)):
                 bad.append('%s: %s is %s, not %s' % (name, path, json.dumps(got), want))
             elif op == '~' and not (isinstance(got, str) and want in got):

@@ -94,7 +94,7 @@ int gpuckpt_print_json(json_t *v)
         return CTL_EXIT_FAILED;
     }
     if (r < 0) {
-        gpuckpt_error("cannot write to stdout: %s", strerror(errno));
+        gpuckpt_error("cannot write to stdout: %s", errno ? strerror(errno) : "jansson could not encode the output");
         return CTL_EXIT_FAILED;
     }
     return CTL_EXIT_OK;
