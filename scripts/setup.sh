@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up a Debian 12 machine to build and test tcgpu.
 #
-# Installs missing build dependencies with apt and provides CRIU >= 4.0.
+# Installs missing build dependencies with apt (and what the tests start:
+# Prometheus, chromium; --no-test-tools skips them) and provides CRIU >= 4.0
+# (--no-criu skips it).
 # Debian 12's criu (3.17) fails `criu check` on current kernels, so when the
 # installed criu is missing, too old or failing its check, we build CRIU 4.1.1
 # from Debian 13's source tarball (checksum verified) into /usr/local.
@@ -18,7 +20,11 @@ CRIU_TARBALL=criu_${CRIU_VERSION}.orig.tar.xz
 CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 
 BUILD_PKGS=(gcc make pkg-config meson ninja-build python3 xz-utils curl ca-certificates
-            libzstd-dev zstd liburing-dev libunwind-dev libinih-dev libxxhash-dev)
+            libzstd-dev zstd liburing-dev libunwind-dev libinih-dev libxxhash-dev
+            libjansson-dev libmicrohttpd-dev scdoc bash-completion)
+# What the tests start for real: Prometheus scraping tcgpud (promtool checks
+# the exposition format), a headless browser loading its dashboard.
+TEST_PKGS=(prometheus chromium)
 # For the fuzz suite only (tests/fuzz/README.md; not in CI): clang with libFuzzer.
 FUZZ_PKGS=(clang)
 CRIU_BUILD_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
@@ -101,15 +107,19 @@ build_criu() {
 }
 
 main() {
-    local want_criu=1 want_fuzz=0
+    local want_criu=1 want_tests=1 want_fuzz=0
     for a in "$@"; do
         case "$a" in
             --no-criu) want_criu=0 ;;
+            --no-test-tools) want_tests=0 ;;
             --fuzz) want_fuzz=1 ;;
             *) die "unknown option: $a" ;;
         esac
     done
     apt_install "${BUILD_PKGS[@]}"
+    if [ "$want_tests" -eq 1 ]; then
+        apt_install "${TEST_PKGS[@]}"
+    fi
     [ "$want_fuzz" -eq 1 ] && apt_install "${FUZZ_PKGS[@]}"
     if [ "$want_criu" -eq 1 ] && ! criu_ok; then
         build_criu

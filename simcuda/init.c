@@ -264,7 +264,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    snprintf(name, (size_t)len, "simcuda H100 (simulated)");
+    snprintf(name, (size_t)len, "%s", SIM_DEVICE_NAME);
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuDeviceGetName);
@@ -366,21 +366,6 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 }
 SIM_EXPORT(cuDeviceGetAttribute);
 
-/* A stable UUID per (shm name, device): other processes on the same
- * simulated machine see the same one, as they would for a real GPU. */
-static void device_uuid(CUdevice dev, CUuuid *u)
-{
-    uint64_t h = 1469598103934665603ull;
-
-    for (const char *p = shm_name; p && *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    h ^= (uint64_t)dev * 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < 16; i++) {
-        h = h * 6364136223846793005ull + 1442695040888963407ull;
-        u->bytes[i] = (char)(h >> 56);
-    }
-}
-
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 {
     SIM_BEGIN();
@@ -388,7 +373,7 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    device_uuid(dev, uuid);
+    sim_device_uuid(shm_name, dev, (unsigned char *)uuid->bytes);
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuDeviceGetUuid);

@@ -62,6 +62,19 @@ uint64_t sim_parse_size(const char *s, uint64_t dflt)
     return *end ? dflt : v;
 }
 
+void sim_device_uuid(const char *shm_name, int dev, unsigned char out[16])
+{
+    uint64_t h = 1469598103934665603ull;
+
+    for (const char *p = shm_name; p && *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h ^= (uint64_t)dev * 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < 16; i++) {
+        h = h * 6364136223846793005ull + 1442695040888963407ull;
+        out[i] = (unsigned char)(h >> 56);
+    }
+}
+
 const char *sim_state_name(int state)
 {
     switch (state) {

@@ -36,6 +36,7 @@
 #include "simcuda_kernel.h"
 
 #define SIM_DRIVER_VERSION 13000
+#define SIM_DEVICE_NAME "simcuda H100 (simulated)"   /* cuDeviceGetName, simcuda-smi */
 #define SIM_MAX_DEVICES 8
 #define SIM_MAX_PROCS 64
 #define SIM_GRANULARITY (2ull << 20)     /* VMM granularity, as on real GPUs */
@@ -128,6 +129,9 @@ struct sim_shm_proc *sim_shm_claim(struct sim_shm *s, pid_t pid, const char *com
 void sim_shm_release(struct sim_shm *s, struct sim_shm_proc *p);
 bool sim_pid_alive(pid_t pid);
 const char *sim_state_name(int state);
+/* A stable UUID per (shm name, device): every process of the same simulated
+ * machine sees the same one, as for a real GPU (cuDeviceGetUuid, simcuda-smi). */
+void sim_device_uuid(const char *shm_name, int dev, unsigned char out[16]);
 uint64_t sim_parse_size(const char *s, uint64_t dflt);
 
 /* --- this process's attachment (init.c / checkpoint.c) --------------------- */

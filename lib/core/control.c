@@ -67,22 +67,31 @@ static void close_fd(int *fd)
 struct progress_sink {
     int fd;                     /* connection, or -1 */
     uint64_t last_ns;
+    int phase;                  /* of the last message sent, -1 before the first */
 };
 
-static void send_progress(uint64_t done, uint64_t total, void *arg)
+/*
+ * "progress phase=drain done=N total=M": at most five a second, but always
+ * when a phase starts or ends, so that a client shows every phase.
+ */
+static void send_progress(enum tcgpu_phase phase, uint64_t done, uint64_t total, void *arg)
 {
     struct progress_sink *p = arg;
     struct ctl_buf *b;
     uint64_t t = now_ns();
     long n;
 
-    if (!p || p->fd < 0 || (done < total && t - p->last_ns < PROGRESS_EVERY_NS))
+    if (!p || p->fd < 0)
+        return;
+    if ((int)phase == p->phase && done < total && t - p->last_ns < PROGRESS_EVERY_NS)
         return;
     p->last_ns = t;
+    p->phase = (int)phase;
     b = malloc(sizeof(*b));
     if (!b)
         return;
     ctl_buf_request(b, "progress");
+    ctl_buf_put(b, "phase", tcgpu_phase_name(phase));
     ctl_buf_put_u64(b, "done", done);
     ctl_buf_put_u64(b, "total", total);
     n = ctl_buf_finish(b);
@@ -94,37 +103,21 @@ static void send_progress(uint64_t done, uint64_t total, void *arg)
     free(b);
 }
 
-static int run_op(enum tcgpu_op op, const char *dir, const char *parent,
+/* Runs op for `who` (its log line: ops.h), progress to sink (may be NULL). */
+static int run_op(enum tcgpu_op op, const char *dir, const char *parent, const char *who,
                   struct progress_sink *sink)
 {
+    struct tcgpu_op_caller by = { .who = who, .progress = sink ? send_progress : NULL, .arg = sink };
+
     switch (op) {
     case TCGPU_OP_CHECKPOINT:
-        return parent ? tcgpu_op_checkpoint_parent(dir, parent, send_progress, sink)
-                      : tcgpu_op_checkpoint(dir, send_progress, sink);
+        return parent ? tcgpu_op_checkpoint_parent(dir, parent, &by) : tcgpu_op_checkpoint(dir, &by);
     case TCGPU_OP_SUSPEND:
-        return tcgpu_op_suspend(dir, send_progress, sink);
+        return tcgpu_op_suspend(dir, &by);
     case TCGPU_OP_RESUME:
-        return tcgpu_op_resume_from(dir, send_progress, sink);
+        return tcgpu_op_resume_from(dir, &by);
     default:
         return -EINVAL;
-    }
-}
-
-/* One log line for a finished operation: "suspend (signal SIGRTMIN+4): done in 350 ms, 2.0 GiB freed". */
-static void log_op(enum tcgpu_op op, const char *who, int r, uint64_t ns, const struct tcgpu_status *before)
-{
-    char t[32], b[32];
-
-    if (r == 0) {
-        if (op == TCGPU_OP_SUSPEND)
-            log_info("%s (%s): done in %s, %s of GPU memory freed", tcgpu_op_name(op), who,
-                     units_format_ns(ns, t, sizeof(t)), units_format_bytes(before->gpu_bytes, b, sizeof(b)));
-        else
-            log_info("%s (%s): done in %s", tcgpu_op_name(op), who, units_format_ns(ns, t, sizeof(t)));
-    } else {
-        const char *msg = errmsg_get();
-        log_info("%s (%s): failed: %s%s%s", tcgpu_op_name(op), who, errno_name(r),
-                 msg && *msg ? ": " : "", msg ? msg : "");
     }
 }
 
@@ -151,7 +144,6 @@ static void on_signal_action(void)
     char sname[32], who[64], dir[PATH_MAX];
     enum tcgpu_op op;
     const char *d = NULL;
-    uint64_t t0;
     int r;
 
     memset(&st, 0, sizeof(st));
@@ -181,11 +173,9 @@ static void on_signal_action(void)
             return;
         }
         d = dir;
-        log_info("%s: checkpoint to %s", who, dir);
+        log_debug("%s: checkpoint to %s", who, dir);
     }
-    t0 = now_ns();
-    r = run_op(op, d, NULL, NULL);
-    log_op(op, who, r, now_ns() - t0, &st);
+    run_op(op, d, NULL, who, NULL);
 }
 
 /* ---------------------------------------------------------------------------
@@ -277,22 +267,17 @@ static int operation_dir(const struct command *cmd, const struct ctl_msg *req, c
 static void answer_operation(const struct command *cmd, const struct request *rq, struct ctl_buf *b)
 {
     struct tcgpu_status st;
-    struct progress_sink sink = { .fd = rq->fd };
+    struct progress_sink sink = { .fd = rq->fd, .phase = -1 };
     enum tcgpu_op op = cmd->op;
     const char *dir;
     char who[64];
-    uint64_t t0;
     int r;
 
     if (operation_dir(cmd, rq->msg, &dir, b) < 0)
         return;
-    memset(&st, 0, sizeof(st));
-    tcgpu_op_status(&st);
     snprintf(who, sizeof(who), "uid %u pid %d", (unsigned)rq->peer->uid, (int)rq->peer->pid);
-    log_info("%s requested by %s%s%s", tcgpu_op_name(op), who, dir ? ", dir " : "", dir ? dir : "");
-    t0 = now_ns();
-    r = run_op(op, dir, ctl_get(rq->msg, "parent"), &sink);
-    log_op(op, who, r, now_ns() - t0, &st);
+    log_debug("%s requested by %s%s%s", tcgpu_op_name(op), who, dir ? ", dir " : "", dir ? dir : "");
+    r = run_op(op, dir, ctl_get(rq->msg, "parent"), who, &sink);
     if (r < 0)
         ctl_buf_error(b, r, errmsg_get());
     else

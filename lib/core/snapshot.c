@@ -54,7 +54,18 @@ struct progress {
     tcgpu_progress_fn fn;
     void *arg;
     uint64_t done, total;
+    enum tcgpu_phase phase;
 };
+
+/* The phase starts: said at once, so that a client shows it from the start. */
+static void progress_start(struct progress *p, enum tcgpu_phase phase, uint64_t total)
+{
+    p->phase = phase;
+    p->done = 0;
+    p->total = total;
+    if (p->fn)
+        p->fn(phase, 0, total, p->arg);
+}
 
 /* --- contexts ------------------------------------------------------------ */
 
@@ -250,7 +261,7 @@ static void pipe_progress(uint64_t bytes, void *arg)
 
     p->done = bytes;
     if (p->fn)
-        p->fn(p->done, p->total, p->arg);
+        p->fn(p->phase, p->done, p->total, p->arg);
 }
 
 /* Whether the kept pipe's staging ring is still good: the context its
@@ -374,7 +385,7 @@ static void free_host_copies(struct snap *s)
 
 int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
 {
-    struct progress prog = { fn, arg, 0, s->bytes };
+    struct progress prog = { fn, arg, 0, s->bytes, TCGPU_PHASE_DRAIN };
     struct ext_list l;
     struct pipe *p = NULL;
     int rc;
@@ -382,6 +393,7 @@ int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
     free_host_copies(s);
     if ((rc = list_extents(s, &l)) != 0)
         return rc;
+    progress_start(&prog, TCGPU_PHASE_DRAIN, s->bytes);
     if ((rc = open_pipe(&p, &prog)) == 0) {
         /* Into the pages the last suspend used, when they are kept. */
         rc = pipe_drain_host_reuse(p, l.e, l.n, hostkeep_take_store(), &s->store);
@@ -541,7 +553,7 @@ int snap_set_parent(struct snap *s, const char *parent_dir)
 
 int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void *arg)
 {
-    struct progress prog = { fn, arg, 0, s->bytes };
+    struct progress prog = { fn, arg, 0, s->bytes, TCGPU_PHASE_WRITE };
     struct image_writer *w = NULL;
     struct image *parent = NULL;
     struct pipe *p = NULL;
@@ -556,6 +568,7 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
         return rc;
     }
     errmsg_clear();
+    progress_start(&prog, TCGPU_PHASE_WRITE, s->bytes);
     rc = open_parent(s, w, &parent);
     if (rc == 0)
         rc = open_pipe(&p, &prog);
@@ -739,13 +752,17 @@ static size_t count_maps(void)
 
 int snap_rebuild(struct snap *s, tcgpu_progress_fn fn, void *arg)
 {
-    struct progress prog = { fn, arg, 0, s->bytes };
+    struct progress prog = { fn, arg, 0, s->bytes, TCGPU_PHASE_REFILL };
     struct image *img = NULL;
     struct pass p = { 0 };
     int rc;
 
-    if (s->image_dir && (rc = open_verified(s, &img)) != 0)
-        return rc;
+    if (s->image_dir) {
+        progress_start(&prog, TCGPU_PHASE_VERIFY, 0);
+        if ((rc = open_verified(s, &img)) != 0)
+            return rc;
+    }
+    progress_start(&prog, TCGPU_PHASE_REFILL, s->bytes);
     reg_lock();
     p.phys = calloc(count_phys() + 1, sizeof(*p.phys));
     p.maps = calloc(count_maps() + 1, sizeof(*p.maps));

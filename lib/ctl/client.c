@@ -221,9 +221,10 @@ int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *re
         }
         if (!strcmp(reply->word, "progress")) {
             uint64_t done, total;
+            const char *phase = ctl_get(reply, "phase");
             if (progress && ctl_get_u64(reply, "done", &done) == 0 &&
                 ctl_get_u64(reply, "total", &total) == 0)
-                progress(done, total, arg);
+                progress(phase ? phase : "", done, total, arg);
             continue;
         }
         r = (!strcmp(reply->word, "ok") || !strcmp(reply->word, "error")) ? 0 : -EPROTO;

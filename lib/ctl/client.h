@@ -48,8 +48,12 @@ int ctl_connect_flags(pid_t pid, struct ctl_conn *c, int flags, char *err, size_
  */
 int ctl_socket_connect(const char *path);
 
-/* Progress of a long operation, as the server reports it. */
-typedef void (*ctl_progress_fn)(uint64_t done, uint64_t total, void *arg);
+/*
+ * Progress of a long operation, as the server reports it: the phase
+ * ("drain", "write"...: docs/cli.md; "" from a server that names none),
+ * and bytes done of total in that phase (total 0: no byte count).
+ */
+typedef void (*ctl_progress_fn)(const char *phase, uint64_t done, uint64_t total, void *arg);
 
 /*
  * Send the request (len bytes) and wait for the final reply, passing progress

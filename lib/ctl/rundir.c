@@ -66,7 +66,7 @@ static int dir_owned_by(const char *dir, uid_t uid)
     return stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == uid;
 }
 
-static int choose_dir(char *dir, size_t dirlen, uid_t uid)
+int tcgpu_rundir_choose(char *dir, size_t dirlen, uid_t uid)
 {
     const char *v = getenv("TCGPU_RUN_DIR");
     int n;
@@ -144,7 +144,7 @@ int tcgpu_rundir_prepare(char *dir, size_t dirlen, char *err, size_t errlen)
     uid_t uid = geteuid();
     int r, made;
 
-    r = choose_dir(dir, dirlen, uid);
+    r = tcgpu_rundir_choose(dir, dirlen, uid);
     if (r < 0) {
         set_err(err, errlen, "run dir path is too long (TCGPU_RUN_DIR, XDG_RUNTIME_DIR)");
         return r;

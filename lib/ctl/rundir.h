@@ -27,6 +27,13 @@
 #define TCGPU_RUNDIR_MAX_CANDIDATES 12
 
 /*
+ * The run dir a process of `uid` with the caller's environment would use
+ * (rules above), without creating or checking it (gpuckpt check). 0 or
+ * -ENAMETOOLONG.
+ */
+int tcgpu_rundir_choose(char *dir, size_t dirlen, uid_t uid);
+
+/*
  * The run dir of the calling process (rules above), created if missing and
  * checked. Writes the path to dir (dirlen bytes). Returns 0; 1 when the
  * preferred dir was refused and dir is the private fallback, with what

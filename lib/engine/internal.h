@@ -28,7 +28,9 @@
 #define DEFAULT_SLOTS 4u
 #define MAX_WORKERS 64u
 #define HOST_COPY_MAX (64u << 20)      /* one async copy at most (host drain) */
-#define HOST_SYNC_EVERY (1ull << 30)   /* progress granularity of the host drain */
+/* Progress granularity of the host drain: a stream sync every 256 MiB costs
+ * microseconds against milliseconds of copying at the host link's speed. */
+#define HOST_SYNC_EVERY (256ull << 20)
 #define SCAN_BATCH 4096u               /* chunks per device-side scan */
 
 /* --- chunks ---------------------------------------------------------------- */

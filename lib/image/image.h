@@ -303,10 +303,31 @@ int image_read_stored_flags(const struct image *img, size_t i, void *buf, unsign
 int image_decode_chunk(const struct image *img, size_t i, struct codec_ctx *ctx, const void *stored,
                        void *dst, char *errbuf, size_t errlen);
 
+/* ---- describing an image (gpuckpt inspect) ---------------------------------- */
+
+/* Sums over chunks. */
+struct image_sums {
+    uint64_t chunks, raw_bytes, stored_bytes;
+};
+
+/* Over allocation id's chunks. */
+void image_sum_alloc(const struct image *img, uint64_t id, struct image_sums *s);
+
+/* Over every chunk: per codec (codec[k] for enum tcgpu_codec k) and in all. */
+void image_sum_chunks(const struct image *img, struct image_sums codec[TCGPU_CODEC_COUNT],
+                      struct image_sums *all);
+
+/* The sum of every allocation's size. */
+uint64_t image_alloc_bytes(const struct image *img);
+
+/* "device", "pitch", "vmm", "pool", "host-pinned", "managed" (enum tcgpu_alloc_kind); "unknown". */
+const char *image_alloc_kind_name(uint32_t kind);
+
 /*
- * Prints the manifest for `gpuckpt inspect`: a human table, or (json != 0)
- * one JSON object. Returns 0 or -EIO when writing to `out` failed.
+ * Prints the manifest for `gpuckpt inspect` as a table for people (gpuckpt
+ * writes --json itself from the accessors above). Returns 0 or -EIO when
+ * writing to `out` failed.
  */
-int image_describe(const struct image *img, FILE *out, int json);
+int image_describe(const struct image *img, FILE *out);
 
 #endif /* TCGPU_IMAGE_H */

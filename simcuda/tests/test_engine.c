@@ -20,20 +20,21 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* simcuda-smi -q's kernel_ns= of pid on device 0 (-1 if absent). */
+/* simcuda-smi's kernel_time_ns of pid on device 0 (-1 if absent). */
 static long long smi_kernel_ns(pid_t pid)
 {
     char cmd[512], line[512];
     long long k = -1;
     FILE *f;
 
-    snprintf(cmd, sizeof(cmd), "%s -q", getenv("SIMCUDA_SMI"));
+    snprintf(cmd, sizeof(cmd), "%s --query-compute-apps=pid,gpu_index,kernel_time_ns "
+             "--format=csv,noheader", getenv("SIMCUDA_SMI"));
     CHECK_TRUE((f = popen(cmd, "r")) != NULL);
     while (fgets(line, sizeof(line), f)) {
-        int p;
-        char *at = strstr(line, "kernel_ns=");
-        if (sscanf(line, "process pid=%d device=0", &p) == 1 && p == pid && at)
-            k = strtoll(at + 10, NULL, 10);
+        int p, d;
+        long long v;
+        if (sscanf(line, "%d, %d, %lld", &p, &d, &v) == 3 && p == pid && d == 0)
+            k = v;
     }
     CHECK_EQ(pclose(f), 0);
     return k;

@@ -123,13 +123,12 @@ static void read_image(const char *dir, FILE *devnull)
         for (size_t i = 0; i < image_alloc_count(img); i++)
             image_read_allocation_cb(img, image_alloc_at(img, i)->id, ignore_chunk, NULL);
         image_verify_all(img, 0);
-        image_describe(img, devnull, 0);
-        image_describe(img, devnull, 1);
+        image_describe(img, devnull);
         image_close(img);
     }
     if (image_open(&img, dir, IMAGE_OPEN_MANIFEST_ONLY | IMAGE_OPEN_NO_PARENT, err,
                    sizeof(err)) == 0) {
-        image_describe(img, devnull, 1);
+        image_describe(img, devnull);
         image_close(img);
     }
 }

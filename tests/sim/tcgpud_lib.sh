@@ -25,21 +25,23 @@ start_tcgpud() {
     BG_PIDS+=("$DAEMON")
     local i
     for i in $(seq 1 200); do
-        "$GPUCKPT" ps >/dev/null 2>&1 && return 0
+        "$GPUCKPT" ps --daemon >/dev/null 2>&1 && return 0
         kill -0 "$DAEMON" 2>/dev/null || fail "tcgpud died: $(tail -n 5 "$WORK/tcgpud.log")"
         sleep 0.05
     done
     fail "tcgpud did not answer within 10 s: $(tail -n 5 "$WORK/tcgpud.log")"
 }
 
-# job_field PID KEY : a field of PID in gpuckpt ps --json ("" when not managed).
+# job_field PID KEY : a field of PID in gpuckpt ps --json ("" when not managed;
+# booleans as true/false).
 job_field() {
-    "$GPUCKPT" ps --json 2>/dev/null | python3 -c '
+    "$GPUCKPT" ps --daemon --json 2>/dev/null | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 for j in d["jobs"]:
     if j["pid"] == int(sys.argv[1]):
-        print(j.get(sys.argv[2], ""))' "$1" "$2"
+        v = j.get(sys.argv[2], "")
+        print(json.dumps(v) if isinstance(v, bool) else v)' "$1" "$2"
 }
 
 # wait_state PID STATE [SECONDS] : tcgpud reports PID in STATE.

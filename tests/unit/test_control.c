@@ -55,8 +55,10 @@ static struct {
     struct tcgpu_status st;
 } fk;
 
-static int fake_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress, void *arg)
+static int fake_op(enum tcgpu_op op, const char *dir, const struct tcgpu_op_caller *by)
 {
+    tcgpu_progress_fn progress = by ? by->progress : NULL;
+    void *arg = by ? by->arg : NULL;
     int r, delay;
 
     pthread_mutex_lock(&fk_lock);
@@ -82,9 +84,12 @@ static int fake_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress
     }
     pthread_mutex_unlock(&fk_lock);
 
-    for (int i = 1; i <= 4; i++) {
+    /* as the real ones do: every phase starts at 0, then bytes */
+    if (progress)
+        progress(TCGPU_PHASE_QUIESCE, 0, 0, arg);
+    for (int i = 0; i <= 4; i++) {
         if (progress)
-            progress((uint64_t)i << 20, 4 << 20, arg);
+            progress(TCGPU_PHASE_DRAIN, (uint64_t)i << 20, 4 << 20, arg);
         if (delay)
             usleep((useconds_t)delay * 250);
     }
@@ -105,31 +110,30 @@ static int fake_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress
     return r;
 }
 
-int tcgpu_op_checkpoint(const char *dir, tcgpu_progress_fn progress, void *arg)
+int tcgpu_op_checkpoint(const char *dir, const struct tcgpu_op_caller *by)
 {
-    return fake_op(TCGPU_OP_CHECKPOINT, dir, progress, arg);
+    return fake_op(TCGPU_OP_CHECKPOINT, dir, by);
 }
 
-int tcgpu_op_checkpoint_parent(const char *dir, const char *parent, tcgpu_progress_fn progress,
-                               void *arg)
+int tcgpu_op_checkpoint_parent(const char *dir, const char *parent, const struct tcgpu_op_caller *by)
 {
     (void)parent;
-    return tcgpu_op_checkpoint(dir, progress, arg);
+    return tcgpu_op_checkpoint(dir, by);
 }
 
-int tcgpu_op_suspend(const char *dir, tcgpu_progress_fn progress, void *arg)
+int tcgpu_op_suspend(const char *dir, const struct tcgpu_op_caller *by)
 {
-    return fake_op(TCGPU_OP_SUSPEND, dir, progress, arg);
+    return fake_op(TCGPU_OP_SUSPEND, dir, by);
 }
 
-int tcgpu_op_resume(tcgpu_progress_fn progress, void *arg)
+int tcgpu_op_resume(const struct tcgpu_op_caller *by)
 {
-    return fake_op(TCGPU_OP_RESUME, NULL, progress, arg);
+    return fake_op(TCGPU_OP_RESUME, NULL, by);
 }
 
-int tcgpu_op_resume_from(const char *dir, tcgpu_progress_fn progress, void *arg)
+int tcgpu_op_resume_from(const char *dir, const struct tcgpu_op_caller *by)
 {
-    return fake_op(TCGPU_OP_RESUME, dir, progress, arg);
+    return fake_op(TCGPU_OP_RESUME, dir, by);
 }
 
 int tcgpu_op_status(struct tcgpu_status *st)
@@ -200,13 +204,16 @@ static void use_run_dir(void)
 static struct ctl_msg reply;
 static struct ctl_buf req;
 
-static int progress_calls;
+static int progress_calls, saw_quiesce, saw_drain_start, saw_drain_end;
 
-static void on_progress(uint64_t done, uint64_t total, void *arg)
+static void on_progress(const char *phase, uint64_t done, uint64_t total, void *arg)
 {
     (void)arg;
-    if (done <= total)
+    if (done <= total || !total)
         progress_calls++;
+    saw_quiesce |= !strcmp(phase, "quiesce") && done == 0 && total == 0;
+    saw_drain_start |= !strcmp(phase, "drain") && done == 0 && total == 4 << 20;
+    saw_drain_end |= !strcmp(phase, "drain") && done == 4 << 20 && total == 4 << 20;
 }
 
 /* One request to ourselves; returns the exit code gpuckpt would give. */
@@ -428,12 +435,14 @@ static int test_e2e(void)
     CHECK(ctl_get(&reply, "version") && !strcmp(ctl_get(&reply, "version"), TCGPU_VERSION_STRING));
     CHECK(ctl_get(&reply, "pid") && atoi(ctl_get(&reply, "pid")) == getpid());
 
-    /* suspend to host memory, on the service thread, with progress */
+    /* suspend to host memory, on the service thread, with progress: every
+     * phase's start and end arrive, whatever the rate limit drops between */
     progress_calls = 0;
     CHECK(request("suspend", NULL, 5000) == 0);
     CHECK(calls(TCGPU_OP_SUSPEND) == 1 && !fk.had_dir);
     CHECK(!pthread_equal(fk.thread, pthread_self()));
-    CHECK(progress_calls >= 1);
+    CHECK(progress_calls >= 3);
+    CHECK(saw_quiesce && saw_drain_start && saw_drain_end);
     CHECK(ctl_get_status(&reply, &ts) == 0 && ts.state == TCGPU_STATE_SUSPENDED && ts.gpu_bytes == 0);
     CHECK(ts.last_op == TCGPU_OP_SUSPEND && ts.last_result == 0);
 

@@ -6,8 +6,9 @@
 - an #include "folder/x.h" from a file in lib/A is allowed only when lib/README.md's
   table lets A include that folder; a bare #include "x.h" names a header of the
   same folder (or tcgpu.h, or a header generated into that folder);
-- the tools include only the libraries they link (gpuckpt: common, ctl, image;
-  tcgpud: common, ctl, policy; tcgpu-replay (tools/replay): common, policy);
+- the tools include only the libraries they link (gpuckpt: common, ctl, image,
+  json; tcgpud: common, ctl, policy, json; tcgpu-replay (tools/replay): common,
+  policy, json);
 - a library's meson.build depends only on the libraries it may include;
 - no meson.build compiles a source file of another folder.
 """
@@ -24,11 +25,12 @@ MAY_INCLUDE = {
     'ctl': {'common'},
     'engine': {'common', 'driver', 'image'},
     'core': {'common', 'driver', 'image', 'ctl', 'engine'},
+    'json': {'common', 'ctl'},
 }
 TOOLS = {
-    'tools/gpuckpt': {'common', 'ctl', 'image', 'gpuckpt'},
-    'tools/tcgpud': {'common', 'ctl', 'policy', 'tcgpud'},
-    'tools/replay': {'common', 'policy'},
+    'tools/gpuckpt': {'common', 'ctl', 'image', 'json', 'gpuckpt'},
+    'tools/tcgpud': {'common', 'ctl', 'policy', 'json', 'tcgpud'},
+    'tools/replay': {'common', 'policy', 'json'},
 }
 GENERATED = {'driver': {'driver_table.h'}}
 # Headers of other trees a folder is built against (include_directories in its meson.build).
@@ -108,10 +110,22 @@ def check_meson(root, bad):
                        % (os.path.relpath(os.path.join(d, 'meson.build'), root), m.group(1)))
 
 
+def check_preload(root, bad):
+    """libtcgpu.so takes lib/'s archives whole (libtcgpu_all): never json's,
+    which would bring jansson into every program it is preloaded into."""
+    text = open(os.path.join(root, 'lib', 'core', 'meson.build')).read()
+    m = re.search(r'libtcgpu_all\s*=\s*\[([^\]]*)\]', text)
+    if not m:
+        bad.append('lib/core/meson.build: no libtcgpu_all list')
+    elif 'json' in m.group(1):
+        bad.append('lib/core/meson.build: libtcgpu_all takes lib/json (jansson) into libtcgpu.so')
+
+
 def main(argv):
     root = argv[1]
     bad = []
     check_lib(root, bad)
+    check_preload(root, bad)
     check_tools(root, bad)
     check_meson(root, bad)
     for b in bad:

@@ -84,6 +84,16 @@ def targets(rep, what):
         check(ok, "%s: target not met: %s (%s)" % (what, t["what"], t["value"]))
 
 
+def strict(text, what):
+    """The report against docs/tcgpud.md's `replay` schema, with the strict parser."""
+    src = os.environ.get("TCGPU_SOURCE_ROOT", "")
+    r = subprocess.run([sys.executable, os.path.join(src, "tests", "common", "jsoncheck.py"),
+                        os.path.join(src, "docs", "tcgpud.md"), "replay"], input=text.encode(),
+                       capture_output=True)
+    check(r.returncode == 0, "%s: --json is not what docs/tcgpud.md says: %s" % (what, r.stderr.decode()))
+    return json.loads(text)
+
+
 # The checked-in trace is the generator's output for the arguments it records.
 with open(trace) as f:
     first = f.readline().strip()
@@ -92,7 +102,7 @@ args = first.split()[2:]            # "# tcgpu-replay --generate ..."
 check(run(*args) == content, "tests/data/trace-small.csv is not what '%s' generates" % " ".join(args))
 
 # Every scheduler on it, every policy invariant checked after every event.
-small = json.loads(run(trace, "--gpus", "16", "--compare", "--check", "--json"))
+small = strict(run(trace, "--gpus", "16", "--compare", "--check", "--json"), "small")
 check(small["jobs"] == 300 and small["gpus"] == 16, "small trace: %d jobs on %d GPUs"
       % (small["jobs"], small["gpus"]))
 invariants(small, "small")
@@ -101,7 +111,7 @@ invariants(small, "small")
 big_path = os.path.join(tmp, "big.csv")
 with open(big_path, "w") as f:
     f.write(run("--generate", "--jobs", "3000", "--gpus", "64", "--load", "0.8", "--seed", "2"))
-big = json.loads(run(big_path, "--gpus", "64", "--compare", "--json"))
+big = strict(run(big_path, "--gpus", "64", "--compare", "--json"), "big")
 invariants(big, "big")
 targets(big, "big")
 
@@ -111,6 +121,8 @@ for word in ("FIFO", "static", "kill+requeue", "ckpt+requeue", "tcgpud", "work l
              "tcgpud against the targets"):
     check(word in text, "the table lacks %r" % word)
 check(len(run(trace, "--gpus", "16").splitlines()[4].split()) >= 2, "default: tcgpud and FIFO")
+
+check(run("--version").startswith("tcgpu-replay "), "--version")
 
 # Bad input is refused, with the file and line.
 cases = [

@@ -132,6 +132,106 @@ static int test_errors(void)
     return 0;
 }
 
+/* Every error of a file, each with its line; keys under a wrong header skipped, not misfiled. */
+static int test_all_errors(void)
+{
+    static const char text[] =
+        "[daemon]\n"
+        "socket = relative\n"                 /* 2 */
+        "sockett = /b\n"                      /* 3 */
+        "http = 99999\n"                      /* 4 */
+        "[gpu x]\n"                           /* 5 */
+        "capacity = 1G\n"                     /* 6: skipped, not "unknown key" */
+        "[project prod]\n"
+        "priority = high\n"                   /* 8 */
+        "members = alice, b!, root\n"         /* 9 */
+        "this is not ini\n"                   /* 10 */
+        "[project ok]\n"
+        "members = *\n"
+        "reservation = 8Q on 0\n";            /* 13 */
+    static const char *const want[] = {
+        "t.ini:2: socket:", "t.ini:3: [daemon]: unknown key 'sockett'", "t.ini:4: http:",
+        "t.ini:5: [gpu x]", "t.ini:8: priority:", "t.ini:9: members: 'b!'",
+        "t.ini:10: not a section header", "t.ini:13: reservation: '8Q'",
+    };
+    struct tcgpud_config c;
+    char err[TCGPUD_CONFIG_ERR_MAX];
+    const char *at = err;
+    int r = tcgpud_config_parse(&c, text, "t.ini", err, sizeof(err));
+
+    REQUIRE(r == -EINVAL && c.nerrors == 8, "want 8 errors, got %d:\n%s", c.nerrors, err);
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        const char *p = strstr(at, want[i]);
+        REQUIRE(p, "error %zu (%s) missing or out of order:\n%s", i, want[i], err);
+        at = p;
+    }
+    CHECK(!strstr(err, ":6:"), "the keys of a bad section are skipped:\n%s", err);
+    /* the valid members of the broken project are still there, for the warnings */
+    CHECK(c.nprojects == 2 && c.projects[0].nmembers == 2 && c.projects[0].members[1].line == 9);
+    tcgpud_config_free(&c);
+    return 0;
+}
+
+static void count_warning(const char *msg, void *arg)
+{
+    char *all = arg;
+    strncat(all, msg, 1024 - strlen(all) - 2);
+    strcat(all, "\n");
+}
+
+/* Members, @groups and admins that do not exist here: warnings with their lines; root is fine. */
+static int test_warnings(void)
+{
+    static const char text[] =
+        "[daemon]\n"
+        "admins = tcgpu-no-such-group\n"
+        "[project a]\n"
+        "members = root, tcgpu-no-such-user,\n"
+        "    @root, @tcgpu-no-such-group, *\n";
+    struct tcgpud_config c;
+    char err[512], all[1024] = "";
+    int n;
+
+    REQUIRE(tcgpud_config_parse(&c, text, "t.ini", err, sizeof(err)) == 0, "%s", err);
+    n = tcgpud_config_warnings(&c, count_warning, all);
+    CHECK(n == 3, "%d warnings:\n%s", n, all);
+    CHECK(strstr(all, "t.ini:2: warning: admins: no group 'tcgpu-no-such-group'"), "%s", all);
+    CHECK(strstr(all, "t.ini:4: warning: [project a]: no user 'tcgpu-no-such-user'"), "%s", all);
+    CHECK(strstr(all, "t.ini:5: warning: [project a]: no group 'tcgpu-no-such-group'"), "%s", all);
+    CHECK(!strstr(all, "'root'"), "root exists: %s", all);
+    tcgpud_config_free(&c);
+    return 0;
+}
+
+/* http = [ADDR:]PORT, loopback unless asked otherwise; dashboard needs http. */
+static int test_listen(void)
+{
+    static const struct { const char *in, *host; int port; } ok[] = {
+        { "9466", "127.0.0.1", 9466 }, { "0.0.0.0:80", "0.0.0.0", 80 },
+        { "[::1]:9466", "::1", 9466 }, { "10.1.2.3:0", "10.1.2.3", 0 },
+    };
+    static const char *const bad[] = { "", "x", "70000", "host.example:80", "[::1]9466", "[zz]:1",
+                                       "1.2.3:4", "-1" };
+    char host[64], err[256];
+    int port;
+    struct tcgpud_config c;
+
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+        CHECK(tcgpud_parse_listen(ok[i].in, host, sizeof(host), &port, err, sizeof(err)) == 0 &&
+              !strcmp(host, ok[i].host) && port == ok[i].port, "%s: %s", ok[i].in, err);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK(tcgpud_parse_listen(bad[i], host, sizeof(host), &port, err, sizeof(err)) == -EINVAL,
+              "'%s' accepted", bad[i]);
+    CHECK(tcgpud_config_parse(&c, "[daemon]\nhttp = 9466\ndashboard = yes\n", "t.ini", err,
+                              sizeof(err)) == 0 && c.dashboard && !strcmp(c.http_host, "127.0.0.1"),
+          "%s", err);
+    tcgpud_config_free(&c);
+    CHECK(tcgpud_config_parse(&c, "[daemon]\ndashboard = yes\n", "t.ini", err, sizeof(err)) == -EINVAL &&
+          strstr(err, "t.ini:1: dashboard = yes needs http"), "%s", err);
+    tcgpud_config_free(&c);
+    return 0;
+}
+
 static int test_values(void)
 {
     uint64_t v;
@@ -256,6 +356,9 @@ int main(void)
 
     RUN(test_example);
     RUN(test_errors);
+    RUN(test_all_errors);
+    RUN(test_warnings);
+    RUN(test_listen);
     RUN(test_values);
     RUN(test_state_round_trip);
     return T_EXIT_STATUS();

@@ -43,6 +43,16 @@ enum gdrv_state {
 /* 1 when the checkpoint API is present, else 0 with the reason in why. Loads once. */
 int gdrv_available(char *why, size_t len);
 
+/* What gpuckpt check says about the driver. */
+struct gdrv_probe {
+    const char *library;        /* $TCGPU_REAL_LIBCUDA, else "libcuda.so.1" */
+    int usable;                 /* it loads and cuInit succeeds */
+    int version;                /* cuDriverGetVersion's, 0 when unknown */
+    int checkpoint_api;         /* gdrv_available() */
+    char why[512];              /* without the API: why (the first thing that failed) */
+};
+void gdrv_probe(struct gdrv_probe *p);
+
 /* "running", "locked", "checkpointed", "failed", "none". */
 const char *gdrv_state_name(int state);
 

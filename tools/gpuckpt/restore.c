@@ -35,6 +35,7 @@
 #include "restore.h"
 #include "driver.h"
 #include "tree.h"
+#include "json/json.h"
 #include "util.h"
 #include "image/image.h"
 #include "common/clock.h"
@@ -329,6 +330,8 @@ static int parse_restore_args(const struct gpuckpt_command *self, int argc, char
     static const struct option longopts[] = {
         { "dir", required_argument, NULL, 'D' },
         { "detach", no_argument, NULL, 'd' },
+        { "json", no_argument, NULL, 'j' },
+        { "output", required_argument, NULL, 'o' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -338,12 +341,17 @@ static int parse_restore_args(const struct gpuckpt_command *self, int argc, char
     *detach = 0;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "hdD:", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "hdD:o:", longopts, NULL)) != -1) {
         switch (ch) {
         case 'h': gpuckpt_command_help(self); return -1;
         case 'D': d = optarg; break;
         case 'd': *detach = 1; break;
-        default: return gpuckpt_option_error("restore", argc, argv, "hdD:", longopts);
+        case 'j': gpuckpt_set_json(); break;
+        case 'o':
+            if ((ch = gpuckpt_set_format("restore", optarg)) != 0)
+                return ch;
+            break;
+        default: return gpuckpt_option_error("restore", argc, argv, "hdD:o:", longopts);
         }
     }
     if (optind != argc)
@@ -376,6 +384,7 @@ int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **arg
     struct tree *t = calloc(1, sizeof(*t));
     char dir[PATH_MAX], err[16384];
     uint64_t t0 = now_ns();
+    double secs;
     int detach, r;
 
     if (!t)
@@ -400,10 +409,17 @@ int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **arg
         return CTL_EXIT_FAILED;
     }
     r = resume_all(dir, t);
-    fprintf(detach ? stdout : stderr, "restored the tree under %d (%d process%s) from %s in %.2f s%s\n",
-            (int)t->root, t->nproc, t->nproc == 1 ? "" : "es", dir,
-            (double)(now_ns() - t0) / 1e9,
-            r == CTL_EXIT_OK ? "" : " (some processes stay suspended: above)");
+    secs = (double)(now_ns() - t0) / 1e9;
+    if (gpuckpt_json())
+        /* printed now, before the wait: the tree runs */
+        gpuckpt_print_json(json_pack("{sb sI so si sf sb sb}", "ok", r == CTL_EXIT_OK,
+                                     "root", (json_int_t)t->root, "dir", tc_json_string(dir),
+                                     "processes", t->nproc, "seconds", secs, "detached", detach,
+                                     "all_resumed", r == CTL_EXIT_OK));
+    else
+        fprintf(detach ? stdout : stderr, "restored the tree under %d (%d process%s) from %s in %.2f s%s\n",
+                (int)t->root, t->nproc, t->nproc == 1 ? "" : "es", dir, secs,
+                r == CTL_EXIT_OK ? "" : " (some processes stay suspended: above)");
     fflush(NULL);
     if (!detach && r == CTL_EXIT_OK)
         r = wait_root(t->root);
@@ -456,39 +472,49 @@ static void inspect_human(const char *dir, const struct tree *t, const struct im
     printf("criu images: %s (%s)\n", criu_ok ? "present" : "MISSING", a);
 }
 
-static void inspect_json(const struct tree *t, const struct img_summary *s, const int *ok,
-                         uint64_t criu_bytes, int criu_ok)
+/* The inspect object of a save directory (docs/cli.md, "JSON output"). */
+static int inspect_json(const char *dir, const struct tree *t, const struct img_summary *s,
+                        const int *ok, uint64_t criu_bytes, int criu_ok)
 {
+    json_t *devs = json_array(), *procs = json_array();
     char hex[33];
 
-    printf("{\"root\":%d,\"created\":%" PRIu64 ",\"host\":", (int)t->root, t->created);
-    gpuckpt_json_string(stdout, t->host);
-    printf(",\"driver\":%d,\"criu_flags\":", t->driver);
-    gpuckpt_json_string(stdout, t->criu_flags);
-    printf(",\"devices\":[");
-    for (int i = 0; i < t->ndev; i++) {
+    for (int i = 0; devs && i < t->ndev; i++) {
         tree_hex16(t->dev[i].uuid, hex);
-        printf("%s{\"ordinal\":%d,\"name\":", i ? "," : "", t->dev[i].ordinal);
-        gpuckpt_json_string(stdout, t->dev[i].name);
-        printf(",\"total_mem\":%" PRIu64 ",\"uuid\":\"%s\"}", t->dev[i].total_mem, hex);
+        if (json_array_append_new(devs, json_pack("{si so sI ss}", "ordinal", t->dev[i].ordinal,
+                                                  "name", tc_json_string(t->dev[i].name), "total_mem",
+                                                  (json_int_t)t->dev[i].total_mem, "uuid", hex)) < 0) {
+            json_decref(devs);
+            devs = NULL;
+        }
     }
-    printf("],\"processes\":[");
-    for (int i = 0; i < t->nproc; i++) {
+    for (int i = 0; procs && i < t->nproc; i++) {
         const struct tree_proc *p = &t->proc[i];
-        printf("%s{\"pid\":%d,\"ppid\":%d,\"comm\":", i ? "," : "", (int)p->pid, (int)p->ppid);
-        gpuckpt_json_string(stdout, p->comm);
-        printf(",\"tcgpu\":%s", p->tcgpu ? "true" : "false");
-        if (p->tcgpu)
-            printf(",\"image\":\"%s\",\"image_ok\":%s,\"allocations\":%zu,\"raw_bytes\":%" PRIu64
-                   ",\"stored_bytes\":%" PRIu64, p->image, ok[i] ? "true" : "false", s[i].allocs,
-                   s[i].raw, s[i].stored);
-        printf("}");
+        json_t *e = json_pack("{sI sI so sb}", "pid", (json_int_t)p->pid, "ppid", (json_int_t)p->ppid,
+                              "comm", tc_json_string(p->comm), "tcgpu", p->tcgpu);
+        if (e && p->tcgpu && (tc_json_set_string(e, "image", p->image) < 0 ||
+                              tc_json_set_bool(e, "image_ok", ok[i]) < 0 ||
+                              tc_json_set_uint(e, "allocations", s[i].allocs) < 0 ||
+                              tc_json_set_uint(e, "raw_bytes", s[i].raw) < 0 ||
+                              tc_json_set_uint(e, "stored_bytes", s[i].stored) < 0)) {
+            json_decref(e);
+            e = NULL;
+        }
+        if (json_array_append_new(procs, e) < 0) {
+            json_decref(procs);
+            procs = NULL;
+        }
     }
-    printf("],\"criu_images\":%s,\"criu_bytes\":%" PRIu64 "}\n", criu_ok ? "true" : "false",
-           criu_bytes);
+    return gpuckpt_print_json(json_pack("{sb so ss sI sI so si so so so sb sI}", "ok", 1,
+                                        "dir", tc_json_string(dir), "kind", "save",
+                                        "root", (json_int_t)t->root, "created", (json_int_t)t->created,
+                                        "host", tc_json_string(t->host), "driver", t->driver,
+                                        "criu_flags", tc_json_string(t->criu_flags),
+                                        "devices", devs, "processes", procs, "criu_images", criu_ok,
+                                        "criu_bytes", (json_int_t)criu_bytes));
 }
 
-int gpuckpt_tree_inspect(const char *dir, int json)
+int gpuckpt_tree_inspect(const char *dir)
 {
     struct tree *t = calloc(1, sizeof(*t));
     struct img_summary *s = calloc(TREE_MAX_PROCS, sizeof(*s));
@@ -520,11 +546,13 @@ int gpuckpt_tree_inspect(const char *dir, int json)
         gpuckpt_error("inspect %s: warning: %s", dir, err);
         bad = 1;
     }
-    if (json)
-        inspect_json(t, s, ok, criu_bytes, criu_ok);
+    r = CTL_EXIT_OK;
+    if (gpuckpt_json())
+        r = inspect_json(dir, t, s, ok, criu_bytes, criu_ok);
     else
         inspect_human(dir, t, s, ok, criu_bytes, criu_ok);
-    r = bad ? CTL_EXIT_CORRUPT : CTL_EXIT_OK;
+    if (bad)
+        r = CTL_EXIT_CORRUPT;
 out:
     free(t);
     free(s);
@@ -548,8 +576,14 @@ int gpuckpt_tree_verify(const char *dir)
     }
     for (int i = 0; i < t->nproc; i++)
         ntc += t->proc[i].tcgpu;
-    printf("%s: ok (save of %d processes, %d GPU images verified, CRIU images present)\n", dir,
-           t->nproc, ntc);
+    r = CTL_EXIT_OK;
+    if (gpuckpt_json())
+        r = gpuckpt_print_json(json_pack("{sb so ss si si sb}", "ok", 1, "dir", tc_json_string(dir),
+                                         "kind", "save", "processes", t->nproc, "gpu_images", ntc,
+                                         "criu_images", 1));
+    else
+        printf("%s: ok (save of %d processes, %d GPU images verified, CRIU images present)\n", dir,
+               t->nproc, ntc);
     free(t);
-    return CTL_EXIT_OK;
+    return r;
 }

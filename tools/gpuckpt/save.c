@@ -33,6 +33,7 @@
 #include "tree.h"
 #include "util.h"
 #include "image/image.h"
+#include "json/json.h"
 #include "tcgpu.h"
 #include "common/clock.h"
 #include "common/fileio.h"
@@ -300,6 +301,8 @@ static int parse_save_args(const struct gpuckpt_command *self, int argc, char **
         { "leave-running", no_argument, NULL, OPT_LEAVE },
         { "tcp-established", no_argument, NULL, OPT_TCP },
         { "shell-job", no_argument, NULL, OPT_SHELL },
+        { "json", no_argument, NULL, 'j' },
+        { "output", required_argument, NULL, 'o' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -308,14 +311,19 @@ static int parse_save_args(const struct gpuckpt_command *self, int argc, char **
 
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "hD:", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "hD:o:", longopts, NULL)) != -1) {
         switch (ch) {
         case 'h': gpuckpt_command_help(self); return -1;
         case 'D': dir = optarg; break;
+        case 'j': gpuckpt_set_json(); break;
+        case 'o':
+            if ((ch = gpuckpt_set_format("save", optarg)) != 0)
+                return ch;
+            break;
         case OPT_LEAVE: o->leave_running = 1; break;
         case OPT_TCP: o->tcp_established = 1; break;
         case OPT_SHELL: o->shell_job = 1; break;
-        default: return gpuckpt_option_error("save", argc, argv, "hD:", longopts);
+        default: return gpuckpt_option_error("save", argc, argv, "hD:o:", longopts);
         }
     }
     if (optind != argc - 1)
@@ -414,16 +422,41 @@ static int save_tree(struct tree *t, struct save_opts *o, char *err, size_t len)
     return r;
 }
 
-static void report(const struct tree *t, const struct save_opts *o, double secs)
+/* The save object (docs/cli.md, "JSON output"). */
+static int report_json(const struct tree *t, const struct save_opts *o, double secs, int ntc)
+{
+    json_t *procs = json_array(), *v;
+
+    for (int i = 0; procs && i < t->nproc; i++) {
+        const struct tree_proc *p = &t->proc[i];
+        json_t *e = json_pack("{sI sI so sb so}", "pid", (json_int_t)p->pid, "ppid", (json_int_t)p->ppid,
+                              "comm", tc_json_string(p->comm), "tcgpu", p->tcgpu,
+                              "image", p->tcgpu ? tc_json_string(p->image) : json_null());
+        if (json_array_append_new(procs, e) < 0) {
+            json_decref(procs);
+            procs = NULL;
+        }
+    }
+    v = json_pack("{sb sI so si si so sb s{sf sf sf sf}}", "ok", 1, "root", (json_int_t)o->root,
+                  "dir", tc_json_string(o->dir), "processes_total", t->nproc, "tcgpu_processes", ntc,
+                  "processes", procs, "leave_running", o->leave_running, "seconds", "total", secs,
+                  "gpu", o->t_gpu, "criu", o->t_criu, "sync", o->t_sync);
+    return gpuckpt_print_json(v);
+}
+
+static int report(const struct tree *t, const struct save_opts *o, double secs)
 {
     int ntc = 0;
 
     for (int i = 0; i < t->nproc; i++)
         ntc += t->proc[i].tcgpu;
+    if (gpuckpt_json())
+        return report_json(t, o, secs, ntc);
     printf("saved the tree under %d (%d process%s, %d under tcgpu) to %s in %.2f s "
            "(GPU images %.2f s, CRIU dump %.2f s, sync %.2f s)%s\n",
            (int)o->root, t->nproc, t->nproc == 1 ? "" : "es", ntc, o->dir, secs, o->t_gpu,
            o->t_criu, o->t_sync, o->leave_running ? "; it runs on" : "");
+    return CTL_EXIT_OK;
 }
 
 int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
@@ -491,7 +524,7 @@ int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
         free(t);
         return CTL_EXIT_FAILED;
     }
-    report(t, &o, now_s() - t0);
+    r = report(t, &o, now_s() - t0);
     free(t);
-    return CTL_EXIT_OK;
+    return r;
 }

@@ -1,12 +1,15 @@
 /*
  * tcgpud.h - gpuckpt's side of tcgpud, for the other command files: the
  * options of `run --project ...` and suspend/resume of jobs tcgpud manages
- * (docs/tcgpud.md, docs/cli.md). ps and events are in commands.h.
+ * (docs/tcgpud.md, docs/cli.md), and the call to tcgpud that ps.c and
+ * events.c use.
  */
 #ifndef GPUCKPT_TCGPUD_H
 #define GPUCKPT_TCGPUD_H
 
 #include <sys/types.h>
+
+#include "ctl/daemon_io.h"
 
 /* Long options of `run` handled here (values beyond gpuckpt's own). */
 enum {
@@ -41,17 +44,28 @@ enum {
     "  --job NAME                a task of multi-GPU job NAME: suspended and resumed with its\n"  \
     "                            other tasks (TCGPU_JOB; default: slurm:$SLURM_JOB_ID)\n"
 
+/*
+ * Connects to tcgpud, sends req and waits for the final reply in *rep
+ * (check rep->err), giving every message before it to fn (may be NULL).
+ * timeout_ms < 0: no limit. Says on stderr what went wrong in the transport
+ * (not that there is no tcgpud when quiet_noent). Returns an exit code:
+ * CTL_EXIT_NOPROC when tcgpud cannot be reached.
+ */
+int gpuckpt_daemon_call(const char *cmd, struct ctl_buf *req, struct ctl_msg *rep, int timeout_ms,
+                        tcgpud_msg_fn fn, void *arg, int quiet_noent);
+
 /* One of the options above: sets the environment. 0, or a usage exit code. */
 int gpuckpt_tcgpud_run_option(int opt, const char *arg);
 
 /*
  * suspend/resume of pid through tcgpud, when tcgpud manages it (so that its
  * view stays true and a manual suspension is not undone automatically).
- * dir: the image directory (suspend) or NULL. Returns an exit code, or -1
- * when tcgpud is not there or does not manage pid (the caller goes to the
- * process directly).
+ * dir: the image directory (suspend) or NULL. Returns an exit code, with
+ * tcgpud's reply (the job's status fields after the operation) in *rep; or
+ * -1 when tcgpud is not there or does not manage pid (the caller goes to
+ * the process directly). Errors are said on stderr; nothing else is printed.
  */
-int gpuckpt_tcgpud_op(const char *cmd, pid_t pid, const char *dir, int auto_resume, int quiet,
-                      int timeout_ms);
+int gpuckpt_tcgpud_op(const char *cmd, pid_t pid, const char *dir, int auto_resume,
+                      int timeout_ms, struct ctl_msg *rep);
 
 #endif

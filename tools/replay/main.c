@@ -18,6 +18,7 @@
 
 #include "replay.h"
 #include "common/units.h"
+#include "tcgpu.h"
 
 static void usage(FILE *f)
 {
@@ -28,6 +29,7 @@ static void usage(FILE *f)
                "                    [--app-ckpt DUR] [--migrate-after DUR] [--high-priority P]\n"
                "                    [--check] [--json]\n"
                "       tcgpu-replay --generate [--jobs N] [--gpus N] [--gpu-mem SIZE] [--load L] [--seed S]\n"
+               "       tcgpu-replay --version\n"
                "\n"
                "Replays a job trace through tcgpud's policy and the schedulers it is compared\n"
                "with, and prints them side by side: tcgpud and FIFO, or with --compare FIFO,\n"
@@ -112,6 +114,7 @@ static const struct option longopts[] = {
     { "compare", no_argument, NULL, O_CMP },
     { "sched", required_argument, NULL, O_SCHED },
     { "help", no_argument, NULL, 'h' },
+    { "version", no_argument, NULL, 'V' },
     { 0 },
 };
 
@@ -171,6 +174,7 @@ static int option(int ch, const char *arg, struct opts *o, struct gen_opts *g, i
     case O_SCHED:
         return parse_sched(arg, &o->mask) < 0 ? bad("--sched wants fifo,static,kill,ckpt,tcgpud") : 0;
     case 'h': usage(stdout); return -1;
+    case 'V': printf("tcgpu-replay %s\n", TCGPU_VERSION_STRING); return -1;
     default: usage(stderr); return 2;
     }
 }
@@ -189,7 +193,7 @@ int main(int argc, char **argv)
     size_t nres = 0;
     int gen = 0, ch, hi, rc;
 
-    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
+    while ((ch = getopt_long(argc, argv, "hV", longopts, NULL)) != -1)
         if ((rc = option(ch, optarg, &o, &g, &gen)) != 0)
             return rc < 0 ? 0 : rc;
     if (gen)
@@ -210,10 +214,11 @@ int main(int argc, char **argv)
         }
         nres++;
     }
+    rc = 0;
     if (o.json)
-        report_json(&t, &o, hi, res, nres);
+        rc = report_json(&t, &o, hi, res, nres) < 0 ? 1 : 0;
     else
         report_table(&t, &o, hi, res, nres);
     trace_free(&t);
-    return 0;
+    return rc;
 }

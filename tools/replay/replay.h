@@ -119,7 +119,8 @@ const char *sched_title(enum sched s);
 /* report.c */
 void report_table(const struct trace *t, const struct opts *o, int hi, const struct result *r,
                   size_t n);
-void report_json(const struct trace *t, const struct opts *o, int hi, const struct result *r,
-                 size_t n);
+/* One JSON object on stdout (docs/tcgpud.md, "Replay at scale"); 0, or -1 when stdout failed. */
+int report_json(const struct trace *t, const struct opts *o, int hi, const struct result *r,
+                size_t n);
 
 #endif

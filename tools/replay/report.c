@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "json/json.h"
 #include "replay.h"
 
 static const struct result *find(const struct result *r, size_t n, enum sched s)
@@ -167,34 +168,45 @@ void report_table(const struct trace *t, const struct opts *o, int hi, const str
     }
 }
 
-static void result_json(const struct result *r)
+static json_t *result_json(const struct result *r)
 {
-    printf("{\"util\":%.6f,\"alloc\":%.6f,\"memutil\":%.6f,\"jct_mean\":%.3f,\"jct_p95\":%.3f,"
-           "\"jct_hi\":%.3f,\"hi_wait_mean\":%.3f,\"hi_wait_p95\":%.3f,\"work_lost_gpuh\":%.6f,"
-           "\"preempt_per_job\":%.6f,\"overhead_gpuh\":%.6f,\"makespan\":%.3f,\"window\":%.3f,"
-           "\"preemptions\":%lu,\"migrations\":%lu,\"finished\":%lu,\"rejected\":%lu}",
-           r->util, r->alloc, r->memutil, r->jct_mean, r->jct_p95, r->jct_hi, r->hi_wait_mean,
-           r->hi_wait_p95, r->work_lost_gpuh, r->preempt_per_job, r->overhead_gpuh, r->makespan,
-           r->window, r->preemptions, r->migrations, r->finished, r->rejected);
+    return json_pack("{sf sf sf sf sf sf sf sf sf sf sf sf sf sI sI sI sI}",
+                     "util", r->util, "alloc", r->alloc, "memutil", r->memutil,
+                     "jct_mean", r->jct_mean, "jct_p95", r->jct_p95, "jct_hi", r->jct_hi,
+                     "hi_wait_mean", r->hi_wait_mean, "hi_wait_p95", r->hi_wait_p95,
+                     "work_lost_gpuh", r->work_lost_gpuh, "preempt_per_job", r->preempt_per_job,
+                     "overhead_gpuh", r->overhead_gpuh, "makespan", r->makespan,
+                     "window", r->window, "preemptions", (json_int_t)r->preemptions,
+                     "migrations", (json_int_t)r->migrations, "finished", (json_int_t)r->finished,
+                     "rejected", (json_int_t)r->rejected);
 }
 
-void report_json(const struct trace *t, const struct opts *o, int hi, const struct result *r,
-                 size_t n)
+int report_json(const struct trace *t, const struct opts *o, int hi, const struct result *r,
+                size_t n)
 {
     struct target tg[8];
     size_t nhi = 0, nt = targets(r, n, tg);
+    json_t *v, *list;
 
     for (size_t i = 0; i < t->n; i++)
         nhi += t->jobs[i].prio >= hi;
-    printf("{\"jobs\":%zu,\"high_jobs\":%zu,\"high_priority\":%d,\"gpus\":%d,\"gpu_mem\":%llu",
-           t->n, nhi, hi, o->gpus, (unsigned long long)o->gpu_mem);
-    for (size_t i = 0; i < n; i++) {
-        printf(",\"%s\":", sched_name(r[i].sched));
-        result_json(&r[i]);
+    v = json_pack("{sI sI si si sI}", "jobs", (json_int_t)t->n, "high_jobs", (json_int_t)nhi,
+                  "high_priority", hi, "gpus", o->gpus, "gpu_mem", (json_int_t)o->gpu_mem);
+    list = json_array();
+    for (size_t i = 0; v && i < n; i++)
+        tc_json_set_new(v, sched_name(r[i].sched), result_json(&r[i]));
+    /* an unbounded value (a ratio over nothing) as 1e300, as before: JSON has no inf */
+    for (size_t k = 0; list && k < nt; k++)
+        json_array_append_new(list, json_pack("{ss sf sb}", "what", tg[k].what, "value",
+                                              isfinite(tg[k].value) ? tg[k].value : 1e300,
+                                              "met", tg[k].ok));
+    if (v && list)
+        tc_json_set_new(v, "targets", list);
+    else
+        json_decref(list);
+    if (tc_json_print(v, stdout) < 0) {
+        fprintf(stderr, "tcgpu-replay: cannot write the JSON report\n");
+        return -1;
     }
-    printf(",\"targets\":[");
-    for (size_t k = 0; k < nt; k++)
-        printf("%s{\"what\":\"%s\",\"value\":%.6g,\"met\":%s}", k ? "," : "", tg[k].what,
-               isfinite(tg[k].value) ? tg[k].value : 1e300, tg[k].ok ? "true" : "false");
-    printf("]}\n");
+    return 0;
 }

@@ -416,7 +416,7 @@ static const struct command cmd_compute = {
  * ps, events, manual suspend/resume
  * ------------------------------------------------------------------------- */
 
-static void put_job(struct ctl_buf *b, const struct djob *j, const struct pol_job *pj, uint64_t now)
+void put_job(struct ctl_buf *b, const struct djob *j, const struct pol_job *pj, uint64_t now)
 {
     ctl_buf_request(b, "job");
     ctl_buf_put_u64(b, "pid", (uint64_t)j->pid);

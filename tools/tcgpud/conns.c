@@ -62,6 +62,7 @@ void event(const char *type, pid_t pid, ...)
     }
     va_end(ap);
     n = ctl_buf_finish(&b);
+    metrics_count_event(type);
     if (n < 0 || n >= EVENT_LEN)
         return;
     memcpy(d.events[d.event_seq % EVENTS_MAX], b.data, (size_t)n);

@@ -10,7 +10,11 @@
  *   jobs.c      jobs: carrying out the policy's actions, status polls,
  *               finished operations, the state file
  *   commands.c  the requests: a handler each, and the table that dispatches them
- *   metrics.c   latencies and the node_exporter textfile
+ *   metrics.c   latency histograms, counters, the Prometheus exposition (the
+ *               node_exporter textfile and /metrics)
+ *   dashboard.c the dashboard's state (/api/state) and its memory history
+ *   http.c      the HTTP endpoint (libmicrohttpd), on its own thread: it
+ *               serves what the loop publishes and touches nothing else
  *
  * All of it runs on the loop's one thread; the workers (work.c, tcgpud.h)
  * touch none of it.
@@ -45,7 +49,7 @@
 #define ACCEPTS_PER_ROUND 64      /* then the loop serves the others before accepting more */
 #define EVENTS_MAX       1024
 #define EVENT_LEN        768
-#define LATENCY_SAMPLES  256
+#define LATENCY_BUCKETS  15      /* metrics.c's bucket bounds, +Inf last */
 #define MiB              (1ull << 20)
 
 enum conn_kind { C_FREE = 0, C_READ, C_REQUEST, C_OP, C_FOLLOW };
@@ -91,9 +95,9 @@ struct tcgpud_gpu {
     uint8_t uuid[16];
 };
 
+/* A latency histogram (Prometheus buckets: cumulative when written). */
 struct latency {
-    double v[LATENCY_SAMPLES];
-    size_t n, next;
+    uint64_t bucket[LATENCY_BUCKETS];   /* observations <= bound k (not cumulative here) */
     double sum;
     uint64_t count;
 };
@@ -117,7 +121,8 @@ struct daemon {
     uint64_t event_seq;
     uint64_t preemptions_total, refused_total;
     uint64_t last_gang;           /* gang ids given out */
-    struct latency suspend_lat, resume_lat;
+    struct latency suspend_lat, resume_lat, grant_wait;
+    uint64_t events_by_type[32];  /* metrics.c's event types */
     uint64_t start_ns;
 };
 
@@ -189,8 +194,21 @@ int job_device(const struct ctl_msg *m, int *dev, char *why, size_t len);
 /* commands.c: answer the request m on connection ci. */
 void handle(int ci, const struct ctl_msg *m);
 
+/* commands.c: a "job" message of ps, as ps and the dashboard show a job */
+void put_job(struct ctl_buf *b, const struct djob *j, const struct pol_job *pj, uint64_t now);
+
 /* metrics.c */
 void latency_add(struct latency *l, double secs);
-void write_metrics(void);
+/* Counts an event of this type (event() calls it). */
+void metrics_count_event(const char *type);
+/* The Prometheus exposition of everything now (docs/tcgpud.md, "Metrics"):
+ * a new string the caller frees, its length in *len; NULL without memory. */
+char *metrics_text(size_t *len);
+/* Every tick: the textfile, if configured, and the HTTP endpoint's copy. */
+void publish_metrics(void);
+
+/* dashboard.c */
+/* Every tick: one sample of the memory history, the state for /api/state. */
+void dashboard_tick(void);
 
 #endif

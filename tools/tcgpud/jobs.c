@@ -146,6 +146,7 @@ static void reply_grant(struct djob *j, uint64_t bytes)
         policy_set_limit(d.pol, (uint64_t)j->pid, limit);
         d.dirty = 1;
     }
+    latency_add(&d.grant_wait, (double)(now_ns() - j->req_t0) / 1e9);
     event("granted", j->pid, "bytes", u64s(bytes, by), "wait_ms", msecs(now_ns() - j->req_t0, t), NULL);
     if (j->req_conn >= 0) {
         ctl_buf_ok(&b);

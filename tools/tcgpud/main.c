@@ -29,6 +29,7 @@
 #include "ctl/client.h"
 #include "common/clock.h"
 #include "daemon.h"
+#include "http.h"
 #include "state.h"
 
 #define TICK_MS          500
@@ -160,7 +161,8 @@ static void tick(void)
             pol_actions_clear(&acts);
     }
     kick_poll();
-    write_metrics();
+    publish_metrics();
+    dashboard_tick();
 }
 
 /* ---------------------------------------------------------------------------
@@ -368,6 +370,8 @@ static void relearn(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tcgpud [--config FILE] [--socket PATH] [--state FILE]\n"
+               "       tcgpud --check-config FILE\n"
+               "       tcgpud --version\n"
                "\n"
                "The GPU policy daemon: priorities, reservations, borrowing, preemption by\n"
                "transparent suspend, automatic resume. Runs in the foreground, logs to stderr.\n"
@@ -376,13 +380,57 @@ static void usage(FILE *f)
                "\n"
                "  -c, --config FILE   configuration (default /etc/tcgpud.ini; docs/tcgpud.md)\n"
                "  -s, --socket PATH   override [daemon] socket\n"
-               "  -S, --state FILE    override [daemon] state_file\n");
+               "  -S, --state FILE    override [daemon] state_file\n"
+               "  --check-config FILE check FILE and exit: every error (exit 1), and warnings for\n"
+               "                      members, @groups and admins that do not exist here\n");
+}
+
+/* Each line of a multi-line message, "tcgpud: " first. */
+static void print_lines(FILE *f, const char *text)
+{
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, "\n");
+        fprintf(f, "tcgpud: %.*s\n", (int)n, p);
+        p += n + (p[n] == '\n');
+    }
+}
+
+static void print_warning(const char *msg, void *arg)
+{
+    (void)arg;
+    fprintf(stderr, "tcgpud: %s\n", msg);
+}
+
+/* tcgpud --check-config FILE: as nginx -t. Returns the exit code. */
+static int check_config(const char *path)
+{
+    struct tcgpud_config c;
+    static char err[TCGPUD_CONFIG_ERR_MAX + 64];
+    int r = tcgpud_config_load(&c, path, err, sizeof(err)), warnings;
+
+    if (r < 0) {
+        print_lines(stderr, err);
+        warnings = r == -EINVAL ? tcgpud_config_warnings(&c, print_warning, NULL) : 0;
+        fprintf(stderr, "tcgpud: configuration %s: %d error%s, %d warning%s\n", path,
+                c.nerrors ? c.nerrors : 1, c.nerrors == 1 || !c.nerrors ? "" : "s", warnings,
+                warnings == 1 ? "" : "s");
+        tcgpud_config_free(&c);
+        return 1;
+    }
+    warnings = tcgpud_config_warnings(&c, print_warning, NULL);
+    printf("tcgpud: configuration %s is valid: %d project%s, %d GPU%s configured, %d warning%s\n", path,
+           c.nprojects, c.nprojects == 1 ? "" : "s", c.ngpus, c.ngpus == 1 ? "" : "s", warnings,
+           warnings == 1 ? "" : "s");
+    tcgpud_config_free(&c);
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, const char **config, const char **sock,
                       const char **state)
 {
+    enum { OPT_CHECK_CONFIG = 1000 };
     static const struct option longopts[] = {
+        { "check-config", required_argument, NULL, OPT_CHECK_CONFIG },
         { "config", required_argument, NULL, 'c' },
         { "socket", required_argument, NULL, 's' },
         { "state", required_argument, NULL, 'S' },
@@ -399,6 +447,7 @@ static int parse_args(int argc, char **argv, const char **config, const char **s
         case 'S': *state = optarg; break;
         case 'h': usage(stdout); exit(0);
         case 'V': printf("tcgpud %s\n", TCGPU_VERSION_STRING); exit(0);
+        case OPT_CHECK_CONFIG: exit(check_config(optarg));
         default: usage(stderr); return -1;
         }
     }
@@ -423,16 +472,36 @@ static void raise_fd_limit(void)
                (unsigned long long)rl.rlim_cur, (unsigned long long)want);
 }
 
+/* The HTTP endpoint, when [daemon] http is set; its first contents at once. */
+static int start_http(void)
+{
+    char err[512];
+    int port;
+
+    if (!d.cfg.http_host[0])
+        return 0;
+    if (http_start(d.cfg.http_host, d.cfg.http_port, d.cfg.dashboard, &port, err, sizeof(err)) < 0) {
+        logmsg("%s", err);
+        return -1;
+    }
+    publish_metrics();
+    dashboard_tick();
+    logmsg("http: serving /metrics%s on http://%s%s%s:%d/", d.cfg.dashboard ? " and the dashboard" : "",
+           strchr(d.cfg.http_host, ':') ? "[" : "", d.cfg.http_host,
+           strchr(d.cfg.http_host, ':') ? "]" : "", port);
+    return 0;
+}
+
 static int setup(int argc, char **argv)
 {
     const char *config = "/etc/tcgpud.ini", *sock = NULL, *state = NULL;
-    char err[1024];
+    static char err[TCGPUD_CONFIG_ERR_MAX + 64];
     sigset_t mask;
 
     if (parse_args(argc, argv, &config, &sock, &state) < 0)
         return 2;
     if (tcgpud_config_load(&d.cfg, config, err, sizeof(err)) < 0) {
-        fprintf(stderr, "tcgpud: %s\n", err);
+        print_lines(stderr, err);
         return 1;
     }
     if (sock)
@@ -461,6 +530,8 @@ static int setup(int argc, char **argv)
     relearn();
     d.listen_fd = open_socket(d.cfg.socket);
     if (d.listen_fd < 0)
+        return 1;
+    if (start_http() < 0)
         return 1;
     logmsg("serving %s (config %s, state %s, %d projects, min runtime %.1f s)", d.cfg.socket,
            config, d.cfg.state_file, d.cfg.nprojects, (double)d.cfg.min_runtime_ns / 1e9);
@@ -525,6 +596,7 @@ int main(int argc, char **argv)
     if (r)
         return r;
     loop();
+    http_stop();
     save_state();
     unlink(d.cfg.socket);
     for (int ci = 0; ci < MAX_CONNS; ci++)
