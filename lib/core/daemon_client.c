@@ -41,6 +41,7 @@
 #define LIMIT_NOTE_EVERY_NS   10000000000ull
 #define REPORT_EVERY_NS       500000000ull    /* compute reports of an active job */
 #define REPORT_TIMEOUT_MS     2000
+#define CAP_KEPT_NS           3000000000ull   /* a cap answered holds this long without another */
 
 static _Atomic uint64_t job_limit;            /* bytes; 0: none */
 static pthread_mutex_t reg_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -211,11 +212,15 @@ out:
 }
 
 /* Twice a second while the job launches work (and once more when it
- * stops): whether it did, and the answer applied. tcgpud away: the share. */
+ * stops): whether it did, and the answer applied. tcgpud away: the share.
+ * A report left unanswered (a daemon slow on a loaded host) keeps the last
+ * cap for CAP_KEPT_NS, so that one late answer does not hold a job alone on
+ * its GPU to its share for half a second. */
 static void *reporter(void *arg)
 {
     struct timespec ts = { 0, (long)REPORT_EVERY_NS };
     int was_active = 0;
+    uint64_t answered_ns = 0;
 
     (void)arg;
     for (;;) {
@@ -235,7 +240,9 @@ static void *reporter(void *arg)
             ensure_registered();
             pthread_mutex_unlock(&reg_mutex);
         }
-        if (throttle_share())
+        if (cap)
+            answered_ns = now_ns();
+        if (throttle_share() && (cap || forgotten || now_ns() - answered_ns >= CAP_KEPT_NS))
             throttle_set_cap(cap ? cap : throttle_share());
     }
     return NULL;
