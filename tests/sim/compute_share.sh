@@ -21,11 +21,10 @@ hog() {
     start_bg "$WORK/$name.out" "$GPUCKPT" run "$@" -- "$HOG" "$BUSY" 120 $KERNEL_US 0 16 "$WORK/stop-$name"
 }
 
-# kernel_ns PID : how long PID's kernels have held device 0 (simcuda-smi -q).
+# kernel_ns PID : how long PID's kernels have held device 0 (simcuda-smi's kernel_time_ns).
 kernel_ns() {
-    "$SMI" -q | awk -v want="pid=$1" '
-        $1 == "process" && $2 == want && $3 == "device=0" {
-            for (i = 4; i <= NF; i++) if ($i ~ /^kernel_ns=/) { sub(/^kernel_ns=/, "", $i); print $i } }'
+    "$SMI" --query-compute-apps=pid,gpu_index,kernel_time_ns --format=csv,noheader |
+        awk -F', ' -v want="$1" '$1 == want && $2 == 0 { print $3 }'
 }
 
 now_ns() { date +%s%N; }
