@@ -29,6 +29,9 @@ static const struct tc_json_field job_fields[] = {
     { "borrowing", TC_JSON_BOOL },
     { "for", TC_JSON_INT },
     { "auto_resume", TC_JSON_BOOL },
+    { "compute", TC_JSON_INT },
+    { "compute_cap", TC_JSON_INT },
+    { "compute_busy", TC_JSON_INT },
     { NULL, 0 },
 };
 
@@ -61,6 +64,7 @@ static const struct tc_json_field event_fields[] = {
     { "by_uid", TC_JSON_INT },
     { "uid", TC_JSON_INT },
     { "from_pid", TC_JSON_INT },
+    { "not_shown", TC_JSON_INT },
     { NULL, 0 },
 };
 

@@ -32,7 +32,7 @@ expect 1 "memory limit is 300.0 MiB (TCGPU_GPU_MEM, gpuckpt run --gpu-mem)" \
     "$GPUCKPT" run --gpu-mem 300M -- "$TRAIN" --mb 400 --steps 2
 note "over its --gpu-mem: $(grep -m1 'memory limit' "$WORK/out")"
 
-for c in "save 1 -D $WORK/s --frob" "restore -D $WORK/s -x" "inspect $WORK --jsno" "verify $WORK -j" \
+for c in "save 1 -D $WORK/s --frob" "restore -D $WORK/s -x" "inspect $WORK --jsno" "verify $WORK -q" \
          "ps --frob" "events --jsno" "status 1 --frob" "run --frob -- true"; do
     # shellcheck disable=SC2086
     expect 2 "unknown option '-" "$GPUCKPT" $c
