@@ -350,6 +350,9 @@ static int attribute_value(CUdevice_attribute a, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: return 1;
     case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT: return 4;
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS: return 0;
     default: return 0;
     }
 }
@@ -441,18 +444,6 @@ CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
 }
 SIM_EXPORT(cuDeviceComputeCapability);
 
-CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
-{
-    SIM_BEGIN();
-    if (!canAccessPeer)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(dev) || !dev_ok(peerDev))
-        return CUDA_ERROR_INVALID_DEVICE;
-    *canAccessPeer = 0;
-    return CUDA_SUCCESS;
-}
-SIM_EXPORT(cuDeviceCanAccessPeer);
-
 /* ---- contexts -------------------------------------------------------------- */
 
 #define CTX_STACK 64
@@ -509,6 +500,9 @@ static CUresult ctx_activate(struct sim_ctx *c, unsigned flags)
     c->sticky = 0;
     c->streams = NULL;
     c->live_workers = 0;
+    c->npeers = 0;
+    c->capturing = c->capturing_blocking = 0;
+    sim_coredump_ctx_init(c);
     r = sim_stream_create(c, SIM_STREAM_LEGACY, 0, 0, &c->legacy);
     if (r) {
         if (c->charged)
@@ -529,8 +523,10 @@ static void ctx_deactivate(struct sim_ctx *c)
     sim_ctx_streams_teardown(c);
     c->legacy = NULL;
     sim_pools_release_ctx(c);
+    sim_gmem_release_ctx(c);
     sim_mem_release_ctx(c);
     sim_modules_release_ctx(c);
+    sim_peer_forget_ctx(c);
 }
 
 struct sim_ctx *sim_ctx_current_raw(void)
@@ -986,6 +982,10 @@ CUresult cuCtxSynchronize(void)
 
     SIM_BEGIN();
     if ((r = sim_ctx_current(&c)))
+        return r;
+    /* Not while a stream of the context captures: it would wait for work
+     * that only exists in a graph (the captures are invalidated). */
+    if ((r = sim_capture_ctx_sync(c)) || (r = sim_capture_unsafe_call()))
         return r;
     return sim_ctx_sync(c);
 }
