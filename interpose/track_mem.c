@@ -293,18 +293,30 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
     return rc;
 }
 
-/* The attributes the driver would answer per segment; we answer per allocation. */
+/* Buffer and block ids of tcgpu's allocations are tagged, so that they never
+ * equal an id the driver gives memory tcgpu does not serve (ids are unique
+ * within a process, as documented). */
+#define OUR_ID_TAG (1ull << 63)
+
+/* The attributes the driver would answer per segment (the VMM mapping tcgpu
+ * made); we answer per allocation, as for the driver's own cuMemAlloc. */
 static int answer_attribute(void *data, CUpointer_attribute attr, const struct devmem_alloc *a)
 {
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
         *(CUdeviceptr *)data = a->va;
         return 1;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
         *(size_t *)data = a->size;
         return 1;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-        *(unsigned long long *)data = a->id;
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        *(unsigned long long *)data = a->id | OUR_ID_TAG;
+        return 1;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        *(unsigned long long *)data = CU_MEM_HANDLE_TYPE_NONE;   /* as cuMemAlloc memory */
         return 1;
     default:
         return 0;
@@ -369,6 +381,60 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
         log_err("cuIpcGetMemHandle: memory served by tcgpu is VMM memory, which CUDA IPC "
                 "cannot export (the driver refused it); IPC of device memory is not "
                 "supported under tcgpu");
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/*
+ * Peer access: the driver enables it for its own allocations; the memory
+ * tcgpu serves is VMM memory, which needs cuMemSetAccess for the peer device
+ * too (lib/core/devmem.c). Undone if that fails, so that the program sees
+ * one answer for both.
+ */
+static CUresult device_of(CUcontext ctx, int *dev)
+{
+    CUcontext ignored;
+    CUdevice d;
+    CUresult rc = TCGPU_REAL(cuCtxPushCurrent)(ctx);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = TCGPU_REAL(cuCtxGetDevice)(&d);
+    TCGPU_REAL(cuCtxPopCurrent)(&ignored);
+    *dev = (int)d;
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+    CUdevice me;
+    int owner;
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuCtxEnablePeerAccess");
+    rc = TCGPU_REAL(cuCtxEnablePeerAccess)(peerContext, Flags);
+    if (rc == CUDA_SUCCESS && (TCGPU_REAL(cuCtxGetDevice)(&me) != CUDA_SUCCESS ||
+                               device_of(peerContext, &owner) != CUDA_SUCCESS ||
+                               (rc = devmem_peer_access(owner, (int)me, 1)) != CUDA_SUCCESS)) {
+        TCGPU_REAL(cuCtxDisablePeerAccess)(peerContext);
+        if (rc == CUDA_SUCCESS)
+            rc = CUDA_ERROR_INVALID_CONTEXT;
+    }
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+    CUdevice me;
+    int owner;
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuCtxDisablePeerAccess");
+    rc = TCGPU_REAL(cuCtxDisablePeerAccess)(peerContext);
+    if (rc == CUDA_SUCCESS && TCGPU_REAL(cuCtxGetDevice)(&me) == CUDA_SUCCESS &&
+        device_of(peerContext, &owner) == CUDA_SUCCESS)
+        devmem_peer_access(owner, (int)me, 0);
     TCGPU_GATE_LEAVE();
     return rc;
 }

@@ -48,6 +48,7 @@ static uint64_t next_alloc_id = 1;
 static uint64_t live_bytes;
 static uint32_t live_count;
 static size_t nheld;              /* blocks held back by frees during captures */
+static unsigned peers_of[TC_MAX_ACCESS];   /* devices given peer access to a device's memory */
 
 static void drain_pending_frees(void);
 
@@ -122,12 +123,26 @@ static CUresult current_device(int *device)
     return rc;
 }
 
+/* cuMemAlloc memory is GPUDirect RDMA capable where the platform allows it
+ * (NCCL relies on it); VMM memory only if created so, where the device
+ * supports the flag. */
+static int rdma_capable(int device)
+{
+    int vmm = 0, rdma = 0;
+
+    return TCGPU_REAL(cuDeviceGetAttribute)(&vmm, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+                                            device) == CUDA_SUCCESS &&
+           TCGPU_REAL(cuDeviceGetAttribute)(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED,
+                                            device) == CUDA_SUCCESS && vmm && rdma;
+}
+
 static void device_prop(CUmemAllocationProp *prop, int device)
 {
     memset(prop, 0, sizeof(*prop));
     prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop->location.id = device;
+    prop->allocFlags.gpuDirectRDMACapable = (unsigned char)rdma_capable(device);
 }
 
 static CUresult granularity(const CUmemAllocationProp *prop, size_t *gran)
@@ -139,6 +154,25 @@ static CUresult granularity(const CUmemAllocationProp *prop, size_t *gran)
     return rc;
 }
 
+/* Read/write access for the device, and for the devices peer access was
+ * enabled for (lock held). Returns how many descriptors. */
+static size_t segment_access(int device, CUmemAccessDesc *d)
+{
+    size_t n = 0;
+
+    memset(d, 0, TC_MAX_ACCESS * sizeof(*d));
+    d[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d[n].location.id = device;
+    d[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (int p = 0; device >= 0 && device < TC_MAX_ACCESS && p < TC_MAX_ACCESS && n < TC_MAX_ACCESS; p++)
+        if (p != device && (peers_of[device] >> p & 1)) {
+            d[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            d[n].location.id = p;
+            d[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        }
+    return n;
+}
+
 /*
  * Reserve, create, map, grant access: the four steps of a segment, undone in
  * reverse on failure so a failed allocation leaves nothing behind.
@@ -146,7 +180,8 @@ static CUresult granularity(const CUmemAllocationProp *prop, size_t *gran)
 static CUresult seg_create(size_t want, int dedicated, struct segment **out)
 {
     CUmemAllocationProp prop;
-    CUmemAccessDesc access;
+    CUmemAccessDesc access[TC_MAX_ACCESS];
+    size_t naccess;
     CUmemGenericAllocationHandle h = 0;
     CUdeviceptr va = 0;
     struct segment *s = NULL;
@@ -166,10 +201,8 @@ static CUresult seg_create(size_t want, int dedicated, struct segment **out)
         goto err_va;
     if ((rc = TCGPU_REAL(cuMemMap)(va, size, 0, h, 0)) != CUDA_SUCCESS)
         goto err_handle;
-    memset(&access, 0, sizeof(access));
-    access.location = prop.location;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if ((rc = TCGPU_REAL(cuMemSetAccess)(va, size, &access, 1)) != CUDA_SUCCESS)
+    naccess = segment_access(device, access);
+    if ((rc = TCGPU_REAL(cuMemSetAccess)(va, size, access, naccess)) != CUDA_SUCCESS)
         goto err_map;
 
     rc = CUDA_ERROR_OUT_OF_MEMORY;      /* host memory, from here on */
@@ -192,7 +225,7 @@ static CUresult seg_create(size_t want, int dedicated, struct segment **out)
     s->map = reg_map_add(va, size, 0, s->phys);
     if (!s->map)
         goto err_phys;
-    reg_map_set_access(va, size, &access, 1);
+    reg_map_set_access(va, size, access, naccess);
     if (seg_insert(s))
         goto err_regmap;
     *out = s;
@@ -667,6 +700,40 @@ static void fill_alloc(const struct segment *s, const struct block *b, struct de
     a->device = s->device;
     a->site = b->site;
     a->contents_dead = b->kind == TC_ALLOC_GRAPH && b->gstate != DEVMEM_GRAPH_LIVE;
+}
+
+CUresult devmem_peer_access(int owner, int peer, int enable)
+{
+    CUmemAccessDesc d;
+    CUresult rc = CUDA_SUCCESS;
+
+    if (owner < 0 || owner >= TC_MAX_ACCESS || peer < 0 || peer >= TC_MAX_ACCESS)
+        return CUDA_ERROR_INVALID_DEVICE;
+    memset(&d, 0, sizeof(d));
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = peer;
+    d.flags = enable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    reg_lock();
+    for (size_t i = 0; i < nsegs && rc == CUDA_SUCCESS; i++) {
+        struct segment *s = segs[i];
+
+        if (s->device != owner)
+            continue;
+        /* While suspended the mapping is gone: the access is recorded and
+         * applied when it is mapped again. */
+        if (s->phys->real)
+            rc = TCGPU_REAL(cuMemSetAccess)(s->va, s->size, &d, 1);
+        if (rc == CUDA_SUCCESS)
+            reg_map_set_access(s->va, s->size, &d, 1);
+    }
+    if (rc == CUDA_SUCCESS) {
+        if (enable)
+            peers_of[owner] |= 1u << peer;
+        else
+            peers_of[owner] &= ~(1u << peer);
+    }
+    reg_unlock();
+    return rc;
 }
 
 int devmem_graph_state(CUdeviceptr p, enum devmem_graph_state *st)

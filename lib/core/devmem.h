@@ -94,6 +94,16 @@ int devmem_lookup(CUdeviceptr p, struct devmem_alloc *a);
 /* Calls fn for every live allocation, in address order; stops at a non-zero return. */
 int devmem_for_each(int (*fn)(const struct devmem_alloc *a, void *arg), void *arg);
 
+/*
+ * cuCtxEnablePeerAccess / cuCtxDisablePeerAccess: the memory tcgpu serves is
+ * VMM memory, which the driver's context peer access does not reach (VMM
+ * access is per mapping, cuMemSetAccess). So device `peer` is given (or
+ * loses) read/write access to every segment of device `owner`, now and for
+ * segments made later, as peer access covers all of a context's
+ * allocations. Takes the lock; calls the driver. CUDA_SUCCESS or its error.
+ */
+CUresult devmem_peer_access(int owner, int peer, int enable);
+
 /* Bytes the program holds (sum of allocation sizes) and their count. */
 void devmem_usage(uint64_t *bytes, uint32_t *count);
 
