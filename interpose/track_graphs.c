@@ -8,6 +8,7 @@
  * Every wrapper passes the API gate and calls the real function first (or
  * refuses as the driver would have); only a successful call is recorded.
  */
+#include <stdlib.h>
 #include <cuda.h>
 
 #include "core/devmem.h"
@@ -120,11 +121,26 @@ static int stream_capturing(CUstream stream, int per_thread)
     return rc != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+/* The nodes of a graph holding graph memory, so that their removal is refused. */
+static void protect_nodes(CUgraph g)
+{
+    CUgraphNode *v;
+    size_t n = 0;
+
+    if (!graphmem_graph_has_memory(g) || TCGPU_REAL(cuGraphGetNodes)(g, NULL, &n) != CUDA_SUCCESS || !n)
+        return;
+    if ((v = calloc(n, sizeof(*v))) && TCGPU_REAL(cuGraphGetNodes)(g, v, &n) == CUDA_SUCCESS)
+        graphmem_graph_nodes(g, v, n);
+    free(v);
+}
+
 static CUresult ended(CUresult rc, CUstream stream, int per_thread, CUgraph *graph)
 {
     int over = rc == CUDA_SUCCESS || !stream_capturing(stream, per_thread);
 
     graphmem_capture_ended(stream, per_thread, rc, rc == CUDA_SUCCESS && graph ? *graph : NULL, over);
+    if (rc == CUDA_SUCCESS && graph)
+        protect_nodes(*graph);
     if (over && !graphmem_captures_active())
         devmem_trim();                    /* frees held back during the capture */
     return rc;
@@ -272,7 +288,15 @@ tcgpu_cuGraphAddNode_v1(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphN
     return rc;
 }
 
-/* Graphs with memory nodes keep their edges. */
+/* Graphs with memory nodes keep their nodes and edges. */
+CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode)
+{
+    TCGPU_GATE_ENTER("cuGraphDestroyNode");
+    CUresult rc = graphmem_node_protected(hNode) ? CUDA_ERROR_INVALID_VALUE : TCGPU_REAL(cuGraphDestroyNode)(hNode);
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
 CUresult CUDAAPI cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
                                               const CUgraphEdgeData *edgeData, size_t numDependencies)
 {

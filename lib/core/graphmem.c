@@ -54,6 +54,8 @@ struct gm_owner {                  /* a graph or an executable graph */
     size_t nsets;
     struct gm_undo { CUdeviceptr p; enum devmem_graph_state st; } *undo;   /* last launch */
     size_t nundo;
+    CUgraphNode *nodes;            /* graphs: the nodes its capture made */
+    size_t nnodes;
     struct gm_owner *next;
 };
 
@@ -164,6 +166,7 @@ static void owner_drop(const void *h)
             set_put(o->sets[i]);
         free(o->sets);
         free(o->undo);
+        free(o->nodes);
         free(o);
         return;
     }
@@ -486,6 +489,33 @@ int graphmem_capture_adopt(uint64_t id, CUgraphExec x)
     }
     pthread_mutex_unlock(&gm_lock);
     return rc;
+}
+
+void graphmem_graph_nodes(CUgraph g, const CUgraphNode *nodes, size_t n)
+{
+    struct gm_owner *o;
+    CUgraphNode *v;
+
+    pthread_mutex_lock(&gm_lock);
+    if ((o = owner_find(g)) && n && (v = realloc(o->nodes, (o->nnodes + n) * sizeof(*v)))) {
+        memcpy(v + o->nnodes, nodes, n * sizeof(*v));
+        o->nodes = v;
+        o->nnodes += n;
+    }
+    pthread_mutex_unlock(&gm_lock);
+}
+
+bool graphmem_node_protected(CUgraphNode node)
+{
+    bool hit = false;
+
+    pthread_mutex_lock(&gm_lock);
+    for (struct gm_owner *o = owners; o && !hit; o = o->next)
+        if (owner_has_memory(o))
+            for (size_t i = 0; i < o->nnodes && !hit; i++)
+                hit = o->nodes[i] == node;
+    pthread_mutex_unlock(&gm_lock);
+    return hit;
 }
 
 void graphmem_graph_destroyed(CUgraph g)

@@ -103,6 +103,11 @@ int graphmem_graph_adopt(void *to, const void *from);
  * the capture's graph holds x's graph memory too. 0 or -ENOMEM. */
 int graphmem_capture_adopt(uint64_t id, CUgraphExec x);
 
+/* The nodes capture made in g (a graph holding graph memory): their removal
+ * is refused (cuGraphDestroyNode), as for graphs with memory nodes. */
+void graphmem_graph_nodes(CUgraph g, const CUgraphNode *nodes, size_t n);
+bool graphmem_node_protected(CUgraphNode node);
+
 /* g is destroyed / x is destroyed: their references go. */
 void graphmem_graph_destroyed(CUgraph g);
 void graphmem_exec_destroyed(CUgraphExec x);

@@ -9,6 +9,10 @@
 # and came back at the same addresses.
 #
 #   graph_suspend.sh cycles CYCLES   the scenario above
+#   graph_suspend.sh self            the job suspends and resumes itself right
+#                                    after launching a replay, every few replays:
+#                                    the replay's result, in graph memory it
+#                                    left allocated, survives; same checksum
 #   graph_suspend.sh capture         a suspend while the program is inside its
 #                                    capture is refused (it would invalidate
 #                                    the capture), naming it; the job finishes
@@ -67,6 +71,14 @@ cycles)
     done
     finish
     echo "ok: $cycles cycles, checksum $got"
+    ;;
+self)
+    args=(--mb 4 --replays 40 --print-every 10)
+    reference "${args[@]}"
+    start_bg "$WORK/run.out" "$GPUCKPT" run -- "$GRAPH_TRAIN" "${args[@]}" --self-suspend 4
+    pid=$BG
+    finish
+    echo "ok: 10 self-suspends during replays, checksum $got"
     ;;
 capture)
     args=(--mb 4 --replays 30 --print-every 10)

@@ -13,13 +13,18 @@
  * loss is read after the replay, from memory the graph left allocated.
  *
  *   graph_train [--eager] [--replays N] [--mb M] [--sleep-ms T]
- *               [--capture-pause-ms T] [--print-every K] [--kernels PATH]
+ *               [--capture-pause-ms T] [--self-suspend K] [--print-every K]
+ *               [--kernels PATH]
  *
  * --eager runs the same step without a graph: it must give the same
  * checksum. --sleep-ms: host time between a launch and reading its loss, so
  * that a suspend may land while the replay runs. --capture-pause-ms: a pause
- * in the middle of the capture (prints "capturing" first).
+ * in the middle of the capture (prints "capturing" first). --self-suspend K:
+ * under tcgpu, every K replays the program suspends and resumes itself
+ * (tcgpu_suspend/tcgpu_resume) right after launching, while the replay runs
+ * and before it reads the loss the replay leaves in graph memory.
  */
+#include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdint.h>
@@ -31,7 +36,7 @@
 #include "check.h"
 
 struct opts {
-    int eager, replays, print_every;
+    int eager, replays, print_every, self_suspend;
     unsigned mb, sleep_ms, capture_pause_ms;
     const char *kernels;
 };
@@ -118,6 +123,23 @@ static void capture(struct model *md, const struct opts *o, CUgraphExec *x, CUgr
     cu(cuGraphInstantiate(x, *g, 0), "cuGraphInstantiate");
 }
 
+/* tcgpu_suspend(NULL) + tcgpu_resume() when libtcgpu.so is loaded. */
+static void self_suspend(int replay)
+{
+    int (*suspend)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "tcgpu_suspend");
+    int (*resume)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "tcgpu_resume");
+    int rc;
+
+    if (!suspend || !resume) {
+        fprintf(stderr, "graph_train: --self-suspend needs libtcgpu.so\n");
+        exit(2);
+    }
+    if ((rc = suspend(NULL)) || (rc = resume())) {
+        fprintf(stderr, "graph_train: self-suspend at replay %d: %d\n", replay, rc);
+        exit(1);
+    }
+}
+
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
@@ -177,6 +199,8 @@ static void parse(int argc, char **argv, struct opts *o, char *kpath, size_t len
             o->sleep_ms = (unsigned)atoi(argv[++i]);
         else if (!strcmp(a, "--capture-pause-ms") && v)
             o->capture_pause_ms = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(a, "--self-suspend") && v)
+            o->self_suspend = atoi(argv[++i]);
         else if (!strcmp(a, "--print-every") && v)
             o->print_every = atoi(argv[++i]);
         else if (!strcmp(a, "--kernels") && v)
@@ -241,6 +265,8 @@ int main(int argc, char **argv)
             step(&md, &o, &loss);
         else
             cu(cuGraphLaunch(x, md.s), "cuGraphLaunch");
+        if (o.self_suspend && i % o.self_suspend == o.self_suspend / 2)
+            self_suspend(i);
         sleep_ms(o.sleep_ms);                  /* host work while the step runs */
         cu(cuMemcpyDtoHAsync(&lv, loss, sizeof(lv), md.s), "cuMemcpyDtoHAsync(loss)");
         cu(cuStreamSynchronize(md.s), "cuStreamSynchronize");
