@@ -925,6 +925,22 @@ CUresult cuCtxGetDevice(CUdevice *device)
 }
 SIM_EXPORT(cuCtxGetDevice);
 
+/* CUDA 13: the device of ctx, or of the current context where ctx is NULL. */
+CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    struct sim_ctx *c;
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = ctx ? sim_ctx_check(ctx, &c) : current_valid(&c)))
+        return r;
+    *device = c->dev;
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuCtxGetDevice_v2);
+
 CUresult cuCtxGetFlags(unsigned int *flags)
 {
     struct sim_ctx *c;
@@ -975,6 +991,17 @@ CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 }
 SIM_EXPORT(cuCtxGetApiVersion);
 
+/* Not while a stream of the context captures: it would wait for work that
+ * only exists in a graph (the captures are invalidated). */
+static CUresult ctx_synchronize(struct sim_ctx *c)
+{
+    CUresult r;
+
+    if ((r = sim_capture_ctx_sync(c)) || (r = sim_capture_unsafe_call()))
+        return r;
+    return sim_ctx_sync(c);
+}
+
 CUresult cuCtxSynchronize(void)
 {
     struct sim_ctx *c;
@@ -983,13 +1010,27 @@ CUresult cuCtxSynchronize(void)
     SIM_BEGIN();
     if ((r = sim_ctx_current(&c)))
         return r;
-    /* Not while a stream of the context captures: it would wait for work
-     * that only exists in a graph (the captures are invalidated). */
-    if ((r = sim_capture_ctx_sync(c)) || (r = sim_capture_unsafe_call()))
-        return r;
-    return sim_ctx_sync(c);
+    return ctx_synchronize(c);
 }
 SIM_EXPORT(cuCtxSynchronize);
+
+/* CUDA 13: ctx, or the current context where ctx is NULL. A sticky error
+ * of the context is its answer, as for cuCtxSynchronize. */
+CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    struct sim_ctx *c;
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!ctx)
+        r = sim_ctx_current(&c);
+    else if (!(r = sim_ctx_check(ctx, &c)))
+        r = (CUresult)__atomic_load_n(&c->sticky, __ATOMIC_ACQUIRE);
+    if (r)
+        return r;
+    return ctx_synchronize(c);
+}
+SIM_EXPORT(cuCtxSynchronize_v2);
 
 CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {

@@ -713,6 +713,30 @@ SIM_EXPORT(cuStreamGetCtx);
 CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx) { return stream_get_ctx(hStream, pctx, true); }
 SIM_EXPORT(cuStreamGetCtx_ptsz);
 
+/* CUDA 12.5: with the stream's green context, which simcuda never has. */
+static CUresult stream_get_ctx_v2(CUstream h, CUcontext *pctx, CUgreenCtx *pgreen, bool pt)
+{
+    CUresult r;
+
+    if (!pgreen)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = stream_get_ctx(h, pctx, pt)))
+        return r;
+    *pgreen = NULL;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+    return stream_get_ctx_v2(hStream, pCtx, pGreenCtx, false);
+}
+SIM_EXPORT(cuStreamGetCtx_v2);
+CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+    return stream_get_ctx_v2(hStream, pCtx, pGreenCtx, true);
+}
+SIM_EXPORT(cuStreamGetCtx_v2_ptsz);
+
 static CUresult stream_get_id(CUstream h, unsigned long long *id, bool pt)
 {
     struct sim_stream *s;

@@ -192,6 +192,58 @@ static void test_peer(CUcontext ctx0, CUstream s0)
     CHECK(cuDevicePrimaryCtxRelease(1));
 }
 
+/* CUDA 13's entry points that name the context instead of using the current
+ * one (the CUDA 13 runtime asks cuGetProcAddress for them). */
+static void test_ctx_argument(CUcontext ctx0, CUstream s0)
+{
+    CUresult (*get_device)(CUdevice *, CUcontext) = NULL;
+    CUresult (*sync)(CUcontext) = NULL;
+    CUresult (*stream_ctx)(CUstream, CUcontext *, CUgreenCtx *) = NULL;
+    CUdriverProcAddressQueryResult q;
+    CUcontext ctx1, got, prev;
+    CUgreenCtx green = (CUgreenCtx)&got;
+    CUdevice dev = -1;
+
+    CHECK(cuGetProcAddress_v2("cuCtxGetDevice", (void **)&get_device, 13000, 0, &q));
+    CHECK(cuGetProcAddress_v2("cuCtxSynchronize", (void **)&sync, 13000, 0, &q));
+    CHECK(cuGetProcAddress_v2("cuStreamGetCtx", (void **)&stream_ctx, 12050, 0, &q));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx1, 1));
+    CHECK(get_device(&dev, ctx1));
+    CHECK_EQ(dev, 1);
+    CHECK(get_device(&dev, NULL));
+    CHECK_EQ(dev, 0);
+    CHECK_RES(get_device(NULL, ctx1), CUDA_ERROR_INVALID_VALUE);
+    CHECK_RES(get_device(&dev, (CUcontext)&dev), CUDA_ERROR_INVALID_CONTEXT);
+
+    /* Synchronising another context waits for its work, not the current one's. */
+    CUdeviceptr d1;
+    uint32_t v = 0;
+    CUstream s1;
+    CHECK(cuCtxPushCurrent(ctx1));
+    CHECK(cuMemAlloc(&d1, 1 << 20));
+    CHECK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    CHECK(cuMemsetD32Async(d1, 7, 1 << 18, s1));
+    CHECK(cuCtxPopCurrent(&prev));
+    CHECK(sync(ctx1));
+    CHECK_EQ(cuStreamQuery(s1), CUDA_SUCCESS);
+    CHECK(sync(NULL));
+    CHECK_RES(sync((CUcontext)&v), CUDA_ERROR_INVALID_CONTEXT);
+
+    CHECK(stream_ctx(s1, &got, &green));
+    CHECK_TRUE(got == ctx1 && green == NULL);
+    CHECK(stream_ctx(s0, &got, &green));
+    CHECK_TRUE(got == ctx0);
+    CHECK_RES(stream_ctx(s0, &got, NULL), CUDA_ERROR_INVALID_VALUE);
+
+    CHECK(cuCtxPushCurrent(ctx1));
+    CHECK(cuMemcpyDtoH(&v, d1 + 4092, sizeof(v)));
+    CHECK_EQ(v, 7);
+    CHECK(cuStreamDestroy(s1));
+    CHECK(cuMemFree(d1));
+    CHECK(cuCtxPopCurrent(&prev));
+    CHECK(cuDevicePrimaryCtxRelease(1));
+}
+
 /* Without peer access, a kernel of device 0 touching device 1's memory faults. */
 static void test_peer_fault(void)
 {
@@ -659,6 +711,7 @@ int main(void)
 
     test_managed(s);
     test_peer(ctx, s);
+    test_ctx_argument(ctx, s);
     test_launch_ex(s);
     test_occupancy();
     test_library(s);
