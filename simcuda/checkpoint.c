@@ -303,6 +303,7 @@ CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
     return send_command(pid, SIM_CMD_RESTORE, 0);
 }
 SIM_EXPORT(cuCheckpointProcessRestore);
+SIM_PARTIAL(cuCheckpointProcessRestore, "GPU remapping (gpuPairs): CUDA_ERROR_NOT_SUPPORTED");
 
 CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {

@@ -831,6 +831,9 @@ CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const
     return add_kernel(phGraphNode, hGraph, dependencies, NULL, numDependencies, nodeParams);
 }
 SIM_EXPORT(cuGraphAddKernelNode_v2);
+SIM_PARTIAL(cuGraphAddKernelNode_v2,
+    "packed arguments (extra), kernels without SIMCUDA_KERNEL_PARAMS: "
+    "CUDA_ERROR_NOT_SUPPORTED");
 
 CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                               size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
@@ -844,6 +847,9 @@ CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CU
     return add_kernel(phGraphNode, hGraph, dependencies, NULL, numDependencies, &p);
 }
 SIM_EXPORT(cuGraphAddKernelNode);
+SIM_PARTIAL(cuGraphAddKernelNode,
+    "packed arguments (extra), kernels without SIMCUDA_KERNEL_PARAMS: "
+    "CUDA_ERROR_NOT_SUPPORTED");
 
 static CUresult typed_node(CUgraphNode h, CUgraphNodeType type, struct sim_gnode **out)
 {
@@ -895,6 +901,9 @@ CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE
     return knode_from_params(&n->u.kernel, nodeParams);
 }
 SIM_EXPORT(cuGraphKernelNodeSetParams_v2);
+SIM_PARTIAL(cuGraphKernelNodeSetParams_v2,
+    "packed arguments (extra), kernels without SIMCUDA_KERNEL_PARAMS: "
+    "CUDA_ERROR_NOT_SUPPORTED");
 
 CUresult cuGraphKernelNodeSetParams(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
 {
@@ -907,6 +916,9 @@ CUresult cuGraphKernelNodeSetParams(CUgraphNode hNode, const CUDA_KERNEL_NODE_PA
     return cuGraphKernelNodeSetParams_v2(hNode, &p);
 }
 SIM_EXPORT(cuGraphKernelNodeSetParams);
+SIM_PARTIAL(cuGraphKernelNodeSetParams,
+    "packed arguments (extra), kernels without SIMCUDA_KERNEL_PARAMS: "
+    "CUDA_ERROR_NOT_SUPPORTED");
 
 static CUresult add_memcpy(CUgraphNode *out, CUgraph hGraph, const CUgraphNode *deps,
                            const CUgraphEdgeData *edges, size_t ndeps, const CUDA_MEMCPY3D *p, CUcontext ctx)
@@ -1303,7 +1315,8 @@ CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgra
     return add_generic(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
 }
 SIM_EXPORT(cuGraphAddNode_v2);
-SIM_PARTIAL(cuGraphAddNode_v2, "external semaphore, batch memop and conditional nodes: CUDA_ERROR_NOT_SUPPORTED");
+SIM_PARTIAL(cuGraphAddNode_v2,
+    "external semaphore, batch memop and conditional nodes: CUDA_ERROR_NOT_SUPPORTED");
 
 CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                         size_t numDependencies, CUgraphNodeParams *nodeParams)
@@ -1312,7 +1325,8 @@ CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphN
     return add_generic(phGraphNode, hGraph, dependencies, NULL, numDependencies, nodeParams);
 }
 SIM_EXPORT(cuGraphAddNode);
-SIM_PARTIAL(cuGraphAddNode, "external semaphore, batch memop and conditional nodes: CUDA_ERROR_NOT_SUPPORTED");
+SIM_PARTIAL(cuGraphAddNode,
+    "external semaphore, batch memop and conditional nodes: CUDA_ERROR_NOT_SUPPORTED");
 
 CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
@@ -1368,6 +1382,9 @@ CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
     }
 }
 SIM_EXPORT(cuGraphNodeSetParams);
+SIM_PARTIAL(cuGraphNodeSetParams,
+    "packed arguments (extra), kernels without SIMCUDA_KERNEL_PARAMS: "
+    "CUDA_ERROR_NOT_SUPPORTED");
 
 /* ---- kernel node attributes -------------------------------------------------------- */
 

@@ -655,6 +655,9 @@ CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode h
     return exec_kernel_set(hGraphExec, hNode, nodeParams);
 }
 SIM_EXPORT(cuGraphExecKernelNodeSetParams_v2);
+SIM_PARTIAL(cuGraphExecKernelNodeSetParams_v2,
+    "packed arguments (extra), kernels without SIMCUDA_KERNEL_PARAMS: "
+    "CUDA_ERROR_NOT_SUPPORTED");
 
 CUresult cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
                                         const CUDA_KERNEL_NODE_PARAMS_v1 *p)
@@ -672,6 +675,9 @@ CUresult cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNod
     return exec_kernel_set(hGraphExec, hNode, &v2);
 }
 SIM_EXPORT(cuGraphExecKernelNodeSetParams);
+SIM_PARTIAL(cuGraphExecKernelNodeSetParams,
+    "packed arguments (extra), kernels without SIMCUDA_KERNEL_PARAMS: "
+    "CUDA_ERROR_NOT_SUPPORTED");
 
 static int dev_of(uint64_t addr)
 {
@@ -1033,3 +1039,6 @@ CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUg
     }
 }
 SIM_EXPORT(cuGraphExecNodeSetParams);
+SIM_PARTIAL(cuGraphExecNodeSetParams,
+    "packed arguments (extra), kernels without SIMCUDA_KERNEL_PARAMS: "
+    "CUDA_ERROR_NOT_SUPPORTED");

@@ -290,7 +290,9 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     return sim_gmem_add_alloc_node(phGraphNode, hGraph, dependencies, NULL, numDependencies, nodeParams);
 }
 SIM_EXPORT(cuGraphAddMemAllocNode);
-SIM_PARTIAL(cuGraphAddMemAllocNode, "shareable handle types: CUDA_ERROR_NOT_SUPPORTED; read-only access: CUDA_ERROR_INVALID_VALUE");
+SIM_PARTIAL(cuGraphAddMemAllocNode,
+    "shareable handle types: CUDA_ERROR_NOT_SUPPORTED; read-only access: "
+    "CUDA_ERROR_INVALID_VALUE");
 
 CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {

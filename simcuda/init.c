@@ -783,11 +783,18 @@ SIM_EXPORT(cuCtxCreate_v3);
 CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
                         unsigned int flags, CUdevice dev)
 {
-    if (ctxCreateParams && (ctxCreateParams->numExecAffinityParams > 0 || ctxCreateParams->cigParams))
+    /* Execution affinity as for cuCtxCreate_v3; graphics interop (CIG) is
+     * not simulated. */
+    if (ctxCreateParams && ctxCreateParams->numExecAffinityParams > 0 && ctxCreateParams->execAffinityParams)
+        return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+    if (ctxCreateParams && ctxCreateParams->cigParams)
         return CUDA_ERROR_NOT_SUPPORTED;
     return ctx_create(pctx, flags, dev);
 }
 SIM_EXPORT(cuCtxCreate_v4);
+SIM_PARTIAL(cuCtxCreate_v4,
+    "graphics-interop (CIG) contexts: CUDA_ERROR_NOT_SUPPORTED; execution affinity: "
+    "CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY");
 
 /* Pop every occurrence of c from this thread's stack. */
 static void ctx_unstack(struct sim_ctx *c)

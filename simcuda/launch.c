@@ -175,14 +175,26 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
     return launch_ex(config, f, kernelParams, extra, false, false);
 }
 SIM_EXPORT(cuLaunchKernelEx);
-SIM_PARTIAL(cuLaunchKernelEx, "scheduling attributes (priority, access policy, memory sync domains, carveout) are checked and have no effect");
+SIM_PARTIAL(cuLaunchKernelEx,
+    "scheduling attributes (priority, access policy, memory sync domains, carveout) are "
+    "checked and have no effect");
+SIM_PARTIAL(cuLaunchKernelEx,
+    "packed arguments (extra): CUDA_ERROR_NOT_SUPPORTED; a kernel without "
+    "SIMCUDA_KERNEL_PARAMS runs synchronously and cannot be captured "
+    "(CUDA_ERROR_NOT_SUPPORTED)");
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
     return launch_ex(config, f, kernelParams, extra, true, false);
 }
 SIM_EXPORT(cuLaunchKernelEx_ptsz);
-SIM_PARTIAL(cuLaunchKernelEx_ptsz, "scheduling attributes (priority, access policy, memory sync domains, carveout) are checked and have no effect");
+SIM_PARTIAL(cuLaunchKernelEx_ptsz,
+    "scheduling attributes (priority, access policy, memory sync domains, carveout) are "
+    "checked and have no effect");
+SIM_PARTIAL(cuLaunchKernelEx_ptsz,
+    "packed arguments (extra): CUDA_ERROR_NOT_SUPPORTED; a kernel without "
+    "SIMCUDA_KERNEL_PARAMS runs synchronously and cannot be captured "
+    "(CUDA_ERROR_NOT_SUPPORTED)");
 
 static CUresult cooperative(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                             unsigned bz, unsigned shared, CUstream hs, void **params, bool pt)
@@ -204,6 +216,10 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned
                        kernelParams, false);
 }
 SIM_EXPORT(cuLaunchCooperativeKernel);
+SIM_PARTIAL(cuLaunchCooperativeKernel,
+    "packed arguments (extra): CUDA_ERROR_NOT_SUPPORTED; a kernel without "
+    "SIMCUDA_KERNEL_PARAMS runs synchronously and cannot be captured "
+    "(CUDA_ERROR_NOT_SUPPORTED)");
 
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
@@ -214,3 +230,7 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
                        kernelParams, true);
 }
 SIM_EXPORT(cuLaunchCooperativeKernel_ptsz);
+SIM_PARTIAL(cuLaunchCooperativeKernel_ptsz,
+    "packed arguments (extra): CUDA_ERROR_NOT_SUPPORTED; a kernel without "
+    "SIMCUDA_KERNEL_PARAMS runs synchronously and cannot be captured "
+    "(CUDA_ERROR_NOT_SUPPORTED)");

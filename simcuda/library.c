@@ -400,7 +400,8 @@ CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, C
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuLibraryEnumerateKernels);
-SIM_PARTIAL(cuLibraryEnumerateKernels, "lists the kernels declared with SIMCUDA_KERNEL_PARAMS only");
+SIM_PARTIAL(cuLibraryEnumerateKernels,
+    "lists the kernels declared with SIMCUDA_KERNEL_PARAMS only");
 
 /* The library's module in context c, made on first use. */
 static CUresult module_in(struct sim_library *l, struct sim_ctx *c, CUmodule *out)
@@ -641,4 +642,5 @@ CUresult cuLibraryGetUnifiedFunction(void **fptr, CUlibrary library, const char 
     return CUDA_ERROR_NOT_FOUND;
 }
 SIM_EXPORT(cuLibraryGetUnifiedFunction);
-SIM_PARTIAL(cuLibraryGetUnifiedFunction, "simcuda modules have no unified functions: CUDA_ERROR_NOT_FOUND");
+SIM_PARTIAL(cuLibraryGetUnifiedFunction,
+    "simcuda modules have no unified functions: CUDA_ERROR_NOT_FOUND");

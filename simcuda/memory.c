@@ -300,16 +300,22 @@ static CUresult copy2d(const CUDA_MEMCPY2D *p, CUstream hs, bool sync, bool pt)
 
 CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p) { return copy2d(p, NULL, true, false); }
 SIM_EXPORT(cuMemcpy2D_v2);
+SIM_PARTIAL(cuMemcpy2D_v2, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
 CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *p) { return copy2d(p, NULL, true, true); }
 SIM_EXPORT(cuMemcpy2D_v2_ptds);
+SIM_PARTIAL(cuMemcpy2D_v2_ptds, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
 CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p) { return copy2d(p, NULL, true, false); }
 SIM_EXPORT(cuMemcpy2DUnaligned_v2);
+SIM_PARTIAL(cuMemcpy2DUnaligned_v2, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
 CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *p) { return copy2d(p, NULL, true, true); }
 SIM_EXPORT(cuMemcpy2DUnaligned_v2_ptds);
+SIM_PARTIAL(cuMemcpy2DUnaligned_v2_ptds, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
 CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream s) { return copy2d(p, s, false, false); }
 SIM_EXPORT(cuMemcpy2DAsync_v2);
+SIM_PARTIAL(cuMemcpy2DAsync_v2, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
 CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *p, CUstream s) { return copy2d(p, s, false, true); }
 SIM_EXPORT(cuMemcpy2DAsync_v2_ptsz);
+SIM_PARTIAL(cuMemcpy2DAsync_v2_ptsz, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
 
 CUresult sim_copy_from_3d(const CUDA_MEMCPY3D *p, struct sim_copy *out)
 {
@@ -598,6 +604,8 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsign
     return pdptr ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
 }
 SIM_EXPORT(cuIpcOpenMemHandle_v2);
+SIM_NOT_SIMULATED(cuIpcOpenMemHandle_v2,
+    "CUDA_ERROR_NOT_SUPPORTED: another process's memory cannot be mapped");
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {

@@ -382,7 +382,8 @@ CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuModuleGetFunctionCount);
-SIM_PARTIAL(cuModuleGetFunctionCount, "counts the kernels declared with SIMCUDA_KERNEL_PARAMS only");
+SIM_PARTIAL(cuModuleGetFunctionCount,
+    "counts the kernels declared with SIMCUDA_KERNEL_PARAMS only");
 
 CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
 {
@@ -402,7 +403,8 @@ CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunct
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuModuleEnumerateFunctions);
-SIM_PARTIAL(cuModuleEnumerateFunctions, "lists the kernels declared with SIMCUDA_KERNEL_PARAMS only");
+SIM_PARTIAL(cuModuleEnumerateFunctions,
+    "lists the kernels declared with SIMCUDA_KERNEL_PARAMS only");
 
 /* Modules are loaded whole at once: every function is loaded. */
 CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
@@ -818,6 +820,10 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
                   hStream, kernelParams, extra, false);
 }
 SIM_EXPORT(cuLaunchKernel);
+SIM_PARTIAL(cuLaunchKernel,
+    "packed arguments (extra): CUDA_ERROR_NOT_SUPPORTED; a kernel without "
+    "SIMCUDA_KERNEL_PARAMS runs synchronously and cannot be captured "
+    "(CUDA_ERROR_NOT_SUPPORTED)");
 
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                              unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
@@ -827,3 +833,7 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
                   hStream, kernelParams, extra, true);
 }
 SIM_EXPORT(cuLaunchKernel_ptsz);
+SIM_PARTIAL(cuLaunchKernel_ptsz,
+    "packed arguments (extra): CUDA_ERROR_NOT_SUPPORTED; a kernel without "
+    "SIMCUDA_KERNEL_PARAMS runs synchronously and cannot be captured "
+    "(CUDA_ERROR_NOT_SUPPORTED)");

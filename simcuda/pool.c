@@ -163,6 +163,7 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuMemPoolCreate);
+SIM_PARTIAL(cuMemPoolCreate, "shareable handle types: CUDA_ERROR_NOT_SUPPORTED");
 
 /* A destroyed pool's free blocks go now; blocks still allocated go when freed.
  * The structure stays (marked destroyed) so that late frees find it. */

@@ -30,14 +30,18 @@ CUresult cuProfilerStart(void)
     return set(true);
 }
 SIM_EXPORT(cuProfilerStart);
-SIM_PARTIAL(cuProfilerStart, "no profiling tool is attached: only the state changes; cuGetProcAddress does not return it");
+SIM_PARTIAL(cuProfilerStart,
+    "no profiling tool is attached: only the state changes; cuGetProcAddress does not "
+    "return it");
 
 CUresult cuProfilerStop(void)
 {
     return set(false);
 }
 SIM_EXPORT(cuProfilerStop);
-SIM_PARTIAL(cuProfilerStop, "no profiling tool is attached: only the state changes; cuGetProcAddress does not return it");
+SIM_PARTIAL(cuProfilerStop,
+    "no profiling tool is attached: only the state changes; cuGetProcAddress does not "
+    "return it");
 
 /* Deprecated: the driver has answered CUDA_ERROR_NOT_SUPPORTED since CUDA 12.0. */
 CUresult cuProfilerInitialize(const char *configFile, const char *outputFile, CUoutput_mode outputMode)

@@ -66,6 +66,9 @@ struct sim_api_entry {
 /* SIM_AS_DRIVER(fn, "what it answers"): fn answers as the real driver does an
  * error it always gives (deprecated calls): the coverage test expects it. */
 #define SIM_AS_DRIVER(fn, what) _Static_assert(1, what)
+/* SIM_NOT_SIMULATED(fn, "CUDA_ERROR_X ..."): fn is exported (programs that
+ * call it load) but not simulated: it always answers that error. */
+#define SIM_NOT_SIMULATED(fn, what) _Static_assert(1, what)
 #define SIM_EXPORT(fn) SIM_EXPORT_(fn)
 #define SIM_EXPORT_(fn)                                                          \
     static const struct sim_api_entry sim_api_##fn                              \

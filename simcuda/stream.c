@@ -919,6 +919,8 @@ CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
     return phEvent ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
 }
 SIM_EXPORT(cuIpcOpenEventHandle);
+SIM_NOT_SIMULATED(cuIpcOpenEventHandle,
+    "CUDA_ERROR_NOT_SUPPORTED: another process's events cannot be opened");
 
 static CUresult event_destroy(CUevent h)
 {

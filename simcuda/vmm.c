@@ -110,6 +110,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuMemCreate);
+SIM_PARTIAL(cuMemCreate, "shareable handle types: CUDA_ERROR_NOT_SUPPORTED");
 
 static struct sim_phys *phys_of(CUmemGenericAllocationHandle h)
 {
