@@ -13,8 +13,8 @@
  * loss is read after the replay, from memory the graph left allocated.
  *
  *   graph_train [--eager] [--replays N] [--mb M] [--sleep-ms T]
- *               [--capture-pause-ms T] [--self-suspend K] [--print-every K]
- *               [--kernels PATH]
+ *               [--capture-pause-ms T] [--self-suspend K] [--pause-at R:T]
+ *               [--print-every K] [--kernels PATH]
  *
  * --eager runs the same step without a graph: it must give the same
  * checksum. --sleep-ms: host time between a launch and reading its loss, so
@@ -23,6 +23,8 @@
  * under tcgpu, every K replays the program suspends and resumes itself
  * (tcgpu_suspend/tcgpu_resume) right after launching, while the replay runs
  * and before it reads the loss the replay leaves in graph memory.
+ * --pause-at R:T: after launching replay R, prints "paused R" and waits T ms
+ * before reading its loss (a save or suspend can land there for sure).
  */
 #include <dlfcn.h>
 #include <libgen.h>
@@ -36,8 +38,8 @@
 #include "check.h"
 
 struct opts {
-    int eager, replays, print_every, self_suspend;
-    unsigned mb, sleep_ms, capture_pause_ms;
+    int eager, replays, print_every, self_suspend, pause_at;
+    unsigned mb, sleep_ms, capture_pause_ms, pause_ms;
     const char *kernels;
 };
 
@@ -201,6 +203,8 @@ static void parse(int argc, char **argv, struct opts *o, char *kpath, size_t len
             o->capture_pause_ms = (unsigned)atoi(argv[++i]);
         else if (!strcmp(a, "--self-suspend") && v)
             o->self_suspend = atoi(argv[++i]);
+        else if (!strcmp(a, "--pause-at") && v && sscanf(v, "%d:%u", &o->pause_at, &o->pause_ms) == 2)
+            i++;
         else if (!strcmp(a, "--print-every") && v)
             o->print_every = atoi(argv[++i]);
         else if (!strcmp(a, "--kernels") && v)
@@ -267,6 +271,11 @@ int main(int argc, char **argv)
             cu(cuGraphLaunch(x, md.s), "cuGraphLaunch");
         if (o.self_suspend && i % o.self_suspend == o.self_suspend / 2)
             self_suspend(i);
+        if (o.pause_ms && i == o.pause_at) {
+            printf("paused %d\n", i);
+            fflush(stdout);
+            sleep_ms(o.pause_ms);
+        }
         sleep_ms(o.sleep_ms);                  /* host work while the step runs */
         cu(cuMemcpyDtoHAsync(&lv, loss, sizeof(lv), md.s), "cuMemcpyDtoHAsync(loss)");
         cu(cuStreamSynchronize(md.s), "cuStreamSynchronize");
