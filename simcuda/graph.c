@@ -1239,20 +1239,10 @@ SIM_EXPORT(cuGraphEventWaitNodeSetEvent);
 
 /* ---- cuGraphAddNode: every simulated type through one struct ----------------------- */
 
-static bool zeroed(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-
-    for (size_t i = 0; i < n; i++)
-        if (b[i])
-            return false;
-    return true;
-}
-
 static CUresult add_generic(CUgraphNode *out, CUgraph hGraph, const CUgraphNode *deps,
                             const CUgraphEdgeData *edges, size_t ndeps, CUgraphNodeParams *p)
 {
-    if (!out || !p || !zeroed(p->reserved0, sizeof(p->reserved0)) || p->reserved2)
+    if (!out || !p || !sim_zeroed(p->reserved0, sizeof(p->reserved0)) || p->reserved2)
         return CUDA_ERROR_INVALID_VALUE;
     switch (p->type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {

@@ -168,52 +168,21 @@ static CUresult lib_new(void *dl, const unsigned char *img, size_t len, CUlibrar
     return CUDA_SUCCESS;
 }
 
-static int write_all(int fd, const unsigned char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
                            void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions,
                            void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    char path[64];
     size_t len;
     void *dl;
     CUresult r;
-    int fd;
 
     SIM_BEGIN();
     if (!library || !code)
         return CUDA_ERROR_INVALID_VALUE;
     if ((r = options_ok(jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues,
-                        numLibraryOptions)))
+                        numLibraryOptions)) ||
+        (r = sim_elf_dlopen(code, "simcuda-library", &dl, &len)))
         return r;
-    if (memcmp(code, ELFMAG, SELFMAG) || !(len = sim_elf_size(code)))
-        return CUDA_ERROR_INVALID_IMAGE;
-    if ((fd = memfd_create("simcuda-library", MFD_CLOEXEC)) < 0)
-        return CUDA_ERROR_OPERATING_SYSTEM;
-    if (write_all(fd, code, len)) {
-        close(fd);
-        return CUDA_ERROR_OPERATING_SYSTEM;
-    }
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    close(fd);
-    if (!dl) {
-        sim_log("cannot load library: %s", dlerror());
-        return CUDA_ERROR_INVALID_IMAGE;
-    }
     return lib_new(dl, code, len, library);
 }
 SIM_EXPORT(cuLibraryLoadData);
@@ -595,7 +564,9 @@ SIM_EXPORT(cuKernelSetCacheConfig);
 
 /* ---- globals: simcuda modules have none ---------------------------------------------------- */
 
-CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+/* A symbol of a library that simcuda modules never have (no device code):
+ * CUDA_ERROR_NOT_FOUND once the arguments are checked. */
+static CUresult no_symbol(CUlibrary library, const char *name)
 {
     struct sim_library *l;
     CUresult r;
@@ -603,43 +574,34 @@ CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
     SIM_BEGIN();
     if (!name)
         return CUDA_ERROR_INVALID_VALUE;
-    (void)dptr;
-    (void)bytes;
     if ((r = lib_get(library, &l)))
         return r;
     return CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+    (void)dptr;
+    (void)bytes;
+    return no_symbol(library, name);
 }
 SIM_EXPORT(cuLibraryGetGlobal);
 SIM_PARTIAL(cuLibraryGetGlobal, "simcuda modules have no device globals: CUDA_ERROR_NOT_FOUND");
 
 CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
-    struct sim_library *l;
-    CUresult r;
-
-    SIM_BEGIN();
-    if (!name)
-        return CUDA_ERROR_INVALID_VALUE;
     (void)dptr;
     (void)bytes;
-    if ((r = lib_get(library, &l)))
-        return r;
-    return CUDA_ERROR_NOT_FOUND;
+    return no_symbol(library, name);
 }
 SIM_EXPORT(cuLibraryGetManaged);
 SIM_PARTIAL(cuLibraryGetManaged, "simcuda modules have no managed variables: CUDA_ERROR_NOT_FOUND");
 
 CUresult cuLibraryGetUnifiedFunction(void **fptr, CUlibrary library, const char *symbol)
 {
-    struct sim_library *l;
-    CUresult r;
-
-    SIM_BEGIN();
-    if (!fptr || !symbol)
+    if (!fptr)
         return CUDA_ERROR_INVALID_VALUE;
-    if ((r = lib_get(library, &l)))
-        return r;
-    return CUDA_ERROR_NOT_FOUND;
+    return no_symbol(library, symbol);
 }
 SIM_EXPORT(cuLibraryGetUnifiedFunction);
 SIM_PARTIAL(cuLibraryGetUnifiedFunction,

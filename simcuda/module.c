@@ -197,30 +197,45 @@ static int write_all(int fd, const unsigned char *p, size_t n)
     return 0;
 }
 
-static CUresult load_data(CUmodule *module, const void *image)
+CUresult sim_elf_dlopen(const void *image, const char *what, void **dl, size_t *plen)
 {
     char path[64];
-    struct sim_ctx *c;
     size_t len;
-    CUresult r;
     int fd;
 
-    SIM_BEGIN();
-    if (!module || !image)
-        return CUDA_ERROR_INVALID_VALUE;
-    if ((r = sim_ctx_current(&c)))
-        return r;
     if (!is_elf(image) || !(len = sim_elf_size(image)))
         return CUDA_ERROR_INVALID_IMAGE;
-    if ((fd = memfd_create("simcuda-module", MFD_CLOEXEC)) < 0)
+    if ((fd = memfd_create(what, MFD_CLOEXEC)) < 0)
         return CUDA_ERROR_OPERATING_SYSTEM;
     if (write_all(fd, image, len)) {
         close(fd);
         return CUDA_ERROR_OPERATING_SYSTEM;
     }
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    r = load_path(module, path, c, image, len);
+    *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     close(fd);      /* the loaded mapping keeps the memfd alive */
+    if (!*dl) {
+        sim_log("cannot load %s: %s", what, dlerror());
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    *plen = len;
+    return CUDA_SUCCESS;
+}
+
+static CUresult load_data(CUmodule *module, const void *image)
+{
+    struct sim_ctx *c;
+    size_t len;
+    void *dl;
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!module || !image)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = sim_ctx_current(&c)) || (r = sim_elf_dlopen(image, "simcuda-module", &dl, &len)))
+        return r;
+    if ((r = module_add(c, dl, NULL, module)) == CUDA_SUCCESS)
+        module_names(*module, image, len);
     return r;
 }
 

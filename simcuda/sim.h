@@ -79,6 +79,17 @@ struct sim_api_entry {
  * for per-thread builds). */
 CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
 
+/* Whether n bytes at p are all zero (the reserved fields of argument structs). */
+static inline bool sim_zeroed(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+
+    for (size_t i = 0; i < n; i++)
+        if (b[i])
+            return false;
+    return true;
+}
+
 /* --- logging -------------------------------------------------------------- */
 void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *sim_result_name(CUresult r);
@@ -532,6 +543,10 @@ CUresult sim_kernel_resolve(const void *kern, struct sim_ctx *c, struct sim_kfn 
  * a malloc'd array of malloc'd strings, or -1. */
 int sim_elf_kernel_names(const unsigned char *img, size_t len, char ***names, size_t *n);
 size_t sim_elf_size(const unsigned char *img);
+/* Loads an ELF image in memory (a memfd named `what`, dlopen'ed through
+ * /proc/self/fd): *dl and its length. CUDA_ERROR_INVALID_IMAGE for anything
+ * not ELF or that does not load, CUDA_ERROR_OPERATING_SYSTEM. */
+CUresult sim_elf_dlopen(const void *image, const char *what, void **dl, size_t *len);
 int sim_exec_memset(struct sim_op *op);
 /* A copy described by CUDA_MEMCPY3D (host/device/unified sides; arrays are not simulated). */
 CUresult sim_copy_from_3d(const CUDA_MEMCPY3D *p, struct sim_copy *out);
