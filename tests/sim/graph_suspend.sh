@@ -38,7 +38,7 @@ finish() {
     [ "$got" = "$ref" ] || fail "checksum $got, uninterrupted $ref"
 }
 
-case "${1:?cycles|capture}" in
+case "${1:?cycles|self|capture|explicit}" in
 cycles)
     cycles=${2:-12}
     args=(--mb 8 --replays 120 --print-every 20)
@@ -97,6 +97,26 @@ capture)
     "$GPUCKPT" resume "$pid" || fail "resume after the capture failed"
     finish
     echo "ok: refused during capture, checksum $got"
+    ;;
+explicit)
+    args=(--mb 4 --replays 30 --print-every 10)
+    reference "${args[@]}"
+    start_bg "$WORK/run.out" "$GPUCKPT" run -- "$GRAPH_TRAIN" "${args[@]}" --explicit-mem-node --sleep-ms 30
+    pid=$BG
+    wait_for_socket "$pid"
+    wait_for_line "$WORK/run.out" '^captured'
+    grep -q '^explicit memory node' "$WORK/run.out" || fail "the job did not run its explicit memory node"
+    for op in checkpoint suspend; do
+        rc=0
+        dir=()
+        [ "$op" = checkpoint ] && dir=(-D "$WORK/img")
+        "$GPUCKPT" "$op" "$pid" "${dir[@]}" >"$WORK/refused.out" 2>&1 || rc=$?
+        [ "$rc" -eq 4 ] || fail "$op after an explicit graph memory node exited $rc, expected 4: $(cat "$WORK/refused.out")"
+        grep -q cuGraphAddMemAllocNode "$WORK/refused.out" || fail "the refusal does not name the call: $(cat "$WORK/refused.out")"
+    done
+    [ ! -e "$WORK/img" ] || fail "a refused checkpoint left $WORK/img behind"
+    finish
+    echo "ok: checkpoint and suspend refused after cuGraphAddMemAllocNode, checksum $got"
     ;;
 *)
     fail "unknown scenario $1"

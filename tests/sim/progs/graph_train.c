@@ -14,7 +14,7 @@
  *
  *   graph_train [--eager] [--replays N] [--mb M] [--sleep-ms T]
  *               [--capture-pause-ms T] [--self-suspend K] [--pause-at R:T]
- *               [--print-every K] [--kernels PATH]
+ *               [--explicit-mem-node] [--print-every K] [--kernels PATH]
  *
  * --eager runs the same step without a graph: it must give the same
  * checksum. --sleep-ms: host time between a launch and reading its loss, so
@@ -25,6 +25,10 @@
  * and before it reads the loss the replay leaves in graph memory.
  * --pause-at R:T: after launching replay R, prints "paused R" and waits T ms
  * before reading its loss (a save or suspend can land there for sure).
+ * --explicit-mem-node: before the capture, also builds, launches and destroys
+ * a graph whose memory nodes are added explicitly (cuGraphAddMemAllocNode,
+ * cuGraphAddMemFreeNode), which tcgpu leaves to the driver (prints
+ * "explicit memory node").
  */
 #include <dlfcn.h>
 #include <libgen.h>
@@ -38,7 +42,7 @@
 #include "check.h"
 
 struct opts {
-    int eager, replays, print_every, self_suspend, pause_at;
+    int eager, replays, print_every, self_suspend, pause_at, explicit_mem_node;
     unsigned mb, sleep_ms, capture_pause_ms, pause_ms;
     const char *kernels;
 };
@@ -125,6 +129,31 @@ static void capture(struct model *md, const struct opts *o, CUgraphExec *x, CUgr
     cu(cuGraphInstantiate(x, *g, 0), "cuGraphInstantiate");
 }
 
+/* A graph that allocates and frees 1 MiB with memory nodes it was given, not
+ * captured: the driver's graph memory, launched once. */
+static void explicit_mem_node(CUstream s)
+{
+    CUDA_MEM_ALLOC_NODE_PARAMS p;
+    CUgraphNode an, fn;
+    CUgraphExec x;
+    CUgraph g;
+
+    memset(&p, 0, sizeof(p));
+    p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.poolProps.location.id = 0;
+    p.bytesize = 1 << 20;
+    cu(cuGraphCreate(&g, 0), "cuGraphCreate");
+    cu(cuGraphAddMemAllocNode(&an, g, NULL, 0, &p), "cuGraphAddMemAllocNode");
+    cu(cuGraphAddMemFreeNode(&fn, g, &an, 1, p.dptr), "cuGraphAddMemFreeNode");
+    cu(cuGraphInstantiate(&x, g, 0), "cuGraphInstantiate");
+    cu(cuGraphLaunch(x, s), "cuGraphLaunch(explicit)");
+    cu(cuStreamSynchronize(s), "cuStreamSynchronize(explicit)");
+    cu(cuGraphExecDestroy(x), "cuGraphExecDestroy(explicit)");
+    cu(cuGraphDestroy(g), "cuGraphDestroy(explicit)");
+    printf("explicit memory node\n");
+}
+
 /* tcgpu_suspend(NULL) + tcgpu_resume() when libtcgpu.so is loaded. */
 static void self_suspend(int replay)
 {
@@ -205,6 +234,8 @@ static void parse(int argc, char **argv, struct opts *o, char *kpath, size_t len
             o->self_suspend = atoi(argv[++i]);
         else if (!strcmp(a, "--pause-at") && v && sscanf(v, "%d:%u", &o->pause_at, &o->pause_ms) == 2)
             i++;
+        else if (!strcmp(a, "--explicit-mem-node"))
+            o->explicit_mem_node = 1;
         else if (!strcmp(a, "--print-every") && v)
             o->print_every = atoi(argv[++i]);
         else if (!strcmp(a, "--kernels") && v)
@@ -255,6 +286,8 @@ int main(int argc, char **argv)
     void *ia[] = { &md.w, &md.m, &md.n, &seed };
     launch(md.init, md.s, ia, "init");
     printf("graph_train: %s, %u MiB, %d replays\n", o.eager ? "eager" : "graph", o.mb, o.replays);
+    if (o.explicit_mem_node)
+        explicit_mem_node(md.s);
     if (o.eager)
         cu(cuMemAlloc(&md.ws, md.n * sizeof(float)), "cuMemAlloc(workspace)");
     else
