@@ -240,16 +240,6 @@ static CUresult send_command(int pid, uint32_t cmd, uint32_t arg)
     return r;
 }
 
-static bool zeroed(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-
-    for (size_t i = 0; i < n; i++)
-        if (b[i])
-            return false;
-    return true;
-}
-
 CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 {
     struct sim_shm_proc *p;
@@ -280,7 +270,7 @@ SIM_EXPORT(cuCheckpointProcessGetState);
 
 CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
-    if (args && (args->reserved0 || !zeroed(args->reserved1, sizeof(args->reserved1))))
+    if (args && (args->reserved0 || !sim_zeroed(args->reserved1, sizeof(args->reserved1))))
         return CUDA_ERROR_INVALID_VALUE;
     return send_command(pid, SIM_CMD_LOCK, args ? args->timeoutMs : 0);
 }
@@ -288,7 +278,7 @@ SIM_EXPORT(cuCheckpointProcessLock);
 
 CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
-    if (args && !zeroed(args->reserved, sizeof(args->reserved)))
+    if (args && !sim_zeroed(args->reserved, sizeof(args->reserved)))
         return CUDA_ERROR_INVALID_VALUE;
     return send_command(pid, SIM_CMD_CHECKPOINT, 0);
 }
@@ -298,15 +288,16 @@ CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
     if (args && (args->gpuPairs || args->gpuPairsCount))
         return CUDA_ERROR_NOT_SUPPORTED;    /* GPU remapping is not simulated */
-    if (args && (!zeroed(args->reserved, sizeof(args->reserved)) || args->reserved1))
+    if (args && (!sim_zeroed(args->reserved, sizeof(args->reserved)) || args->reserved1))
         return CUDA_ERROR_INVALID_VALUE;
     return send_command(pid, SIM_CMD_RESTORE, 0);
 }
 SIM_EXPORT(cuCheckpointProcessRestore);
+SIM_PARTIAL(cuCheckpointProcessRestore, "GPU remapping (gpuPairs): CUDA_ERROR_NOT_SUPPORTED");
 
 CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
-    if (args && !zeroed(args->reserved, sizeof(args->reserved)))
+    if (args && !sim_zeroed(args->reserved, sizeof(args->reserved)))
         return CUDA_ERROR_INVALID_VALUE;
     return send_command(pid, SIM_CMD_UNLOCK, 0);
 }

@@ -14,6 +14,7 @@
 
 #include "devmem.h"
 #include "driver/driver.h"
+#include "graphmem.h"
 #include "image/image.h"
 #include "common/log.h"
 #include "objects.h"
@@ -98,13 +99,32 @@ static void ctx_leave(void)
     TCGPU_REAL(cuCtxPopCurrent)(&ignored);
 }
 
+/*
+ * A stream capture in progress: synchronising the context now would be an
+ * error that invalidates the program's capture (the driver's rule), so the
+ * operation is refused and the program carries on; a later try succeeds
+ * once the capture has ended.
+ */
+static int refuse_during_capture(void)
+{
+    char what[160];
+
+    if (!graphmem_capture_describe(what, sizeof(what)))
+        return 0;
+    errmsg_set("%s: the device cannot be synchronised until it ends (try again later)", what);
+    return -EBUSY;
+}
+
 int snap_sync(void)
 {
     CUcontext ctxs[MAX_CTX];
     CUdevice devs[MAX_CTX];
     size_t n = objects_contexts(ctxs, devs, MAX_CTX);
     CUresult rc;
+    int busy;
 
+    if ((busy = refuse_during_capture()) != 0)
+        return busy;
     for (size_t i = 0; i < n && i < MAX_CTX; i++) {
         if ((rc = TCGPU_REAL(cuCtxPushCurrent)(ctxs[i])) != CUDA_SUCCESS) {
             errmsg_set("cuCtxPushCurrent: %s", cu_error_name(rc));
@@ -145,6 +165,7 @@ static uint32_t image_kind(enum tc_alloc_kind k)
     switch (k) {
     case TC_ALLOC_PITCH: return TCGPU_ALLOC_PITCH;
     case TC_ALLOC_ASYNC: return TCGPU_ALLOC_POOL;
+    case TC_ALLOC_GRAPH: return TCGPU_ALLOC_POOL;   /* stream-ordered, in a graph */
     case TC_ALLOC_VMM:   return TCGPU_ALLOC_VMM_MAPPING;
     case TC_ALLOC_DEVICE:
     default:             return TCGPU_ALLOC_DEVICE;
@@ -153,6 +174,8 @@ static uint32_t image_kind(enum tc_alloc_kind k)
 
 static int add_devmem(const struct devmem_alloc *a, void *arg)
 {
+    if (a->contents_dead)
+        return 0;                     /* graph memory between launches (graphmem.h) */
     struct region r = {
         .va = a->va, .size = a->size, .id = a->id, .kind = image_kind(a->kind),
         .dtype = reg_hint_dtype_at(a->va), .device = a->device, .site = a->site,
@@ -597,6 +620,8 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
 
 /* --- taking memory down and putting it back ------------------------------ */
 
+static void managed_prefetch(int to_host);
+
 /* Which physical allocations and mappings one rebuild pass created. */
 struct pass {
     struct tc_phys **phys;
@@ -778,6 +803,9 @@ int snap_rebuild(struct snap *s, tcgpu_progress_fn fn, void *arg)
     reg_lock();
     if (rc)
         goto undo;
+    reg_unlock();
+    managed_prefetch(0);
+    reg_lock();
     goto out;
 undo:
     pass_undo(&p);
@@ -787,6 +815,51 @@ out:
     free(p.maps);
     image_close(img);
     return rc;
+}
+
+/* --- managed memory off the device while suspended ---------------------- */
+
+/*
+ * Prefetches every managed allocation to the host (to_host) or back to its
+ * device, and waits. The driver owns managed pages and cannot be made to
+ * release them, but it migrates them on request: on the host they take no
+ * device memory. A failure costs only that memory, never the program's
+ * data, so it is logged and the operation goes on.
+ */
+static void managed_prefetch(int to_host)
+{
+    struct tc_managed *v = NULL, *m;
+    size_t n = 0, k = 0;
+
+    reg_lock();
+    for (m = reg_managed_first(); m; m = m->next)
+        n++;
+    if (n && (v = calloc(n, sizeof(*v))))
+        for (m = reg_managed_first(); m; m = m->next)
+            v[k++] = *m;
+    reg_unlock();
+    for (size_t i = 0; i < k; i++) {
+        CUmemLocation loc = { to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
+                              to_host ? 0 : v[i].device };
+        CUresult rc;
+
+        if (ctx_enter(v[i].device) != 0)
+            continue;
+        rc = TCGPU_REAL(cuMemPrefetchAsync)(v[i].va, v[i].size, loc, 0, NULL);
+        if (rc == CUDA_ERROR_NOT_FOUND)       /* a driver older than 12.2 */
+            rc = TCGPU_REAL_ABI(cuMemPrefetchAsync)(v[i].va, v[i].size,
+                                                    to_host ? CU_DEVICE_CPU : v[i].device, NULL);
+        if (rc == CUDA_SUCCESS)
+            rc = TCGPU_REAL(cuCtxSynchronize)();
+        if (rc != CUDA_SUCCESS)
+            log_info("managed memory at %#llx (%zu bytes) stays where it is: prefetch to %s: %s",
+                     (unsigned long long)v[i].va, v[i].size, to_host ? "the host" : "its device",
+                     cu_error_name(rc));
+        ctx_leave();
+    }
+    if (n && !v)
+        log_info("out of host memory: managed memory is not prefetched");
+    free(v);
 }
 
 int snap_release(struct snap *s)
@@ -817,6 +890,8 @@ int snap_release(struct snap *s)
         p->real = 0;
     }
     reg_unlock();
+    if (rc == 0)
+        managed_prefetch(1);
     return rc;
 }
 
