@@ -4,8 +4,12 @@
  *   simcuda-smi        a table: devices (capacity, used, free) and processes
  *   simcuda-smi -q     one line per record, key=value, for scripts:
  *                        device index=0 total=... used=... free=...
- *                        process pid=... device=0 used=... state=running command=...
+ *                        process pid=... device=0 used=... state=running command=... nspid=...
  *
+ * Processes are shown by host pid, as nvidia-smi does, also for processes in
+ * containers (nspid= is the pid in the process's own namespace); inside a
+ * container, a process of another namespace whose host pid nobody on the host
+ * has looked up yet shows pid 0.
  * It reads the shm named by SIMCUDA_SHM (default /simcuda) without attaching
  * to the device; dead processes are reaped first, as any attach would.
  */
@@ -38,11 +42,11 @@ static void print_table(const struct sim_shm *s)
     for (int i = 0; i < SIM_MAX_PROCS; i++) {
         const struct sim_shm_proc *p = &s->procs[i];
 
-        if (!p->pid)
+        if (!sim_slot_used(p))
             continue;
         for (int d = 0; d < s->ndev; d++)
             if (p->used[d] || p->parked[d] || d == 0)
-                printf("| %4d %8d  %-13s %9llu  %-29.29s |\n", d, p->pid, sim_state_name(p->state),
+                printf("| %4d %8d  %-13s %9llu  %-29.29s |\n", d, p->id.hostpid, sim_state_name(p->state),
                        mib(p->used[d] + p->parked[d]), p->comm);
     }
     printf("+-----------------------------------------------------------------------+\n");
@@ -57,12 +61,12 @@ static void print_lines(const struct sim_shm *s)
     for (int i = 0; i < SIM_MAX_PROCS; i++) {
         const struct sim_shm_proc *p = &s->procs[i];
 
-        if (!p->pid)
+        if (!sim_slot_used(p))
             continue;
         for (int d = 0; d < s->ndev; d++)
-            printf("process pid=%d device=%d used=%llu parked=%llu state=%s command=%s\n", p->pid, d,
-                   (unsigned long long)p->used[d], (unsigned long long)p->parked[d],
-                   sim_state_name(p->state), p->comm);
+            printf("process pid=%d device=%d used=%llu parked=%llu state=%s command=%s nspid=%d\n",
+                   p->id.hostpid, d, (unsigned long long)p->used[d], (unsigned long long)p->parked[d],
+                   sim_state_name(p->state), p->comm, p->id.nspid);
     }
 }
 
