@@ -255,9 +255,10 @@ static const struct command cmd_status = { .word = "status", .answer = answer_st
 
 /*
  * A relative dir= names an entry of the directory the client sent with the
- * request (SCM_RIGHTS): a CRIU plugin outside our mount namespace hands us
- * its images directory that way (docs/kubernetes.md). We reach it through
- * /proc/self/fd, which resolves whatever our root is.
+ * request (SCM_RIGHTS), "." the directory itself: a CRIU plugin outside our
+ * mount namespace hands us its images directory that way
+ * (docs/kubernetes.md). We reach it through /proc/self/fd, which resolves
+ * whatever our root is.
  */
 static int dir_in_passed(const struct request *rq, const char *name, char *out, size_t len,
                          struct ctl_buf *b)
@@ -268,12 +269,13 @@ static int dir_in_passed(const struct request *rq, const char *name, char *out, 
         ctl_buf_error(b, -EINVAL, "dir must be an absolute path");
         return -EINVAL;
     }
-    if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
-        fstat(rq->dirfd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+    if (strchr(name, '/') || !strcmp(name, "..") || fstat(rq->dirfd, &st) < 0 ||
+        !S_ISDIR(st.st_mode)) {
         ctl_buf_error(b, -EINVAL, "dir must name an entry of the directory sent with the request");
         return -EINVAL;
     }
-    if (snprintf(out, len, "/proc/self/fd/%d/%s", rq->dirfd, name) >= (int)len) {
+    if (snprintf(out, len, "/proc/self/fd/%d%s%s", rq->dirfd, strcmp(name, ".") ? "/" : "",
+                 strcmp(name, ".") ? name : "") >= (int)len) {
         ctl_buf_error(b, -ENAMETOOLONG, "dir name too long");
         return -ENAMETOOLONG;
     }

@@ -19,6 +19,7 @@ static struct {
     CUresult (*driver_version)(int *);
     CUresult (*error_name)(CUresult, const char **);
     CUresult (*get_state)(int, CUprocessState *);
+    CUresult (*restore_tid)(int, int *);
     CUresult (*lock)(int, CUcheckpointLockArgs *);
     CUresult (*checkpoint)(int, CUcheckpointCheckpointArgs *);
     CUresult (*restore)(int, CUcheckpointRestoreArgs *);
@@ -60,6 +61,7 @@ static int resolve_all(void *h)
     return RESOLVE(h, init, "cuInit") || RESOLVE(h, driver_version, "cuDriverGetVersion") ||
            RESOLVE(h, error_name, "cuGetErrorName") ||
            RESOLVE(h, get_state, "cuCheckpointProcessGetState") ||
+           RESOLVE(h, restore_tid, "cuCheckpointProcessGetRestoreThreadId") ||
            RESOLVE(h, lock, "cuCheckpointProcessLock") ||
            RESOLVE(h, checkpoint, "cuCheckpointProcessCheckpoint") ||
            RESOLVE(h, restore, "cuCheckpointProcessRestore") ||
@@ -178,6 +180,17 @@ int gdrv_get_state(pid_t pid, int *state, char *err, size_t len)
     r = check(drv.get_state((int)pid, &s), "cuCheckpointProcessGetState", pid, err, len);
     if (r == 0)
         *state = (int)s;
+    return r;
+}
+
+int gdrv_restore_tid(pid_t pid, pid_t *tid, char *err, size_t len)
+{
+    int t = 0, r;
+
+    if ((r = need_driver(err, len)) < 0)
+        return r;
+    r = check(drv.restore_tid((int)pid, &t), "cuCheckpointProcessGetRestoreThreadId", pid, err, len);
+    *tid = (pid_t)t;
     return r;
 }
 
