@@ -73,12 +73,12 @@ static void beside_plugin(const char *name, char *out, size_t len)
     snprintf(out, len, "%.*s/%s", (int)(slash - info.dli_fname), info.dli_fname, name);
 }
 
-int tp_watcher_path(char *out, size_t len)
+int tp_helper_path(char *out, size_t len)
 {
-    beside_plugin(TP_WATCHER, out, len);
+    beside_plugin(TP_HELPER, out, len);
     if (out[0] && access(out, X_OK) == 0)
         return 0;
-    snprintf(out, len, "%s/%s", TCGPU_CRIU_LIBEXECDIR, TP_WATCHER);
+    snprintf(out, len, "%s/%s", TCGPU_CRIU_LIBEXECDIR, TP_HELPER);
     return access(out, X_OK) == 0 ? 0 : -ENOENT;
 }
 

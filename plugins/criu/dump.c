@@ -14,7 +14,7 @@
  * CRIU lets the tasks go. CRIU does not tell plugins whether it will kill or
  * release the tasks: we know it from TCGPU_CRIU_LEAVE_RUNNING=1 (gpuckpt
  * sets it) or criu's command line; otherwise (runc's RPC, as podman, CRI-O
- * and containerd use it) a watcher process (watch.c) waits, and gives back
+ * and containerd use it) a watcher process (helper.c) waits, and gives back
  * what the tasks need if they are still alive once CRIU has let them go.
  */
 #include <ctype.h>
@@ -36,7 +36,7 @@
 #include "rmtree.h"
 #include "criu-plugin.h"
 #include "ctl/rundir.h"
-#include "gpuckpt/driver.h"
+#include "gpuckpt/driver.h"     /* the GDRV_* states */
 #include "image/image.h"
 
 static struct {
@@ -215,16 +215,12 @@ static int release_context(struct tp_proc *p)
     pid_t tid = 0;
     int state, r;
 
-    if (!gdrv_available(err, sizeof(err))) {
-        tp_err("process %d (%s): %s: its CUDA context would stay, and CRIU cannot dump it",
-               (int)p->pid, p->comm, err);
-        return -ENODEV;
-    }
-    if ((r = gdrv_get_state(p->pid, &state, err, sizeof(err))) < 0) {
-        tp_err("process %d (%s): %s", (int)p->pid, p->comm, err);
+    if ((r = tp_driver_helper.state(p->pid, &state, &tid, err, sizeof(err))) < 0) {
+        tp_err("process %d (%s): %s%s", (int)p->pid, p->comm, err,
+               r == -ENODEV ? ": its CUDA context would stay, and CRIU cannot dump it" : "");
         return r;
     }
-    if (gdrv_restore_tid(p->pid, &tid, err, sizeof(err)) == 0 && (tid = tp_tid_ns(p->pid, tid)))
+    if (tid && (tid = tp_tid_ns(p->pid, tid)))
         p->tids[p->ntids++] = tid;
     p->ntids = tp_threads_tcgpu(p->pid, p->tids, p->ntids, TP_MAX_TIDS);
     if (state == GDRV_CHECKPOINTED)
@@ -234,7 +230,7 @@ static int release_context(struct tp_proc *p)
                gdrv_state_name(state));
         return -EBUSY;
     }
-    if ((r = gdrv_release(p->pid, (unsigned)d.cfg->timeout_ms, err, sizeof(err))) < 0) {
+    if ((r = tp_driver_helper.release(p->pid, (unsigned)d.cfg->timeout_ms, err, sizeof(err))) < 0) {
         tp_err("process %d (%s): %s", (int)p->pid, p->comm, err);
         return r;
     }
@@ -262,7 +258,7 @@ static int take_off(struct tp_proc *p, const struct tcgpu_status *st)
     if (r == 0)
         return 0;
     if (p->suspended_by_us || p->released_by_us)
-        tp_job_give_back(p, p->pid, d.gpudir, d.cfg->timeout_ms);
+        tp_job_give_back(p, p->pid, d.gpudir, d.cfg->timeout_ms, &tp_driver_helper);
     snprintf(name, sizeof(name), "%d", (int)p->vpid);
     tp_rmtree_at(d.gpudir, name);
     return r;
@@ -322,7 +318,7 @@ static void give_all_back(void)
 
         if (tp_threads_run(p->pid, p->tids, p->ntids, &run) < 0)
             continue;
-        tp_job_give_back(p, p->pid, d.gpudir, d.cfg->timeout_ms);
+        tp_job_give_back(p, p->pid, d.gpudir, d.cfg->timeout_ms, &tp_driver_helper);
         tp_threads_hold(&run);
     }
 }
@@ -350,7 +346,7 @@ static int leave_running_asked(void)
 }
 
 /*
- * The watcher (watch.c) is a program of its own: after a fork, the driver
+ * The watcher (helper.c) is a program of its own: after a fork, the driver
  * this process loaded must not be used, and the watcher needs a fresh one.
  * It gets the images directory and the GPU images directory as descriptors,
  * and nothing else of CRIU's.
@@ -360,9 +356,9 @@ static void start_watcher(void)
     char exe[PATH_MAX], a_img[16], a_gpu[16], a_to[16];
     pid_t child;
 
-    if (tp_watcher_path(exe, sizeof(exe)) < 0) {
+    if (tp_helper_path(exe, sizeof(exe)) < 0) {
         tp_err("no %s beside the plugin: if the tasks run on, resume their GPU state by hand "
-               "(gpuckpt resume)", TP_WATCHER);
+               "(gpuckpt resume)", TP_HELPER);
         return;
     }
     snprintf(a_img, sizeof(a_img), "%d", d.imgdir);
@@ -370,7 +366,7 @@ static void start_watcher(void)
     snprintf(a_to, sizeof(a_to), "%d", d.cfg->timeout_ms);
     if ((child = fork()) < 0) {
         tp_err("cannot start %s (%s): if the tasks run on, resume their GPU state by hand "
-               "(gpuckpt resume)", TP_WATCHER, strerror(errno));
+               "(gpuckpt resume)", TP_HELPER, strerror(errno));
         return;
     }
     if (child == 0) {
@@ -387,13 +383,13 @@ static void start_watcher(void)
         for (int fd = 3; fd < 65536; fd++)
             if (fd != d.imgdir && fd != d.gpudir)
                 fcntl(fd, F_SETFD, FD_CLOEXEC);
-        execl(exe, TP_WATCHER, a_img, a_gpu, a_to, (char *)NULL);
+        execl(exe, TP_HELPER, "watch", a_img, a_gpu, a_to, (char *)NULL);
         _exit(127);
     }
     while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
         ;
     tp_info("%s watches the dumped tcgpu processes: those CRIU lets run on get their GPU state back",
-            TP_WATCHER);
+            TP_HELPER);
 }
 
 void tp_dump_fini(int ret)

@@ -20,7 +20,6 @@
 #include "ctl/client.h"
 #include "ctl/proto.h"
 #include "ctl/rundir.h"
-#include "gpuckpt/driver.h"
 
 int tp_job_call(pid_t pid, const char *cmd, int dirfd, const char *name, int timeout_ms,
                 struct tcgpu_status *st, char *err, size_t len)
@@ -88,13 +87,14 @@ static void image_path(int gpudir, pid_t vpid, char *out, size_t len)
     snprintf(out, len, "%s/%d", n > 0 ? dir : "?", (int)vpid);
 }
 
-int tp_job_give_back(const struct tp_proc *p, pid_t pid, int gpudir, int timeout_ms)
+int tp_job_give_back(const struct tp_proc *p, pid_t pid, int gpudir, int timeout_ms,
+                     const struct tp_driver *drv)
 {
     char err[PATH_MAX + 1024], name[16], img[PATH_MAX + 16];
     int r, imgfd;
 
     image_path(gpudir, p->vpid, img, sizeof(img));
-    if (p->released_by_us && (r = gdrv_reacquire(pid, err, sizeof(err))) < 0) {
+    if (p->released_by_us && (r = drv->reacquire(pid, err, sizeof(err))) < 0) {
         tp_err("process %d (%s): cannot take its CUDA context back from the driver: %s; it stays "
                "suspended (retry: gpuckpt resume %d -D %s)", (int)pid, p->comm, err, (int)pid, img);
         return r;

@@ -42,7 +42,7 @@
 #define TP_NAME "tcgpu_plugin"          /* as CRIU lists it (inventory, log) */
 #define TP_INDEX "tcgpu.img"            /* the index, in CRIU's images directory */
 #define TP_GPU_SUBDIR "tcgpu"           /* the GPU images, <images>/tcgpu/<vpid> */
-#define TP_WATCHER "tcgpu-criu-watch"   /* the watcher program, beside the plugin */
+#define TP_HELPER "tcgpu-criu-helper"  /* the helper program, beside the plugin */
 #define TP_MAX_PROCS 256
 #define TP_MAX_TIDS 8                   /* service threads recorded per process */
 
@@ -129,6 +129,30 @@ int tp_threads_tcgpu(pid_t pid, pid_t *tids, int n, int max);
 /* A thread's pid where it lives (its NSpid's last), from the caller's tid; 0 if gone. */
 pid_t tp_tid_ns(pid_t pid, pid_t tid);
 
+/* ---- driver.c: the driver's checkpoint API ---------------------------------------- */
+
+struct gdrv_device;
+
+/*
+ * Two ways to the driver, behind one face. CRIU's own process must not load
+ * the driver: a driver starts threads, and CRIU joins mount namespaces
+ * (setns) that only a single-threaded process may join. So the plugin goes
+ * through tcgpu-criu-helper (helper.c), one short process per call, as
+ * NVIDIA's cuda_plugin goes through cuda-checkpoint; the helper itself calls
+ * the driver directly. Each returns 0 or -errno with a message in err (the
+ * errors of gpuckpt/driver.h).
+ */
+struct tp_driver {
+    /* the driver's state of pid (GDRV_*) and its restore thread (0 if none) */
+    int (*state)(pid_t pid, int *state, pid_t *restore_tid, char *err, size_t len);
+    int (*release)(pid_t pid, unsigned timeout_ms, char *err, size_t len);
+    int (*reacquire)(pid_t pid, char *err, size_t len);
+    /* the devices now: how many (at most max filled), or -errno */
+    int (*devices)(struct gdrv_device *devs, int max, char *err, size_t len);
+};
+extern const struct tp_driver tp_driver_direct;
+extern const struct tp_driver tp_driver_helper;
+
 /* ---- job.c: one tcgpu process ------------------------------------------------------- */
 
 /*
@@ -151,7 +175,13 @@ pid_t tp_job_vpid(pid_t pid);
  * service threads must be running. Returns 0, or -errno after logging what
  * is left to do by hand.
  */
-int tp_job_give_back(const struct tp_proc *p, pid_t pid, int gpudir, int timeout_ms);
+int tp_job_give_back(const struct tp_proc *p, pid_t pid, int gpudir, int timeout_ms,
+                     const struct tp_driver *drv);
+
+/* ---- helper.c's watch: see dump.c ---------------------------------------------------------- */
+
+/* Waits for CRIU to end or let go of the processes of idx; gives back those let go alive. */
+void tp_watch(struct tp_index *idx, int gpudir, int timeout_ms);
 
 /* ---- dump.c / restore.c: the hooks' work ---------------------------------------------- */
 
@@ -164,8 +194,8 @@ int tp_restore_init(const struct tp_config *c);
 int tp_restore_resume(pid_t pid);
 void tp_restore_fini(void);
 
-/* The watcher program: beside the plugin, else where it was installed. 0 or -ENOENT. */
-int tp_watcher_path(char *out, size_t len);
+/* The helper program: beside the plugin, else where it was installed. 0 or -ENOENT. */
+int tp_helper_path(char *out, size_t len);
 
 /* The directory of the GPU images: $TCGPU_CRIU_GPU_DIR (absolute, a private
  * directory of ours), else <images>/tcgpu (made when create). fd or -errno. */

@@ -33,7 +33,9 @@ static struct {
     int enabled;
     int gpudir;
     struct tp_index idx;
-} rs = { .gpudir = -1 };
+    int ndev;                   /* the devices here, asked once: -1 until then */
+    struct gdrv_device dev[16];
+} rs = { .gpudir = -1, .ndev = -1 };
 
 /* We are in the inventory: tell CRIU we are here, or it refuses the restore. */
 static void leave_inventory(void)
@@ -48,11 +50,11 @@ static void leave_inventory(void)
 /* The devices an image was made on must be the same model here. */
 static int check_devices(const struct tp_proc *p, const struct image *img)
 {
-    struct gdrv_device now[16];
+    const struct gdrv_device *now = rs.dev;
     char err[512];
-    int n = gdrv_devices(now, 16, err, sizeof(err));
+    int n = rs.ndev;
 
-    if (n < 0) {
+    if (n < 0 && (n = rs.ndev = tp_driver_helper.devices(rs.dev, 16, err, sizeof(err))) < 0) {
         tp_err("cannot list the GPUs: %s", err);
         return -ENODEV;
     }
@@ -113,11 +115,11 @@ static int verify_image(const struct tp_proc *p)
 
 int tp_restore_init(const struct tp_config *c)
 {
-    char why[512];
     int imgdir = criu_get_image_dir(), r;
 
     rs.cfg = c;
     rs.enabled = 0;
+    rs.ndev = -1;
     if ((r = tp_index_read(imgdir, &rs.idx)) == -ENOENT)
         return 0;               /* no tcgpu process in this dump */
     if (r < 0)
@@ -125,10 +127,6 @@ int tp_restore_init(const struct tp_config *c)
     leave_inventory();
     if (rs.idx.n == 0)
         return 0;
-    if (!gdrv_available(why, sizeof(why))) {
-        tp_err("%d tcgpu processes to restore, but %s", rs.idx.n, why);
-        return -ENODEV;
-    }
     if ((rs.gpudir = tp_gpu_dir_open(imgdir, 0)) < 0)
         return rs.gpudir;
     for (int i = 0; i < rs.idx.n; i++)
@@ -148,7 +146,7 @@ int tp_restore_resume(pid_t pid)
         return -ENOTSUP;
     if (tp_threads_run(pid, p->tids, p->ntids, &run) < 0)
         return 0;               /* logged; the process stays suspended */
-    tp_job_give_back(p, pid, rs.gpudir, rs.cfg->timeout_ms);
+    tp_job_give_back(p, pid, rs.gpudir, rs.cfg->timeout_ms, &tp_driver_helper);
     tp_threads_hold(&run);
     return 0;
 }
