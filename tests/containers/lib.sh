@@ -141,7 +141,8 @@ container_pid() { podman inspect -f '{{.State.Pid}}' "$1"; }
 wait_log() {
     local i
     for i in $(seq 1 1200); do
-        podman logs "$1" 2>&1 | grep -q "$2" && return 0
+        podman logs "$1" >"$WORK/$1.log" 2>&1
+        grep -q "$2" "$WORK/$1.log" && return 0
         sleep 0.05
     done
     fail "'$2' never appeared in $1's output: $(podman logs "$1" 2>&1 | tail -n 5)"
