@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "internal.h"
+#include "common/bigbuf.h"
 
 struct datafile {
     char name[32];
@@ -628,8 +629,8 @@ void image_close(struct image *img)
     free(img->chunks);
     idmap_free(&img->ids);
     codec_ctx_free(img->ctx);
-    free(img->stored_buf);
-    free(img->raw_buf);
+    bigbuf_free(img->stored_buf, img->max_stored);
+    bigbuf_free(img->raw_buf, img->max_raw);
     free(img->dir);
     free(img);
 }
@@ -969,9 +970,10 @@ int image_decode_chunk(const struct image *img, size_t i, struct codec_ctx *ctx,
 
 static int ensure_bufs(struct image *img)
 {
-    if (!img->stored_buf && img->max_stored && !(img->stored_buf = malloc(img->max_stored)))
+    /* chunk-sized: mapped, so that they leave with the image (common/bigbuf.h) */
+    if (!img->stored_buf && img->max_stored && !(img->stored_buf = bigbuf_alloc(img->max_stored)))
         return -ENOMEM;
-    if (!img->raw_buf && img->max_raw && !(img->raw_buf = malloc(img->max_raw)))
+    if (!img->raw_buf && img->max_raw && !(img->raw_buf = bigbuf_alloc(img->max_raw)))
         return -ENOMEM;
     return 0;
 }
