@@ -19,11 +19,11 @@ CRIU_TARBALL=criu_${CRIU_VERSION}.orig.tar.xz
 CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 
 BUILD_PKGS=(gcc make pkg-config meson ninja-build python3 xz-utils curl ca-certificates
-            libzstd-dev zstd liburing-dev libunwind-dev libinih-dev libxxhash-dev)
+            libzstd-dev zstd liburing-dev libunwind-dev libinih-dev libxxhash-dev python3-yaml)
 # The plugin header and what it includes (only libc headers besides itself).
 CRIU_HEADERS=(criu/include/criu-plugin.h)
 CRIU_INCLUDE_DIR=/usr/local/include/criu
-CONTAINER_PKGS=(podman runc conmon containernetworking-plugins python3-yaml)
+CONTAINER_PKGS=(podman runc conmon containernetworking-plugins)
 CRIU_BUILD_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
                  libnl-3-dev libnl-route-3-dev libnet1-dev libcap-dev libbsd-dev uuid-dev
                  libgnutls28-dev libnftables-dev iproute2)

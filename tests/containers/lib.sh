@@ -98,17 +98,18 @@ PODMAN_RUN+=(--security-opt "seccomp=$SECCOMP")
 CRIU_CONF=$WORK/criu.conf
 printf 'libdir %s\n' "$PLUGDIR" >"$CRIU_CONF"
 
-# build_image NAME : a local image from a root filesystem assembled here: the
-# training example and its kernels, and the shared libraries they, libtcgpu.so
-# and the driver need. No registry, no network. libtcgpu.so and the driver are
-# not in it: they are bind-mounted at run (docs/kubernetes.md).
+# build_image NAME [PROGRAM...] : a local image from a root filesystem
+# assembled here: the training example and its kernels (and PROGRAMs), in
+# /opt/train, and the shared libraries they, libtcgpu.so and the driver need.
+# No registry, no network. libtcgpu.so and the driver are not in it: they
+# are bind-mounted at run (docs/kubernetes.md).
 build_image() {
-    local name=$1 root=$WORK/rootfs lib
+    local name=$1 root=$WORK/rootfs lib; shift
     mkdir -p "$root/opt/train" "$root/tmp" "$root/dev/shm" "$root/proc" "$root/sys" \
         "$root/opt/tcgpu/lib" "$root/usr/lib/x86_64-linux-gnu" "$root/etc"
     chmod 1777 "$root/tmp"
-    cp "$TRAIN" "$TRAIN_KERNELS" "$root/opt/train/"
-    for lib in $(ldd "$TRAIN" "$LIBTCGPU" "$LIBCUDA" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/lib/ { print $1 }' | sort -u); do
+    cp "$TRAIN" "$TRAIN_KERNELS" "$@" "$root/opt/train/"
+    for lib in $(ldd "$TRAIN" "$LIBTCGPU" "$LIBCUDA" "$@" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/lib/ { print $1 }' | sort -u); do
         case "$lib" in */libcuda.so.1) continue ;; esac
         mkdir -p "$root$(dirname "$lib")"
         cp -L "$lib" "$root$lib"
