@@ -2,8 +2,7 @@
 # Each test runs its own tcgpud on its own simulated device, socket and state file.
 TCGPUD=$B/tools/tcgpud/tcgpud
 export TCGPU_DAEMON_SOCKET=$WORK/tcgpud.sock
-CONTEXT_BYTES=$((32 << 20))            # SIMCUDA_CONTEXT_MEM of lib.sh
-SLACK=$((CONTEXT_BYTES + (4 << 20)))   # what a suspended job may still hold (its context)
+SLACK=$SC_HELD_KEPT                    # what a suspended job may still hold: its context (lib.sh)
 
 # write_config BODY : [daemon] for this test, then BODY (projects, GPUs).
 write_config() {
