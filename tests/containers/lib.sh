@@ -62,9 +62,6 @@ wait_gone() {
     fail "process $1 still runs after ${2:-120} s"
 }
 
-# The state simcuda-smi shows for host pid PID ("running", "checkpointed"), "" if none.
-smi_state() { "$SMI" -q | awk -v want="pid=$1" '$1 == "process" && $2 == want { for (i = 3; i <= NF; i++) if ($i ~ /^state=/) { sub(/^state=/, "", $i); print $i } }'; }
-
 # Device memory in use on the simulated device, all processes.
 device_used() { "$SMI" -q | awk '$1 == "device" { for (i = 2; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); sum += $i } } END { print sum + 0 }'; }
 
