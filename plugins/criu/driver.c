@@ -34,6 +34,18 @@
 #define HELPER_GRACE_MS 30000   /* beyond the operation's own timeout */
 #define HELPER_OUT_MAX 65536
 
+/* The remapping for reacquire, kept here for the helper's command line. */
+static uint8_t remap_old[16][16], remap_new[16][16];
+static int nremap;
+
+void tp_driver_remap(const uint8_t (*old_uuid)[16], const uint8_t (*new_uuid)[16], int n)
+{
+    nremap = n < 16 ? n : 16;
+    memcpy(remap_old, old_uuid, (size_t)nremap * 16);
+    memcpy(remap_new, new_uuid, (size_t)nremap * 16);
+    gdrv_set_remap((const uint8_t(*)[16])remap_old, (const uint8_t(*)[16])remap_new, nremap);
+}
+
 /* ---- directly --------------------------------------------------------------------------- */
 
 static int direct_state(pid_t pid, int *state, pid_t *restore_tid, char *err, size_t len)
@@ -103,6 +115,8 @@ static int run_helper(const char *const args[], int timeout_ms, char *out, size_
     char exe[PATH_MAX];
     const char *argv[8];
     int pfd[2], st, r, n = 0;
+
+    /* args: at most 6 */
     pid_t child;
 
     out[0] = '\0';
@@ -211,10 +225,19 @@ static int helper_release(pid_t pid, unsigned timeout_ms, char *err, size_t len)
 
 static int helper_reacquire(pid_t pid, char *err, size_t len)
 {
-    char spid[16], out[1024];
-    const char *args[] = { "driver", "reacquire", spid, NULL };
+    char spid[16], out[1024], pairs[16 * 66] = "", o[33], n[33];
+    const char *args[] = { "driver", "reacquire", spid, pairs, NULL };
+    size_t at = 0;
 
     snprintf(spid, sizeof(spid), "%d", (int)pid);
+    /* OLD=NEW,OLD=NEW... (hex UUIDs), or nothing */
+    for (int i = 0; i < nremap; i++) {
+        recfile_hex16(remap_old[i], o);
+        recfile_hex16(remap_new[i], n);
+        at += (size_t)snprintf(pairs + at, sizeof(pairs) - at, "%s%s=%s", i ? "," : "", o, n);
+    }
+    if (!nremap)
+        args[3] = NULL;
     return helper_call(args, 60000, out, sizeof(out), err, len);
 }
 

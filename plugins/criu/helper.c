@@ -4,7 +4,7 @@
  *
  *     tcgpu-criu-helper driver state PID          state=N restore_tid=TID
  *     tcgpu-criu-helper driver release PID TIMEOUT_MS
- *     tcgpu-criu-helper driver reacquire PID
+ *     tcgpu-criu-helper driver reacquire PID [OLD=NEW,...]   (UUIDs in hex: a remapping)
  *     tcgpu-criu-helper driver devices            one "device ordinal=..." line each
  *     tcgpu-criu-helper watch IMAGES_FD GPU_IMAGES_FD TIMEOUT_MS
  *
@@ -133,6 +133,28 @@ static int driver_devices(void)
     return 0;
 }
 
+/* "OLD=NEW,OLD=NEW" (hex UUIDs) as the driver's remapping. 0 or -EINVAL. */
+static int set_remap(const char *s)
+{
+    uint8_t olds[16][16], news[16][16];
+    char o[33], n[33];
+    int k = 0;
+
+    while (*s && k < 16) {
+        if (sscanf(s, "%32[0-9a-f]=%32[0-9a-f]", o, n) != 2 || recfile_unhex16(o, olds[k]) ||
+            recfile_unhex16(n, news[k]))
+            return -EINVAL;
+        k++;
+        s += 65;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return -EINVAL;
+    }
+    tp_driver_remap((const uint8_t(*)[16])olds, (const uint8_t(*)[16])news, k);
+    return 0;
+}
+
 static int driver_main(int argc, char **argv)
 {
     static struct ctl_buf b;
@@ -159,7 +181,7 @@ static int driver_main(int argc, char **argv)
     }
     if (!strcmp(argv[2], "release") && argc == 5)
         r = tp_driver_direct.release(pid, (unsigned)atoi(argv[4]), err, sizeof(err));
-    else if (!strcmp(argv[2], "reacquire"))
+    else if (!strcmp(argv[2], "reacquire") && (argc == 4 || (argc == 5 && set_remap(argv[4]) == 0)))
         r = tp_driver_direct.reacquire(pid, err, sizeof(err));
     else
         return fail(-EINVAL, "usage: driver state|release|reacquire PID");

@@ -153,6 +153,10 @@ struct tp_driver {
 extern const struct tp_driver tp_driver_direct;
 extern const struct tp_driver tp_driver_helper;
 
+/* GPUs to remap at every later reacquire (a restore onto another GPU of the
+ * same model): n pairs, at most 16, of old and new device UUIDs. */
+void tp_driver_remap(const uint8_t (*old_uuid)[16], const uint8_t (*new_uuid)[16], int n);
+
 /* ---- job.c: one tcgpu process ------------------------------------------------------- */
 
 /*

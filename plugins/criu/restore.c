@@ -35,6 +35,8 @@ static struct {
     struct tp_index idx;
     int ndev;                   /* the devices here, asked once: -1 until then */
     struct gdrv_device dev[16];
+    int nremap;                 /* devices of the images that are other GPUs here */
+    uint8_t remap_old[16][16], remap_new[16][16];
 } rs = { .gpudir = -1, .ndev = -1 };
 
 /* We are in the inventory: tell CRIU we are here, or it refuses the restore. */
@@ -45,6 +47,18 @@ static void leave_inventory(void)
 
     if (check)
         check(TP_NAME, strlen(TP_NAME));
+}
+
+/* Another GPU of the same model (another machine): the driver remaps it at Restore. */
+static void add_remap(const uint8_t old_uuid[16], const uint8_t new_uuid[16])
+{
+    for (int i = 0; i < rs.nremap; i++)
+        if (!memcmp(rs.remap_old[i], old_uuid, 16))
+            return;
+    if (rs.nremap < 16) {
+        memcpy(rs.remap_old[rs.nremap], old_uuid, 16);
+        memcpy(rs.remap_new[rs.nremap++], new_uuid, 16);
+    }
 }
 
 /* The devices an image was made on must be the same model here. */
@@ -73,7 +87,10 @@ static int check_devices(const struct tp_proc *p, const struct image *img)
                    d->total_mem);
             return -ENODEV;
         }
+        if (memcmp(now[d->ordinal].uuid, d->uuid, 16))
+            add_remap(d->uuid, now[d->ordinal].uuid);
     }
+    tp_driver_remap((const uint8_t(*)[16])rs.remap_old, (const uint8_t(*)[16])rs.remap_new, rs.nremap);
     return 0;
 }
 
@@ -120,6 +137,7 @@ int tp_restore_init(const struct tp_config *c)
     rs.cfg = c;
     rs.enabled = 0;
     rs.ndev = -1;
+    rs.nremap = 0;
     if ((r = tp_index_read(imgdir, &rs.idx)) == -ENOENT)
         return 0;               /* no tcgpu process in this dump */
     if (r < 0)

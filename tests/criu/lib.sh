@@ -11,6 +11,8 @@ if [ ! -x "$CRIU" ]; then echo "skipped: criu not found"; exit 77; fi
 export TCGPU_CRIU=$CRIU
 
 . "$(dirname "$0")/../sim/lib.sh"
+# gpuckpt save/restore drive tcgpu's CRIU plugin: built with CRIU's plugin header
+[ -f "$B/plugins/criu/tcgpu_plugin.so" ] || { echo "skipped: the CRIU plugin is not built (scripts/setup.sh)"; exit 77; }
 
 GPU_TREE=$B/tests/criu/gpu_tree
 KILL_PIDS=()

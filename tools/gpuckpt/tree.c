@@ -532,6 +532,87 @@ void criu_log_errors(const char *log, int n, char *out, size_t len)
         snprintf(out, len, "(no Error lines in the log)");
 }
 
+#ifndef TCGPU_CRIU_PLUGIN_DIR
+#define TCGPU_CRIU_PLUGIN_DIR "/usr/lib/criu"
+#endif
+
+static int holds_plugin(const char *dir)
+{
+    char p[PATH_MAX];
+    struct stat st;
+
+    snprintf(p, sizeof(p), "%.4000s/tcgpu_plugin.so", dir);
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int criu_plugin_find(char *dir, size_t len)
+{
+    const char *env = getenv("TCGPU_CRIU_PLUGIN_DIR");
+    char exe[PATH_MAX], build[PATH_MAX] = "";
+    ssize_t n;
+
+    if (env && *env) {
+        snprintf(dir, len, "%s", env);
+        return holds_plugin(dir) ? 0 : -ENOENT;
+    }
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        if (strrchr(exe, '/'))
+            *strrchr(exe, '/') = '\0';
+        snprintf(build, sizeof(build), "%.4000s/../../plugins/criu", exe);
+        if (holds_plugin(build)) {
+            snprintf(dir, len, "%s", build);
+            return 0;
+        }
+    }
+    snprintf(dir, len, "%s", TCGPU_CRIU_PLUGIN_DIR);
+    if (holds_plugin(dir))
+        return 0;
+    snprintf(dir, len, "%s%s%s", build, build[0] ? ", " : "", TCGPU_CRIU_PLUGIN_DIR);
+    return -ENOENT;
+}
+
+int criu_plugin_errors(const char *log, char *out, size_t len)
+{
+    static const char lead[] = "Error (tcgpu_plugin): ";
+    char line[2048];
+    FILE *f = fopen(log, "r");
+    int count = 0;
+
+    out[0] = '\0';
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f)) {
+        char *e = strstr(line, lead);
+        size_t l = strlen(out);
+        if (!e)
+            continue;
+        e[strcspn(e, "\n")] = '\0';
+        snprintf(out + l, len - l, "%s%s", l ? "\n  " : "", e + sizeof(lead) - 1);
+        count++;
+    }
+    fclose(f);
+    return count;
+}
+
+double criu_plugin_gpu_seconds(const char *log)
+{
+    char line[2048];
+    FILE *f = fopen(log, "r");
+    double sum = 0, s;
+
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f)) {
+        char *at = strstr(line, "off the GPU in ");
+        if (strstr(line, "tcgpu_plugin: ") && at && sscanf(at, "off the GPU in %lf s", &s) == 1)
+            sum += s;
+    }
+    fclose(f);
+    return sum;
+}
+
 /* ---- files --------------------------------------------------------------------- */
 
 void tree_remove_all(const char *path)

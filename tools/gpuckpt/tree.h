@@ -100,6 +100,22 @@ int criu_run(char *const argv[], const char *log);
 /* CRIU's own reason: the last `n` "Error" lines of its log, joined by "\n  ". */
 void criu_log_errors(const char *log, int n, char *out, size_t len);
 
+/*
+ * tcgpu's CRIU plugin, which does the GPU side of save and restore
+ * (docs/save-restore.md): the directory holding tcgpu_plugin.so, for criu -L:
+ * $TCGPU_CRIU_PLUGIN_DIR, else the build tree's beside gpuckpt
+ * (../../plugins/criu), else the installed one. 0 or -ENOENT (dir then
+ * names the places looked in).
+ */
+int criu_plugin_find(char *dir, size_t len);
+
+/* The plugin's "Error (tcgpu_plugin): ..." lines of a CRIU log, without that
+ * lead, joined by "\n  "; returns how many. */
+int criu_plugin_errors(const char *log, char *out, size_t len);
+
+/* The GPU's part of a dump: the sum of the plugin's "off the GPU in S s" lines. */
+double criu_plugin_gpu_seconds(const char *log);
+
 /* rm -rf without following symlinks; best effort. */
 void tree_remove_all(const char *path);
 
