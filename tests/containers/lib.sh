@@ -51,17 +51,6 @@ containers_cleanup() {
 }
 trap containers_cleanup EXIT
 
-# wait_gone PID [SEC] : the process no longer exists (restored ones are not our children).
-wait_gone() {
-    local i n=$(( ${2:-120} * 20 ))
-    for i in $(seq 1 "$n"); do
-        kill -0 "$1" 2>/dev/null || return 0
-        [ "$(awk '{print $3}' /proc/"$1"/stat 2>/dev/null)" = Z ] && { wait "$1" 2>/dev/null || true; }
-        sleep 0.05
-    done
-    fail "process $1 still runs after ${2:-120} s"
-}
-
 # Device memory in use on the simulated device, all processes.
 device_used() { "$SMI" -q | awk '$1 == "device" { for (i = 2; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); sum += $i } } END { print sum + 0 }'; }
 

@@ -29,18 +29,6 @@ trap criu_cleanup EXIT
 # children_of PID : pids of PID's children (every thread's).
 children_of() { cat /proc/"$1"/task/*/children 2>/dev/null | tr ' ' '\n' | grep -v '^$' || true; }
 
-# wait_gone PID [SEC] : the process no longer exists (restored ones are not our children).
-wait_gone() {
-    local i n=$(( ${2:-120} * 20 ))
-    for i in $(seq 1 "$n"); do
-        kill -0 "$1" 2>/dev/null || return 0
-        # a zombie whose parent is gone is reaped by init soon; ours we reap
-        [ "$(awk '{print $3}' /proc/"$1"/stat 2>/dev/null)" = Z ] && { wait "$1" 2>/dev/null || true; }
-        sleep 0.05
-    done
-    fail "process $1 still runs after ${2:-120} s: $(tail -n 3 "$WORK"/*.out 2>/dev/null)"
-}
-
 # expect_fail CODE MESSAGE_PATTERN CMD... : CMD exits with CODE and says MESSAGE_PATTERN.
 expect_fail() {
     local code=$1 pat=$2 rc=0; shift 2

@@ -12,10 +12,10 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "ctl/client.h"
 #include "ctl/proto.h"
+#include "ctl/recfile.h"
 #include "tree.h"
 #include "ctl/rundir.h"
 #include "common/fileio.h"
@@ -123,35 +123,13 @@ int tree_walk(struct tree *t, pid_t root)
 
 void tree_hex16(const uint8_t in[16], char out[33])
 {
-    for (int i = 0; i < 16; i++)
-        snprintf(out + 2 * i, 3, "%02x", in[i]);
+    recfile_hex16(in, out);
 }
 
-static int unhex16(const char *s, uint8_t out[16])
+/* The manifest's records (its last line, the checksum, is the writer's). */
+static int format_tree(const struct tree *t, struct recfile_writer *w)
 {
-    if (!s || strlen(s) != 32)
-        return -1;
-    for (int i = 0; i < 16; i++) {
-        unsigned v;
-        if (sscanf(s + 2 * i, "%2x", &v) != 1)
-            return -1;
-        out[i] = (uint8_t)v;
-    }
-    return 0;
-}
-
-/* One record line into f. */
-static int put_line(FILE *f, struct ctl_buf *b)
-{
-    long n = ctl_buf_finish(b);
-
-    if (n < 0)
-        return -EMSGSIZE;
-    return fwrite(b->data, 1, (size_t)n, f) == (size_t)n && fputc('\n', f) != EOF ? 0 : -EIO;
-}
-
-static int format_tree(const struct tree *t, FILE *f, struct ctl_buf *b)
-{
+    struct ctl_buf *b = recfile_buf(w);
     char hex[33];
     int r;
 
@@ -162,7 +140,7 @@ static int format_tree(const struct tree *t, FILE *f, struct ctl_buf *b)
     ctl_buf_put(b, "host", t->host);
     ctl_buf_put_i64(b, "driver", t->driver);
     ctl_buf_put(b, "criu_flags", t->criu_flags);
-    if ((r = put_line(f, b)) < 0)
+    if ((r = recfile_put(w)) < 0)
         return r;
     for (int i = 0; i < t->ndev; i++) {
         ctl_buf_request(b, "device");
@@ -171,7 +149,7 @@ static int format_tree(const struct tree *t, FILE *f, struct ctl_buf *b)
         ctl_buf_put_u64(b, "total_mem", t->dev[i].total_mem);
         tree_hex16(t->dev[i].uuid, hex);
         ctl_buf_put(b, "uuid", hex);
-        if ((r = put_line(f, b)) < 0)
+        if ((r = recfile_put(w)) < 0)
             return r;
     }
     for (int i = 0; i < t->nproc; i++) {
@@ -188,7 +166,7 @@ static int format_tree(const struct tree *t, FILE *f, struct ctl_buf *b)
             ctl_buf_put(b, "image_csum", hex);
             ctl_buf_put(b, "socket", p->socket);
         }
-        if ((r = put_line(f, b)) < 0)
+        if ((r = recfile_put(w)) < 0)
             return r;
     }
     return 0;
@@ -196,47 +174,26 @@ static int format_tree(const struct tree *t, FILE *f, struct ctl_buf *b)
 
 int tree_write(const struct tree *t, const char *dir, char *err, size_t len)
 {
-    struct ctl_buf *b = malloc(sizeof(*b));
-    char path[PATH_MAX], *text = NULL;
-    size_t size = 0;
-    FILE *mem = NULL;
-    int fd = -1, r;
+    struct recfile_writer w;
+    char why[512] = "";
+    int fd, r;
 
-    snprintf(path, sizeof(path), "%s/" TREE_FILE, dir);
-    if (!b || !(mem = open_memstream(&text, &size))) {
-        r = -ENOMEM;
-        goto out;
-    }
-    r = format_tree(t, mem, b);
-    if (fclose(mem) != 0 && r == 0)
-        r = -ENOMEM;
-    mem = NULL;
-    if (r < 0)
-        goto out;
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
+    if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         r = -errno;
-        goto out;
+        snprintf(err, len, "cannot write %s/" TREE_FILE ": %s", dir, strerror(errno));
+        return r;
     }
-    {
-        char sum[64];
-        int n = snprintf(sum, sizeof(sum), "checksum xxh3=%016" PRIx64 "\n",
-                         (uint64_t)XXH3_64bits(text, size));
-        r = fileio_write_all(fd, text, size);
+    if ((r = recfile_writer_init(&w)) == 0) {
+        r = format_tree(t, &w);
         if (r == 0)
-            r = fileio_write_all(fd, sum, (size_t)n);
-        if (r == 0 && fsync(fd) < 0)
-            r = -errno;
+            r = recfile_commit(&w, fd, TREE_FILE, why, sizeof(why));
+        else
+            snprintf(why, sizeof(why), "%s", strerror(-r));
+        recfile_writer_free(&w);
     }
-out:
+    close(fd);
     if (r < 0)
-        snprintf(err, len, "cannot write %s: %s", path, strerror(-r));
-    if (fd >= 0)
-        close(fd);
-    if (mem)
-        fclose(mem);
-    free(text);
-    free(b);
+        snprintf(err, len, "%s: %s", dir, why[0] ? why : strerror(-r));
     return r;
 }
 
@@ -255,7 +212,7 @@ static int parse_device(struct tree *t, const struct ctl_msg *m)
         return -1;
     d = &t->dev[t->ndev];
     if (get_u64(m, "ordinal", &v) || v > 64 || get_u64(m, "total_mem", &d->total_mem) || !name ||
-        unhex16(ctl_get(m, "uuid"), d->uuid))
+        recfile_unhex16(ctl_get(m, "uuid"), d->uuid))
         return -1;
     d->ordinal = (int)v;
     snprintf(d->name, sizeof(d->name), "%s", name);
@@ -287,7 +244,7 @@ static int parse_process(struct tree *t, const struct ctl_msg *m)
         char want[32];
         /* the image must be where save puts it: never a path out of DIR */
         snprintf(want, sizeof(want), "gpu/%d", (int)p->pid);
-        if (!image || strcmp(image, want) || unhex16(ctl_get(m, "image_csum"), p->image_csum) ||
+        if (!image || strcmp(image, want) || recfile_unhex16(ctl_get(m, "image_csum"), p->image_csum) ||
             !sock || sock[0] != '/')
             return -1;
         snprintf(p->image, sizeof(p->image), "%s", want);
@@ -325,58 +282,20 @@ static int parse_header(struct tree *t, const struct ctl_msg *m, char *why, size
     return 0;
 }
 
-/* Checks the last line, "checksum xxh3=HEX", against the bytes before it; *body_len excludes it. */
-static int check_sum(char *text, size_t n, size_t *body_len, char *why, size_t len)
+struct read_ctx {
+    struct tree *t;
+};
+
+static int on_record(const struct ctl_msg *m, int line, void *arg, char *why, size_t len)
 {
-    char *last;
-    uint64_t want;
+    struct tree *t = ((struct read_ctx *)arg)->t;
+    int r;
 
-    if (n == 0 || text[n - 1] != '\n') {
-        snprintf(why, len, "truncated (no final checksum line)");
-        return -EBADMSG;
-    }
-    text[n - 1] = '\0';
-    last = strrchr(text, '\n');
-    last = last ? last + 1 : text;
-    if (sscanf(last, "checksum xxh3=%16" SCNx64, &want) != 1 || strlen(last) != 30) {
-        snprintf(why, len, "truncated or damaged (no final checksum line)");
-        return -EBADMSG;
-    }
-    *body_len = (size_t)(last - text);
-    if ((uint64_t)XXH3_64bits(text, *body_len) != want) {
-        snprintf(why, len, "checksum mismatch: the file was modified or damaged");
-        return -EBADMSG;
-    }
-    return 0;
-}
-
-static int parse_records(struct tree *t, char *text, size_t body, struct ctl_msg *m, char *why,
-                         size_t len)
-{
-    int line = 0, r;
-
-    for (char *s = text, *nl; s < text + body; s = nl + 1) {
-        nl = memchr(s, '\n', (size_t)(text + body - s));
-        if (!nl)
-            break;
-        line++;
-        if (ctl_parse(s, (size_t)(nl - s), m) < 0) {
-            snprintf(why, len, "line %d is malformed", line);
-            return -EBADMSG;
-        }
-        if (line == 1) {
-            if ((r = parse_header(t, m, why, len)) < 0)
-                return r;
-            continue;
-        }
-        if (!strcmp(m->word, "device") ? parse_device(t, m) < 0
-            : !strcmp(m->word, "process") ? parse_process(t, m) < 0 : 1) {
-            snprintf(why, len, "line %d: bad or unknown '%s' record", line, m->word);
-            return -EBADMSG;
-        }
-    }
-    if (line == 0 || t->nproc == 0 || t->proc[0].pid != t->root) {
-        snprintf(why, len, "no processes, or the first is not the root");
+    if (line == 1)
+        return (r = parse_header(t, m, why, len)) < 0 ? r : 0;
+    if (!strcmp(m->word, "device") ? parse_device(t, m) < 0
+        : !strcmp(m->word, "process") ? parse_process(t, m) < 0 : 1) {
+        snprintf(why, len, "line %d: bad or unknown '%s' record", line, m->word);
         return -EBADMSG;
     }
     return 0;
@@ -384,41 +303,26 @@ static int parse_records(struct tree *t, char *text, size_t body, struct ctl_msg
 
 int tree_read(struct tree *t, const char *dir, char *err, size_t len)
 {
-    char path[PATH_MAX], why[256] = "";
-    struct ctl_msg *m = malloc(sizeof(*m));
-    char *text = malloc(1 << 22);       /* 4 MiB: far above TREE_MAX_PROCS lines */
-    size_t body = 0;
-    ssize_t n = 0;
-    int fd = -1, r;
+    struct read_ctx ctx = { .t = t };
+    char why[512] = "";
+    int fd, r;
 
-    snprintf(path, sizeof(path), "%s/" TREE_FILE, dir);
     memset(t, 0, offsetof(struct tree, proc));
     t->nproc = 0;
-    if (!m || !text) {
-        r = -ENOMEM;
-        snprintf(why, sizeof(why), "out of memory");
-        goto out;
-    }
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+    if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         r = -errno;
-        snprintf(why, sizeof(why), "%s", strerror(errno));
-        goto out;
+        snprintf(err, len, "%s/" TREE_FILE ": %s", dir, strerror(errno));
+        return r;
     }
-    n = read(fd, text, (1 << 22) - 1);
-    if (n < 0 || n == (1 << 22) - 1) {
-        r = n < 0 ? -errno : -EBADMSG;
-        snprintf(why, sizeof(why), "%s", n < 0 ? strerror(errno) : "too large");
-        goto out;
+    /* 4 MiB: far above TREE_MAX_PROCS lines */
+    r = recfile_read(fd, TREE_FILE, 1u << 22, on_record, &ctx, why, sizeof(why));
+    close(fd);
+    if (r == 0 && (t->nproc == 0 || t->proc[0].pid != t->root)) {
+        snprintf(why, sizeof(why), TREE_FILE ": no processes, or the first is not the root");
+        r = -EBADMSG;
     }
-    if ((r = check_sum(text, (size_t)n, &body, why, sizeof(why))) == 0)
-        r = parse_records(t, text, body, m, why, sizeof(why));
-out:
     if (r < 0)
-        snprintf(err, len, "%s: %s", path, why);
-    if (fd >= 0)
-        close(fd);
-    free(text);
-    free(m);
+        snprintf(err, len, "%s/%s", dir, why);
     return r;
 }
 
