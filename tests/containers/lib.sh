@@ -121,6 +121,12 @@ podman_train() {
     CONTAINERS+=("$name")
 }
 
+# The plugin's last lines in a CRIU log.
+plugin_lines() { grep -a "tcgpu_plugin" "$1" | tail -n 5; }
+
+# The plugin's last lines in the CRIU log of a container's restore.
+restore_plugin_lines() { plugin_lines "$(podman inspect -f '{{.StaticDir}}' "$1")/restore.log" 2>&1; }
+
 # The container's process on this host, once it runs.
 container_pid() { podman inspect -f '{{.State.Pid}}' "$1"; }
 

@@ -51,8 +51,6 @@ restore() {     # restore DIR : criu restore -d with the plugin; its exit status
     "$CRIU" restore -d -D "$1" -o restore.log -v4 -L "$PLUGDIR" >"$WORK/criu.out" 2>&1 || rc=$?
 }
 
-plugin_lines() { grep -a "tcgpu_plugin" "$1" | tail -n 5; }
-
 # The job, running on: tcgpu and the driver say running.
 assert_running() {
     "$GPUCKPT" status "$pid" | grep -q ": running" || fail "$1: tcgpu state is not running: $("$GPUCKPT" status "$pid" | head -1)"

@@ -40,11 +40,12 @@ checkpoint() {
 }
 
 # import TAR NAME : restore --import under NAME, timed (ms in restore_ms); rc in rc.
+# --keep: podman keeps CRIU's restore.log, which the tests read.
 import() {
     local t0=$(date +%s%N)
     rc=0
     CONTAINERS+=("$2")
-    podman container restore --import "$1" --name "$2" >"$WORK/restore-$2.out" 2>&1 || rc=$?
+    podman container restore --import "$1" --name "$2" --keep >"$WORK/restore-$2.out" 2>&1 || rc=$?
     restore_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 }
 
@@ -74,8 +75,11 @@ export-import)
     import "$EXPORT" "again-$tag"
     [ "$rc" -eq 0 ] || fail "restore --import failed: $(tail -n 3 "$WORK/restore-again-$tag.out")"
     hpid=$(container_pid "again-$tag")
-    [ "$(smi_state "$hpid")" = running ] || fail "driver state after the import: $(smi_state "$hpid")"
+    [ "$(smi_state "$hpid")" = running ] ||
+        fail "driver state after the import: $(smi_state "$hpid"); the plugin: $(restore_plugin_lines "again-$tag")"
     [ "$(device_used)" -eq "$held" ] || fail "GPU memory after the import: $(device_used), before: $held"
+    restore_plugin_lines "again-$tag" | grep -q "process $hpid (train): back on the GPU" ||
+        fail "the restore log has no plugin line bringing the job back: $(restore_plugin_lines "again-$tag")"
     got=$(container_checksum "again-$tag")
     [ "$got" = "$ref" ] || fail "checksum after export and import: $got, uninterrupted: $ref"
     echo "ok: checkpoint --export ($ckpt_ms ms), restore --import ($restore_ms ms), checksum $got"
