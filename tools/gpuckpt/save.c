@@ -242,11 +242,12 @@ static int criu_dump(const struct save_opts *o, int *gpu_side, char *err, size_t
     return -EIO;
 }
 
-/* Whether every process of the tree has gone (CRIU ended it after dumping). */
+/* Whether every process of the tree has gone (CRIU ended it after dumping,
+ * or it finished once given back). */
 static int tree_gone(const struct tree *t)
 {
     for (int i = 0; i < t->nproc; i++)
-        if (kill(t->proc[i].pid, 0) == 0)
+        if (tree_proc_live(t->proc[i].pid))
             return 0;
     return 1;
 }
@@ -260,10 +261,12 @@ static int tcgpu_still_suspended(const struct tree *t)
     for (int i = 0; i < t->nproc; i++) {
         struct tcgpu_status st;
 
-        if (!t->proc[i].tcgpu || kill(t->proc[i].pid, 0) < 0)
+        if (!t->proc[i].tcgpu || !tree_proc_live(t->proc[i].pid))
             continue;
-        if (gpuckpt_call("status", t->proc[i].pid, NULL, &st) != CTL_EXIT_OK ||
-            st.state != TCGPU_STATE_RUNNING) {
+        /* given back, it runs on and may finish at any moment: one that no
+         * longer answers because it has exited is not suspended */
+        if (gpuckpt_call("status", t->proc[i].pid, NULL, &st) != CTL_EXIT_OK ?
+                tree_proc_live(t->proc[i].pid) : st.state != TCGPU_STATE_RUNNING) {
             gpuckpt_error("process %d (%s) stays suspended (retry: gpuckpt resume %d)",
                           (int)t->proc[i].pid, t->proc[i].comm, (int)t->proc[i].pid);
             bad++;

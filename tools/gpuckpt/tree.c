@@ -59,6 +59,18 @@ static int proc_identity(pid_t pid, struct tree_proc *p)
     return 0;
 }
 
+int tree_proc_live(pid_t pid)
+{
+    char path[64], buf[1024], *rp;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if (read_small(path, buf, sizeof(buf)) < 0)
+        return 0;
+    /* "pid (comm) S ...": the state follows the last ')' */
+    rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
+}
+
 static int already_listed(const struct tree *t, pid_t pid)
 {
     for (int i = 0; i < t->nproc; i++)
