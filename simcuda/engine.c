@@ -39,24 +39,39 @@ static void futex_wake(uint32_t *word)
     syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
+/* A process is its slot's number + 1 here: pids differ between pid
+ * namespaces, slots do not (pidns.c). 0: nobody. */
+static int32_t slot_no(const struct sim_shm *s, const struct sim_shm_proc *p)
+{
+    return (int32_t)(p - s->procs) + 1;
+}
+
 /* Another process than ours has a kernel waiting on dev (lock held). */
-static bool others_wait(const struct sim_shm *s, int dev, pid_t me)
+static bool others_wait(const struct sim_shm *s, int dev, int32_t me)
 {
     for (int i = 0; i < SIM_MAX_PROCS; i++)
-        if (s->procs[i].pid && s->procs[i].pid != me && s->procs[i].engine_waiting[dev] > 0)
+        if (sim_slot_used(&s->procs[i]) && i + 1 != me && s->procs[i].engine_waiting[dev] > 0)
             return true;
     return false;
 }
 
+/* The owner died holding the engine, or its slot went (lock held). */
+static bool owner_gone(struct sim_shm *s, int32_t owner)
+{
+    struct sim_shm_proc *p = &s->procs[owner - 1];
+
+    return !sim_slot_used(p) || sim_ident_alive(&p->id) == 0;
+}
+
 /* May process me start a kernel on dev now? Takes the engine if so (lock held). */
-static bool try_take(struct sim_shm *s, int dev, pid_t me, uint64_t now)
+static bool try_take(struct sim_shm *s, int dev, int32_t me, uint64_t now)
 {
     struct sim_engine *e = &s->engine[dev];
     bool others = e->waiters > sim_self->engine_waiting[dev] && others_wait(s, dev, me);
 
     if (e->owner == me)
         return others ? false : (e->running++, true);   /* let the owner drain first */
-    if (e->owner && !sim_pid_alive(e->owner)) {
+    if (e->owner && owner_gone(s, e->owner)) {
         e->owner = 0;                   /* died holding it: nothing of it runs any more */
         e->running = 0;
     }
@@ -70,11 +85,12 @@ static bool try_take(struct sim_shm *s, int dev, pid_t me, uint64_t now)
 
 void sim_engine_acquire(int dev)
 {
-    pid_t me = getpid();
     bool waited = false;
+    int32_t me;
 
     if (!sim_shm || !sim_self || dev < 0 || dev >= SIM_MAX_DEVICES)
         return;
+    me = slot_no(sim_shm, sim_self);
     sim_shm_lock(sim_shm);
     while (!try_take(sim_shm, dev, me, mono_ns())) {
         struct sim_engine *e = &sim_shm->engine[dev];
@@ -104,12 +120,12 @@ void sim_engine_release(int dev)
         return;
     e = &sim_shm->engine[dev];
     sim_shm_lock(sim_shm);
-    if (e->owner == getpid() && --e->running <= 0) {
+    if (e->owner == slot_no(sim_shm, sim_self) && --e->running <= 0) {
         uint64_t now = mono_ns();
         sim_self->kernel_ns[dev] += now - e->since_ns;
         e->owner = 0;
         e->running = 0;
-        e->last = getpid();
+        e->last = slot_no(sim_shm, sim_self);
         e->handoff_until_ns = now + HANDOFF_NS;
         __atomic_add_fetch(&e->seq, 1, __ATOMIC_RELEASE);
         wake = e->waiters > 0;

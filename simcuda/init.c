@@ -19,6 +19,11 @@ static bool initialized;
 static bool forked;          /* a fork child cannot use its parent's device state */
 static const char *shm_name;
 
+const char *sim_shm_name(void)
+{
+    return shm_name;
+}
+
 /* ---- the gate ------------------------------------------------------------ */
 
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -141,10 +146,11 @@ static void at_fork_child(void)
  * reaped by the others instead). Forked children never owned the slot. */
 __attribute__((destructor)) static void sim_exit(void)
 {
-    if (!sim_self || sim_self->pid != getpid())
+    if (!sim_self || forked)
         return;
     sim_shm_lock(sim_shm);
-    sim_shm_release(sim_shm, sim_self);
+    if (sim_ckpt_owns(sim_self))
+        sim_shm_release(sim_shm, sim_self);
     sim_shm_unlock(sim_shm);
 }
 
@@ -165,7 +171,7 @@ static CUresult attach(void)
     comm_of_self(comm, sizeof(comm));
     sim_shm_lock(sim_shm);
     sim_shm_reap(sim_shm);
-    sim_self = sim_shm_claim(sim_shm, getpid(), comm);
+    sim_self = sim_ckpt_claim(comm);
     sim_shm_unlock(sim_shm);
     if (!sim_self) {
         sim_log("too many processes attached to %s (max %d)", shm_name, SIM_MAX_PROCS);

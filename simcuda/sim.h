@@ -25,6 +25,7 @@
  *   procaddr.c   cuGetProcAddress from a table generated out of cuda.h/cudaTypedefs.h
  *   checkpoint.c the driver checkpoint API and the per-process service thread
  *   engine.c     the device's compute engine, which the processes' kernels take turns on
+ *   pidns.c      who a process is across pid namespaces (the driver knows host pids)
  *
  * The whole library is compiled with __CUDA_API_VERSION_INTERNAL, so cuda.h
  * declares every exported ABI name (cuMemAlloc is the 32-bit v1, cuMemAlloc_v2
@@ -105,11 +106,22 @@ enum sim_cmd {
     SIM_CMD_UNLOCK,
 };
 
+/*
+ * Who a process is, as every observer can check it from its own /proc
+ * (pidns.c). A slot is in use when nspid is not 0.
+ */
+struct sim_ident {
+    int32_t hostpid;             /* pid in the initial namespace; 0 until someone there looked */
+    int32_t nspid;               /* pid in its own namespace (its getpid()) */
+    uint64_t ns;                 /* inode of its pid namespace; 0: unknown */
+    uint64_t start;              /* start time in clock ticks since boot: tells a reused or a
+                                    restored pid apart */
+};
+
 struct sim_shm_proc {
-    int32_t pid;                 /* 0: free slot */
-    int32_t restore_tid;         /* the service thread */
+    struct sim_ident id;         /* id.nspid 0: free slot */
+    int32_t restore_tid;         /* the service thread, in the process's own namespace */
     int32_t state;               /* CUprocessState */
-    int32_t _pad;
     uint64_t used[SIM_MAX_DEVICES];   /* device bytes charged to this process */
     uint64_t parked[SIM_MAX_DEVICES]; /* bytes held in host memory while checkpointed */
     char comm[64];
@@ -129,9 +141,9 @@ struct sim_shm_proc {
 
 /* One device's compute engine: the process whose kernels run on it now. */
 struct sim_engine {
-    int32_t owner;               /* pid, 0: idle */
+    int32_t owner;               /* its slot's number + 1 (pids differ across namespaces), 0: idle */
     int32_t running;             /* the owner's kernels running (its streams overlap) */
-    int32_t last;                /* the owner before: it lets a waiting process go first */
+    int32_t last;                /* the owner before (slot + 1): it lets a waiting process go first */
     int32_t waiters;             /* kernels of all processes waiting for a turn */
     uint32_t seq;                /* futex word: bumped whenever the engine is given up */
     uint32_t _pad;
@@ -158,17 +170,37 @@ void sim_shm_lock(struct sim_shm *s);
 void sim_shm_unlock(struct sim_shm *s);
 /* Free the slots of dead processes and their device bytes. Lock held. */
 void sim_shm_reap(struct sim_shm *s);
-struct sim_shm_proc *sim_shm_find(struct sim_shm *s, pid_t pid);   /* lock held */
-/* Claim a slot for pid (lock held); NULL if the table is full. */
-struct sim_shm_proc *sim_shm_claim(struct sim_shm *s, pid_t pid, const char *comm);
+/* The slot of the process the caller calls pid (lock held), or NULL. */
+struct sim_shm_proc *sim_shm_find(struct sim_shm *s, pid_t pid);
+/* Claim a slot for the process `id` (lock held); NULL if the table is full. */
+struct sim_shm_proc *sim_shm_claim(struct sim_shm *s, const struct sim_ident *id, const char *comm);
 /* Give a slot back, releasing its device bytes (lock held). */
 void sim_shm_release(struct sim_shm *s, struct sim_shm_proc *p);
-bool sim_pid_alive(pid_t pid);
+static inline bool sim_slot_used(const struct sim_shm_proc *p)
+{
+    return __atomic_load_n(&p->id.nspid, __ATOMIC_ACQUIRE) != 0;
+}
 const char *sim_state_name(int state);
 /* A stable UUID per (shm name, device): every process of the same simulated
  * machine sees the same one, as for a real GPU (cuDeviceGetUuid, simcuda-smi). */
 void sim_device_uuid(const char *shm_name, int dev, unsigned char out[16]);
 uint64_t sim_parse_size(const char *s, uint64_t dflt);
+
+/* --- processes across pid namespaces (pidns.c) ------------------------------
+ * Pids given to the API are read as the caller's /proc shows them. Each
+ * returns 0 or -errno (-ESRCH: no such process, or a zombie). */
+int sim_ident_self(struct sim_ident *id);
+int sim_ident_of(pid_t pid, struct sim_ident *id);
+bool sim_ident_same(const struct sim_ident *a, const struct sim_ident *b);
+/* 1 alive, 0 gone, -1 in a namespace the caller cannot see. Fills id->hostpid
+ * when it finds it. */
+int sim_ident_alive(struct sim_ident *id);
+/* The pid the caller would use for id (host pid from the host), 0 if none. */
+pid_t sim_ident_visible_pid(const struct sim_ident *id);
+/* The caller's tid for the thread `nstid` (its own namespace's) of process pid; 0 if none. */
+int sim_ident_visible_tid(pid_t pid, int32_t nstid);
+/* Whether process pid has the simulated device (shm object `shm`) mapped. */
+bool sim_pid_maps_device(pid_t pid, const char *shm);
 
 /* --- this process's attachment (init.c / checkpoint.c) --------------------- */
 extern struct sim_shm *sim_shm;          /* NULL until cuInit */
@@ -176,6 +208,11 @@ extern struct sim_shm_proc *sim_self;    /* our slot */
 int sim_attach_resources(void);          /* io_uring etc.: 0 or -errno */
 void sim_detach_resources(void);
 int sim_service_start(void);             /* 0 or -errno */
+const char *sim_shm_name(void);          /* the SIMCUDA_SHM in use, NULL before cuInit */
+/* Claim this process's slot under its identity (lock held); NULL if full. */
+struct sim_shm_proc *sim_ckpt_claim(const char *comm);
+/* Whether slot p is this process's (not a fork parent's, not an earlier life's). */
+bool sim_ckpt_owns(const struct sim_shm_proc *p);
 
 /* Charge/release device capacity for this process (machine-wide). */
 CUresult sim_capacity_charge(int dev, uint64_t bytes);
@@ -365,6 +402,7 @@ enum sim_op_kind {
     SIM_OP_PREFETCH,       /* cuMemPrefetchAsync: managed pages move */
     SIM_OP_NOP,
     SIM_OP_EXIT,
+    SIM_OP_PARK,                            /* the worker stops; the stream stays */
 };
 
 struct sim_dep {
@@ -450,7 +488,8 @@ struct sim_stream {
     uint64_t submitted;             /* guarded by ctx->lock */
     uint64_t done;                  /* guarded by lock; read atomically elsewhere */
     bool dying;
-    pthread_t worker;
+    bool parked;                    /* no worker: the process is checkpointed */
+    pthread_t worker;               /* joinable; it detaches itself when the stream goes */
     /* Stream capture (capture.c, under its lock): the sequence the stream
      * belongs to and the nodes its next captured operation depends on. */
     struct sim_capture *cap;
@@ -506,6 +545,10 @@ CUresult sim_ctx_sync(struct sim_ctx *c);
 bool sim_ctx_idle(struct sim_ctx *c);
 /* Destroy every stream of c and wait for their workers (context teardown). */
 void sim_ctx_streams_teardown(struct sim_ctx *c);
+/* The GPU's engines: every stream's worker stops (queues drained: the checkpoint
+ * lock waited for the work) and starts again at restore. 0 or -errno. */
+void sim_streams_park(void);
+int sim_streams_unpark(void);
 
 /* --- work executed by the workers (memory.c, module.c, pool.c) --------------- */
 int sim_exec_copy(struct sim_op *op);           /* 0 or CUresult of the fault */

@@ -16,10 +16,16 @@
  * field): gpu_index, used_memory_bytes, parked_memory_bytes (held in host
  * memory while checkpointed), checkpoint_state (running, locked,
  * checkpointed, failed: the driver checkpoint API's state), kernel_time_ns
- * (how long its kernels have held the GPU's engine). Sizes are MiB
+ * (how long its kernels have held the GPU's engine), nspid (its pid in its
+ * own pid namespace; pid is the host's, as the driver's). --query-gpu's own:
+ * memory.used_bytes (exact). Sizes are MiB
  * (with " MiB" unless nounits), as nvidia-smi's. An unknown field is an
  * error (exit 2), as there.
  *
+ * Processes are shown by host pid, as nvidia-smi does, also for processes in
+ * containers (the nspid field is its pid in its own namespace); inside a
+ * container, a process of another namespace whose host pid nobody on the host
+ * has looked up yet shows pid 0.
  * It reads the shm named by SIMCUDA_SHM (default /simcuda) without attaching
  * to the device; dead processes are reaped first, as any attach would.
  */
@@ -136,12 +142,12 @@ static void print_table(const struct smi *m)
     printf("|=========================================================================================|\n");
     for (int i = 0; i < SIM_MAX_PROCS; i++) {
         const struct sim_shm_proc *p = &s->procs[i];
-        if (!p->pid)
+        if (!sim_slot_used(p))
             continue;
         for (int d = 0; d < s->ndev; d++) {
             if (!gpu_selected(m, d) || !process_on(p, d, s->ndev))
                 continue;
-            boxed(" %3d %10d     C  %-13s  %-28.28s %13lluMiB", d, p->pid, sim_state_name(p->state),
+            boxed(" %3d %10d     C  %-13s  %-28.28s %13lluMiB", d, p->id.hostpid, sim_state_name(p->state),
                   p->comm, mib(p->used[d]));
             shown++;
         }
@@ -186,11 +192,11 @@ static void print_report(const struct smi *m)
         printf("    Processes\n");
         for (int i = 0; i < SIM_MAX_PROCS; i++) {
             const struct sim_shm_proc *p = &s->procs[i];
-            if (!p->pid || !process_on(p, d, s->ndev))
+            if (!sim_slot_used(p) || !process_on(p, d, s->ndev))
                 continue;
             KV(8, "GPU instance ID", "%s", "N/A");
             KV(8, "Compute instance ID", "%s", "N/A");
-            KV(8, "Process ID", "%d", p->pid);
+            KV(8, "Process ID", "%d", p->id.hostpid);
             KV(12, "Type", "%s", "C");
             KV(12, "Name", "%s", p->comm);
             KV(12, "Used GPU Memory", "%llu MiB", mib(p->used[d]));
@@ -225,6 +231,8 @@ static const struct field gpu_fields[] = {
     { "memory.used", "memory.used", MIB },
     { "memory.free", "memory.free", MIB },
     { "timestamp", "timestamp", NONE },
+    /* simcuda's own */
+    { "memory.used_bytes", "memory.used_bytes", NONE },
     { NULL, NULL, NONE },
 };
 
@@ -241,6 +249,7 @@ static const struct field app_fields[] = {
     { "parked_memory_bytes", "parked_memory_bytes", NONE },
     { "checkpoint_state", "checkpoint_state", NONE },
     { "kernel_time_ns", "kernel_time_ns", NONE },
+    { "nspid", "nspid", NONE },
     { NULL, NULL, NONE },
 };
 
@@ -336,6 +345,8 @@ static void print_gpus(const struct smi *m, const struct field *const *f, int n)
                 bytes = s->used[d];
             else if (!strcmp(name, "memory.free"))
                 bytes = s->capacity[d] - s->used[d];
+            else if (!strcmp(name, "memory.used_bytes"))
+                snprintf(v, sizeof(v), "%llu", (unsigned long long)s->used[d]);
             csv_value(m, f[i], i == 0, bytes, v);
         }
         printf("\n");
@@ -350,7 +361,7 @@ static void print_apps(const struct smi *m, const struct field *const *f, int n)
     csv_header(m, f, n);
     for (int k = 0; k < SIM_MAX_PROCS; k++) {
         const struct sim_shm_proc *p = &s->procs[k];
-        if (!p->pid)
+        if (!sim_slot_used(p))
             continue;
         for (int d = 0; d < s->ndev; d++) {
             if (!gpu_selected(m, d) || !process_on(p, d, s->ndev))
@@ -359,7 +370,7 @@ static void print_apps(const struct smi *m, const struct field *const *f, int n)
                 const char *name = f[i]->name;
                 v[0] = '\0';
                 if (!strcmp(name, "pid"))
-                    snprintf(v, sizeof(v), "%d", p->pid);
+                    snprintf(v, sizeof(v), "%d", p->id.hostpid);
                 else if (!strcmp(name, "process_name"))
                     snprintf(v, sizeof(v), "%s", p->comm);
                 else if (!strcmp(name, "gpu_uuid"))
@@ -376,6 +387,8 @@ static void print_apps(const struct smi *m, const struct field *const *f, int n)
                     snprintf(v, sizeof(v), "%llu", (unsigned long long)p->parked[d]);
                 else if (!strcmp(name, "checkpoint_state"))
                     snprintf(v, sizeof(v), "%s", sim_state_name(p->state));
+                else if (!strcmp(name, "nspid"))
+                    snprintf(v, sizeof(v), "%d", p->id.nspid);
                 else if (!strcmp(name, "kernel_time_ns"))
                     snprintf(v, sizeof(v), "%llu", (unsigned long long)p->kernel_ns[d]);
                 csv_value(m, f[i], i == 0, p->used[d], v);
@@ -400,10 +413,11 @@ static void usage(FILE *f)
                "  -i, --id=ID          only GPU ID (its index)\n"
                "  -L, --list-gpus      one line per GPU with its UUID\n"
                "  --query-gpu=...      index, count, name, uuid, driver_version, pci.bus_id,\n"
-               "                       memory.total, memory.reserved, memory.used, memory.free, timestamp\n"
+               "                       memory.total, memory.reserved, memory.used, memory.free, timestamp;\n"
+               "                       simcuda's own: memory.used_bytes\n"
                "  --query-compute-apps=...  pid, process_name, gpu_uuid, gpu_name, gpu_bus_id,\n"
                "                       used_memory; simcuda's own: gpu_index, used_memory_bytes,\n"
-               "                       parked_memory_bytes, checkpoint_state, kernel_time_ns\n"
+               "                       parked_memory_bytes, checkpoint_state, kernel_time_ns, nspid\n"
                "  --format=csv[,noheader][,nounits]   what --query-* print\n");
 }
 

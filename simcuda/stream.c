@@ -173,6 +173,7 @@ int sim_exec_op(struct sim_op *op, struct sim_stream *s)
         return 0;
     case SIM_OP_NOP:
     case SIM_OP_EXIT:
+    case SIM_OP_PARK:
         return 0;
     }
     return 0;
@@ -213,7 +214,7 @@ static void *worker(void *arg)
     struct sim_stream *s = arg;
     bool exit_ = false;
 
-    while (!exit_) {
+    for (;;) {
         struct sim_op *op = next_op(s);
         int res;
 
@@ -226,14 +227,104 @@ static void *worker(void *arg)
             *op->result = res;
         exit_ = op->kind == SIM_OP_EXIT;
         pthread_mutex_lock(&s->lock);
+        if (op->kind == SIM_OP_PARK)
+            s->parked = true;   /* the parker joins us; our reference stays with the stream */
         __atomic_store_n(&s->done, op->seq, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&s->done_cv);
         pthread_mutex_unlock(&s->lock);
+        if (op->kind == SIM_OP_PARK) {
+            sim_op_free(op);
+            return NULL;
+        }
         sim_op_free(op);
+        if (exit_)
+            break;
     }
+    pthread_detach(pthread_self());
     stream_leave_ctx(s);
     sim_stream_unref(s);
     return NULL;
+}
+
+static int start_worker(struct sim_stream *s)
+{
+    return pthread_create(&s->worker, NULL, worker, s);
+}
+
+/* ---- parking: the checkpointed process holds no engine ---------------------- */
+
+struct park_list {
+    struct sim_stream **s;
+    int n, cap;
+};
+
+/* Collect c's streams that have a worker (ctx lock taken here). */
+static void collect_streams(struct sim_ctx *c, void *arg)
+{
+    struct park_list *l = arg;
+
+    pthread_mutex_lock(&c->lock);
+    for (struct sim_stream *t = c->streams; t; t = t->next_in_ctx) {
+        if (l->n == l->cap) {
+            int cap = l->cap ? 2 * l->cap : 16;
+            struct sim_stream **m = realloc(l->s, (size_t)cap * sizeof(*m));
+            if (!m)
+                break;
+            l->s = m;
+            l->cap = cap;
+        }
+        sim_stream_ref(t);
+        l->s[l->n++] = t;
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void release_list(struct park_list *l)
+{
+    for (int i = 0; i < l->n; i++)
+        sim_stream_unref(l->s[i]);
+    free(l->s);
+}
+
+void sim_streams_park(void)
+{
+    struct park_list l = { 0 };
+
+    sim_ctx_foreach(collect_streams, &l);
+    for (int i = 0; i < l.n; i++) {
+        struct sim_stream *s = l.s[i];
+        struct sim_op *op;
+        bool parked;
+
+        pthread_mutex_lock(&s->lock);
+        parked = s->parked;
+        pthread_mutex_unlock(&s->lock);
+        if (parked || s->dying || !(op = sim_op_new(SIM_OP_PARK)))
+            continue;
+        if (sim_submit(s, op, NULL, 0, NULL) == CUDA_SUCCESS)
+            pthread_join(s->worker, NULL);  /* gone before CRIU looks at our threads */
+    }
+    release_list(&l);
+}
+
+int sim_streams_unpark(void)
+{
+    struct park_list l = { 0 };
+    int rc = 0;
+
+    sim_ctx_foreach(collect_streams, &l);
+    for (int i = 0; i < l.n; i++) {
+        struct sim_stream *s = l.s[i];
+
+        pthread_mutex_lock(&s->lock);
+        if (s->parked && !rc) {
+            if ((rc = start_worker(s)) == 0)
+                s->parked = false;
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    release_list(&l);
+    return -rc;
 }
 
 /* ---- submission ------------------------------------------------------------ */
@@ -321,7 +412,6 @@ CUresult sim_stream_create(struct sim_ctx *c, int type, unsigned flags, int prio
                            struct sim_stream **out)
 {
     struct sim_stream *s = calloc(1, sizeof(*s));
-    pthread_attr_t attr;
     int rc;
 
     if (!s)
@@ -338,10 +428,7 @@ CUresult sim_stream_create(struct sim_ctx *c, int type, unsigned flags, int prio
     pthread_cond_init(&s->done_cv, NULL);
 
     pthread_mutex_lock(&c->lock);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&s->worker, &attr, worker, s);
-    pthread_attr_destroy(&attr);
+    rc = start_worker(s);
     if (rc) {
         pthread_mutex_unlock(&c->lock);
         s->refs = 1;

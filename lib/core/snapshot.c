@@ -606,10 +606,15 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
         image_writer_stats(w, &raw, &stored, &chunks);
         s->stored = stored;
         free(s->image_dir);
+        /* a directory passed to us as a descriptor (/proc/self/fd/N/...: a CRIU
+         * plugin outside our mount namespace) has no path in our root: keep the
+         * one we were given */
         s->image_dir = realpath(dir, NULL);
+        if (!s->image_dir)
+            s->image_dir = strdup(dir);
         if (!s->image_dir) {
-            errmsg_set("image written but its path cannot be resolved: %s", dir);
-            rc = -errno;
+            errmsg_set("out of host memory");
+            rc = -ENOMEM;
         }
     }
     image_writer_free(w);             /* removes the temporary directory on failure */

@@ -1,5 +1,6 @@
 /* The client side of the control channel; see client.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -55,11 +56,34 @@ int ctl_socket_connect(const char *path)
     return socket_connect(path, 0);
 }
 
-static int connect_one(const char *path, pid_t pid, uid_t uid, int flags, struct ctl_conn *c,
-                       char *err, size_t errlen)
+/* The server end must be the target process itself. */
+static int check_peer(int fd, const char *path, pid_t pid, uid_t uid, char *err, size_t errlen)
 {
     struct ucred cred;
     socklen_t clen = sizeof(cred);
+
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 || cred.uid != uid ||
+        cred.pid != pid) {
+        set_err(err, errlen, "%s is served by pid %d uid %u, not by process %d uid %u: "
+                "refusing to talk to it", path, (int)cred.pid, (unsigned)cred.uid, (int)pid,
+                (unsigned)uid);
+        return -EPERM;
+    }
+    return 0;
+}
+
+static void conn_set(struct ctl_conn *c, int fd, pid_t pid, uid_t uid, const char *path)
+{
+    c->fd = fd;
+    c->pid = pid;
+    c->uid = uid;
+    c->pass_fd = -1;
+    snprintf(c->path, sizeof(c->path), "%s", path);
+}
+
+static int connect_one(const char *path, pid_t pid, uid_t uid, int flags, struct ctl_conn *c,
+                       char *err, size_t errlen)
+{
     struct stat st;
     size_t len = strlen(path);
     int fd;
@@ -85,18 +109,66 @@ static int connect_one(const char *path, pid_t pid, uid_t uid, int flags, struct
             set_err(err, errlen, "cannot connect to %s: %s", path, strerror(-fd));
         return fd;
     }
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 || cred.uid != uid ||
-        cred.pid != pid) {
-        set_err(err, errlen, "%s is served by pid %d uid %u, not by process %d uid %u: "
-                "refusing to talk to it", path, (int)cred.pid, (unsigned)cred.uid, (int)pid,
-                (unsigned)uid);
+    if (check_peer(fd, path, pid, uid, err, errlen) < 0) {
         close(fd);
         return -EPERM;
     }
-    c->fd = fd;
-    c->pid = pid;
-    c->uid = uid;
-    memcpy(c->path, path, len + 1);
+    conn_set(c, fd, pid, uid, path);
+    return 0;
+}
+
+/*
+ * The socket `sock` in run dir `dir` of a process in another mount namespace
+ * (a container): both opened inside its root, so that nothing planted there
+ * leads out of it; checked as connect_one checks; connected through the
+ * opened file. Returns 0, -ENOENT (no socket there: try the next dir), or
+ * -errno with the message in err.
+ */
+static int connect_in_root(pid_t pid, uid_t uid, const char *dir, const char *sock, int flags,
+                           struct ctl_conn *c, char *err, size_t errlen)
+{
+    char via[64], derr[PATH_MAX + 128];
+    struct stat st;
+    int dfd, sfd, fd, r;
+
+    if ((dfd = tcgpu_proc_open_in_root(pid, dir, O_DIRECTORY)) < 0)
+        return dfd == -ENOTDIR || dfd == -ELOOP || dfd == -ENOENT ? -ENOENT : dfd;
+    sfd = tcgpu_proc_open_in_root(pid, sock, 0);
+    if (sfd < 0) {
+        close(dfd);
+        return sfd == -ELOOP ? -EPERM : -ENOENT;
+    }
+    r = tcgpu_rundir_check_fd(dfd, dir, uid, derr, sizeof(derr));
+    close(dfd);
+    if (r < 0) {
+        set_err(err, errlen, "process %d: %s", (int)pid, derr);
+        close(sfd);
+        return -EPERM;
+    }
+    if (fstat(sfd, &st) < 0 || !S_ISSOCK(st.st_mode) || st.st_uid != uid) {
+        set_err(err, errlen, "%s (in process %d's root) is not a socket owned by uid %u: "
+                "refusing to use it", sock, (int)pid, (unsigned)uid);
+        close(sfd);
+        return -EPERM;
+    }
+    snprintf(via, sizeof(via), "/proc/self/fd/%d", sfd);
+    fd = socket_connect(via, flags & CTL_CONNECT_NONBLOCK);
+    close(sfd);
+    if (fd == -ECONNREFUSED) {
+        set_err(err, errlen, "process %d does not answer on %s (stale socket: a tcgpu process "
+                "with this pid died)", (int)pid, sock);
+        return fd;
+    }
+    if (fd < 0) {
+        set_err(err, errlen, "cannot connect to %s (in process %d's root): %s", sock, (int)pid,
+                strerror(-fd));
+        return fd;
+    }
+    if ((r = check_peer(fd, sock, pid, uid, err, errlen)) < 0) {
+        close(fd);
+        return r;
+    }
+    conn_set(c, fd, pid, uid, sock);
     return 0;
 }
 
@@ -113,11 +185,15 @@ int ctl_connect_flags(pid_t pid, struct ctl_conn *c, int flags, char *err, size_
 {
     char dirs[TCGPU_RUNDIR_MAX_CANDIDATES][PATH_MAX];
     char path[PATH_MAX], looked[2048] = "", refused[PATH_MAX + 160] = "";
+    struct tcgpu_proc_ns ns;
     uid_t uid;
     int n, r;
 
     c->fd = -1;
+    c->pass_fd = -1;
     r = tcgpu_proc_uid(pid, &uid);
+    if (r == 0)
+        r = tcgpu_proc_ns(pid, &ns);
     if (r < 0) {
         if (r == -ESRCH)
             set_err(err, errlen, "no such process: %d", (int)pid);
@@ -132,8 +208,17 @@ int ctl_connect_flags(pid_t pid, struct ctl_conn *c, int flags, char *err, size_
         struct stat st;
         char why[PATH_MAX + 160];
 
-        if (tcgpu_rundir_socket_path(dirs[i], pid, path, sizeof(path)) < 0)
+        /* named by its pid where it lives (a container's pid 1 has 1.sock) */
+        if (tcgpu_rundir_socket_path(dirs[i], ns.nspid, path, sizeof(path)) < 0)
             continue;
+        if (ns.foreign_mounts) {
+            /* a container's: its run dir is checked inside its root */
+            note_looked(looked, sizeof(looked), dirs[i]);
+            r = connect_in_root(pid, uid, dirs[i], path, flags, c, err, errlen);
+            if (r != -ENOENT)
+                return r;
+            continue;
+        }
         if (tcgpu_rundir_check(dirs[i], uid, why, sizeof(why)) < 0) {
             if (access(dirs[i], F_OK) == 0 || errno != ENOENT) {
                 note_looked(looked, sizeof(looked), dirs[i]);
@@ -159,13 +244,38 @@ int ctl_connect_flags(pid_t pid, struct ctl_conn *c, int flags, char *err, size_
     else
         set_err(err, errlen, "process %d has no control socket: it is not running under tcgpu "
                 "(gpuckpt run / LD_PRELOAD=libtcgpu.so) or has not initialised CUDA yet "
-                "(looked in %s)", (int)pid, looked[0] ? looked : "no run dir of its user");
+                "(looked in %s%s)", (int)pid, looked[0] ? looked : "no run dir of its user",
+                ns.foreign_mounts ? ", inside its root" : "");
     return -ENOENT;
 }
 
 int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen)
 {
     return ctl_connect_flags(pid, c, 0, err, errlen);
+}
+
+/* The request, with c->pass_fd attached when there is one. -1 with errno. */
+static ssize_t send_request(const struct ctl_conn *c, const char *req, size_t len)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = { .iov_base = (void *)req, .iov_len = len };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+    struct cmsghdr *cm;
+
+    if (c->pass_fd < 0)
+        return send(c->fd, req, len, MSG_NOSIGNAL);
+    memset(&u, 0, sizeof(u));
+    mh.msg_control = u.buf;
+    mh.msg_controllen = sizeof(u.buf);
+    cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &c->pass_fd, sizeof(int));
+    return sendmsg(c->fd, &mh, MSG_NOSIGNAL);
 }
 
 int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *reply,
@@ -177,7 +287,7 @@ int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *re
 
     if (len > CTL_MSG_MAX)
         return -EMSGSIZE;
-    if (send(c->fd, req, len, MSG_NOSIGNAL) < 0)
+    if (send_request(c, req, len) < 0)
         return errno == EPIPE ? -ECONNRESET : -errno;
     buf = malloc(CTL_MSG_MAX);
     if (!buf)

@@ -17,14 +17,18 @@ struct ctl_conn {
     int fd;
     pid_t pid;                  /* the target process */
     uid_t uid;                  /* its effective uid */
-    char path[108];             /* the socket */
+    char path[108];             /* the socket (as the target sees it: inside its root) */
+    int pass_fd;                /* a descriptor ctl_call sends with the request (SCM_RIGHTS),
+                                   -1 for none; ctl_connect sets -1, the caller keeps it */
 };
 
 /*
  * Connect to process pid's control socket (rundir.h says where it is looked
- * for). Checks, before trusting it: the run dir belongs to the target's uid
- * and is private, and the server end (SO_PEERCRED) is the target's pid and
- * uid. Returns 0 with *c open, or -errno with a one-line message in err:
+ * for). pid is the caller's: a process in a container is found under its
+ * own pid in its own root (docs/kubernetes.md). Checks, before trusting it:
+ * the run dir belongs to the target's uid and is private, and the server end
+ * (SO_PEERCRED) is the target's pid and uid. Returns 0 with *c open, or
+ * -errno with a one-line message in err:
  *   -ESRCH        no such process
  *   -ENOENT       no control socket: not a tcgpu process, or it has not
  *                 initialised CUDA yet (err names a run dir passed over:

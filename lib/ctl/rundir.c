@@ -3,10 +3,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -28,15 +31,10 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-int tcgpu_rundir_check(const char *dir, uid_t uid, char *err, size_t errlen)
+static int check_stat(const struct stat *stp, const char *dir, uid_t uid, char *err, size_t errlen)
 {
-    struct stat st;
+    const struct stat st = *stp;
 
-    if (lstat(dir, &st) < 0) {
-        int e = errno;
-        set_err(err, errlen, "run dir %s: %s", dir, strerror(e));
-        return -e;
-    }
     if (S_ISLNK(st.st_mode)) {
         set_err(err, errlen, "run dir %s is a symbolic link: refusing to use it", dir);
         return -ENOTDIR;
@@ -56,6 +54,30 @@ int tcgpu_rundir_check(const char *dir, uid_t uid, char *err, size_t errlen)
         return -EPERM;
     }
     return 0;
+}
+
+int tcgpu_rundir_check(const char *dir, uid_t uid, char *err, size_t errlen)
+{
+    struct stat st;
+
+    if (lstat(dir, &st) < 0) {
+        int e = errno;
+        set_err(err, errlen, "run dir %s: %s", dir, strerror(e));
+        return -e;
+    }
+    return check_stat(&st, dir, uid, err, errlen);
+}
+
+int tcgpu_rundir_check_fd(int fd, const char *shown, uid_t uid, char *err, size_t errlen)
+{
+    struct stat st;
+
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        set_err(err, errlen, "run dir %s: %s", shown, strerror(e));
+        return -e;
+    }
+    return check_stat(&st, shown, uid, err, errlen);
 }
 
 /* A directory owned by uid (for XDG_RUNTIME_DIR); follows symlinks like a shell would. */
@@ -301,4 +323,79 @@ int tcgpu_proc_uid(pid_t pid, uid_t *uid)
     }
     fclose(f);
     return r;
+}
+
+/* ---- processes in other namespaces (containers) ------------------------------ */
+
+/* The last pid of /proc/PID/status's NSpid: the pid in its own namespace. */
+static int proc_nspid(pid_t pid, pid_t *nspid)
+{
+    char path[64], line[512];
+    FILE *f;
+    int r = -ENOENT;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if (!(f = fopen(path, "re")))
+        return errno == ENOENT ? -ESRCH : -errno;
+    while (fgets(line, sizeof(line), f)) {
+        char *p = line + 6, *end;
+        long v;
+
+        if (strncmp(line, "NSpid:", 6))
+            continue;
+        /* the pids from our namespace's view down to its own: keep the last */
+        while ((v = strtol(p, &end, 10)), end != p) {
+            *nspid = (pid_t)v;
+            p = end;
+        }
+        r = 0;
+        break;
+    }
+    fclose(f);
+    return r;
+}
+
+static int same_ns(pid_t pid, const char *kind)
+{
+    char a[64], b[64];
+    struct stat sa, sb;
+
+    snprintf(a, sizeof(a), "/proc/self/ns/%s", kind);
+    snprintf(b, sizeof(b), "/proc/%d/ns/%s", (int)pid, kind);
+    /* unreadable (not ours to look at): assume ours, as before namespaces */
+    if (stat(a, &sa) < 0 || stat(b, &sb) < 0)
+        return 1;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+int tcgpu_proc_ns(pid_t pid, struct tcgpu_proc_ns *ns)
+{
+    int r;
+
+    ns->nspid = pid;
+    ns->foreign_mounts = 0;
+    r = proc_nspid(pid, &ns->nspid);
+    if (r < 0 && r != -ENOENT)
+        return r;               /* -ENOENT: a kernel without NSpid, no namespaces either */
+    ns->foreign_mounts = !same_ns(pid, "mnt");
+    return 0;
+}
+
+int tcgpu_proc_open_in_root(pid_t pid, const char *path, int extra_flags)
+{
+    struct open_how how = {
+        .flags = (uint64_t)(O_PATH | O_NOFOLLOW | O_CLOEXEC | extra_flags),
+        .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+    };
+    char root[64];
+    int rfd, fd;
+
+    snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
+    if ((rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return errno == ENOENT ? -ESRCH : -errno;
+    fd = (int)syscall(SYS_openat2, rfd, path, &how, sizeof(how));
+    if (fd < 0)
+        fd = -errno;
+    close(rfd);
+    return fd;
 }

@@ -22,6 +22,7 @@
 #include "driver/driver.h"
 #include "dev.h"
 #include "internal.h"
+#include "common/bigbuf.h"
 
 void pipe_say(struct pipe *p, const char *fmt, ...)
 {
@@ -150,7 +151,7 @@ void pipe_free(struct pipe *p)
         pthread_join(p->w[i].th, NULL);
     for (unsigned i = 0; p->w && i < p->nw_alloc; i++) {
         codec_ctx_free(p->w[i].ctx);
-        free(p->w[i].buf);
+        bigbuf_free(p->w[i].buf, p->w[i].buf_cap);
         free(p->w[i].base);
         free(p->w[i].xor_buf);
     }

@@ -10,6 +10,7 @@
 
 #include "driver/driver.h"
 #include "internal.h"
+#include "common/bigbuf.h"
 
 /* --- refill ---------------------------------------------------------------- */
 
@@ -38,7 +39,7 @@ static void decode_job(struct pipe *p, struct worker *w, struct task *t)
         return;
     }
     if (w->buf_cap < stored_len) {
-        uint8_t *b = realloc(w->buf, stored_len);
+        uint8_t *b = bigbuf_grow(w->buf, w->buf_cap, stored_len);
 
         if (!b) {
             snprintf(j->err, sizeof(j->err), "out of memory");

@@ -10,6 +10,8 @@
 #define ZSTD_STATIC_LINKING_ONLY   /* ZSTD_compressSequences: literals-only planes */
 #include <zstd.h>
 
+#include "common/bigbuf.h"
+
 #define DEFAULT_SAMPLE (64u * 1024u)
 #define SAMPLE_SLICES  4u
 /* Smaller than this, compression cannot pay for its header and its time. */
@@ -103,7 +105,7 @@ void codec_ctx_free(struct codec_ctx *ctx)
     ZSTD_freeCCtx(ctx->plane_cctx);
     ZSTD_freeCCtx(ctx->match_cctx);
     ZSTD_freeDCtx(ctx->dctx);
-    free(ctx->scratch);
+    bigbuf_free(ctx->scratch, ctx->scratch_cap);
     free(ctx->sample);
     free(ctx->sample_planes);
     free(ctx->sample_out);
@@ -186,10 +188,11 @@ static int ensure_scratch(struct codec_ctx *ctx, size_t len)
 
     if (len <= ctx->scratch_cap)
         return 0;
-    s = malloc(len);
+    /* chunk-sized: mapped, so that it leaves with the context (common/bigbuf.h) */
+    s = bigbuf_alloc(len);
     if (!s)
         return -ENOMEM;
-    free(ctx->scratch);
+    bigbuf_free(ctx->scratch, ctx->scratch_cap);
     ctx->scratch = s;
     ctx->scratch_cap = len;
     return 0;

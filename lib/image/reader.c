@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "internal.h"
+#include "common/bigbuf.h"
 
 struct datafile {
     char name[32];
@@ -680,8 +681,8 @@ void image_close(struct image *img)
     free(img->chunks);
     idmap_free(&img->ids);
     codec_ctx_free(img->ctx);
-    free(img->stored_buf);
-    free(img->raw_buf);
+    bigbuf_free(img->stored_buf, img->max_stored);
+    bigbuf_free(img->raw_buf, img->max_raw);
     free(img->dir);
     free(img);
 }
@@ -1142,9 +1143,10 @@ const uint64_t *image_chunk_blocks(const struct image *img, size_t i, uint32_t *
 
 static int ensure_bufs(struct image *img)
 {
-    if (!img->stored_buf && img->max_stored && !(img->stored_buf = malloc(img->max_stored)))
+    /* chunk-sized: mapped, so that they leave with the image (common/bigbuf.h) */
+    if (!img->stored_buf && img->max_stored && !(img->stored_buf = bigbuf_alloc(img->max_stored)))
         return -ENOMEM;
-    if (!img->raw_buf && img->max_raw && !(img->raw_buf = malloc(img->max_raw)))
+    if (!img->raw_buf && img->max_raw && !(img->raw_buf = bigbuf_alloc(img->max_raw)))
         return -ENOMEM;
     return 0;
 }

@@ -114,3 +114,15 @@ wait_job() {
     return $rc
 }
 
+# wait_gone PID [SEC]: the process no longer exists (restored ones are not our
+# children: polled); fails after SEC (120).
+wait_gone() {
+    local i n=$(( ${2:-120} * 20 ))
+    for i in $(seq 1 "$n"); do
+        kill -0 "$1" 2>/dev/null || return 0
+        # a zombie whose parent is gone is reaped by init soon; ours we reap
+        [ "$(awk '{print $3}' /proc/"$1"/stat 2>/dev/null)" = Z ] && { wait "$1" 2>/dev/null || true; }
+        sleep 0.05
+    done
+    fail "process $1 still runs after ${2:-120} s: $(tail -n 3 "$WORK"/*.out 2>/dev/null)"
+}

@@ -8,7 +8,7 @@
   same folder (or tcgpu.h, or a header generated into that folder);
 - the tools include only the libraries they link (gpuckpt: common, ctl, image,
   json; tcgpud: common, ctl, policy, json; tcgpu-replay (tools/replay): common,
-  policy, json);
+  policy, json; the CRIU plugin: common, ctl, image and gpuckpt's driver client);
 - a library's meson.build depends only on the libraries it may include;
 - no meson.build compiles a source file of another folder.
 """
@@ -31,6 +31,8 @@ TOOLS = {
     'tools/gpuckpt': {'common', 'ctl', 'image', 'json', 'gpuckpt'},
     'tools/tcgpud': {'common', 'ctl', 'policy', 'json', 'tcgpud'},
     'tools/replay': {'common', 'policy', 'json'},
+    # the CRIU plugin drives the checkpoint API through gpuckpt's driver client
+    'plugins/criu': {'common', 'ctl', 'image', 'gpuckpt'},
 }
 GENERATED = {'driver': {'driver_table.h'}}
 # Headers of other trees a folder is built against (include_directories in its meson.build).

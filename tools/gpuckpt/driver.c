@@ -20,6 +20,7 @@ static struct {
     CUresult (*driver_version)(int *);
     CUresult (*error_name)(CUresult, const char **);
     CUresult (*get_state)(int, CUprocessState *);
+    CUresult (*restore_tid)(int, int *);
     CUresult (*lock)(int, CUcheckpointLockArgs *);
     CUresult (*checkpoint)(int, CUcheckpointCheckpointArgs *);
     CUresult (*restore)(int, CUcheckpointRestoreArgs *);
@@ -70,6 +71,7 @@ static int resolve_base(void *h)
 static int resolve_checkpoint(void *h)
 {
     return RESOLVE(h, get_state, "cuCheckpointProcessGetState") ||
+           RESOLVE(h, restore_tid, "cuCheckpointProcessGetRestoreThreadId") ||
            RESOLVE(h, lock, "cuCheckpointProcessLock") ||
            RESOLVE(h, checkpoint, "cuCheckpointProcessCheckpoint") ||
            RESOLVE(h, restore, "cuCheckpointProcessRestore") ||
@@ -209,6 +211,17 @@ int gdrv_get_state(pid_t pid, int *state, char *err, size_t len)
     r = check(drv.get_state((int)pid, &s), "cuCheckpointProcessGetState", pid, err, len);
     if (r == 0)
         *state = (int)s;
+    return r;
+}
+
+int gdrv_restore_tid(pid_t pid, pid_t *tid, char *err, size_t len)
+{
+    int t = 0, r;
+
+    if ((r = need_driver(err, len)) < 0)
+        return r;
+    r = check(drv.restore_tid((int)pid, &t), "cuCheckpointProcessGetRestoreThreadId", pid, err, len);
+    *tid = (pid_t)t;
     return r;
 }
 

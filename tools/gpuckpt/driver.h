@@ -73,6 +73,10 @@ int gdrv_release(pid_t pid, unsigned timeout_ms, char *err, size_t len);
  */
 int gdrv_reacquire(pid_t pid, char *err, size_t len);
 
+/* The driver's restore thread of pid (cuCheckpointProcessGetRestoreThreadId),
+ * as the caller numbers threads: 0, -ESRCH, -ENODEV. */
+int gdrv_restore_tid(pid_t pid, pid_t *tid, char *err, size_t len);
+
 /* Restore onto other GPUs of the same model: n pairs (at most 16) of old and
  * new device UUIDs, passed to every later Restore (gpuckpt restore). */
 void gdrv_set_remap(const uint8_t (*old_uuid)[16], const uint8_t (*new_uuid)[16], int n);

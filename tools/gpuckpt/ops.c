@@ -257,6 +257,7 @@ int gpuckpt_call(const char *cmd, pid_t pid, const char *dir, struct tcgpu_statu
     int r = CTL_EXIT_FAILED;
 
     if (req && rep) {
+        memset(rep, 0, sizeof(*rep));   /* no reply (no connection) reads as no error */
         ctl_buf_request(req, cmd);
         if (dir)
             ctl_buf_put(req, "dir", dir);

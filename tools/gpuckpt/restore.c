@@ -5,8 +5,10 @@
  * Restore checks everything it can before CRIU touches the machine: the tree
  * manifest's checksum, every GPU image whole (every chunk's checksum) and
  * belonging to its process, CRIU's images present, the devices of the same
- * model, the pids free. Then `criu restore -d`, then for each tcgpu process
- * driver Restore + Unlock and tcgpu resume from DIR/gpu/<pid>.
+ * model, the pids free. Then `criu restore -d` with tcgpu's CRIU plugin
+ * (plugins/criu), which gives every tcgpu process its context back (driver
+ * Restore + Unlock) and has it refill its memory from DIR/gpu/<pid> before
+ * CRIU lets the tree run.
  *
  * Without -d gpuckpt stays the tree's parent (a child subreaper: CRIU's
  * restored root is re-parented to it when criu exits) and exits with the
@@ -235,9 +237,17 @@ static void prepare_socket_dirs(const struct tree *t)
 
 static int criu_restore(const char *dir, const struct tree *t, char *err, size_t len)
 {
-    char imgdir[PATH_MAX], log[PATH_MAX], why[2048];
-    char *argv[16];
+    char imgdir[PATH_MAX], log[PATH_MAX], why[4096], gpudir[PATH_MAX];
+    static char plugins[PATH_MAX];
+    char *argv[20];
     int n = 0, r;
+
+    if (criu_plugin_find(plugins, sizeof(plugins)) < 0) {
+        snprintf(err, len, "tcgpu's CRIU plugin (tcgpu_plugin.so) is not in %.3000s: it is built "
+                 "when CRIU's plugin header is installed (scripts/setup.sh); TCGPU_CRIU_PLUGIN_DIR "
+                 "names another place", plugins);
+        return -ENOENT;
+    }
 
     snprintf(imgdir, sizeof(imgdir), "%.4000s/criu", dir);
     argv[n++] = NULL;           /* the binary, filled by the caller's find */
@@ -248,6 +258,8 @@ static int criu_restore(const char *dir, const struct tree *t, char *err, size_t
     argv[n++] = "-o";
     argv[n++] = "restore.log";
     argv[n++] = "-v4";
+    argv[n++] = "-L";
+    argv[n++] = plugins;
     argv[n++] = "--file-locks";
     if (strstr(t->criu_flags, "shell-job"))
         argv[n++] = "--shell-job";
@@ -263,41 +275,49 @@ static int criu_restore(const char *dir, const struct tree *t, char *err, size_t
         argv[0] = criu;
     }
     snprintf(log, sizeof(log), "%.4000s/criu/restore.out", dir);
+    snprintf(gpudir, sizeof(gpudir), "%.4000s/gpu", dir);
+    setenv("TCGPU_CRIU_GPU_DIR", gpudir, 1);
     r = criu_run(argv, log);
+    unsetenv("TCGPU_CRIU_GPU_DIR");
     if (r == 0)
         return 0;
     snprintf(log, sizeof(log), "%.4000s/criu/restore.log", dir);
-    criu_log_errors(log, 3, why, sizeof(why));
+    if (criu_plugin_errors(log, why, sizeof(why)) == 0)
+        criu_log_errors(log, 3, why, sizeof(why));
     snprintf(err, len, "criu restore from %.4000s failed (exit %d):\n  %.2000s\n  (CRIU's log: %.4000s)", imgdir,
              r, why, log);
     return -EIO;
 }
 
-/* Gives every restored tcgpu process its GPU back. Returns the worst exit code. */
-static int resume_all(const char *dir, const struct tree *t)
+/*
+ * Every restored tcgpu process should be running: the plugin gave it its GPU
+ * back inside the restore. One that is not (no room on the device now) stays
+ * suspended, safely; the plugin said why in CRIU's log. Returns the worst
+ * exit code.
+ */
+static int check_resumed(const char *dir, const struct tree *t)
 {
-    int worst = CTL_EXIT_OK;
+    char log[PATH_MAX], why[4096];
+    int worst = CTL_EXIT_OK, said = 0;
 
+    snprintf(log, sizeof(log), "%.4000s/criu/restore.log", dir);
     for (int i = 0; i < t->nproc; i++) {
         const struct tree_proc *p = &t->proc[i];
-        char img[PATH_MAX], err[512];
-        int r;
+        struct tcgpu_status st;
+        int state = GDRV_NONE;
 
-        if (!p->tcgpu)
+        if (!p->tcgpu || kill(p->pid, 0) < 0)
+            continue;           /* not ours, or it ran on and has ended already */
+        if (gpuckpt_call("status", p->pid, NULL, &st) == CTL_EXIT_OK && st.state == TCGPU_STATE_RUNNING)
             continue;
-        snprintf(img, sizeof(img), "%.4000s/%.31s", dir, p->image);
-        if ((r = gdrv_reacquire(p->pid, err, sizeof(err))) < 0) {
-            gpuckpt_error("restore: process %d (%s): %s; it stays suspended (retry: gpuckpt resume "
-                          "%d -D %s)", (int)p->pid, p->comm, err, (int)p->pid, img);
-            worst = r == -ENOMEM ? CTL_EXIT_NOROOM : CTL_EXIT_FAILED;
-            continue;
-        }
-        r = gpuckpt_call("resume", p->pid, img, NULL);
-        if (r != CTL_EXIT_OK) {
-            gpuckpt_error("restore: process %d (%s) stays suspended (retry: gpuckpt resume %d -D %s)",
-                          (int)p->pid, p->comm, (int)p->pid, img);
-            worst = r;
-        }
+        if (!said++ && criu_plugin_errors(log, why, sizeof(why)) > 0)
+            gpuckpt_error("restore: %s", why);
+        gdrv_get_state(p->pid, &state, NULL, 0);
+        gpuckpt_error("restore: process %d (%s) stays suspended (retry: gpuckpt resume %d -D "
+                      "%.3000s/%.31s)", (int)p->pid, p->comm, (int)p->pid, dir, p->image);
+        /* still checkpointed by the driver: its context found no room */
+        worst = state == GDRV_CHECKPOINTED && worst != CTL_EXIT_FAILED ? CTL_EXIT_NOROOM
+                                                                       : CTL_EXIT_FAILED;
     }
     return worst;
 }
@@ -408,7 +428,7 @@ int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **arg
         free(t);
         return CTL_EXIT_FAILED;
     }
-    r = resume_all(dir, t);
+    r = check_resumed(dir, t);
     secs = (double)(now_ns() - t0) / 1e9;
     if (gpuckpt_json())
         /* printed now, before the wait: the tree runs */
