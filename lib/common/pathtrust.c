@@ -96,6 +96,38 @@ static int enter_root(struct walk *w)
     return enter(w, fd, "/");
 }
 
+/*
+ * "/proc/self/fd/N/...": a directory this process holds open (one a peer
+ * passed over its socket, whose credentials were checked: the CRIU
+ * plugin's images directory, which may not exist in our mount namespace).
+ * The walk starts at that descriptor, checked as any directory, instead of
+ * resolving the magic link by its name. Returns 1 when rest was such a
+ * path (w entered, w->rest what follows), 0 when not, or -errno.
+ */
+static int enter_held_fd(struct walk *w)
+{
+    static const char prefix[] = "/proc/self/fd/";
+    const char *p = w->rest + sizeof(prefix) - 1, *end;
+    char name[64];
+    long n;
+    int fd;
+
+    if (strncmp(w->rest, prefix, sizeof(prefix) - 1) || *p < '0' || *p > '9')
+        return 0;
+    n = strtol(p, (char **)&end, 10);
+    if ((*end && *end != '/') || n < 0 || n > INT_MAX)
+        return 0;
+    snprintf(name, sizeof(name), "%s%ld", prefix, n);
+    fd = openat((int)n, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return fail(w, -errno, "%s: %s", name, strerror(errno));
+    int r = enter(w, fd, name);
+    if (r < 0)
+        return r;
+    memmove(w->rest, end, strlen(end) + 1);
+    return 1;
+}
+
 /* "where/name", for messages (where is "/" at the top); a path too long
  * for PATH_MAX fails at openat before it matters. */
 static void child_path(const struct walk *w, const char *name, char *out, size_t len)
@@ -217,8 +249,10 @@ int pathtrust_open_parent(const char *path, uid_t uid, char *leaf, size_t leafle
     }
     memcpy(w->rest, path, (size_t)(last - path));
     w->rest[last - path] = '\0';
-    r = enter_root(w);
+    r = enter_held_fd(w);
     if (r == 0)
+        r = enter_root(w);
+    if (r >= 0)
         r = walk_all(w);
     if (r == 0) {
         memcpy(leaf, last, n);

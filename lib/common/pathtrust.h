@@ -20,6 +20,11 @@
  * resolved again later: create and rename relative to it (mkdirat,
  * renameat2), so that nothing can be swapped in between.
  *
+ * A path that starts "/proc/self/fd/N/" starts at the directory this
+ * process holds as descriptor N (one passed by a peer whose credentials
+ * were checked), itself checked as above, rather than at "/": the magic
+ * link may name a place outside our mount namespace.
+ *
  * Thread-safe; no globals, no output of its own.
  */
 #ifndef TCGPU_COMMON_PATHTRUST_H

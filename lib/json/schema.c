@@ -65,6 +65,7 @@ static const struct tc_json_field event_fields[] = {
     { "uid", TC_JSON_INT },
     { "from_pid", TC_JSON_INT },
     { "not_shown", TC_JSON_INT },
+    { "free", TC_JSON_INT },
     { NULL, 0 },
 };
 

@@ -31,11 +31,20 @@ ref=$("$TRAIN" "${TRAIN_ARGS[@]}" 2>&1 | sed -n 's/^checksum: *//p')
 ensure_device
 build_image "$IMAGE"
 
+# criu_log_tail OUT : the lines of CRIU's log (named in podman's output OUT)
+# that say what failed, tcgpu's plugin's among them.
+criu_log_tail() {
+    local log
+    log=$(grep -o 'log file: [^ "\]*' "$1" | head -n 1 | cut -d' ' -f3)
+    [ -n "$log" ] && [ -r "$log" ] && grep -E 'tcgpu|Error|error' "$log" | tail -n 12
+}
+
 # checkpoint NAME TAR : podman's checkpoint with export, timed (ms in ckpt_ms).
 checkpoint() {
     local t0=$(date +%s%N)
     podman container checkpoint --export "$2" --compress none "$1" >"$WORK/ckpt.out" 2>&1 ||
-        fail "checkpoint of $1 failed: $(tail -n 3 "$WORK/ckpt.out")"
+        fail "checkpoint of $1 failed: $(tail -n 3 "$WORK/ckpt.out")
+criu's log: $(criu_log_tail "$WORK/ckpt.out")"
     ckpt_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 }
 

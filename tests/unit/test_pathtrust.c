@@ -117,6 +117,42 @@ static int test_other_owner(void)
     return 0;
 }
 
+/* "/proc/self/fd/N/...": the walk starts at the directory we hold, even
+ * when no path names it here (the CRIU plugin passes its images directory,
+ * which may be in another mount namespace); that directory is checked too. */
+static int test_held_descriptor(void)
+{
+    char leaf[NAME_MAX + 1], err[512], path[64];
+    struct stat a, b;
+    int dfd, fd;
+
+    REQUIRE(mkdir(at("held"), 0700) == 0 && mkdir(at("held/sub"), 0700) == 0, "mkdir");
+    REQUIRE((dfd = open(at("held"), O_PATH | O_DIRECTORY | O_CLOEXEC)) >= 0, "open");
+    /* gone from its path: only the descriptor reaches it now */
+    REQUIRE(rename(at("held"), at("moved")) == 0, "rename");
+    snprintf(path, sizeof(path), "/proc/self/fd/%d/sub/img", dfd);
+    fd = pathtrust_open_parent(path, geteuid(), leaf, sizeof(leaf), err, sizeof(err));
+    REQUIRE(fd >= 0, "a held directory: %s", err);
+    CHECK(!strcmp(leaf, "img"), "leaf %s", leaf);
+    CHECK(fstat(fd, &a) == 0 && stat(at("moved/sub"), &b) == 0 && a.st_ino == b.st_ino,
+          "the descriptor is the held directory's sub");
+    close(fd);
+    snprintf(path, sizeof(path), "/proc/self/fd/%d/img", dfd);
+    CHECK(walk(path, leaf, err) == 0, "the held directory itself as parent: %s", err);
+    /* a held directory others may write is refused as any other */
+    REQUIRE(chmod(at("moved"), 0777) == 0, "chmod");
+    CHECK(walk(path, leaf, err) == -EPERM && strstr(err, "/proc/self/fd/"), "writable by others: %s", err);
+    close(dfd);
+    /* one no path leads to at all (the link's name resolves to nothing) */
+    REQUIRE(mkdir(at("gone"), 0700) == 0, "mkdir");
+    REQUIRE((dfd = open(at("gone"), O_PATH | O_DIRECTORY | O_CLOEXEC)) >= 0, "open");
+    REQUIRE(rmdir(at("gone")) == 0, "rmdir");
+    snprintf(path, sizeof(path), "/proc/self/fd/%d/img", dfd);
+    CHECK(walk(path, leaf, err) == 0, "a directory reached only by its descriptor: %s", err);
+    close(dfd);
+    return 0;
+}
+
 int main(void)
 {
     char cmd[PATH_MAX + 16];
@@ -126,6 +162,7 @@ int main(void)
     RUN(test_trusted);
     RUN(test_writable_by_others);
     RUN(test_other_owner);
+    RUN(test_held_descriptor);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", top);
     if (system(cmd) != 0)
         fprintf(stderr, "cannot remove %s\n", top);
