@@ -472,7 +472,8 @@ static CUresult submit_launch(struct sim_exec *x, struct sim_stream *s, struct b
         deps = b->waits;
         ndeps = b->nwaits;
     }
-    qsort(b->records, b->nrec, sizeof(*b->records), cmp_ptr);
+    if (b->nrec > 1)                    /* records is NULL when there are none */
+        qsort(b->records, b->nrec, sizeof(*b->records), cmp_ptr);
     for (size_t i = 0; i < b->nrec; i++)
         pthread_mutex_lock(&b->records[i]->lock);
     r = sim_submit(s, b->graph, deps, (int)ndeps, &seq);
