@@ -765,7 +765,9 @@ static CUresult attr_of(const struct sim_range *r, CUpointer_attribute a, void *
 
     switch (a) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
-        *(CUcontext *)data = (CUcontext)r->ctx;
+        /* Stream-ordered allocations are not context associated: NULL, as
+         * VMM mappings (the CUDA programming guide, "Pointer Attributes"). */
+        *(CUcontext *)data = r->kind == SIM_R_POOL ? NULL : (CUcontext)r->ctx;
         break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         *(unsigned int *)data = r->kind == SIM_R_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;

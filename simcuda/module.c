@@ -364,7 +364,8 @@ CUresult cuFuncGetName(const char **name, CUfunction hfunc)
     CUresult r;
 
     SIM_BEGIN();
-    if (!name)
+    /* cuda.h: "If either **name or hfunc is NULL, CUDA_ERROR_INVALID_VALUE" */
+    if (!name || !hfunc)
         return CUDA_ERROR_INVALID_VALUE;
     if ((r = func_get(hfunc, &f)))
         return r;

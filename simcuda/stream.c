@@ -591,6 +591,31 @@ SIM_EXPORT(cuStreamQuery);
 CUresult cuStreamQuery_ptsz(CUstream hStream) { return stream_query(hStream, true); }
 SIM_EXPORT(cuStreamQuery_ptsz);
 
+/*
+ * Stream capture: no stream is ever capturing here yet, so every valid
+ * stream answers CU_STREAM_CAPTURE_STATUS_NONE, as a real driver does for a
+ * stream outside cuStreamBeginCapture. A capture implementation keeps the
+ * stream's capture status in struct sim_stream and answers it here.
+ */
+static CUresult stream_is_capturing(CUstream h, CUstreamCaptureStatus *status, bool pt)
+{
+    struct sim_stream *s;
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = sim_stream_get(h, pt, &s)))
+        return r;
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) { return stream_is_capturing(hStream, captureStatus, false); }
+SIM_EXPORT(cuStreamIsCapturing);
+CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus) { return stream_is_capturing(hStream, captureStatus, true); }
+SIM_EXPORT(cuStreamIsCapturing_ptsz);
+
 static CUresult stream_get_flags(CUstream h, unsigned *flags, bool pt)
 {
     struct sim_stream *s;

@@ -238,7 +238,16 @@ static void test_stream_queries(void)
     CHECK(cuStreamGetCtx(s, &c));
     CHECK_TRUE(c == g_ctx);
     CHECK_RES(cuStreamCreate(&s, 0x40), CUDA_ERROR_INVALID_VALUE);
+    /* Nothing is being captured: every stream, the default ones too. */
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    CHECK(cuStreamIsCapturing(s, &cs));
+    CHECK_EQ(cs, CU_STREAM_CAPTURE_STATUS_NONE);
+    cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    CHECK(cuStreamIsCapturing(NULL, &cs));
+    CHECK_EQ(cs, CU_STREAM_CAPTURE_STATUS_NONE);
+    CHECK_RES(cuStreamIsCapturing(s, NULL), CUDA_ERROR_INVALID_VALUE);
     CHECK(cuStreamDestroy(s));
+    CHECK_RES(cuStreamIsCapturing((CUstream)&cs, &cs), CUDA_ERROR_INVALID_HANDLE);
 }
 
 int main(void)
@@ -250,6 +259,10 @@ int main(void)
     g_ctx = t_init();
     CHECK(cuModuleLoad(&mod, t_module_path()));
     CHECK(cuModuleGetFunction(&k_mark, mod, "mark"));
+    const char *fname = NULL;
+    CHECK(cuFuncGetName(&fname, k_mark));
+    CHECK_TRUE(fname && !strcmp(fname, "mark"));
+    CHECK_RES(cuFuncGetName(&fname, NULL), CUDA_ERROR_INVALID_VALUE);   /* as cuda.h says */
     CHECK(cuMemAlloc(&logbuf, 64 * sizeof(uint32_t)));
 
     test_in_order(NULL);
