@@ -27,7 +27,7 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 {
     TCGPU_GATE_ENTER("cuMemAlloc_v2");
-    CUresult rc = devmem_alloc(dptr, bytesize, TC_ALLOC_DEVICE);
+    CUresult rc = devmem_alloc(dptr, bytesize, TC_ALLOC_DEVICE, NULL);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -43,7 +43,7 @@ CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Width
         (ElementSizeBytes == 4 || ElementSizeBytes == 8 || ElementSizeBytes == 16)) {
         pitch = (WidthInBytes + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN;
         if (Height <= (size_t)-1 / pitch) {
-            rc = devmem_alloc(dptr, pitch * Height, TC_ALLOC_PITCH);
+            rc = devmem_alloc(dptr, pitch * Height, TC_ALLOC_PITCH, NULL);
             if (rc == CUDA_SUCCESS)
                 *pPitch = pitch;
         }
@@ -55,7 +55,7 @@ CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Width
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 {
     TCGPU_GATE_ENTER("cuMemFree_v2");
-    CUresult rc = devmem_free(dptr);
+    CUresult rc = devmem_free(dptr);      /* NOT_FOUND: not in our memory */
     if (rc == CUDA_ERROR_NOT_FOUND) {
         rc = TCGPU_REAL(cuMemFree)(dptr);
         if (rc == CUDA_SUCCESS) {
@@ -79,14 +79,16 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     CUdevice dev = 0;
+    CUcontext ctx = NULL;
     CUresult rc;
 
     TCGPU_GATE_ENTER("cuMemAllocManaged");
     rc = TCGPU_REAL(cuMemAllocManaged)(dptr, bytesize, flags);
     if (rc == CUDA_SUCCESS) {
         TCGPU_REAL(cuCtxGetDevice)(&dev);
+        TCGPU_REAL(cuCtxGetCurrent)(&ctx);
         reg_lock();
-        int err = reg_managed_add(*dptr, bytesize, (int)dev);
+        int err = reg_managed_add(*dptr, bytesize, (int)dev, ctx);
         reg_unlock();
         if (err) {
             TCGPU_REAL(cuMemFree)(*dptr);
@@ -119,11 +121,25 @@ static int capturing(CUstream stream, int per_thread)
 static const char capture_note[] =
     "stream-ordered allocations inside graph capture cannot be checkpointed yet";
 
-static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream stream, int per_thread,
-                            const char *call)
+/* The pool cuMemAllocAsync takes from: the current pool of the current
+ * context's device. NULL when the driver cannot say (no pools). */
+static CUmemoryPool current_pool(void)
+{
+    CUmemoryPool pool = NULL;
+    CUdevice dev;
+
+    if (TCGPU_REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS ||
+        TCGPU_REAL(cuDeviceGetMemPool)(&pool, dev) != CUDA_SUCCESS)
+        return NULL;
+    return pool;
+}
+
+/* pool: the pool named by cuMemAllocFromPoolAsync, NULL for the current one. */
+static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream stream, CUmemoryPool pool,
+                            int per_thread, const char *call)
 {
     if (!capturing(stream, per_thread))
-        return devmem_alloc(dptr, bytesize, TC_ALLOC_ASYNC);
+        return devmem_alloc(dptr, bytesize, TC_ALLOC_ASYNC, pool ? pool : current_pool());
     CUresult rc = per_thread ? TCGPU_REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, stream)
                              : TCGPU_REAL(cuMemAllocAsync)(dptr, bytesize, stream);
     if (rc == CUDA_SUCCESS)
@@ -134,7 +150,7 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream stream,
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemAllocAsync");
-    CUresult rc = alloc_async(dptr, bytesize, hStream, 0, "cuMemAllocAsync");
+    CUresult rc = alloc_async(dptr, bytesize, hStream, NULL, 0, "cuMemAllocAsync");
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -142,7 +158,7 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hS
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemAllocAsync_ptsz");
-    CUresult rc = alloc_async(dptr, bytesize, hStream, 1, "cuMemAllocAsync_ptsz");
+    CUresult rc = alloc_async(dptr, bytesize, hStream, NULL, 1, "cuMemAllocAsync_ptsz");
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -151,7 +167,7 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
                                          CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemAllocFromPoolAsync");
-    CUresult rc = pool ? alloc_async(dptr, bytesize, hStream, 0, "cuMemAllocFromPoolAsync")
+    CUresult rc = pool ? alloc_async(dptr, bytesize, hStream, pool, 0, "cuMemAllocFromPoolAsync")
                        : CUDA_ERROR_INVALID_VALUE;
     TCGPU_GATE_LEAVE();
     return rc;
@@ -161,7 +177,7 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
                                               CUmemoryPool pool, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemAllocFromPoolAsync_ptsz");
-    CUresult rc = pool ? alloc_async(dptr, bytesize, hStream, 1, "cuMemAllocFromPoolAsync_ptsz")
+    CUresult rc = pool ? alloc_async(dptr, bytesize, hStream, pool, 1, "cuMemAllocFromPoolAsync_ptsz")
                        : CUDA_ERROR_INVALID_VALUE;
     TCGPU_GATE_LEAVE();
     return rc;
@@ -230,10 +246,22 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
     return rc;
 }
 
-/* The attributes the driver would answer per segment; we answer per allocation. */
+/*
+ * The attributes the driver would answer per segment; we answer per
+ * allocation, as the driver does for its own cuMemAlloc and pool memory: the
+ * context current at the allocation (stream-ordered memory has none), the
+ * pool of a stream-ordered allocation. (IS_LEGACY_CUDA_IPC_CAPABLE stays
+ * the driver's false: legacy IPC cannot export this memory, see README.)
+ */
 static int answer_attribute(void *data, CUpointer_attribute attr, const struct devmem_alloc *a)
 {
     switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = a->kind == TC_ALLOC_ASYNC ? NULL : a->ctx;
+        return 1;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *(CUmemoryPool *)data = a->kind == TC_ALLOC_ASYNC ? a->pool : NULL;
+        return 1;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
         *(CUdeviceptr *)data = a->va;
         return 1;
@@ -306,6 +334,47 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
         log_err("cuIpcGetMemHandle: memory served by tcgpu is VMM memory, which CUDA IPC "
                 "cannot export (the driver refused it); IPC of device memory is not "
                 "supported under tcgpu");
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/*
+ * A pool's usage counts what it handed out through us too: stream-ordered
+ * allocations are served from tcgpu's memory (devmem.c), so the driver's
+ * pool sees only what it made itself (allocations inside graph capture).
+ */
+static int pool_usage_attr(CUmemPool_attribute attr)
+{
+    return attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH ||
+           attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH;
+}
+
+CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    uint64_t used, high;
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuMemPoolGetAttribute");
+    rc = TCGPU_REAL(cuMemPoolGetAttribute)(pool, attr, value);
+    if (rc == CUDA_SUCCESS && value && pool_usage_attr(attr)) {
+        devmem_pool_usage(pool, &used, &high);
+        /* our blocks are reserved while used: the pool releases them at once */
+        *(cuuint64_t *)value += attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT ||
+                                attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ? used : high;
+    }
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuMemPoolSetAttribute");
+    rc = TCGPU_REAL(cuMemPoolSetAttribute)(pool, attr, value);
+    if (rc == CUDA_SUCCESS &&
+        (attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH))
+        devmem_pool_reset_high(pool);       /* the driver accepts only a reset to 0 */
     TCGPU_GATE_LEAVE();
     return rc;
 }

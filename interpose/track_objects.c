@@ -9,7 +9,21 @@
 
 #include "driver/driver.h"
 #include "driver/gate.h"
+#include "core/devmem.h"
 #include "core/objects.h"
+#include "core/registry.h"
+
+/*
+ * A context is gone: as the driver, forget what was allocated in it (the
+ * memory tcgpu serves is not the driver's, so nothing else would free it).
+ */
+static void context_gone(CUcontext ctx)
+{
+    devmem_context_destroyed(ctx);
+    reg_lock();
+    reg_managed_forget_ctx(ctx);
+    reg_unlock();
+}
 
 /* Counts an object the real call made or destroyed. */
 static CUresult counted(CUresult rc, enum obj_kind kind, int delta)
@@ -60,8 +74,10 @@ CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
 {
     TCGPU_GATE_ENTER("cuCtxDestroy_v2");
     CUresult rc = TCGPU_REAL(cuCtxDestroy)(ctx);
-    if (rc == CUDA_SUCCESS)
-        objects_ctx_destroyed(ctx);
+    if (rc == CUDA_SUCCESS) {
+        objects_ctx_reset(ctx);
+        context_gone(ctx);
+    }
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -86,10 +102,32 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
     if (rc == CUDA_SUCCESS) {
         TCGPU_REAL(cuDevicePrimaryCtxRelease)(dev);
         rc = TCGPU_REAL(cuDevicePrimaryCtxRelease)(dev);
-        if (rc == CUDA_SUCCESS)
-            objects_ctx_destroyed(ctx);
+        if (rc == CUDA_SUCCESS && objects_ctx_destroyed(ctx))
+            context_gone(ctx);          /* the last reference: the driver destroys it */
     } else {
         rc = TCGPU_REAL(cuDevicePrimaryCtxRelease)(dev);
+    }
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/* A reset destroys the primary context's allocations, however many
+ * references it has. */
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    CUcontext ctx = NULL;
+    unsigned flags;
+    int active = 0;
+
+    TCGPU_GATE_ENTER("cuDevicePrimaryCtxReset_v2");
+    /* Learn the handle without activating it: an inactive one holds nothing. */
+    if (TCGPU_REAL(cuDevicePrimaryCtxGetState)(dev, &flags, &active) == CUDA_SUCCESS && active &&
+        TCGPU_REAL(cuDevicePrimaryCtxRetain)(&ctx, dev) == CUDA_SUCCESS)
+        TCGPU_REAL(cuDevicePrimaryCtxRelease)(dev);
+    CUresult rc = TCGPU_REAL(cuDevicePrimaryCtxReset)(dev);
+    if (rc == CUDA_SUCCESS && ctx) {
+        objects_ctx_reset(ctx);
+        context_gone(ctx);
     }
     TCGPU_GATE_LEAVE();
     return rc;

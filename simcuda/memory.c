@@ -121,15 +121,21 @@ static bool is_device(uint64_t addr)
     return r;
 }
 
+/* A pitched range is checked whole, from its first byte to its last row's
+ * end, as the driver checks it: every row inside the one allocation (a
+ * last row that spills into the next allocation is refused). */
 static bool rows_covered(uint64_t a, uint64_t width, uint64_t height, uint64_t pitch)
 {
-    bool ok = true;
+    uint64_t span;
+    bool ok;
 
     if (!width || !height)
         return true;
+    if (height > 1 && (pitch < width || (height - 1) > (UINT64_MAX - width) / pitch))
+        return false;
+    span = height > 1 ? pitch * (height - 1) + width : width;
     sim_map_rdlock();
-    for (uint64_t y = 0; y < height && ok; y++)
-        ok = sim_map_covered(a + y * pitch, width);
+    ok = sim_map_covered(a, span);
     sim_map_unlock();
     return ok;
 }

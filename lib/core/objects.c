@@ -1,4 +1,5 @@
 /* Driver objects besides memory; see objects.h. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -36,17 +37,35 @@ void objects_ctx_created(CUcontext ctx, CUdevice dev, int primary)
     pthread_mutex_unlock(&objects_mutex);
 }
 
-void objects_ctx_destroyed(CUcontext ctx)
+/* Drops `refs` references of ctx (all: INT_MAX); 1 when it is gone now. */
+static int ctx_drop(CUcontext ctx, int refs)
 {
+    int gone = 0;
+
     pthread_mutex_lock(&objects_mutex);
     for (size_t i = 0; i < ncontexts; i++) {
-        if (contexts[i].ctx == ctx && --contexts[i].refs <= 0) {
+        if (contexts[i].ctx != ctx)
+            continue;
+        contexts[i].refs = refs >= contexts[i].refs ? 0 : contexts[i].refs - refs;
+        if (contexts[i].refs == 0) {
             contexts[i] = contexts[--ncontexts];
             counts[OBJ_CONTEXT]--;
-            break;
+            gone = 1;
         }
+        break;
     }
     pthread_mutex_unlock(&objects_mutex);
+    return gone;
+}
+
+int objects_ctx_destroyed(CUcontext ctx)
+{
+    return ctx_drop(ctx, 1);
+}
+
+int objects_ctx_reset(CUcontext ctx)
+{
+    return ctx_drop(ctx, INT_MAX);
 }
 
 void objects_count(enum obj_kind kind, int delta)

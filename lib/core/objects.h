@@ -17,8 +17,12 @@
 enum obj_kind { OBJ_CONTEXT, OBJ_STREAM, OBJ_EVENT, OBJ_MODULE, OBJ_KIND_COUNT };
 
 void objects_ctx_created(CUcontext ctx, CUdevice dev, int primary);
-/* A primary context released by its last reference, or a context destroyed. */
-void objects_ctx_destroyed(CUcontext ctx);
+/* A context destroyed, or a reference to a primary context released.
+ * Returns 1 when the context is gone now (its last reference), else 0. */
+int objects_ctx_destroyed(CUcontext ctx);
+/* A primary context reset (cuDevicePrimaryCtxReset): gone, however many
+ * references it had. Returns 1 when it was known. */
+int objects_ctx_reset(CUcontext ctx);
 void objects_count(enum obj_kind kind, int delta);
 
 /* Counts for status. */

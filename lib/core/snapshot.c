@@ -56,6 +56,30 @@ struct progress {
 
 /* --- contexts ------------------------------------------------------------ */
 
+/* The device whose primary context ctx_enter retained on this thread, or -1. */
+static __thread int retained_primary = -1;
+
+/*
+ * A program that destroyed every context of a device still holds its VMM
+ * memory there (that memory belongs to no context): copy it with the
+ * device's primary context, retained for the copy only.
+ */
+static int enter_primary(int device)
+{
+    CUcontext ctx;
+    CUresult rc = TCGPU_REAL(cuDevicePrimaryCtxRetain)(&ctx, device);
+
+    if (rc == CUDA_SUCCESS && (rc = TCGPU_REAL(cuCtxPushCurrent)(ctx)) != CUDA_SUCCESS)
+        TCGPU_REAL(cuDevicePrimaryCtxRelease)(device);
+    if (rc != CUDA_SUCCESS) {
+        errmsg_set("device %d: the program has no context left there, and its primary "
+                   "context cannot be made current: %s", device, cu_error_name(rc));
+        return -EIO;
+    }
+    retained_primary = device;
+    return 0;
+}
+
 /* Makes a context of `device` current on this thread (push); pop with ctx_leave. */
 static int ctx_enter(int device)
 {
@@ -74,8 +98,7 @@ static int ctx_enter(int device)
         }
         return 0;
     }
-    errmsg_set("no live context on device %d holds its allocations", device);
-    return -ESRCH;
+    return enter_primary(device);
 }
 
 static void ctx_leave(void)
@@ -83,6 +106,10 @@ static void ctx_leave(void)
     CUcontext ignored;
 
     TCGPU_REAL(cuCtxPopCurrent)(&ignored);
+    if (retained_primary >= 0) {
+        TCGPU_REAL(cuDevicePrimaryCtxRelease)(retained_primary);
+        retained_primary = -1;
+    }
 }
 
 int snap_sync(void)
