@@ -25,6 +25,14 @@
 
 #define MAX_CTX 64
 
+/*
+ * A range whose contents a snapshot saves. `va` is its identity (the
+ * program's address; for a physical allocation of the program's that no
+ * mapping shows whole, the address of a mapping at its start, or 0 when it
+ * has none), and where hints apply. The bytes are copied at `copy_va`: va
+ * itself, or a window of tcgpu's own onto the physical allocation
+ * (docs/save-restore.md, "Memory the program cannot reach").
+ */
 struct region {
     CUdeviceptr va;
     size_t size;
@@ -33,6 +41,10 @@ struct region {
     uint32_t dtype;
     int device;
     const char *site;
+    struct tc_phys *phys;             /* windowed: the program's physical allocation */
+    CUdeviceptr copy_va;              /* where the engine copies it */
+    CUdeviceptr win_va;               /* windowed: our reserved VA (0: not reserved yet) */
+    int windowed, win_mapped;
 };
 
 struct snap {
@@ -170,38 +182,70 @@ static int add_devmem(const struct devmem_alloc *a, void *arg)
     struct region r = {
         .va = a->va, .size = a->size, .id = a->id, .kind = image_kind(a->kind),
         .dtype = reg_hint_dtype_at(a->va), .device = a->device, .site = a->site,
+        .copy_va = a->va,
     };
     return snap_add(arg, &r);
 }
 
-/* The program's own VMM mappings; ids above devmem's so both fit one image. */
-static int add_user_maps(struct snap *s)
+/* Whether mapping m gives p's own device read and write access. */
+static int map_rw_for(const struct tc_map *m, const struct tc_phys *p)
 {
-    uint64_t id = 1ull << 62;
+    for (int i = 0; i < m->naccess; i++)
+        if (m->access[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+            m->access[i].location.id == p->prop.location.id)
+            return m->access[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return 0;
+}
+
+/* A mapping that shows all of p, readable and writable (the copies go
+ * through it), else a mapping at its start, else NULL. *whole says which. */
+static struct tc_map *view_of(const struct tc_phys *p, int *whole)
+{
+    struct tc_map *start = NULL;
+
+    for (struct tc_map *m = reg_map_first(); m; m = m->next) {
+        if (m->phys != p || m->offset != 0)
+            continue;
+        if (m->size == p->size && map_rw_for(m, p)) {
+            *whole = 1;
+            return m;
+        }
+        if (!start)
+            start = m;
+    }
+    *whole = 0;
+    return start;
+}
+
+/*
+ * The program's own physical allocations (cuMemCreate), each saved whole:
+ * through a mapping that shows it all with access, else through a window of
+ * our own, so that memory mapped without access yet (PyTorch maps, then sets
+ * access) or held unmapped (between cuMemCreate and cuMemMap, page pools)
+ * is saved too, and the program's mappings keep the access they had. Ids are
+ * the program's handles: stable from one checkpoint to the next, apart from
+ * devmem's small ids and managed memory's.
+ */
+static int add_user_memory(struct snap *s)
+{
     int rc = 0;
 
     reg_lock();
-    for (struct tc_phys *p = reg_phys_first(); p; p = p->next) {
-        if (p->owner == TC_OWNER_USER && p->nmaps == 0) {
-            /* Its contents are only reachable through a mapping; the
-             * program may map it again later and expect them. */
-            errmsg_set("physical allocation %#llx (%zu bytes, cuMemCreate) is held "
-                               "but not mapped: its contents cannot be saved",
-                               (unsigned long long)p->id, p->size);
-            rc = -ENOTSUP;
-            goto out;
-        }
-    }
-    for (struct tc_map *m = reg_map_first(); m && rc == 0; m = m->next) {
-        if (m->phys->owner != TC_OWNER_USER)
+    for (struct tc_phys *p = reg_phys_first(); p && rc == 0; p = p->next) {
+        struct tc_map *m;
+        int whole;
+
+        if (p->owner != TC_OWNER_USER)
             continue;
+        m = view_of(p, &whole);
         struct region r = {
-            .va = m->va, .size = m->size, .id = id++, .kind = TCGPU_ALLOC_VMM_MAPPING,
-            .dtype = reg_hint_dtype_at(m->va), .device = m->phys->prop.location.id,
+            .va = m ? m->va : 0, .size = p->size, .id = p->id, .kind = TCGPU_ALLOC_VMM_MAPPING,
+            .dtype = m ? reg_hint_dtype_at(m->va) : TCGPU_DTYPE_UNKNOWN,
+            .device = p->prop.location.id, .phys = p, .copy_va = whole ? m->va : 0,
+            .windowed = !whole,
         };
         rc = snap_add(s, &r);
     }
-out:
     reg_unlock();
     return rc;
 }
@@ -216,7 +260,7 @@ static int add_managed(struct snap *s)
     for (struct tc_managed *m = reg_managed_first(); m && rc == 0; m = m->next) {
         struct region r = {
             .va = m->va, .size = m->size, .id = id++, .kind = TCGPU_ALLOC_MANAGED,
-            .dtype = reg_hint_dtype_at(m->va), .device = m->device,
+            .dtype = reg_hint_dtype_at(m->va), .device = m->device, .copy_va = m->va,
         };
         rc = snap_add(s, &r);
     }
@@ -242,7 +286,7 @@ int snap_collect(struct snap **out, unsigned flags)
     devmem_trim();                    /* frees the streams have reached are not saved */
     rc = devmem_for_each(add_devmem, s);
     if (rc == 0)
-        rc = add_user_maps(s);
+        rc = add_user_memory(s);
     if (rc == 0 && (flags & SNAP_MANAGED))
         rc = add_managed(s);
     if (rc) {
@@ -253,6 +297,72 @@ int snap_collect(struct snap **out, unsigned flags)
     }
     *out = s;
     return 0;
+}
+
+/* --- windows: our own mappings of the program's physical memory ----------
+ *
+ * A window reserves VA of our own the size of the physical allocation, maps
+ * it there and gives its device read/write access, for the copies only; the
+ * program's mappings are never touched. The reservation is kept while the
+ * snapshot lives (a host copy refills at the addresses it was drained from)
+ * and freed with it; the mapping is taken down after each drain or refill,
+ * before the physical memory is released. */
+
+static int window_map(struct region *r)
+{
+    CUmemAccessDesc acc = { .location = r->phys->prop.location,
+                            .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    CUresult rc = CUDA_SUCCESS;
+
+    if (!r->win_va)
+        rc = TCGPU_REAL(cuMemAddressReserve)(&r->win_va, r->size, 0, 0, 0);
+    if (rc == CUDA_SUCCESS && (rc = TCGPU_REAL(cuMemMap)(r->win_va, r->size, 0, r->phys->real, 0))
+        == CUDA_SUCCESS) {
+        if ((rc = TCGPU_REAL(cuMemSetAccess)(r->win_va, r->size, &acc, 1)) == CUDA_SUCCESS) {
+            r->win_mapped = 1;
+            r->copy_va = r->win_va;
+            return 0;
+        }
+        TCGPU_REAL(cuMemUnmap)(r->win_va, r->size);
+    }
+    errmsg_set("cannot map physical allocation %#llx (%zu bytes) for the copy: %s",
+               (unsigned long long)r->id, r->size, cu_error_name(rc));
+    return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
+
+static void windows_close(struct snap *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        struct region *r = &s->r[i];
+        if (r->win_mapped) {
+            TCGPU_REAL(cuMemUnmap)(r->win_va, r->size);
+            r->win_mapped = 0;
+        }
+    }
+}
+
+/* Maps every window (the physical memory must exist). All or none. */
+static int windows_open(struct snap *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        int rc = s->r[i].windowed && !s->r[i].win_mapped ? window_map(&s->r[i]) : 0;
+        if (rc) {
+            windows_close(s);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static void windows_free(struct snap *s)
+{
+    windows_close(s);
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->r[i].win_va) {
+            TCGPU_REAL(cuMemAddressFree)(s->r[i].win_va, s->r[i].size);
+            s->r[i].win_va = 0;
+        }
+    }
 }
 
 /* --- saving -------------------------------------------------------------- */
@@ -311,8 +421,8 @@ static int add_ext(CUdeviceptr va, size_t len, void *arg)
         l->cap = cap;
     }
     l->e[l->n++] = (struct pipe_ext){
-        .va = va, .len = len, .alloc_id = l->r->id, .offset = va - l->r->va,
-        .dtype = l->r->dtype, .device = l->r->device,
+        .va = l->r->copy_va + (va - l->r->va), .len = len, .alloc_id = l->r->id,
+        .offset = va - l->r->va, .dtype = l->r->dtype, .device = l->r->device,
     };
     return 0;
 }
@@ -335,7 +445,9 @@ static int list_extents(struct snap *s, struct ext_list *l)
     memset(l, 0, sizeof(*l));
     for (size_t i = 0; i < s->n && rc == 0; i++) {
         l->r = &s->r[i];
-        rc = reg_for_each_unskipped(s->r[i].va, s->r[i].size, add_ext, l);
+        /* hints are by the program's addresses: none without one */
+        rc = s->r[i].va ? reg_for_each_unskipped(s->r[i].va, s->r[i].size, add_ext, l)
+                        : add_ext(0, s->r[i].size, l);
     }
     if (rc) {
         free(l->e);
@@ -367,8 +479,12 @@ int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
     int rc;
 
     free_host_copies(s);
-    if ((rc = list_extents(s, &l)) != 0)
+    if ((rc = windows_open(s)) != 0)
         return rc;
+    if ((rc = list_extents(s, &l)) != 0) {
+        windows_close(s);
+        return rc;
+    }
     if ((rc = open_pipe(&p, &prog)) == 0) {
         rc = pipe_drain_host(p, l.e, l.n, &s->store);
         if (rc)
@@ -377,6 +493,7 @@ int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
     }
     pipe_free(p);
     free(l.e);
+    windows_close(s);
     if (rc)
         return rc;
     s->stored = pipe_store_bytes(s->store);
@@ -471,10 +588,13 @@ static int write_regions(struct snap *s, struct image_writer *w, struct pipe *p,
     } else {
         struct ext_list l;
 
-        if ((rc = list_extents(s, &l)) != 0)
+        if ((rc = windows_open(s)) != 0)
             return rc;
-        rc = pipe_drain_image(p, l.e, l.n, &sink);
-        free(l.e);
+        if ((rc = list_extents(s, &l)) == 0) {
+            rc = pipe_drain_image(p, l.e, l.n, &sink);
+            free(l.e);
+        }
+        windows_close(s);
     }
     pipe_get_stats(p, &s->stats);
     /* The pipe's message when it has one, else the one already set (the
@@ -652,8 +772,9 @@ static int refill_from_image(struct snap *s, struct image *img, struct progress 
         return -ENOMEM;
     }
     for (size_t i = 0; i < s->n; i++)
-        e[i] = (struct pipe_ext){ .va = s->r[i].va, .len = s->r[i].size, .alloc_id = s->r[i].id,
-                                  .dtype = s->r[i].dtype, .device = s->r[i].device };
+        e[i] = (struct pipe_ext){ .va = s->r[i].copy_va, .len = s->r[i].size,
+                                  .alloc_id = s->r[i].id, .dtype = s->r[i].dtype,
+                                  .device = s->r[i].device };
     chunk_source_init(&src, img);
     rc = open_pipe(&p, prog);
     if (rc == 0) {
@@ -732,11 +853,13 @@ int snap_rebuild(struct snap *s, tcgpu_progress_fn fn, void *arg)
         rc = -ENOMEM;
         goto out;
     }
-    if ((rc = create_missing_phys(&p)) != 0 || (rc = map_missing(&p)) != 0)
+    if ((rc = create_missing_phys(&p)) != 0 || (rc = map_missing(&p)) != 0 ||
+        (rc = windows_open(s)) != 0)
         goto undo;
     reg_unlock();
     rc = img ? refill_from_image(s, img, &prog) : refill_from_host(s, &prog);
     reg_lock();
+    windows_close(s);
     if (rc)
         goto undo;
     goto out;
@@ -819,6 +942,7 @@ void snap_free(struct snap *s)
 {
     if (!s)
         return;
+    windows_free(s);
     free_host_copies(s);
     free(s->r);
     free(s->image_dir);
