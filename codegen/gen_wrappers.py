@@ -2,7 +2,7 @@
 """Generate libtcgpu.so's driver entry points (docs/interposition.md).
 
     gen_wrappers.py CUDA_API_PY CUDA_H TYPEDEFS_H TRACKED_LIST UNSUPPORTED_LIST \\
-                    BOUNDS_LIST OUT_WRAPPERS_C OUT_TABLE_C
+                    BOUNDS_LIST WORK_LIST OUT_WRAPPERS_C OUT_TABLE_C
 
 For every exported ABI name of the driver (codegen/cuda_api.py):
   - names in TRACKED_LIST are written by hand (interpose/track_*.c): skipped;
@@ -13,6 +13,9 @@ For every exported ABI name of the driver (codegen/cuda_api.py):
   - names matching BOUNDS_LIST (copies, memsets) check their device ranges
     first (interpose/bounds.h) and return CUDA_ERROR_INVALID_VALUE, as the
     driver does, for a range that runs past an allocation tcgpu serves;
+  - names matching WORK_LIST (launches, host functions, stream waits) note,
+    when the real call succeeds, the stream and the work put on it
+    (lib/core/objects.h), for the bounded device wait of an operation;
   - every other name gets a gated pass-through wrapper.
 OUT_TABLE_C: tcgpu_wrappers[], our function for every index of the driver
 table (generated, tracked and hand-written alike). What libtcgpu.so exports
@@ -66,13 +69,45 @@ def read_bounds(path, names, params, tracked):
     return checks
 
 
+WORK_KINDS = {'KERNEL', 'HOSTFN', 'WAIT', 'GRAPH'}
+
+
+def c_names(expr):
+    """Identifiers of a C expression, leaving out member names (after -> or .)."""
+    return set(re.findall(r'(?<![\w.>])(?<!->)([A-Za-z_]\w*)', expr))
+
+
+def read_work(path, names, params, tracked):
+    """{abi: (stream expr, kind, what expr)} from WORK_LIST."""
+    notes = {}
+    for no, line in read_list(path):
+        parts = [p.strip() for p in line.split(';')]
+        if len(parts) != 4 or parts[2] not in WORK_KINDS:
+            fail('%s:%d: want "PATTERN ; STREAM ; KIND ; WHAT" with KIND one of %s'
+                 % (path, no, ', '.join(sorted(WORK_KINDS))))
+        pattern, stream, kind, what = parts
+        hits = fnmatch.filter(names, pattern)
+        if not hits:
+            fail('%s:%d: %r matches no driver ABI name' % (path, no, pattern))
+        for n in hits:
+            unknown = (c_names(stream) | c_names(what)) - {'NULL'} - set(params[n])
+            if unknown:
+                fail('%s:%d: %s has no parameter %s' % (path, no, n, ', '.join(sorted(unknown))))
+            if n in tracked:
+                fail('%s:%d: %s is tracked (tracked.list): its wrapper notes by hand' % (path, no, n))
+            if n in notes:
+                fail('%s:%d: %s matched twice' % (path, no, n))
+            notes[n] = (stream, kind, what)
+    return notes
+
+
 def fail(msg):
     sys.stderr.write('gen_wrappers.py: %s\n' % msg)
     sys.exit(1)
 
 
 def main(argv):
-    if len(argv) != 9:
+    if len(argv) != 10:
         sys.stderr.write(__doc__)
         return 2
     sys.path.insert(0, os.path.dirname(os.path.abspath(argv[1])))
@@ -105,6 +140,7 @@ def main(argv):
                      'call tcgpu_note_unsupported() itself' % (argv[5], no, n))
             unsupported.setdefault(n, what)
     bounds = read_bounds(argv[6], names, {e.abi: e.names for e in abis}, tracked)
+    notes = read_work(argv[7], names, {e.abi: e.names for e in abis}, tracked)
 
     w = [HEADER,
          '/* The exported names are the ABI names (cuMemAlloc_v2, cuMemAlloc), all of\n'
@@ -112,8 +148,8 @@ def main(argv):
          ' * renaming #defines: the compiler checks every prototype against cuda.h. */\n'
          '#ifndef __CUDA_API_VERSION_INTERNAL\n#define __CUDA_API_VERSION_INTERNAL 1\n#endif\n'
          '#include <stdint.h>\n\n'
-         '#include "bounds.h"\n#include "driver/driver.h"\n#include "driver/gate.h"\n'
-         '#include "driver/unsupported.h"\n\n'
+         '#include "bounds.h"\n#include "core/objects.h"\n#include "driver/driver.h"\n'
+         '#include "driver/gate.h"\n#include "driver/unsupported.h"\n\n'
          '#define TCGPU_WRAPPER __attribute__((visibility("default")))\n\n']
     for e in abis:
         if e.abi in tracked or e.abi in HANDWRITTEN:
@@ -126,6 +162,12 @@ def main(argv):
                      % (bounds[e.abi], e.abi, args))
         else:
             w.append('    CUresult r = TCGPU_REAL_ABI(%s)(%s);\n' % (e.abi, args))
+        if e.abi in notes:
+            stream, kind, what = notes[e.abi]
+            per_thread = 1 if e.abi.endswith(('_ptsz', '_ptds')) else 0
+            w.append('    if (r == CUDA_SUCCESS)\n'
+                     '        objects_note_work((%s), %d, "%s", OBJ_WORK_%s, (const void *)(%s));\n'
+                     % (stream, per_thread, e.abi, kind, what))
         if e.abi in unsupported:
             what = unsupported[e.abi].replace('\\', '\\\\').replace('"', '\\"')
             w.append('    if (r == CUDA_SUCCESS)\n'
@@ -144,7 +186,7 @@ def main(argv):
           for n in names]
     t.append('};\n')
 
-    for path, text in ((argv[7], w), (argv[8], t)):
+    for path, text in ((argv[8], w), (argv[9], t)):
         with open(path, 'w') as f:
             f.write(''.join(text))
     return 0

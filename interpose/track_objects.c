@@ -19,6 +19,7 @@
  */
 static void context_gone(CUcontext ctx)
 {
+    objects_forget_streams(ctx);
     devmem_context_destroyed(ctx);
     reg_lock();
     reg_managed_forget_ctx(ctx);
@@ -133,10 +134,22 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
     return rc;
 }
 
+/* A stream the program made: counted, and known by handle for the
+ * bounded device wait of an operation. */
+static CUresult stream_made(CUresult rc, CUstream s, unsigned flags)
+{
+    CUcontext ctx = NULL;
+
+    if (rc == CUDA_SUCCESS && TCGPU_REAL(cuCtxGetCurrent)(&ctx) == CUDA_SUCCESS)
+        objects_stream_created(s, ctx, flags);
+    return counted(rc, OBJ_STREAM, +1);
+}
+
 CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
     TCGPU_GATE_ENTER("cuStreamCreate");
-    CUresult rc = counted(TCGPU_REAL(cuStreamCreate)(phStream, Flags), OBJ_STREAM, +1);
+    CUresult rc = TCGPU_REAL(cuStreamCreate)(phStream, Flags);
+    rc = stream_made(rc, rc == CUDA_SUCCESS ? *phStream : NULL, Flags);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -144,7 +157,8 @@ CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
 CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
     TCGPU_GATE_ENTER("cuStreamCreateWithPriority");
-    CUresult rc = counted(TCGPU_REAL(cuStreamCreateWithPriority)(phStream, flags, priority), OBJ_STREAM, +1);
+    CUresult rc = TCGPU_REAL(cuStreamCreateWithPriority)(phStream, flags, priority);
+    rc = stream_made(rc, rc == CUDA_SUCCESS ? *phStream : NULL, flags);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -153,6 +167,8 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuStreamDestroy_v2");
     CUresult rc = counted(TCGPU_REAL(cuStreamDestroy)(hStream), OBJ_STREAM, -1);
+    if (rc == CUDA_SUCCESS)
+        objects_stream_destroyed(hStream);
     TCGPU_GATE_LEAVE();
     return rc;
 }

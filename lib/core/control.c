@@ -29,6 +29,7 @@
 #define REQUEST_WAIT_MS   5000      /* a client that connects must send within this */
 #define REPLY_SEND_SEC    10        /* a client that stops reading is given up on */
 #define PROGRESS_EVERY_NS 200000000 /* at most 5 progress messages a second */
+#define OP_QUEUE_MAX      8         /* operations waiting behind the running one */
 
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -61,8 +62,36 @@ static void close_fd(int *fd)
 }
 
 /* ---------------------------------------------------------------------------
- * Running an operation (for a client or for the signal)
+ * The operation thread: runs the queued operations one at a time
+ *
+ * The service thread answers status at any time and only queues operations;
+ * this thread runs them (tcgpu_op_* of ops.h, which keep one operation at a
+ * time process-wide), sends their progress and reply, and closes the
+ * connection. A request that finds OP_QUEUE_MAX already waiting is refused
+ * at once. (docs/cli.md, "The protocol")
  * ------------------------------------------------------------------------- */
+
+struct queued_op {
+    int fd;                     /* the client's connection; -1 for the signal trigger */
+    enum tcgpu_op op;
+    char dir[PATH_MAX];         /* "" for none */
+    char parent[PATH_MAX];      /* checkpoint --parent, "" for none */
+    char who[64];               /* "uid 1000 pid 42", "signal SIGRTMIN+4" */
+    struct tcgpu_status before; /* for the log line */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    struct queued_op *q[OP_QUEUE_MAX + 1];  /* the next to run is here until popped */
+    int head, n;
+    int stop;
+    int started;
+    pthread_t thread;
+    struct queued_op *running;  /* being run now, or NULL */
+    uint64_t since_ns;          /* when it started */
+    uint64_t done, total;       /* its progress */
+} opq = { .lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
 struct progress_sink {
     int fd;                     /* connection, or -1 */
@@ -76,6 +105,10 @@ static void send_progress(uint64_t done, uint64_t total, void *arg)
     uint64_t t = now_ns();
     long n;
 
+    pthread_mutex_lock(&opq.lock);
+    opq.done = done;
+    opq.total = total;
+    pthread_mutex_unlock(&opq.lock);
     if (!p || p->fd < 0 || (done < total && t - p->last_ns < PROGRESS_EVERY_NS))
         return;
     p->last_ns = t;
@@ -128,6 +161,185 @@ static void log_op(enum tcgpu_op op, const char *who, int r, uint64_t ns, const 
     }
 }
 
+static void send_reply(int fd, struct ctl_buf *b);
+static void put_extras(struct ctl_buf *b);
+
+/* Runs one queued operation; replies on its connection and closes it. */
+static void run_queued(struct queued_op *o, struct ctl_buf *b)
+{
+    struct progress_sink sink = { .fd = o->fd };
+    struct tcgpu_status st;
+    uint64_t t0 = now_ns();
+    int r;
+
+    r = run_op(o->op, o->dir[0] ? o->dir : NULL, o->parent[0] ? o->parent : NULL, &sink);
+    log_op(o->op, o->who, r, now_ns() - t0, &o->before);
+    if (o->fd < 0)
+        return;
+    if (r < 0)
+        ctl_buf_error(b, r, errmsg_get());
+    else
+        ctl_buf_ok(b);
+    memset(&st, 0, sizeof(st));
+    if (tcgpu_op_status(&st) == 0)
+        ctl_put_status(b, &st);
+    put_extras(b);
+    send_reply(o->fd, b);
+}
+
+/* Discards what a client sent beyond its request, so that closing does not
+ * reset the connection before it has read our reply. */
+static void drain(int fd)
+{
+    char c;
+
+    while (recv(fd, &c, 1, MSG_DONTWAIT | MSG_TRUNC) > 0)
+        ;
+}
+
+static void finish_queued(struct queued_op *o)
+{
+    if (o->fd >= 0) {
+        drain(o->fd);
+        close(o->fd);
+    }
+    free(o);
+}
+
+static void *op_thread_main(void *arg)
+{
+    struct ctl_buf *b = malloc(sizeof(*b));
+
+    (void)arg;
+    pthread_mutex_lock(&opq.lock);
+    for (;;) {
+        while (!opq.n && !opq.stop)
+            pthread_cond_wait(&opq.cv, &opq.lock);
+        if (opq.stop)
+            break;
+        struct queued_op *o = opq.q[opq.head];
+        opq.head = (opq.head + 1) % (OP_QUEUE_MAX + 1);
+        opq.n--;
+        opq.running = o;
+        opq.since_ns = now_ns();
+        opq.done = opq.total = 0;
+        pthread_mutex_unlock(&opq.lock);
+        errmsg_clear();
+        if (b)
+            run_queued(o, b);
+        else
+            log_err("control: out of memory; %s (%s) not run", tcgpu_op_name(o->op), o->who);
+        pthread_mutex_lock(&opq.lock);
+        opq.running = NULL;
+        pthread_mutex_unlock(&opq.lock);
+        finish_queued(o);           /* without a reply the client sees the connection close */
+        pthread_mutex_lock(&opq.lock);
+    }
+    pthread_mutex_unlock(&opq.lock);
+    free(b);
+    return NULL;
+}
+
+/* What the toggle signal goes to: the opposite of the last operation queued
+ * or running, else of the state (lock held). */
+static enum tcgpu_op toggled_op(const struct tcgpu_status *st)
+{
+    const struct queued_op *last = opq.n ? opq.q[(opq.head + opq.n - 1) % (OP_QUEUE_MAX + 1)]
+                                         : opq.running;
+
+    if (last && (last->op == TCGPU_OP_SUSPEND || last->op == TCGPU_OP_RESUME))
+        return last->op == TCGPU_OP_SUSPEND ? TCGPU_OP_RESUME : TCGPU_OP_SUSPEND;
+    return st->state == TCGPU_STATE_SUSPENDED || st->state == TCGPU_STATE_SUSPENDING
+               ? TCGPU_OP_RESUME : TCGPU_OP_SUSPEND;
+}
+
+/*
+ * Queues o (taking it, and its connection) behind the running operation.
+ * Returns 0, or -EBUSY with `why` set when OP_QUEUE_MAX already wait (o is
+ * then the caller's still).
+ */
+static int enqueue(struct queued_op *o, char *why, size_t len)
+{
+    pthread_mutex_lock(&opq.lock);
+    if (opq.n + (opq.running != NULL) > OP_QUEUE_MAX) {
+        snprintf(why, len, "%d operations already wait behind the running %s; try again when "
+                 "they are done (gpuckpt status %d shows it)", OP_QUEUE_MAX,
+                 opq.running ? tcgpu_op_name(opq.running->op) : "one", (int)getpid());
+        pthread_mutex_unlock(&opq.lock);
+        return -EBUSY;
+    }
+    if (opq.running || opq.n)
+        log_info("%s requested by %s: queued behind %s%s", tcgpu_op_name(o->op), o->who,
+                 opq.running ? "the running " : "", opq.running ? tcgpu_op_name(opq.running->op)
+                                                                : "other requests");
+    opq.q[(opq.head + opq.n) % (OP_QUEUE_MAX + 1)] = o;
+    opq.n++;
+    pthread_cond_signal(&opq.cv);
+    pthread_mutex_unlock(&opq.lock);
+    return 0;
+}
+
+/* The running operation, for status: its name, seconds so far and progress. */
+static void put_progress(struct ctl_buf *b)
+{
+    pthread_mutex_lock(&opq.lock);
+    if (opq.running) {
+        ctl_buf_put(b, "op_running", tcgpu_op_name(opq.running->op));
+        ctl_buf_put_u64(b, "op_elapsed_ms", (now_ns() - opq.since_ns) / 1000000u);
+        ctl_buf_put_u64(b, "progress_done", opq.done);
+        ctl_buf_put_u64(b, "progress_total", opq.total);
+    }
+    ctl_buf_put_u64(b, "ops_queued", (uint64_t)opq.n);
+    pthread_mutex_unlock(&opq.lock);
+}
+
+static int op_thread_start(void)
+{
+    sigset_t all, old;
+    int r;
+
+    if (opq.started)
+        return 0;
+    opq.stop = 0;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    r = -pthread_create(&opq.thread, NULL, op_thread_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (r == 0) {
+        pthread_setname_np(opq.thread, "tcgpu-ctl-ops");
+        opq.started = 1;
+    }
+    return r;
+}
+
+/* After the running operation: stop the thread; what still waits is refused. */
+static void op_thread_stop(void)
+{
+    struct ctl_buf *b = malloc(sizeof(*b));
+
+    if (!opq.started) {
+        free(b);
+        return;
+    }
+    pthread_mutex_lock(&opq.lock);
+    opq.stop = 1;
+    pthread_cond_broadcast(&opq.cv);
+    pthread_mutex_unlock(&opq.lock);
+    pthread_join(opq.thread, NULL);
+    opq.started = 0;
+    while (opq.n) {
+        struct queued_op *o = opq.q[opq.head];
+        opq.head = (opq.head + 1) % (OP_QUEUE_MAX + 1);
+        opq.n--;
+        if (b && o->fd >= 0) {
+            ctl_buf_error(b, -ECANCELED, "the control channel stopped before the operation ran");
+            send_reply(o->fd, b);
+        }
+        finish_queued(o);
+    }
+    free(b);
+}
+
 /* ---------------------------------------------------------------------------
  * Signal trigger
  * ------------------------------------------------------------------------- */
@@ -145,47 +357,51 @@ static int checkpoint_dir_next(char *dir, size_t len)
     return -EEXIST;
 }
 
+/* The signal's operation, queued like a client's. */
 static void on_signal_action(void)
 {
-    struct tcgpu_status st;
-    char sname[32], who[64], dir[PATH_MAX];
-    enum tcgpu_op op;
-    const char *d = NULL;
-    uint64_t t0;
+    struct queued_op *o = calloc(1, sizeof(*o));
+    char sname[32], why[256];
     int r;
 
-    memset(&st, 0, sizeof(st));
-    tcgpu_op_status(&st);
+    if (!o) {
+        log_err("signal: out of memory; the operation is not run");
+        return;
+    }
+    o->fd = -1;
+    tcgpu_op_status(&o->before);
     switch (ctl.action) {
     case TCGPU_SIGACT_SUSPEND:
-        op = TCGPU_OP_SUSPEND;
+        o->op = TCGPU_OP_SUSPEND;
         break;
     case TCGPU_SIGACT_RESUME:
-        op = TCGPU_OP_RESUME;
+        o->op = TCGPU_OP_RESUME;
         break;
     case TCGPU_SIGACT_CHECKPOINT:
-        op = TCGPU_OP_CHECKPOINT;
+        o->op = TCGPU_OP_CHECKPOINT;
         break;
     default:
         /* toggle relative to where the process is heading */
-        op = (st.state == TCGPU_STATE_SUSPENDED || st.state == TCGPU_STATE_SUSPENDING)
-                 ? TCGPU_OP_RESUME : TCGPU_OP_SUSPEND;
+        pthread_mutex_lock(&opq.lock);
+        o->op = toggled_op(&o->before);
+        pthread_mutex_unlock(&opq.lock);
         break;
     }
-    snprintf(who, sizeof(who), "signal %s", tcgpu_signal_name(ctl.sig, sname, sizeof(sname)));
-    if (op == TCGPU_OP_CHECKPOINT) {
-        r = checkpoint_dir_next(dir, sizeof(dir));
+    snprintf(o->who, sizeof(o->who), "signal %s", tcgpu_signal_name(ctl.sig, sname, sizeof(sname)));
+    if (o->op == TCGPU_OP_CHECKPOINT) {
+        r = checkpoint_dir_next(o->dir, sizeof(o->dir));
         if (r < 0) {
-            log_err("%s: no free checkpoint directory name under %s: %s", who, ctl.ckpt_dir,
+            log_err("%s: no free checkpoint directory name under %s: %s", o->who, ctl.ckpt_dir,
                     strerror(-r));
+            free(o);
             return;
         }
-        d = dir;
-        log_info("%s: checkpoint to %s", who, dir);
+        log_info("%s: checkpoint to %s", o->who, o->dir);
     }
-    t0 = now_ns();
-    r = run_op(op, d, NULL, NULL);
-    log_op(op, who, r, now_ns() - t0, &st);
+    if (enqueue(o, why, sizeof(why)) < 0) {
+        log_err("%s: %s not run: %s", o->who, tcgpu_op_name(o->op), why);
+        free(o);
+    }
 }
 
 /* ---------------------------------------------------------------------------
@@ -213,13 +429,16 @@ static void put_extras(struct ctl_buf *b)
     ctl_buf_put(b, "trigger_signal", tcgpu_signal_name(ctl.sig, sname, sizeof(sname)));
     ctl_buf_put(b, "trigger_action", tcgpu_sigaction_name(ctl.action));
     ctl_buf_put_u64(b, "trigger_installed", (uint64_t)(ctl.sig > 0 && tcgpu_signal_trigger_in_place()));
+    put_progress(b);
 }
 
-/* A request being served: the connection it came on, who sent it, what it says. */
+/* A request being served: the connection it came on, who sent it, what it
+ * says; `taken` once an operation owns the connection (it replies). */
 struct request {
     int fd;
     const struct ucred *peer;
     const struct ctl_msg *msg;
+    int taken;
 };
 
 /* One command of the protocol (docs/cli.md, "The protocol"): its word, the
@@ -274,33 +493,37 @@ static int operation_dir(const struct command *cmd, const struct ctl_msg *req, c
     return 0;
 }
 
+/* Queues the operation; the operation thread replies when it has run. */
 static void answer_operation(const struct command *cmd, const struct request *rq, struct ctl_buf *b)
 {
-    struct tcgpu_status st;
-    struct progress_sink sink = { .fd = rq->fd };
-    enum tcgpu_op op = cmd->op;
-    const char *dir;
-    char who[64];
-    uint64_t t0;
-    int r;
+    const char *dir, *parent = ctl_get(rq->msg, "parent");
+    struct queued_op *o;
+    char why[256];
 
     if (operation_dir(cmd, rq->msg, &dir, b) < 0)
         return;
-    memset(&st, 0, sizeof(st));
-    tcgpu_op_status(&st);
-    snprintf(who, sizeof(who), "uid %u pid %d", (unsigned)rq->peer->uid, (int)rq->peer->pid);
-    log_info("%s requested by %s%s%s", tcgpu_op_name(op), who, dir ? ", dir " : "", dir ? dir : "");
-    t0 = now_ns();
-    r = run_op(op, dir, ctl_get(rq->msg, "parent"), &sink);
-    log_op(op, who, r, now_ns() - t0, &st);
-    if (r < 0)
-        ctl_buf_error(b, r, errmsg_get());
-    else
-        ctl_buf_ok(b);
-    memset(&st, 0, sizeof(st));
-    if (tcgpu_op_status(&st) == 0)
-        ctl_put_status(b, &st);
-    put_extras(b);
+    if ((dir && strlen(dir) >= sizeof(o->dir)) || (parent && strlen(parent) >= sizeof(o->parent))) {
+        ctl_buf_error(b, -ENAMETOOLONG, "directory name too long");
+        return;
+    }
+    if (!(o = calloc(1, sizeof(*o)))) {
+        ctl_buf_error(b, -ENOMEM, "out of memory");
+        return;
+    }
+    o->fd = rq->fd;
+    o->op = cmd->op;
+    snprintf(o->dir, sizeof(o->dir), "%s", dir ? dir : "");
+    snprintf(o->parent, sizeof(o->parent), "%s", parent ? parent : "");
+    snprintf(o->who, sizeof(o->who), "uid %u pid %d", (unsigned)rq->peer->uid, (int)rq->peer->pid);
+    tcgpu_op_status(&o->before);
+    log_info("%s requested by %s%s%s", tcgpu_op_name(o->op), o->who, dir ? ", dir " : "",
+             dir ? dir : "");
+    if (enqueue(o, why, sizeof(why)) < 0) {
+        free(o);
+        ctl_buf_error(b, -EBUSY, why);
+        return;
+    }
+    ((struct request *)rq)->taken = 1;
 }
 
 static const struct command cmd_checkpoint = {
@@ -331,7 +554,9 @@ static void handle_request(const struct request *rq, struct ctl_buf *b)
     ctl_buf_error(b, -EINVAL, msg);
 }
 
-static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_msg *req)
+/* Serves one connection: 1 when an operation took it (and will close it),
+ * else 0 (the caller closes it). */
+static int serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_msg *req)
 {
     struct ucred peer;
     socklen_t plen = sizeof(peer);
@@ -343,7 +568,7 @@ static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_m
 
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &plen) < 0) {
         log_err("control: cannot read peer credentials: %s", strerror(errno));
-        return;
+        return 0;
     }
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     /* Read the request first, even from a caller we refuse: closing a socket
@@ -353,11 +578,11 @@ static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_m
     r = poll(&pfd, 1, allowed ? REQUEST_WAIT_MS : 1000);
     if (r <= 0) {
         log_debug("control: uid %u pid %d sent no request", (unsigned)peer.uid, (int)peer.pid);
-        return;
+        return 0;
     }
     n = recv(fd, rbuf, CTL_MSG_MAX, MSG_TRUNC | MSG_DONTWAIT);
     if (n <= 0)
-        return;
+        return 0;
     if (!allowed) {
         char msg[128];
         log_info("refused control connection from uid %u pid %d", (unsigned)peer.uid, (int)peer.pid);
@@ -365,36 +590,31 @@ static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_m
                  (unsigned)peer.uid, (int)getpid(), (unsigned)geteuid());
         ctl_buf_error(b, -EACCES, msg);
         send_reply(fd, b);
-        return;
+        return 0;
     }
     if (n > CTL_MSG_MAX) {
         ctl_buf_error(b, -EMSGSIZE, "request too large");
         send_reply(fd, b);
-        return;
+        return 0;
     }
     r = ctl_parse(rbuf, (size_t)n, req);
     if (r < 0) {
         log_debug("control: malformed request from uid %u pid %d", (unsigned)peer.uid, (int)peer.pid);
         ctl_buf_error(b, r, "malformed request");
         send_reply(fd, b);
-        return;
+        return 0;
     }
     rq = (struct request){ .fd = fd, .peer = &peer, .msg = req };
     handle_request(&rq, b);
+    if (rq.taken)
+        return 1;
     send_reply(fd, b);
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------
  * The service thread
  * ------------------------------------------------------------------------- */
-
-/* Discard what the client sent beyond its request, so that closing does not
- * reset the connection before it has read our reply. */
-static void drain(int fd, char *rbuf)
-{
-    while (recv(fd, rbuf, CTL_MSG_MAX, MSG_DONTWAIT | MSG_TRUNC) > 0)
-        ;
-}
 
 static void *service_main(void *arg)
 {
@@ -428,10 +648,12 @@ static void *service_main(void *arg)
             int fd;
             while ((fd = accept4(ctl.listen_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
                 __atomic_store_n(&ctl.conn_fd, fd, __ATOMIC_RELEASE);
-                serve_connection(fd, rbuf, b, req);
-                drain(fd, rbuf);
+                int taken = serve_connection(fd, rbuf, b, req);
                 __atomic_store_n(&ctl.conn_fd, -1, __ATOMIC_RELEASE);
-                close(fd);
+                if (!taken) {
+                    drain(fd);
+                    close(fd);
+                }
             }
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
                 errno != ECONNABORTED) {
@@ -619,6 +841,11 @@ int tcgpu_control_start(void)
         goto out;
     }
 
+    if ((r = op_thread_start()) < 0) {
+        log_err("control channel disabled: cannot start its operation thread: %s", strerror(-r));
+        close_channel();
+        goto out;
+    }
     /* The service thread takes no signals: the program's handlers (and ours,
      * which only wakes this thread) run on the program's threads. */
     sigfillset(&all);
@@ -630,6 +857,7 @@ int tcgpu_control_start(void)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (r < 0) {
         log_err("control channel disabled: cannot start its thread: %s", strerror(-r));
+        op_thread_stop();
         close_channel();
         goto out;
     }
@@ -649,7 +877,8 @@ void tcgpu_control_stop(void)
     uint64_t one = 1;
 
     pthread_mutex_lock(&ctl_lock);
-    if (!ctl.started || ctl.owner != getpid() || pthread_equal(pthread_self(), ctl.thread)) {
+    if (!ctl.started || ctl.owner != getpid() || pthread_equal(pthread_self(), ctl.thread) ||
+        (opq.started && pthread_equal(pthread_self(), opq.thread))) {
         pthread_mutex_unlock(&ctl_lock);
         return;
     }
@@ -657,6 +886,7 @@ void tcgpu_control_stop(void)
         /* the counter cannot be full: one write per stop */
     }
     pthread_join(ctl.thread, NULL);
+    op_thread_stop();
     close_channel();
     ctl.started = 0;
     ctl.owner = 0;
@@ -676,6 +906,23 @@ void tcgpu_control_atfork_child(void)
     conn = __atomic_exchange_n(&ctl.conn_fd, -1, __ATOMIC_ACQ_REL);
     if (conn >= 0)
         close(conn);
+    /* The operation thread does not exist here: forget the parent's queue
+     * (our copies of its connections are closed, the parent answers them). */
+    pthread_mutex_init(&opq.lock, NULL);
+    pthread_cond_init(&opq.cv, NULL);
+    if (opq.running && opq.running->fd >= 0)
+        close(opq.running->fd);
+    opq.running = NULL;
+    while (opq.n) {
+        struct queued_op *o = opq.q[opq.head];
+        opq.head = (opq.head + 1) % (OP_QUEUE_MAX + 1);
+        opq.n--;
+        if (o->fd >= 0)
+            close(o->fd);
+        free(o);
+    }
+    opq.started = 0;
+    opq.stop = 0;
     ctl.sock_path[0] = '\0';    /* so at_exit and stop never unlink the parent's */
     ctl.started = 0;
     ctl.owner = 0;

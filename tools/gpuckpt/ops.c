@@ -347,6 +347,28 @@ static void print_status_json(pid_t pid, const struct ctl_msg *m, const char *dr
     fprintf(f, "}\n");
 }
 
+/* The operation the process is running now, as status reports it: name,
+ * time so far, progress, what waits behind it. */
+static void print_running_op(const struct ctl_msg *m, FILE *f)
+{
+    const char *op = ctl_get(m, "op_running"), *q = ctl_get(m, "ops_queued");
+    uint64_t ms = 0, done = 0, total = 0;
+    char d[32], t[32];
+
+    if (!op)
+        return;
+    ctl_get_u64(m, "op_elapsed_ms", &ms);
+    ctl_get_u64(m, "progress_done", &done);
+    ctl_get_u64(m, "progress_total", &total);
+    fprintf(f, "  running      %s for %.1f s", op, (double)ms / 1000.0);
+    if (total)
+        fprintf(f, ", %s of %s moved", units_format_bytes(done, d, sizeof(d)),
+                units_format_bytes(total, t, sizeof(t)));
+    if (q && strcmp(q, "0"))
+        fprintf(f, ", %s more waiting", q);
+    fputc('\n', f);
+}
+
 static void print_status_human(pid_t pid, const struct ctl_msg *m, FILE *f)
 {
     struct tcgpu_status st;
@@ -360,6 +382,7 @@ static void print_status_human(pid_t pid, const struct ctl_msg *m, FILE *f)
         return;
     }
     fprintf(f, "process %d: %s\n", (int)pid, tcgpu_state_name(st.state));
+    print_running_op(m, f);
     fprintf(f, "  gpu memory   %s held, %s tracked, last image %s\n",
             units_format_bytes(st.gpu_bytes, a, sizeof(a)), units_format_bytes(st.tracked_bytes, b, sizeof(b)),
             units_format_bytes(st.image_bytes, c, sizeof(c)));
