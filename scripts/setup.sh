@@ -16,6 +16,8 @@ CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 
 BUILD_PKGS=(gcc make pkg-config meson ninja-build python3 xz-utils curl ca-certificates
             libzstd-dev zstd liburing-dev libunwind-dev libinih-dev libxxhash-dev)
+# /usr/bin/time: the memory bound of a verify (tests/sim/images.sh)
+BUILD_PKGS+=(time)
 CRIU_BUILD_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
                  libnl-3-dev libnl-route-3-dev libnet1-dev libcap-dev libbsd-dev uuid-dev
                  libgnutls28-dev libnftables-dev iproute2)

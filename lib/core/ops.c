@@ -275,6 +275,7 @@ static int do_resume(struct op_run *r)
         return rc;
     }
     free(prev);
+    snap_discard_image(suspended);
     snap_free(suspended);
     suspended = NULL;
     devmem_trim();

@@ -57,6 +57,9 @@ struct snap {
     uint64_t stored;
     struct pipe_store *store;         /* host copy (host mode, or before an image) */
     char *image_dir;                  /* saved to this image (image mode) */
+    char *written_dir;                /* ... where it was written (image_dir may move) */
+    uint8_t image_id[16];             /* its manifest checksum: the image's identity */
+    uint64_t image_created_ns;        /* when it was committed */
     char *parent_dir;                 /* incremental: the parent image */
     struct pipe_stats stats;          /* of the last drain or refill */
 };
@@ -855,6 +858,25 @@ int snap_set_parent(struct snap *s, const char *parent_dir)
     return 0;
 }
 
+/* The image just committed: its identity, so that a resume in place takes
+ * this image and no other (an older checkpoint of the same process has the
+ * same allocations, and would resume silently onto stale memory). */
+static int remember_identity(struct snap *s)
+{
+    char err[512] = "";
+    struct image *img = NULL;
+    int rc = image_open(&img, s->image_dir, IMAGE_OPEN_MANIFEST_ONLY, err, sizeof(err));
+
+    if (rc) {
+        errmsg_set("image written but cannot be read back: %s", err[0] ? err : strerror(-rc));
+        return rc;
+    }
+    image_manifest_csum(img, s->image_id);
+    s->image_created_ns = image_process_info(img)->created_ns;
+    image_close(img);
+    return 0;
+}
+
 int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void *arg)
 {
     struct progress prog = { fn, arg, 0, s->bytes };
@@ -885,10 +907,17 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
         image_writer_stats(w, &raw, &stored, &chunks);
         s->stored = stored;
         free(s->image_dir);
+        free(s->written_dir);
+        s->written_dir = NULL;
         s->image_dir = realpath(dir, NULL);
         if (!s->image_dir) {
             errmsg_set("image written but its path cannot be resolved: %s", dir);
             rc = -errno;
+        } else if (!(s->written_dir = strdup(s->image_dir))) {
+            errmsg_set("out of host memory");
+            rc = -ENOMEM;
+        } else {
+            rc = remember_identity(s);
         }
     }
     image_writer_free(w);             /* removes the temporary directory on failure */
@@ -1001,7 +1030,68 @@ static int refill_from_image(struct snap *s, struct image *img, struct progress 
     return rc;
 }
 
-/* Opens and verifies the whole image before anything is touched. */
+static void hex16(const uint8_t *p, char out[33])
+{
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", p[i]);
+}
+
+static void format_time(uint64_t ns, char *buf, size_t len)
+{
+    time_t t = (time_t)(ns / 1000000000u);
+    struct tm tm;
+
+    if (!ns || !localtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
+        snprintf(buf, len, "an unknown time");
+}
+
+/* The image found must be the one this process's suspend wrote (its
+ * manifest checksum); naming both when it is not. */
+static int check_identity(const struct snap *s, const struct image *img)
+{
+    const struct image_process *p = image_process_info(img);
+    char want[33], got[33], t_want[32], t_got[32];
+    uint8_t id[16];
+
+    image_manifest_csum(img, id);
+    if (!memcmp(id, s->image_id, 16))
+        return 0;
+    hex16(s->image_id, want);
+    hex16(id, got);
+    format_time(s->image_created_ns, t_want, sizeof(t_want));
+    format_time(p->created_ns, t_got, sizeof(t_got));
+    errmsg_set("%s is not the image this process was suspended to: it is image %s, written %s "
+               "by pid %u; the suspend wrote image %s at %s, %s (gpuckpt inspect shows an "
+               "image's id)", s->image_dir, got, t_got, p->pid, want, s->written_dir, t_want);
+    return -EBADMSG;
+}
+
+/* The image holds exactly this process's allocations, each at its address
+ * with its size; checked before any data is read, so the data's size is
+ * bounded by what the process holds. */
+static int check_allocations(const struct snap *s, const struct image *img)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        const struct image_alloc *a = image_find_alloc(img, s->r[i].id);
+        if (!a || a->addr != s->r[i].va || a->size != s->r[i].size) {
+            errmsg_set("image %s does not hold allocation %#llx (%zu bytes) of this process",
+                       s->image_dir, (unsigned long long)s->r[i].va, s->r[i].size);
+            return -EBADMSG;
+        }
+    }
+    if (image_alloc_count(img) != s->n) {
+        errmsg_set("image %s holds %zu allocations, this process %zu", s->image_dir,
+                   image_alloc_count(img), s->n);
+        return -EBADMSG;
+    }
+    return 0;
+}
+
+/*
+ * Opens the image and checks, before anything is touched: that it is the
+ * suspend's own, that it holds this process's allocations, then every
+ * chunk.
+ */
 static int open_verified(struct snap *s, struct image **out)
 {
     char err[512] = "";
@@ -1012,20 +1102,15 @@ static int open_verified(struct snap *s, struct image **out)
         errmsg_set("%s", err[0] ? err : strerror(-rc));
         return rc == -EBADMSG ? -EBADMSG : rc;
     }
+    if ((rc = check_identity(s, img)) != 0 || (rc = check_allocations(s, img)) != 0) {
+        image_close(img);
+        return rc;
+    }
     rc = image_verify_all(img, 0);
     if (rc) {
         errmsg_set("%s", image_error(img));
         image_close(img);
         return rc == -EIO ? -EIO : -EBADMSG;
-    }
-    for (size_t i = 0; i < s->n; i++) {
-        const struct image_alloc *a = image_find_alloc(img, s->r[i].id);
-        if (!a || a->addr != s->r[i].va || a->size != s->r[i].size) {
-            errmsg_set("image %s does not hold allocation %#llx (%zu bytes) of this process",
-                               s->image_dir, (unsigned long long)s->r[i].va, s->r[i].size);
-            image_close(img);
-            return -EBADMSG;
-        }
     }
     *out = img;
     return 0;
@@ -1151,6 +1236,19 @@ uint64_t snap_stored_bytes(const struct snap *s)
     return s->stored;
 }
 
+int snap_discard_image(struct snap *s)
+{
+    char err[512] = "";
+    int rc;
+
+    if (!s->image_dir || !s->written_dir || strcmp(s->image_dir, s->written_dir))
+        return 0;                     /* host memory, or moved: another owner's now */
+    rc = image_remove(s->image_dir, err, sizeof(err));
+    if (rc)
+        log_info("the suspend's image %s stays: %s", s->image_dir, err);
+    return rc;
+}
+
 void snap_free(struct snap *s)
 {
     if (!s)
@@ -1159,6 +1257,7 @@ void snap_free(struct snap *s)
     free_host_copies(s);
     free(s->r);
     free(s->image_dir);
+    free(s->written_dir);
     free(s->parent_dir);
     free(s);
 }

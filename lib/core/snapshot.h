@@ -79,11 +79,23 @@ int snap_rebuild(struct snap *s, tcgpu_progress_fn progress, void *arg);
  * where to find it from now on, when its owner moved it (gpuckpt save writes
  * into a temporary directory and renames it; CRIU restores the process with
  * the old path in its memory). snap_rebuild still checks that the image there
+ * is the one the suspend wrote (its identity, the manifest checksum) and
  * holds this process's allocations. Returns 0, -EINVAL (a host-memory
  * snapshot, or dir not absolute), -ENOMEM.
  */
 const char *snap_image_dir(const struct snap *s);
 int snap_set_image_dir(struct snap *s, const char *dir);
+
+/*
+ * After a successful resume from the image a suspend wrote: removes it when
+ * it is still where the suspend wrote it (it was this process's swap, and
+ * the process has moved on: it could only mislead). An image found
+ * elsewhere (snap_set_image_dir: moved into a gpuckpt save, found again by
+ * a CRIU restore) belongs to that save, which must stay restorable: it is
+ * left. Returns 0, or -errno when it could not be removed (logged; the
+ * resume stands). docs/save-restore.md, "After a resume".
+ */
+int snap_discard_image(struct snap *s);
 
 /* Bytes of the regions, and bytes their saved form takes (host or image). */
 uint64_t snap_bytes(const struct snap *s);

@@ -264,6 +264,15 @@ int image_decode_chunk(const struct image *img, size_t i, struct codec_ctx *ctx,
                        void *dst, char *errbuf, size_t errlen);
 
 /*
+ * Removes the image at `dir`: only what an image is made of (its manifest
+ * and data.<n> files, never following links), then the directory. Refuses
+ * (-ENOTDIR, -EBADMSG) anything that is not a directory holding a tcgpu
+ * manifest, and leaves the directory with what else it holds (-ENOTEMPTY).
+ * errbuf (may be NULL) says why. 0 or -errno.
+ */
+int image_remove(const char *dir, char *errbuf, size_t errlen);
+
+/*
  * Prints the manifest for `gpuckpt inspect`: a human table, or (json != 0)
  * one JSON object. Returns 0 or -EIO when writing to `out` failed.
  */
