@@ -4,8 +4,9 @@
  *
  * Restore checks everything it can before CRIU touches the machine: the tree
  * manifest's checksum, every GPU image whole (every chunk's checksum) and
- * belonging to its process, CRIU's images present, the devices of the same
- * model, the pids free. Then `criu restore -d`, then for each tcgpu process
+ * belonging to its process, CRIU's images present and each file CRIU wrote
+ * of the size and checksum the manifest records (filesums.h), the devices
+ * of the same model, the pids free. Then `criu restore -d`, then for each tcgpu process
  * driver Restore + Unlock and tcgpu resume from DIR/gpu/<pid>.
  *
  * Without -d gpuckpt stays the tree's parent (a child subreaper: CRIU's
@@ -34,6 +35,7 @@
 #include "ops.h"
 #include "restore.h"
 #include "driver.h"
+#include "filesums.h"
 #include "tree.h"
 #include "util.h"
 #include "image/image.h"
@@ -193,7 +195,7 @@ static int check_pids_free(const struct tree *t, char *err, size_t len)
     return -EBUSY;
 }
 
-/* Manifest, every GPU image whole, CRIU's images. */
+/* Manifest, every GPU image whole, CRIU's images there and each of its files intact. */
 static int verify_save_dir(const char *dir, struct tree *t, char *err, size_t len)
 {
     uint64_t criu_bytes;
@@ -204,7 +206,9 @@ static int verify_save_dir(const char *dir, struct tree *t, char *err, size_t le
     for (int i = 0; i < t->nproc; i++)
         if (t->proc[i].tcgpu && (r = check_gpu_image(dir, &t->proc[i], 1, NULL, err, len)) < 0)
             return r;
-    return check_criu_images(dir, t, &criu_bytes, err, len);
+    if ((r = check_criu_images(dir, t, &criu_bytes, err, len)) < 0)
+        return r;
+    return filesums_check(t, dir, err, len);
 }
 
 /* ---- restore ---------------------------------------------------------------------- */
@@ -545,8 +549,8 @@ int gpuckpt_tree_verify(const char *dir)
     }
     for (int i = 0; i < t->nproc; i++)
         ntc += t->proc[i].tcgpu;
-    printf("%s: ok (save of %d processes, %d GPU images verified, CRIU images present)\n", dir,
-           t->nproc, ntc);
+    printf("%s: ok (save of %d processes, %d GPU images verified, %d files of CRIU's checked)\n",
+           dir, t->nproc, ntc, t->nfiles);
     free(t);
     return CTL_EXIT_OK;
 }

@@ -7,7 +7,8 @@
  *      under tcgpu, or a tcgpu process that is not running;
  *   2. every tcgpu process: suspend to DIR.tmp-XXXXXX/gpu/<pid>, then
  *      driver Lock + Checkpoint (it then holds nothing on the GPU);
- *   3. write the tree manifest; criu dump the tree into .../criu;
+ *   3. criu dump the tree into .../criu; write the tree manifest, with the
+ *      size and checksum of every file CRIU wrote (filesums.h);
  *   4. fsync everything and rename DIR.tmp-XXXXXX to DIR.
  * Any failure: every process is given back what it had (driver Restore +
  * Unlock, tcgpu resume) and the temporary directory is removed. With
@@ -30,6 +31,7 @@
 #include "commands.h"
 #include "ops.h"
 #include "driver.h"
+#include "filesums.h"
 #include "tree.h"
 #include "util.h"
 #include "image/image.h"
@@ -43,7 +45,7 @@ struct save_opts {
     char tmp[PATH_MAX];         /* DIR.tmp-XXXXXX */
     char criu[PATH_MAX];
     int leave_running, tcp_established, shell_job;
-    double t_gpu, t_criu, t_sync;   /* seconds in each phase, for the summary */
+    double t_gpu, t_criu, t_sums, t_sync;   /* seconds in each phase, for the summary */
 };
 
 static double now_s(void)
@@ -395,7 +397,7 @@ static int commit(const struct save_opts *o, char *err, size_t len)
     return 0;
 }
 
-/* Suspend, release, write the manifest, dump. On failure the caller backs out. */
+/* Suspend, release, dump, write the manifest. On failure the caller backs out. */
 static int save_tree(struct tree *t, struct save_opts *o, char *err, size_t len)
 {
     double t0 = now_s();
@@ -405,12 +407,16 @@ static int save_tree(struct tree *t, struct save_opts *o, char *err, size_t len)
         if (t->proc[i].tcgpu && (r = take_off(&t->proc[i], o->tmp, err, len)) < 0)
             return r;
     fill_header(t, o);
-    if ((r = tree_write(t, o->tmp, err, len)) < 0)
-        return r;
     o->t_gpu = now_s() - t0;
     t0 = now_s();
     r = criu_dump(o, err, len);
     o->t_criu = now_s() - t0;
+    if (r < 0)
+        return r;
+    t0 = now_s();
+    if ((r = filesums_record(t, o->tmp, err, len)) == 0)
+        r = tree_write(t, o->tmp, err, len);
+    o->t_sums = now_s() - t0;
     return r;
 }
 
@@ -421,9 +427,9 @@ static void report(const struct tree *t, const struct save_opts *o, double secs)
     for (int i = 0; i < t->nproc; i++)
         ntc += t->proc[i].tcgpu;
     printf("saved the tree under %d (%d process%s, %d under tcgpu) to %s in %.2f s "
-           "(GPU images %.2f s, CRIU dump %.2f s, sync %.2f s)%s\n",
+           "(GPU images %.2f s, CRIU dump %.2f s, checksums of %d files %.2f s, sync %.2f s)%s\n",
            (int)o->root, t->nproc, t->nproc == 1 ? "" : "es", ntc, o->dir, secs, o->t_gpu,
-           o->t_criu, o->t_sync, o->leave_running ? "; it runs on" : "");
+           o->t_criu, t->nfiles, o->t_sums, o->t_sync, o->leave_running ? "; it runs on" : "");
 }
 
 int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
