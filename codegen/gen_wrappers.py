@@ -177,6 +177,8 @@ def main(argv):
     t = [HEADER,
          '#ifndef __CUDA_API_VERSION_INTERNAL\n#define __CUDA_API_VERSION_INTERNAL 1\n#endif\n'
          '#include "driver/driver.h"\n#include "wrappers.h"\n\n'
+         '/* Deprecated entry points (cuProfilerInitialize) are still exported. */\n'
+         '#pragma GCC diagnostic ignored "-Wdeprecated-declarations"\n\n'
          'void *const tcgpu_wrappers[TCGPU_FN_COUNT] = {\n']
     t += ['    [TCGPU_FN_%s] = (void *)%s,%s\n'
           % (n, n, ' /* tracked */' if n in tracked else

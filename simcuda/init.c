@@ -3,6 +3,8 @@
  */
 #include "sim.h"
 
+#include <cudaProfiler.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1059,3 +1061,24 @@ CUresult cuCtxSetCacheConfig(CUfunc_cache config)
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuCtxSetCacheConfig);
+
+/* The profiler's start and stop (cudaProfiler.h, exported by libcuda like
+ * cuda.h's entry points). No profiler is attached here: as the driver without
+ * one, they change nothing and succeed for the current context. */
+CUresult cuProfilerStart(void)
+{
+    struct sim_ctx *c;
+
+    SIM_BEGIN();
+    return current_valid(&c);
+}
+SIM_EXPORT(cuProfilerStart);
+
+CUresult cuProfilerStop(void)
+{
+    struct sim_ctx *c;
+
+    SIM_BEGIN();
+    return current_valid(&c);
+}
+SIM_EXPORT(cuProfilerStop);

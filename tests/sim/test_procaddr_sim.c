@@ -111,6 +111,12 @@ int main(void)
     CUresult (*stream_sync)(CUstream) = get("cuStreamSynchronize", 13000, 2, "cuStreamSynchronize_ptsz");
     CUresult (*stream_sync_legacy)(CUstream) = get("cuStreamSynchronize", 13000, 0, "cuStreamSynchronize");
 
+    /* The profiler's entry points are declared in cudaProfiler.h, not
+     * cuda.h: ours all the same, or they would bypass the gate. */
+    CUresult (*prof_start)(void) = get("cuProfilerStart", 4000, 0, "cuProfilerStart");
+    CUresult (*prof_stop)(void) = get("cuProfilerStop", 4000, 0, "cuProfilerStop");
+    expect_ours(dlsym(h, "cuProfilerStop"), "cuProfilerStop", "dlsym(libcuda, cuProfilerStop)");
+
     /* Our cuGetProcAddress_v2 obtained through itself works the same. */
     void *again = NULL;
     CUdriverProcAddressQueryResult st;
@@ -139,6 +145,8 @@ int main(void)
     CU(device_get(&dev, 0));
     CU(retain(&ctx, dev));
     CU(set_current(ctx));
+    CU(prof_start());
+    CU(prof_stop());
     size_t n = 1 << 20;
     unsigned char *src = malloc(n), *dst = malloc(n), *dst2 = malloc(n);
     for (size_t i = 0; i < n; i++)
