@@ -46,25 +46,37 @@ BOUNDS_NAMES = {'tcgpu_range_ok', 'tcgpu_range2d_ok', 'tcgpu_copy2d_ok', 'tcgpu_
                 'tcgpu_copy3d_peer_ok', 'tcgpu_batch_ok', 'SIZE_MAX'}
 
 
+def list_hits(path, no, pattern, names, tracked, seen):
+    """The ABI names a list line's PATTERN matches: at least one, none tracked
+    (their hand-written wrappers do it themselves), none matched before."""
+    hits = fnmatch.filter(names, pattern)
+    if not hits:
+        fail('%s:%d: %r matches no driver ABI name' % (path, no, pattern))
+    for n in hits:
+        if n in tracked:
+            fail('%s:%d: %s is tracked (tracked.list): its wrapper does it by hand' % (path, no, n))
+        if n in seen:
+            fail('%s:%d: %s matched twice' % (path, no, n))
+    return hits
+
+
+def check_names(path, no, abi, used, params, allowed):
+    """Every name an expression of the list uses is one of abi's parameters or allowed."""
+    unknown = used - allowed - set(params[abi])
+    if unknown:
+        fail('%s:%d: %s has no parameter %s' % (path, no, abi, ', '.join(sorted(unknown))))
+
+
 def read_bounds(path, names, params, tracked):
-    """{abi: C check expression} from BOUNDS_LIST; every pattern must match."""
+    """{abi: C check expression} from BOUNDS_LIST."""
     checks = {}
     for no, line in read_list(path):
         parts = line.split(None, 1)
         if len(parts) != 2:
             fail('%s:%d: want "PATTERN  CHECK"' % (path, no))
         pattern, check = parts
-        hits = fnmatch.filter(names, pattern)
-        if not hits:
-            fail('%s:%d: %r matches no driver ABI name' % (path, no, pattern))
-        for n in hits:
-            unknown = set(re.findall(r'[A-Za-z_]\w*', check)) - BOUNDS_NAMES - set(params[n])
-            if unknown:
-                fail('%s:%d: %s has no parameter %s' % (path, no, n, ', '.join(sorted(unknown))))
-            if n in tracked:
-                fail('%s:%d: %s is tracked (tracked.list): its wrapper checks by hand' % (path, no, n))
-            if n in checks:
-                fail('%s:%d: %s matched twice' % (path, no, n))
+        for n in list_hits(path, no, pattern, names, tracked, checks):
+            check_names(path, no, n, set(re.findall(r'[A-Za-z_]\w*', check)), params, BOUNDS_NAMES)
             checks[n] = check
     return checks
 
@@ -86,17 +98,8 @@ def read_work(path, names, params, tracked):
             fail('%s:%d: want "PATTERN ; STREAM ; KIND ; WHAT" with KIND one of %s'
                  % (path, no, ', '.join(sorted(WORK_KINDS))))
         pattern, stream, kind, what = parts
-        hits = fnmatch.filter(names, pattern)
-        if not hits:
-            fail('%s:%d: %r matches no driver ABI name' % (path, no, pattern))
-        for n in hits:
-            unknown = (c_names(stream) | c_names(what)) - {'NULL'} - set(params[n])
-            if unknown:
-                fail('%s:%d: %s has no parameter %s' % (path, no, n, ', '.join(sorted(unknown))))
-            if n in tracked:
-                fail('%s:%d: %s is tracked (tracked.list): its wrapper notes by hand' % (path, no, n))
-            if n in notes:
-                fail('%s:%d: %s matched twice' % (path, no, n))
+        for n in list_hits(path, no, pattern, names, tracked, notes):
+            check_names(path, no, n, c_names(stream) | c_names(what), params, {'NULL'})
             notes[n] = (stream, kind, what)
     return notes
 

@@ -56,24 +56,21 @@ bool tcgpu_copy2d_ok(const CUDA_MEMCPY2D_v2 *p)
                    p->Height, p->WidthInBytes, p->Height, 1);
 }
 
+/* Both sides of a 3D copy descriptor (plain or peer: the same fields). */
+#define SIDES_3D_OK(p)                                                                     \
+    (side_ok((p)->srcMemoryType, (p)->srcDevice, (p)->srcXInBytes, (p)->srcY, (p)->srcZ,   \
+             (p)->srcPitch, (p)->srcHeight, (p)->WidthInBytes, (p)->Height, (p)->Depth) && \
+     side_ok((p)->dstMemoryType, (p)->dstDevice, (p)->dstXInBytes, (p)->dstY, (p)->dstZ,   \
+             (p)->dstPitch, (p)->dstHeight, (p)->WidthInBytes, (p)->Height, (p)->Depth))
+
 bool tcgpu_copy3d_ok(const CUDA_MEMCPY3D_v2 *p)
 {
-    if (!p)
-        return true;
-    return side_ok(p->srcMemoryType, p->srcDevice, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch,
-                   p->srcHeight, p->WidthInBytes, p->Height, p->Depth) &&
-           side_ok(p->dstMemoryType, p->dstDevice, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch,
-                   p->dstHeight, p->WidthInBytes, p->Height, p->Depth);
+    return !p || SIDES_3D_OK(p);
 }
 
 bool tcgpu_copy3d_peer_ok(const CUDA_MEMCPY3D_PEER_v1 *p)
 {
-    if (!p)
-        return true;
-    return side_ok(p->srcMemoryType, p->srcDevice, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch,
-                   p->srcHeight, p->WidthInBytes, p->Height, p->Depth) &&
-           side_ok(p->dstMemoryType, p->dstDevice, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch,
-                   p->dstHeight, p->WidthInBytes, p->Height, p->Depth);
+    return !p || SIDES_3D_OK(p);
 }
 
 bool tcgpu_batch_ok(const CUdeviceptr *dsts, const CUdeviceptr *srcs, const size_t *sizes,

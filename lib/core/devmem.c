@@ -622,25 +622,17 @@ static void fill_alloc(const struct segment *s, const struct block *b, struct de
 
 int devmem_check_range(CUdeviceptr p, size_t len)
 {
-    struct segment *s;
-    long i;
-    int rc = 0;
+    struct devmem_alloc a;
+    int rc;
 
     if (len == 0)
         return 0;
-    reg_lock();
-    s = seg_containing(p);
-    if (s) {
-        i = block_find(s, p, 0);
-        rc = -EFAULT;
-        if (i >= 0) {
-            const struct block *b = &s->blocks[i];
-            size_t in = p - (s->va + b->off);      /* < b->size: block_find checked */
-            rc = len <= b->size - in ? 0 : -EFAULT;
-        }
-    }
-    reg_unlock();
-    return rc;
+    rc = devmem_lookup(p, &a);
+    if (rc == -ENOENT)
+        return 0;                       /* not ours: the driver checks it */
+    if (rc)
+        return rc;
+    return len <= a.size - (p - a.va) ? 0 : -EFAULT;   /* p - a.va < a.size */
 }
 
 void devmem_context_destroyed(CUcontext ctx)

@@ -187,13 +187,11 @@ static void *ptds_thread(void *arg)
 
     CHECK(cuCtxSetCurrent(g_ctx));
     CHECK(cuLaunchKernel_ptsz(k_mark, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
-    if (id == 2) {
+    /* Thread 2's kernel ends first although thread 1's started 20 ms
+     * earlier: the log's order (checked after both) says so. Reading the
+     * log here, while thread 1's kernel may write it, would be a race. */
+    if (id == 2)
         CHECK(cuStreamSynchronize(CU_STREAM_PER_THREAD));
-        uint32_t v[2];
-        CHECK(cuMemcpyDtoH_v2_ptds(v, logbuf, sizeof(v)));
-        CHECK_EQ(v[0], 1);      /* thread 1's slow kernel has not run yet */
-        CHECK_EQ(v[1], 2);
-    }
     return NULL;
 }
 

@@ -17,35 +17,14 @@
 #                          open, naming the chunk
 . "$(dirname "$0")/lib.sh"
 
-expect_exit() { # CODE CMD... : CMD exits with CODE; its output goes to $WORK/last.out
-    local want=$1 rc=0; shift
-    "$@" >"$WORK/last.out" 2>&1 || rc=$?
-    [ "$rc" -eq "$want" ] || fail "$* exited $rc, expected $want: $(cat "$WORK/last.out")"
-}
-
-status_field() { "$GPUCKPT" status "$1" --json | sed -n "s/.*\"$2\" *: *\"\\{0,1\\}\\([^,\"}]*\\).*/\\1/p"; }
-
-start_train() {
-    "$TRAIN" --mb 16 --steps 400 --print-every 40 >"$WORK/ref.out" 2>&1 || fail "reference run failed"
-    ref=$(checksum_of "$WORK/ref.out")
-    start_bg "$WORK/run.out" "$GPUCKPT" run -- "$TRAIN" --mb 16 --steps 400 --print-every 40 --sleep-ms 10
-    pid=$BG
-    wait_for_socket "$pid"
-    wait_for_line "$WORK/run.out" '^step'
-}
-
-finish_train() {
-    wait "$pid" || fail "the job failed: $(tail -n 5 "$WORK/run.out")"
-    got=$(checksum_of "$WORK/run.out")
-    [ "$got" = "$ref" ] || fail "checksum $got, uninterrupted $ref"
-}
+start_job() { TRAIN_SLEEP_MS=10 start_train --mb 16 --steps 400 --print-every 40; }
 
 # Runs CMD with a bound: a reader that blocks is the failure this guards against.
 bounded() { timeout 20 "$@"; }
 
 case "${1:?which case}" in
 stale)
-    start_train
+    start_job
     "$GPUCKPT" checkpoint "$pid" -D "$WORK/old" -q || fail "checkpoint failed"
     wait_for_line "$WORK/run.out" '^step 80'
     "$GPUCKPT" suspend "$pid" -D "$WORK/new" -q || fail "suspend failed"
@@ -73,7 +52,7 @@ fifo)
     expect_exit 7 bounded "$GPUCKPT" verify "$WORK/f"
     grep -q "manifest is a FIFO" "$WORK/last.out" || fail "verify does not say why: $(cat "$WORK/last.out")"
     expect_exit 7 bounded "$GPUCKPT" inspect "$WORK/f"
-    start_train
+    start_job
     "$GPUCKPT" suspend "$pid" -D "$WORK/img" -q || fail "suspend failed"
     mv "$WORK/img/data.0" "$WORK/data.0"
     mkfifo "$WORK/img/data.0"
@@ -102,7 +81,7 @@ zero-bomb)
     [ "$ms" -lt 5000 ] || fail "verify of a $size KiB image took $ms ms"
     [ "$rss" -lt 65536 ] || fail "verify of a $size KiB image needed $rss KiB of memory"
     note "verified $size KiB declaring 1000 GiB in $ms ms, $rss KiB resident"
-    start_train
+    start_job
     "$GPUCKPT" suspend "$pid" -D "$WORK/img" -q || fail "suspend failed"
     expect_exit 7 bounded "$GPUCKPT" resume "$pid" -D "$WORK/bomb"
     grep -q "is not the image this process was suspended to" "$WORK/last.out" ||

@@ -81,3 +81,32 @@ device_bytes_of() {
 # random_ms LO HI
 random_ms() { echo $(( $1 + RANDOM % ($2 - $1 + 1) )); }
 sleep_ms() { sleep "$(printf '0.%03d' "$1")"; }
+
+# expect_exit CODE CMD... : CMD exits with CODE; its output goes to $WORK/last.out.
+expect_exit() {
+    local want=$1 rc=0; shift
+    "$@" >"$WORK/last.out" 2>&1 || rc=$?
+    [ "$rc" -eq "$want" ] || fail "$* exited $rc, expected $want: $(cat "$WORK/last.out")"
+}
+
+# status_field PID FIELD : one field of `gpuckpt status PID --json`.
+status_field() { "$GPUCKPT" status "$1" --json | sed -n "s/.*\"$2\" *: *\"\\{0,1\\}\\([^,\"}]*\\).*/\\1/p"; }
+
+# start_train ARGS... : the example's uninterrupted run, then the same under
+# tcgpu in the background (--sleep-ms $TRAIN_SLEEP_MS, default 5) until its
+# first step; sets pid and ref.
+start_train() {
+    "$TRAIN" "$@" >"$WORK/ref.out" 2>&1 || fail "reference run failed"
+    ref=$(checksum_of "$WORK/ref.out")
+    start_bg "$WORK/run.out" "$GPUCKPT" run -- "$TRAIN" "$@" --sleep-ms "${TRAIN_SLEEP_MS:-5}"
+    pid=$BG
+    wait_for_socket "$pid"
+    wait_for_line "$WORK/run.out" '^step'
+}
+
+# finish_train : the job ($pid, output in $WORK/run.out) ends with the checksum $ref.
+finish_train() {
+    wait "$pid" || fail "the job failed: $(tail -n 5 "$WORK/run.out")"
+    got=$(checksum_of "$WORK/run.out")
+    [ "$got" = "$ref" ] || fail "checksum $got, uninterrupted $ref"
+}

@@ -20,29 +20,6 @@
 #                              behind it, and the job runs on to the right checksum
 . "$(dirname "$0")/lib.sh"
 
-expect_exit() { # CODE CMD... : CMD exits with CODE; its output goes to $WORK/last.out
-    local want=$1 rc=0; shift
-    "$@" >"$WORK/last.out" 2>&1 || rc=$?
-    [ "$rc" -eq "$want" ] || fail "$* exited $rc, expected $want: $(cat "$WORK/last.out")"
-}
-
-status_field() { "$GPUCKPT" status "$1" --json | sed -n "s/.*\"$2\" *: *\"\\{0,1\\}\\([^,\"}]*\\).*/\\1/p"; }
-
-start_train() { # ARGS... : the example under tcgpu; sets pid and ref
-    "$TRAIN" "$@" >"$WORK/ref.out" 2>&1 || fail "reference run failed"
-    ref=$(checksum_of "$WORK/ref.out")
-    start_bg "$WORK/run.out" "$GPUCKPT" run -- "$TRAIN" "$@" --sleep-ms 5
-    pid=$BG
-    wait_for_socket "$pid"
-    wait_for_line "$WORK/run.out" '^step'
-}
-
-finish_train() {
-    wait "$pid" || fail "the job failed: $(tail -n 5 "$WORK/run.out")"
-    got=$(checksum_of "$WORK/run.out")
-    [ "$got" = "$ref" ] || fail "checksum $got, uninterrupted $ref"
-}
-
 case "${1:?which refusal}" in
 gate-timeout)
     export TCGPU_GATE_TIMEOUT_MS=300

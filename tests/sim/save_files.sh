@@ -16,7 +16,7 @@ export TCGPU_CRIU
 TCGPU_CRIU=$(dirname "$0")/criu_standin.sh
 export RESTORE_MARK=$WORK/restore-mark
 
-expect_exit() { # CODE PATTERN CMD... : CMD exits with CODE and says PATTERN
+expect_says() { # CODE PATTERN CMD... : CMD exits with CODE and says PATTERN
     local want=$1 pat=$2 rc=0; shift 2
     timeout 30 "$@" >"$WORK/last.out" 2>&1 || rc=$?
     [ "$rc" -eq "$want" ] || fail "$* exited $rc, expected $want: $(cat "$WORK/last.out")"
@@ -24,8 +24,8 @@ expect_exit() { # CODE PATTERN CMD... : CMD exits with CODE and says PATTERN
 }
 
 refused() { # PATTERN : verify and restore both refuse naming it, CRIU never asked
-    expect_exit 7 "$1" "$GPUCKPT" verify "$WORK/save"
-    expect_exit 7 "$1" "$GPUCKPT" restore -D "$WORK/save" -d
+    expect_says 7 "$1" "$GPUCKPT" verify "$WORK/save"
+    expect_says 7 "$1" "$GPUCKPT" restore -D "$WORK/save" -d
     [ ! -e "$RESTORE_MARK" ] || fail "restore ran CRIU on a damaged save"
 }
 
@@ -63,6 +63,6 @@ rm "$pages" && cp "$WORK/pristine/criu/pages-1.img" "$pages"
 # Intact again: verified, and a restore (of a save whose tree still runs,
 # --leave-running) gets past every check to the pids: refused as in use.
 "$GPUCKPT" verify "$WORK/save" >"$WORK/last.out" || fail "verify after repair failed: $(cat "$WORK/last.out")"
-expect_exit 4 "is in use" "$GPUCKPT" restore -D "$WORK/save" -d
+expect_says 4 "is in use" "$GPUCKPT" restore -D "$WORK/save" -d
 wait "$pid" || fail "the job failed: $(tail -n 3 "$WORK/run.out")"
 echo "ok: damaged CRIU files refused by verify and restore, named"

@@ -30,12 +30,6 @@ steps=120
 ref=$(checksum_of "$WORK/ref.out")
 [ -n "$ref" ] || fail "no checksum in the reference run"
 
-finish() {
-    wait "$pid" || fail "the job failed: $(tail -n 5 "$WORK/run.out")"
-    got=$(checksum_of "$WORK/run.out")
-    [ "$got" = "$ref" ] || fail "checksum $got, uninterrupted $ref"
-}
-
 suspended_holds_nothing() {
     local held
     held=$(device_bytes_of "$pid")
@@ -57,7 +51,7 @@ no-access|unmapped|created)
     suspended_holds_nothing "$which, to an image"
     "$GPUCKPT" resume "$pid" -q || fail "resume from the image in state $which failed"
     touch "$WORK/go"
-    finish
+    finish_train
     ;;
 random)
     start_bg "$WORK/run.out" "$GPUCKPT" run -- "$prog" "$kernels" --steps "$steps" --think-ms 3
@@ -80,7 +74,7 @@ random)
             "$GPUCKPT" resume "$pid" -q || fail "resume $i failed" ;;
         esac
     done
-    finish
+    finish_train
     ;;
 *) fail "unknown state $which" ;;
 esac

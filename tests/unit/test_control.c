@@ -158,6 +158,18 @@ static int calls(enum tcgpu_op op)
     return n;
 }
 
+/* Whether the last operation had dir= want (read under the double's lock:
+ * the operation ran on the server's thread). */
+static int last_dir_is(const char *want)
+{
+    int same;
+
+    pthread_mutex_lock(&fk_lock);
+    same = fk.had_dir && !strcmp(fk.dir, want);
+    pthread_mutex_unlock(&fk_lock);
+    return same;
+}
+
 static void force_next(int r, const char *msg)
 {
     pthread_mutex_lock(&fk_lock);
@@ -687,7 +699,7 @@ static int test_signal(void)
     raise(SIGUSR2);
     CHECK(wait_for(one_checkpoint, 5000));
     snprintf(want, sizeof(want), "%s/ckpt-%d-1", tmpdir, (int)getpid());
-    CHECK(fk.had_dir && !strcmp(fk.dir, want));
+    CHECK(last_dir_is(want));
     /* the program replaces our handler: status says so */
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = programs_handler;
@@ -878,7 +890,7 @@ static int test_gpuckpt(const char *exe)
     CHECK(run_gpuckpt(exe, out, sizeof(out), "checkpoint", pid, "-D", "rel/img", NULL) == 0);
     CHECK(getcwd(cwd, sizeof(cwd)) != NULL);
     snprintf(want, sizeof(want), "%s/rel/img", strcmp(cwd, "/") ? cwd : "");
-    CHECK(!strcmp(fk.dir, want));
+    CHECK(last_dir_is(want));
     force_next(-ETIMEDOUT, "thread 1234 stuck in cuStreamSynchronize");
     CHECK(run_gpuckpt(exe, out, sizeof(out), "checkpoint", pid, "--dir", "/x/y", NULL) == CTL_EXIT_TIMEOUT);
     force_next(-EBADMSG, "data.0: chunk 7 checksum mismatch");
