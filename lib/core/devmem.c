@@ -719,10 +719,15 @@ int devmem_for_each(int (*fn)(const struct devmem_alloc *a, void *arg), void *ar
     return rc;
 }
 
+void devmem_usage_locked(uint64_t *bytes, uint32_t *count)
+{
+    *bytes = live_bytes;
+    *count = live_count;
+}
+
 void devmem_usage(uint64_t *bytes, uint32_t *count)
 {
     reg_lock();
-    *bytes = live_bytes;
-    *count = live_count;
+    devmem_usage_locked(bytes, count);
     reg_unlock();
 }

@@ -105,6 +105,8 @@ int devmem_for_each(int (*fn)(const struct devmem_alloc *a, void *arg), void *ar
 
 /* Bytes the program holds (sum of allocation sizes) and their count. */
 void devmem_usage(uint64_t *bytes, uint32_t *count);
+/* The same with the registry lock already held. */
+void devmem_usage_locked(uint64_t *bytes, uint32_t *count);
 
 /*
  * Returns the blocks of completed cuMemFreeAsync calls to the allocator and

@@ -460,6 +460,28 @@ int tcgpu_op_resume_from(const char *dir, tcgpu_progress_fn progress, void *arg)
     return run_op(TCGPU_OP_RESUME, dir && *dir ? dir : NULL, progress, arg);
 }
 
+/*
+ * What the registry counts, for status. An operation holds the registry lock
+ * over many driver calls (a rebuild creates and maps every physical
+ * allocation under it): status does not wait for it, it answers with what
+ * it counted last (status_mutex).
+ */
+static void registry_counts(struct reg_counts *rc, uint64_t *bytes, uint32_t *count)
+{
+    static struct reg_counts last_rc;
+    static uint64_t last_bytes;
+    static uint32_t last_count;
+
+    if (reg_trylock()) {
+        devmem_usage_locked(&last_bytes, &last_count);
+        reg_counts(&last_rc);
+        reg_unlock();
+    }
+    *rc = last_rc;
+    *bytes = last_bytes;
+    *count = last_count;
+}
+
 int tcgpu_op_status(struct tcgpu_status *st)
 {
     struct reg_counts rc;
@@ -468,10 +490,9 @@ int tcgpu_op_status(struct tcgpu_status *st)
 
     if (!st)
         return -EINVAL;
-    devmem_usage(&bytes, &count);
-    reg_lock();
-    reg_counts(&rc);
-    reg_unlock();
+    pthread_mutex_lock(&status_mutex);
+    registry_counts(&rc, &bytes, &count);
+    pthread_mutex_unlock(&status_mutex);
     pthread_mutex_lock(&status_mutex);
     *st = last;
     st->state = state;

@@ -30,6 +30,11 @@ void reg_unlock(void)
     pthread_mutex_unlock(&registry_mutex);
 }
 
+int reg_trylock(void)
+{
+    return pthread_mutex_trylock(&registry_mutex) == 0;
+}
+
 struct tc_phys *reg_phys_add(CUmemGenericAllocationHandle real, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags,
                              enum tc_owner owner)

@@ -81,6 +81,9 @@ struct tc_region {
 
 void reg_lock(void);
 void reg_unlock(void);
+/* reg_lock when it is free now: 1 (locked) or 0. For status, which must not
+ * wait for an operation that holds the lock over many driver calls. */
+int reg_trylock(void);
 
 /* --- physical allocations and mappings (caller holds the lock) --- */
 
