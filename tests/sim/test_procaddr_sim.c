@@ -86,10 +86,12 @@ int main(void)
     EXPECT(dlsym(h, "cuNoSuchFunction") == NULL, "dlsym of an unknown cu name");
     EXPECT(dlsym(h, "cudaMalloc") == NULL, "dlsym(libcuda, cudaMalloc)");
     /* RTLD_NEXT for other names is glibc's answer for *our* caller: the next
-     * malloc after this program (libc's, or a sanitizer's), never a miss. */
+     * malloc after this program (libc's, or a sanitizer's), never a miss.
+     * dladdr names TSan's by its alias __interceptor_malloc. */
     void *next_malloc = dlsym(RTLD_NEXT, "malloc");
     Dl_info mi;
-    EXPECT(next_malloc && dladdr(next_malloc, &mi) && mi.dli_sname && strcmp(mi.dli_sname, "malloc") == 0 &&
+    EXPECT(next_malloc && dladdr(next_malloc, &mi) && mi.dli_sname &&
+           (strcmp(mi.dli_sname, "malloc") == 0 || strcmp(mi.dli_sname, "__interceptor_malloc") == 0) &&
            !strstr(mi.dli_fname, "libtcgpu"),
            "dlsym(RTLD_NEXT, malloc) = %p from %s", next_malloc,
            next_malloc && dladdr(next_malloc, &mi) ? mi.dli_fname : "?");
