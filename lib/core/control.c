@@ -3,7 +3,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include "ops.h"
 #include "ctl/rundir.h"
 #include "signal_trigger.h"
+#include "thread.h"
 #include "common/clock.h"
 #include "common/names.h"
 #include "common/errmsg.h"
@@ -295,20 +295,14 @@ static void put_progress(struct ctl_buf *b)
 
 static int op_thread_start(void)
 {
-    sigset_t all, old;
     int r;
 
     if (opq.started)
         return 0;
     opq.stop = 0;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    r = -pthread_create(&opq.thread, NULL, op_thread_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (r == 0) {
-        pthread_setname_np(opq.thread, "tcgpu-ctl-ops");
+    r = core_thread_start(&opq.thread, op_thread_main, "tcgpu-ctl-ops", 0);
+    if (r == 0)
         opq.started = 1;
-    }
     return r;
 }
 
@@ -811,8 +805,6 @@ static void atfork_child_hook(void)
 
 int tcgpu_control_start(void)
 {
-    pthread_attr_t attr;
-    sigset_t all, old;
     char sname[32];
     int r = 0, sock_r;
 
@@ -848,20 +840,13 @@ int tcgpu_control_start(void)
     }
     /* The service thread takes no signals: the program's handlers (and ours,
      * which only wakes this thread) run on the program's threads. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    r = -pthread_create(&ctl.thread, &attr, service_main, NULL);
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    r = core_thread_start(&ctl.thread, service_main, "tcgpu-control", 256 * 1024);
     if (r < 0) {
         log_err("control channel disabled: cannot start its thread: %s", strerror(-r));
         op_thread_stop();
         close_channel();
         goto out;
     }
-    pthread_setname_np(ctl.thread, "tcgpu-control");
     ctl.started = 1;
     ctl.owner = getpid();
     log_debug("control: socket %s, signal %s -> %s", ctl.sock_path[0] ? ctl.sock_path : "(none)",

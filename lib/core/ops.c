@@ -34,6 +34,7 @@
 #include "ops.h"
 #include "registry.h"
 #include "snapshot.h"
+#include "thread.h"
 #include "common/clock.h"
 #include "common/errmsg.h"
 #include "events.h"
@@ -348,19 +349,12 @@ static void *worker_main(void *unused)
 /* Starts the worker once per process (a forked child starts its own). */
 static int worker_ensure(void)
 {
-    pthread_attr_t attr;
-    pthread_t th;
     int rc;
 
     if (worker_pid == getpid())
         return 0;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&th, &attr, worker_main, NULL);
-    pthread_attr_destroy(&attr);
-    if (rc)
-        return -rc;
-    pthread_setname_np(th, "tcgpu-ops");
+    if ((rc = core_thread_start(NULL, worker_main, "tcgpu-ops", 0)))
+        return rc;
     worker_pid = getpid();
     return 0;
 }
@@ -492,8 +486,6 @@ int tcgpu_op_status(struct tcgpu_status *st)
         return -EINVAL;
     pthread_mutex_lock(&status_mutex);
     registry_counts(&rc, &bytes, &count);
-    pthread_mutex_unlock(&status_mutex);
-    pthread_mutex_lock(&status_mutex);
     *st = last;
     st->state = state;
     pthread_mutex_unlock(&status_mutex);

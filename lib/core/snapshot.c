@@ -22,6 +22,7 @@
 #include "engine/pipeline.h"
 #include "registry.h"
 #include "snapshot.h"
+#include "thread.h"
 #include "driver/unsupported.h"
 #include "common/clock.h"
 #include "common/errmsg.h"
@@ -253,8 +254,6 @@ static void *waiter_main(void *arg)
 static int waiter_ensure(void)
 {
     pthread_condattr_t ca;
-    pthread_attr_t attr;
-    pthread_t th;
     int rc;
 
     if (waiter.pid == getpid())
@@ -264,13 +263,8 @@ static int waiter_ensure(void)
     pthread_cond_init(&waiter.cv, &ca);
     pthread_condattr_destroy(&ca);
     waiter.asked = waiter.busy = 0;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&th, &attr, waiter_main, NULL);
-    pthread_attr_destroy(&attr);
-    if (rc)
-        return -rc;
-    pthread_setname_np(th, "tcgpu-devwait");
+    if ((rc = core_thread_start(NULL, waiter_main, "tcgpu-devwait", 0)))
+        return rc;
     waiter.pid = getpid();
     return 0;
 }

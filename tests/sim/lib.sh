@@ -79,6 +79,20 @@ device_bytes_of() {
 }
 
 # random_ms LO HI
+# tcgpu_threads_block_signals PID N : PID has at least N threads of tcgpu's
+# (named tcgpu-*), and each blocks SIGINT and SIGTERM, so that the program's
+# handlers run on the program's threads (lib/core/thread.h)
+tcgpu_threads_block_signals() {
+    local t name mask n=0
+    for t in /proc/"$1"/task/*; do
+        name=$(cat "$t/comm" 2>/dev/null) || continue
+        case $name in tcgpu-*) ;; *) continue ;; esac
+        mask=$(sed -n 's/^SigBlk:[[:space:]]*//p' "$t/status")
+        (( (16#$mask & 0x4002) == 0x4002 )) || fail "tcgpu's thread $name takes the program's signals (SigBlk $mask)"
+        n=$((n + 1))
+    done
+    [ "$n" -ge "$2" ] || fail "$n threads of tcgpu's in $1, expected $2 or more"
+}
 random_ms() { echo $(( $1 + RANDOM % ($2 - $1 + 1) )); }
 sleep_ms() { sleep "$(printf '0.%03d' "$1")"; }
 

@@ -30,6 +30,7 @@ gate-timeout)
     expect_exit 5 "$GPUCKPT" suspend "$pid"
     grep -q "cuCtxSynchronize" "$WORK/last.out" || fail "the timeout does not name the call: $(cat "$WORK/last.out")"
     [ "$(status_field "$pid" state)" = running ] || fail "after the timeout the job is not running"
+    tcgpu_threads_block_signals "$pid" 3
     held=$(device_bytes_of "$pid")
     [ "$held" -ge $((1 << 20)) ] || fail "the job lost its memory after a refused suspend ($held bytes)"
     ;;
@@ -119,6 +120,7 @@ busy-kernel|busy-ptsz|busy-hostfn)
     grep -q "stream" "$WORK/suspend.out" && grep -Eq "wait_flag|wait_for_app" "$WORK/suspend.out" ||
         fail "the failure does not name the stream and its work: $(cat "$WORK/suspend.out")"
     [ "$(status_field "$pid" state)" = running ] || fail "after the timeout the job is not running"
+    tcgpu_threads_block_signals "$pid" 3
     held=$(device_bytes_of "$pid")
     [ "$held" -ge $((4 << 20)) ] || fail "the job lost its memory after a failed suspend ($held bytes)"
     # Once the work has ended, the job suspends and resumes as usual.
