@@ -70,7 +70,7 @@ static void poll_until(CUstream s, int per_thread, volatile uint32_t *flag, unsi
         if (rc != CUDA_ERROR_NOT_READY)
             cu(rc, "cuStreamQuery");
         if (now_ms() - t0 >= hold_ms)
-            *flag = 1;
+            __atomic_store_n(flag, 1, __ATOMIC_RELEASE);   /* the kernel reads it on another thread */
         usleep(1000);
     }
 }

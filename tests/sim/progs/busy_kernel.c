@@ -12,6 +12,6 @@ SIMCUDA_KERNEL(wait_flag)
 {
     volatile uint32_t *flag = k->dev(k, SIMCUDA_ARG(uint64_t, 0), 4);
 
-    while (flag && !*flag)
+    while (flag && !__atomic_load_n(flag, __ATOMIC_ACQUIRE))
         usleep(200);
 }
