@@ -58,10 +58,11 @@ wait_for_socket() {
     fail "no control socket for $1 after 5 s"
 }
 
-# wait_for_line FILE PATTERN : a line matching PATTERN appeared in FILE.
+# wait_for_line FILE PATTERN : a line matching PATTERN appeared in FILE
+# (within 30 s: programs are slow in the sanitizer builds).
 wait_for_line() {
     local i
-    for i in $(seq 1 1000); do
+    for i in $(seq 1 3000); do
         grep -q "$2" "$1" 2>/dev/null && return 0
         sleep 0.01
     done
