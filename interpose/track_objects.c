@@ -12,10 +12,12 @@
 #include "core/devmem.h"
 #include "core/objects.h"
 #include "core/registry.h"
+#include "core/throttle.h"
 
 /*
  * A context is gone: as the driver, forget what was allocated in it (the
- * memory tcgpu serves is not the driver's, so nothing else would free it).
+ * memory tcgpu serves is not the driver's, so nothing else would free it),
+ * and the events the compute share timed in it went with it.
  */
 static void context_gone(CUcontext ctx)
 {
@@ -24,6 +26,7 @@ static void context_gone(CUcontext ctx)
     reg_lock();
     reg_managed_forget_ctx(ctx);
     reg_unlock();
+    throttle_ctx_gone(ctx);
 }
 
 /* Counts an object the real call made or destroyed. */

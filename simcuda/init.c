@@ -3,8 +3,6 @@
  */
 #include "sim.h"
 
-#include <cudaProfiler.h>
-
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +18,11 @@ static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static bool initialized;
 static bool forked;          /* a fork child cannot use its parent's device state */
 static const char *shm_name;
+
+const char *sim_shm_name(void)
+{
+    return shm_name;
+}
 
 /* ---- the gate ------------------------------------------------------------ */
 
@@ -143,10 +146,11 @@ static void at_fork_child(void)
  * reaped by the others instead). Forked children never owned the slot. */
 __attribute__((destructor)) static void sim_exit(void)
 {
-    if (!sim_self || sim_self->pid != getpid())
+    if (!sim_self || forked)
         return;
     sim_shm_lock(sim_shm);
-    sim_shm_release(sim_shm, sim_self);
+    if (sim_ckpt_owns(sim_self))
+        sim_shm_release(sim_shm, sim_self);
     sim_shm_unlock(sim_shm);
 }
 
@@ -167,7 +171,7 @@ static CUresult attach(void)
     comm_of_self(comm, sizeof(comm));
     sim_shm_lock(sim_shm);
     sim_shm_reap(sim_shm);
-    sim_self = sim_shm_claim(sim_shm, getpid(), comm);
+    sim_self = sim_ckpt_claim(comm);
     sim_shm_unlock(sim_shm);
     if (!sim_self) {
         sim_log("too many processes attached to %s (max %d)", shm_name, SIM_MAX_PROCS);
@@ -266,7 +270,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    snprintf(name, (size_t)len, "simcuda H100 (simulated)");
+    snprintf(name, (size_t)len, "%s", SIM_DEVICE_NAME);
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuDeviceGetName);
@@ -352,6 +356,9 @@ static int attribute_value(CUdevice_attribute a, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: return 1;
     case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT: return 4;
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS: return 0;
     default: return 0;
     }
 }
@@ -368,21 +375,6 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 }
 SIM_EXPORT(cuDeviceGetAttribute);
 
-/* A stable UUID per (shm name, device): other processes on the same
- * simulated machine see the same one, as they would for a real GPU. */
-static void device_uuid(CUdevice dev, CUuuid *u)
-{
-    uint64_t h = 1469598103934665603ull;
-
-    for (const char *p = shm_name; p && *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    h ^= (uint64_t)dev * 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < 16; i++) {
-        h = h * 6364136223846793005ull + 1442695040888963407ull;
-        u->bytes[i] = (char)(h >> 56);
-    }
-}
-
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 {
     SIM_BEGIN();
@@ -390,7 +382,7 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    device_uuid(dev, uuid);
+    sim_device_uuid(shm_name, dev, (unsigned char *)uuid->bytes);
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuDeviceGetUuid);
@@ -442,18 +434,6 @@ CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuDeviceComputeCapability);
-
-CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
-{
-    SIM_BEGIN();
-    if (!canAccessPeer)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(dev) || !dev_ok(peerDev))
-        return CUDA_ERROR_INVALID_DEVICE;
-    *canAccessPeer = 0;
-    return CUDA_SUCCESS;
-}
-SIM_EXPORT(cuDeviceCanAccessPeer);
 
 /* ---- contexts -------------------------------------------------------------- */
 
@@ -511,6 +491,9 @@ static CUresult ctx_activate(struct sim_ctx *c, unsigned flags)
     c->sticky = 0;
     c->streams = NULL;
     c->live_workers = 0;
+    c->npeers = 0;
+    c->capturing = c->capturing_blocking = 0;
+    sim_coredump_ctx_init(c);
     r = sim_stream_create(c, SIM_STREAM_LEGACY, 0, 0, &c->legacy);
     if (r) {
         if (c->charged)
@@ -531,8 +514,10 @@ static void ctx_deactivate(struct sim_ctx *c)
     sim_ctx_streams_teardown(c);
     c->legacy = NULL;
     sim_pools_release_ctx(c);
+    sim_gmem_release_ctx(c);
     sim_mem_release_ctx(c);
     sim_modules_release_ctx(c);
+    sim_peer_forget_ctx(c);
 }
 
 struct sim_ctx *sim_ctx_current_raw(void)
@@ -789,11 +774,18 @@ SIM_EXPORT(cuCtxCreate_v3);
 CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
                         unsigned int flags, CUdevice dev)
 {
-    if (ctxCreateParams && (ctxCreateParams->numExecAffinityParams > 0 || ctxCreateParams->cigParams))
+    /* Execution affinity as for cuCtxCreate_v3; graphics interop (CIG) is
+     * not simulated. */
+    if (ctxCreateParams && ctxCreateParams->numExecAffinityParams > 0 && ctxCreateParams->execAffinityParams)
+        return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+    if (ctxCreateParams && ctxCreateParams->cigParams)
         return CUDA_ERROR_NOT_SUPPORTED;
     return ctx_create(pctx, flags, dev);
 }
 SIM_EXPORT(cuCtxCreate_v4);
+SIM_PARTIAL(cuCtxCreate_v4,
+    "graphics-interop (CIG) contexts: CUDA_ERROR_NOT_SUPPORTED; execution affinity: "
+    "CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY");
 
 /* Pop every occurrence of c from this thread's stack. */
 static void ctx_unstack(struct sim_ctx *c)
@@ -931,6 +923,22 @@ CUresult cuCtxGetDevice(CUdevice *device)
 }
 SIM_EXPORT(cuCtxGetDevice);
 
+/* CUDA 13: the device of ctx, or of the current context where ctx is NULL. */
+CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    struct sim_ctx *c;
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = ctx ? sim_ctx_check(ctx, &c) : current_valid(&c)))
+        return r;
+    *device = c->dev;
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuCtxGetDevice_v2);
+
 CUresult cuCtxGetFlags(unsigned int *flags)
 {
     struct sim_ctx *c;
@@ -981,6 +989,17 @@ CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 }
 SIM_EXPORT(cuCtxGetApiVersion);
 
+/* Not while a stream of the context captures: it would wait for work that
+ * only exists in a graph (the captures are invalidated). */
+static CUresult ctx_synchronize(struct sim_ctx *c)
+{
+    CUresult r;
+
+    if ((r = sim_capture_ctx_sync(c)) || (r = sim_capture_unsafe_call()))
+        return r;
+    return sim_ctx_sync(c);
+}
+
 CUresult cuCtxSynchronize(void)
 {
     struct sim_ctx *c;
@@ -989,9 +1008,27 @@ CUresult cuCtxSynchronize(void)
     SIM_BEGIN();
     if ((r = sim_ctx_current(&c)))
         return r;
-    return sim_ctx_sync(c);
+    return ctx_synchronize(c);
 }
 SIM_EXPORT(cuCtxSynchronize);
+
+/* CUDA 13: ctx, or the current context where ctx is NULL. A sticky error
+ * of the context is its answer, as for cuCtxSynchronize. */
+CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    struct sim_ctx *c;
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!ctx)
+        r = sim_ctx_current(&c);
+    else if (!(r = sim_ctx_check(ctx, &c)))
+        r = (CUresult)__atomic_load_n(&c->sticky, __ATOMIC_ACQUIRE);
+    if (r)
+        return r;
+    return ctx_synchronize(c);
+}
+SIM_EXPORT(cuCtxSynchronize_v2);
 
 CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
@@ -1062,23 +1099,3 @@ CUresult cuCtxSetCacheConfig(CUfunc_cache config)
 }
 SIM_EXPORT(cuCtxSetCacheConfig);
 
-/* The profiler's start and stop (cudaProfiler.h, exported by libcuda like
- * cuda.h's entry points). No profiler is attached here: as the driver without
- * one, they change nothing and succeed for the current context. */
-CUresult cuProfilerStart(void)
-{
-    struct sim_ctx *c;
-
-    SIM_BEGIN();
-    return current_valid(&c);
-}
-SIM_EXPORT(cuProfilerStart);
-
-CUresult cuProfilerStop(void)
-{
-    struct sim_ctx *c;
-
-    SIM_BEGIN();
-    return current_valid(&c);
-}
-SIM_EXPORT(cuProfilerStop);

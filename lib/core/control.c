@@ -76,8 +76,9 @@ struct queued_op {
     enum tcgpu_op op;
     char dir[PATH_MAX];         /* "" for none */
     char parent[PATH_MAX];      /* checkpoint --parent, "" for none */
+    int dirfd;                  /* the directory sent with the request (dir is in it), or -1 */
     char who[64];               /* "uid 1000 pid 42", "signal SIGRTMIN+4" */
-    struct tcgpu_status before; /* for the log line */
+    struct tcgpu_status before; /* at the request, for the toggle signal */
 };
 
 static struct {
@@ -96,9 +97,14 @@ static struct {
 struct progress_sink {
     int fd;                     /* connection, or -1 */
     uint64_t last_ns;
+    int phase;                  /* of the last message sent, -1 before the first */
 };
 
-static void send_progress(uint64_t done, uint64_t total, void *arg)
+/*
+ * "progress phase=drain done=N total=M": at most five a second, but always
+ * when a phase starts or ends, so that a client shows every phase.
+ */
+static void send_progress(enum tcgpu_phase phase, uint64_t done, uint64_t total, void *arg)
 {
     struct progress_sink *p = arg;
     struct ctl_buf *b;
@@ -109,13 +115,17 @@ static void send_progress(uint64_t done, uint64_t total, void *arg)
     opq.done = done;
     opq.total = total;
     pthread_mutex_unlock(&opq.lock);
-    if (!p || p->fd < 0 || (done < total && t - p->last_ns < PROGRESS_EVERY_NS))
+    if (!p || p->fd < 0)
+        return;
+    if ((int)phase == p->phase && done < total && t - p->last_ns < PROGRESS_EVERY_NS)
         return;
     p->last_ns = t;
+    p->phase = (int)phase;
     b = malloc(sizeof(*b));
     if (!b)
         return;
     ctl_buf_request(b, "progress");
+    ctl_buf_put(b, "phase", tcgpu_phase_name(phase));
     ctl_buf_put_u64(b, "done", done);
     ctl_buf_put_u64(b, "total", total);
     n = ctl_buf_finish(b);
@@ -127,37 +137,21 @@ static void send_progress(uint64_t done, uint64_t total, void *arg)
     free(b);
 }
 
-static int run_op(enum tcgpu_op op, const char *dir, const char *parent,
+/* Runs op for `who` (its log line: ops.h), progress to sink (may be NULL). */
+static int run_op(enum tcgpu_op op, const char *dir, const char *parent, const char *who,
                   struct progress_sink *sink)
 {
+    struct tcgpu_op_caller by = { .who = who, .progress = sink ? send_progress : NULL, .arg = sink };
+
     switch (op) {
     case TCGPU_OP_CHECKPOINT:
-        return parent ? tcgpu_op_checkpoint_parent(dir, parent, send_progress, sink)
-                      : tcgpu_op_checkpoint(dir, send_progress, sink);
+        return parent ? tcgpu_op_checkpoint_parent(dir, parent, &by) : tcgpu_op_checkpoint(dir, &by);
     case TCGPU_OP_SUSPEND:
-        return tcgpu_op_suspend(dir, send_progress, sink);
+        return tcgpu_op_suspend(dir, &by);
     case TCGPU_OP_RESUME:
-        return tcgpu_op_resume_from(dir, send_progress, sink);
+        return tcgpu_op_resume_from(dir, &by);
     default:
         return -EINVAL;
-    }
-}
-
-/* One log line for a finished operation: "suspend (signal SIGRTMIN+4): done in 350 ms, 2.0 GiB freed". */
-static void log_op(enum tcgpu_op op, const char *who, int r, uint64_t ns, const struct tcgpu_status *before)
-{
-    char t[32], b[32];
-
-    if (r == 0) {
-        if (op == TCGPU_OP_SUSPEND)
-            log_info("%s (%s): done in %s, %s of GPU memory freed", tcgpu_op_name(op), who,
-                     units_format_ns(ns, t, sizeof(t)), units_format_bytes(before->gpu_bytes, b, sizeof(b)));
-        else
-            log_info("%s (%s): done in %s", tcgpu_op_name(op), who, units_format_ns(ns, t, sizeof(t)));
-    } else {
-        const char *msg = errmsg_get();
-        log_info("%s (%s): failed: %s%s%s", tcgpu_op_name(op), who, errno_name(r),
-                 msg && *msg ? ": " : "", msg ? msg : "");
     }
 }
 
@@ -167,13 +161,12 @@ static void put_extras(struct ctl_buf *b);
 /* Runs one queued operation; replies on its connection and closes it. */
 static void run_queued(struct queued_op *o, struct ctl_buf *b)
 {
-    struct progress_sink sink = { .fd = o->fd };
+    struct progress_sink sink = { .fd = o->fd, .phase = -1 };
     struct tcgpu_status st;
-    uint64_t t0 = now_ns();
     int r;
 
-    r = run_op(o->op, o->dir[0] ? o->dir : NULL, o->parent[0] ? o->parent : NULL, &sink);
-    log_op(o->op, o->who, r, now_ns() - t0, &o->before);
+    /* always a sink: status reports the progress even with no client */
+    r = run_op(o->op, o->dir[0] ? o->dir : NULL, o->parent[0] ? o->parent : NULL, o->who, &sink);
     if (o->fd < 0)
         return;
     if (r < 0)
@@ -189,7 +182,7 @@ static void run_queued(struct queued_op *o, struct ctl_buf *b)
 
 /* Discards what a client sent beyond its request, so that closing does not
  * reset the connection before it has read our reply. */
-static void drain(int fd)
+static void drain_request(int fd)
 {
     char c;
 
@@ -200,9 +193,11 @@ static void drain(int fd)
 static void finish_queued(struct queued_op *o)
 {
     if (o->fd >= 0) {
-        drain(o->fd);
+        drain_request(o->fd);
         close(o->fd);
     }
+    if (o->dirfd >= 0)
+        close(o->dirfd);
     free(o);
 }
 
@@ -363,6 +358,7 @@ static void on_signal_action(void)
         return;
     }
     o->fd = -1;
+    o->dirfd = -1;
     tcgpu_op_status(&o->before);
     switch (ctl.action) {
     case TCGPU_SIGACT_SUSPEND:
@@ -390,7 +386,7 @@ static void on_signal_action(void)
             free(o);
             return;
         }
-        log_info("%s: checkpoint to %s", o->who, o->dir);
+        log_debug("%s: checkpoint to %s", o->who, o->dir);
     }
     if (enqueue(o, why, sizeof(why)) < 0) {
         log_err("%s: %s not run: %s", o->who, tcgpu_op_name(o->op), why);
@@ -427,12 +423,14 @@ static void put_extras(struct ctl_buf *b)
 }
 
 /* A request being served: the connection it came on, who sent it, what it
- * says; `taken` once an operation owns the connection (it replies). */
+ * says, the directory it came with (-1: none); `taken` once an operation
+ * owns the connection and that directory (it replies, then closes both). */
 struct request {
     int fd;
     const struct ucred *peer;
     const struct ctl_msg *msg;
     int taken;
+    int dirfd;
 };
 
 /* One command of the protocol (docs/cli.md, "The protocol"): its word, the
@@ -464,11 +462,42 @@ static void answer_status(const struct command *cmd, const struct request *rq, s
 
 static const struct command cmd_status = { .word = "status", .answer = answer_status };
 
-/* The image directory of an operation: NULL for host memory, else absolute.
- * Returns 0, or -EINVAL with the reply already written. */
-static int operation_dir(const struct command *cmd, const struct ctl_msg *req, const char **dir,
+/*
+ * A relative dir= names an entry of the directory the client sent with the
+ * request (SCM_RIGHTS), "." the directory itself: a CRIU plugin outside our
+ * mount namespace hands us its images directory that way
+ * (docs/kubernetes.md). We reach it through /proc/self/fd, which resolves
+ * whatever our root is.
+ */
+static int dir_in_passed(const struct request *rq, const char *name, char *out, size_t len,
                          struct ctl_buf *b)
 {
+    struct stat st;
+
+    if (rq->dirfd < 0) {
+        ctl_buf_error(b, -EINVAL, "dir must be an absolute path");
+        return -EINVAL;
+    }
+    if (strchr(name, '/') || !strcmp(name, "..") || fstat(rq->dirfd, &st) < 0 ||
+        !S_ISDIR(st.st_mode)) {
+        ctl_buf_error(b, -EINVAL, "dir must name an entry of the directory sent with the request");
+        return -EINVAL;
+    }
+    if (snprintf(out, len, "/proc/self/fd/%d%s%s", rq->dirfd, strcmp(name, ".") ? "/" : "",
+                 strcmp(name, ".") ? name : "") >= (int)len) {
+        ctl_buf_error(b, -ENAMETOOLONG, "dir name too long");
+        return -ENAMETOOLONG;
+    }
+    return 0;
+}
+
+/* The image directory of an operation: NULL for host memory, else absolute
+ * (buf holds it when it had to be made). Returns 0, or -EINVAL with the reply
+ * already written. */
+static int operation_dir(const struct command *cmd, const struct request *rq, const char **dir,
+                         char *buf, size_t len, struct ctl_buf *b)
+{
+    const struct ctl_msg *req = rq->msg;
     const char *d = ctl_get(req, "dir");
 
     if (cmd->needs_dir && (!d || !*d)) {
@@ -480,8 +509,9 @@ static int operation_dir(const struct command *cmd, const struct ctl_msg *req, c
     if (d && !*d)
         d = NULL;
     if (d && d[0] != '/') {
-        ctl_buf_error(b, -EINVAL, "dir must be an absolute path");
-        return -EINVAL;
+        if (dir_in_passed(rq, d, buf, len, b) < 0)
+            return -EINVAL;
+        d = buf;
     }
     *dir = d;
     return 0;
@@ -492,9 +522,9 @@ static void answer_operation(const struct command *cmd, const struct request *rq
 {
     const char *dir, *parent = ctl_get(rq->msg, "parent");
     struct queued_op *o;
-    char why[256];
+    char why[256], dirbuf[PATH_MAX];
 
-    if (operation_dir(cmd, rq->msg, &dir, b) < 0)
+    if (operation_dir(cmd, rq, &dir, dirbuf, sizeof(dirbuf), b) < 0)
         return;
     if ((dir && strlen(dir) >= sizeof(o->dir)) || (parent && strlen(parent) >= sizeof(o->parent))) {
         ctl_buf_error(b, -ENAMETOOLONG, "directory name too long");
@@ -505,13 +535,14 @@ static void answer_operation(const struct command *cmd, const struct request *rq
         return;
     }
     o->fd = rq->fd;
+    o->dirfd = rq->dirfd;
     o->op = cmd->op;
     snprintf(o->dir, sizeof(o->dir), "%s", dir ? dir : "");
     snprintf(o->parent, sizeof(o->parent), "%s", parent ? parent : "");
     snprintf(o->who, sizeof(o->who), "uid %u pid %d", (unsigned)rq->peer->uid, (int)rq->peer->pid);
     tcgpu_op_status(&o->before);
-    log_info("%s requested by %s%s%s", tcgpu_op_name(o->op), o->who, dir ? ", dir " : "",
-             dir ? dir : "");
+    log_debug("%s requested by %s%s%s", tcgpu_op_name(o->op), o->who, dir ? ", dir " : "",
+              dir ? dir : "");
     if (enqueue(o, why, sizeof(why)) < 0) {
         free(o);
         ctl_buf_error(b, -EBUSY, why);
@@ -548,6 +579,43 @@ static void handle_request(const struct request *rq, struct ctl_buf *b)
     ctl_buf_error(b, -EINVAL, msg);
 }
 
+/*
+ * Receives the request into rbuf, and the one directory descriptor it may
+ * carry into *dirfd (-1 if none; any other descriptor is closed at once).
+ * Returns recv's byte count (MSG_TRUNC: the full size), or -1.
+ */
+static ssize_t recv_request(int fd, char *rbuf, int *dirfd)
+{
+    union {
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = { .iov_base = rbuf, .iov_len = CTL_MSG_MAX };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                         .msg_controllen = sizeof(u.buf) };
+    ssize_t n = recvmsg(fd, &mh, MSG_TRUNC | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+    *dirfd = -1;
+    if (n < 0)
+        return n;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+        size_t nfd;
+        int fds[2];
+
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        memcpy(fds, CMSG_DATA(cm), (nfd > 2 ? 2 : nfd) * sizeof(int));
+        for (size_t i = 0; i < nfd && i < 2; i++) {
+            if (*dirfd < 0)
+                *dirfd = fds[i];
+            else
+                close(fds[i]);
+        }
+    }
+    return n;
+}
+
 /* Serves one connection: 1 when an operation took it (and will close it),
  * else 0 (the caller closes it). */
 static int serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_msg *req)
@@ -558,7 +626,7 @@ static int serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_ms
     struct timeval tv = { .tv_sec = REPLY_SEND_SEC };
     struct request rq;
     ssize_t n;
-    int r, allowed;
+    int r, allowed, dirfd = -1;
 
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &plen) < 0) {
         log_err("control: cannot read peer credentials: %s", strerror(errno));
@@ -574,9 +642,9 @@ static int serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_ms
         log_debug("control: uid %u pid %d sent no request", (unsigned)peer.uid, (int)peer.pid);
         return 0;
     }
-    n = recv(fd, rbuf, CTL_MSG_MAX, MSG_TRUNC | MSG_DONTWAIT);
+    n = recv_request(fd, rbuf, &dirfd);
     if (n <= 0)
-        return 0;
+        goto out;
     if (!allowed) {
         char msg[128];
         log_info("refused control connection from uid %u pid %d", (unsigned)peer.uid, (int)peer.pid);
@@ -584,25 +652,28 @@ static int serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_ms
                  (unsigned)peer.uid, (int)getpid(), (unsigned)geteuid());
         ctl_buf_error(b, -EACCES, msg);
         send_reply(fd, b);
-        return 0;
+        goto out;
     }
     if (n > CTL_MSG_MAX) {
         ctl_buf_error(b, -EMSGSIZE, "request too large");
         send_reply(fd, b);
-        return 0;
+        goto out;
     }
     r = ctl_parse(rbuf, (size_t)n, req);
     if (r < 0) {
         log_debug("control: malformed request from uid %u pid %d", (unsigned)peer.uid, (int)peer.pid);
         ctl_buf_error(b, r, "malformed request");
         send_reply(fd, b);
-        return 0;
+        goto out;
     }
-    rq = (struct request){ .fd = fd, .peer = &peer, .msg = req };
+    rq = (struct request){ .fd = fd, .peer = &peer, .msg = req, .dirfd = dirfd };
     handle_request(&rq, b);
     if (rq.taken)
         return 1;
     send_reply(fd, b);
+out:
+    if (dirfd >= 0)
+        close(dirfd);
     return 0;
 }
 
@@ -645,7 +716,7 @@ static void *service_main(void *arg)
                 int taken = serve_connection(fd, rbuf, b, req);
                 __atomic_store_n(&ctl.conn_fd, -1, __ATOMIC_RELEASE);
                 if (!taken) {
-                    drain(fd);
+                    drain_request(fd);
                     close(fd);
                 }
             }
@@ -695,6 +766,8 @@ static int open_socket(void)
         log_err("control socket disabled: %s", err);
         return r;
     }
+    if (r > 0)
+        log_err("%s", err);     /* the preferred run dir was refused: where it is instead */
     r = tcgpu_rundir_socket_path(dir, getpid(), ctl.sock_path, sizeof(ctl.sock_path));
     if (r < 0) {
         ctl.sock_path[0] = '\0';

@@ -114,4 +114,18 @@ static inline CUcontext t_init(void)
     return ctx;
 }
 
+/* A log the test kernels write (word 0: how many ids, then the ids), read
+ * once all work is done, as a number: the ids as decimal digits. */
+static inline unsigned t_log_read(CUdeviceptr log)
+{
+    uint32_t v[64];
+    unsigned r = 0;
+
+    CHECK(cuCtxSynchronize());
+    CHECK(cuMemcpyDtoH(v, log, sizeof(v)));
+    for (uint32_t i = 0; i < v[0] && i < 63; i++)
+        r = r * 10 + v[1 + i];
+    return r;
+}
+
 #endif

@@ -10,9 +10,12 @@
 # when a run call names it in carry). The bundle keeps the build tree's layout
 # (tools/gpuckpt/gpuckpt, interpose/libtcgpu.so, examples/train/..., tests/gpu/...),
 # so run.sh takes it as BUILD_DIR, and adds:
+#   tests/gpu/run.sh, tests/gpu/progs/, tests/common/{lib,scenario}.sh
+#           the suite and the scenario harness it runs its programs through,
+#           so that the bundle alone is enough: bash DEST/tests/gpu/run.sh
 #   deps/   every shared library those programs need beyond glibc (run.sh
 #           uses one only when the GPU machine lacks it)
-#   bin/    criu, when this machine has one (CRIU >= 4 built per design.md)
+#   bin/    criu, when this machine has one (CRIU >= 4, as scripts/setup.sh builds it)
 #   BUNDLE-INFO  the commit and the machine it was built on
 set -euo pipefail
 
@@ -45,6 +48,10 @@ for f in tools/gpuckpt/gpuckpt tools/tcgpud/tcgpud interpose/libtcgpu.so \
          examples/train/train_gpu examples/train/train_mt_gpu examples/train/train_kernels.cubin \
          tests/gpu/rt_train tests/gpu/bw tests/gpu/drv_ckpt; do
     [ -f "$BUILD/$f" ] && copy_in "$f"
+done
+for f in tests/gpu/run.sh tests/gpu/progs tests/common/lib.sh tests/common/scenario.sh; do
+    mkdir -p "$DEST/$(dirname "$f")"
+    cp -a "$SRC/$f" "$DEST/$f"
 done
 if criu=$(command -v criu); then
     mkdir -p "$DEST/bin"

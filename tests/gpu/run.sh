@@ -6,9 +6,10 @@
 #
 # BUILD_DIR is a tcgpu build tree (meson) or a bundle made by
 # tests/gpu/bundle.sh (the same layout, plus the shared libraries a bare
-# machine lacks). Without it: ./build-gpu-bundle if present, else a meson
-# build made here in a scratch directory (needs meson, ninja and the -dev
-# packages; the GPU machine usually has none of those: carry a bundle).
+# machine lacks, and this script). Without it: ./build-gpu-bundle if present,
+# the bundle this script is the copy of, else a meson build made here in a
+# scratch directory (needs meson, ninja and the -dev packages; the GPU
+# machine usually has none of those: carry a bundle).
 #
 # Options:
 #   --dry-run      list the steps and what each checks; run nothing
@@ -31,13 +32,16 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SRC=$(cd "$HERE/../.." && pwd)
 PROGS_SRC=$HERE/progs
+# The scenario harness (and the helpers it shares with tests/sim): every
+# program goes through the same modes there as on simcuda.
+. "$HERE/../common/scenario.sh"
 
 STEPS=(env build bw train rt torch torch_exp drvckpt tcgpud)
 declare -A STEP_DOC=(
     [env]="the machine: GPU, driver, CUDA, PyTorch, tools found"
     [build]="tcgpu (BUILD_DIR, a carried bundle, or meson here) and the GPU programs (nvcc -arch=sm_90)"
     [bw]="pinned H2D/D2H bandwidth, 1 GiB best of 5 (bw.cu): the limit for drain and refill"
-    [train]="examples/train train_gpu (driver API, real kernels): reference, under tcgpu, checkpoint+inspect+verify, suspend/resume cycles (host memory, disk, --keep-context) with memory and context released, save/restore (CRIU)"
+    [train]="examples/train train_gpu (driver API, real kernels) through tests/common/scenario.sh: reference, under tcgpu, checkpoint+inspect+verify then suspend/resume cycles (host memory, disk, --keep-context) with memory and context released, save/restore (CRIU)"
     [rt]="rt_train.cu (CUDA runtime: cudaMalloc, streams, events, cudaMallocAsync): same scenarios"
     [torch]="torch_train.py (transformer, bf16 autocast, AdamW, caching allocator): same scenarios, step-time ratio, free/resume time vs bandwidth, image size"
     [torch_exp]="torch_train.py with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the VMM API): same scenarios"
@@ -46,7 +50,7 @@ declare -A STEP_DOC=(
 )
 
 DRY=0 SIM=0 QUICK=0 PACK=0 ONLY="" BUDGET=450 BUILD_ARG="" SKIP_NO_GPU=0
-usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
         --dry-run) DRY=1 ;;
@@ -96,35 +100,18 @@ metric() { [ -n "$2" ] && record metric "$1" INFO "$2" "${3:-}" "${4:-}"; return
 # metric_get NAME: the last value recorded for NAME (empty if none).
 metric_get() { awk -F'\t' -v n="$1" '$1 == "metric" && $2 == n { v = $4 } END { print v }' "$TSV"; }
 
-checksum_of() { sed -n 's/^checksum: *\([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
 ms_of() { sed -n 's/^time: *\([0-9.]*\) ms\/step.*/\1/p' "$1" | tail -n 1; }
-tail_of() { tail -n "${2:-3}" "$1" 2>/dev/null | tr '\n' ' ' | cut -c1-300; }
 
 # div A B: A / B to 3 decimals, empty when either is empty or B is 0.
 div() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { if (b != 0) printf "%.3f", a / b }'; }
 ns_to_ms() { [ -n "$1" ] && awk -v a="$1" 'BEGIN { printf "%.1f", a / 1e6 }'; }
 
-# jget JSON KEY[.KEY...]: a field of a JSON object (python3), empty if absent.
-jget() {
-    python3 -c '
-import json, sys
-try:
-    v = json.loads(sys.argv[1])
-    for k in sys.argv[2].split("."):
-        v = v[k]
-    print(v)
-except Exception:
-    pass' "$1" "$2"
-}
-
-sleep_ms() { sleep "$(awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }')"; }
-random_ms() { echo $(( $1 + RANDOM % ($2 - $1 + 1) )); }
 want_step() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 
 # --- the programs and the tools -------------------------------------------------
 
 B=""                       # tcgpu build tree or bundle
-GPUCKPT="" LIBTCGPU="" TRAIN_GPU="" TRAIN_CUBIN="" TCGPUD=""
+GPUCKPT="" LIBTCGPU="" TRAIN_GPU="" TRAIN_CUBIN="" TCGPUD="" SMI=""
 RT_TRAIN="" BW="" DRV_CKPT=""
 TORCH_PY=$PROGS_SRC/torch_train.py
 SMI_MODE=none              # how device memory per process is read: sim, pid, device, none
@@ -133,7 +120,7 @@ CTX_SLACK=$((64 << 20))    # ... after the driver checkpointed it as well
 
 # find_build: BUILD_DIR if given (and only it), else a carried bundle or build.
 find_build() {
-    local cand cands=("$SRC/build-gpu-bundle" "$SRC/build-gpu")
+    local cand cands=("$SRC/build-gpu-bundle" "$SRC/build-gpu" "$SRC")
     [ -n "$BUILD_ARG" ] && cands=("$BUILD_ARG")
     for cand in "${cands[@]}"; do
         if [ -x "$cand/tools/gpuckpt/gpuckpt" ] && [ -f "$cand/interpose/libtcgpu.so" ]; then
@@ -232,6 +219,7 @@ resolve_tools() {
     if [ "$SIM" = 1 ]; then
         TRAIN_GPU=$B/examples/train/train
         TRAIN_CUBIN=""
+        SMI=$B/simcuda/simcuda-smi
         export DRV_CKPT_LIBCUDA=$B/simcuda/libcuda.so.1
         export TCGPU_REAL_LIBCUDA=$DRV_CKPT_LIBCUDA      # gpuckpt's driver checkpoint API
     fi
@@ -248,20 +236,16 @@ choose_smi_mode() {
         SMI_MODE=pid                # may fall back to "device" per job (see mem_probe)
     fi
     [ -n "${GPU_SUITE_SLACK_MB:-}" ] && SLACK=$((GPU_SUITE_SLACK_MB << 20))
-    return 0
+    SC_HELD_RELEASED=$CTX_SLACK SC_HELD_KEPT=$SLACK
 }
 
 # gpu_mem_of PID: bytes of device memory PID holds ("" when unknown).
 gpu_mem_of() {
     case $SMI_MODE in
-        sim)
-            "$B/simcuda/simcuda-smi" -q | awk -v want="pid=$1" '
-                $1 == "process" && $2 == want {
-                    for (i = 3; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); s += $i } }
-                END { print s + 0 }' ;;
-        pid)
+        sim) device_bytes_of "$1" ;;
+        pid)                        # not listed: no context, no memory
             nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
-                awk -F', *' -v p="$1" '$1 == p { s += $2; f = 1 } END { if (f) printf "%d\n", s * 1048576 }' ;;
+                awk -F', *' -v p="$1" '$1 == p { s += $2 } END { printf "%d\n", s * 1048576 }' ;;
         device)
             nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null |
                 awk '{ s += $1 } END { printf "%d\n", s * 1048576 }' ;;
@@ -281,336 +265,132 @@ mem_probe() {
     fi
 }
 
-# wait_held_below PID LIMIT: polls up to 3 s (NVML can lag); prints the last reading.
-wait_held_below() {
-    local i v=""
-    for i in $(seq 1 30); do
-        v=$(gpu_mem_of "$1")
-        [ -n "$v" ] && [ "$v" -le "$2" ] && break
-        sleep 0.1
-    done
-    echo "$v"
-}
-
-# --- jobs -----------------------------------------------------------------------------
-
-JOBS=()
-job_start() {               # OUTFILE CMD... ; sets JOB
-    local out=$1; shift
-    "$@" >"$out" 2>&1 &
-    JOB=$!
-    JOBS+=("$JOB")
-    log "started $JOB: $*"
-}
-kill_jobs() {
-    local p
-    for p in "${JOBS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-}
-
-wait_socket() {             # PID SECONDS
-    "$GPUCKPT" status "$1" --wait "$2" --json >/dev/null 2>&1
-}
-wait_line() {               # FILE PATTERN SECONDS PID
-    local end=$((SECONDS + $3))
-    while [ $SECONDS -lt $end ]; do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        [ -n "${4:-}" ] && ! kill -0 "$4" 2>/dev/null && return 1
-        sleep 0.05
-    done
-    return 1
-}
-# wait_job PID SECONDS: its exit status, or 124 after killing it at the deadline.
-wait_job() {
-    local end=$((SECONDS + $2)) rc=0
-    while kill -0 "$1" 2>/dev/null; do
-        if [ $SECONDS -ge "$end" ]; then
-            kill -9 "$1" 2>/dev/null || true
-            wait "$1" 2>/dev/null || true
-            return 124
-        fi
-        sleep 0.1
-    done
-    wait "$1" 2>/dev/null || rc=$?
-    return $rc
-}
-# wait_gone PID SECONDS: for processes that are not our children (restored).
-wait_gone() {
-    local end=$((SECONDS + $2))
-    while kill -0 "$1" 2>/dev/null; do
-        [ $SECONDS -lt "$end" ] || return 1
-        sleep 0.1
-    done
-}
-status_json() { "$GPUCKPT" status "$1" --json 2>/dev/null || true; }
-
-# run_fg NAME SECONDS CMD...: runs to completion, output in $WORK/NAME.out.
-run_fg() {
-    local name=$1 secs=$2 rc=0; shift 2
-    log "run $name: $*"
-    timeout -k 5 "$secs" "$@" >"$WORK/$name.out" 2>&1 || rc=$?
-    log "$name exited $rc; $(tail_of "$WORK/$name.out" 2)"
-    return $rc
-}
-
-# --- one program, every scenario -------------------------------------------------------
+# --- one program, every mode (tests/common/scenario.sh) --------------------------------
 #
-# Set before calling: P (name), P_CMD (argv), P_ENV (VAR=value...), P_SLEEP
-# (extra argv for the runs that are signalled), P_CYCLES, P_TIME (seconds a
-# run may take).
+# A step describes its program (sc_program, SC_ENV, SC_SLOW, SC_TIME) and
+# calls gpu_scenario: the reference, a run under tcgpu left alone (lib), one
+# job through a checkpoint and five suspend/resume cycles (the second to a
+# disk image, the third with --keep-context: device memory only), and
+# save/restore (CRIU). The harness checks; what it saw on the way becomes
+# this suite's measurements (gpu_observe).
 
-scenario() {
-    local ref got rc ms_ref ms_lib
-    if ! run_fg "$P-ref" "$P_TIME" env "${P_ENV[@]}" "${P_CMD[@]}"; then
-        failc "$P.reference" "the program failed without tcgpu: $(tail_of "$WORK/$P-ref.out")"
-        return 0
-    fi
-    ref=$(checksum_of "$WORK/$P-ref.out")
-    [ -n "$ref" ] || { failc "$P.reference" "no checksum line"; return 0; }
-    echo "$ref" >"$WORK/ref-$P"
-    pass "$P.reference" "checksum $ref (no tcgpu)"
-    ms_ref=$(ms_of "$WORK/$P-ref.out")
-    metric "$P.ms_per_step_plain" "$ms_ref" ms
+SC_DEVICE_BYTES=gpu_mem_of
+SC_DRIVER_API=optional
+SC_PAUSE_MS="50 300"
+SC_REPORT=gpu_report
+SC_OBSERVE=gpu_observe
 
-    # Uninterrupted under the library: same checksum, and what the library costs.
-    rc=0
-    run_fg "$P-lib" "$P_TIME" env "${P_ENV[@]}" "$GPUCKPT" run -- "${P_CMD[@]}" || rc=$?
-    got=$(checksum_of "$WORK/$P-lib.out")
-    if [ "$rc" -ne 0 ]; then
-        failc "$P.lib" "failed under tcgpu (exit $rc): $(tail_of "$WORK/$P-lib.out")"
-        return 0
-    elif [ "$got" = "$ref" ]; then
-        pass "$P.lib" "checksum $got under tcgpu"
-    else
-        failc "$P.lib" "checksum $got under tcgpu, $ref without ($(determinism_probe))"
-    fi
-    ms_lib=$(ms_of "$WORK/$P-lib.out")
-    metric "$P.ms_per_step_tcgpu" "$ms_lib" ms
-    metric "$P.step_time_ratio" "$(div "$ms_lib" "$ms_ref")" x "tcgpu / plain"
+gpu_report() { check "$2" "$1" "$3"; }
 
-    cycles "$ref"
-    save_restore "$ref"
-}
-
-# When the library's run differs: is the program itself deterministic?
-determinism_probe() {
-    local again
-    run_fg "$P-ref2" "$P_TIME" env "${P_ENV[@]}" "${P_CMD[@]}" || true
-    again=$(checksum_of "$WORK/$P-ref2.out")
-    if [ "$again" = "$(cat "$WORK/ref-$P")" ]; then
-        echo "a second run without tcgpu gave the reference again"
-    else
-        echo "NONDETERMINISTIC: a second run without tcgpu gave $again"
-    fi
-}
-
-# Checkpoint once, then suspend/resume cycles (the second to a disk image, the
-# third with --keep-context: device memory only), then the checksum at the end.
-# A plain suspend also hands the context to the driver where it has the
-# checkpoint API (gpuckpt status: driver_state checkpointed): then the process
-# must hold (almost) nothing on the GPU.
-cycles() {
-    local ref=$1 out=$WORK/$P-ops.out pid st img=$WORK/$P-ckpt i n=0 rc
-    local bytes mem_run held held_drv fails="" first_free="" first_susp="" first_res=""
-    local disk_susp="" disk_res="" ckpt_ms keep=0 drv_state ctx_fails="" ctx_ok=0
-    "$GPUCKPT" suspend --help 2>&1 | grep -q -- '--keep-context' && keep=1
-    job_start "$out" env "${P_ENV[@]}" "$GPUCKPT" run -- "${P_CMD[@]}" "${P_SLEEP[@]}"
-    pid=$JOB
-    if ! wait_socket "$pid" 120 || ! wait_line "$out" '^step ' 120 "$pid"; then
-        failc "$P.suspend_resume" "the job did not start: $(tail_of "$out")"
-        kill -9 "$pid" 2>/dev/null || true
-        return 0
-    fi
-    mem_probe "$pid"
-    st=$(status_json "$pid")
-    bytes=$(jget "$st" gpu_bytes)
-    mem_run=$(gpu_mem_of "$pid")
-    metric "$P.gpu_bytes" "$bytes" B "device memory tcgpu holds for the job"
-    metric "$P.device_mem_running" "$mem_run" B "memory the job holds ($SMI_MODE)"
-
-    # Checkpoint: an image while the job goes on; inspect and verify it.
-    rc=0
-    "$GPUCKPT" checkpoint "$pid" -D "$img" || rc=$?
-    if [ "$rc" -eq 0 ]; then
-        st=$(status_json "$pid")
-        ckpt_ms=$(ns_to_ms "$(jget "$st" last_total_ns)")
-        metric "$P.checkpoint_ms" "$ckpt_ms" ms
-        local insp stored raw
-        insp=$("$GPUCKPT" inspect "$img" --json 2>/dev/null || true)
-        stored=$(jget "$insp" totals.stored_bytes)
-        raw=$(jget "$insp" totals.raw_bytes)
-        if [ -n "$stored" ]; then
-            pass "$P.inspect" "$(jget "$insp" totals.allocations) allocations, $raw bytes -> $stored stored"
-        else
-            failc "$P.inspect" "inspect --json gave no totals"
-        fi
-        metric "$P.image_bytes" "$(du -sb "$img" | cut -f1)" B "on disk"
-        metric "$P.image_raw_bytes" "$raw" B "device bytes saved"
-        metric "$P.image_vs_gpu_bytes" "$(div "$stored" "$bytes")" x "stored / tcgpu-held"
-        metric "$P.image_vs_device_mem" "$(div "$stored" "$mem_run")" x "stored / process memory ($SMI_MODE)"
-        if "$GPUCKPT" verify "$img" >"$WORK/$P-verify.out" 2>&1; then
-            pass "$P.verify" "$(tail_of "$WORK/$P-verify.out" 1)"
-        else
-            failc "$P.verify" "$(tail_of "$WORK/$P-verify.out")"
-        fi
-        rm -rf "$img"
-    else
-        failc "$P.checkpoint" "gpuckpt checkpoint exit $rc"
-    fi
-
-    for i in $(seq 1 "$P_CYCLES"); do
-        sleep_ms "$(random_ms 100 400)"
-        kill -0 "$pid" 2>/dev/null || break
-        local dir=() label=mem
-        [ "$i" -eq 2 ] && { dir=(-D "$WORK/$P-susp-img"); label=disk; }
-        [ "$i" -eq 3 ] && [ "$keep" = 1 ] && { dir=(--keep-context); label=keep-context; }
-        st=$(status_json "$pid")
-        bytes=$(jget "$st" gpu_bytes)
-        rc=0
-        "$GPUCKPT" suspend "$pid" "${dir[@]}" -q || rc=$?
-        if [ "$rc" -ne 0 ]; then
-            kill -0 "$pid" 2>/dev/null || break        # it just ended: not the suspend's fault
-            fails+="suspend $i exit $rc; "
-            continue
-        fi
-        st=$(status_json "$pid")
-        local free_ms susp_ms
-        free_ms=$(ns_to_ms "$(jget "$st" last_free_ns)")
-        susp_ms=$(ns_to_ms "$(jget "$st" last_total_ns)")
-        drv_state=$(jget "$st" driver_state)
-        if [ "$drv_state" = checkpointed ]; then
-            held=$(wait_held_below "$pid" "$CTX_SLACK")
-            if [ -n "$held" ] && [ "$held" -gt "$CTX_SLACK" ]; then
-                ctx_fails+="cycle $i: $held bytes held with the context released; "
-            else
-                ctx_ok=$((ctx_ok + 1))
-            fi
-        else
-            held=$(wait_held_below "$pid" "$SLACK")
-        fi
-        log "cycle $i ($label): $bytes bytes, freed in $free_ms ms, suspend $susp_ms ms, held $held, driver $drv_state"
-        if [ -n "$held" ] && [ "$held" -gt "$SLACK" ]; then
-            fails+="cycle $i: $held bytes held while suspended; "
-        fi
-        if [ "$i" -eq 1 ]; then
-            first_free=$free_ms first_susp=$susp_ms
-            metric "$P.held_suspended" "$held" B "left on the GPU while suspended (driver_state $drv_state)"
-        fi
-        [ "$i" -eq 2 ] && disk_susp=$susp_ms
-        [ "$label" = keep-context ] &&
-            metric "$P.held_keep_context" "$held" B "left on the GPU by suspend --keep-context (context, modules)"
-        sleep_ms "$(random_ms 50 200)"
-        rc=0
-        "$GPUCKPT" resume "$pid" -q || rc=$?
-        if [ "$rc" -ne 0 ]; then
-            fails+="resume $i exit $rc; "
-            break
-        fi
-        st=$(status_json "$pid")
-        [ "$i" -eq 1 ] && first_res=$(ns_to_ms "$(jget "$st" last_total_ns)")
-        [ "$i" -eq 2 ] && disk_res=$(ns_to_ms "$(jget "$st" last_total_ns)")
-        n=$i
-    done
-    rm -rf "$WORK/$P-susp-img"
-
-    metric "$P.suspend_bytes" "$bytes" B "gpu_bytes before the suspends"
-    metric "$P.time_to_free_ms" "$first_free" ms "suspend to host memory: until the GPU memory was released"
-    metric "$P.suspend_ms" "$first_susp" ms "suspend to host memory, total"
-    metric "$P.resume_ms" "$first_res" ms "resume from host memory"
-    metric "$P.suspend_disk_ms" "$disk_susp" ms "suspend to an image on disk"
-    metric "$P.resume_disk_ms" "$disk_res" ms "resume from the image"
-    local d2h h2d
-    d2h=$(metric_get bw_d2h_gbps) h2d=$(metric_get bw_h2d_gbps)
-    if [ -n "$d2h" ] && [ -n "$bytes" ]; then
-        local lim_free lim_res
-        lim_free=$(awk -v b="$bytes" -v g="$d2h" 'BEGIN { printf "%.1f", b / (g * 1e9) * 1e3 }')
-        lim_res=$(awk -v b="$bytes" -v g="$h2d" 'BEGIN { printf "%.1f", b / (g * 1e9) * 1e3 }')
-        metric "$P.free_limit_ms" "$lim_free" ms "gpu_bytes / pinned D2H bandwidth"
-        metric "$P.resume_limit_ms" "$lim_res" ms "gpu_bytes / pinned H2D bandwidth"
-        metric "$P.free_vs_limit" "$(div "$first_free" "$lim_free")" x "1.0 = at the PCIe limit"
-        metric "$P.resume_vs_limit" "$(div "$first_res" "$lim_res")" x "1.0 = at the PCIe limit"
-    fi
-
-    rc=0
-    wait_job "$pid" "$P_TIME" || rc=$?
-    local got
-    got=$(checksum_of "$out")
-    if [ "$n" -lt 2 ]; then
-        fails+="only $n cycles before the job ended (make it longer); "
-    fi
-    if [ -z "$fails" ] && [ "$rc" -eq 0 ] && [ "$got" = "$ref" ]; then
-        pass "$P.suspend_resume" "$n cycles (one to disk), checksum $got, memory released each time"
-    elif [ "$rc" -ne 0 ]; then
-        failc "$P.suspend_resume" "${fails}the job exited $rc: $(tail_of "$out")"
-    elif [ "$got" != "$ref" ]; then
-        failc "$P.suspend_resume" "${fails}checksum $got after $n cycles, reference $ref"
-    else
-        failc "$P.suspend_resume" "$fails"
-    fi
-    if [ -n "$ctx_fails" ]; then
-        failc "$P.context_released" "$ctx_fails"
-    elif [ "$ctx_ok" -gt 0 ]; then
-        pass "$P.context_released" "$ctx_ok suspends with the context released to the driver: at most $((CTX_SLACK >> 20)) MiB held"
-    else
-        skip "$P.context_released" "the driver checkpoint API was not used (driver_state ${drv_state:-?})"
-    fi
-    if [[ "$fails" == *"held while suspended"* ]]; then
-        failc "$P.memory_released" "$fails"
-    elif [ "$SMI_MODE" = none ]; then
-        skip "$P.memory_released" "no nvidia-smi"
-    elif [ "$n" -ge 1 ]; then
-        pass "$P.memory_released" "at most $((SLACK >> 20)) MiB left while suspended ($SMI_MODE)"
-    fi
-    return 0
-}
-
-# gpuckpt save/restore (CRIU), when this build has them.
-save_restore() {
-    local ref=$1 out=$WORK/$P-save.out img=$WORK/$P-save-img pid rc=0 got rargs
+gpu_scenario() {
+    SC_RUNS=(lib:plain
+        "suspend_resume:checkpoint suspend-host suspend-image suspend-keep-context suspend-host suspend-host")
     if [ "$SIM" = 1 ] && [ -z "${GPU_SUITE_SIM_SAVE:-}" ]; then
-        skip "$P.save_restore" "simcuda: tests/criu covers it (GPU_SUITE_SIM_SAVE=1 to run it here)"
-        return 0
-    fi
-    if ! "$GPUCKPT" save --help >"$WORK/save-help.out" 2>&1; then
-        skip "$P.save_restore" "skipped: not built (gpuckpt save --help fails)"
-        return 0
-    fi
-    if ! command -v criu >/dev/null; then
-        skip "$P.save_restore" "criu not found (carry it in the bundle's bin/)"
-        return 0
-    fi
-    # CRIU wants the tree in a session of its own.
-    job_start "$out" setsid env "${P_ENV[@]}" "$GPUCKPT" run -- "${P_CMD[@]}" "${P_SLEEP[@]}"
-    pid=$JOB
-    if ! wait_socket "$pid" 120 || ! wait_line "$out" '^step ' 120 "$pid"; then
-        failc "$P.save_restore" "the job did not start: $(tail_of "$out")"
-        return 0
-    fi
-    sleep 0.3
-    "$GPUCKPT" save "$pid" -D "$img" >"$WORK/$P-save-cmd.out" 2>&1 || rc=$?
-    if [ "$rc" -ne 0 ]; then
-        failc "$P.save_restore" "gpuckpt save exit $rc: $(tail_of "$WORK/$P-save-cmd.out")"
-        kill -9 "$pid" 2>/dev/null || true
-        return 0
-    fi
-    wait_job "$pid" 30 || true                  # CRIU ends the dumped tree; its pid must be free
-    metric "$P.save_image_bytes" "$(du -sb "$img" | cut -f1)" B "CRIU + GPU images"
-    if "$GPUCKPT" verify "$img" >"$WORK/$P-save-verify.out" 2>&1; then
-        pass "$P.save_verify" "$(tail_of "$WORK/$P-save-verify.out" 1)"
+        skip "$SC_NAME.save_restore" "simcuda: tests/criu covers it (GPU_SUITE_SIM_SAVE=1 to run it here)"
+    elif ! "$GPUCKPT" save --help >/dev/null 2>&1; then
+        skip "$SC_NAME.save_restore" "not built (gpuckpt save --help fails)"
     else
-        failc "$P.save_verify" "$(tail_of "$WORK/$P-save-verify.out")"
+        SC_RUNS+=(save_restore:save-restore)
     fi
-    # Without -d, gpuckpt restore stays the tree's parent and exits with its status.
-    local t0=$SECONDS
-    rc=0
-    timeout -k 5 "$P_TIME" "$GPUCKPT" restore -D "$img" >"$WORK/$P-restore-cmd.out" 2>&1 || rc=$?
-    metric "$P.restore_and_finish_s" "$((SECONDS - t0))" s "gpuckpt restore until the job ended"
-    got=$(checksum_of "$out")
-    if [ "$rc" -eq 0 ] && [ "$got" = "$ref" ]; then
-        pass "$P.save_restore" "checksum $got after save (CRIU) and restore"
+    sc_scenario || true                 # each failure is in the results already
+    limit_metrics
+}
+
+# metric_once NAME VALUE UNIT DETAIL: the first value of NAME only.
+metric_once() { [ -n "$(metric_get "$1")" ] || metric "$@"; }
+
+# gpu_observe EVENT ARGS...: the harness's events, as measurements.
+gpu_observe() {
+    local what=$1
+    shift
+    case $what in
+        reference)
+            checksum_of "$1" >"$WORK/ref-$SC_NAME"
+            metric "$SC_NAME.ms_per_step_plain" "$(ms_of "$1")" ms ;;
+        running)
+            mem_probe "$1"
+            metric_once "$SC_NAME.gpu_bytes" "$(status_of "$1" gpu_bytes)" B "device memory tcgpu holds for the job"
+            metric_once "$SC_NAME.device_mem_running" "$(gpu_mem_of "$1")" B "memory the job holds ($SMI_MODE)" ;;
+        checkpointed) checkpoint_metrics "$@" ;;
+        suspended) suspend_metrics "$@" ;;
+        resumed) resume_metrics "$@" ;;
+        saved) metric "$SC_NAME.save_image_bytes" "$(du -sb "$1" | cut -f1)" B "CRIU + GPU images" ;;
+        restored) metric "$SC_NAME.restore_and_finish_s" "$1" s "gpuckpt restore until the job ended" ;;
+        finished) [ "$1" != lib ] || lib_metrics "$2" ;;
+    esac
+}
+
+lib_metrics() {                 # OUT: what the library costs a step
+    local ms_lib
+    ms_lib=$(ms_of "$1")
+    metric "$SC_NAME.ms_per_step_tcgpu" "$ms_lib" ms
+    metric "$SC_NAME.step_time_ratio" "$(div "$ms_lib" "$(metric_get "$SC_NAME.ms_per_step_plain")")" x "tcgpu / plain"
+}
+
+checkpoint_metrics() {          # PID DIR
+    local insp stored raw
+    metric "$SC_NAME.checkpoint_ms" "$(ns_to_ms "$(status_of "$1" last_total_ns)")" ms
+    insp=$("$GPUCKPT" inspect "$2" --json 2>/dev/null || true)
+    { read -r stored; read -r raw; } < <(json_get "$insp" totals.stored_bytes totals.raw_bytes)
+    metric "$SC_NAME.image_bytes" "$(du -sb "$2" | cut -f1)" B "on disk"
+    metric "$SC_NAME.image_raw_bytes" "$raw" B "device bytes saved"
+    metric "$SC_NAME.image_vs_gpu_bytes" "$(div "$stored" "$(metric_get "$SC_NAME.gpu_bytes")")" x "stored / tcgpu-held"
+    metric "$SC_NAME.image_vs_device_mem" "$(div "$stored" "$(metric_get "$SC_NAME.device_mem_running")")" x "stored / process memory ($SMI_MODE)"
+}
+
+suspend_metrics() {             # MODE PID HELD
+    local free_ms susp_ms
+    free_ms=$(ns_to_ms "$(status_of "$2" last_free_ns)")
+    susp_ms=$(ns_to_ms "$(status_of "$2" last_total_ns)")
+    log "$1: freed in $free_ms ms, suspend $susp_ms ms, held $3"
+    case $1 in
+        suspend-host)
+            # later suspends to host memory copy into the store kept from the first (docs/engine.md)
+            [ -n "$(metric_get "$SC_NAME.time_to_free_ms")" ] &&
+                metric "$SC_NAME.time_to_free_warm_ms" "$free_ms" ms "a later suspend, into the kept host store"
+            metric_once "$SC_NAME.held_suspended" "$3" B "left on the GPU while suspended (driver_state $(status_of "$2" driver_state))"
+            metric_once "$SC_NAME.time_to_free_ms" "$free_ms" ms "suspend to host memory: until the GPU memory was released"
+            metric_once "$SC_NAME.suspend_ms" "$susp_ms" ms "suspend to host memory, total" ;;
+        suspend-image)
+            metric_once "$SC_NAME.suspend_disk_ms" "$susp_ms" ms "suspend to an image on disk" ;;
+        suspend-keep-context)
+            metric_once "$SC_NAME.held_keep_context" "$3" B "left on the GPU by suspend --keep-context (context, modules)" ;;
+    esac
+}
+
+resume_metrics() {              # MODE PID
+    local ms
+    ms=$(ns_to_ms "$(status_of "$2" last_total_ns)")
+    case $1 in
+        suspend-host) metric_once "$SC_NAME.resume_ms" "$ms" ms "resume from host memory" ;;
+        suspend-image) metric_once "$SC_NAME.resume_disk_ms" "$ms" ms "resume from the image" ;;
+    esac
+}
+
+# The free and resume times against the host link's limit (bw's bandwidth).
+limit_metrics() {
+    local d2h h2d bytes lim_free lim_res
+    d2h=$(metric_get bw_d2h_gbps) h2d=$(metric_get bw_h2d_gbps) bytes=$(metric_get "$SC_NAME.gpu_bytes")
+    [ -n "$d2h" ] && [ -n "$bytes" ] || return 0
+    lim_free=$(awk -v b="$bytes" -v g="$d2h" 'BEGIN { printf "%.1f", b / (g * 1e9) * 1e3 }')
+    lim_res=$(awk -v b="$bytes" -v g="$h2d" 'BEGIN { printf "%.1f", b / (g * 1e9) * 1e3 }')
+    metric "$SC_NAME.free_limit_ms" "$lim_free" ms "gpu_bytes / pinned D2H bandwidth"
+    metric "$SC_NAME.resume_limit_ms" "$lim_res" ms "gpu_bytes / pinned H2D bandwidth"
+    metric "$SC_NAME.free_vs_limit" "$(div "$(metric_get "$SC_NAME.time_to_free_ms")" "$lim_free")" x "1.0 = at the PCIe limit"
+    metric "$SC_NAME.resume_vs_limit" "$(div "$(metric_get "$SC_NAME.resume_ms")" "$lim_res")" x "1.0 = at the PCIe limit"
+    # docs/engine.md's model: a suspend into the kept (registered) store frees
+    # the GPU within 1.3x the link's time; 55 GB then frees in < 2 s
+    local warm wr
+    warm=$(metric_get "$SC_NAME.time_to_free_warm_ms")
+    [ -n "$warm" ] || return 0
+    wr=$(div "$warm" "$lim_free")
+    metric "$SC_NAME.free_55gb_predicted_s" "$(awk -v r="$wr" -v g="$d2h" 'BEGIN { printf "%.2f", 55 / g * r }')" s \
+        "55 GB at this link and this ratio (model, docs/engine.md)"
+    if awk -v r="$wr" 'BEGIN { exit !(r <= 1.3) }'; then
+        pass "$SC_NAME.free_warm_vs_model" "${wr}x the link's time (model: <= 1.3x)"
     else
-        failc "$P.save_restore" "restore exit $rc, checksum '$got', reference $ref: $(tail_of "$WORK/$P-restore-cmd.out") / $(tail_of "$out")"
+        failc "$SC_NAME.free_warm_vs_model" "${wr}x the link's time, the model says <= 1.3x"
     fi
-    rm -rf "$img"
 }
 
 # --- the steps ------------------------------------------------------------------------
@@ -620,7 +400,7 @@ step_env() {
     cat /etc/os-release 2>/dev/null | head -n 2 || true
     nproc; free -g 2>/dev/null || true
     if [ "$SIM" = 1 ]; then
-        "$B/simcuda/simcuda-smi" -q || true
+        "$SMI" -q || true
     elif command -v nvidia-smi >/dev/null; then
         nvidia-smi || true
         local q
@@ -656,43 +436,49 @@ step_bw() {
     pass bw "H2D $(metric_get bw_h2d_gbps) GB/s, D2H $(metric_get bw_d2h_gbps) GB/s"
 }
 
+# The driver-API example, described for the harness (its sizes per machine).
+train_program() {
+    if [ "$SIM" = 1 ]; then
+        sc_program train "$TRAIN_GPU" --mb 64 --steps 800 --print-every 100
+        SC_SLOW=(--sleep-ms 5)
+    elif [ "$QUICK" = 1 ]; then
+        sc_program train "$TRAIN_GPU" --mb 1024 --steps 400 --print-every 100
+        SC_SLOW=(--sleep-ms 10)
+    else
+        sc_program train "$TRAIN_GPU" --mb 2048 --steps 800 --print-every 100
+        SC_SLOW=(--sleep-ms 10)
+    fi
+    SC_TIME=180
+}
+
 step_train() {
     [ -n "$TRAIN_GPU" ] || { failc train "train_gpu not built (gpu_suite option / nvcc)"; return 0; }
-    P=train
-    P_ENV=()
-    if [ "$SIM" = 1 ]; then
-        P_CMD=("$TRAIN_GPU" --mb 64 --steps 800 --print-every 100)
-        P_SLEEP=(--sleep-ms 5)
-    elif [ "$QUICK" = 1 ]; then
-        P_CMD=("$TRAIN_GPU" --mb 1024 --steps 400 --print-every 100)
-        P_SLEEP=(--sleep-ms 10)
-    else
-        P_CMD=("$TRAIN_GPU" --mb 2048 --steps 800 --print-every 100)
-        P_SLEEP=(--sleep-ms 10)
-    fi
-    P_CYCLES=5 P_TIME=180
-    scenario
+    train_program
+    gpu_scenario
 }
 
 step_rt() {
     if [ "$SIM" = 1 ]; then skip rt "simcuda: libcudart cannot run on it (export tables)"; return 0; fi
     [ -n "$RT_TRAIN" ] || { failc rt "rt_train not built (nvcc)"; return 0; }
-    P=rt P_ENV=()
     if [ "$QUICK" = 1 ]; then
-        P_CMD=("$RT_TRAIN" --mb 512 --steps 200 --print-every 50)
+        sc_program rt "$RT_TRAIN" --mb 512 --steps 200 --print-every 50
     else
-        P_CMD=("$RT_TRAIN" --mb 2048 --steps 300 --print-every 50)
+        sc_program rt "$RT_TRAIN" --mb 2048 --steps 300 --print-every 50
     fi
-    P_SLEEP=(--sleep-ms 25) P_CYCLES=5 P_TIME=180
-    scenario
+    SC_SLOW=(--sleep-ms 25) SC_TIME=180
+    gpu_scenario
 }
 
-torch_cmd() {
+# torch_program NAME [VAR=value...]: the PyTorch job, described for the harness.
+torch_program() {
+    local name=$1
+    shift
     if [ "$QUICK" = 1 ]; then
-        P_CMD=(python3 "$TORCH_PY" --steps 120 --layers 4 --print-every 20)
+        sc_program "$name" python3 "$TORCH_PY" --steps 120 --layers 4 --print-every 20
     else
-        P_CMD=(python3 "$TORCH_PY" --steps 200 --print-every 20)
+        sc_program "$name" python3 "$TORCH_PY" --steps 200 --print-every 20
     fi
+    SC_ENV=(PYTHONUNBUFFERED=1 "$@") SC_SLOW=(--sleep-ms 40) SC_TIME=240
 }
 
 torch_ok() {
@@ -705,18 +491,14 @@ torch_ok() {
 
 step_torch() {
     torch_ok torch || return 0
-    P=torch P_ENV=(PYTHONUNBUFFERED=1)
-    torch_cmd
-    P_SLEEP=(--sleep-ms 40) P_CYCLES=5 P_TIME=240
-    scenario
+    torch_program torch
+    gpu_scenario
 }
 
 step_torch_exp() {
     torch_ok torch_exp || return 0
-    P=torch_exp P_ENV=(PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
-    torch_cmd
-    P_SLEEP=(--sleep-ms 40) P_CYCLES=5 P_TIME=240
-    scenario
+    torch_program torch_exp PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    gpu_scenario
 }
 
 # The same job through the driver's checkpoint API alone (no tcgpu).
@@ -724,21 +506,19 @@ step_drvckpt() {
     [ -n "$DRV_CKPT" ] || { failc drvckpt "drv_ckpt not built"; return 0; }
     local ref out=$WORK/drvckpt.out pid rc=0 before held got
     if [ "$SIM" = 1 ]; then
-        P=train P_ENV=() P_CMD=("$TRAIN_GPU" --mb 64 --steps 800 --print-every 100) P_SLEEP=(--sleep-ms 5)
+        train_program
     else
         torch_ok drvckpt || return 0
-        P=torch P_ENV=(PYTHONUNBUFFERED=1)
-        torch_cmd
-        P_SLEEP=(--sleep-ms 40)
+        torch_program torch
     fi
-    ref=$(cat "$WORK/ref-$P" 2>/dev/null || true)
+    ref=$(cat "$WORK/ref-$SC_NAME" 2>/dev/null || true)
     if [ -z "$ref" ]; then
-        run_fg "$P-ref" 240 env "${P_ENV[@]}" "${P_CMD[@]}" || true
-        ref=$(checksum_of "$WORK/$P-ref.out")
-        [ -n "$ref" ] || { failc drvckpt "reference run failed: $(tail_of "$WORK/$P-ref.out")"; return 0; }
+        run_fg "$SC_NAME-ref" 240 env "${SC_ENV[@]}" "${SC_CMD[@]}" || true
+        ref=$(checksum_of "$WORK/$SC_NAME-ref.out")
+        [ -n "$ref" ] || { failc drvckpt "reference run failed: $(tail_of "$WORK/$SC_NAME-ref.out")"; return 0; }
     fi
-    job_start "$out" env "${P_ENV[@]}" "${P_CMD[@]}" "${P_SLEEP[@]}"
-    pid=$JOB
+    start_bg "$out" env "${SC_ENV[@]}" "${SC_CMD[@]}" "${SC_SLOW[@]}"
+    pid=$BG
     wait_line "$out" '^step ' 120 "$pid" || { failc drvckpt "the job did not start: $(tail_of "$out")"; return 0; }
     mem_probe "$pid"
     before=$(gpu_mem_of "$pid")
@@ -752,13 +532,13 @@ step_drvckpt() {
         kill -9 "$pid" 2>/dev/null || true
         return 0
     fi
-    held=$(wait_held_below "$pid" "$CTX_SLACK")
+    held=$(sc_held_below "$pid" "$CTX_SLACK")
     sleep 0.2
     "$DRV_CKPT" resume "$pid" >>"$WORK/drv-times.out" 2>&1 || rc=$?
     cat "$WORK/drv-times.out"
     local k
     for k in lock checkpoint restore unlock; do
-        metric "drv.${k}_ms" "$(awk -v k="drv_${k}_ms" '$1 == k { print $2 }' "$WORK/drv-times.out")" ms "driver checkpoint API, $P job without tcgpu"
+        metric "drv.${k}_ms" "$(awk -v k="drv_${k}_ms" '$1 == k { print $2 }' "$WORK/drv-times.out")" ms "driver checkpoint API, $SC_NAME job without tcgpu"
     done
     metric drv.device_mem_running "$before" B "$SMI_MODE"
     metric drv.held_checkpointed "$held" B "left on the GPU while checkpointed by the driver"
@@ -804,26 +584,25 @@ step_tcgpud() {
     total_mb=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
     # Each job holds a bit more than half the GPU: they cannot run together.
     ballast=${GPU_SUITE_BALLAST_GB:-$(awk -v m="$total_mb" 'BEGIN { printf "%d", m * 0.55 / 1024 }')}
-    P=torch P_ENV=(PYTHONUNBUFFERED=1)
-    torch_cmd
+    torch_program torch
     ref=$(cat "$WORK/ref-torch" 2>/dev/null || true)
     if [ -z "$ref" ]; then
-        run_fg torch-ref 240 env "${P_ENV[@]}" "${P_CMD[@]}" || true
+        run_fg torch-ref 240 env "${SC_ENV[@]}" "${SC_CMD[@]}" || true
         ref=$(checksum_of "$WORK/torch-ref.out")
     fi
     [ -n "$ref" ] || { failc tcgpud "no reference checksum"; return 0; }
-    job_start "$WORK/tcgpud-daemon.out" "$TCGPUD" "${dargs[@]}"
+    start_bg "$WORK/tcgpud-daemon.out" "$TCGPUD" "${dargs[@]}"
     sleep 1
-    kill -0 "$JOB" 2>/dev/null || { failc tcgpud "tcgpud exited: $(tail_of "$WORK/tcgpud-daemon.out")"; return 0; }
-    job_start "$lo_out" env "${P_ENV[@]}" "$GPUCKPT" run --project low --priority 1 -- \
-        "${P_CMD[@]}" --sleep-ms 40 --ballast-gb "$ballast"
-    low=$JOB
+    kill -0 "$BG" 2>/dev/null || { failc tcgpud "tcgpud exited: $(tail_of "$WORK/tcgpud-daemon.out")"; return 0; }
+    start_bg "$lo_out" env "${SC_ENV[@]}" "$GPUCKPT" run --project low --priority 1 -- \
+        "${SC_CMD[@]}" "${SC_SLOW[@]}" --ballast-gb "$ballast"
+    low=$BG
     wait_line "$lo_out" '^step ' 180 "$low" || { failc tcgpud "the low-priority job did not start: $(tail_of "$lo_out")"; return 0; }
-    job_start "$hi_out" env "${P_ENV[@]}" "$GPUCKPT" run --project high --priority 10 -- \
-        "${P_CMD[@]}" --ballast-gb "$ballast"
-    high=$JOB
+    start_bg "$hi_out" env "${SC_ENV[@]}" "$GPUCKPT" run --project high --priority 10 -- \
+        "${SC_CMD[@]}" --ballast-gb "$ballast"
+    high=$BG
     for i in $(seq 1 600); do
-        if [ "$(jget "$(status_json "$low")" state)" = suspended ]; then preempted=1; break; fi
+        if [ "$(status_of "$low" state)" = suspended ]; then preempted=1; break; fi
         kill -0 "$high" 2>/dev/null || break
         sleep 0.1
     done
@@ -893,7 +672,7 @@ LOGDIR=$OUT
 printf 'kind\tname\tstatus\tvalue\tunit\tdetail\n' >"$TSV"
 
 cleanup() {
-    kill_jobs
+    kill_bg
     write_table 2>/dev/null || true
     pack_logs
     [ "$SIM" = 1 ] && rm -f "/dev/shm${SIMCUDA_SHM:-/none}"
@@ -939,7 +718,7 @@ for s in "${STEPS[@]}"; do
     fi
     say "== $s (${SECONDS}s)"
     rc=0
-    ( trap kill_jobs EXIT; log "step $s"; "step_$s" ) >"$LOGDIR/$s.log" 2>&1 || rc=$?
+    ( trap kill_bg EXIT; log "step $s"; "step_$s" ) >"$LOGDIR/$s.log" 2>&1 || rc=$?
     [ "$rc" -eq 0 ] || failc "$s" "the step stopped on an error (exit $rc): see $s.log"
     write_table
     pack_logs

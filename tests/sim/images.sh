@@ -32,7 +32,7 @@ stale)
     grep -q "$WORK/old is not the image this process was suspended to" "$WORK/last.out" &&
         grep -q "$WORK/new" "$WORK/last.out" ||
         fail "the refusal does not name both images: $(cat "$WORK/last.out")"
-    [ "$(status_field "$pid" state)" = suspended ] || fail "after the refused resume the job is not suspended"
+    [ "$(status_of "$pid" state)" = suspended ] || fail "after the refused resume the job is not suspended"
     # The right image, copied elsewhere (as a save moves it): taken, and left there.
     cp -a "$WORK/new" "$WORK/copy"
     "$GPUCKPT" resume "$pid" -D "$WORK/copy" -q || fail "resume from a copy of the right image failed"
@@ -63,7 +63,7 @@ fifo)
     ln -s "$WORK/data.0" "$WORK/img/data.0"
     expect_exit 7 bounded "$GPUCKPT" resume "$pid"
     grep -q "data.0 is a symbolic link" "$WORK/last.out" || fail "a link is not refused: $(cat "$WORK/last.out")"
-    [ "$(status_field "$pid" state)" = suspended ] || fail "after the refused resumes the job is not suspended"
+    [ "$(status_of "$pid" state)" = suspended ] || fail "after the refused resumes the job is not suspended"
     rm "$WORK/img/data.0"
     mv "$WORK/data.0" "$WORK/img/data.0"
     "$GPUCKPT" resume "$pid" -q || fail "resume with the file back failed"

@@ -1,8 +1,11 @@
-# Shared helpers of the integration tests on simcuda (sourced by tests/sim/*.sh).
+# The setup of the integration tests on simcuda, sourced by tests/sim/*.sh,
+# tests/criu/lib.sh and `tests/common/scenario.sh --lib`: with the helpers of
+# tests/common/lib.sh and the harness of tests/common/scenario.sh.
 #
 # Each test gets its own simulated device (SIMCUDA_SHM) and its own run dir for
 # control sockets, and cleans both up, so tests run in parallel.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../common/scenario.sh"
 
 B=${TCGPU_BUILD_ROOT:?run through meson test}
 GPUCKPT=$B/tools/gpuckpt/gpuckpt
@@ -19,33 +22,19 @@ export SIMCUDA_SHM=/simcuda-t-$TEST_NAME-$$
 export SIMCUDA_DEVICE_MEM=${SIMCUDA_DEVICE_MEM:-1G}
 # A context takes device memory of its own, as on a GPU, so that tests can
 # tell "the program's memory was released" from "the context was too".
-export SIMCUDA_CONTEXT_MEM=${SIMCUDA_CONTEXT_MEM:-32M}
+CONTEXT_BYTES=$((32 << 20))
+export SIMCUDA_CONTEXT_MEM=$CONTEXT_BYTES
 export TCGPU_RUN_DIR
 TCGPU_RUN_DIR=$(mktemp -d /tmp/tcgpu-test-XXXXXX)
 WORK=$(mktemp -d /tmp/tcgpu-work-XXXXXX)
-BG_PIDS=()
 
 cleanup() {
-    local p
-    for p in "${BG_PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    kill_bg
     wait 2>/dev/null || true
     rm -f "/dev/shm$SIMCUDA_SHM"
     rm -rf "$TCGPU_RUN_DIR" "$WORK"
 }
 trap cleanup EXIT
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
-note() { echo "-- $*" >&2; }
-
-checksum_of() { sed -n 's/^checksum: *\([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
-
-# start_bg OUTFILE CMD... : run CMD in the background; sets BG (its pid).
-start_bg() {
-    local out=$1; shift
-    "$@" >"$out" 2>&1 &
-    BG=$!
-    BG_PIDS+=("$BG")
-}
 
 # wait_for_socket PID : the process's control socket exists (it initialised CUDA).
 wait_for_socket() {
@@ -58,28 +47,19 @@ wait_for_socket() {
     fail "no control socket for $1 after 5 s"
 }
 
-# wait_for_line FILE PATTERN : a line matching PATTERN appeared in FILE
-# (within 30 s: programs are slow in the sanitizer builds).
+# wait_for_line FILE PATTERN : a line matching PATTERN appeared in FILE (10 s).
+# The bound is generous: it only ends a test that would hang (an ASan build
+# under load needs tens of seconds to fill a large device buffer).
 wait_for_line() {
-    local i
-    for i in $(seq 1 3000); do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        sleep 0.01
-    done
-    fail "'$2' never appeared in $1: $(tail -n 5 "$1")"
+    wait_line "$1" "$2" 60 || fail "'$2' never appeared in $1 within 60 s: $(tail -n 5 "$1")"
 }
 
-# device_bytes_of PID : device memory simcuda accounts to PID, all devices
-# ("process pid=N device=D used=BYTES ..." lines of simcuda-smi -q).
-device_bytes_of() {
-    "$SMI" -q | awk -v want="pid=$1" '
-        $1 == "process" && $2 == want {
-            for (i = 3; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); sum += $i }
-        }
-        END { print sum + 0 }'
+# smi_state PID : the driver checkpoint API's state of PID (running, locked, checkpointed)
+smi_state() {
+    "$SMI" --query-compute-apps=pid,checkpoint_state --format=csv,noheader |
+        awk -F', ' -v want="$1" '$1 == want { print $2; exit }'
 }
 
-# random_ms LO HI
 # tcgpu_threads_block_signals PID N : PID has at least N threads of tcgpu's
 # (named tcgpu-*), and each blocks SIGINT and SIGTERM, so that the program's
 # handlers run on the program's threads (lib/core/thread.h)
@@ -94,8 +74,6 @@ tcgpu_threads_block_signals() {
     done
     [ "$n" -ge "$2" ] || fail "$n threads of tcgpu's in $1, expected $2 or more"
 }
-random_ms() { echo $(( $1 + RANDOM % ($2 - $1 + 1) )); }
-sleep_ms() { sleep "$(printf '0.%03d' "$1")"; }
 
 # expect_exit CODE CMD... : CMD exits with CODE; its output goes to $WORK/last.out.
 expect_exit() {
@@ -103,9 +81,6 @@ expect_exit() {
     "$@" >"$WORK/last.out" 2>&1 || rc=$?
     [ "$rc" -eq "$want" ] || fail "$* exited $rc, expected $want: $(cat "$WORK/last.out")"
 }
-
-# status_field PID FIELD : one field of `gpuckpt status PID --json`.
-status_field() { "$GPUCKPT" status "$1" --json | sed -n "s/.*\"$2\" *: *\"\\{0,1\\}\\([^,\"}]*\\).*/\\1/p"; }
 
 # start_train ARGS... : the example's uninterrupted run, then the same under
 # tcgpu in the background (--sleep-ms $TRAIN_SLEEP_MS, default 5) until its
@@ -124,4 +99,25 @@ finish_train() {
     wait "$pid" || fail "the job failed: $(tail -n 5 "$WORK/run.out")"
     got=$(checksum_of "$WORK/run.out")
     [ "$got" = "$ref" ] || fail "checksum $got, uninterrupted $ref"
+}
+
+# What tests/common/scenario.sh expects of a suspended process here: simcuda
+# has the driver's checkpoint API, so a suspend leaves nothing on the device,
+# and one with --keep-context its context alone (and a little slack).
+SC_DEVICE_BYTES=device_bytes_of
+SC_DRIVER_API=required
+SC_HELD_RELEASED=0
+SC_CONTEXT_MIN=$CONTEXT_BYTES
+SC_HELD_KEPT=$((CONTEXT_BYTES + (4 << 20)))
+
+# start_mid_run LABEL SLEEP_MS NAME CMD...: NAME's reference, then NAME under
+# tcgpu with --sleep-ms SLEEP_MS, once it is mid-run; sets pid.
+start_mid_run() {
+    local label=$1 ms=$2
+    shift 2
+    sc_program "$@"
+    SC_SLOW=(--sleep-ms "$ms")
+    sc_reference
+    sc_start "$label"
+    pid=$SC_PID
 }

@@ -3,8 +3,6 @@
 #
 #   refusals.sh gate-timeout   a kernel that never ends: suspend times out at the
 #                              gate naming the thread and call; the job is untouched
-#   refusals.sh ipc            an exported IPC handle: checkpoint refuses naming
-#                              cuIpcGetEventHandle; the job runs on
 #   refusals.sh corrupt-image  resume from a damaged image is refused before
 #                              anything is touched; with the image repaired the job
 #                              resumes and finishes with the right checksum
@@ -18,9 +16,11 @@
 #                              stream and the work, status answers while it waits
 #                              (state suspending), a second request is queued
 #                              behind it, and the job runs on to the right checksum
+# (An IPC handle's refusal: progs/ipc_hold.desc, every mode.)
 . "$(dirname "$0")/lib.sh"
 
-case "${1:?which refusal}" in
+which=${1:?which refusal}
+case "$which" in
 gate-timeout)
     export TCGPU_GATE_TIMEOUT_MS=300
     start_bg "$WORK/spin.out" "$GPUCKPT" run -- "$PROGS/spin" "$PROGS/spin_kernel.so"
@@ -29,25 +29,13 @@ gate-timeout)
     wait_for_socket "$pid"
     expect_exit 5 "$GPUCKPT" suspend "$pid"
     grep -q "cuCtxSynchronize" "$WORK/last.out" || fail "the timeout does not name the call: $(cat "$WORK/last.out")"
-    [ "$(status_field "$pid" state)" = running ] || fail "after the timeout the job is not running"
+    [ "$(status_of "$pid" state)" = running ] || fail "after the timeout the job is not running"
     tcgpu_threads_block_signals "$pid" 3
     held=$(device_bytes_of "$pid")
     [ "$held" -ge $((1 << 20)) ] || fail "the job lost its memory after a refused suspend ($held bytes)"
     ;;
-ipc)
-    start_bg "$WORK/ipc.out" "$GPUCKPT" run -- "$PROGS/ipc_hold" 2 --expect-mem-refused
-    pid=$BG
-    wait_for_line "$WORK/ipc.out" exported
-    wait_for_socket "$pid"
-    expect_exit 4 "$GPUCKPT" checkpoint "$pid" -D "$WORK/img"
-    grep -q cuIpcGetEventHandle "$WORK/last.out" || fail "the refusal does not name the call: $(cat "$WORK/last.out")"
-    [ ! -e "$WORK/img" ] || fail "a refused checkpoint left $WORK/img behind"
-    expect_exit 4 "$GPUCKPT" suspend "$pid"
-    wait "$pid" || fail "the job failed after the refusals: $(cat "$WORK/ipc.out")"
-    grep -q '^checksum:' "$WORK/ipc.out" || fail "the job did not finish"
-    ;;
 corrupt-image)
-    start_train --mb 64 --steps 300 --print-every 100
+    start_mid_run "$which" 5 train "$TRAIN" --mb 64 --steps 300 --print-every 100
     "$GPUCKPT" suspend "$pid" -D "$WORK/img" || fail "suspend to an image failed"
     cp "$WORK/img/data.0" "$WORK/data.good"
     size=$(stat -c %s "$WORK/img/data.0")
@@ -55,26 +43,26 @@ corrupt-image)
     cmp -s "$WORK/img/data.0" "$WORK/data.good" && printf '\x00' | dd of="$WORK/img/data.0" bs=1 seek=$((size / 2)) conv=notrunc status=none
     expect_exit 7 "$GPUCKPT" resume "$pid"
     grep -q "data.0" "$WORK/last.out" || fail "the refusal does not name the file: $(cat "$WORK/last.out")"
-    [ "$(status_field "$pid" state)" = suspended ] || fail "after a refused resume the job is not suspended"
+    [ "$(status_of "$pid" state)" = suspended ] || fail "after a refused resume the job is not suspended"
     truncate -s $((size / 3)) "$WORK/img/data.0"
     expect_exit 7 "$GPUCKPT" resume "$pid"
     cp "$WORK/data.good" "$WORK/img/data.0"
     "$GPUCKPT" resume "$pid" || fail "resume from the repaired image failed"
-    finish_train
+    sc_end
     ;;
 disk-full)
     [ "$(id -u)" -eq 0 ] || { echo "skip: needs root to mount a small tmpfs"; exit 77; }
     mkdir -p "$WORK/small"
     mount -t tmpfs -o size=4m tmpfs "$WORK/small" || { echo "skip: cannot mount tmpfs"; exit 77; }
     trap 'umount "$WORK/small" 2>/dev/null; cleanup' EXIT
-    start_train --mb 64 --steps 300 --print-every 100
+    start_mid_run "$which" 5 train "$TRAIN" --mb 64 --steps 300 --print-every 100
     # Random-looking weights do not compress into 4 MiB.
     expect_exit 1 "$GPUCKPT" checkpoint "$pid" -D "$WORK/small/img"
     grep -qi "space" "$WORK/last.out" || fail "the failure does not say the disk is full: $(cat "$WORK/last.out")"
     [ -z "$(ls -A "$WORK/small")" ] || fail "a failed checkpoint left files behind: $(ls -A "$WORK/small")"
     expect_exit 1 "$GPUCKPT" suspend "$pid" -D "$WORK/small/img2"
-    [ "$(status_field "$pid" state)" = running ] || fail "after a failed suspend the job is not running"
-    finish_train
+    [ "$(status_of "$pid" state)" = running ] || fail "after a failed suspend the job is not running"
+    sc_end
     ;;
 busy-kernel|busy-ptsz|busy-hostfn)
     mode=${1#busy-}
@@ -96,7 +84,7 @@ busy-kernel|busy-ptsz|busy-hostfn)
     # loaded machine): a status during the suspend may take three times that,
     # and 1 s at least; one that waited for the suspend would say "running".
     t0=$(date +%s%N)
-    status_field "$pid" state >/dev/null
+    status_of "$pid" state >/dev/null
     bound=$(( ($(date +%s%N) - t0) / 1000000 * 3 ))
     [ "$bound" -ge 1000 ] || bound=1000
     ( rc=0; "$GPUCKPT" suspend "$pid" --timeout 30 >"$WORK/suspend.out" 2>&1 || rc=$?
@@ -106,12 +94,12 @@ busy-kernel|busy-ptsz|busy-hostfn)
     seen=
     for i in $(seq 1 40); do
         t0=$(date +%s%N)
-        st=$(status_field "$pid" state)
+        st=$(status_of "$pid" state)
         ms=$(( ($(date +%s%N) - t0) / 1000000 ))
         [ "$ms" -lt "$bound" ] || fail "status took $ms ms while a suspend was running (bound $bound ms)"
         if [ "$st" = suspending ]; then
             seen=1
-            [ "$(status_field "$pid" op_running)" = suspend ] || fail "status does not name the running suspend"
+            [ "$(status_of "$pid" op_running)" = suspend ] || fail "status does not name the running suspend"
             break
         fi
         [ -e "$WORK/suspend.rc" ] && break
@@ -132,7 +120,7 @@ busy-kernel|busy-ptsz|busy-hostfn)
         fail "the failure does not say what timed out: $(cat "$WORK/suspend.out")"
     grep -q "stream" "$WORK/suspend.out" && grep -Eq "wait_flag|wait_for_app" "$WORK/suspend.out" ||
         fail "the failure does not name the stream and its work: $(cat "$WORK/suspend.out")"
-    [ "$(status_field "$pid" state)" = running ] || fail "after the timeout the job is not running"
+    [ "$(status_of "$pid" state)" = running ] || fail "after the timeout the job is not running"
     tcgpu_threads_block_signals "$pid" 3
     held=$(device_bytes_of "$pid")
     [ "$held" -ge $((4 << 20)) ] || fail "the job lost its memory after a failed suspend ($held bytes)"
@@ -142,6 +130,6 @@ busy-kernel|busy-ptsz|busy-hostfn)
     "$GPUCKPT" resume "$pid" -q || fail "resume failed"
     finish_train
     ;;
-*) fail "unknown case $1" ;;
+*) fail "unknown case $which" ;;
 esac
-echo "ok: $1"
+echo "ok: $which"

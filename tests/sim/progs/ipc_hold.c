@@ -1,71 +1,72 @@
 /*
  * ipc_hold - a program that exported an IPC handle: another process may have
  * opened it, so its state cannot be checkpointed; a checkpoint must refuse,
- * name the call, and leave the program running.
+ * name the call, and leave the program running (ipc_hold.desc).
  *
  * It exports an interprocess event (cuIpcGetEventHandle). Memory served by
  * tcgpu is VMM memory, which the driver's legacy IPC refuses to export, as a
  * GPU does; so under tcgpu cuIpcGetMemHandle fails at the call (checked here
- * too) and events are how a program ends up holding an IPC handle.
+ * when tcgpu is loaded) and events are how a program ends up holding an IPC
+ * handle.
  *
- *   ipc_hold SECONDS [--expect-mem-refused]
- *        prints "exported" once the handle exists, then keeps computing for
- *        SECONDS and prints "checksum: <hex>"; with the flag it first checks
- *        that exporting its (VMM-backed) memory fails
+ *   ipc_hold [--steps N] [--sleep-ms T]
+ *        prints "exported" once the handle exists, then computes N steps
+ *        (100), sleeping T ms (0) after each, and prints
+ *        "checksum: <16 hex digits>", the same for the same N every time
  */
+#include <dlfcn.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 #include <cuda.h>
 
-static void check(CUresult rc, const char *what)
-{
-    const char *name = "?";
+#include "check.h"
+#include "state.h"
 
-    if (rc == CUDA_SUCCESS)
-        return;
-    cuGetErrorName(rc, &name);
-    fprintf(stderr, "ipc_hold: %s failed: %s\n", what, name);
-    exit(1);
+enum { N = 1 << 20 };
+
+static int tcgpu_loaded(void)
+{
+    return dlsym(RTLD_DEFAULT, "tcgpu_status") != NULL;
+}
+
+/* Step v: the device memory filled with a value of v, mixed into h. */
+static unsigned long long mix_step(CUdeviceptr p, unsigned char *host, unsigned v,
+                                   unsigned long long h)
+{
+    cu(cuMemsetD32(p, v * 2654435761u, N / 4), "cuMemsetD32");
+    cu(cuMemcpyDtoH(host, p, N), "cuMemcpyDtoH");
+    return fnv1a(h, host, N, 1021);
 }
 
 int main(int argc, char **argv)
 {
-    enum { N = 1 << 20 };
     static unsigned char host[N];
     CUipcMemHandle mem_handle;
     CUipcEventHandle handle;
     CUcontext ctx;
     CUevent ev;
     CUdeviceptr p;
-    unsigned long long h = 1469598103934665603ull;
-    time_t end;
+    unsigned long long h = FNV_OFFSET;
+    long steps = 100, sleep_ms = 0;
 
-    if (argc != 2 && argc != 3) {
-        fprintf(stderr, "usage: ipc_hold SECONDS [--expect-mem-refused]\n");
+    if (state_parse_args(argc, argv, &steps, &sleep_ms) < 0) {
+        fprintf(stderr, "usage: ipc_hold [--steps N] [--sleep-ms T]\n");
         return 2;
     }
-    end = time(NULL) + atoi(argv[1]);
-    check(cuInit(0), "cuInit");
-    check(cuDevicePrimaryCtxRetain(&ctx, 0), "cuDevicePrimaryCtxRetain");
-    check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-    check(cuMemAlloc(&p, N), "cuMemAlloc");
-    if (argc == 3 && cuIpcGetMemHandle(&mem_handle, p) == CUDA_SUCCESS) {
+    cu(cuInit(0), "cuInit");
+    cu(cuDevicePrimaryCtxRetain(&ctx, 0), "cuDevicePrimaryCtxRetain");
+    cu(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    cu(cuMemAlloc(&p, N), "cuMemAlloc");
+    if (tcgpu_loaded() && cuIpcGetMemHandle(&mem_handle, p) == CUDA_SUCCESS) {
         fprintf(stderr, "ipc_hold: cuIpcGetMemHandle of VMM-backed memory succeeded\n");
         return 1;
     }
-    check(cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    check(cuIpcGetEventHandle(&handle, ev), "cuIpcGetEventHandle");
+    cu(cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    cu(cuIpcGetEventHandle(&handle, ev), "cuIpcGetEventHandle");
     printf("exported\n");
     fflush(stdout);
-    for (unsigned v = 0; time(NULL) < end; v++) {
-        check(cuMemsetD32(p, v, N / 4), "cuMemsetD32");
-        check(cuMemcpyDtoH(host, p, N), "cuMemcpyDtoH");
-        for (size_t i = 0; i < N; i += 4096)
-            h = (h ^ host[i]) * 1099511628211ull;
-        struct timespec ts = { 0, 10 * 1000 * 1000 };
-        nanosleep(&ts, NULL);
+    for (long v = 0; v < steps; v++) {
+        h = mix_step(p, host, (unsigned)v, h);
+        state_sleep_ms(sleep_ms);
     }
     printf("checksum: %016llx\n", h);
     return 0;
