@@ -968,8 +968,12 @@ void tcgpu_control_atfork_child(void)
      * (our copies of its connections are closed, the parent answers them). */
     pthread_mutex_init(&opq.lock, NULL);
     pthread_cond_init(&opq.cv, NULL);
-    if (opq.running && opq.running->fd >= 0)
-        close(opq.running->fd);
+    if (opq.running) {
+        if (opq.running->fd >= 0)
+            close(opq.running->fd);
+        if (opq.running->dirfd >= 0)
+            close(opq.running->dirfd);
+    }
     opq.running = NULL;
     while (opq.n) {
         struct queued_op *o = opq.q[opq.head];
@@ -977,6 +981,8 @@ void tcgpu_control_atfork_child(void)
         opq.n--;
         if (o->fd >= 0)
             close(o->fd);
+        if (o->dirfd >= 0)
+            close(o->dirfd);
         free(o);
     }
     opq.started = 0;

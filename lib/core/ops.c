@@ -295,7 +295,8 @@ static int do_resume(struct op_run *r)
         return rc;
     }
     free(prev);
-    snap_discard_image(suspended);
+    if (!r->dir)
+        snap_discard_image(suspended);  /* in place only: an image named to us is its owner's */
     snap_free(suspended);
     suspended = NULL;
     devmem_trim();

@@ -2,7 +2,10 @@
 # A stand-in for CRIU in the sim suite (save_files.sh): it writes what
 # gpuckpt's checks of a save read (inventory.img, pstree.img, core-PID.img per
 # process, pages-1.img with bytes of the dumped memory's size, stats-dump,
-# dump.log) and keeps or stops the tree as `criu dump` does. It cannot
+# dump.log) and keeps or stops the tree as `criu dump` does. What tcgpu's
+# plugin does inside a real dump is done with gpuckpt: every tcgpu process is
+# suspended to $TCGPU_CRIU_GPU_DIR/PID, and with --leave-running resumed from
+# there (the image stays: it is the save's). It cannot
 # restore: `restore` records that it was asked (RESTORE_MARK) and fails, so a
 # test sees whether gpuckpt got that far. The criu suite runs the real CRIU.
 set -euo pipefail
@@ -31,6 +34,19 @@ dump)
     head -c $((1 << 20)) /dev/urandom >"$dir/pages-1.img"
     printf 'stats\n' >"$dir/stats-dump"
     echo "stand-in dump of ${pids[*]}" >"$dir/dump.log"
+    gpuckpt=${TCGPU_BUILD_ROOT:?}/tools/gpuckpt/gpuckpt
+    for p in "${pids[@]}"; do
+        "$gpuckpt" status "$p" >/dev/null 2>&1 || continue     # not a tcgpu process
+        "$gpuckpt" suspend "$p" -D "${TCGPU_CRIU_GPU_DIR:?}/$p" -q >>"$dir/dump.log" 2>&1 ||
+            { echo "Error (stand-in): suspend of $p failed" >>"$dir/dump.log"; exit 1; }
+    done
+    if [ "$leave" -eq 1 ]; then
+        for p in "${pids[@]}"; do
+            [ -d "$TCGPU_CRIU_GPU_DIR/$p" ] || continue
+            "$gpuckpt" resume "$p" -D "$TCGPU_CRIU_GPU_DIR/$p" -q >>"$dir/dump.log" 2>&1 ||
+                { echo "Error (stand-in): resume of $p failed" >>"$dir/dump.log"; exit 1; }
+        done
+    fi
     if [ "$leave" -eq 0 ]; then
         for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
     fi
