@@ -897,7 +897,8 @@ static int open_depth(struct image **out, const char *dir, unsigned flags, char 
     img->dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (img->dfd < 0) {
         rc = -errno;
-        say(img, "cannot open %s: %s", dir, strerror(errno));
+        /* what the caller looks for is the manifest */
+        say(img, "cannot open %s/%s: %s", dir, TCGPU_IMG_MANIFEST_NAME, strerror(errno));
         goto err;
     }
     rc = read_file(img, TCGPU_IMG_MANIFEST_NAME, &m, &mlen);

@@ -500,6 +500,7 @@ struct op_result {
     const char *through;        /* "process" or "tcgpud" */
     const char *context;        /* suspend: "released", "kept"; resume: "taken-back", "held" */
     char why[512];              /* suspend, context kept: why (no checkpoint API) */
+    int said;                   /* nothing was run, and the line saying why is printed */
 };
 
 /* The text summary line of a successful operation (docs/cli.md). */
@@ -565,7 +566,7 @@ static int report(const struct op *op, const struct op_result *res)
 
     if (gpuckpt_json())
         return report_json(op, res);
-    if (op->o.quiet)
+    if (op->o.quiet || res->said)
         return CTL_EXIT_OK;
     if (ctl_get_status(&op->rep, &st) < 0)
         printf("process %d: %s done\n", (int)op->pid, op->cmd);
@@ -710,13 +711,19 @@ static int suspend_directly(struct op *op, struct op_result *res)
  * that timed out at the gate, say, which this resume waited for): there is
  * nothing to resume, and what the caller wanted holds: says so, returns
  * CTL_EXIT_OK. An exit code when the process cannot be asked (said), or -1:
- * send the resume (refused, exit 4, when the process simply runs).
+ * send the resume (refused, exit 4, when the process simply runs). Status
+ * answers while a suspend runs: its outcome is waited for (within
+ * --timeout), as the resume would wait behind it in the process's queue.
  */
 static int runs_after_failed_suspend(const struct op *op)
 {
+    uint64_t deadline = op->o.timeout_ms > 0 ? now_ns() + (uint64_t)op->o.timeout_ms * 1000000u : 0;
     struct tcgpu_status st;
-    int r = gpuckpt_call("status", op->pid, NULL, &st);
+    int r;
 
+    while ((r = gpuckpt_call("status", op->pid, NULL, &st)) == CTL_EXIT_OK &&
+           st.state == TCGPU_STATE_SUSPENDING && (!deadline || now_ns() < deadline))
+        usleep(20000);
     if (r != CTL_EXIT_OK)
         return r;
     if (st.state != TCGPU_STATE_RUNNING || st.last_op != TCGPU_OP_SUSPEND || st.last_result == 0)
@@ -736,6 +743,9 @@ static int resume_directly(struct op *op, struct op_result *res)
     if (r == CTL_EXIT_OK && !taken) {
         int done = runs_after_failed_suspend(op);
         if (done >= 0) {
+            /* no reply of a resume to report: the status the check read */
+            memset(&op->rep, 0, sizeof(op->rep));
+            res->said = 1;
             unlock_process(lock);
             return done;
         }
