@@ -22,11 +22,21 @@ another function, e.g. cuGraphInstantiate -> cuGraphInstantiateWithFlags).
 Per-thread-default-stream flavours append ``_ptds`` (synchronous copies and
 the like) or ``_ptsz`` (calls that take a stream).
 
+Not every driver entry point is in cuda.h: the profiler's three
+(cuProfilerInitialize/Start/Stop) are in cudaProfiler.h with their typedefs
+in cudaProfilerTypedefs.h, and libcuda exports them like the rest (the
+toolkit's stub libcuda.so lists exactly cuda.h's and these). load() reads
+every such pair it finds next to cuda.h (COMPANIONS), so nothing the driver
+exports bypasses what is generated from here. The graphics interop headers
+(cudaGL.h, cudaEGL.h, cudaVDPAU.h) need the window system's headers to
+compile and the stub does not export them: they are not read.
+
 Usable as a module (``load(cuda_h, typedefs_h)``) or a command:
     cuda_api.py --version cuda.h             print CUDA_VERSION
     cuda_api.py --list cuda.h cudaTypedefs.h print the table, one entry a line
 """
 
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -38,6 +48,21 @@ DEFINE_RE = re.compile(
     r'^\s*#define\s+(cu\w+)\s+(?:__CUDA_API_(PTDS|PTSZ)\((cu\w+)\)|(cu\w+))\s*$', re.M)
 DECL_RE = re.compile(r'CUresult\s+CUDAAPI\s+(cu\w+)\s*\(')
 VERSION_RE = re.compile(r'^#define\s+CUDA_VERSION\s+(\d+)', re.M)
+
+# (declarations, typedefs) read besides cuda.h + cudaTypedefs.h, from the same folder.
+COMPANIONS = [('cudaProfiler.h', 'cudaProfilerTypedefs.h')]
+
+
+def companions(cuda_h):
+    """The companion headers present next to cuda_h: [(decl_path, typedefs_path)]."""
+    d = os.path.dirname(os.path.abspath(cuda_h))
+    return [(os.path.join(d, a), os.path.join(d, b)) for a, b in COMPANIONS
+            if os.path.isfile(os.path.join(d, a)) and os.path.isfile(os.path.join(d, b))]
+
+
+def header_names(cuda_h):
+    """The #include names of the declaration headers read besides cuda.h."""
+    return [os.path.basename(a) for a, _ in companions(cuda_h)]
 
 
 @dataclass
@@ -78,6 +103,12 @@ def load(cuda_h, typedefs_h):
         cuda_text = f.read()
     with open(typedefs_h) as f:
         td_text = f.read()
+    version_text = cuda_text
+    for decl, tds in companions(cuda_h):
+        with open(decl) as f:
+            cuda_text += '\n' + f.read()
+        with open(tds) as f:
+            td_text += '\n' + f.read()
 
     # Newest ABI name of each API symbol, per cuda.h.
     newest = {}
@@ -130,7 +161,7 @@ def load(cuda_h, typedefs_h):
                     raise ValueError('%s v%d%s: derived ABI name %s is not declared in cuda.h'
                                      % (sym, ver, ' ' + fl if fl else '', abi))
                 entries.append(Entry(sym, ver, fl, abi, pfn, params, _param_names(params)))
-    return entries, cuda_version(cuda_text)
+    return entries, cuda_version(version_text)
 
 
 def resolve(entries, symbol, version, flags):

@@ -30,7 +30,8 @@ def main(argv):
 
     h = [HEADER,
          '#ifndef TCGPU_DRIVER_TABLE_H\n#define TCGPU_DRIVER_TABLE_H\n\n',
-         '#include <cuda.h>\n\n',
+         '#include <cuda.h>\n',
+         ''.join('#include <%s>\n' % h for h in api.header_names(argv[2])) + '\n',
          '#define TCGPU_DRIVER_TABLE_CUDA_VERSION %d\n\n' % version,
          '/* Index of each exported ABI name: TCGPU_FN_cuMemAlloc_v2, ... */\n',
          'enum tcgpu_fn {\n']

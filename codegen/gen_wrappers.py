@@ -2,7 +2,7 @@
 """Generate libtcgpu.so's driver entry points (docs/interposition.md).
 
     gen_wrappers.py CUDA_API_PY CUDA_H TYPEDEFS_H TRACKED_LIST UNSUPPORTED_LIST \\
-                    OUT_WRAPPERS_C OUT_TABLE_C
+                    BOUNDS_LIST WORK_LIST OUT_WRAPPERS_C OUT_TABLE_C
 
 For every exported ABI name of the driver (codegen/cuda_api.py):
   - names in TRACKED_LIST are written by hand (interpose/track_*.c): skipped;
@@ -10,6 +10,12 @@ For every exported ABI name of the driver (codegen/cuda_api.py):
   - names matching UNSUPPORTED_LIST get a gated wrapper that, when the real
     call succeeds, notes that the process now holds state a checkpoint cannot
     restore (lib/driver/unsupported.h);
+  - names matching BOUNDS_LIST (copies, memsets) check their device ranges
+    first (interpose/bounds.h) and return CUDA_ERROR_INVALID_VALUE, as the
+    driver does, for a range that runs past an allocation tcgpu serves;
+  - names matching WORK_LIST (launches, host functions, stream waits) note,
+    when the real call succeeds, the stream and the work put on it
+    (lib/core/objects.h), for the bounded device wait of an operation;
   - every other name gets a gated pass-through wrapper.
 OUT_TABLE_C: tcgpu_wrappers[], our function for every index of the driver
 table (generated, tracked and hand-written alike). What libtcgpu.so exports
@@ -17,6 +23,7 @@ is decided by interpose/libtcgpu.map and symbol visibility (see there).
 """
 import fnmatch
 import os
+import re
 import sys
 
 HANDWRITTEN = {'cuGetProcAddress', 'cuGetProcAddress_v2'}    # interpose/procaddr.c
@@ -34,13 +41,76 @@ def read_list(path):
     return out
 
 
+# What a BOUNDS_LIST check may name besides the function's parameters.
+BOUNDS_NAMES = {'tcgpu_range_ok', 'tcgpu_range2d_ok', 'tcgpu_copy2d_ok', 'tcgpu_copy3d_ok',
+                'tcgpu_copy3d_peer_ok', 'tcgpu_batch_ok', 'SIZE_MAX'}
+
+
+def list_hits(path, no, pattern, names, tracked, seen):
+    """The ABI names a list line's PATTERN matches: at least one, none tracked
+    (their hand-written wrappers do it themselves), none matched before."""
+    hits = fnmatch.filter(names, pattern)
+    if not hits:
+        fail('%s:%d: %r matches no driver ABI name' % (path, no, pattern))
+    for n in hits:
+        if n in tracked:
+            fail('%s:%d: %s is tracked (tracked.list): its wrapper does it by hand' % (path, no, n))
+        if n in seen:
+            fail('%s:%d: %s matched twice' % (path, no, n))
+    return hits
+
+
+def check_names(path, no, abi, used, params, allowed):
+    """Every name an expression of the list uses is one of abi's parameters or allowed."""
+    unknown = used - allowed - set(params[abi])
+    if unknown:
+        fail('%s:%d: %s has no parameter %s' % (path, no, abi, ', '.join(sorted(unknown))))
+
+
+def read_bounds(path, names, params, tracked):
+    """{abi: C check expression} from BOUNDS_LIST."""
+    checks = {}
+    for no, line in read_list(path):
+        parts = line.split(None, 1)
+        if len(parts) != 2:
+            fail('%s:%d: want "PATTERN  CHECK"' % (path, no))
+        pattern, check = parts
+        for n in list_hits(path, no, pattern, names, tracked, checks):
+            check_names(path, no, n, set(re.findall(r'[A-Za-z_]\w*', check)), params, BOUNDS_NAMES)
+            checks[n] = check
+    return checks
+
+
+WORK_KINDS = {'KERNEL', 'HOSTFN', 'WAIT', 'GRAPH'}
+
+
+def c_names(expr):
+    """Identifiers of a C expression, leaving out member names (after -> or .)."""
+    return set(re.findall(r'(?<![\w.>])(?<!->)([A-Za-z_]\w*)', expr))
+
+
+def read_work(path, names, params, tracked):
+    """{abi: (stream expr, kind, what expr)} from WORK_LIST."""
+    notes = {}
+    for no, line in read_list(path):
+        parts = [p.strip() for p in line.split(';')]
+        if len(parts) != 4 or parts[2] not in WORK_KINDS:
+            fail('%s:%d: want "PATTERN ; STREAM ; KIND ; WHAT" with KIND one of %s'
+                 % (path, no, ', '.join(sorted(WORK_KINDS))))
+        pattern, stream, kind, what = parts
+        for n in list_hits(path, no, pattern, names, tracked, notes):
+            check_names(path, no, n, c_names(stream) | c_names(what), params, {'NULL'})
+            notes[n] = (stream, kind, what)
+    return notes
+
+
 def fail(msg):
     sys.stderr.write('gen_wrappers.py: %s\n' % msg)
     sys.exit(1)
 
 
 def main(argv):
-    if len(argv) != 8:
+    if len(argv) != 10:
         sys.stderr.write(__doc__)
         return 2
     sys.path.insert(0, os.path.dirname(os.path.abspath(argv[1])))
@@ -72,13 +142,17 @@ def main(argv):
                 fail('%s:%d: %s is tracked (tracked.list): its hand-written wrapper must '
                      'call tcgpu_note_unsupported() itself' % (argv[5], no, n))
             unsupported.setdefault(n, what)
+    bounds = read_bounds(argv[6], names, {e.abi: e.names for e in abis}, tracked)
+    notes = read_work(argv[7], names, {e.abi: e.names for e in abis}, tracked)
 
     w = [HEADER,
          '/* The exported names are the ABI names (cuMemAlloc_v2, cuMemAlloc), all of\n'
          ' * which cuda.h declares under __CUDA_API_VERSION_INTERNAL, without its\n'
          ' * renaming #defines: the compiler checks every prototype against cuda.h. */\n'
          '#ifndef __CUDA_API_VERSION_INTERNAL\n#define __CUDA_API_VERSION_INTERNAL 1\n#endif\n'
-         '#include "driver/driver.h"\n#include "driver/gate.h"\n#include "driver/unsupported.h"\n\n'
+         '#include <stdint.h>\n\n'
+         '#include "bounds.h"\n#include "core/objects.h"\n#include "driver/driver.h"\n'
+         '#include "driver/gate.h"\n#include "driver/unsupported.h"\n\n'
          '#define TCGPU_WRAPPER __attribute__((visibility("default")))\n\n']
     for e in abis:
         if e.abi in tracked or e.abi in HANDWRITTEN:
@@ -86,7 +160,17 @@ def main(argv):
         args = ', '.join(e.names)
         w.append('TCGPU_WRAPPER CUresult CUDAAPI %s(%s)\n{\n' % (e.abi, e.params or 'void'))
         w.append('    TCGPU_GATE_ENTER("%s");\n' % e.abi)
-        w.append('    CUresult r = TCGPU_REAL_ABI(%s)(%s);\n' % (e.abi, args))
+        if e.abi in bounds:
+            w.append('    CUresult r = (%s) ? TCGPU_REAL_ABI(%s)(%s) : CUDA_ERROR_INVALID_VALUE;\n'
+                     % (bounds[e.abi], e.abi, args))
+        else:
+            w.append('    CUresult r = TCGPU_REAL_ABI(%s)(%s);\n' % (e.abi, args))
+        if e.abi in notes:
+            stream, kind, what = notes[e.abi]
+            per_thread = 1 if e.abi.endswith(('_ptsz', '_ptds')) else 0
+            w.append('    if (r == CUDA_SUCCESS)\n'
+                     '        objects_note_work((%s), %d, "%s", OBJ_WORK_%s, (const void *)(%s));\n'
+                     % (stream, per_thread, e.abi, kind, what))
         if e.abi in unsupported:
             what = unsupported[e.abi].replace('\\', '\\\\').replace('"', '\\"')
             w.append('    if (r == CUDA_SUCCESS)\n'
@@ -96,15 +180,18 @@ def main(argv):
     t = [HEADER,
          '#ifndef __CUDA_API_VERSION_INTERNAL\n#define __CUDA_API_VERSION_INTERNAL 1\n#endif\n'
          '#include "driver/driver.h"\n#include "wrappers.h"\n\n'
+         '/* Deprecated entry points (cuProfilerInitialize) are still exported. */\n'
+         '#pragma GCC diagnostic ignored "-Wdeprecated-declarations"\n\n'
          'void *const tcgpu_wrappers[TCGPU_FN_COUNT] = {\n']
     t += ['    [TCGPU_FN_%s] = (void *)%s,%s\n'
           % (n, n, ' /* tracked */' if n in tracked else
              ' /* procaddr.c */' if n in HANDWRITTEN else
-             ' /* unsupported */' if n in unsupported else '')
+             ' /* unsupported */' if n in unsupported else
+             ' /* range-checked */' if n in bounds else '')
           for n in names]
     t.append('};\n')
 
-    for path, text in ((argv[6], w), (argv[7], t)):
+    for path, text in ((argv[8], w), (argv[9], t)):
         with open(path, 'w') as f:
             f.write(''.join(text))
     return 0

@@ -13,6 +13,7 @@
 
 #include "core/devmem.h"
 #include "core/graphmem.h"
+#include "core/objects.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
 #include "driver/unsupported.h"
@@ -505,6 +506,8 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuGraphLaunch");
     CUresult rc = launch(hGraphExec, hStream, 0);
+    if (rc == CUDA_SUCCESS)
+        objects_note_work(hStream, 0, "cuGraphLaunch", OBJ_WORK_GRAPH, hGraphExec);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -513,6 +516,8 @@ CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuGraphLaunch_ptsz");
     CUresult rc = launch(hGraphExec, hStream, 1);
+    if (rc == CUDA_SUCCESS)
+        objects_note_work(hStream, 1, "cuGraphLaunch_ptsz", OBJ_WORK_GRAPH, hGraphExec);
     TCGPU_GATE_LEAVE();
     return rc;
 }

@@ -10,9 +10,13 @@
 
 #include "driver/driver.h"
 #include "driver/gate.h"
+#include "core/objects.h"
 #include "core/throttle.h"
 
-/* Every wrapper's body: the real call `call` between the gate and the throttle. */
+/* Every wrapper's body: the real call `call` between the gate and the
+ * throttle; a launch that worked is noted on its stream, so that an
+ * operation waiting for the device in vain names it (work.list's note,
+ * done here as these wrappers are hand-written). */
 #define THROTTLED(abi, fn, stream, per_thread, call)                                     \
     do {                                                                                 \
         struct throttle_ticket t_;                                                       \
@@ -20,6 +24,9 @@
         throttle_before(&t_, (fn), (stream), (per_thread));                              \
         CUresult rc_ = (call);                                                           \
         throttle_after(&t_, rc_);                                                        \
+        if (rc_ == CUDA_SUCCESS)                                                         \
+            objects_note_work((stream), (per_thread), #abi, OBJ_WORK_KERNEL,             \
+                              (const void *)(fn));                                       \
         TCGPU_GATE_LEAVE();                                                              \
         return rc_;                                                                      \
     } while (0)

@@ -43,7 +43,7 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
         if ((rc = TCGPU_REAL(cuMemAlloc)(dptr, bytesize)) == CUDA_SUCCESS)
             tcgpu_note_unsupported("cuMemAlloc_v2", driver_alloc_note);
     } else {
-        rc = devmem_alloc(dptr, bytesize, TC_ALLOC_DEVICE);
+        rc = devmem_alloc(dptr, bytesize, TC_ALLOC_DEVICE, NULL);
     }
     TCGPU_GATE_LEAVE();
     return rc;
@@ -63,7 +63,7 @@ CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Width
         (ElementSizeBytes == 4 || ElementSizeBytes == 8 || ElementSizeBytes == 16)) {
         pitch = (WidthInBytes + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN;
         if (Height <= (size_t)-1 / pitch) {
-            rc = devmem_alloc(dptr, pitch * Height, TC_ALLOC_PITCH);
+            rc = devmem_alloc(dptr, pitch * Height, TC_ALLOC_PITCH, NULL);
             if (rc == CUDA_SUCCESS)
                 *pPitch = pitch;
         }
@@ -75,7 +75,8 @@ CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Width
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 {
     TCGPU_GATE_ENTER("cuMemFree_v2");
-    CUresult rc = graphmem_unsafe_prohibited() ? TCGPU_REAL(cuMemFree)(dptr) : devmem_free(dptr);
+    CUresult rc = graphmem_unsafe_prohibited() ? TCGPU_REAL(cuMemFree)(dptr)
+                                               : devmem_free(dptr);   /* NOT_FOUND: not ours */
     if (rc == CUDA_ERROR_NOT_FOUND) {
         rc = TCGPU_REAL(cuMemFree)(dptr);
         if (rc == CUDA_SUCCESS) {
@@ -99,14 +100,16 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     CUdevice dev = 0;
+    CUcontext ctx = NULL;
     CUresult rc;
 
     TCGPU_GATE_ENTER("cuMemAllocManaged");
     rc = TCGPU_REAL(cuMemAllocManaged)(dptr, bytesize, flags);
     if (rc == CUDA_SUCCESS) {
         TCGPU_REAL(cuCtxGetDevice)(&dev);
+        TCGPU_REAL(cuCtxGetCurrent)(&ctx);
         reg_lock();
-        int err = reg_managed_add(*dptr, bytesize, (int)dev);
+        int err = reg_managed_add(*dptr, bytesize, (int)dev, ctx);
         reg_unlock();
         if (err) {
             TCGPU_REAL(cuMemFree)(*dptr);
@@ -150,6 +153,19 @@ static enum capture_state capture_state(CUstream stream, int per_thread, cuuint6
 static const char capture_note[] =
     "stream-ordered allocations of a capture tcgpu did not see begin cannot be checkpointed";
 
+/* The pool cuMemAllocAsync takes from: the current pool of the current
+ * context's device. NULL when the driver cannot say (no pools). */
+static CUmemoryPool current_pool(void)
+{
+    CUmemoryPool pool = NULL;
+    CUdevice dev;
+
+    if (TCGPU_REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS ||
+        TCGPU_REAL(cuDeviceGetMemPool)(&pool, dev) != CUDA_SUCCESS)
+        return NULL;
+    return pool;
+}
+
 static CUresult real_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream,
                                  int per_thread)
 {
@@ -160,6 +176,7 @@ static CUresult real_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
                       : TCGPU_REAL(cuMemAllocAsync)(dptr, bytesize, stream);
 }
 
+/* pool: the pool named by cuMemAllocFromPoolAsync, NULL for the current one. */
 static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream,
                             int per_thread, const char *call)
 {
@@ -168,7 +185,7 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool poo
 
     switch (capture_state(stream, per_thread, &id)) {
     case NOT_CAPTURING:
-        return devmem_alloc(dptr, bytesize, TC_ALLOC_ASYNC);
+        return devmem_alloc(dptr, bytesize, TC_ALLOC_ASYNC, pool ? pool : current_pool());
     case CAPTURING:
         if (!dptr || !bytesize)
             return CUDA_ERROR_INVALID_VALUE;
@@ -298,11 +315,23 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
  * within a process, as documented). */
 #define OUR_ID_TAG (1ull << 63)
 
-/* The attributes the driver would answer per segment (the VMM mapping tcgpu
- * made); we answer per allocation, as for the driver's own cuMemAlloc. */
+/*
+ * The attributes the driver would answer per segment (the VMM mapping tcgpu
+ * made); we answer per allocation, as the driver does for its own cuMemAlloc
+ * and pool memory: the context current at the allocation (stream-ordered
+ * memory has none), the pool of a stream-ordered allocation.
+ * (IS_LEGACY_CUDA_IPC_CAPABLE stays the driver's false: legacy IPC cannot
+ * export this memory, see README.)
+ */
 static int answer_attribute(void *data, CUpointer_attribute attr, const struct devmem_alloc *a)
 {
     switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = a->kind == TC_ALLOC_ASYNC ? NULL : a->ctx;
+        return 1;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *(CUmemoryPool *)data = a->kind == TC_ALLOC_ASYNC ? a->pool : NULL;
+        return 1;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
         *(CUdeviceptr *)data = a->va;
@@ -386,6 +415,34 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 }
 
 /*
+ * A pool's usage counts what it handed out through us too: stream-ordered
+ * allocations are served from tcgpu's memory (devmem.c), so the driver's
+ * pool sees only what it made itself (allocations inside graph capture).
+ */
+static int pool_usage_attr(CUmemPool_attribute attr)
+{
+    return attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH ||
+           attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH;
+}
+
+CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    uint64_t used, high;
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuMemPoolGetAttribute");
+    rc = TCGPU_REAL(cuMemPoolGetAttribute)(pool, attr, value);
+    if (rc == CUDA_SUCCESS && value && pool_usage_attr(attr)) {
+        devmem_pool_usage(pool, &used, &high);
+        /* our blocks are reserved while used: the pool releases them at once */
+        *(cuuint64_t *)value += attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT ||
+                                attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ? used : high;
+    }
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/*
  * Peer access: the driver enables it for its own allocations; the memory
  * tcgpu serves is VMM memory, which needs cuMemSetAccess for the peer device
  * too (lib/core/devmem.c). Undone if that fails, so that the program sees
@@ -420,6 +477,19 @@ CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags
         if (rc == CUDA_SUCCESS)
             rc = CUDA_ERROR_INVALID_CONTEXT;
     }
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuMemPoolSetAttribute");
+    rc = TCGPU_REAL(cuMemPoolSetAttribute)(pool, attr, value);
+    if (rc == CUDA_SUCCESS &&
+        (attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH))
+        devmem_pool_reset_high(pool);       /* the driver accepts only a reset to 0 */
     TCGPU_GATE_LEAVE();
     return rc;
 }

@@ -9,8 +9,25 @@
 
 #include "driver/driver.h"
 #include "driver/gate.h"
+#include "core/devmem.h"
 #include "core/objects.h"
+#include "core/registry.h"
 #include "core/throttle.h"
+
+/*
+ * A context is gone: as the driver, forget what was allocated in it (the
+ * memory tcgpu serves is not the driver's, so nothing else would free it),
+ * and the events the compute share timed in it went with it.
+ */
+static void context_gone(CUcontext ctx)
+{
+    objects_forget_streams(ctx);
+    devmem_context_destroyed(ctx);
+    reg_lock();
+    reg_managed_forget_ctx(ctx);
+    reg_unlock();
+    throttle_ctx_gone(ctx);
+}
 
 /* Counts an object the real call made or destroyed. */
 static CUresult counted(CUresult rc, enum obj_kind kind, int delta)
@@ -62,8 +79,8 @@ CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
     TCGPU_GATE_ENTER("cuCtxDestroy_v2");
     CUresult rc = TCGPU_REAL(cuCtxDestroy)(ctx);
     if (rc == CUDA_SUCCESS) {
-        objects_ctx_destroyed(ctx);
-        throttle_ctx_gone(ctx);         /* its events went with it */
+        objects_ctx_reset(ctx);
+        context_gone(ctx);
     }
     TCGPU_GATE_LEAVE();
     return rc;
@@ -89,10 +106,8 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
     if (rc == CUDA_SUCCESS) {
         TCGPU_REAL(cuDevicePrimaryCtxRelease)(dev);
         rc = TCGPU_REAL(cuDevicePrimaryCtxRelease)(dev);
-        if (rc == CUDA_SUCCESS) {
-            objects_ctx_destroyed(ctx);
-            throttle_ctx_gone(ctx);
-        }
+        if (rc == CUDA_SUCCESS && objects_ctx_destroyed(ctx))
+            context_gone(ctx);          /* the last reference: the driver destroys it */
     } else {
         rc = TCGPU_REAL(cuDevicePrimaryCtxRelease)(dev);
     }
@@ -100,10 +115,44 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
     return rc;
 }
 
+/* A reset destroys the primary context's allocations, however many
+ * references it has. */
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    CUcontext ctx = NULL;
+    unsigned flags;
+    int active = 0;
+
+    TCGPU_GATE_ENTER("cuDevicePrimaryCtxReset_v2");
+    /* Learn the handle without activating it: an inactive one holds nothing. */
+    if (TCGPU_REAL(cuDevicePrimaryCtxGetState)(dev, &flags, &active) == CUDA_SUCCESS && active &&
+        TCGPU_REAL(cuDevicePrimaryCtxRetain)(&ctx, dev) == CUDA_SUCCESS)
+        TCGPU_REAL(cuDevicePrimaryCtxRelease)(dev);
+    CUresult rc = TCGPU_REAL(cuDevicePrimaryCtxReset)(dev);
+    if (rc == CUDA_SUCCESS && ctx) {
+        objects_ctx_reset(ctx);
+        context_gone(ctx);
+    }
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/* A stream the program made: counted, and known by handle for the
+ * bounded device wait of an operation. */
+static CUresult stream_made(CUresult rc, CUstream s, unsigned flags)
+{
+    CUcontext ctx = NULL;
+
+    if (rc == CUDA_SUCCESS && TCGPU_REAL(cuCtxGetCurrent)(&ctx) == CUDA_SUCCESS)
+        objects_stream_created(s, ctx, flags);
+    return counted(rc, OBJ_STREAM, +1);
+}
+
 CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
     TCGPU_GATE_ENTER("cuStreamCreate");
-    CUresult rc = counted(TCGPU_REAL(cuStreamCreate)(phStream, Flags), OBJ_STREAM, +1);
+    CUresult rc = TCGPU_REAL(cuStreamCreate)(phStream, Flags);
+    rc = stream_made(rc, rc == CUDA_SUCCESS ? *phStream : NULL, Flags);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -111,7 +160,8 @@ CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
 CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
     TCGPU_GATE_ENTER("cuStreamCreateWithPriority");
-    CUresult rc = counted(TCGPU_REAL(cuStreamCreateWithPriority)(phStream, flags, priority), OBJ_STREAM, +1);
+    CUresult rc = TCGPU_REAL(cuStreamCreateWithPriority)(phStream, flags, priority);
+    rc = stream_made(rc, rc == CUDA_SUCCESS ? *phStream : NULL, flags);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -120,6 +170,8 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuStreamDestroy_v2");
     CUresult rc = counted(TCGPU_REAL(cuStreamDestroy)(hStream), OBJ_STREAM, -1);
+    if (rc == CUDA_SUCCESS)
+        objects_stream_destroyed(hStream);
     TCGPU_GATE_LEAVE();
     return rc;
 }

@@ -26,6 +26,8 @@ CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 BUILD_PKGS=(gcc make pkg-config meson ninja-build python3 xz-utils curl ca-certificates
             libzstd-dev zstd liburing-dev libunwind-dev libinih-dev libxxhash-dev
             libjansson-dev libmicrohttpd-dev scdoc bash-completion python3-yaml)
+# /usr/bin/time: the memory bound of a verify (tests/sim/images.sh)
+BUILD_PKGS+=(time)
 # What the tests start for real: Prometheus scraping tcgpud (promtool checks
 # the exposition format), a headless browser loading its dashboard.
 TEST_PKGS=(prometheus chromium)

@@ -1098,3 +1098,4 @@ CUresult cuCtxSetCacheConfig(CUfunc_cache config)
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuCtxSetCacheConfig);
+

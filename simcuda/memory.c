@@ -130,15 +130,21 @@ bool sim_is_device_address(uint64_t addr)
 
 #define is_device sim_is_device_address
 
+/* A pitched range is checked whole, from its first byte to its last row's
+ * end, as the driver checks it: every row inside the one allocation (a
+ * last row that spills into the next allocation is refused). */
 bool sim_rows_covered(uint64_t a, uint64_t width, uint64_t height, uint64_t pitch)
 {
-    bool ok = true;
+    uint64_t span;
+    bool ok;
 
     if (!width || !height)
         return true;
+    if (height > 1 && (pitch < width || (height - 1) > (UINT64_MAX - width) / pitch))
+        return false;
+    span = height > 1 ? pitch * (height - 1) + width : width;
     sim_map_rdlock();
-    for (uint64_t y = 0; y < height && ok; y++)
-        ok = sim_map_covered(a + y * pitch, width) || sim_gmem_covered(a + y * pitch, width);
+    ok = sim_map_covered(a, span) || sim_gmem_covered(a, span);
     sim_map_unlock();
     return ok;
 }
@@ -870,7 +876,9 @@ static CUresult attr_of(const struct sim_range *r, CUpointer_attribute a, void *
 
     switch (a) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
-        *(CUcontext *)data = (CUcontext)r->ctx;
+        /* Stream-ordered allocations are not context associated: NULL, as
+         * VMM mappings (the CUDA programming guide, "Pointer Attributes"). */
+        *(CUcontext *)data = r->kind == SIM_R_POOL ? NULL : (CUcontext)r->ctx;
         break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         *(unsigned int *)data = r->kind == SIM_R_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;

@@ -598,8 +598,9 @@ CUresult cuFuncGetName(const char **name, CUfunction hfunc)
     CUresult r;
 
     SIM_BEGIN();
+    /* cuda.h: "If either **name or hfunc is NULL, CUDA_ERROR_INVALID_VALUE" */
     if (!name || !hfunc)
-        return CUDA_ERROR_INVALID_VALUE;     /* the driver's answer for a NULL function too */
+        return CUDA_ERROR_INVALID_VALUE;
     if ((r = func_get(hfunc, &f)))
         return r;
     *name = f->name;

@@ -3,7 +3,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include "ops.h"
 #include "ctl/rundir.h"
 #include "signal_trigger.h"
+#include "thread.h"
 #include "common/clock.h"
 #include "common/names.h"
 #include "common/errmsg.h"
@@ -29,6 +29,7 @@
 #define REQUEST_WAIT_MS   5000      /* a client that connects must send within this */
 #define REPLY_SEND_SEC    10        /* a client that stops reading is given up on */
 #define PROGRESS_EVERY_NS 200000000 /* at most 5 progress messages a second */
+#define OP_QUEUE_MAX      8         /* operations waiting behind the running one */
 
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -61,8 +62,37 @@ static void close_fd(int *fd)
 }
 
 /* ---------------------------------------------------------------------------
- * Running an operation (for a client or for the signal)
+ * The operation thread: runs the queued operations one at a time
+ *
+ * The service thread answers status at any time and only queues operations;
+ * this thread runs them (tcgpu_op_* of ops.h, which keep one operation at a
+ * time process-wide), sends their progress and reply, and closes the
+ * connection. A request that finds OP_QUEUE_MAX already waiting is refused
+ * at once. (docs/cli.md, "The protocol")
  * ------------------------------------------------------------------------- */
+
+struct queued_op {
+    int fd;                     /* the client's connection; -1 for the signal trigger */
+    enum tcgpu_op op;
+    char dir[PATH_MAX];         /* "" for none */
+    char parent[PATH_MAX];      /* checkpoint --parent, "" for none */
+    int dirfd;                  /* the directory sent with the request (dir is in it), or -1 */
+    char who[64];               /* "uid 1000 pid 42", "signal SIGRTMIN+4" */
+    struct tcgpu_status before; /* at the request, for the toggle signal */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    struct queued_op *q[OP_QUEUE_MAX + 1];  /* the next to run is here until popped */
+    int head, n;
+    int stop;
+    int started;
+    pthread_t thread;
+    struct queued_op *running;  /* being run now, or NULL */
+    uint64_t since_ns;          /* when it started */
+    uint64_t done, total;       /* its progress */
+} opq = { .lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
 struct progress_sink {
     int fd;                     /* connection, or -1 */
@@ -81,6 +111,10 @@ static void send_progress(enum tcgpu_phase phase, uint64_t done, uint64_t total,
     uint64_t t = now_ns();
     long n;
 
+    pthread_mutex_lock(&opq.lock);
+    opq.done = done;
+    opq.total = total;
+    pthread_mutex_unlock(&opq.lock);
     if (!p || p->fd < 0)
         return;
     if ((int)phase == p->phase && done < total && t - p->last_ns < PROGRESS_EVERY_NS)
@@ -121,6 +155,180 @@ static int run_op(enum tcgpu_op op, const char *dir, const char *parent, const c
     }
 }
 
+static void send_reply(int fd, struct ctl_buf *b);
+static void put_extras(struct ctl_buf *b);
+
+/* Runs one queued operation; replies on its connection and closes it. */
+static void run_queued(struct queued_op *o, struct ctl_buf *b)
+{
+    struct progress_sink sink = { .fd = o->fd, .phase = -1 };
+    struct tcgpu_status st;
+    int r;
+
+    /* always a sink: status reports the progress even with no client */
+    r = run_op(o->op, o->dir[0] ? o->dir : NULL, o->parent[0] ? o->parent : NULL, o->who, &sink);
+    if (o->fd < 0)
+        return;
+    if (r < 0)
+        ctl_buf_error(b, r, errmsg_get());
+    else
+        ctl_buf_ok(b);
+    memset(&st, 0, sizeof(st));
+    if (tcgpu_op_status(&st) == 0)
+        ctl_put_status(b, &st);
+    put_extras(b);
+    send_reply(o->fd, b);
+}
+
+/* Discards what a client sent beyond its request, so that closing does not
+ * reset the connection before it has read our reply. */
+static void drain_request(int fd)
+{
+    char c;
+
+    while (recv(fd, &c, 1, MSG_DONTWAIT | MSG_TRUNC) > 0)
+        ;
+}
+
+static void finish_queued(struct queued_op *o)
+{
+    if (o->fd >= 0) {
+        drain_request(o->fd);
+        close(o->fd);
+    }
+    if (o->dirfd >= 0)
+        close(o->dirfd);
+    free(o);
+}
+
+static void *op_thread_main(void *arg)
+{
+    struct ctl_buf *b = malloc(sizeof(*b));
+
+    (void)arg;
+    pthread_mutex_lock(&opq.lock);
+    for (;;) {
+        while (!opq.n && !opq.stop)
+            pthread_cond_wait(&opq.cv, &opq.lock);
+        if (opq.stop)
+            break;
+        struct queued_op *o = opq.q[opq.head];
+        opq.head = (opq.head + 1) % (OP_QUEUE_MAX + 1);
+        opq.n--;
+        opq.running = o;
+        opq.since_ns = now_ns();
+        opq.done = opq.total = 0;
+        pthread_mutex_unlock(&opq.lock);
+        errmsg_clear();
+        if (b)
+            run_queued(o, b);
+        else
+            log_err("control: out of memory; %s (%s) not run", tcgpu_op_name(o->op), o->who);
+        pthread_mutex_lock(&opq.lock);
+        opq.running = NULL;
+        pthread_mutex_unlock(&opq.lock);
+        finish_queued(o);           /* without a reply the client sees the connection close */
+        pthread_mutex_lock(&opq.lock);
+    }
+    pthread_mutex_unlock(&opq.lock);
+    free(b);
+    return NULL;
+}
+
+/* What the toggle signal goes to: the opposite of the last operation queued
+ * or running, else of the state (lock held). */
+static enum tcgpu_op toggled_op(const struct tcgpu_status *st)
+{
+    const struct queued_op *last = opq.n ? opq.q[(opq.head + opq.n - 1) % (OP_QUEUE_MAX + 1)]
+                                         : opq.running;
+
+    if (last && (last->op == TCGPU_OP_SUSPEND || last->op == TCGPU_OP_RESUME))
+        return last->op == TCGPU_OP_SUSPEND ? TCGPU_OP_RESUME : TCGPU_OP_SUSPEND;
+    return st->state == TCGPU_STATE_SUSPENDED || st->state == TCGPU_STATE_SUSPENDING
+               ? TCGPU_OP_RESUME : TCGPU_OP_SUSPEND;
+}
+
+/*
+ * Queues o (taking it, and its connection) behind the running operation.
+ * Returns 0, or -EBUSY with `why` set when OP_QUEUE_MAX already wait (o is
+ * then the caller's still).
+ */
+static int enqueue(struct queued_op *o, char *why, size_t len)
+{
+    pthread_mutex_lock(&opq.lock);
+    if (opq.n + (opq.running != NULL) > OP_QUEUE_MAX) {
+        snprintf(why, len, "%d operations already wait behind the running %s; try again when "
+                 "they are done (gpuckpt status %d shows it)", OP_QUEUE_MAX,
+                 opq.running ? tcgpu_op_name(opq.running->op) : "one", (int)getpid());
+        pthread_mutex_unlock(&opq.lock);
+        return -EBUSY;
+    }
+    if (opq.running || opq.n)
+        log_info("%s requested by %s: queued behind %s%s", tcgpu_op_name(o->op), o->who,
+                 opq.running ? "the running " : "", opq.running ? tcgpu_op_name(opq.running->op)
+                                                                : "other requests");
+    opq.q[(opq.head + opq.n) % (OP_QUEUE_MAX + 1)] = o;
+    opq.n++;
+    pthread_cond_signal(&opq.cv);
+    pthread_mutex_unlock(&opq.lock);
+    return 0;
+}
+
+/* The running operation, for status: its name, seconds so far and progress. */
+static void put_progress(struct ctl_buf *b)
+{
+    pthread_mutex_lock(&opq.lock);
+    if (opq.running) {
+        ctl_buf_put(b, "op_running", tcgpu_op_name(opq.running->op));
+        ctl_buf_put_u64(b, "op_elapsed_ms", (now_ns() - opq.since_ns) / 1000000u);
+        ctl_buf_put_u64(b, "progress_done", opq.done);
+        ctl_buf_put_u64(b, "progress_total", opq.total);
+    }
+    ctl_buf_put_u64(b, "ops_queued", (uint64_t)opq.n);
+    pthread_mutex_unlock(&opq.lock);
+}
+
+static int op_thread_start(void)
+{
+    int r;
+
+    if (opq.started)
+        return 0;
+    opq.stop = 0;
+    r = core_thread_start(&opq.thread, op_thread_main, "tcgpu-ctl-ops", 0);
+    if (r == 0)
+        opq.started = 1;
+    return r;
+}
+
+/* After the running operation: stop the thread; what still waits is refused. */
+static void op_thread_stop(void)
+{
+    struct ctl_buf *b = malloc(sizeof(*b));
+
+    if (!opq.started) {
+        free(b);
+        return;
+    }
+    pthread_mutex_lock(&opq.lock);
+    opq.stop = 1;
+    pthread_cond_broadcast(&opq.cv);
+    pthread_mutex_unlock(&opq.lock);
+    pthread_join(opq.thread, NULL);
+    opq.started = 0;
+    while (opq.n) {
+        struct queued_op *o = opq.q[opq.head];
+        opq.head = (opq.head + 1) % (OP_QUEUE_MAX + 1);
+        opq.n--;
+        if (b && o->fd >= 0) {
+            ctl_buf_error(b, -ECANCELED, "the control channel stopped before the operation ran");
+            send_reply(o->fd, b);
+        }
+        finish_queued(o);
+    }
+    free(b);
+}
+
 /* ---------------------------------------------------------------------------
  * Signal trigger
  * ------------------------------------------------------------------------- */
@@ -138,44 +346,52 @@ static int checkpoint_dir_next(char *dir, size_t len)
     return -EEXIST;
 }
 
+/* The signal's operation, queued like a client's. */
 static void on_signal_action(void)
 {
-    struct tcgpu_status st;
-    char sname[32], who[64], dir[PATH_MAX];
-    enum tcgpu_op op;
-    const char *d = NULL;
+    struct queued_op *o = calloc(1, sizeof(*o));
+    char sname[32], why[256];
     int r;
 
-    memset(&st, 0, sizeof(st));
-    tcgpu_op_status(&st);
+    if (!o) {
+        log_err("signal: out of memory; the operation is not run");
+        return;
+    }
+    o->fd = -1;
+    o->dirfd = -1;
+    tcgpu_op_status(&o->before);
     switch (ctl.action) {
     case TCGPU_SIGACT_SUSPEND:
-        op = TCGPU_OP_SUSPEND;
+        o->op = TCGPU_OP_SUSPEND;
         break;
     case TCGPU_SIGACT_RESUME:
-        op = TCGPU_OP_RESUME;
+        o->op = TCGPU_OP_RESUME;
         break;
     case TCGPU_SIGACT_CHECKPOINT:
-        op = TCGPU_OP_CHECKPOINT;
+        o->op = TCGPU_OP_CHECKPOINT;
         break;
     default:
         /* toggle relative to where the process is heading */
-        op = (st.state == TCGPU_STATE_SUSPENDED || st.state == TCGPU_STATE_SUSPENDING)
-                 ? TCGPU_OP_RESUME : TCGPU_OP_SUSPEND;
+        pthread_mutex_lock(&opq.lock);
+        o->op = toggled_op(&o->before);
+        pthread_mutex_unlock(&opq.lock);
         break;
     }
-    snprintf(who, sizeof(who), "signal %s", tcgpu_signal_name(ctl.sig, sname, sizeof(sname)));
-    if (op == TCGPU_OP_CHECKPOINT) {
-        r = checkpoint_dir_next(dir, sizeof(dir));
+    snprintf(o->who, sizeof(o->who), "signal %s", tcgpu_signal_name(ctl.sig, sname, sizeof(sname)));
+    if (o->op == TCGPU_OP_CHECKPOINT) {
+        r = checkpoint_dir_next(o->dir, sizeof(o->dir));
         if (r < 0) {
-            log_err("%s: no free checkpoint directory name under %s: %s", who, ctl.ckpt_dir,
+            log_err("%s: no free checkpoint directory name under %s: %s", o->who, ctl.ckpt_dir,
                     strerror(-r));
+            free(o);
             return;
         }
-        d = dir;
-        log_debug("%s: checkpoint to %s", who, dir);
+        log_debug("%s: checkpoint to %s", o->who, o->dir);
     }
-    run_op(op, d, NULL, who, NULL);
+    if (enqueue(o, why, sizeof(why)) < 0) {
+        log_err("%s: %s not run: %s", o->who, tcgpu_op_name(o->op), why);
+        free(o);
+    }
 }
 
 /* ---------------------------------------------------------------------------
@@ -203,14 +419,17 @@ static void put_extras(struct ctl_buf *b)
     ctl_buf_put(b, "trigger_signal", tcgpu_signal_name(ctl.sig, sname, sizeof(sname)));
     ctl_buf_put(b, "trigger_action", tcgpu_sigaction_name(ctl.action));
     ctl_buf_put_u64(b, "trigger_installed", (uint64_t)(ctl.sig > 0 && tcgpu_signal_trigger_in_place()));
+    put_progress(b);
 }
 
 /* A request being served: the connection it came on, who sent it, what it
- * says, and the directory it came with (-1: none). */
+ * says, the directory it came with (-1: none); `taken` once an operation
+ * owns the connection and that directory (it replies, then closes both). */
 struct request {
     int fd;
     const struct ucred *peer;
     const struct ctl_msg *msg;
+    int taken;
     int dirfd;
 };
 
@@ -298,28 +517,38 @@ static int operation_dir(const struct command *cmd, const struct request *rq, co
     return 0;
 }
 
+/* Queues the operation; the operation thread replies when it has run. */
 static void answer_operation(const struct command *cmd, const struct request *rq, struct ctl_buf *b)
 {
-    struct tcgpu_status st;
-    struct progress_sink sink = { .fd = rq->fd, .phase = -1 };
-    enum tcgpu_op op = cmd->op;
-    const char *dir;
-    char who[64], dirbuf[PATH_MAX];
-    int r;
+    const char *dir, *parent = ctl_get(rq->msg, "parent");
+    struct queued_op *o;
+    char why[256], dirbuf[PATH_MAX];
 
     if (operation_dir(cmd, rq, &dir, dirbuf, sizeof(dirbuf), b) < 0)
         return;
-    snprintf(who, sizeof(who), "uid %u pid %d", (unsigned)rq->peer->uid, (int)rq->peer->pid);
-    log_debug("%s requested by %s%s%s", tcgpu_op_name(op), who, dir ? ", dir " : "", dir ? dir : "");
-    r = run_op(op, dir, ctl_get(rq->msg, "parent"), who, &sink);
-    if (r < 0)
-        ctl_buf_error(b, r, errmsg_get());
-    else
-        ctl_buf_ok(b);
-    memset(&st, 0, sizeof(st));
-    if (tcgpu_op_status(&st) == 0)
-        ctl_put_status(b, &st);
-    put_extras(b);
+    if ((dir && strlen(dir) >= sizeof(o->dir)) || (parent && strlen(parent) >= sizeof(o->parent))) {
+        ctl_buf_error(b, -ENAMETOOLONG, "directory name too long");
+        return;
+    }
+    if (!(o = calloc(1, sizeof(*o)))) {
+        ctl_buf_error(b, -ENOMEM, "out of memory");
+        return;
+    }
+    o->fd = rq->fd;
+    o->dirfd = rq->dirfd;
+    o->op = cmd->op;
+    snprintf(o->dir, sizeof(o->dir), "%s", dir ? dir : "");
+    snprintf(o->parent, sizeof(o->parent), "%s", parent ? parent : "");
+    snprintf(o->who, sizeof(o->who), "uid %u pid %d", (unsigned)rq->peer->uid, (int)rq->peer->pid);
+    tcgpu_op_status(&o->before);
+    log_debug("%s requested by %s%s%s", tcgpu_op_name(o->op), o->who, dir ? ", dir " : "",
+              dir ? dir : "");
+    if (enqueue(o, why, sizeof(why)) < 0) {
+        free(o);
+        ctl_buf_error(b, -EBUSY, why);
+        return;
+    }
+    ((struct request *)rq)->taken = 1;
 }
 
 static const struct command cmd_checkpoint = {
@@ -387,7 +616,9 @@ static ssize_t recv_request(int fd, char *rbuf, int *dirfd)
     return n;
 }
 
-static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_msg *req)
+/* Serves one connection: 1 when an operation took it (and will close it),
+ * else 0 (the caller closes it). */
+static int serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_msg *req)
 {
     struct ucred peer;
     socklen_t plen = sizeof(peer);
@@ -399,7 +630,7 @@ static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_m
 
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &plen) < 0) {
         log_err("control: cannot read peer credentials: %s", strerror(errno));
-        return;
+        return 0;
     }
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     /* Read the request first, even from a caller we refuse: closing a socket
@@ -409,7 +640,7 @@ static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_m
     r = poll(&pfd, 1, allowed ? REQUEST_WAIT_MS : 1000);
     if (r <= 0) {
         log_debug("control: uid %u pid %d sent no request", (unsigned)peer.uid, (int)peer.pid);
-        return;
+        return 0;
     }
     n = recv_request(fd, rbuf, &dirfd);
     if (n <= 0)
@@ -437,23 +668,18 @@ static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_m
     }
     rq = (struct request){ .fd = fd, .peer = &peer, .msg = req, .dirfd = dirfd };
     handle_request(&rq, b);
+    if (rq.taken)
+        return 1;
     send_reply(fd, b);
 out:
     if (dirfd >= 0)
         close(dirfd);
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------
  * The service thread
  * ------------------------------------------------------------------------- */
-
-/* Discard what the client sent beyond its request, so that closing does not
- * reset the connection before it has read our reply. */
-static void drain(int fd, char *rbuf)
-{
-    while (recv(fd, rbuf, CTL_MSG_MAX, MSG_DONTWAIT | MSG_TRUNC) > 0)
-        ;
-}
 
 static void *service_main(void *arg)
 {
@@ -487,10 +713,12 @@ static void *service_main(void *arg)
             int fd;
             while ((fd = accept4(ctl.listen_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
                 __atomic_store_n(&ctl.conn_fd, fd, __ATOMIC_RELEASE);
-                serve_connection(fd, rbuf, b, req);
-                drain(fd, rbuf);
+                int taken = serve_connection(fd, rbuf, b, req);
                 __atomic_store_n(&ctl.conn_fd, -1, __ATOMIC_RELEASE);
-                close(fd);
+                if (!taken) {
+                    drain_request(fd);
+                    close(fd);
+                }
             }
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
                 errno != ECONNABORTED) {
@@ -650,8 +878,6 @@ static void atfork_child_hook(void)
 
 int tcgpu_control_start(void)
 {
-    pthread_attr_t attr;
-    sigset_t all, old;
     char sname[32];
     int r = 0, sock_r;
 
@@ -680,21 +906,20 @@ int tcgpu_control_start(void)
         goto out;
     }
 
-    /* The service thread takes no signals: the program's handlers (and ours,
-     * which only wakes this thread) run on the program's threads. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    r = -pthread_create(&ctl.thread, &attr, service_main, NULL);
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (r < 0) {
-        log_err("control channel disabled: cannot start its thread: %s", strerror(-r));
+    if ((r = op_thread_start()) < 0) {
+        log_err("control channel disabled: cannot start its operation thread: %s", strerror(-r));
         close_channel();
         goto out;
     }
-    pthread_setname_np(ctl.thread, "tcgpu-control");
+    /* The service thread takes no signals: the program's handlers (and ours,
+     * which only wakes this thread) run on the program's threads. */
+    r = core_thread_start(&ctl.thread, service_main, "tcgpu-control", 256 * 1024);
+    if (r < 0) {
+        log_err("control channel disabled: cannot start its thread: %s", strerror(-r));
+        op_thread_stop();
+        close_channel();
+        goto out;
+    }
     ctl.started = 1;
     ctl.owner = getpid();
     log_debug("control: socket %s, signal %s -> %s", ctl.sock_path[0] ? ctl.sock_path : "(none)",
@@ -710,7 +935,8 @@ void tcgpu_control_stop(void)
     uint64_t one = 1;
 
     pthread_mutex_lock(&ctl_lock);
-    if (!ctl.started || ctl.owner != getpid() || pthread_equal(pthread_self(), ctl.thread)) {
+    if (!ctl.started || ctl.owner != getpid() || pthread_equal(pthread_self(), ctl.thread) ||
+        (opq.started && pthread_equal(pthread_self(), opq.thread))) {
         pthread_mutex_unlock(&ctl_lock);
         return;
     }
@@ -718,6 +944,7 @@ void tcgpu_control_stop(void)
         /* the counter cannot be full: one write per stop */
     }
     pthread_join(ctl.thread, NULL);
+    op_thread_stop();
     close_channel();
     ctl.started = 0;
     ctl.owner = 0;
@@ -737,6 +964,29 @@ void tcgpu_control_atfork_child(void)
     conn = __atomic_exchange_n(&ctl.conn_fd, -1, __ATOMIC_ACQ_REL);
     if (conn >= 0)
         close(conn);
+    /* The operation thread does not exist here: forget the parent's queue
+     * (our copies of its connections are closed, the parent answers them). */
+    pthread_mutex_init(&opq.lock, NULL);
+    pthread_cond_init(&opq.cv, NULL);
+    if (opq.running) {
+        if (opq.running->fd >= 0)
+            close(opq.running->fd);
+        if (opq.running->dirfd >= 0)
+            close(opq.running->dirfd);
+    }
+    opq.running = NULL;
+    while (opq.n) {
+        struct queued_op *o = opq.q[opq.head];
+        opq.head = (opq.head + 1) % (OP_QUEUE_MAX + 1);
+        opq.n--;
+        if (o->fd >= 0)
+            close(o->fd);
+        if (o->dirfd >= 0)
+            close(o->dirfd);
+        free(o);
+    }
+    opq.started = 0;
+    opq.stop = 0;
     ctl.sock_path[0] = '\0';    /* so at_exit and stop never unlink the parent's */
     ctl.started = 0;
     ctl.owner = 0;

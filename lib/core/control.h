@@ -1,13 +1,17 @@
 /*
  * control.h - the control channel inside a tcgpu process: the socket
  * (<run dir>/<pid>.sock, see rundir.h), the signal trigger (see
- * signal_trigger.h) and the one service thread that serves both.
+ * signal_trigger.h), the service thread that serves both and the operation
+ * thread that runs what they ask for.
  *
- * The service thread runs every operation it is asked for (tcgpu_op_* of
- * ops.h) on itself, one at a time: a status query that arrives while a
- * suspend runs is answered when the suspend is done. It never calls CUDA on
- * its own, blocks every signal (the program's handlers run on the program's
- * threads), and never takes a lock the program's threads hold.
+ * The service thread answers status at any time, an operation running or
+ * not (with the running one's name, time so far and progress bytes), and
+ * queues operations (tcgpu_op_* of ops.h) for the operation thread, which
+ * runs them one at a time in the order they came, sends their progress and
+ * their reply. A request that finds 8 operations already waiting is refused
+ * at once (EBUSY, naming the running one). Neither thread calls CUDA on its
+ * own, both block every signal (the program's handlers run on the program's
+ * threads), and neither takes a lock the program's threads hold.
  *
  * Environment, read by tcgpu_control_start():
  *   TCGPU_RUN_DIR          where the socket goes (see rundir.h)
@@ -32,10 +36,11 @@
 int tcgpu_control_start(void);
 
 /*
- * Stop the service thread (after the operation it is running, if any),
- * remove the socket and put the signal's previous disposition back. For
- * tests and orderly shutdown; must not be called from the service thread
- * (an event callback): it then returns without doing anything.
+ * Stop the service thread and the operation thread (after the operation it
+ * is running, if any; requests still waiting are answered ECANCELED), remove
+ * the socket and put the signal's previous disposition back. For tests and
+ * orderly shutdown; must not be called from either thread (an event
+ * callback): it then returns without doing anything.
  */
 void tcgpu_control_stop(void);
 

@@ -21,10 +21,12 @@
 #define ARENA_SIZE (2u << 20)
 
 struct block {
-    size_t off, len;              /* the span it tiles in the segment */
-    size_t size;                  /* what the program asked for, rounded to DEVMEM_ALIGN */
+    size_t off, len;              /* the span it tiles in the segment (DEVMEM_ALIGN multiple) */
+    size_t size;                  /* what the program asked for, exactly */
     uint64_t id;                  /* 0 when free */
     enum tc_alloc_kind kind;
+    CUcontext ctx;                /* current at the allocation: it dies with it */
+    CUmemoryPool pool;            /* TC_ALLOC_ASYNC: the pool it was taken from */
     enum devmem_graph_state gstate;   /* TC_ALLOC_GRAPH */
     int held;                     /* freed during a capture, not reusable yet (id 0) */
     char *site;
@@ -50,11 +52,57 @@ static uint32_t live_count;
 static size_t nheld;              /* blocks held back by frees during captures */
 static unsigned peers_of[TC_MAX_ACCESS];   /* devices given peer access to a device's memory */
 
+/* What each pool has handed out through us, for its USED/RESERVED attributes. */
+struct pool_use {
+    CUmemoryPool pool;
+    uint64_t used, high;
+};
+static struct pool_use *pool_uses;
+static size_t npool_uses, pool_uses_cap;
+
 static void drain_pending_frees(void);
 
 static size_t round_up(size_t v, size_t a)
 {
     return (v + a - 1) / a * a;
+}
+
+/* --- pool accounting (lock held) ------------------------------------------ */
+
+static struct pool_use *pool_use_of(CUmemoryPool pool, int create)
+{
+    for (size_t i = 0; i < npool_uses; i++)
+        if (pool_uses[i].pool == pool)
+            return &pool_uses[i];
+    if (!create)
+        return NULL;
+    if (npool_uses == pool_uses_cap) {
+        size_t cap = pool_uses_cap ? pool_uses_cap * 2 : 8;
+        struct pool_use *n = realloc(pool_uses, cap * sizeof(*n));
+        if (!n)
+            return NULL;
+        pool_uses = n;
+        pool_uses_cap = cap;
+    }
+    pool_uses[npool_uses] = (struct pool_use){ .pool = pool };
+    return &pool_uses[npool_uses++];
+}
+
+/* A block of `len` bytes went to (delta > 0) or came back from `pool`. A
+ * record that cannot be made only costs the attribute's accuracy. */
+static void pool_account(CUmemoryPool pool, size_t len, int delta)
+{
+    struct pool_use *u = pool ? pool_use_of(pool, delta > 0) : NULL;
+
+    if (!u)
+        return;
+    if (delta > 0) {
+        u->used += len;
+        if (u->used > u->high)
+            u->high = u->used;
+    } else {
+        u->used -= len <= u->used ? len : u->used;
+    }
 }
 
 /* --- segment array ------------------------------------------------------- */
@@ -335,6 +383,10 @@ static void block_forget(struct segment *s, size_t i)
 
     live_bytes -= b->size;
     live_count--;
+    if (b->kind == TC_ALLOC_ASYNC)
+        pool_account(b->pool, b->len, -1);
+    b->ctx = NULL;
+    b->pool = NULL;
     reg_hints_forget(s->va + b->off, b->len);
     free(b->site);
     b->site = NULL;
@@ -364,6 +416,8 @@ static void block_unhold(struct segment *s, size_t i)
     block_merge(s, i);
 }
 
+/* The live block at p (exact: starting at p; else containing p within the
+ * program's size), or -1. */
 static long block_find(const struct segment *s, CUdeviceptr p, int exact)
 {
     size_t off = p - s->va;
@@ -381,20 +435,31 @@ static long block_find(const struct segment *s, CUdeviceptr p, int exact)
 
 /* --- the API ------------------------------------------------------------- */
 
+/* Who an allocation belongs to: the context current at the call, and for a
+ * stream-ordered one its pool. */
+struct owner {
+    CUcontext ctx;
+    CUmemoryPool pool;
+};
+
 static void block_claim(struct segment *s, size_t i, size_t size, enum tc_alloc_kind kind,
-                        CUdeviceptr *out)
+                        const struct owner *who, CUdeviceptr *out)
 {
     struct block *b = &s->blocks[i];
 
     b->id = next_alloc_id++;
     b->size = size;
     b->kind = kind;
+    b->ctx = who->ctx;
+    b->pool = who->pool;
     b->gstate = DEVMEM_GRAPH_IDLE;
     b->held = 0;
     b->site = callsite_capture(size);
     s->used += b->len;
     live_bytes += size;
     live_count++;
+    if (kind == TC_ALLOC_ASYNC)
+        pool_account(b->pool, b->len, +1);
     *out = s->va + b->off;
 }
 
@@ -421,8 +486,10 @@ static int devmem_owns(CUdeviceptr p)
 }
 
 /* One try. *over: it failed because of the job's memory limit, not the device. */
-static CUresult alloc_once(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind, int *over)
+static CUresult alloc_once(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind,
+                           CUmemoryPool pool, int *over)
 {
+    struct owner who = { .pool = kind == TC_ALLOC_ASYNC ? pool : NULL };
     struct segment *s;
     size_t len;
     long i;
@@ -431,7 +498,8 @@ static CUresult alloc_once(CUdeviceptr *out, size_t size, enum tc_alloc_kind kin
 
     if (!out || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if ((rc = current_device(&device)) != CUDA_SUCCESS)
+    if ((rc = current_device(&device)) != CUDA_SUCCESS ||
+        (rc = TCGPU_REAL(cuCtxGetCurrent)(&who.ctx)) != CUDA_SUCCESS)
         return rc;
     len = round_up(size, DEVMEM_ALIGN);
     if (len < size)
@@ -449,7 +517,7 @@ static CUresult alloc_once(CUdeviceptr *out, size_t size, enum tc_alloc_kind kin
         if (rc == CUDA_SUCCESS) {
             /* The block tiles the whole rounded segment; the program's
              * size is what lookups report and snapshots save. */
-            block_claim(s, 0, len, kind, out);
+            block_claim(s, 0, size, kind, &who, out);
         }
         reg_unlock();
         return rc;
@@ -464,7 +532,7 @@ static CUresult alloc_once(CUdeviceptr *out, size_t size, enum tc_alloc_kind kin
         reg_unlock();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    block_claim(s, (size_t)i, len, kind, out);
+    block_claim(s, (size_t)i, size, kind, &who, out);
     reg_unlock();
     return CUDA_SUCCESS;
 }
@@ -477,13 +545,13 @@ static CUresult alloc_once(CUdeviceptr *out, size_t size, enum tc_alloc_kind kin
  */
 #define MAKE_ROOM_TRIES 4
 
-CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind)
+CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind, CUmemoryPool pool)
 {
     for (int attempt = 0;; attempt++) {
         uint64_t used;
         uint32_t count;
         int over = 0, device;
-        CUresult rc = alloc_once(out, size, kind, &over);
+        CUresult rc = alloc_once(out, size, kind, pool, &over);
 
         if (rc != CUDA_ERROR_OUT_OF_MEMORY || attempt == MAKE_ROOM_TRIES)
             return rc;
@@ -561,7 +629,10 @@ CUresult devmem_free(CUdeviceptr p)
     i = s ? block_find(s, p, 1) : -1;
     if (i < 0) {
         reg_unlock();
-        return CUDA_ERROR_NOT_FOUND;
+        /* Inside one of our segments but not a live allocation's start
+         * (freed, or its context destroyed): the driver's answer for a
+         * pointer it did not allocate. */
+        return s ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_FOUND;
     }
     if (hold) {
         block_hold(s, (size_t)i);
@@ -698,6 +769,8 @@ static void fill_alloc(const struct segment *s, const struct block *b, struct de
     a->kind = b->kind;
     a->id = b->id;
     a->device = s->device;
+    a->ctx = b->ctx;
+    a->pool = b->pool;
     a->site = b->site;
     a->contents_dead = b->kind == TC_ALLOC_GRAPH && b->gstate != DEVMEM_GRAPH_LIVE;
 }
@@ -781,6 +854,66 @@ void devmem_graph_release(CUdeviceptr p)
     reg_unlock();
 }
 
+int devmem_check_range(CUdeviceptr p, size_t len)
+{
+    struct devmem_alloc a;
+    int rc;
+
+    if (len == 0)
+        return 0;
+    rc = devmem_lookup(p, &a);
+    if (rc == -ENOENT)
+        return 0;                       /* not ours: the driver checks it */
+    if (rc)
+        return rc;
+    return len <= a.size - (p - a.va) ? 0 : -EFAULT;   /* p - a.va < a.size */
+}
+
+void devmem_context_destroyed(CUcontext ctx)
+{
+    if (!ctx)
+        return;
+    reg_lock();
+    drain_pending_frees();
+    for (size_t i = 0; i < nsegs; i++) {
+        struct segment *s = segs[i];
+        size_t before = nsegs;
+
+        for (size_t j = 0; j < s->nblocks; j++) {
+            if (!s->blocks[j].id || s->blocks[j].ctx != ctx)
+                continue;
+            block_release(s, j);
+            j = (size_t)-1;             /* merging moved the blocks: start over */
+        }
+        release_if_unused(s);
+        if (nsegs < before)
+            i--;
+    }
+    reg_unlock();
+}
+
+void devmem_pool_usage(CUmemoryPool pool, uint64_t *used, uint64_t *high)
+{
+    struct pool_use *u;
+
+    reg_lock();
+    drain_pending_frees();
+    u = pool_use_of(pool, 0);
+    *used = u ? u->used : 0;
+    *high = u ? u->high : 0;
+    reg_unlock();
+}
+
+void devmem_pool_reset_high(CUmemoryPool pool)
+{
+    struct pool_use *u;
+
+    reg_lock();
+    if ((u = pool_use_of(pool, 0)) != NULL)
+        u->high = u->used;
+    reg_unlock();
+}
+
 int devmem_lookup(CUdeviceptr p, struct devmem_alloc *a)
 {
     struct segment *s;
@@ -820,10 +953,15 @@ int devmem_for_each(int (*fn)(const struct devmem_alloc *a, void *arg), void *ar
     return rc;
 }
 
+void devmem_usage_locked(uint64_t *bytes, uint32_t *count)
+{
+    *bytes = live_bytes;
+    *count = live_count;
+}
+
 void devmem_usage(uint64_t *bytes, uint32_t *count)
 {
     reg_lock();
-    *bytes = live_bytes;
-    *count = live_count;
+    devmem_usage_locked(bytes, count);
     reg_unlock();
 }

@@ -13,9 +13,12 @@
  *     256-byte alignment, free neighbours merged), so small buffers do not
  *     cost 2 MiB each.
  *
- * Each allocation keeps its own identity (base, size, buffer id), so that
- * cuMemGetAddressRange and cuPointerGetAttribute answer per allocation, not
- * per segment.
+ * Each allocation keeps its own identity (base, the size asked for, buffer
+ * id, the context current at the call, the pool of a stream-ordered one), so
+ * that cuMemGetAddressRange and cuPointerGetAttribute answer per allocation,
+ * as the driver does, not per segment; and copies that would run past an
+ * allocation's end into its neighbour are refused as the driver refuses them
+ * (devmem_check_range). Destroying a context frees what was allocated in it.
  *
  * All functions return CUresult (the wrappers hand them to the program) and
  * take the registry lock themselves; they call the real driver through the
@@ -40,6 +43,8 @@ struct devmem_alloc {
     enum tc_alloc_kind kind;
     uint64_t id;
     int device;
+    CUcontext ctx;                /* current when it was allocated */
+    CUmemoryPool pool;            /* TC_ALLOC_ASYNC: its pool; else NULL */
     const char *site;             /* call site when TCGPU_TRACE_ALLOC=1, else NULL */
     int contents_dead;            /* graph memory between launches: nothing to save */
 };
@@ -62,17 +67,24 @@ int devmem_graph_set(CUdeviceptr p, enum devmem_graph_state st);
  * becomes an ordinary stream-ordered allocation of the program. */
 void devmem_graph_release(CUdeviceptr p);
 
-/* cuMemAlloc semantics: size 0 -> CUDA_ERROR_INVALID_VALUE. */
-CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind);
+/*
+ * cuMemAlloc semantics: size 0 -> CUDA_ERROR_INVALID_VALUE. `pool` is the
+ * pool a stream-ordered allocation (TC_ALLOC_ASYNC) is taken from, for its
+ * MEMPOOL_HANDLE attribute and the pool's usage; ignored for other kinds.
+ */
+CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind, CUmemoryPool pool);
 
 /*
  * Frees the allocation that starts at p. CUDA_ERROR_NOT_FOUND when p is not
- * the start of one of ours (the caller then passes the call to the driver,
- * which answers as it would); CUDA_SUCCESS otherwise. Like the driver's
- * cuMemFree it waits for the device work that may use the block, except
- * while a stream capture is in progress: synchronising the context then
- * would invalidate the capture, so the block is held back (not reusable,
- * already freed for the program) until a later trim without capture.
+ * in our memory at all (the caller then passes the call to the driver, which
+ * answers as it would); CUDA_ERROR_INVALID_VALUE when it is in one of our
+ * segments but not the start of a live allocation (freed already, or its
+ * context destroyed), as the driver answers; CUDA_SUCCESS otherwise. Like
+ * the driver's cuMemFree it waits for the device work that may use the
+ * block, except while a stream capture is in progress: synchronising the
+ * context then would invalidate the capture, so the block is held back (not
+ * reusable, already freed for the program) until a later trim without
+ * capture.
  */
 CUresult devmem_free(CUdeviceptr p);
 
@@ -91,6 +103,27 @@ CUresult devmem_free_async(CUdeviceptr p, CUstream stream, int per_thread);
  */
 int devmem_lookup(CUdeviceptr p, struct devmem_alloc *a);
 
+/*
+ * Whether [p, p+len) may be copied to or from, as the driver checks a copy's
+ * or memset's range: 0 when p is not in our memory (the driver checks it),
+ * or when the range lies inside one live allocation; -EFAULT when p is in
+ * one of our segments but the range starts in no live allocation or runs
+ * past its end (the driver: CUDA_ERROR_INVALID_VALUE). len 0 is fine.
+ */
+int devmem_check_range(CUdeviceptr p, size_t len);
+
+/*
+ * The context was destroyed (cuCtxDestroy, the last release or a reset of a
+ * primary context): its allocations are gone, as the driver frees them.
+ */
+void devmem_context_destroyed(CUcontext ctx);
+
+/* What `pool` has handed out through us now (bytes of live blocks) and its
+ * high-water mark since the last reset; for cuMemPoolGetAttribute. */
+void devmem_pool_usage(CUmemoryPool pool, uint64_t *used, uint64_t *high);
+/* cuMemPoolSetAttribute(USED/RESERVED_MEM_HIGH, 0): the mark restarts at the current use. */
+void devmem_pool_reset_high(CUmemoryPool pool);
+
 /* Calls fn for every live allocation, in address order; stops at a non-zero return. */
 int devmem_for_each(int (*fn)(const struct devmem_alloc *a, void *arg), void *arg);
 
@@ -106,6 +139,8 @@ CUresult devmem_peer_access(int owner, int peer, int enable);
 
 /* Bytes the program holds (sum of allocation sizes) and their count. */
 void devmem_usage(uint64_t *bytes, uint32_t *count);
+/* The same with the registry lock already held. */
+void devmem_usage_locked(uint64_t *bytes, uint32_t *count);
 
 /*
  * Returns the blocks of completed cuMemFreeAsync calls to the allocator,

@@ -313,7 +313,7 @@ static CUresult alloc_relaxed(CUdeviceptr *out, size_t size)
 {
     CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
     int exchanged = TCGPU_REAL(cuThreadExchangeStreamCaptureMode)(&m) == CUDA_SUCCESS;
-    CUresult rc = devmem_alloc(out, size, TC_ALLOC_GRAPH);
+    CUresult rc = devmem_alloc(out, size, TC_ALLOC_GRAPH, NULL);
 
     if (exchanged)
         TCGPU_REAL(cuThreadExchangeStreamCaptureMode)(&m);

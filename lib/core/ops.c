@@ -36,6 +36,7 @@
 #include "ops.h"
 #include "registry.h"
 #include "snapshot.h"
+#include "thread.h"
 #include "common/clock.h"
 #include "common/errmsg.h"
 #include "common/names.h"
@@ -115,9 +116,9 @@ static int quiesce(struct op_run *r)
         errmsg_set("the API gate is already closed");
         return rc;
     }
-    rc = snap_sync();
+    rc = snap_sync(gate_timeout_ms());
     if (rc)
-        tcgpu_gate_open();
+        tcgpu_gate_open();      /* the program goes on as before */
     r->t_quiesced = now_ns();
     return rc;
 }
@@ -294,6 +295,8 @@ static int do_resume(struct op_run *r)
         return rc;
     }
     free(prev);
+    if (!r->dir)
+        snap_discard_image(suspended);  /* in place only: an image named to us is its owner's */
     snap_free(suspended);
     suspended = NULL;
     devmem_trim();
@@ -371,19 +374,12 @@ static void *worker_main(void *unused)
 /* Starts the worker once per process (a forked child starts its own). */
 static int worker_ensure(void)
 {
-    pthread_attr_t attr;
-    pthread_t th;
     int rc;
 
     if (worker_pid == getpid())
         return 0;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&th, &attr, worker_main, NULL);
-    pthread_attr_destroy(&attr);
-    if (rc)
-        return -rc;
-    pthread_setname_np(th, "tcgpu-ops");
+    if ((rc = core_thread_start(NULL, worker_main, "tcgpu-ops", 0)))
+        return rc;
     worker_pid = getpid();
     return 0;
 }
@@ -511,6 +507,28 @@ int tcgpu_op_resume_from(const char *dir, const struct tcgpu_op_caller *by)
     return run_op(TCGPU_OP_RESUME, dir && *dir ? dir : NULL, by);
 }
 
+/*
+ * What the registry counts, for status. An operation holds the registry lock
+ * over many driver calls (a rebuild creates and maps every physical
+ * allocation under it): status does not wait for it, it answers with what
+ * it counted last (status_mutex).
+ */
+static void registry_counts(struct reg_counts *rc, uint64_t *bytes, uint32_t *count)
+{
+    static struct reg_counts last_rc;
+    static uint64_t last_bytes;
+    static uint32_t last_count;
+
+    if (reg_trylock()) {
+        devmem_usage_locked(&last_bytes, &last_count);
+        reg_counts(&last_rc);
+        reg_unlock();
+    }
+    *rc = last_rc;
+    *bytes = last_bytes;
+    *count = last_count;
+}
+
 int tcgpu_op_status(struct tcgpu_status *st)
 {
     struct reg_counts rc;
@@ -519,11 +537,8 @@ int tcgpu_op_status(struct tcgpu_status *st)
 
     if (!st)
         return -EINVAL;
-    devmem_usage(&bytes, &count);
-    reg_lock();
-    reg_counts(&rc);
-    reg_unlock();
     pthread_mutex_lock(&status_mutex);
+    registry_counts(&rc, &bytes, &count);
     *st = last;
     st->state = state;
     pthread_mutex_unlock(&status_mutex);

@@ -30,6 +30,11 @@ void reg_unlock(void)
     pthread_mutex_unlock(&registry_mutex);
 }
 
+int reg_trylock(void)
+{
+    return pthread_mutex_trylock(&registry_mutex) == 0;
+}
+
 struct tc_phys *reg_phys_add(CUmemGenericAllocationHandle real, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags,
                              enum tc_owner owner)
@@ -149,7 +154,7 @@ struct tc_map *reg_map_first(void)
 
 static struct tc_managed *managed_list;
 
-int reg_managed_add(CUdeviceptr va, size_t size, int device)
+int reg_managed_add(CUdeviceptr va, size_t size, int device, CUcontext ctx)
 {
     struct tc_managed *m = calloc(1, sizeof(*m));
 
@@ -158,6 +163,7 @@ int reg_managed_add(CUdeviceptr va, size_t size, int device)
     m->va = va;
     m->size = size;
     m->device = device;
+    m->ctx = ctx;
     m->next = managed_list;
     managed_list = m;
     return 0;
@@ -175,6 +181,20 @@ size_t reg_managed_remove(CUdeviceptr va)
         }
     }
     return 0;
+}
+
+void reg_managed_forget_ctx(CUcontext ctx)
+{
+    for (struct tc_managed **pp = &managed_list; *pp;) {
+        struct tc_managed *m = *pp;
+        if (m->ctx != ctx) {
+            pp = &m->next;
+            continue;
+        }
+        *pp = m->next;
+        reg_hints_forget(m->va, m->size);
+        free(m);
+    }
 }
 
 struct tc_managed *reg_managed_first(void)

@@ -82,6 +82,9 @@ struct tc_region {
 
 void reg_lock(void);
 void reg_unlock(void);
+/* reg_lock when it is free now: 1 (locked) or 0. For status, which must not
+ * wait for an operation that holds the lock over many driver calls. */
+int reg_trylock(void);
 
 /* --- physical allocations and mappings (caller holds the lock) --- */
 
@@ -116,11 +119,14 @@ struct tc_managed {
     CUdeviceptr va;
     size_t size;
     int device;
+    CUcontext ctx;                /* current at the allocation: it dies with it */
     struct tc_managed *next;
 };
-int reg_managed_add(CUdeviceptr va, size_t size, int device);
+int reg_managed_add(CUdeviceptr va, size_t size, int device, CUcontext ctx);
 /* Forgets the managed allocation at va; returns its size, 0 if there was none. */
 size_t reg_managed_remove(CUdeviceptr va);
+/* Forgets every managed allocation of a destroyed context (the driver freed them). */
+void reg_managed_forget_ctx(CUcontext ctx);
 struct tc_managed *reg_managed_first(void);
 
 /* --- hints (tcgpu_hint_skip / tcgpu_hint_dtype) --- */

@@ -6,6 +6,8 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,11 +24,21 @@
 #include "hostkeep.h"
 #include "registry.h"
 #include "snapshot.h"
+#include "thread.h"
 #include "driver/unsupported.h"
+#include "common/clock.h"
 #include "common/errmsg.h"
 
 #define MAX_CTX 64
 
+/*
+ * A range whose contents a snapshot saves. `va` is its identity (the
+ * program's address; for a physical allocation of the program's that no
+ * mapping shows whole, the address of a mapping at its start, or 0 when it
+ * has none), and where hints apply. The bytes are copied at `copy_va`: va
+ * itself, or a window of tcgpu's own onto the physical allocation
+ * (docs/save-restore.md, "Memory the program cannot reach").
+ */
 struct region {
     CUdeviceptr va;
     size_t size;
@@ -35,6 +47,10 @@ struct region {
     uint32_t dtype;
     int device;
     const char *site;
+    struct tc_phys *phys;             /* windowed: the program's physical allocation */
+    CUdeviceptr copy_va;              /* where the engine copies it */
+    CUdeviceptr win_va;               /* windowed: our reserved VA (0: not reserved yet) */
+    int windowed, win_mapped;
 };
 
 struct snap {
@@ -45,6 +61,9 @@ struct snap {
     struct pipe_store *store;         /* host copy (host mode, or before an image) */
     int keep_store;                   /* its memory serves the next suspend (hostkeep.h) */
     char *image_dir;                  /* saved to this image (image mode) */
+    char *written_dir;                /* ... where it was written (image_dir may move) */
+    uint8_t image_id[16];             /* its manifest checksum: the image's identity */
+    uint64_t image_created_ns;        /* when it was committed */
     char *parent_dir;                 /* incremental: the parent image */
     struct pipe_stats stats;          /* of the last drain or refill */
 };
@@ -70,6 +89,30 @@ static void progress_start(struct progress *p, enum tcgpu_phase phase, uint64_t 
 
 /* --- contexts ------------------------------------------------------------ */
 
+/* The device whose primary context ctx_enter retained on this thread, or -1. */
+static __thread int retained_primary = -1;
+
+/*
+ * A program that destroyed every context of a device still holds its VMM
+ * memory there (that memory belongs to no context): copy it with the
+ * device's primary context, retained for the copy only.
+ */
+static int enter_primary(int device)
+{
+    CUcontext ctx;
+    CUresult rc = TCGPU_REAL(cuDevicePrimaryCtxRetain)(&ctx, device);
+
+    if (rc == CUDA_SUCCESS && (rc = TCGPU_REAL(cuCtxPushCurrent)(ctx)) != CUDA_SUCCESS)
+        TCGPU_REAL(cuDevicePrimaryCtxRelease)(device);
+    if (rc != CUDA_SUCCESS) {
+        errmsg_set("device %d: the program has no context left there, and its primary "
+                   "context cannot be made current: %s", device, cu_error_name(rc));
+        return -EIO;
+    }
+    retained_primary = device;
+    return 0;
+}
+
 /* Makes a context of `device` current on this thread (push); pop with ctx_leave. */
 static int ctx_enter(int device)
 {
@@ -88,8 +131,7 @@ static int ctx_enter(int device)
         }
         return 0;
     }
-    errmsg_set("no live context on device %d holds its allocations", device);
-    return -ESRCH;
+    return enter_primary(device);
 }
 
 static void ctx_leave(void)
@@ -97,6 +139,214 @@ static void ctx_leave(void)
     CUcontext ignored;
 
     TCGPU_REAL(cuCtxPopCurrent)(&ignored);
+    if (retained_primary >= 0) {
+        TCGPU_REAL(cuDevicePrimaryCtxRelease)(retained_primary);
+        retained_primary = -1;
+    }
+}
+
+/* --- waiting for the device, with a bound ----------------------------------
+ *
+ * cuCtxSynchronize waits for ever when device work never ends while no
+ * thread is inside a driver call (a kernel the program polls with
+ * cuStreamQuery, a host function waiting for one of its threads): the
+ * program would stay parked at the gate and the operation would never end.
+ * So every stream tcgpu can name is polled with cuStreamQuery until the
+ * deadline, and what is left (the per-thread default streams, which only
+ * their thread can name) is waited for by cuCtxSynchronize on a thread of
+ * ours, up to the deadline. On timeout the operation fails naming the stream
+ * and its last work; the caller reopens the gate. (docs/interposition.md,
+ * "Waiting for the device") */
+
+#define SYNC_MAX_STREAMS 256
+
+static void nap_us(unsigned us)
+{
+    struct timespec ts = { 0, (long)us * 1000 };
+
+    nanosleep(&ts, NULL);
+}
+
+/* The device is stuck: name the first busy stream (and how many more). */
+static int device_timeout(unsigned timeout_ms, const struct obj_stream *busy, size_t more)
+{
+    char what[320], also[48] = "";
+
+    objects_describe_stream(busy, what, sizeof(what));
+    if (more)
+        snprintf(also, sizeof(also), " (and %zu more stream%s)", more, more > 1 ? "s" : "");
+    errmsg_set("device work did not finish within %u ms (TCGPU_GATE_TIMEOUT_MS): %s%s",
+               timeout_ms, what, also);
+    return -ETIMEDOUT;
+}
+
+/* Polls the queryable streams of ctx (current) until idle, a sticky error or
+ * the deadline. */
+static int wait_streams(CUcontext ctx, int device, uint64_t deadline, unsigned timeout_ms)
+{
+    static struct obj_stream st[SYNC_MAX_STREAMS + 1];   /* the op thread's only */
+    size_t n = objects_streams_of(ctx, st, SYNC_MAX_STREAMS), legacy = SIZE_MAX;
+    unsigned nap = 100;
+
+    if (n > SYNC_MAX_STREAMS)
+        n = SYNC_MAX_STREAMS;
+    for (size_t i = 0; i < n; i++)
+        if (st[i].kind == OBJ_STREAM_LEGACY)
+            legacy = i;
+    if (legacy == SIZE_MAX) {
+        /* the legacy stream is there whether or not work was noted on it */
+        st[n] = (struct obj_stream){ .kind = OBJ_STREAM_LEGACY, .ctx = ctx };
+        legacy = n++;
+    }
+    for (;;) {
+        size_t busy = 0, first = 0;
+
+        for (size_t i = 0; i < n; i++) {
+            CUresult rc;
+            if (st[i].kind == OBJ_STREAM_PER_THREAD)
+                continue;
+            rc = TCGPU_REAL(cuStreamQuery)(i == legacy ? CU_STREAM_LEGACY : st[i].handle);
+            if (rc == CUDA_SUCCESS) {
+                st[i].kind = OBJ_STREAM_PER_THREAD;         /* done: skip it from now on */
+                continue;
+            }
+            if (rc != CUDA_ERROR_NOT_READY) {
+                /* A sticky error (a kernel faulted): the device state is
+                 * not trustworthy, so saving it would save garbage. */
+                errmsg_set("device %d: %s", device, cu_error_name(rc));
+                return -EIO;
+            }
+            if (!busy++)
+                first = i;
+        }
+        if (!busy)
+            return 0;
+        if (now_ns() >= deadline)
+            return device_timeout(timeout_ms, &st[first], busy - 1);
+        nap_us(nap);
+        nap = nap < 5000 ? nap * 2 : 5000;
+    }
+}
+
+/* The thread that runs cuCtxSynchronize for the bounded wait. It may stay
+ * inside the driver after a timeout until the work ends; the next wait then
+ * waits for it first. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;            /* CLOCK_MONOTONIC */
+    pid_t pid;                    /* the process it runs in; a fork child starts its own */
+    CUcontext ctx;
+    int asked, busy;
+    CUresult result;
+} waiter = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void *waiter_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&waiter.lock);
+    for (;;) {
+        while (!waiter.asked)
+            pthread_cond_wait(&waiter.cv, &waiter.lock);
+        CUcontext ctx = waiter.ctx;
+        waiter.asked = 0;
+        pthread_mutex_unlock(&waiter.lock);
+        CUresult rc = TCGPU_REAL(cuCtxPushCurrent)(ctx);
+        if (rc == CUDA_SUCCESS) {
+            CUcontext ignored;
+            rc = TCGPU_REAL(cuCtxSynchronize)();
+            TCGPU_REAL(cuCtxPopCurrent)(&ignored);
+        }
+        pthread_mutex_lock(&waiter.lock);
+        waiter.result = rc;
+        waiter.busy = 0;
+        pthread_cond_broadcast(&waiter.cv);
+    }
+    return NULL;
+}
+
+/* Starts the waiter once per process (lock held). */
+static int waiter_ensure(void)
+{
+    pthread_condattr_t ca;
+    int rc;
+
+    if (waiter.pid == getpid())
+        return 0;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&waiter.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    waiter.asked = waiter.busy = 0;
+    if ((rc = core_thread_start(NULL, waiter_main, "tcgpu-devwait", 0)))
+        return rc;
+    waiter.pid = getpid();
+    return 0;
+}
+
+/* Waits until !waiter.busy or the deadline (lock held); 1 when still busy. */
+static int waiter_busy_until(uint64_t deadline)
+{
+    while (waiter.busy) {
+        struct timespec ts = { (time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u) };
+        if (now_ns() >= deadline)
+            return 1;
+        pthread_cond_timedwait(&waiter.cv, &waiter.lock, &ts);
+    }
+    return 0;
+}
+
+/* What cuCtxSynchronize still waits for when no queryable stream is busy. */
+static void describe_unqueryable(CUcontext ctx, char *buf, size_t len)
+{
+    static struct obj_stream st[SYNC_MAX_STREAMS];
+    size_t n = objects_streams_of(ctx, st, SYNC_MAX_STREAMS);
+
+    for (size_t i = 0; i < n && i < SYNC_MAX_STREAMS; i++) {
+        if (st[i].kind == OBJ_STREAM_PER_THREAD) {
+            objects_describe_stream(&st[i], buf, len);
+            return;
+        }
+    }
+    snprintf(buf, len, "work of context %p on no stream tcgpu can query", (void *)ctx);
+}
+
+static int sync_bounded(CUcontext ctx, int device, uint64_t deadline, unsigned timeout_ms)
+{
+    char what[320];
+    CUresult rc;
+    int r;
+
+    if (waiter.pid != getpid())               /* a fork child: the parent's state is stale */
+        pthread_mutex_init(&waiter.lock, NULL);
+    pthread_mutex_lock(&waiter.lock);
+    if ((r = waiter_ensure()) != 0) {
+        pthread_mutex_unlock(&waiter.lock);
+        errmsg_set("cannot start the device wait thread: %s", strerror(-r));
+        return r;
+    }
+    if (waiter_busy_until(deadline)) {
+        pthread_mutex_unlock(&waiter.lock);
+        errmsg_set("device work did not finish within %u ms (TCGPU_GATE_TIMEOUT_MS): an "
+                   "earlier operation's wait for it still has not ended", timeout_ms);
+        return -ETIMEDOUT;
+    }
+    waiter.ctx = ctx;
+    waiter.asked = waiter.busy = 1;
+    pthread_cond_broadcast(&waiter.cv);
+    if (waiter_busy_until(deadline)) {
+        pthread_mutex_unlock(&waiter.lock);
+        describe_unqueryable(ctx, what, sizeof(what));
+        errmsg_set("device work did not finish within %u ms (TCGPU_GATE_TIMEOUT_MS): %s",
+                   timeout_ms, what);
+        return -ETIMEDOUT;
+    }
+    rc = waiter.result;
+    pthread_mutex_unlock(&waiter.lock);
+    if (rc != CUDA_SUCCESS) {
+        errmsg_set("cuCtxSynchronize on device %d: %s", device, cu_error_name(rc));
+        return -EIO;
+    }
+    return 0;
 }
 
 /*
@@ -115,30 +365,28 @@ static int refuse_during_capture(void)
     return -EBUSY;
 }
 
-int snap_sync(void)
+int snap_sync(unsigned timeout_ms)
 {
     CUcontext ctxs[MAX_CTX];
     CUdevice devs[MAX_CTX];
     size_t n = objects_contexts(ctxs, devs, MAX_CTX);
+    uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
     CUresult rc;
-    int busy;
+    int r;
 
-    if ((busy = refuse_during_capture()) != 0)
-        return busy;
+    if ((r = refuse_during_capture()) != 0)
+        return r;
     for (size_t i = 0; i < n && i < MAX_CTX; i++) {
         if ((rc = TCGPU_REAL(cuCtxPushCurrent)(ctxs[i])) != CUDA_SUCCESS) {
             errmsg_set("cuCtxPushCurrent: %s", cu_error_name(rc));
             return -EIO;
         }
-        rc = TCGPU_REAL(cuCtxSynchronize)();
+        r = wait_streams(ctxs[i], (int)devs[i], deadline, timeout_ms);
         ctx_leave();
-        if (rc != CUDA_SUCCESS) {
-            /* A sticky error (a kernel faulted): the device state is not
-             * trustworthy, so saving it would save garbage. */
-            errmsg_set("cuCtxSynchronize on device %d: %s", (int)devs[i],
-                               cu_error_name(rc));
-            return -EIO;
-        }
+        if (r == 0)
+            r = sync_bounded(ctxs[i], (int)devs[i], deadline, timeout_ms);
+        if (r)
+            return r;
     }
     return 0;
 }
@@ -179,38 +427,70 @@ static int add_devmem(const struct devmem_alloc *a, void *arg)
     struct region r = {
         .va = a->va, .size = a->size, .id = a->id, .kind = image_kind(a->kind),
         .dtype = reg_hint_dtype_at(a->va), .device = a->device, .site = a->site,
+        .copy_va = a->va,
     };
     return snap_add(arg, &r);
 }
 
-/* The program's own VMM mappings; ids above devmem's so both fit one image. */
-static int add_user_maps(struct snap *s)
+/* Whether mapping m gives p's own device read and write access. */
+static int map_rw_for(const struct tc_map *m, const struct tc_phys *p)
 {
-    uint64_t id = 1ull << 62;
+    for (int i = 0; i < m->naccess; i++)
+        if (m->access[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+            m->access[i].location.id == p->prop.location.id)
+            return m->access[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return 0;
+}
+
+/* A mapping that shows all of p, readable and writable (the copies go
+ * through it), else a mapping at its start, else NULL. *whole says which. */
+static struct tc_map *view_of(const struct tc_phys *p, int *whole)
+{
+    struct tc_map *start = NULL;
+
+    for (struct tc_map *m = reg_map_first(); m; m = m->next) {
+        if (m->phys != p || m->offset != 0)
+            continue;
+        if (m->size == p->size && map_rw_for(m, p)) {
+            *whole = 1;
+            return m;
+        }
+        if (!start)
+            start = m;
+    }
+    *whole = 0;
+    return start;
+}
+
+/*
+ * The program's own physical allocations (cuMemCreate), each saved whole:
+ * through a mapping that shows it all with access, else through a window of
+ * our own, so that memory mapped without access yet (PyTorch maps, then sets
+ * access) or held unmapped (between cuMemCreate and cuMemMap, page pools)
+ * is saved too, and the program's mappings keep the access they had. Ids are
+ * the program's handles: stable from one checkpoint to the next, apart from
+ * devmem's small ids and managed memory's.
+ */
+static int add_user_memory(struct snap *s)
+{
     int rc = 0;
 
     reg_lock();
-    for (struct tc_phys *p = reg_phys_first(); p; p = p->next) {
-        if (p->owner == TC_OWNER_USER && p->nmaps == 0) {
-            /* Its contents are only reachable through a mapping; the
-             * program may map it again later and expect them. */
-            errmsg_set("physical allocation %#llx (%zu bytes, cuMemCreate) is held "
-                               "but not mapped: its contents cannot be saved",
-                               (unsigned long long)p->id, p->size);
-            rc = -ENOTSUP;
-            goto out;
-        }
-    }
-    for (struct tc_map *m = reg_map_first(); m && rc == 0; m = m->next) {
-        if (m->phys->owner != TC_OWNER_USER)
+    for (struct tc_phys *p = reg_phys_first(); p && rc == 0; p = p->next) {
+        struct tc_map *m;
+        int whole;
+
+        if (p->owner != TC_OWNER_USER)
             continue;
+        m = view_of(p, &whole);
         struct region r = {
-            .va = m->va, .size = m->size, .id = id++, .kind = TCGPU_ALLOC_VMM_MAPPING,
-            .dtype = reg_hint_dtype_at(m->va), .device = m->phys->prop.location.id,
+            .va = m ? m->va : 0, .size = p->size, .id = p->id, .kind = TCGPU_ALLOC_VMM_MAPPING,
+            .dtype = m ? reg_hint_dtype_at(m->va) : TCGPU_DTYPE_UNKNOWN,
+            .device = p->prop.location.id, .phys = p, .copy_va = whole ? m->va : 0,
+            .windowed = !whole,
         };
         rc = snap_add(s, &r);
     }
-out:
     reg_unlock();
     return rc;
 }
@@ -225,7 +505,7 @@ static int add_managed(struct snap *s)
     for (struct tc_managed *m = reg_managed_first(); m && rc == 0; m = m->next) {
         struct region r = {
             .va = m->va, .size = m->size, .id = id++, .kind = TCGPU_ALLOC_MANAGED,
-            .dtype = reg_hint_dtype_at(m->va), .device = m->device,
+            .dtype = reg_hint_dtype_at(m->va), .device = m->device, .copy_va = m->va,
         };
         rc = snap_add(s, &r);
     }
@@ -251,7 +531,7 @@ int snap_collect(struct snap **out, unsigned flags)
     devmem_trim();                    /* frees the streams have reached are not saved */
     rc = devmem_for_each(add_devmem, s);
     if (rc == 0)
-        rc = add_user_maps(s);
+        rc = add_user_memory(s);
     if (rc == 0 && (flags & SNAP_MANAGED))
         rc = add_managed(s);
     if (rc) {
@@ -262,6 +542,72 @@ int snap_collect(struct snap **out, unsigned flags)
     }
     *out = s;
     return 0;
+}
+
+/* --- windows: our own mappings of the program's physical memory ----------
+ *
+ * A window reserves VA of our own the size of the physical allocation, maps
+ * it there and gives its device read/write access, for the copies only; the
+ * program's mappings are never touched. The reservation is kept while the
+ * snapshot lives (a host copy refills at the addresses it was drained from)
+ * and freed with it; the mapping is taken down after each drain or refill,
+ * before the physical memory is released. */
+
+static int window_map(struct region *r)
+{
+    CUmemAccessDesc acc = { .location = r->phys->prop.location,
+                            .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    CUresult rc = CUDA_SUCCESS;
+
+    if (!r->win_va)
+        rc = TCGPU_REAL(cuMemAddressReserve)(&r->win_va, r->size, 0, 0, 0);
+    if (rc == CUDA_SUCCESS && (rc = TCGPU_REAL(cuMemMap)(r->win_va, r->size, 0, r->phys->real, 0))
+        == CUDA_SUCCESS) {
+        if ((rc = TCGPU_REAL(cuMemSetAccess)(r->win_va, r->size, &acc, 1)) == CUDA_SUCCESS) {
+            r->win_mapped = 1;
+            r->copy_va = r->win_va;
+            return 0;
+        }
+        TCGPU_REAL(cuMemUnmap)(r->win_va, r->size);
+    }
+    errmsg_set("cannot map physical allocation %#llx (%zu bytes) for the copy: %s",
+               (unsigned long long)r->id, r->size, cu_error_name(rc));
+    return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
+
+static void windows_close(struct snap *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        struct region *r = &s->r[i];
+        if (r->win_mapped) {
+            TCGPU_REAL(cuMemUnmap)(r->win_va, r->size);
+            r->win_mapped = 0;
+        }
+    }
+}
+
+/* Maps every window (the physical memory must exist). All or none. */
+static int windows_open(struct snap *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        int rc = s->r[i].windowed && !s->r[i].win_mapped ? window_map(&s->r[i]) : 0;
+        if (rc) {
+            windows_close(s);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static void windows_free(struct snap *s)
+{
+    windows_close(s);
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->r[i].win_va) {
+            TCGPU_REAL(cuMemAddressFree)(s->r[i].win_va, s->r[i].size);
+            s->r[i].win_va = 0;
+        }
+    }
 }
 
 /* --- saving -------------------------------------------------------------- */
@@ -352,8 +698,8 @@ static int add_ext(CUdeviceptr va, size_t len, void *arg)
         l->cap = cap;
     }
     l->e[l->n++] = (struct pipe_ext){
-        .va = va, .len = len, .alloc_id = l->r->id, .offset = va - l->r->va,
-        .dtype = l->r->dtype, .device = l->r->device,
+        .va = l->r->copy_va + (va - l->r->va), .len = len, .alloc_id = l->r->id,
+        .offset = va - l->r->va, .dtype = l->r->dtype, .device = l->r->device,
     };
     return 0;
 }
@@ -376,7 +722,9 @@ static int list_extents(struct snap *s, struct ext_list *l)
     memset(l, 0, sizeof(*l));
     for (size_t i = 0; i < s->n && rc == 0; i++) {
         l->r = &s->r[i];
-        rc = reg_for_each_unskipped(s->r[i].va, s->r[i].size, add_ext, l);
+        /* hints are by the program's addresses: none without one */
+        rc = s->r[i].va ? reg_for_each_unskipped(s->r[i].va, s->r[i].size, add_ext, l)
+                        : add_ext(0, s->r[i].size, l);
     }
     if (rc) {
         free(l->e);
@@ -414,8 +762,12 @@ int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
     int rc;
 
     free_host_copies(s);
-    if ((rc = list_extents(s, &l)) != 0)
+    if ((rc = windows_open(s)) != 0)
         return rc;
+    if ((rc = list_extents(s, &l)) != 0) {
+        windows_close(s);
+        return rc;
+    }
     progress_start(&prog, TCGPU_PHASE_DRAIN, s->bytes);
     if ((rc = open_pipe(&p, &prog)) == 0) {
         /* Into the pages the last suspend used, when they are kept. */
@@ -426,6 +778,7 @@ int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
         close_pipe(p, rc);
     }
     free(l.e);
+    windows_close(s);
     if (rc)
         return rc;
     s->stored = pipe_store_bytes(s->store);
@@ -523,10 +876,13 @@ static int write_regions(struct snap *s, struct image_writer *w, struct pipe *p,
     } else {
         struct ext_list l;
 
-        if ((rc = list_extents(s, &l)) != 0)
+        if ((rc = windows_open(s)) != 0)
             return rc;
-        rc = pipe_drain_image(p, l.e, l.n, &sink);
-        free(l.e);
+        if ((rc = list_extents(s, &l)) == 0) {
+            rc = pipe_drain_image(p, l.e, l.n, &sink);
+            free(l.e);
+        }
+        windows_close(s);
     }
     pipe_get_stats(p, &s->stats);
     /* The pipe's message when it has one, else the one already set (the
@@ -574,6 +930,25 @@ int snap_set_parent(struct snap *s, const char *parent_dir)
     return 0;
 }
 
+/* The image just committed: its identity, so that a resume in place takes
+ * this image and no other (an older checkpoint of the same process has the
+ * same allocations, and would resume silently onto stale memory). */
+static int remember_identity(struct snap *s)
+{
+    char err[512] = "";
+    struct image *img = NULL;
+    int rc = image_open(&img, s->image_dir, IMAGE_OPEN_MANIFEST_ONLY, err, sizeof(err));
+
+    if (rc) {
+        errmsg_set("image written but cannot be read back: %s", err[0] ? err : strerror(-rc));
+        return rc;
+    }
+    image_manifest_csum(img, s->image_id);
+    s->image_created_ns = image_process_info(img)->created_ns;
+    image_close(img);
+    return 0;
+}
+
 int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void *arg)
 {
     struct progress prog = { fn, arg, 0, s->bytes, TCGPU_PHASE_WRITE };
@@ -606,6 +981,8 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
         image_writer_stats(w, &raw, &stored, &chunks);
         s->stored = stored;
         free(s->image_dir);
+        free(s->written_dir);
+        s->written_dir = NULL;
         /* a directory passed to us as a descriptor (/proc/self/fd/N/...: a CRIU
          * plugin outside our mount namespace) has no path in our root: keep the
          * one we were given */
@@ -615,6 +992,11 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
         if (!s->image_dir) {
             errmsg_set("out of host memory");
             rc = -ENOMEM;
+        } else if (!(s->written_dir = strdup(s->image_dir))) {
+            errmsg_set("out of host memory");
+            rc = -ENOMEM;
+        } else {
+            rc = remember_identity(s);
         }
     }
     image_writer_free(w);             /* removes the temporary directory on failure */
@@ -715,8 +1097,9 @@ static int refill_from_image(struct snap *s, struct image *img, struct progress 
         return -ENOMEM;
     }
     for (size_t i = 0; i < s->n; i++)
-        e[i] = (struct pipe_ext){ .va = s->r[i].va, .len = s->r[i].size, .alloc_id = s->r[i].id,
-                                  .dtype = s->r[i].dtype, .device = s->r[i].device };
+        e[i] = (struct pipe_ext){ .va = s->r[i].copy_va, .len = s->r[i].size,
+                                  .alloc_id = s->r[i].id, .dtype = s->r[i].dtype,
+                                  .device = s->r[i].device };
     chunk_source_init_verified(&src, img);   /* open_verified checked the stored bytes */
     rc = open_pipe(&p, prog);
     if (rc == 0) {
@@ -730,9 +1113,70 @@ static int refill_from_image(struct snap *s, struct image *img, struct progress 
     return rc;
 }
 
-/* Opens the image and checks every chunk's stored bytes before anything is
- * touched (a damaged file is refused here); the raw checksums are checked
- * as the refill decodes, and a mismatch there undoes the rebuild. */
+static void hex16(const uint8_t *p, char out[33])
+{
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", p[i]);
+}
+
+static void format_time(uint64_t ns, char *buf, size_t len)
+{
+    time_t t = (time_t)(ns / 1000000000u);
+    struct tm tm;
+
+    if (!ns || !localtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
+        snprintf(buf, len, "an unknown time");
+}
+
+/* The image found must be the one this process's suspend wrote (its
+ * manifest checksum); naming both when it is not. */
+static int check_identity(const struct snap *s, const struct image *img)
+{
+    const struct image_process *p = image_process_info(img);
+    char want[33], got[33], t_want[32], t_got[32];
+    uint8_t id[16];
+
+    image_manifest_csum(img, id);
+    if (!memcmp(id, s->image_id, 16))
+        return 0;
+    hex16(s->image_id, want);
+    hex16(id, got);
+    format_time(s->image_created_ns, t_want, sizeof(t_want));
+    format_time(p->created_ns, t_got, sizeof(t_got));
+    errmsg_set("%s is not the image this process was suspended to: it is image %s, written %s "
+               "by pid %u; the suspend wrote image %s at %s, %s (gpuckpt inspect shows an "
+               "image's id)", s->image_dir, got, t_got, p->pid, want, s->written_dir, t_want);
+    return -EBADMSG;
+}
+
+/* The image holds exactly this process's allocations, each at its address
+ * with its size; checked before any data is read, so the data's size is
+ * bounded by what the process holds. */
+static int check_allocations(const struct snap *s, const struct image *img)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        const struct image_alloc *a = image_find_alloc(img, s->r[i].id);
+        if (!a || a->addr != s->r[i].va || a->size != s->r[i].size) {
+            errmsg_set("image %s does not hold allocation %#llx (%zu bytes) of this process",
+                       s->image_dir, (unsigned long long)s->r[i].va, s->r[i].size);
+            return -EBADMSG;
+        }
+    }
+    if (image_alloc_count(img) != s->n) {
+        errmsg_set("image %s holds %zu allocations, this process %zu", s->image_dir,
+                   image_alloc_count(img), s->n);
+        return -EBADMSG;
+    }
+    return 0;
+}
+
+/*
+ * Opens the image and checks, before anything is touched: that it is the
+ * suspend's own, that it holds this process's allocations, then every
+ * chunk's stored bytes (a damaged file is refused here); the raw checksums
+ * are checked as the refill decodes, and a mismatch there undoes the
+ * rebuild.
+ */
 static int open_verified(struct snap *s, struct image **out)
 {
     char err[512] = "";
@@ -743,20 +1187,15 @@ static int open_verified(struct snap *s, struct image **out)
         errmsg_set("%s", err[0] ? err : strerror(-rc));
         return rc == -EBADMSG ? -EBADMSG : rc;
     }
+    if ((rc = check_identity(s, img)) != 0 || (rc = check_allocations(s, img)) != 0) {
+        image_close(img);
+        return rc;
+    }
     rc = image_verify_stored(img, pipe_default_workers(), err, sizeof(err));
     if (rc) {
         errmsg_set("%s", err[0] ? err : strerror(-rc));
         image_close(img);
         return rc == -EIO || rc == -ENOMEM ? rc : -EBADMSG;
-    }
-    for (size_t i = 0; i < s->n; i++) {
-        const struct image_alloc *a = image_find_alloc(img, s->r[i].id);
-        if (!a || a->addr != s->r[i].va || a->size != s->r[i].size) {
-            errmsg_set("image %s does not hold allocation %#llx (%zu bytes) of this process",
-                               s->image_dir, (unsigned long long)s->r[i].va, s->r[i].size);
-            image_close(img);
-            return -EBADMSG;
-        }
     }
     *out = img;
     return 0;
@@ -801,11 +1240,13 @@ int snap_rebuild(struct snap *s, tcgpu_progress_fn fn, void *arg)
         rc = -ENOMEM;
         goto out;
     }
-    if ((rc = create_missing_phys(&p)) != 0 || (rc = map_missing(&p)) != 0)
+    if ((rc = create_missing_phys(&p)) != 0 || (rc = map_missing(&p)) != 0 ||
+        (rc = windows_open(s)) != 0)
         goto undo;
     reg_unlock();
     rc = img ? refill_from_image(s, img, &prog) : refill_from_host(s, &prog);
     reg_lock();
+    windows_close(s);
     if (rc)
         goto undo;
     reg_unlock();
@@ -934,13 +1375,28 @@ uint64_t snap_stored_bytes(const struct snap *s)
     return s->stored;
 }
 
+int snap_discard_image(struct snap *s)
+{
+    char err[512] = "";
+    int rc;
+
+    if (!s->image_dir || !s->written_dir || strcmp(s->image_dir, s->written_dir))
+        return 0;                     /* host memory, or moved: another owner's now */
+    rc = image_remove(s->image_dir, err, sizeof(err));
+    if (rc)
+        log_info("the suspend's image %s stays: %s", s->image_dir, err);
+    return rc;
+}
+
 void snap_free(struct snap *s)
 {
     if (!s)
         return;
+    windows_free(s);
     free_host_copies(s);
     free(s->r);
     free(s->image_dir);
+    free(s->written_dir);
     free(s->parent_dir);
     free(s);
 }

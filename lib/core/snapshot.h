@@ -40,8 +40,13 @@ struct snap;
 #define SNAP_MANAGED 0x1u
 int snap_collect(struct snap **out, unsigned flags);
 
-/* Waits for the device work of every context to finish. */
-int snap_sync(void);
+/*
+ * Waits for the device work of every context to finish, at most timeout_ms
+ * (polling each stream it can name; docs/interposition.md, "Waiting for the
+ * device"). -ETIMEDOUT names a stream still busy and its last work; -EIO is
+ * a sticky device error (nothing worth saving).
+ */
+int snap_sync(unsigned timeout_ms);
 
 /* Copies every region to host memory (the suspend-to-RAM path). */
 int snap_save_host(struct snap *s, tcgpu_progress_fn progress, void *arg);
@@ -81,11 +86,23 @@ int snap_rebuild(struct snap *s, tcgpu_progress_fn progress, void *arg);
  * where to find it from now on, when its owner moved it (gpuckpt save writes
  * into a temporary directory and renames it; CRIU restores the process with
  * the old path in its memory). snap_rebuild still checks that the image there
+ * is the one the suspend wrote (its identity, the manifest checksum) and
  * holds this process's allocations. Returns 0, -EINVAL (a host-memory
  * snapshot, or dir not absolute), -ENOMEM.
  */
 const char *snap_image_dir(const struct snap *s);
 int snap_set_image_dir(struct snap *s, const char *dir);
+
+/*
+ * After a successful resume from the image a suspend wrote: removes it when
+ * it is still where the suspend wrote it (it was this process's swap, and
+ * the process has moved on: it could only mislead). An image found
+ * elsewhere (snap_set_image_dir: moved into a gpuckpt save, found again by
+ * a CRIU restore) belongs to that save, which must stay restorable: it is
+ * left. Returns 0, or -errno when it could not be removed (logged; the
+ * resume stands). docs/save-restore.md, "After a resume".
+ */
+int snap_discard_image(struct snap *s);
 
 /* Bytes of the regions, and bytes their saved form takes (host or image). */
 uint64_t snap_bytes(const struct snap *s);

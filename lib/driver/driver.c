@@ -18,7 +18,6 @@
 /* glibc's own dlsym, found with dlvsym (a versioned lookup never matches the
  * interposer's unversioned dlsym; the interposer does not override dlvsym). */
 void *(*tcgpu_libc_dlsym_ptr)(void *, const char *);
-static pthread_once_t libc_dlsym_once = PTHREAD_ONCE_INIT;
 
 TCGPU_NO_SANITIZE static void find_libc_dlsym(void)
 {
@@ -37,18 +36,25 @@ TCGPU_NO_SANITIZE static void find_libc_dlsym(void)
         }
         abort();
     }
-    tcgpu_libc_dlsym_ptr = (void *(*)(void *, const char *))p;
+    __atomic_store_n(&tcgpu_libc_dlsym_ptr, (void *(*)(void *, const char *))p, __ATOMIC_RELEASE);
 }
 
+/*
+ * No pthread_once here: this runs inside every dlsym of the process, a
+ * sanitizer's own start-up included (TSan looks up the functions it
+ * intercepts with dlsym before it is initialised, and pthread_once is one of
+ * them). Threads that race here find the same pointer and store it alike.
+ */
 TCGPU_NO_SANITIZE void tcgpu_real_dlsym_init(void)
 {
-    pthread_once(&libc_dlsym_once, find_libc_dlsym);
+    if (!__atomic_load_n(&tcgpu_libc_dlsym_ptr, __ATOMIC_ACQUIRE))
+        find_libc_dlsym();
 }
 
 void *tcgpu_real_dlsym(void *handle, const char *name)
 {
     tcgpu_real_dlsym_init();
-    return tcgpu_libc_dlsym_ptr(handle, name);
+    return __atomic_load_n(&tcgpu_libc_dlsym_ptr, __ATOMIC_ACQUIRE)(handle, name);
 }
 
 union tcgpu_driver_table tcgpu_driver;

@@ -324,6 +324,15 @@ uint64_t image_alloc_bytes(const struct image *img);
 const char *image_alloc_kind_name(uint32_t kind);
 
 /*
+ * Removes the image at `dir`: only what an image is made of (its manifest
+ * and data.<n> files, never following links), then the directory. Refuses
+ * (-ENOTDIR, -EBADMSG) anything that is not a directory holding a tcgpu
+ * manifest, and leaves the directory with what else it holds (-ENOTEMPTY).
+ * errbuf (may be NULL) says why. 0 or -errno.
+ */
+int image_remove(const char *dir, char *errbuf, size_t errlen);
+
+/*
  * Prints the manifest for `gpuckpt inspect` as a table for people (gpuckpt
  * writes --json itself from the accessors above). Returns 0 or -EIO when
  * writing to `out` failed.

@@ -43,4 +43,11 @@ int image_dir_replaceable(const char *path);
 
 uint64_t image_xxh64(const void *p, size_t len);
 
+struct stat;
+/* Opens `name` in the directory dfd for reading without blocking and
+ * without following a link, only when it is a regular file (a FIFO named
+ * "manifest" must not wedge a reader): the fd, -EBADMSG for anything else
+ * (st says what), or -errno. */
+int image_open_regular(int dfd, const char *name, struct stat *st);
+
 #endif /* TCGPU_IMAGE_INTERNAL_H */

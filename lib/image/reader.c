@@ -42,6 +42,7 @@ struct chunk_src {
 
 struct image {
     char *dir;
+    int dfd;               /* the directory, open: its files are opened relative to it */
     uint16_t vmajor, vminor;
     size_t manifest_len;
     uint8_t csum[16];
@@ -406,6 +407,31 @@ static int parse_section(struct image *img, uint32_t type, uint32_t flags, struc
 
 /* ---- manifest ------------------------------------------------------------------ */
 
+/* What a directory entry that should be a regular file is instead. */
+static const char *file_type(mode_t m)
+{
+    return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory" : S_ISLNK(m) ? "a symbolic link"
+         : S_ISSOCK(m) ? "a socket" : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "not a regular file";
+}
+
+/* Opens the image's file `name` (image_open_regular: no blocking, no link
+ * followed, regular files only). The fd, or -errno with the message said. */
+static int open_member(struct image *img, const char *name, struct stat *st)
+{
+    int fd = image_open_regular(img->dfd, name, st);
+
+    if (fd == -EBADMSG || fd == -ELOOP) {
+        struct stat lst;
+        const char *what = fstatat(img->dfd, name, &lst, AT_SYMLINK_NOFOLLOW) == 0
+                               ? file_type(lst.st_mode) : "not a regular file";
+        say(img, "%s/%s is %s, not an image file: refused", img->dir, name, what);
+        return -EBADMSG;
+    }
+    if (fd < 0)
+        say(img, "cannot open %s/%s: %s", img->dir, name, strerror(-fd));
+    return fd;
+}
+
 static int read_file(struct image *img, const char *name, uint8_t **out, size_t *len)
 {
     char path[4200];
@@ -415,16 +441,14 @@ static int read_file(struct image *img, const char *name, uint8_t **out, size_t 
     size_t got = 0;
 
     snprintf(path, sizeof(path), "%s/%s", img->dir, name);
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 || fstat(fd, &st) < 0) {
-        rc = -errno;
-        say(img, "cannot open %s: %s", path, strerror(errno));
+    fd = open_member(img, name, &st);
+    if (fd < 0) {
+        rc = fd;
         goto err;
     }
     rc = -EBADMSG;
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > TCGPU_IMG_MAX_MANIFEST) {
-        say(img, "%s is not a regular file of at most %llu bytes", path,
-            (unsigned long long)TCGPU_IMG_MAX_MANIFEST);
+    if ((uint64_t)st.st_size > TCGPU_IMG_MAX_MANIFEST) {
+        say(img, "%s is larger than %llu bytes", path, (unsigned long long)TCGPU_IMG_MAX_MANIFEST);
         goto err;
     }
     rc = -ENOMEM;
@@ -579,6 +603,21 @@ static int chunk_fields_ok(const struct image *img, const struct image_chunk *k,
            k->stored_len <= img->files[k->file].size - k->file_offset;
 }
 
+/*
+ * Whether a compressed chunk's lengths are possible: zstd's densest block
+ * (RLE: 4 bytes for 128 KiB) bounds what a stored length can hold at 32768
+ * raw bytes a byte, byte groups being zstd planes. A declared size beyond it
+ * is a crafted chunk that would cost time and memory to refute by decoding.
+ */
+#define MAX_ZSTD_RATIO 32768u
+
+static int ratio_possible(const struct image_chunk *k)
+{
+    if (k->codec != TCGPU_CODEC_ZSTD && k->codec != TCGPU_CODEC_BYTEGROUP)
+        return 1;
+    return (uint64_t)k->raw_len <= (uint64_t)k->stored_len * MAX_ZSTD_RATIO;
+}
+
 /* Sorts the chunk table, checks every chunk against its allocation and data
  * file, and indexes each allocation's chunks. */
 static int check_tables(struct image *img)
@@ -609,9 +648,17 @@ static int check_tables(struct image *img)
         if (!img->spans[a].count)
             img->spans[a].first = i;
         img->spans[a].count++;
+        if (!ratio_possible(k)) {
+            chunk_label(img, i, label, sizeof(label));
+            say(img, "%s in %s/manifest declares %u bytes from %u stored, more than %s can "
+                "encode in that: refused", label, img->dir, k->raw_len, k->stored_len,
+                codec_name(k->codec));
+            return -EBADMSG;
+        }
         if (k->stored_len > img->max_stored)
             img->max_stored = k->stored_len;
-        if (k->raw_len > img->max_raw)
+        /* a ZERO chunk is checked and read without a buffer of its size */
+        if (k->codec != TCGPU_CODEC_ZERO && k->raw_len > img->max_raw)
             img->max_raw = k->raw_len;
     }
     bad = image_find_overlap(img->chunks, img->nchunks);
@@ -634,13 +681,9 @@ static int open_data_files(struct image *img)
 
     for (uint32_t f = 0; f < img->nfiles; f++) {
         snprintf(path, sizeof(path), "%s/%s", img->dir, img->files[f].name);
-        img->files[f].fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (img->files[f].fd < 0 || fstat(img->files[f].fd, &st) < 0) {
-            int rc = -errno;
-
-            say(img, "cannot open %s: %s", path, strerror(errno));
-            return rc;
-        }
+        img->files[f].fd = open_member(img, img->files[f].name, &st);
+        if (img->files[f].fd < 0)
+            return img->files[f].fd;
         if ((uint64_t)st.st_size == img->files[f].size)
             continue;
         for (size_t i = 0; i < img->nchunks; i++) {
@@ -683,6 +726,8 @@ void image_close(struct image *img)
     codec_ctx_free(img->ctx);
     bigbuf_free(img->stored_buf, img->max_stored);
     bigbuf_free(img->raw_buf, img->max_raw);
+    if (img->dfd >= 0)
+        close(img->dfd);
     free(img->dir);
     free(img);
 }
@@ -846,6 +891,15 @@ static int open_depth(struct image **out, const char *dir, unsigned flags, char 
     if (!img || !(img->dir = strdup(dir))) {
         free(img);
         return -ENOMEM;
+    }
+    /* The directory as named (a link to it is the user's choice); what is
+     * inside is opened relative to it, never through a link. */
+    img->dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (img->dfd < 0) {
+        rc = -errno;
+        /* what the caller looks for is the manifest */
+        say(img, "cannot open %s/%s: %s", dir, TCGPU_IMG_MANIFEST_NAME, strerror(errno));
+        goto err;
     }
     rc = read_file(img, TCGPU_IMG_MANIFEST_NAME, &m, &mlen);
     if (rc)
@@ -1151,6 +1205,23 @@ static int ensure_bufs(struct image *img)
     return 0;
 }
 
+/* A raw buffer of at least `len` bytes (a ZERO chunk handed to a callback). */
+static int grow_raw(struct image *img, size_t len)
+{
+    uint8_t *n;
+
+    if (len <= img->max_raw && img->raw_buf)
+        return 0;
+    if (len <= img->max_raw)
+        return ensure_bufs(img);
+    n = realloc(img->raw_buf, len);
+    if (!n)
+        return -ENOMEM;
+    img->raw_buf = n;
+    img->max_raw = len;
+    return 0;
+}
+
 /* Reads, checks and decodes chunk i into dst. */
 static int load_chunk(struct image *img, size_t i, void *dst, int decode)
 {
@@ -1171,13 +1242,24 @@ static int load_chunk(struct image *img, size_t i, void *dst, int decode)
     return image_decode_chunk(img, i, img->ctx, img->stored_buf, dst, img->msg, sizeof(img->msg));
 }
 
+/*
+ * A ZERO chunk holds no bytes to check: its record is covered by the
+ * manifest's checksum, and decoding it would only write and hash zeros,
+ * as many as it declares. So verifying costs what is stored, not what the
+ * image claims to hold.
+ */
 int image_verify_all(struct image *img, unsigned flags)
 {
     int rc = ensure_bufs(img);
 
     img->msg[0] = '\0';
-    for (size_t i = 0; i < img->nchunks && !rc; i++)
-        rc = load_chunk(img, i, img->raw_buf, !(flags & IMAGE_VERIFY_STORED_ONLY));
+    for (size_t i = 0; i < img->nchunks && !rc; i++) {
+        unsigned codec;
+
+        image_chunk_resolved(img, i, &codec, NULL);
+        if (codec != TCGPU_CODEC_ZERO)
+            rc = load_chunk(img, i, img->raw_buf, !(flags & IMAGE_VERIFY_STORED_ONLY));
+    }
     return rc;
 }
 
@@ -1230,8 +1312,10 @@ int image_read_allocation_cb(struct image *img, uint64_t id, image_chunk_cb cb, 
     sp = img->spans[idx];
     for (size_t i = sp.first; i < sp.first + sp.count; i++) {
         const struct image_chunk *k = &img->chunks[i];
-        int rc = load_chunk(img, i, img->raw_buf, 1);
+        int rc = grow_raw(img, k->raw_len);
 
+        if (!rc)
+            rc = load_chunk(img, i, img->raw_buf, 1);
         if (!rc)
             rc = cb(arg, k->alloc_offset, img->raw_buf, k->raw_len);
         if (rc)

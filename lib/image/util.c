@@ -174,22 +174,92 @@ int image_remove_tree(const char *path)
     return rc;
 }
 
+int image_open_regular(int dfd, const char *name, struct stat *st)
+{
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, st) < 0) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return -EBADMSG;
+    }
+    /* a regular file never blocks; keep reads plain */
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+/* Whether the directory open at dfd holds a manifest that starts with the
+ * image magic: 1, 0 (no manifest), -EBADMSG (something else by that name). */
+static int holds_manifest(int dfd)
+{
+    struct stat st;
+    char magic[8];
+    int fd = image_open_regular(dfd, TCGPU_IMG_MANIFEST_NAME, &st), ok;
+
+    if (fd == -ENOENT)
+        return 0;
+    if (fd < 0)
+        return -EBADMSG;
+    ok = read(fd, magic, sizeof(magic)) == (ssize_t)sizeof(magic) &&
+         memcmp(magic, TCGPU_IMG_MAGIC, sizeof(magic)) == 0;
+    close(fd);
+    return ok ? 1 : -EBADMSG;
+}
+
+int image_remove(const char *dir, char *errbuf, size_t errlen)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), rc;
+    char name[32];
+
+    if (dfd < 0) {
+        rc = -errno;
+        if (errbuf)
+            snprintf(errbuf, errlen, "%s: %s", dir, strerror(errno));
+        return rc;
+    }
+    if (holds_manifest(dfd) != 1) {
+        close(dfd);
+        if (errbuf)
+            snprintf(errbuf, errlen, "%s does not hold a tcgpu image: left alone", dir);
+        return -EBADMSG;
+    }
+    /* the data files first: a directory with a manifest is an image */
+    for (unsigned i = 0; i < TCGPU_IMG_MAX_FILES; i++) {
+        snprintf(name, sizeof(name), TCGPU_IMG_DATA_FMT, i);
+        if (unlinkat(dfd, name, 0) < 0 && errno != ENOENT && errno != EISDIR) {
+            /* go on: what is left stays, and rmdir says so */
+        }
+    }
+    unlinkat(dfd, TCGPU_IMG_MANIFEST_NAME, 0);
+    close(dfd);
+    if (rmdir(dir) < 0) {
+        rc = -errno;
+        if (errbuf)
+            snprintf(errbuf, errlen, "%s: %s (files other than the image's stay)", dir,
+                     strerror(errno));
+        return rc;
+    }
+    return 0;
+}
+
 int image_dir_replaceable(const char *path)
 {
-    char magic[8];
-    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), fd, rc = 0;
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), rc = 0;
     DIR *d;
     struct dirent *e;
 
     if (dfd < 0)
         return -errno;
-    fd = openat(dfd, TCGPU_IMG_MANIFEST_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
-        rc = read(fd, magic, sizeof(magic)) == (ssize_t)sizeof(magic) &&
-             memcmp(magic, TCGPU_IMG_MAGIC, sizeof(magic)) == 0;
-        close(fd);
+    rc = holds_manifest(dfd);
+    if (rc != 0) {
         close(dfd);
-        return rc;
+        return rc > 0;
     }
     d = fdopendir(dfd);
     if (!d) {

@@ -9,6 +9,10 @@
 static const struct tc_json_field status_extras[] = {
     { "pid", TC_JSON_INT },
     { "trigger_installed", TC_JSON_BOOL },
+    { "op_elapsed_ms", TC_JSON_INT },
+    { "progress_done", TC_JSON_INT },
+    { "progress_total", TC_JSON_INT },
+    { "ops_queued", TC_JSON_INT },
     { NULL, 0 },
 };
 

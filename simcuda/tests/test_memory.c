@@ -222,6 +222,10 @@ static void test_pool(void)
     unsigned long long mp = 0;
     CHECK(cuPointerGetAttribute(&mp, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, b));
     CHECK_EQ(mp, (uintptr_t)pool);
+    /* Stream-ordered allocations belong to their pool, not to a context. */
+    CUcontext owner = (CUcontext)1;
+    CHECK(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, b));
+    CHECK_TRUE(owner == NULL);
     CHECK(cuMemFreeAsync(b, s));
     CHECK(cuStreamSynchronize(s));
     CHECK(cuMemPoolTrimTo(pool, 0));

@@ -56,8 +56,7 @@ int main(void)
 
     CHECK(cuMemMap(va, 2 * g, 0, h1, 0));
     CHECK_RES(cuMemMap(va, 2 * g, 0, h2, 0), CUDA_ERROR_INVALID_VALUE);   /* already mapped */
-    /* Mapped but no access yet: copies are refused by a real GPU with a fault;
-     * here the argument is fine and the copy faults -- check the access API. */
+    /* Mapped but no access yet (a copy of it faults when it runs: below). */
     unsigned long long fl = 99;
     CUmemLocation loc = { CU_MEM_LOCATION_TYPE_DEVICE, 0 };
     CHECK(cuMemGetAccess(&fl, &loc, va));
@@ -137,6 +136,14 @@ int main(void)
     void *args[] = { &va };
     CHECK(cuLaunchKernel(touch, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
     CHECK_RES(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+    CHECK(cuCtxDestroy(ctx));
+
+    /* So does a copy: accepted at the call (the range is mapped), it faults
+     * when the copy engine meets pages the device may not touch. */
+    CHECK(cuCtxCreate(&ctx, NULL, 0, 0));
+    CHECK(cuMemcpyDtoHAsync(v, va, 16, NULL));
+    CHECK_RES(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+    CHECK_RES(cuMemcpyDtoH(v, va, 16), CUDA_ERROR_ILLEGAL_ADDRESS);     /* sticky */
     CHECK(cuCtxDestroy(ctx));
     printf("vmm: ok\n");
     return 0;

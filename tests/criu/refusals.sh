@@ -7,7 +7,8 @@
 # non-tcgpu    a GPU process not under tcgpu in the tree: save refuses before
 #              touching anything, names it; the tree finishes correctly
 # corrupt      a flipped byte, a truncated data file, a damaged tree manifest,
-#              a GPU image of another save, a missing CRIU image: restore
+#              a GPU image of another save, a missing CRIU image, a flipped
+#              byte in CRIU's pages image: restore
 #              refuses naming the file and restores nothing; the intact save
 #              then restores and finishes with the right checksum
 # pids-in-use  restore while the saved tree (--leave-running) still runs
@@ -98,6 +99,17 @@ corrupt)
     expect_fail 7 "pstree.img is missing" "$GPUCKPT" restore -D "$WORK/save"
     assert_not_restored "$pid"
     cp "$WORK/pristine/criu/pstree.img" "$WORK/save/criu/"
+
+    # CRIU's own images carry no checksum: the save's manifest does
+    pages=$(ls "$WORK/save/criu"/pages-*.img | head -n 1)
+    off=$(( $(stat -c %s "$pages") / 2 ))
+    b=$(od -An -tu1 -j "$off" -N1 "$pages" | tr -d ' ')
+    printf "\\$(printf %o $((255 - b)))" | dd of="$pages" bs=1 seek="$off" conv=notrunc status=none
+    cmp -s "$pages" "$WORK/pristine/criu/$(basename "$pages")" && fail "the byte flip changed nothing"
+    expect_fail 7 "$(basename "$pages"): checksum mismatch" "$GPUCKPT" verify "$WORK/save"
+    expect_fail 7 "$(basename "$pages"): checksum mismatch" "$GPUCKPT" restore -D "$WORK/save"
+    assert_not_restored "$pid"
+    cp "$WORK/pristine/criu/$(basename "$pages")" "$pages"
 
     "$GPUCKPT" restore -D "$WORK/save" || fail "restore of the intact save failed (exit $?)"
     got=$(checksum_of "$WORK/run.out")

@@ -60,6 +60,47 @@ smi_state() {
         awk -F', ' -v want="$1" '$1 == want { print $2; exit }'
 }
 
+# tcgpu_threads_block_signals PID N : PID has at least N threads of tcgpu's
+# (named tcgpu-*), and each blocks SIGINT and SIGTERM, so that the program's
+# handlers run on the program's threads (lib/core/thread.h)
+tcgpu_threads_block_signals() {
+    local t name mask n=0
+    for t in /proc/"$1"/task/*; do
+        name=$(cat "$t/comm" 2>/dev/null) || continue
+        case $name in tcgpu-*) ;; *) continue ;; esac
+        mask=$(sed -n 's/^SigBlk:[[:space:]]*//p' "$t/status")
+        (( (16#$mask & 0x4002) == 0x4002 )) || fail "tcgpu's thread $name takes the program's signals (SigBlk $mask)"
+        n=$((n + 1))
+    done
+    [ "$n" -ge "$2" ] || fail "$n threads of tcgpu's in $1, expected $2 or more"
+}
+
+# expect_exit CODE CMD... : CMD exits with CODE; its output goes to $WORK/last.out.
+expect_exit() {
+    local want=$1 rc=0; shift
+    "$@" >"$WORK/last.out" 2>&1 || rc=$?
+    [ "$rc" -eq "$want" ] || fail "$* exited $rc, expected $want: $(cat "$WORK/last.out")"
+}
+
+# start_train ARGS... : the example's uninterrupted run, then the same under
+# tcgpu in the background (--sleep-ms $TRAIN_SLEEP_MS, default 5) until its
+# first step; sets pid and ref.
+start_train() {
+    "$TRAIN" "$@" >"$WORK/ref.out" 2>&1 || fail "reference run failed"
+    ref=$(checksum_of "$WORK/ref.out")
+    start_bg "$WORK/run.out" "$GPUCKPT" run -- "$TRAIN" "$@" --sleep-ms "${TRAIN_SLEEP_MS:-5}"
+    pid=$BG
+    wait_for_socket "$pid"
+    wait_for_line "$WORK/run.out" '^step'
+}
+
+# finish_train : the job ($pid, output in $WORK/run.out) ends with the checksum $ref.
+finish_train() {
+    wait "$pid" || fail "the job failed: $(tail -n 5 "$WORK/run.out")"
+    got=$(checksum_of "$WORK/run.out")
+    [ "$got" = "$ref" ] || fail "checksum $got, uninterrupted $ref"
+}
+
 # What tests/common/scenario.sh expects of a suspended process here: simcuda
 # has the driver's checkpoint API, so a suspend leaves nothing on the device,
 # and one with --keep-context its context alone (and a little slack).

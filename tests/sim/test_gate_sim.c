@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include <cuda.h>
+#include <cudaProfiler.h>
 
 #include "driver/driver.h"
 #include "driver/gate.h"
@@ -62,6 +63,21 @@ static void *worker(void *arg)
         atomic_fetch_add(&copies[id], 1);
     }
     free(buf);
+    return NULL;
+}
+
+static _Atomic int prof_ready, prof_go, prof_done;
+static CUresult prof_rc;
+
+static void *profiler_caller(void *arg)
+{
+    (void)arg;
+    CU(cuCtxSetCurrent(ctx));
+    atomic_store(&prof_ready, 1);
+    while (!atomic_load(&prof_go))
+        sleep_ms(1);
+    prof_rc = cuProfilerStart();
+    atomic_store(&prof_done, 1);
     return NULL;
 }
 
@@ -125,6 +141,30 @@ int main(void)
     atomic_store(&stop, 1);
     for (int i = 0; i < WORKERS; i++)
         pthread_join(th[i], NULL);
+
+    /* The profiler's calls (cudaProfiler.h, not cuda.h) pass the gate too:
+     * one made while it is closed returns only after it opens. */
+    pthread_t pt;
+    pthread_create(&pt, NULL, profiler_caller, NULL);
+    while (!atomic_load(&prof_ready))
+        sleep_ms(1);
+    if (tcgpu_gate_close(5000, NULL) != 0) {
+        fprintf(stderr, "FAIL: close for the profiler call\n");
+        fails++;
+    }
+    atomic_store(&prof_go, 1);
+    sleep_ms(50);
+    if (atomic_load(&prof_done)) {
+        fprintf(stderr, "FAIL: cuProfilerStart returned while the gate was closed\n");
+        fails++;
+    }
+    tcgpu_gate_open();
+    pthread_join(pt, NULL);
+    if (!atomic_load(&prof_done) || prof_rc != CUDA_SUCCESS) {
+        fprintf(stderr, "FAIL: cuProfilerStart after the gate opened: done %d, rc %d\n",
+                atomic_load(&prof_done), (int)prof_rc);
+        fails++;
+    }
 
     /* An unsupported call is noted when it succeeds (and only then). */
     CUevent ipc_ev;

@@ -86,10 +86,12 @@ int main(void)
     EXPECT(dlsym(h, "cuNoSuchFunction") == NULL, "dlsym of an unknown cu name");
     EXPECT(dlsym(h, "cudaMalloc") == NULL, "dlsym(libcuda, cudaMalloc)");
     /* RTLD_NEXT for other names is glibc's answer for *our* caller: the next
-     * malloc after this program (libc's, or a sanitizer's), never a miss. */
+     * malloc after this program (libc's, or a sanitizer's), never a miss.
+     * dladdr names TSan's by its alias __interceptor_malloc. */
     void *next_malloc = dlsym(RTLD_NEXT, "malloc");
     Dl_info mi;
-    EXPECT(next_malloc && dladdr(next_malloc, &mi) && mi.dli_sname && strcmp(mi.dli_sname, "malloc") == 0 &&
+    EXPECT(next_malloc && dladdr(next_malloc, &mi) && mi.dli_sname &&
+           (strcmp(mi.dli_sname, "malloc") == 0 || strcmp(mi.dli_sname, "__interceptor_malloc") == 0) &&
            !strstr(mi.dli_fname, "libtcgpu"),
            "dlsym(RTLD_NEXT, malloc) = %p from %s", next_malloc,
            next_malloc && dladdr(next_malloc, &mi) ? mi.dli_fname : "?");
@@ -110,6 +112,12 @@ int main(void)
         get("cuMemcpyHtoDAsync", 13000, 2, "cuMemcpyHtoDAsync_v2_ptsz");
     CUresult (*stream_sync)(CUstream) = get("cuStreamSynchronize", 13000, 2, "cuStreamSynchronize_ptsz");
     CUresult (*stream_sync_legacy)(CUstream) = get("cuStreamSynchronize", 13000, 0, "cuStreamSynchronize");
+
+    /* The profiler's entry points are declared in cudaProfiler.h, not
+     * cuda.h: ours all the same, or they would bypass the gate. */
+    CUresult (*prof_start)(void) = get("cuProfilerStart", 4000, 0, "cuProfilerStart");
+    CUresult (*prof_stop)(void) = get("cuProfilerStop", 4000, 0, "cuProfilerStop");
+    expect_ours(dlsym(h, "cuProfilerStop"), "cuProfilerStop", "dlsym(libcuda, cuProfilerStop)");
 
     /* Our cuGetProcAddress_v2 obtained through itself works the same. */
     void *again = NULL;
@@ -139,6 +147,8 @@ int main(void)
     CU(device_get(&dev, 0));
     CU(retain(&ctx, dev));
     CU(set_current(ctx));
+    CU(prof_start());
+    CU(prof_stop());
     size_t n = 1 << 20;
     unsigned char *src = malloc(n), *dst = malloc(n), *dst2 = malloc(n);
     for (size_t i = 0; i < n; i++)

@@ -18,7 +18,8 @@
 
 #define MIB (1024u * 1024u)
 
-static unsigned last_esize; /* first stored byte of the last BYTEGROUP round trip */
+/* first stored byte of the calling thread's last BYTEGROUP round trip */
+static _Thread_local unsigned last_esize;
 
 /* Encodes, checks the chosen codec (`want` < 0: any), decodes, compares. */
 static int roundtrip(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dt,

@@ -52,8 +52,10 @@ static struct {
     int next_result;            /* one-shot forced result */
     char next_msg[200];
     int delay_ms;
+    int hold;                   /* operations wait for fk_cv while set */
     struct tcgpu_status st;
 } fk;
+static pthread_cond_t fk_cv = PTHREAD_COND_INITIALIZER;
 
 static int fake_op(enum tcgpu_op op, const char *dir, const struct tcgpu_op_caller *by)
 {
@@ -67,6 +69,8 @@ static int fake_op(enum tcgpu_op op, const char *dir, const struct tcgpu_op_call
     fk.thread = pthread_self();
     fk.had_dir = dir != NULL;
     snprintf(fk.dir, sizeof(fk.dir), "%s", dir ? dir : "");
+    while (fk.hold)
+        pthread_cond_wait(&fk_cv, &fk_lock);
     delay = fk.delay_ms;
     r = fk.next_result;
     fk.next_result = 0;
@@ -156,6 +160,18 @@ static int calls(enum tcgpu_op op)
     n = fk.calls[op];
     pthread_mutex_unlock(&fk_lock);
     return n;
+}
+
+/* Whether the last operation had dir= want (read under the double's lock:
+ * the operation ran on the server's thread). */
+static int last_dir_is(const char *want)
+{
+    int same;
+
+    pthread_mutex_lock(&fk_lock);
+    same = fk.had_dir && !strcmp(fk.dir, want);
+    pthread_mutex_unlock(&fk_lock);
+    return same;
 }
 
 static void force_next(int r, const char *msg)
@@ -272,6 +288,53 @@ out:
         close(fd);
     free(buf);
     return r;
+}
+
+/* Sends a request on a new connection and leaves it open, unread: its fd or -1. */
+static int send_raw(const char *text)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+    memcpy(a.sun_path, server_path, sizeof(a.sun_path) - 1);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+        send(fd, text, strlen(text), 0) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int is_suspended(void)
+{
+    int s;
+
+    pthread_mutex_lock(&fk_lock);
+    s = fk.state == TCGPU_STATE_SUSPENDED;
+    pthread_mutex_unlock(&fk_lock);
+    return s;
+}
+
+/* The server says one operation runs and 8 wait. */
+static int one_queued_full(void)
+{
+    const char *q;
+
+    if (request("status", NULL, 5000) != 0)
+        return 0;
+    q = ctl_get(&reply, "ops_queued");
+    return q && atoi(q) == 8 && ctl_get(&reply, "op_running");
+}
+
+static int queue_empty(void)
+{
+    const char *q;
+
+    if (request("status", NULL, 5000) != 0)
+        return 0;
+    q = ctl_get(&reply, "ops_queued");
+    return q && atoi(q) == 0 && !ctl_get(&reply, "op_running");
 }
 
 static int wait_for(int (*pred)(void), int ms)
@@ -506,12 +569,45 @@ static int test_e2e(void)
     fk.delay_ms = 400;
     pthread_mutex_unlock(&fk_lock);
     CHECK(request("suspend", NULL, 100) == CTL_EXIT_TIMEOUT);
+    /* status answers while the suspend runs, and names it */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(request("status", NULL, 5000) == 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK(ctl_get(&reply, "op_running") && !strcmp(ctl_get(&reply, "op_running"), "suspend"));
+    CHECK(ctl_get(&reply, "progress_total") != NULL);
+    CHECK((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < 250,
+          "status waited for the operation");
     pthread_mutex_lock(&fk_lock);
     fk.delay_ms = 0;
     pthread_mutex_unlock(&fk_lock);
-    CHECK(request("status", NULL, 5000) == 0);     /* waits for the suspend to finish */
+    CHECK(wait_for(is_suspended, 5000));
+    CHECK(request("status", NULL, 5000) == 0 && !ctl_get(&reply, "op_running"));
     CHECK(ctl_get_status(&reply, &ts) == 0 && ts.state == TCGPU_STATE_SUSPENDED);
     CHECK(request("resume", NULL, 5000) == 0);
+
+    /* operations queue behind the running one; beyond 8 waiting, refused at once */
+    pthread_mutex_lock(&fk_lock);
+    fk.hold = 1;                    /* the first runs until released: the rest wait */
+    pthread_mutex_unlock(&fk_lock);
+    r = calls(TCGPU_OP_CHECKPOINT);
+    int held[9];
+    for (int i = 0; i < 9; i++)
+        held[i] = send_raw("checkpoint dir=/x/q\n");
+    CHECK(wait_for(one_queued_full, 2000));
+    CHECK(request("checkpoint", "/x/r", 5000) == CTL_EXIT_REFUSED && reply.err == -EBUSY &&
+          strstr(reply.err_text, "already wait behind the running checkpoint"),
+          "%s", reply.err_text);
+    for (int i = 0; i < 9; i++)
+        if (held[i] >= 0)
+            close(held[i]);
+    pthread_mutex_lock(&fk_lock);
+    fk.hold = 0;
+    pthread_cond_broadcast(&fk_cv);
+    pthread_mutex_unlock(&fk_lock);
+    CHECK(wait_for(queue_empty, 5000));
+    CHECK(calls(TCGPU_OP_CHECKPOINT) == r + 9, "%d of 9 queued checkpoints ran",
+          calls(TCGPU_OP_CHECKPOINT) - r);
 
     /* reaching processes that cannot answer */
     pid_t child = fork();
@@ -630,7 +726,7 @@ static int test_signal(void)
     raise(SIGUSR2);
     CHECK(wait_for(one_checkpoint, 5000));
     snprintf(want, sizeof(want), "%s/ckpt-%d-1", tmpdir, (int)getpid());
-    CHECK(fk.had_dir && !strcmp(fk.dir, want));
+    CHECK(last_dir_is(want));
     /* the program replaces our handler: status says so */
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = programs_handler;
@@ -821,7 +917,7 @@ static int test_gpuckpt(const char *exe)
     CHECK(run_gpuckpt(exe, out, sizeof(out), "checkpoint", pid, "-D", "rel/img", NULL) == 0);
     CHECK(getcwd(cwd, sizeof(cwd)) != NULL);
     snprintf(want, sizeof(want), "%s/rel/img", strcmp(cwd, "/") ? cwd : "");
-    CHECK(!strcmp(fk.dir, want));
+    CHECK(last_dir_is(want));
     force_next(-ETIMEDOUT, "thread 1234 stuck in cuStreamSynchronize");
     CHECK(run_gpuckpt(exe, out, sizeof(out), "checkpoint", pid, "--dir", "/x/y", NULL) == CTL_EXIT_TIMEOUT);
     force_next(-EBADMSG, "data.0: chunk 7 checksum mismatch");

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """libtcgpu.so exports exactly: the driver's ABI names and dlsym, unversioned;
 the C API of include/tcgpu.h, each name in a TCGPU_<release> node of
-interpose/libtcgpu.map; nothing else.
+interpose/libtcgpu.map; nothing else. And its cu* names are exactly those of
+the toolkit's stub libcuda.so (STUB_LIBCUDA, when the toolkit has one): a
+driver entry point we do not wrap (the profiler's, once) would be handed out
+unwrapped by cuGetProcAddress and bypass the API gate.
 
-    test_interpose_exports.py LIBTCGPU CUDA_API_PY CUDA_H TYPEDEFS_H TCGPU_H LIBTCGPU_MAP
+    test_interpose_exports.py LIBTCGPU CUDA_API_PY CUDA_H TYPEDEFS_H TCGPU_H LIBTCGPU_MAP [STUB_LIBCUDA]
 """
 import importlib.util
 import re
@@ -28,8 +31,17 @@ def map_nodes(path):
     return nodes
 
 
+def defined_cu_names(lib):
+    """The cu* symbols a shared library defines."""
+    out = subprocess.run(['nm', '-D', '--defined-only', lib], stdout=subprocess.PIPE,
+                         check=True, universal_newlines=True).stdout
+    return {l.split()[2].partition('@')[0] for l in out.splitlines()
+            if len(l.split()) >= 3 and l.split()[2].startswith('cu')}
+
+
 def main(argv):
     lib, api_py, cuda_h, typedefs_h, tcgpu_h, map_path = argv[1:7]
+    stub = argv[7] if len(argv) > 7 and argv[7] else None
     spec = importlib.util.spec_from_file_location('cuda_api', api_py)
     api = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(api)
@@ -65,6 +77,16 @@ def main(argv):
             bad.append('%s is exported as version %r, libtcgpu.map says %r' % (n, have[n], nodes[n]))
         if not re.match(r'TCGPU_\d+\.\d+$', nodes.get(n, 'TCGPU_')):
             bad.append('%s is in node %r, not TCGPU_<major>.<minor>' % (n, nodes.get(n)))
+    if stub:
+        ours, theirs = defined_cu_names(lib), defined_cu_names(stub)
+        for n in sorted(theirs - ours):
+            bad.append('%s is exported by the driver (%s) but not wrapped by libtcgpu.so: it '
+                       'would bypass the gate' % (n, stub))
+        for n in sorted(ours - theirs):
+            bad.append('%s is exported by libtcgpu.so but not by the driver (%s)' % (n, stub))
+        print('%d cu* names in the stub driver, %d in libtcgpu.so' % (len(theirs), len(ours)))
+    else:
+        print('no stub libcuda.so in the toolkit: the comparison with it is skipped')
     for b in bad:
         print('FAIL: ' + b)
     print('%d driver entry points + dlsym, %d API names, %d exported symbols, %d problems'

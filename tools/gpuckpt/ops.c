@@ -379,6 +379,28 @@ static int print_status_json(pid_t pid, const struct ctl_msg *m, const char *drv
     return gpuckpt_print_json(o);
 }
 
+/* The operation the process is running now, as status reports it: name,
+ * time so far, progress, what waits behind it. */
+static void print_running_op(const struct ctl_msg *m, FILE *f)
+{
+    const char *op = ctl_get(m, "op_running"), *q = ctl_get(m, "ops_queued");
+    uint64_t ms = 0, done = 0, total = 0;
+    char d[32], t[32];
+
+    if (!op)
+        return;
+    ctl_get_u64(m, "op_elapsed_ms", &ms);
+    ctl_get_u64(m, "progress_done", &done);
+    ctl_get_u64(m, "progress_total", &total);
+    fprintf(f, "  running      %s for %.1f s", op, (double)ms / 1000.0);
+    if (total)
+        fprintf(f, ", %s of %s moved", units_format_bytes(done, d, sizeof(d)),
+                units_format_bytes(total, t, sizeof(t)));
+    if (q && strcmp(q, "0"))
+        fprintf(f, ", %s more waiting", q);
+    fputc('\n', f);
+}
+
 static void print_status_human(pid_t pid, const struct ctl_msg *m, FILE *f)
 {
     struct tcgpu_status st;
@@ -392,6 +414,7 @@ static void print_status_human(pid_t pid, const struct ctl_msg *m, FILE *f)
         return;
     }
     fprintf(f, "process %d: %s\n", (int)pid, tcgpu_state_name(st.state));
+    print_running_op(m, f);
     fprintf(f, "  gpu memory   %s held, %s tracked, last image %s\n",
             units_format_bytes(st.gpu_bytes, a, sizeof(a)), units_format_bytes(st.tracked_bytes, b, sizeof(b)),
             units_format_bytes(st.image_bytes, c, sizeof(c)));
@@ -477,6 +500,7 @@ struct op_result {
     const char *through;        /* "process" or "tcgpud" */
     const char *context;        /* suspend: "released", "kept"; resume: "taken-back", "held" */
     char why[512];              /* suspend, context kept: why (no checkpoint API) */
+    int said;                   /* nothing was run, and the line saying why is printed */
 };
 
 /* The text summary line of a successful operation (docs/cli.md). */
@@ -542,7 +566,7 @@ static int report(const struct op *op, const struct op_result *res)
 
     if (gpuckpt_json())
         return report_json(op, res);
-    if (op->o.quiet)
+    if (op->o.quiet || res->said)
         return CTL_EXIT_OK;
     if (ctl_get_status(&op->rep, &st) < 0)
         printf("process %d: %s done\n", (int)op->pid, op->cmd);
@@ -687,13 +711,19 @@ static int suspend_directly(struct op *op, struct op_result *res)
  * that timed out at the gate, say, which this resume waited for): there is
  * nothing to resume, and what the caller wanted holds: says so, returns
  * CTL_EXIT_OK. An exit code when the process cannot be asked (said), or -1:
- * send the resume (refused, exit 4, when the process simply runs).
+ * send the resume (refused, exit 4, when the process simply runs). Status
+ * answers while a suspend runs: its outcome is waited for (within
+ * --timeout), as the resume would wait behind it in the process's queue.
  */
 static int runs_after_failed_suspend(const struct op *op)
 {
+    uint64_t deadline = op->o.timeout_ms > 0 ? now_ns() + (uint64_t)op->o.timeout_ms * 1000000u : 0;
     struct tcgpu_status st;
-    int r = gpuckpt_call("status", op->pid, NULL, &st);
+    int r;
 
+    while ((r = gpuckpt_call("status", op->pid, NULL, &st)) == CTL_EXIT_OK &&
+           st.state == TCGPU_STATE_SUSPENDING && (!deadline || now_ns() < deadline))
+        usleep(20000);
     if (r != CTL_EXIT_OK)
         return r;
     if (st.state != TCGPU_STATE_RUNNING || st.last_op != TCGPU_OP_SUSPEND || st.last_result == 0)
@@ -713,6 +743,9 @@ static int resume_directly(struct op *op, struct op_result *res)
     if (r == CTL_EXIT_OK && !taken) {
         int done = runs_after_failed_suspend(op);
         if (done >= 0) {
+            /* no reply of a resume to report: the status the check read */
+            memset(&op->rep, 0, sizeof(op->rep));
+            res->said = 1;
             unlock_process(lock);
             return done;
         }

@@ -4,11 +4,12 @@
  *
  * Restore checks everything it can before CRIU touches the machine: the tree
  * manifest's checksum, every GPU image whole (every chunk's checksum) and
- * belonging to its process, CRIU's images present, the devices of the same
- * model, the pids free. Then `criu restore -d` with tcgpu's CRIU plugin
- * (plugins/criu), which gives every tcgpu process its context back (driver
- * Restore + Unlock) and has it refill its memory from DIR/gpu/<pid> before
- * CRIU lets the tree run.
+ * belonging to its process, CRIU's images present and each file CRIU wrote
+ * of the size and checksum the manifest records (filesums.h), the devices
+ * of the same model, the pids free. Then `criu restore -d` with tcgpu's CRIU
+ * plugin (plugins/criu), which gives every tcgpu process its context back
+ * (driver Restore + Unlock) and has it refill its memory from DIR/gpu/<pid>
+ * before CRIU lets the tree run.
  *
  * Without -d gpuckpt stays the tree's parent (a child subreaper: CRIU's
  * restored root is re-parented to it when criu exits) and exits with the
@@ -36,6 +37,7 @@
 #include "ops.h"
 #include "restore.h"
 #include "driver.h"
+#include "filesums.h"
 #include "tree.h"
 #include "json/json.h"
 #include "util.h"
@@ -198,7 +200,7 @@ static int check_pids_free(const struct tree *t, char *err, size_t len)
     return -EBUSY;
 }
 
-/* Manifest, every GPU image whole, CRIU's images. */
+/* Manifest, every GPU image whole, CRIU's images there and each of its files intact. */
 static int verify_save_dir(const char *dir, struct tree *t, char *err, size_t len)
 {
     uint64_t criu_bytes;
@@ -209,7 +211,9 @@ static int verify_save_dir(const char *dir, struct tree *t, char *err, size_t le
     for (int i = 0; i < t->nproc; i++)
         if (t->proc[i].tcgpu && (r = check_gpu_image(dir, &t->proc[i], 1, NULL, err, len)) < 0)
             return r;
-    return check_criu_images(dir, t, &criu_bytes, err, len);
+    if ((r = check_criu_images(dir, t, &criu_bytes, err, len)) < 0)
+        return r;
+    return filesums_check(t, dir, err, len);
 }
 
 /* ---- restore ---------------------------------------------------------------------- */
@@ -598,12 +602,12 @@ int gpuckpt_tree_verify(const char *dir)
         ntc += t->proc[i].tcgpu;
     r = CTL_EXIT_OK;
     if (gpuckpt_json())
-        r = gpuckpt_print_json(json_pack("{sb so ss si si sb}", "ok", 1, "dir", tc_json_string(dir),
+        r = gpuckpt_print_json(json_pack("{sb so ss si si sb si}", "ok", 1, "dir", tc_json_string(dir),
                                          "kind", "save", "processes", t->nproc, "gpu_images", ntc,
-                                         "criu_images", 1));
+                                         "criu_images", 1, "criu_files", t->nfiles));
     else
-        printf("%s: ok (save of %d processes, %d GPU images verified, CRIU images present)\n", dir,
-               t->nproc, ntc);
+        printf("%s: ok (save of %d processes, %d GPU images verified, %d files of CRIU's checked)\n",
+               dir, t->nproc, ntc, t->nfiles);
     free(t);
     return r;
 }

@@ -9,7 +9,8 @@
  *      (plugins/criu): it suspends every tcgpu process into
  *      DIR.tmp-XXXXXX/gpu/<pid> and hands its context to the driver before
  *      CRIU freezes it; the same mechanism podman and the kubelet use;
- *   3. write the tree manifest, fsync everything, rename DIR.tmp-XXXXXX to DIR.
+ *   3. write the tree manifest, with the size and checksum of every file
+ *      CRIU wrote (filesums.h), fsync everything, rename DIR.tmp-XXXXXX to DIR.
  * A failed dump leaves the tree running: the plugin gives every process back
  * what it took before criu returns; gpuckpt removes the temporary directory.
  * With --leave-running the plugin gives it back after the dump, from the
@@ -33,6 +34,7 @@
 #include "commands.h"
 #include "ops.h"
 #include "driver.h"
+#include "filesums.h"
 #include "tree.h"
 #include "util.h"
 #include "image/image.h"
@@ -48,7 +50,7 @@ struct save_opts {
     char criu[PATH_MAX];
     char plugins[PATH_MAX];     /* tcgpu's CRIU plugin directory */
     int leave_running, tcp_established, shell_job;
-    double t_gpu, t_criu, t_sync;   /* seconds in each phase, for the summary */
+    double t_gpu, t_criu, t_sums, t_sync;   /* seconds in each phase, for the summary */
 };
 
 static double now_s(void)
@@ -436,7 +438,10 @@ static int save_tree(struct tree *t, struct save_opts *o, int *dumped, int *gpu_
     fill_header(t, o);
     if ((r = record_images(t, o, err, len)) < 0)
         return r;
-    return tree_write(t, o->tmp, err, len);
+    t0 = now_s();
+    r = filesums_record(t, o->tmp, err, len);
+    o->t_sums = now_s() - t0;
+    return r < 0 ? r : tree_write(t, o->tmp, err, len);
 }
 
 /* The save object (docs/cli.md, "JSON output"). */
@@ -454,10 +459,11 @@ static int report_json(const struct tree *t, const struct save_opts *o, double s
             procs = NULL;
         }
     }
-    v = json_pack("{sb sI so si si so sb s{sf sf sf sf}}", "ok", 1, "root", (json_int_t)o->root,
+    v = json_pack("{sb sI so si si so sb si s{sf sf sf sf sf}}", "ok", 1, "root", (json_int_t)o->root,
                   "dir", tc_json_string(o->dir), "processes_total", t->nproc, "tcgpu_processes", ntc,
-                  "processes", procs, "leave_running", o->leave_running, "seconds", "total", secs,
-                  "gpu", o->t_gpu, "criu", o->t_criu, "sync", o->t_sync);
+                  "processes", procs, "leave_running", o->leave_running, "files_checked", t->nfiles,
+                  "seconds", "total", secs, "gpu", o->t_gpu, "criu", o->t_criu, "checksums", o->t_sums,
+                  "sync", o->t_sync);
     return gpuckpt_print_json(v);
 }
 
@@ -470,9 +476,9 @@ static int report(const struct tree *t, const struct save_opts *o, double secs)
     if (gpuckpt_json())
         return report_json(t, o, secs, ntc);
     printf("saved the tree under %d (%d process%s, %d under tcgpu) to %s in %.2f s "
-           "(GPU images %.2f s, CRIU dump %.2f s, sync %.2f s)%s\n",
+           "(GPU images %.2f s, CRIU dump %.2f s, checksums of %d files %.2f s, sync %.2f s)%s\n",
            (int)o->root, t->nproc, t->nproc == 1 ? "" : "es", ntc, o->dir, secs, o->t_gpu,
-           o->t_criu, o->t_sync, o->leave_running ? "; it runs on" : "");
+           o->t_criu, t->nfiles, o->t_sums, o->t_sync, o->leave_running ? "; it runs on" : "");
     return CTL_EXIT_OK;
 }
 

@@ -181,6 +181,16 @@ static int format_tree(const struct tree *t, struct recfile_writer *w)
         if ((r = recfile_put(w)) < 0)
             return r;
     }
+    for (int i = 0; i < t->nfiles; i++) {
+        char sum[17];
+        snprintf(sum, sizeof(sum), "%016" PRIx64, t->file[i].xxh3);
+        ctl_buf_request(b, "file");
+        ctl_buf_put(b, "path", t->file[i].path);
+        ctl_buf_put_u64(b, "size", t->file[i].size);
+        ctl_buf_put(b, "xxh3", sum);
+        if ((r = recfile_put(w)) < 0)
+            return r;
+    }
     return 0;
 }
 
@@ -266,6 +276,33 @@ static int parse_process(struct tree *t, const struct ctl_msg *m)
     return 0;
 }
 
+/* A `file` record: a path inside DIR/criu only (never a way out of DIR),
+ * its size and checksum. */
+static int parse_file(struct tree *t, const struct ctl_msg *m)
+{
+    const char *path = ctl_get(m, "path"), *sum = ctl_get(m, "xxh3");
+    struct tree_file *f;
+    char *end;
+
+    if (t->nfiles >= TREE_MAX_FILES || !path || !sum || strlen(sum) != 16)
+        return -1;
+    f = &t->file[t->nfiles];
+    if (strncmp(path, "criu/", 5) || !path[5] || strchr(path + 5, '/') ||
+        !strcmp(path + 5, ".") || !strcmp(path + 5, "..") || strlen(path) >= sizeof(f->path) ||
+        get_u64(m, "size", &f->size))
+        return -1;
+    errno = 0;
+    f->xxh3 = strtoull(sum, &end, 16);
+    if (errno || *end)
+        return -1;
+    /* sorted, as written: filesums looks them up by name */
+    if (t->nfiles && strcmp(t->file[t->nfiles - 1].path, path) >= 0)
+        return -1;
+    snprintf(f->path, sizeof(f->path), "%s", path);
+    t->nfiles++;
+    return 0;
+}
+
 static int parse_header(struct tree *t, const struct ctl_msg *m, char *why, size_t len)
 {
     uint64_t v, root, created;
@@ -306,7 +343,8 @@ static int on_record(const struct ctl_msg *m, int line, void *arg, char *why, si
     if (line == 1)
         return (r = parse_header(t, m, why, len)) < 0 ? r : 0;
     if (!strcmp(m->word, "device") ? parse_device(t, m) < 0
-        : !strcmp(m->word, "process") ? parse_process(t, m) < 0 : 1) {
+        : !strcmp(m->word, "process") ? parse_process(t, m) < 0
+        : !strcmp(m->word, "file") ? parse_file(t, m) < 0 : 1) {
         snprintf(why, len, "line %d: bad or unknown '%s' record", line, m->word);
         return -EBADMSG;
     }
@@ -321,6 +359,7 @@ int tree_read(struct tree *t, const char *dir, char *err, size_t len)
 
     memset(t, 0, offsetof(struct tree, proc));
     t->nproc = 0;
+    t->nfiles = 0;
     if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         r = -errno;
         snprintf(err, len, "%s/" TREE_FILE ": %s", dir, strerror(errno));

@@ -17,11 +17,14 @@
  *     device ordinal=0 name=NVIDIA%20H200 total_mem=150754820096 uuid=5f1c...
  *     process pid=1234 ppid=1 uid=1000 comm=train tcgpu=1 image=gpu/1234 image_csum=... socket=/run/...
  *     process pid=1240 ppid=1234 comm=sh tcgpu=0
+ *     file path=criu/pages-1.img size=268435456 xxh3=89abcdef01234567
  *     checksum xxh3=0123456789abcdef
  *
  * The last line is the XXH3-64 of every byte before it. Readers refuse any
  * other major version, a missing or wrong checksum, and unknown record words;
- * they ignore keys they do not know (minor additions).
+ * they ignore keys they do not know (minor additions). `file` records (one
+ * per file CRIU wrote, filesums.h) came after the first saves: a save
+ * without them was made before, and its CRIU files are not checked.
  */
 #ifndef GPUCKPT_TREE_H
 #define GPUCKPT_TREE_H
@@ -35,6 +38,7 @@
 #define TREE_FILE "tree"
 #define TREE_MAX_PROCS 1024
 #define TREE_MAX_DEVICES 16
+#define TREE_MAX_FILES 16384
 
 struct tree_device {
     int ordinal;
@@ -55,6 +59,13 @@ struct tree_proc {
     int suspended, released;
 };
 
+/* A file of the save whose bytes the tree manifest vouches for (filesums.h). */
+struct tree_file {
+    char path[128];             /* relative to DIR: "criu/pages-1.img" */
+    uint64_t size;
+    uint64_t xxh3;
+};
+
 struct tree {
     pid_t root;
     uint64_t created;           /* seconds since the epoch */
@@ -65,6 +76,8 @@ struct tree {
     struct tree_device dev[TREE_MAX_DEVICES];
     int nproc;
     struct tree_proc proc[TREE_MAX_PROCS];
+    int nfiles;
+    struct tree_file file[TREE_MAX_FILES];
 };
 
 /*
