@@ -158,6 +158,8 @@ static CUresult attach(void)
                 strerror(-rc));
         return CUDA_ERROR_OPERATING_SYSTEM;
     }
+    if (sim_visible_init(sim_shm->ndev) == 0)
+        return CUDA_ERROR_NO_DEVICE;        /* CUDA_VISIBLE_DEVICES hides them all */
     if ((rc = sim_vmem_init())) {
         sim_log("cannot reserve the device address space: %s", strerror(-rc));
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -220,14 +222,15 @@ SIM_EXPORT(cuDriverGetVersion);
 
 /* ---- devices ------------------------------------------------------------- */
 
-int sim_device_count(void)
+const char *sim_shm_name(void)
 {
-    return sim_shm ? sim_shm->ndev : 0;
+    return shm_name;
 }
 
+/* The machine's capacity of the device this process calls dev. */
 uint64_t sim_device_capacity(int dev)
 {
-    return sim_shm->capacity[dev];
+    return sim_shm->capacity[sim_device_phys(dev)];
 }
 
 static bool dev_ok(CUdevice d)
@@ -314,7 +317,7 @@ static int attribute_value(CUdevice_attribute a, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: return CU_COMPUTEMODE_DEFAULT;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: return 1;
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: return 1;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x10 + dev;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x10 + sim_device_phys(dev);
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: return 0;
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: return 0;
     case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: return 0;
@@ -329,7 +332,7 @@ static int attribute_value(CUdevice_attribute a, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: return 1;
     case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: return 0;
-    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID: return dev;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID: return sim_device_phys(dev);
     case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: return 2;
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: return 0;
@@ -366,21 +369,6 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 }
 SIM_EXPORT(cuDeviceGetAttribute);
 
-/* A stable UUID per (shm name, device): other processes on the same
- * simulated machine see the same one, as they would for a real GPU. */
-static void device_uuid(CUdevice dev, CUuuid *u)
-{
-    uint64_t h = 1469598103934665603ull;
-
-    for (const char *p = shm_name; p && *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    h ^= (uint64_t)dev * 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < 16; i++) {
-        h = h * 6364136223846793005ull + 1442695040888963407ull;
-        u->bytes[i] = (char)(h >> 56);
-    }
-}
-
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 {
     SIM_BEGIN();
@@ -388,7 +376,7 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    device_uuid(dev, uuid);
+    sim_device_uuid_phys(sim_device_phys(dev), uuid);
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuDeviceGetUuid);
@@ -406,7 +394,7 @@ CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", 0x10 + dev);
+    snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", 0x10 + sim_device_phys(dev));
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuDeviceGetPCIBusId);
@@ -421,10 +409,15 @@ CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
     if (sscanf(pciBusId, "%x:%x:%x.%x", &dom, &bus, &slot, &fn) != 4 &&
         (dom = 0, sscanf(pciBusId, "%x:%x.%x", &bus, &slot, &fn) != 3))
         return CUDA_ERROR_INVALID_VALUE;
-    if (dom || slot || fn || !dev_ok((int)bus - 0x10))
+    if (dom || slot || fn)
         return CUDA_ERROR_INVALID_DEVICE;
-    *dev = (int)bus - 0x10;
-    return CUDA_SUCCESS;
+    /* the bus id is the physical device's: a hidden one is not found */
+    for (int d = 0; d < sim_device_count(); d++)
+        if (sim_device_phys(d) == (int)bus - 0x10) {
+            *dev = d;
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_INVALID_DEVICE;
 }
 SIM_EXPORT(cuDeviceGetByPCIBusId);
 

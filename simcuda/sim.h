@@ -176,7 +176,14 @@ struct sim_ctx {
     int sticky;                  /* CUresult of a device fault, 0 if none */
 };
 
-int sim_device_count(void);
+/* --- devices this process sees (visible.c) ---------------------------------
+ * A CUdevice is the process's ordinal among the devices CUDA_VISIBLE_DEVICES
+ * lets it see; the machine (shm) counts by physical index. */
+int sim_visible_init(int ndev);          /* at cuInit: the number visible */
+int sim_device_count(void);              /* visible devices */
+int sim_device_phys(CUdevice dev);       /* a valid ordinal's physical index */
+void sim_device_uuid_phys(int phys, CUuuid *u);
+const char *sim_shm_name(void);          /* the machine (SIMCUDA_SHM) */
 uint64_t sim_device_capacity(int dev);
 /* Current context of the thread, checked: CUDA_SUCCESS, INVALID_CONTEXT, or the sticky error. */
 CUresult sim_ctx_current(struct sim_ctx **out);
