@@ -35,6 +35,7 @@
 #include "restore.h"
 #include "driver.h"
 #include "tree.h"
+#include "tcgpud.h"
 #include "util.h"
 #include "image/image.h"
 #include "common/clock.h"
@@ -322,11 +323,13 @@ static int wait_root(pid_t root)
 }
 
 static int parse_restore_args(const struct gpuckpt_command *self, int argc, char **argv,
-                              char *dir, size_t len, int *detach)
+                              char *dir, size_t len, int *detach, long long *owner)
 {
+    enum { OPT_OWNER = 1000 };
     static const struct option longopts[] = {
         { "dir", required_argument, NULL, 'D' },
         { "detach", no_argument, NULL, 'd' },
+        { "owner", required_argument, NULL, OPT_OWNER },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -334,6 +337,7 @@ static int parse_restore_args(const struct gpuckpt_command *self, int argc, char
     int ch;
 
     *detach = 0;
+    *owner = -1;
     optind = 1;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "hdD:", longopts, NULL)) != -1) {
@@ -341,6 +345,10 @@ static int parse_restore_args(const struct gpuckpt_command *self, int argc, char
         case 'h': gpuckpt_command_help(self); return -1;
         case 'D': d = optarg; break;
         case 'd': *detach = 1; break;
+        case OPT_OWNER:
+            if ((*owner = tree_parse_uid(optarg)) < 0)
+                return gpuckpt_usage_error("restore", "--owner takes a uid");
+            break;
         default: return gpuckpt_usage_error("restore", "unknown option");
         }
     }
@@ -353,12 +361,15 @@ static int parse_restore_args(const struct gpuckpt_command *self, int argc, char
     return 0;
 }
 
-/* Everything before CRIU runs: nothing is touched if this fails. */
-static int preflight(const char *dir, struct tree *t, char *err, size_t len)
+/* Everything before CRIU runs: nothing is touched if this fails. With an
+ * owner (tcgpud, for that user), the save must be that user's alone. */
+static int preflight(const char *dir, struct tree *t, long long owner, char *err, size_t len)
 {
     int r, ntc = 0;
 
     if ((r = verify_save_dir(dir, t, err, len)) < 0)
+        return r;
+    if (owner >= 0 && (r = tree_check_saved_owner(t, (uid_t)owner, err, len)) < 0)
         return r;
     for (int i = 0; i < t->nproc; i++)
         ntc += t->proc[i].tcgpu;
@@ -374,15 +385,21 @@ int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **arg
     struct tree *t = calloc(1, sizeof(*t));
     char dir[PATH_MAX], err[16384];
     uint64_t t0 = now_ns();
+    long long owner;
     int detach, r;
 
     if (!t)
         return CTL_EXIT_FAILED;
-    if ((r = parse_restore_args(self, argc, argv, dir, sizeof(dir), &detach)) != 0) {
+    if ((r = parse_restore_args(self, argc, argv, dir, sizeof(dir), &detach, &owner)) != 0) {
         free(t);
         return r < 0 ? CTL_EXIT_OK : r;
     }
-    if ((r = preflight(dir, t, err, sizeof(err))) < 0) {
+    if (geteuid() != 0) {
+        /* CRIU needs root: tcgpud does it for a user's own save */
+        free(t);
+        return gpuckpt_tcgpud_privileged("restore", 0, dir, detach);
+    }
+    if ((r = preflight(dir, t, owner, err, sizeof(err))) < 0) {
         gpuckpt_error("restore %s: %s", dir, err);
         free(t);
         return r == -ENODEV ? CTL_EXIT_FAILED : tree_exit_code(r);

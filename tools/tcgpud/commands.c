@@ -66,7 +66,7 @@ struct command {
     void (*handle)(int ci, const struct ctl_msg *m, struct djob *j);
 };
 
-static void refuse(int ci, const char *what, const char *why)
+void refuse(int ci, const char *what, const char *why)
 {
     const struct ucred *p = &d.conns[ci].peer;
     char uid[24], pid[24];
@@ -480,8 +480,18 @@ static const struct command cmd_status = {
     .word = "status", .access = ACCESS_ANY_PROCESS, .handle = report_status,
 };
 
+/* A user's own process trees through CRIU, which needs root (save.c checks the rest). */
+static const struct command cmd_save = {
+    .word = "save", .access = ACCESS_ANY_PROCESS, .handle = priv_save,
+};
+
+static const struct command cmd_restore = {
+    .word = "restore", .access = ACCESS_ANY_PROCESS, .handle = priv_restore,
+};
+
 static const struct command *const commands[] = {
     &cmd_register, &cmd_request, &cmd_ps, &cmd_events, &cmd_suspend, &cmd_resume, &cmd_status,
+    &cmd_save, &cmd_restore,
 };
 
 /* The peer's own registered job. Replies and returns NULL otherwise. */

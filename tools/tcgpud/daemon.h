@@ -9,6 +9,7 @@
  *               finished operations, the state file
  *   commands.c  the requests: a handler each, and the table that dispatches them
  *   metrics.c   latencies and the node_exporter textfile
+ *   save.c      save and restore of a user's own process trees, by gpuckpt as root
  *
  * All of it runs on the loop's one thread; the workers (work.c, tcgpud.h)
  * touch none of it.
@@ -124,6 +125,12 @@ void save_state(void);
 
 /* commands.c: answer the request m on connection ci. */
 void handle(int ci, const struct ctl_msg *m);
+/* Refuse `what` to the peer of ci (EACCES), logged, counted and recorded as an event. */
+void refuse(int ci, const char *what, const char *why);
+
+/* save.c: the requests save and restore (the job argument is unused). */
+void priv_save(int ci, const struct ctl_msg *m, struct djob *unused);
+void priv_restore(int ci, const struct ctl_msg *m, struct djob *unused);
 
 /* metrics.c */
 void latency_add(struct latency *l, double secs);
