@@ -60,6 +60,7 @@ struct task {
     size_t err_len;
     enum task_state state;
     int suspended;              /* by a SIGTSTP */
+    int requeued;               /* slurmctld took our requeue */
     int release_sig;
 };
 
@@ -320,8 +321,10 @@ static void wait_whole_and_requeue(struct task *t)
         }
         usleep(TICK_MS * 1000);
     }
-    if (ts_job_requeue(t->job->job_id) == 0)
+    if (ts_job_requeue(t->job->job_id) == 0) {
+        t->requeued = 1;
         ts_note("every task saved: requeued job %u", t->job->job_id);
+    }
 }
 
 static void save_for_preemption(struct task *t)
@@ -390,6 +393,11 @@ static void on_signal(struct task *t, int sig)
 {
     int preempted;
 
+    if (t->state == T_SAVED && t->requeued && sig == SIGTERM) {
+        /* the requeue ends the job's steps: going now spares it the KillWait */
+        ts_note("ending for the requeue");
+        exit(0);
+    }
     if (t->state != T_RUNNING || sig == SIGCHLD)
         return;                 /* saved (Slurm ends us) or failed (it runs on to the end) */
     switch (sig) {

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Preemption on a real Slurm (docs/slurm.md), jobs of an ordinary user (nobody)
+# under tcgpu-slurm, on tests/slurm/cluster.sh's two-node cluster.
+#
+#   preempt.sh requeue   nobody's two-task job (one GPU per task, the tasks in
+#                        lockstep through shared memory) fills node na's GPUs; a
+#                        high-priority job arrives there; the low job is saved,
+#                        requeued and restored; both jobs end with the checksums
+#                        of uninterrupted runs, the restart count is 1, and the
+#                        saves are gone once the job completes. Prints the
+#                        preemption's timeline and the save's size.
+#   preempt.sh cancel    a job saved and requeued, then cancelled while it waits:
+#                        its saves are removed
+#   preempt.sh corrupt   a job saved and requeued whose save is damaged while it
+#                        waits: the restore refuses it and the job fails, saying
+#                        so, instead of starting again from the beginning
+. "$(dirname "$0")/cluster.sh"
+
+mode=${1:?mode}
+PAIR_ARGS=(--mb 8 --steps 160 --sleep-ms 60)
+
+# submit_low NAME TASKS : nobody's job on na under tcgpu-slurm; prints its id.
+submit_low() {
+    local name=$1 tasks=$2
+    cat >"$HOME_N/$name.sh" <<EOF
+#!/bin/bash
+srun tcgpu-slurm -- $PAIR ${PAIR_ARGS[*]}
+EOF
+    chmod 755 "$HOME_N/$name.sh"
+    chown "$NOBODY" "$HOME_N/$name.sh"
+    as_nobody env PATH="$B/slurm:$PATH" TCGPU_RUN_DIR="$HOME_N/run" \
+        sbatch --parsable -p low -w na -N1 -n"$tasks" --gpus-per-task=1 --requeue --open-mode=append \
+        -J "$name" -D "$HOME_N" -o "$HOME_N/$name-%j.out" "$HOME_N/$name.sh"
+}
+
+# submit_high : a high-priority job that wants na's two GPUs; prints its id.
+submit_high() {
+    sbatch --parsable -p high -w na -N1 -n2 --gpus-per-task=1 -J high -D "$W" \
+        -o "$W/high-%j.out" --wrap "srun $PAIR ${PAIR_ARGS[*]}"
+}
+
+# preempt LOW TASKS : LOW is mid-run; a high job takes its node; LOW saves and
+# is requeued. Sets HIGH, SAVE_BYTES.
+preempt() {
+    local low=$1 tasks=$2 out
+    out=$HOME_N/$(job_field "$low" JobName)-$low.out
+    wait_job_state "$low" RUNNING 30
+    wait_file_line "$out" "rank 0 step 25" 60
+    HIGH=$(submit_high)
+    note "high-priority job $HIGH arrives on na"
+    wait_file_line "$out" "every task saved: requeued job $low" 60
+    SAVE_BYTES=$(du -scb "$SAVES/$low"/step*.run0 | tail -n 1 | cut -f1)
+    SAVE_GPU=$(du -scb "$SAVES/$low"/step*.run0/gpu | tail -n 1 | cut -f1)
+    SAVE_CRIU=$(du -scb "$SAVES/$low"/step*.run0/criu | tail -n 1 | cut -f1)
+    local r
+    for r in $(seq 0 $((tasks - 1))); do
+        [ -d "$SAVES/$low/step0.task$r.run0" ] || fail "task $r has no save: $(ls "$SAVES/$low")"
+    done
+    wait_job_state "$low" PENDING 20
+}
+
+case "$mode" in
+requeue)
+    start_cluster
+    pair_reference "${PAIR_ARGS[@]}"
+    note "uninterrupted: rank 0 $REF0, rank 1 $REF1"
+    low=$(submit_low low 2)
+    out=$HOME_N/low-$low.out
+    preempt "$low" 2
+    [ "$(job_field "$low" Restarts)" = 1 ] || fail "restart count $(job_field "$low" Restarts) after the preemption"
+    wait_job_state "$HIGH" COMPLETED 60
+    for r in 0 1; do
+        got=$(sed -n "s/^rank $r checksum: //p" "$W/high-$HIGH.out")
+        want=REF$r
+        [ "$got" = "${!want}" ] || fail "high job rank $r: checksum '$got', uninterrupted ${!want}: $(tail_of "$W/high-$HIGH.out")"
+    done
+    wait_job_state "$low" COMPLETED 120
+    grep -q "restored from its save" "$out" || fail "the low job was not restored: $(tail_of "$out" 8)"
+    grep -q "starting from the beginning" "$out" && fail "the low job started again from the beginning"
+    for r in 0 1; do
+        got=$(sed -n "s/^rank $r checksum: //p" "$out")
+        want=REF$r
+        [ "$got" = "${!want}" ] || fail "low job rank $r: checksum '$got', uninterrupted ${!want}: $(tail_of "$out" 8)"
+    done
+    [ "$(job_field "$low" Restarts)" = 1 ] || fail "restart count $(job_field "$low" Restarts), want 1"
+    [ "$(job_field "$low" ExitCode)" = 0:0 ] || fail "low job exit code $(job_field "$low" ExitCode)"
+    for i in $(seq 1 50); do [ -e "$SAVES/$low" ] || break; sleep 0.2; done
+    [ -e "$SAVES/$low" ] && fail "the saves of completed job $low are still there: $(ls "$SAVES/$low")"
+    # the timeline, from the job's own log (tcgpu-slurm's lines carry the time)
+    t_sig=$(stamp "preempted: saving" "$out")
+    t_saved=$(stamp "saved in" "$out")
+    t_requeued=$(stamp "every task saved: requeued" "$out")
+    t_again=$(stamp "restoring from" "$out")
+    t_running=$(stamp "restored from its save" "$out")
+    gpu_bytes=$(( 2 * ${PAIR_ARGS[1]} << 20 ))
+    printf 'timeline: signal -> saved %.2f s -> requeued %.2f s -> running again %.2f s (restored %.2f s later; the high job ran in between)\n' \
+        "$(echo "$t_saved - $t_sig" | bc)" "$(echo "$t_requeued - $t_sig" | bc)" \
+        "$(echo "$t_again - $t_sig" | bc)" "$(echo "$t_running - $t_again" | bc)"
+    echo "save: $SAVE_BYTES bytes (GPU images $SAVE_GPU, CRIU images $SAVE_CRIU) for $gpu_bytes bytes of GPU memory in 2 tasks"
+    echo "ok: two-task job saved at preemption, requeued, restored; both jobs' checksums right; restarts 1; saves removed"
+    ;;
+cancel)
+    PAIR_ARGS=(--mb 4 --steps 400 --sleep-ms 60)
+    start_cluster
+    low=$(submit_low cancel 1)
+    preempt "$low" 1
+    scancel "$low"
+    wait_job_state "$low" CANCELLED 20
+    for i in $(seq 1 50); do [ -e "$SAVES/$low" ] || break; sleep 0.2; done
+    [ -e "$SAVES/$low" ] && fail "a cancelled job's saves stay: $(ls "$SAVES/$low"; tail_of "$W/log/epilog.log")"
+    grep -q "job $low is over: removed its saves" "$W/log/epilog.log" || fail "the epilog did not say so"
+    echo "ok: a saved, requeued job cancelled while pending leaves no save"
+    ;;
+corrupt)
+    PAIR_ARGS=(--mb 4 --steps 400 --sleep-ms 60)
+    start_cluster
+    low=$(submit_low corrupt 1)
+    out=$HOME_N/corrupt-$low.out
+    preempt "$low" 1
+    # one byte of the GPU image's data, in the middle
+    img=$(ls -d "$SAVES/$low"/step0.task0.run0/gpu/*/ | head -n 1)
+    data=$(ls "$img"data* | head -n 1)
+    size=$(stat -c %s "$data")
+    printf '\xa5' | dd of="$data" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+    wait_job_state "$HIGH" COMPLETED 60
+    wait_job_state "$low" FAILED 120
+    grep -q "cannot be restored\|could not be restored" "$out" || fail "no clear message: $(tail_of "$out" 8)"
+    grep -q -i "corrupt\|checksum" "$out" || fail "the reason is not said: $(tail_of "$out" 8)"
+    grep -q "started .* as pid" <(sed -n '/restoring from/,$p' "$out") &&
+        fail "the job started again from the beginning after a refused restore"
+    grep -c "rank 0 checksum" "$out" | grep -qx 0 || fail "the job ran to the end: $(tail_of "$out" 8)"
+    echo "ok: a damaged save is refused at restore and the job fails saying why"
+    ;;
+*) fail "unknown mode $mode" ;;
+esac
