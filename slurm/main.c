@@ -111,8 +111,12 @@ static int epilog(void)
 
     if (!root || !*root)
         root = TS_DEFAULT_DIR;
+    /* jobcomp/script names the job JOBID; EpilogSlurmctld SLURM_JOB_ID */
+    if (!id || !*id)
+        id = getenv("JOBID");
     if (!id || !*id || (job = strtoul(id, &end, 10), *end) || !job || job > UINT32_MAX) {
-        ts_error("epilog: no SLURM_JOB_ID (run it as EpilogSlurmctld)");
+        ts_error("epilog: no SLURM_JOB_ID or JOBID (run it as JobCompLoc of jobcomp/script, "
+                 "or as EpilogSlurmctld)");
         return 1;
     }
     snprintf(path, sizeof(path), "%s/%lu", root, job);

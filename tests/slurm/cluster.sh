@@ -108,7 +108,10 @@ SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 TaskProlog=$W/task_prolog.sh
-EpilogSlurmctld=$W/epilog_slurmctld.sh
+# every job's end, a job cancelled while it waits included, runs this: the
+# saves of a job that will not run again go (docs/slurm.md)
+JobCompType=jobcomp/script
+JobCompLoc=$W/jobcomp.sh
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
@@ -146,12 +149,11 @@ EOF
 echo "export SIMCUDA_SHM=$SHM_PREFIX-\$SLURMD_NODENAME"
 echo "export TCGPU_DAEMON_SOCKET=$W/node-\$SLURMD_NODENAME/tcgpud.sock"
 EOF
-    cat >"$W/epilog_slurmctld.sh" <<EOF
+    cat >"$W/jobcomp.sh" <<EOF
 #!/bin/sh
-# the controller's epilog: saves of a job that ended for good go
 SLURM_CONF=$W/slurm.conf TCGPU_SLURM_DIR=$SAVES exec $TCGPU_SLURM epilog >>$W/log/epilog.log 2>&1
 EOF
-    chmod 755 "$W/task_prolog.sh" "$W/epilog_slurmctld.sh"
+    chmod 755 "$W/task_prolog.sh" "$W/jobcomp.sh"
 }
 
 start_munge() {

@@ -124,11 +124,13 @@ corrupt)
     printf '\xa5' | dd of="$data" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
     wait_job_state "$HIGH" COMPLETED 60
     wait_job_state "$low" FAILED 120
-    grep -q "cannot be restored\|could not be restored" "$out" || fail "no clear message: $(tail_of "$out" 8)"
-    grep -q -i "corrupt\|checksum" "$out" || fail "the reason is not said: $(tail_of "$out" 8)"
+    grep -q "could not be restored (above): the job fails rather than start again" "$out" ||
+        fail "no clear message: $(tail_of "$out" 8)"
+    grep -q "stored checksum mismatch" "$out" || fail "the reason is not said: $(tail_of "$out" 8)"
+    [ "$(job_field "$low" ExitCode)" = 7:0 ] || fail "exit code $(job_field "$low" ExitCode), want 7 (corrupt)"
     grep -q "started .* as pid" <(sed -n '/restoring from/,$p' "$out") &&
         fail "the job started again from the beginning after a refused restore"
-    grep -c "rank 0 checksum" "$out" | grep -qx 0 || fail "the job ran to the end: $(tail_of "$out" 8)"
+    grep -q "rank 0 checksum" "$out" && fail "the job ran to the end: $(tail_of "$out" 8)"
     echo "ok: a damaged save is refused at restore and the job fails saying why"
     ;;
 *) fail "unknown mode $mode" ;;

@@ -3,7 +3,7 @@
  * lockstep through shared memory (tests/slurm: a multi-task job saved and
  * restored as one).
  *
- *   pair_train [--rank R] [--mb N] [--steps N] [--sleep-ms N] [--shm NAME]
+ *   pair_train [--rank R] [--peers 1|2] [--mb N] [--steps N] [--sleep-ms N] [--shm NAME]
  *
  * Each rank keeps N MiB of state on its device (ordinal 0: under Slurm,
  * CUDA_VISIBLE_DEVICES is its one GPU). Every step it reads a slice of its
@@ -12,7 +12,8 @@
  * device: neither can run ahead of the other by more than a step, and the
  * result depends on every step of both. At the end each prints
  * "rank R checksum: HEX" (its whole device state). R defaults to
- * $SLURM_PROCID, NAME to /tcgpu-pair-$SLURM_JOB_ID.
+ * $SLURM_PROCID, the peers to $SLURM_NTASKS (1: a rank alone, no partner to
+ * wait for), NAME to /tcgpu-pair-$SLURM_JOB_ID.
  */
 #include <cuda.h>
 #include <errno.h>
@@ -78,7 +79,9 @@ static struct pair *attach(const char *name)
 int main(int argc, char **argv)
 {
     const char *proc = getenv("SLURM_PROCID"), *job = getenv("SLURM_JOB_ID");
+    const char *ntasks = getenv("SLURM_NTASKS");
     unsigned rank = proc ? (unsigned)atoi(proc) : 0, mb = 8, steps = 100, sleep = 0;
+    unsigned peers = ntasks && atoi(ntasks) == 1 ? 1 : 2;
     char shm[128];
     uint64_t bytes, *host;
     CUdevice dev;
@@ -90,12 +93,13 @@ int main(int argc, char **argv)
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--rank")) rank = (unsigned)atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--mb")) mb = (unsigned)atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--peers")) peers = (unsigned)atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) steps = (unsigned)atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--sleep-ms")) sleep = (unsigned)atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--shm")) snprintf(shm, sizeof(shm), "%s", argv[i + 1]);
         else { fprintf(stderr, "pair_train: unknown option %s\n", argv[i]); return 2; }
     }
-    if (rank > 1 || !mb || !steps)
+    if (rank >= peers || peers > 2 || !mb || !steps)
         return 2;
     bytes = (uint64_t)mb << 20;
     p = attach(shm);
@@ -118,9 +122,10 @@ int main(int argc, char **argv)
         mine = fnv(slice, SLICE, 1469598103934665603ull ^ k);
         p->digest[rank][k % 2] = mine;
         atomic_store_explicit(&p->done[rank], (uint64_t)k + 1, memory_order_release);
-        while (atomic_load_explicit(&p->done[!rank], memory_order_acquire) < (uint64_t)k + 1)
+        while (peers == 2 &&
+               atomic_load_explicit(&p->done[!rank], memory_order_acquire) < (uint64_t)k + 1)
             sleep_ms(1);
-        theirs = p->digest[!rank][k % 2];
+        theirs = peers == 2 ? p->digest[!rank][k % 2] : 0;
         for (unsigned i = 0; i < SLICE / 8; i++)
             slice[i] = slice[i] * 6364136223846793005ull + (theirs ^ i);
         CK(cuMemcpyHtoD(d + off, slice, SLICE));
@@ -136,7 +141,7 @@ int main(int argc, char **argv)
     fflush(stdout);
     /* whoever finishes second sees the other's mark and removes the segment */
     atomic_fetch_add(&p->done[rank], 1000000000ull);
-    if (atomic_load(&p->done[!rank]) >= 1000000000ull)
+    if (peers == 1 || atomic_load(&p->done[!rank]) >= 1000000000ull)
         shm_unlink(shm);
     return 0;
 }
