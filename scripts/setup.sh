@@ -16,6 +16,9 @@ CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 
 BUILD_PKGS=(gcc make pkg-config meson ninja-build python3 xz-utils curl ca-certificates
             libzstd-dev zstd liburing-dev libunwind-dev libinih-dev libxxhash-dev)
+# tcgpu-slurm builds against libslurm; the suite slurm runs a real Slurm
+# (slurmctld, slurmd, munged) on loopback (docs/slurm.md)
+SLURM_PKGS=(slurm-wlm munge libslurm-dev util-linux)
 CRIU_BUILD_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
                  libnl-3-dev libnl-route-3-dev libnet1-dev libcap-dev libbsd-dev uuid-dev
                  libgnutls28-dev libnftables-dev iproute2)
@@ -104,6 +107,7 @@ main() {
         esac
     done
     apt_install "${BUILD_PKGS[@]}"
+    apt_install "${SLURM_PKGS[@]}"
     if [ "$want_criu" -eq 1 ] && ! criu_ok; then
         build_criu
     fi

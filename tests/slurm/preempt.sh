@@ -14,6 +14,9 @@
 #   preempt.sh corrupt   a job saved and requeued whose save is damaged while it
 #                        waits: the restore refuses it and the job fails, saying
 #                        so, instead of starting again from the beginning
+#   preempt.sh suspend   scontrol suspend: the job's GPU memory is released before
+#                        Slurm stops it (SIGTSTP, then SIGSTOP), and given back on
+#                        scontrol resume; the job ends with the uninterrupted checksum
 . "$(dirname "$0")/cluster.sh"
 
 mode=${1:?mode}
@@ -93,9 +96,9 @@ requeue)
     t_again=$(stamp "restoring from" "$out")
     t_running=$(stamp "restored from its save" "$out")
     gpu_bytes=$(( 2 * ${PAIR_ARGS[1]} << 20 ))
-    printf 'timeline: signal -> saved %.2f s -> requeued %.2f s -> running again %.2f s (restored %.2f s later; the high job ran in between)\n' \
-        "$(echo "$t_saved - $t_sig" | bc)" "$(echo "$t_requeued - $t_sig" | bc)" \
-        "$(echo "$t_again - $t_sig" | bc)" "$(echo "$t_running - $t_again" | bc)"
+    awk -v s="$t_sig" -v a="$t_saved" -v q="$t_requeued" -v g="$t_again" -v r="$t_running" 'BEGIN {
+        printf "timeline: signal -> saved %.2f s -> requeued %.2f s -> running again %.2f s " \
+               "(restored %.2f s later; the high job ran in between)\n", a - s, q - s, g - s, r - g }'
     echo "save: $SAVE_BYTES bytes (GPU images $SAVE_GPU, CRIU images $SAVE_CRIU) for $gpu_bytes bytes of GPU memory in 2 tasks"
     echo "ok: two-task job saved at preemption, requeued, restored; both jobs' checksums right; restarts 1; saves removed"
     ;;
@@ -132,6 +135,41 @@ corrupt)
         fail "the job started again from the beginning after a refused restore"
     grep -q "rank 0 checksum" "$out" && fail "the job ran to the end: $(tail_of "$out" 8)"
     echo "ok: a damaged save is refused at restore and the job fails saying why"
+    ;;
+suspend)
+    PAIR_ARGS=(--mb 32 --steps 200 --sleep-ms 40)
+    start_cluster
+    SIMCUDA_SHM=$SHM_PREFIX-ref "$PAIR" --peers 1 --shm /tcgpu-pair-ref1-$$ "${PAIR_ARGS[@]}" >"$W/ref.out" 2>&1 ||
+        fail "reference run failed: $(tail_of "$W/ref.out")"
+    rm -f /dev/shm"$SHM_PREFIX"-ref
+    ref=$(sed -n 's/^rank 0 checksum: //p' "$W/ref.out")
+    low=$(submit_low susp 1)
+    out=$HOME_N/susp-$low.out
+    wait_job_state "$low" RUNNING 30
+    wait_file_line "$out" "rank 0 step 25" 60
+    pid=$(sed -n 's/.*started .* as pid \([0-9]*\).*/\1/p' "$out" | head -n 1)
+    smi() { SIMCUDA_SHM=$SHM_PREFIX-na "$B/simcuda/simcuda-smi" -q | awk -v p="pid=$pid" '$2 == p'; }
+    held=$(smi | sed -n 's/.* used=\([0-9]*\).*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
+    [ "${held:-0}" -ge $((32 << 20)) ] || fail "the job holds ${held:-nothing} on its GPU before the suspend: $(smi)"
+    scontrol suspend "$low"
+    wait_job_state "$low" SUSPENDED 10
+    # srun is stopped too, so the job's log says nothing until the resume: ask the GPU
+    for i in $(seq 1 100); do
+        smi | grep -v -q "used=0 .*state=checkpointed" || break
+        sleep 0.1
+    done
+    smi | grep -v -q "used=0 .*state=checkpointed" && fail "the suspended job still holds GPU memory: $(smi)"
+    # Slurm's SIGSTOP follows its SIGTSTP
+    for i in $(seq 1 100); do grep -q "^State:.*T (stopped)" /proc/"$pid"/status && break; sleep 0.1; done
+    grep -q "^State:.*T (stopped)" /proc/"$pid"/status || fail "Slurm did not stop the program: $(grep State /proc/$pid/status)"
+    scontrol resume "$low"
+    wait_file_line "$out" "resumed by Slurm: back on the GPU" 20
+    grep -q "suspended by Slurm: GPU memory released" "$out" || fail "no suspend line: $(tail_of "$out" 6)"
+    note "$(grep -m1 'GPU memory released' "$out" | sed 's/^[^:]*: //')"
+    wait_job_state "$low" COMPLETED 60
+    got=$(sed -n 's/^rank 0 checksum: //p' "$out")
+    [ "$got" = "$ref" ] || fail "checksum after suspend/resume '$got', uninterrupted $ref"
+    echo "ok: scontrol suspend released the job's GPU memory, resume gave it back; checksum $got"
     ;;
 *) fail "unknown mode $mode" ;;
 esac
