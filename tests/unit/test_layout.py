@@ -7,7 +7,8 @@
   table lets A include that folder; a bare #include "x.h" names a header of the
   same folder (or tcgpu.h, or a header generated into that folder);
 - the tools include only the libraries they link (gpuckpt: common, ctl, image;
-  tcgpud: common, ctl, policy; tcgpu-replay: common, policy);
+  tcgpud: common, ctl, policy; tcgpu-replay: common, policy; tcgpu-slurm and
+  its defer library: common);
 - a library's meson.build depends only on the libraries it may include;
 - no meson.build compiles a source file of another folder.
 """
@@ -29,6 +30,7 @@ TOOLS = {
     'tools/gpuckpt': {'common', 'ctl', 'image', 'gpuckpt'},
     'tools/tcgpud': {'common', 'ctl', 'policy', 'tcgpud'},
     'tools/tcgpu-replay.c': {'common', 'policy'},
+    'slurm': {'common'},
 }
 GENERATED = {'driver': {'driver_table.h'}}
 # Headers of other trees a folder is built against (include_directories in its meson.build).
