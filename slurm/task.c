@@ -453,7 +453,7 @@ static int loop(struct task *t, int sfd)
             t->child = 0;
             relay_restore_err(t);
             relay_output(t);
-            if (t->state != T_RUNNING)
+            if (t->state == T_SAVED)
                 continue;       /* CRIU ended the program: wait for Slurm to end us */
             if (t->restored && !t->root)
                 ts_error("the save could not be restored (above): the job fails rather than "
