@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "tcgpu_slurm.h"
 #include "tcgpu.h"
 
@@ -26,15 +26,10 @@ static char who[64] = "tcgpu-slurm";
 
 static void vsay(const char *fmt, va_list ap)
 {
-    struct timespec ts;
-    struct tm tm;
     char when[16];
 
     /* wall-clock time with milliseconds: the job's log is its preemption timeline */
-    clock_gettime(CLOCK_REALTIME, &ts);
-    localtime_r(&ts.tv_sec, &tm);
-    strftime(when, sizeof(when), "%H:%M:%S", &tm);
-    fprintf(stderr, "%s %s.%03ld: ", who, when, ts.tv_nsec / 1000000);
+    fprintf(stderr, "%s %s: ", who, wall_hms(when));
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     fflush(stderr);

@@ -43,14 +43,9 @@ struct pol_actions acts;
 void logmsg(const char *fmt, ...)
 {
     va_list ap;
-    struct timespec ts;
-    struct tm tm;
-    char when[32];
+    char when[16];
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    localtime_r(&ts.tv_sec, &tm);
-    strftime(when, sizeof(when), "%H:%M:%S", &tm);
-    fprintf(stderr, "tcgpud %s.%03ld: ", when, ts.tv_nsec / 1000000);
+    fprintf(stderr, "tcgpud %s: ", wall_hms(when));
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);

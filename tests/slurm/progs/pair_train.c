@@ -27,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../common/progs.h"
+
 #define SLICE 4096
 
 struct pair {
@@ -34,29 +36,7 @@ struct pair {
     uint64_t digest[2][2];      /* [rank][step % 2] */
 };
 
-static void die(const char *what, CUresult r)
-{
-    const char *name = "?";
-    cuGetErrorName(r, &name);
-    fprintf(stderr, "pair_train: %s: %s\n", what, name);
-    exit(1);
-}
-#define CK(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) die(#call, r_); } while (0)
-
-static uint64_t fnv(const void *p, size_t n, uint64_t h)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) && errno == EINTR)
-        ;
-}
+#define CK(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) progs_die("pair_train", #call, r_); } while (0)
 
 static struct pair *attach(const char *name)
 {
@@ -119,12 +99,12 @@ int main(int argc, char **argv)
         uint64_t slice[SLICE / 8], mine, theirs, off = ((uint64_t)k * SLICE * 7) % (bytes - SLICE);
         off -= off % 8;
         CK(cuMemcpyDtoH(slice, d + off, SLICE));
-        mine = fnv(slice, SLICE, 1469598103934665603ull ^ k);
+        mine = progs_fnv(slice, SLICE, PROGS_FNV_BASIS ^ k);
         p->digest[rank][k % 2] = mine;
         atomic_store_explicit(&p->done[rank], (uint64_t)k + 1, memory_order_release);
         while (peers == 2 &&
                atomic_load_explicit(&p->done[!rank], memory_order_acquire) < (uint64_t)k + 1)
-            sleep_ms(1);
+            progs_sleep_ms(1);
         theirs = peers == 2 ? p->digest[!rank][k % 2] : 0;
         for (unsigned i = 0; i < SLICE / 8; i++)
             slice[i] = slice[i] * 6364136223846793005ull + (theirs ^ i);
@@ -134,10 +114,10 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
         if (sleep)
-            sleep_ms(sleep);
+            progs_sleep_ms(sleep);
     }
     CK(cuMemcpyDtoH(host, d, bytes));
-    printf("rank %u checksum: %016llx\n", rank, (unsigned long long)fnv(host, bytes, 14695981039346656037ull));
+    printf("rank %u checksum: %016llx\n", rank, (unsigned long long)progs_fnv(host, bytes, 14695981039346656037ull));
     fflush(stdout);
     /* whoever finishes second sees the other's mark and removes the segment */
     atomic_fetch_add(&p->done[rank], 1000000000ull);
