@@ -227,6 +227,15 @@ const char *sim_shm_name(void)
     return shm_name;
 }
 
+void sim_set_machine(struct sim_shm *s, const char *name)
+{
+    static char moved[64];
+
+    snprintf(moved, sizeof(moved), "%s", name);
+    sim_shm = s;
+    shm_name = moved;
+}
+
 /* The machine's capacity of the device this process calls dev. */
 uint64_t sim_device_capacity(int dev)
 {

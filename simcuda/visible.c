@@ -26,19 +26,25 @@
 static int nvisible;
 static int phys_of[SIM_MAX_DEVICES];
 
-/* The UUID of physical device phys on this machine: a hash of the machine's
- * name and the index, so every process attached to it sees the same one. */
-void sim_device_uuid_phys(int phys, CUuuid *u)
+/* The UUID of physical device phys of machine `name`: a hash of the
+ * machine's name and the index, so every process attached to it sees the
+ * same one, and the GPUs of two machines differ. */
+void sim_device_uuid_phys_of(const char *name, int phys, CUuuid *u)
 {
     uint64_t h = 1469598103934665603ull;
 
-    for (const char *p = sim_shm_name(); p && *p; p++)
+    for (const char *p = name; p && *p; p++)
         h = (h ^ (unsigned char)*p) * 1099511628211ull;
     h ^= (uint64_t)phys * 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < 16; i++) {
         h = h * 6364136223846793005ull + 1442695040888963407ull;
         u->bytes[i] = (char)(h >> 56);
     }
+}
+
+void sim_device_uuid_phys(int phys, CUuuid *u)
+{
+    sim_device_uuid_phys_of(sim_shm_name(), phys, u);
 }
 
 /* A UUID entry's hex digits (after "GPU-", dashes dropped), lower case, into hex. */
@@ -130,6 +136,12 @@ int sim_visible_init(int ndev)
 int sim_device_count(void)
 {
     return sim_shm ? nvisible : 0;
+}
+
+void sim_visible_remap(const int *phys)
+{
+    for (int v = 0; v < nvisible; v++)
+        phys_of[v] = phys[v];
 }
 
 int sim_device_phys(CUdevice dev)

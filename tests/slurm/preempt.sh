@@ -3,9 +3,10 @@
 # under tcgpu-slurm, on tests/slurm/cluster.sh's two-node cluster.
 #
 #   preempt.sh requeue   nobody's two-task job (one GPU per task, the tasks in
-#                        lockstep through shared memory) fills node na's GPUs; a
+#                        lockstep through shared memory) fills a node's GPUs; a
 #                        high-priority job arrives there; the low job is saved,
-#                        requeued and restored; both jobs end with the checksums
+#                        requeued and restored (on the other node, which is free:
+#                        its own simulated machine); both jobs end with the checksums
 #                        of uninterrupted runs, the restart count is 1, and the
 #                        saves are gone once the job completes. Prints the
 #                        preemption's timeline and the save's size.
@@ -22,7 +23,7 @@
 mode=${1:?mode}
 PAIR_ARGS=(--mb 8 --steps 160 --sleep-ms 60)
 
-# submit_low NAME TASKS : nobody's job on na under tcgpu-slurm; prints its id.
+# submit_low NAME TASKS : nobody's job under tcgpu-slurm, on one node; prints its id.
 submit_low() {
     local name=$1 tasks=$2
     cat >"$HOME_N/$name.sh" <<EOF
@@ -32,14 +33,17 @@ EOF
     chmod 755 "$HOME_N/$name.sh"
     chown "$NOBODY" "$HOME_N/$name.sh"
     as_nobody env PATH="$B/slurm:$PATH" TCGPU_RUN_DIR="$HOME_N/run" \
-        sbatch --parsable -p low -w na -N1 -n"$tasks" --gpus-per-task=1 --requeue --open-mode=append \
+        sbatch --parsable -p low -N1 -n"$tasks" --gpus-per-task=1 --requeue --open-mode=append \
         -J "$name" -D "$HOME_N" -o "$HOME_N/$name-%j.out" "$HOME_N/$name.sh"
 }
 
-# submit_high : a high-priority job that wants na's two GPUs; prints its id.
+# submit_high NODE : a high-priority job that wants NODE's two GPUs; prints its id.
+# It computes what the low job does, only slower (the pause between steps
+# changes no result): it still holds NODE when the low job may run again, so
+# that one comes back on the other node.
 submit_high() {
-    sbatch --parsable -p high -w na -N1 -n2 --gpus-per-task=1 -J high -D "$W" \
-        -o "$W/high-%j.out" --wrap "srun $PAIR ${PAIR_ARGS[*]}"
+    sbatch --parsable -p high -w "$1" -N1 -n2 --gpus-per-task=1 -J high -D "$W" \
+        -o "$W/high-%j.out" --wrap "srun $PAIR ${PAIR_ARGS[*]} --sleep-ms 150"
 }
 
 # preempt LOW TASKS : LOW is mid-run; a high job takes its node; LOW saves and
@@ -49,8 +53,9 @@ preempt() {
     out=$HOME_N/$(job_field "$low" JobName)-$low.out
     wait_job_state "$low" RUNNING 30
     wait_file_line "$out" "rank 0 step 25" 60
-    HIGH=$(submit_high)
-    note "high-priority job $HIGH arrives on na"
+    LOW_NODE=$(job_field "$low" NodeList)
+    HIGH=$(submit_high "$LOW_NODE")
+    note "high-priority job $HIGH arrives on $LOW_NODE, where job $low runs"
     wait_file_line "$out" "every task saved: requeued job $low" 60
     SAVE_BYTES=$(du -scb "$SAVES/$low"/step*.run0 | tail -n 1 | cut -f1)
     SAVE_GPU=$(du -scb "$SAVES/$low"/step*.run0/gpu | tail -n 1 | cut -f1)
@@ -71,7 +76,13 @@ requeue)
     out=$HOME_N/low-$low.out
     preempt "$low" 2
     [ "$(job_field "$low" Restarts)" = 1 ] || fail "restart count $(job_field "$low" Restarts) after the preemption"
-    wait_job_state "$HIGH" COMPLETED 60
+    # the node is drained (say, for maintenance): the job comes back on the
+    # other, another simulated machine, and the restore moves it there
+    scontrol update NodeName="$LOW_NODE" State=DRAIN Reason=tcgpu-test
+    if [ -n "${TCGPU_DEBUG_SCHED:-}" ]; then
+        for i in $(seq 1 15); do squeue -h -o '%i %T %R %N' | tr '\n' ';' >&2; echo >&2; sleep 2; done
+    fi
+    wait_job_state "$HIGH" COMPLETED 120
     for r in 0 1; do
         got=$(sed -n "s/^rank $r checksum: //p" "$W/high-$HIGH.out")
         want=REF$r
@@ -79,6 +90,9 @@ requeue)
     done
     wait_job_state "$low" COMPLETED 120
     grep -q "restored from its save" "$out" || fail "the low job was not restored: $(tail_of "$out" 8)"
+    again=$(job_field "$low" NodeList)
+    note "saved on $LOW_NODE, restored on $again"
+    [ "$again" != "$LOW_NODE" ] || fail "the job came back on $LOW_NODE, which is drained"
     grep -q "starting from the beginning" "$out" && fail "the low job started again from the beginning"
     for r in 0 1; do
         got=$(sed -n "s/^rank $r checksum: //p" "$out")
@@ -148,7 +162,8 @@ suspend)
     wait_job_state "$low" RUNNING 30
     wait_file_line "$out" "rank 0 step 25" 60
     pid=$(sed -n 's/.*started .* as pid \([0-9]*\).*/\1/p' "$out" | head -n 1)
-    smi() { SIMCUDA_SHM=$SHM_PREFIX-na "$B/simcuda/simcuda-smi" -q | awk -v p="pid=$pid" '$2 == p'; }
+    node=$(job_field "$low" NodeList)
+    smi() { SIMCUDA_SHM=$SHM_PREFIX-$node "$B/simcuda/simcuda-smi" -q | awk -v p="pid=$pid" '$2 == p'; }
     held=$(smi | sed -n 's/.* used=\([0-9]*\).*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
     [ "${held:-0}" -ge $((32 << 20)) ] || fail "the job holds ${held:-nothing} on its GPU before the suspend: $(smi)"
     scontrol suspend "$low"
