@@ -104,6 +104,52 @@ static int call_daemon(struct ctl_buf *req, struct ctl_msg *reply, int timeout_m
     return r;
 }
 
+/*
+ * The machine's number of the GPU a job calls `ordinal`, when the job can
+ * tell: the ordinal itself when CUDA_VISIBLE_DEVICES is unset, the list's
+ * entry when it is a plain index ("2,3"); -1 for a UUID or MIG entry.
+ */
+static int machine_index(int ordinal)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    char *end;
+    long n;
+
+    if (!v)
+        return ordinal;
+    for (int k = 0; k < ordinal && v; k++)
+        if ((v = strchr(v, ',')))
+            v++;
+    if (!v)
+        return -1;
+    while (*v == ' ')
+        v++;
+    n = strtol(v, &end, 10);
+    if (end == v || n < 0 || n > 4095 || (*end && *end != ',' && *end != ' '))
+        return -1;
+    return (int)n;
+}
+
+/*
+ * The GPU of `ordinal` in a request: tcgpud accounts by its UUID (two jobs'
+ * ordinal 0 under CUDA_VISIBLE_DEVICES may be two GPUs), with the machine's
+ * number of it as a hint for tcgpud's numbering (docs/tcgpud.md, "GPUs").
+ */
+static void put_gpu(struct ctl_buf *req, int ordinal)
+{
+    CUuuid u;
+    char text[CU_UUID_TEXT_LEN];
+    int index = machine_index(ordinal);
+
+    ctl_buf_put_u64(req, "device", (uint64_t)ordinal);
+    if (TCGPU_REAL(cuDeviceGetUuid)(&u, ordinal) != CUDA_SUCCESS)
+        return;
+    cu_uuid_text(&u, text);
+    ctl_buf_put(req, "uuid", text);
+    if (index >= 0)
+        ctl_buf_put_u64(req, "index", (uint64_t)index);
+}
+
 /* Register now. Lock held. Returns 0 or -errno (logged once). */
 static int do_register(void)
 {
@@ -126,7 +172,7 @@ static int do_register(void)
     /* Device 0's size, so that tcgpud knows the capacity without CUDA of its own. */
     if (TCGPU_REAL(cuDeviceTotalMem)(&total, 0) == CUDA_SUCCESS)
         ctl_buf_put_u64(req, "total", total);
-    ctl_buf_put_u64(req, "device", 0);
+    put_gpu(req, 0);
     r = call_daemon(req, rep, REGISTER_TIMEOUT_MS, err, sizeof(err));
     if (r == 0 && rep->err) {
         r = rep->err;
@@ -185,7 +231,7 @@ static int ask(int device, uint64_t bytes, uint64_t used, int over_limit)
     if (!req || !rep)
         goto out;
     ctl_buf_request(req, "request");
-    ctl_buf_put_u64(req, "device", (uint64_t)device);
+    put_gpu(req, device);
     ctl_buf_put_u64(req, "bytes", bytes);
     ctl_buf_put_u64(req, "used", used);
     if (TCGPU_REAL(cuMemGetInfo)(&freemem, &total) == CUDA_SUCCESS) {

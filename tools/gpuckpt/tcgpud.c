@@ -329,7 +329,8 @@ static void ps_human(const struct list *l)
     for (size_t i = 0; i < l->n; i++) {
         const struct ctl_msg *m = l->v[i];
         if (!strcmp(m->word, "device"))
-            printf("GPU %s: %s used of %s by managed jobs\n", get(m, "id"),
+            printf("GPU %s%s%s%s: %s used of %s by managed jobs\n", get(m, "id"),
+                   *get(m, "uuid") ? " (" : "", get(m, "uuid"), *get(m, "uuid") ? ")" : "",
                    mib(get_u64(m, "used"), a, sizeof(a)), mib(get_u64(m, "capacity"), b, sizeof(b)));
     }
     for (size_t i = 0; i < l->n; i++) {

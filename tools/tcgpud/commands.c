@@ -143,17 +143,22 @@ static int register_priority(int ci, const struct ctl_msg *m, struct registratio
 /* Its memory limit and its device, which tcgpud learns of. 0, or -errno (replied). */
 static int register_memory(int ci, const struct ctl_msg *m, struct registration *rg)
 {
-    uint64_t gpu_mem = 0, total = 0, dev = 0;
+    uint64_t gpu_mem = 0, total = 0;
+    int dev = 0, r;
 
     if ((ctl_get(m, "gpu_mem") && ctl_get_u64(m, "gpu_mem", &gpu_mem) < 0) ||
-        (ctl_get(m, "total") && ctl_get_u64(m, "total", &total) < 0) ||
-        (ctl_get(m, "device") && (ctl_get_u64(m, "device", &dev) < 0 || dev >= TCGPUD_MAX_GPUS))) {
+        (ctl_get(m, "total") && ctl_get_u64(m, "total", &total) < 0)) {
         reply_error(ci, -EINVAL, "malformed register request");
         return -EINVAL;
     }
+    if ((r = gpu_of_message(m, &dev)) < 0) {
+        reply_error(ci, r, r == -ENOSPC ? "more than %d GPUs" : "malformed GPU in the register request",
+                    TCGPUD_MAX_GPUS);
+        return r;
+    }
     rg->spec.limit = gpu_mem ? gpu_mem : rg->cp->pol.default_limit;
-    rg->spec.device = (int)dev;
-    learn_device((int)dev, total);
+    rg->spec.device = dev;
+    learn_device(dev, total);
     return 0;
 }
 
@@ -226,7 +231,8 @@ static void request_memory(int ci, const struct ctl_msg *m, struct djob *j)
 {
     const struct ucred *peer = &d.conns[ci].peer;
     const struct pol_job *pj = policy_job(d.pol, (uint64_t)j->pid);
-    uint64_t dev = 0, total = 0, wait_ms = 0, over = 0;
+    uint64_t total = 0, wait_ms = 0, over = 0;
+    int dev = 0;
     char by[24];
 
     if (pj->state != POL_RUNNING) {
@@ -240,7 +246,7 @@ static void request_memory(int ci, const struct ctl_msg *m, struct djob *j)
     }
     j->req_free = POL_FREE_UNKNOWN;
     if (ctl_get_u64(m, "bytes", &j->req_bytes) < 0 || j->req_bytes == 0 ||
-        ctl_get_u64(m, "device", &dev) < 0 || dev >= TCGPUD_MAX_GPUS ||
+        !ctl_get(m, "device") || gpu_of_message(m, &dev) < 0 ||
         (ctl_get(m, "used") && ctl_get_u64(m, "used", &j->req_used) < 0) ||
         (ctl_get(m, "free") && ctl_get_u64(m, "free", &j->req_free) < 0) ||
         (ctl_get(m, "total") && ctl_get_u64(m, "total", &total) < 0) ||
@@ -249,8 +255,8 @@ static void request_memory(int ci, const struct ctl_msg *m, struct djob *j)
         reply_error(ci, -EINVAL, "malformed request");
         return;
     }
-    learn_device((int)dev, total);
-    j->req_device = (int)dev;
+    learn_device(dev, total);
+    j->req_device = dev;
     j->req_over_limit = over != 0;
     j->req_wait_ms = wait_ms;
     j->req_conn = ci;
@@ -306,6 +312,8 @@ static void list_jobs(int ci, const struct ctl_msg *m, struct djob *unused)
     for (int dev = 0; dev < policy_device_count(d.pol); dev++) {
         ctl_buf_request(&b, "device");
         ctl_buf_put_u64(&b, "id", (uint64_t)dev);
+        if (gpu_uuid(dev)[0])
+            ctl_buf_put(&b, "uuid", gpu_uuid(dev));
         ctl_buf_put_u64(&b, "capacity", policy_device_capacity(d.pol, dev));
         ctl_buf_put_u64(&b, "used", policy_device_used(d.pol, dev));
         send_msg(ci, &b);

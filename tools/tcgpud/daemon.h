@@ -123,6 +123,21 @@ void take_work(void);
 const char *display_state(const struct pol_job *pj);
 void save_state(void);
 
+/* gpus.c: GPUs by UUID (docs/tcgpud.md, "GPUs"). Main thread only. */
+/* tcgpud's number of the GPU with this UUID ("GPU-..."), given one on first
+ * sight: hint (the machine's number, -1: unknown) when free, else the lowest
+ * free. -EINVAL for a malformed UUID, -ENOSPC when every number is taken. */
+int gpu_number(const char *uuid, int hint);
+/* Number n is uuid again (from the state file). 0, -EINVAL, or -EEXIST when
+ * n or the UUID is already another's. */
+int gpu_relearn(int n, const char *uuid);
+/* The UUID of number n: "" when none is known (a job without one). */
+const char *gpu_uuid(int n);
+/* The GPU a register or request message m is about, into *dev: by its
+ * "uuid" (and "index" hint), or its "device" ordinal from a job without
+ * one. 0, or -EINVAL/-ENOSPC. */
+int gpu_of_message(const struct ctl_msg *m, int *dev);
+
 /* commands.c: answer the request m on connection ci. */
 void handle(int ci, const struct ctl_msg *m);
 /* Refuse `what` to the peer of ci (EACCES), logged, counted and recorded as an event. */

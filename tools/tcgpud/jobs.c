@@ -450,6 +450,7 @@ void save_state(void)
         s->limit = pj->limit;
         s->device = pj->device;
         s->dev_capacity = policy_device_capacity(d.pol, pj->device);
+        snprintf(s->uuid, sizeof(s->uuid), "%s", gpu_uuid(pj->device));
         s->mem = pj->mem;
         /* in-between states are saved as where they are heading */
         snprintf(s->state, sizeof(s->state), "%s",

@@ -173,6 +173,9 @@ static void relearn_one(const struct tcgpud_saved_job *s)
         logmsg("pid %d: %s; not managing it", (int)s->pid, err);
         return;
     }
+    if (s->uuid[0] && gpu_relearn(s->device, s->uuid) < 0)
+        logmsg("pid %d: GPU %d was %s, which tcgpud now numbers otherwise; accounting it to GPU %d",
+               (int)s->pid, s->device, s->uuid, s->device);
     learn_device(s->device, s->dev_capacity);
     spec.project = proj;
     if (st.state == TCGPU_STATE_SUSPENDED) {
