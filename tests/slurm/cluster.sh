@@ -118,9 +118,11 @@ GresTypes=gpu
 MpiDefault=none
 ReturnToService=2
 SchedulerType=sched/backfill
-# bf_interval: a requeued job that becomes eligible starts at the next
-# backfill pass (Slurm's default: every 30 s)
-SchedulerParameters=preempt_send_user_signal,bf_interval=1
+# sched_interval: a requeued job that becomes eligible (cred_expire) is
+# started by the next pass of the main scheduler, which runs on events and
+# every sched_interval (Slurm's default: 60 s); backfill passes skip it
+# when nothing changed (docs/slurm.md)
+SchedulerParameters=preempt_send_user_signal,bf_interval=1,sched_interval=2
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 JobRequeue=1

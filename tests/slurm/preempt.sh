@@ -112,7 +112,7 @@ requeue)
     gpu_bytes=$(( 2 * ${PAIR_ARGS[1]} << 20 ))
     awk -v s="$t_sig" -v a="$t_saved" -v q="$t_requeued" -v g="$t_again" -v r="$t_running" 'BEGIN {
         printf "timeline: signal -> saved %.2f s -> requeued %.2f s -> running again %.2f s " \
-               "(restored %.2f s later; the high job ran in between)\n", a - s, q - s, g - s, r - g }'
+               "(restored %.2f s later, on the other node)\n", a - s, q - s, g - s, r - g }'
     echo "save: $SAVE_BYTES bytes (GPU images $SAVE_GPU, CRIU images $SAVE_CRIU) for $gpu_bytes bytes of GPU memory in 2 tasks"
     echo "ok: two-task job saved at preemption, requeued, restored; both jobs' checksums right; restarts 1; saves removed"
     ;;
