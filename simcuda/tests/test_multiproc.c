@@ -35,12 +35,10 @@ static int hog(const char *mib)
 /* simcuda-smi -q's "used=" of process pid, or -1. */
 static long long smi_used(pid_t pid)
 {
-    char cmd[512], line[512];
+    char line[512];
     long long used = -1;
-    FILE *f;
+    FILE *f = t_smi_query();
 
-    snprintf(cmd, sizeof(cmd), "%s -q", getenv("SIMCUDA_SMI"));
-    CHECK_TRUE((f = popen(cmd, "r")) != NULL);
     while (fgets(line, sizeof(line), f)) {
         int p;
         long long u;

@@ -96,11 +96,9 @@ static void remapped(void)
         int st;
         CHECK_TRUE(w >= 0);
         if (w == 0) {
-            char cmd[512], line[512];
+            char line[512];
             long long used[3] = { -1, -1, -1 };
-            FILE *f;
-            snprintf(cmd, sizeof(cmd), "%s -q", getenv("SIMCUDA_SMI"));
-            CHECK_TRUE((f = popen(cmd, "r")) != NULL);
+            FILE *f = t_smi_query();
             while (fgets(line, sizeof(line), f)) {
                 int idx;
                 long long u;
