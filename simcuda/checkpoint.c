@@ -115,6 +115,7 @@ static int phys_by_uuid(const char *name, int ndev, const uint8_t u[16])
  * it stays where it was.
  */
 static struct sim_shm *left_behind;     /* the machine a migration left */
+static uint32_t moved_seen;             /* the new slot's cmd_seq when we took it */
 
 static CUresult migrate(struct sim_shm_proc *p)
 {
@@ -148,6 +149,12 @@ static CUresult migrate(struct sim_shm_proc *p)
     if (slot) {
         slot->state = CU_PROCESS_STATE_CHECKPOINTED;
         memcpy(slot->parked, parked, sizeof(parked));
+        /* Serve the new slot from now on, before the Restore's answer: the
+         * restorer's next command (Unlock) may come at once, and one posted
+         * before the service thread looked would be acknowledged unrun. */
+        moved_seen = __atomic_load_n(&slot->cmd_seq, __ATOMIC_ACQUIRE);
+        __atomic_store_n(&slot->ack_seq, moved_seen, __ATOMIC_RELEASE);
+        __atomic_store_n(&slot->restore_tid, (int32_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
     }
     sim_shm_unlock(to);
     if (!slot)
@@ -239,9 +246,7 @@ static void *service(void *unused)
                 sim_shm_unlock(old);
             }
             p = sim_self;
-            seen = __atomic_load_n(&p->cmd_seq, __ATOMIC_ACQUIRE);
-            __atomic_store_n(&p->ack_seq, seen, __ATOMIC_RELEASE);
-            __atomic_store_n(&p->restore_tid, (int32_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+            seen = moved_seen;          /* commands after it are new (migrate()) */
         }
     }
     return NULL;

@@ -154,8 +154,10 @@ static CUresult attach(void)
     int rc;
 
     if ((rc = sim_shm_open(&sim_shm, &shm_name))) {
-        sim_log("cannot open shm %s: %s", getenv("SIMCUDA_SHM") ? getenv("SIMCUDA_SHM") : "/simcuda",
-                strerror(-rc));
+        const char *name = getenv("SIMCUDA_SHM") ? getenv("SIMCUDA_SHM") : "/simcuda";
+        sim_log("cannot open shm %s: %s%s%s", name, strerror(-rc),
+                rc == -EPROTO ? ": a machine of another simcuda build; remove /dev/shm" : "",
+                rc == -EPROTO ? name : "");
         return CUDA_ERROR_OPERATING_SYSTEM;
     }
     if (sim_visible_init(sim_shm->ndev) == 0)
