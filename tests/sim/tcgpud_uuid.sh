@@ -3,10 +3,11 @@
 # two jobs that each see one GPU as their device 0 (CUDA_VISIBLE_DEVICES=1,
 # =0, as Slurm's GRES sets it) are accounted to two GPUs, each to the one it
 # runs on; a job naming its GPU by UUID (CUDA_VISIBLE_DEVICES=GPU-...) lands
-# on the same one; the numbers survive a restart of tcgpud (state file).
+# on the same one; the numbers survive a restart of tcgpud (state file);
+# made-up UUIDs in a flood of registrations do not lock a real GPU out.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tcgpud_lib.sh"
-export SIMCUDA_DEVICES=2
+export SIMCUDA_DEVICES=3                # GPU 2 is seen only after the flood
 
 # job_on VISIBLE MB : a long job under tcgpud that sees VISIBLE; sets BG.
 job_on() {
@@ -67,5 +68,23 @@ start_tcgpud
 [ "$(device_field 1 uuid)" = "$u1" ] || fail "after a restart GPU 1 is '$(device_field 1 uuid)', not $u1"
 job_on "$u0" 16
 [ "$(job_field "$BG" device)" = 0 ] || fail "after a restart $u0 is accounted to GPU $(job_field "$BG" device)"
+kill "$BG"
+
+# a process registers 70 times, each time with another made-up UUID: more
+# than tcgpud has numbers; then a job on GPU 2, never seen, still gets one
+python3 -c '
+import socket, sys
+for i in range(70):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sys.argv[1])
+    s.send(("register project=research device=0 uuid=GPU-%08x-0000-0000-0000-000000000000" % i).encode())
+    r = s.recv(65536).decode().split("\n")[0]
+    s.close()
+    if not r.startswith("ok"):
+        sys.exit("registration %d: %s" % (i, r))' "$TCGPU_DAEMON_SOCKET" || fail "the flood of registrations was refused"
+job_on 2 16
+[ -n "$(job_field "$BG" device)" ] || fail "the job on GPU 2 is not accounted"
+[ "$(job_field "$a" device)" = 1 ] && [ "$(job_field "$b" device)" = 0 ] ||
+    fail "after the flood the jobs are on GPUs $(job_field "$a" device) and $(job_field "$b" device)"
 kill "$BG" "$a" "$b"
 echo "ok: GPUs accounted by UUID"

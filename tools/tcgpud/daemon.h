@@ -8,6 +8,7 @@
  *   jobs.c      jobs: carrying out the policy's actions, status polls,
  *               finished operations, the state file
  *   commands.c  the requests: a handler each, and the table that dispatches them
+ *   gpus.c      the GPUs by UUID: the number each is accounted under
  *   metrics.c   latencies and the node_exporter textfile
  *   save.c      save and restore of a user's own process trees, by gpuckpt as root
  *
@@ -126,7 +127,8 @@ void save_state(void);
 /* gpus.c: GPUs by UUID (docs/tcgpud.md, "GPUs"). Main thread only. */
 /* tcgpud's number of the GPU with this UUID ("GPU-..."), given one on first
  * sight: hint (the machine's number, -1: unknown) when free, else the lowest
- * free. -EINVAL for a malformed UUID, -ENOSPC when every number is taken. */
+ * free, else one no managed job is on. -EINVAL for a malformed UUID,
+ * -ENOSPC when every number has a job on it. */
 int gpu_number(const char *uuid, int hint);
 /* Number n is uuid again (from the state file). 0, -EINVAL, or -EEXIST when
  * n or the UUID is already another's. */

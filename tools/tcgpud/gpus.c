@@ -40,6 +40,17 @@ static int take_number(int n, const char *uuid)
     return n;
 }
 
+/* A managed job is on GPU n (so its number cannot go to another UUID). */
+static int in_use(int n)
+{
+    for (size_t i = 0; i < d.njobs; i++) {
+        const struct pol_job *pj = policy_job(d.pol, (uint64_t)d.jobs[i].pid);
+        if (pj && pj->device == n)
+            return 1;
+    }
+    return 0;
+}
+
 int gpu_number(const char *uuid, int hint)
 {
     int n;
@@ -53,6 +64,11 @@ int gpu_number(const char *uuid, int hint)
         return take_number(hint, uuid);
     for (n = 0; n < TCGPUD_MAX_GPUS; n++)
         if (!uuid_of[n][0])
+            return take_number(n, uuid);
+    /* Every number taken: jobs can name any UUID, so a user's made-up ones
+     * must not lock the real GPUs out. A number no job is on is free again. */
+    for (n = 0; n < TCGPUD_MAX_GPUS; n++)
+        if (!in_use(n))
             return take_number(n, uuid);
     return -ENOSPC;
 }
