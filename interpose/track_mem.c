@@ -11,6 +11,7 @@
 #include <cuda.h>
 
 #include "core/devmem.h"
+#include "core/graphmem.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
 #include "common/log.h"
@@ -24,10 +25,26 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
 
 #define PITCH_ALIGN 512               /* what the driver uses on current GPUs */
 
+/*
+ * While a capture forbids the calling thread potentially unsafe calls
+ * (cuThreadExchangeStreamCaptureMode), the driver answers them: it refuses
+ * and invalidates the capture, as without tcgpu. Should it let one through
+ * after all, what it allocated is its own and noted as such.
+ */
+static const char driver_alloc_note[] =
+    "memory the driver allocated during stream capture cannot be checkpointed";
+
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 {
+    CUresult rc;
+
     TCGPU_GATE_ENTER("cuMemAlloc_v2");
-    CUresult rc = devmem_alloc(dptr, bytesize, TC_ALLOC_DEVICE);
+    if (graphmem_unsafe_prohibited()) {
+        if ((rc = TCGPU_REAL(cuMemAlloc)(dptr, bytesize)) == CUDA_SUCCESS)
+            tcgpu_note_unsupported("cuMemAlloc_v2", driver_alloc_note);
+    } else {
+        rc = devmem_alloc(dptr, bytesize, TC_ALLOC_DEVICE);
+    }
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -39,7 +56,10 @@ CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Width
     size_t pitch;
 
     TCGPU_GATE_ENTER("cuMemAllocPitch_v2");
-    if (dptr && pPitch && WidthInBytes && Height &&
+    if (graphmem_unsafe_prohibited()) {
+        if ((rc = TCGPU_REAL(cuMemAllocPitch)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes)) == CUDA_SUCCESS)
+            tcgpu_note_unsupported("cuMemAllocPitch_v2", driver_alloc_note);
+    } else if (dptr && pPitch && WidthInBytes && Height &&
         (ElementSizeBytes == 4 || ElementSizeBytes == 8 || ElementSizeBytes == 16)) {
         pitch = (WidthInBytes + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN;
         if (Height <= (size_t)-1 / pitch) {
@@ -55,7 +75,7 @@ CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Width
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 {
     TCGPU_GATE_ENTER("cuMemFree_v2");
-    CUresult rc = devmem_free(dptr);
+    CUresult rc = graphmem_unsafe_prohibited() ? TCGPU_REAL(cuMemFree)(dptr) : devmem_free(dptr);
     if (rc == CUDA_ERROR_NOT_FOUND) {
         rc = TCGPU_REAL(cuMemFree)(dptr);
         if (rc == CUDA_SUCCESS) {
@@ -101,40 +121,73 @@ CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned 
  * Stream-ordered allocation: the memory is ready at once, which is always in
  * stream order; pools are not consulted (their attributes still are).
  *
- * Inside stream capture the allocation must become a node of the graph, to
- * be made anew at every launch: only the driver can do that. Such memory is
- * left to the driver and noted as state a checkpoint cannot restore.
+ * Inside stream capture the allocation is graph memory (lib/core/graphmem.c
+ * serves it, address-stable, owned by the graph the capture makes). Whatever
+ * the capture state forbids (the legacy stream while a blocking stream
+ * captures, an invalidated capture) the driver answers.
  */
-CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                                cuuint64_t *id_out, CUgraph *graph_out,
+                                                const CUgraphNode **dependencies_out,
+                                                const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
 
-static int capturing(CUstream stream, int per_thread)
+enum capture_state { NOT_CAPTURING, CAPTURING, DRIVER_DECIDES };
+
+static enum capture_state capture_state(CUstream stream, int per_thread, cuuint64_t *id)
 {
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult rc = per_thread ? TCGPU_REAL(cuStreamIsCapturing_ptsz)(stream, &st)
-                             : TCGPU_REAL(cuStreamIsCapturing)(stream, &st);
+    CUresult rc;
 
-    return rc == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!graphmem_captures_active())
+        return NOT_CAPTURING;
+    rc = per_thread ? TCGPU_REAL_ABI(cuStreamGetCaptureInfo_v3_ptsz)(stream, &st, id, NULL, NULL, NULL, NULL)
+                    : TCGPU_REAL_ABI(cuStreamGetCaptureInfo_v3)(stream, &st, id, NULL, NULL, NULL, NULL);
+    if (rc != CUDA_SUCCESS || st == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+        return DRIVER_DECIDES;
+    return st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? CAPTURING : NOT_CAPTURING;
 }
 
 static const char capture_note[] =
-    "stream-ordered allocations inside graph capture cannot be checkpointed yet";
+    "stream-ordered allocations of a capture tcgpu did not see begin cannot be checkpointed";
 
-static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream stream, int per_thread,
-                            const char *call)
+static CUresult real_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream,
+                                 int per_thread)
 {
-    if (!capturing(stream, per_thread))
+    if (pool)
+        return per_thread ? TCGPU_REAL_ABI(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, stream)
+                          : TCGPU_REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, stream);
+    return per_thread ? TCGPU_REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, stream)
+                      : TCGPU_REAL(cuMemAllocAsync)(dptr, bytesize, stream);
+}
+
+static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream,
+                            int per_thread, const char *call)
+{
+    cuuint64_t id = 0;
+    CUresult rc;
+
+    switch (capture_state(stream, per_thread, &id)) {
+    case NOT_CAPTURING:
         return devmem_alloc(dptr, bytesize, TC_ALLOC_ASYNC);
-    CUresult rc = per_thread ? TCGPU_REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, stream)
-                             : TCGPU_REAL(cuMemAllocAsync)(dptr, bytesize, stream);
-    if (rc == CUDA_SUCCESS)
-        tcgpu_note_unsupported(call, capture_note);
-    return rc;
+    case CAPTURING:
+        if (!dptr || !bytesize)
+            return CUDA_ERROR_INVALID_VALUE;
+        if ((rc = graphmem_alloc(id, dptr, bytesize)) != CUDA_ERROR_NOT_FOUND)
+            return rc;
+        /* A capture we did not see begin: the driver's graph memory. */
+        rc = real_alloc_async(dptr, bytesize, pool, stream, per_thread);
+        if (rc == CUDA_SUCCESS)
+            tcgpu_note_unsupported(call, capture_note);
+        return rc;
+    default:
+        return real_alloc_async(dptr, bytesize, pool, stream, per_thread);
+    }
 }
 
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemAllocAsync");
-    CUresult rc = alloc_async(dptr, bytesize, hStream, 0, "cuMemAllocAsync");
+    CUresult rc = alloc_async(dptr, bytesize, NULL, hStream, 0, "cuMemAllocAsync");
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -142,7 +195,7 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hS
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemAllocAsync_ptsz");
-    CUresult rc = alloc_async(dptr, bytesize, hStream, 1, "cuMemAllocAsync_ptsz");
+    CUresult rc = alloc_async(dptr, bytesize, NULL, hStream, 1, "cuMemAllocAsync_ptsz");
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -151,7 +204,7 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
                                          CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemAllocFromPoolAsync");
-    CUresult rc = pool ? alloc_async(dptr, bytesize, hStream, 0, "cuMemAllocFromPoolAsync")
+    CUresult rc = pool ? alloc_async(dptr, bytesize, pool, hStream, 0, "cuMemAllocFromPoolAsync")
                        : CUDA_ERROR_INVALID_VALUE;
     TCGPU_GATE_LEAVE();
     return rc;
@@ -161,38 +214,48 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
                                               CUmemoryPool pool, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemAllocFromPoolAsync_ptsz");
-    CUresult rc = pool ? alloc_async(dptr, bytesize, hStream, 1, "cuMemAllocFromPoolAsync_ptsz")
+    CUresult rc = pool ? alloc_async(dptr, bytesize, pool, hStream, 1, "cuMemAllocFromPoolAsync_ptsz")
                        : CUDA_ERROR_INVALID_VALUE;
     TCGPU_GATE_LEAVE();
     return rc;
 }
 
-/* A free of our memory recorded into a graph would run at every launch. */
-static CUresult free_async(CUdeviceptr dptr, CUstream stream, int per_thread, const char *call)
+static CUresult real_free_async(CUdeviceptr dptr, CUstream stream, int per_thread)
 {
+    return per_thread ? TCGPU_REAL(cuMemFreeAsync_ptsz)(dptr, stream) : TCGPU_REAL(cuMemFreeAsync)(dptr, stream);
+}
+
+/*
+ * Inside capture, a free of graph memory is recorded for the graph; a free
+ * of anything else the driver refuses (only graph allocations can be freed
+ * in a graph) and invalidates the capture, as it must.
+ */
+static CUresult free_async(CUdeviceptr dptr, CUstream stream, int per_thread)
+{
+    cuuint64_t id = 0;
     CUresult rc;
 
-    devmem_trim();
-    if (capturing(stream, per_thread)) {
-        struct devmem_alloc a;
-        if (devmem_lookup(dptr, &a) == 0) {
-            /* Left allocated: freed now, the block could go to another
-             * allocation while the graph's earlier nodes still use it. */
-            tcgpu_note_unsupported(call, capture_note);
-            return CUDA_SUCCESS;
-        }
+    switch (capture_state(stream, per_thread, &id)) {
+    case CAPTURING:
+        if ((rc = graphmem_free(id, dptr)) == CUDA_SUCCESS)
+            return rc;
+        return real_free_async(dptr, stream, per_thread);
+    case DRIVER_DECIDES:
+        return real_free_async(dptr, stream, per_thread);
+    default:
+        break;
     }
+    devmem_trim();
     rc = devmem_free_async(dptr, stream, per_thread);
     if (rc == CUDA_ERROR_NOT_FOUND)
-        rc = per_thread ? TCGPU_REAL(cuMemFreeAsync_ptsz)(dptr, stream)
-                        : TCGPU_REAL(cuMemFreeAsync)(dptr, stream);
+        rc = real_free_async(dptr, stream, per_thread);
     return rc;
 }
 
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemFreeAsync");
-    CUresult rc = free_async(dptr, hStream, 0, "cuMemFreeAsync");
+    CUresult rc = free_async(dptr, hStream, 0);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -200,7 +263,7 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     TCGPU_GATE_ENTER("cuMemFreeAsync_ptsz");
-    CUresult rc = free_async(dptr, hStream, 1, "cuMemFreeAsync_ptsz");
+    CUresult rc = free_async(dptr, hStream, 1);
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -230,18 +293,30 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
     return rc;
 }
 
-/* The attributes the driver would answer per segment; we answer per allocation. */
+/* Buffer and block ids of tcgpu's allocations are tagged, so that they never
+ * equal an id the driver gives memory tcgpu does not serve (ids are unique
+ * within a process, as documented). */
+#define OUR_ID_TAG (1ull << 63)
+
+/* The attributes the driver would answer per segment (the VMM mapping tcgpu
+ * made); we answer per allocation, as for the driver's own cuMemAlloc. */
 static int answer_attribute(void *data, CUpointer_attribute attr, const struct devmem_alloc *a)
 {
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
         *(CUdeviceptr *)data = a->va;
         return 1;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
         *(size_t *)data = a->size;
         return 1;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-        *(unsigned long long *)data = a->id;
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        *(unsigned long long *)data = a->id | OUR_ID_TAG;
+        return 1;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        *(unsigned long long *)data = CU_MEM_HANDLE_TYPE_NONE;   /* as cuMemAlloc memory */
         return 1;
     default:
         return 0;
@@ -306,6 +381,60 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
         log_err("cuIpcGetMemHandle: memory served by tcgpu is VMM memory, which CUDA IPC "
                 "cannot export (the driver refused it); IPC of device memory is not "
                 "supported under tcgpu");
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/*
+ * Peer access: the driver enables it for its own allocations; the memory
+ * tcgpu serves is VMM memory, which needs cuMemSetAccess for the peer device
+ * too (lib/core/devmem.c). Undone if that fails, so that the program sees
+ * one answer for both.
+ */
+static CUresult device_of(CUcontext ctx, int *dev)
+{
+    CUcontext ignored;
+    CUdevice d;
+    CUresult rc = TCGPU_REAL(cuCtxPushCurrent)(ctx);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = TCGPU_REAL(cuCtxGetDevice)(&d);
+    TCGPU_REAL(cuCtxPopCurrent)(&ignored);
+    *dev = (int)d;
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+    CUdevice me;
+    int owner;
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuCtxEnablePeerAccess");
+    rc = TCGPU_REAL(cuCtxEnablePeerAccess)(peerContext, Flags);
+    if (rc == CUDA_SUCCESS && (TCGPU_REAL(cuCtxGetDevice)(&me) != CUDA_SUCCESS ||
+                               device_of(peerContext, &owner) != CUDA_SUCCESS ||
+                               (rc = devmem_peer_access(owner, (int)me, 1)) != CUDA_SUCCESS)) {
+        TCGPU_REAL(cuCtxDisablePeerAccess)(peerContext);
+        if (rc == CUDA_SUCCESS)
+            rc = CUDA_ERROR_INVALID_CONTEXT;
+    }
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+    CUdevice me;
+    int owner;
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuCtxDisablePeerAccess");
+    rc = TCGPU_REAL(cuCtxDisablePeerAccess)(peerContext);
+    if (rc == CUDA_SUCCESS && TCGPU_REAL(cuCtxGetDevice)(&me) == CUDA_SUCCESS &&
+        device_of(peerContext, &owner) == CUDA_SUCCESS)
+        devmem_peer_access(owner, (int)me, 0);
     TCGPU_GATE_LEAVE();
     return rc;
 }

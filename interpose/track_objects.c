@@ -10,6 +10,7 @@
 #include "driver/driver.h"
 #include "driver/gate.h"
 #include "core/objects.h"
+#include "core/throttle.h"
 
 /* Counts an object the real call made or destroyed. */
 static CUresult counted(CUresult rc, enum obj_kind kind, int delta)
@@ -60,8 +61,10 @@ CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
 {
     TCGPU_GATE_ENTER("cuCtxDestroy_v2");
     CUresult rc = TCGPU_REAL(cuCtxDestroy)(ctx);
-    if (rc == CUDA_SUCCESS)
+    if (rc == CUDA_SUCCESS) {
         objects_ctx_destroyed(ctx);
+        throttle_ctx_gone(ctx);         /* its events went with it */
+    }
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -86,8 +89,10 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
     if (rc == CUDA_SUCCESS) {
         TCGPU_REAL(cuDevicePrimaryCtxRelease)(dev);
         rc = TCGPU_REAL(cuDevicePrimaryCtxRelease)(dev);
-        if (rc == CUDA_SUCCESS)
+        if (rc == CUDA_SUCCESS) {
             objects_ctx_destroyed(ctx);
+            throttle_ctx_gone(ctx);
+        }
     } else {
         rc = TCGPU_REAL(cuDevicePrimaryCtxRelease)(dev);
     }

@@ -5,7 +5,9 @@
 # memory; tcgpud suspends the low job (its memory is visibly freed), the high
 # job runs to the end, and the low job resumes by itself and finishes. Both
 # checksums must equal those of uninterrupted runs (computed first, on a
-# device of their own): no work is lost. About a minute.
+# device of their own): no work is lost. About a minute. tcgpud serves its
+# dashboard meanwhile (the URL is printed; TCGPU_DEMO_HTTP=127.0.0.1:PORT
+# fixes the port).
 #
 # Usage: scripts/demo.sh BUILD_DIR      (exit 1 if a checksum differs)
 set -euo pipefail
@@ -42,7 +44,7 @@ trap cleanup EXIT
 t0=$(date +%s.%N)
 say() { printf '\n\033[1m[%5.1fs] %s\033[0m\n' "$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }')" "$*"; }
 checksum_of() { sed -n 's/^checksum: *\([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
-smi() { "$SMI" | grep -v -e '^+' -e 'simcuda-smi' || true; }
+smi() { "$SMI" --query-compute-apps=pid,process_name,used_memory --format=csv || true; }
 
 say "reference runs, uninterrupted, on a device of their own (2 GiB)"
 SIMCUDA_SHM=/simcuda-demo-ref-$$ SIMCUDA_DEVICE_MEM=2G "$TRAIN" "${LOW_ARGS[@]}" >"$work/ref-low.out" 2>&1 &
@@ -61,6 +63,8 @@ socket = $TCGPU_DAEMON_SOCKET
 state_file = $work/tcgpud.state
 min_runtime = 2s
 metrics = $work/tcgpud.prom
+http = ${TCGPU_DEMO_HTTP:-127.0.0.1:0}
+dashboard = yes
 
 [project research]
 priority = 10
@@ -77,6 +81,8 @@ echo "                and 'prod' (priority 100, 700 MiB reserved on GPU 0)"
 "$TCGPUD" --config "$work/tcgpud.ini" >"$work/tcgpud.log" 2>&1 &
 pids+=("$!")
 for _ in $(seq 100); do [ -S "$TCGPU_DAEMON_SOCKET" ] && break; sleep 0.05; done
+url=$(sed -n 's|.*http: serving .* on \(http://[^ ]*\)$|\1|p' "$work/tcgpud.log" | tail -n 1)
+[ -n "$url" ] && echo "                dashboard (while the demo runs): $url   metrics: ${url}metrics"
 "$GPUCKPT" events --follow --json >"$work/events.jsonl" 2>/dev/null &
 pids+=("$!")
 

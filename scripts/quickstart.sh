@@ -2,8 +2,9 @@
 # The README's two commands:
 #   scripts/quickstart.sh demo   set up, build, run the tcgpud demo on a simulated GPU
 #   scripts/quickstart.sh test   set up, build, run the whole test suite
-#                                (unit, sim, criu and slurm suites; then unit
-#                                and sim again under ASan+UBSan)
+#                                (unit, sim, criu, web, containers and slurm
+#                                suites; then unit and sim again under
+#                                ASan+UBSan)
 # Set-up needs root (apt, CRIU); as a user it re-runs scripts/setup.sh with sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,12 +53,13 @@ PY
 
 run_tests() {
     local rc=0
-    log "setup (apt packages, CRIU >= 4)"
+    log "setup (apt packages, CRIU >= 4 and its plugin header, podman and runc)"
     setup
     log "build ($BUILD)"
     configure "$BUILD"
-    log "tests: unit, sim, criu"
-    meson test -C "$BUILD" --suite unit --suite sim --suite criu --print-errorlogs --num-processes 2 || rc=1
+    log "tests: unit, sim, criu, web, containers"
+    meson test -C "$BUILD" --suite unit --suite sim --suite criu --suite web --suite containers \
+        --print-errorlogs --num-processes 2 || rc=1
     # a real Slurm on loopback, one test at a time (docs/slurm.md): it fails, not skips,
     # when Slurm cannot start
     log "tests: slurm"
@@ -72,7 +74,7 @@ run_tests() {
 
 run_demo() {
     log "setup"
-    setup --no-criu
+    setup --no-criu --no-test-tools
     log "build ($BUILD)"
     configure "$BUILD"
     log "demo: tcgpud shares a simulated 1 GiB GPU; a high-priority job preempts a low one, which resumes by itself"

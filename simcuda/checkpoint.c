@@ -10,8 +10,16 @@
  *
  * While attached, a process holds an io_uring instance with its rings
  * mapped: CRIU refuses to dump it, as it refuses /dev/nvidia* for a real
- * GPU process. Checkpoint closes it (and releases the device capacity);
- * Restore opens it again.
+ * GPU process. Checkpoint closes it, stops the streams' workers (the GPU's
+ * engines: a checkpointed process holds nothing on the device) and releases
+ * the device capacity; Restore takes them back.
+ *
+ * The checkpointed state lives in the process's own memory, as with a real
+ * driver: what CRIU dumps and restores (once, or twice from the same
+ * images) carries it. A restored copy has a new start time, and in a new
+ * container new pids: its service thread notices and registers the copy
+ * under its new identity, still checkpointed, so that Restore finds it by
+ * the pid its caller sees.
  */
 #include "sim.h"
 
@@ -55,6 +63,36 @@ static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *t
     return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
 }
 
+/* ---- what the process itself keeps ----------------------------------------- */
+
+static struct {
+    struct sim_ident id;        /* who we are (registered under) */
+    char comm[64];
+    int state;                  /* CUprocessState: ours, whatever the table says */
+    uint64_t parked[SIM_MAX_DEVICES];   /* device bytes held in host memory */
+} self;
+
+struct sim_shm_proc *sim_ckpt_claim(const char *comm)
+{
+    struct sim_shm_proc *p;
+
+    sim_ident_self(&self.id);
+    if (comm != self.comm)
+        snprintf(self.comm, sizeof(self.comm), "%s", comm);
+    p = sim_shm_claim(sim_shm, &self.id, self.comm);
+    if (p) {
+        p->state = self.state;
+        for (int d = 0; d < sim_shm->ndev; d++)
+            p->parked[d] = self.parked[d];
+    }
+    return p;
+}
+
+bool sim_ckpt_owns(const struct sim_shm_proc *p)
+{
+    return sim_slot_used(p) && sim_ident_same(&p->id, &self.id) && p->id.ns == self.id.ns;
+}
+
 /* ---- capacity while checkpointed ------------------------------------------- */
 
 /* Device memory moves to host memory: our backing store already is host
@@ -65,7 +103,7 @@ void sim_ckpt_park_all(void)
     for (int d = 0; d < sim_shm->ndev; d++) {
         uint64_t u = sim_self->used[d];
 
-        sim_self->parked[d] = u;
+        sim_self->parked[d] = self.parked[d] = u;
         sim_shm->used[d] -= u <= sim_shm->used[d] ? u : sim_shm->used[d];
         sim_self->used[d] = 0;
     }
@@ -80,13 +118,13 @@ CUresult sim_ckpt_unpark_all(void)
     sim_shm_lock(sim_shm);
     sim_shm_reap(sim_shm);
     for (int d = 0; d < sim_shm->ndev; d++)
-        if (sim_shm->used[d] + sim_self->parked[d] > sim_shm->capacity[d])
+        if (sim_shm->used[d] + self.parked[d] > sim_shm->capacity[d])
             r = CUDA_ERROR_OUT_OF_MEMORY;
     if (!r)
         for (int d = 0; d < sim_shm->ndev; d++) {
-            sim_shm->used[d] += sim_self->parked[d];
-            sim_self->used[d] = sim_self->parked[d];
-            sim_self->parked[d] = 0;
+            sim_shm->used[d] += self.parked[d];
+            sim_self->used[d] = self.parked[d];
+            sim_self->parked[d] = self.parked[d] = 0;
         }
     sim_shm_unlock(sim_shm);
     return r;
@@ -141,11 +179,11 @@ static CUresult migrate(struct sim_shm_proc *p)
         if (now < 0)
             return CUDA_ERROR_INVALID_DEVICE;   /* the new machine has fewer GPUs */
         phys[v] = now;
-        parked[now] += sim_self->parked[old];
+        parked[now] += self.parked[old];
     }
     sim_shm_lock(to);
     sim_shm_reap(to);
-    slot = sim_shm_claim(to, getpid(), sim_self->comm);
+    slot = sim_shm_claim(to, &self.id, self.comm);
     if (slot) {
         slot->state = CU_PROCESS_STATE_CHECKPOINTED;
         memcpy(slot->parked, parked, sizeof(parked));
@@ -159,6 +197,7 @@ static CUresult migrate(struct sim_shm_proc *p)
     sim_shm_unlock(to);
     if (!slot)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(self.parked, parked, sizeof(parked));     /* by the new machine's indexes */
     sim_visible_remap(phys);
     left_behind = sim_shm;
     sim_set_machine(to, moving_to);
@@ -170,45 +209,47 @@ static CUresult migrate(struct sim_shm_proc *p)
 
 static void set_state(int state)
 {
+    self.state = state;
     __atomic_store_n(&sim_self->state, state, __ATOMIC_RELEASE);
 }
 
 static CUresult do_command(uint32_t cmd, uint32_t arg)
 {
-    int state = __atomic_load_n(&sim_self->state, __ATOMIC_ACQUIRE);
     CUresult r;
 
     switch (cmd) {
     case SIM_CMD_LOCK:
-        if (state != CU_PROCESS_STATE_RUNNING)
+        if (self.state != CU_PROCESS_STATE_RUNNING)
             return CUDA_ERROR_ILLEGAL_STATE;
         if ((r = sim_gate_close(arg)))
             return r;                       /* timed out: still RUNNING */
         set_state(CU_PROCESS_STATE_LOCKED);
         return CUDA_SUCCESS;
     case SIM_CMD_CHECKPOINT:
-        if (state != CU_PROCESS_STATE_LOCKED)
+        if (self.state != CU_PROCESS_STATE_LOCKED)
             return CUDA_ERROR_ILLEGAL_STATE;
+        sim_streams_park();
         sim_ckpt_park_all();
         sim_detach_resources();
         set_state(CU_PROCESS_STATE_CHECKPOINTED);
         return CUDA_SUCCESS;
     case SIM_CMD_RESTORE:
-        if (state != CU_PROCESS_STATE_CHECKPOINTED)
+        if (self.state != CU_PROCESS_STATE_CHECKPOINTED)
             return CUDA_ERROR_ILLEGAL_STATE;
         if (sim_self->move_to[0] && strcmp(sim_self->move_to, sim_shm_name()) &&
             (r = migrate(sim_self)))
             return r;                       /* still CHECKPOINTED, where it was */
         if ((r = sim_ckpt_unpark_all()))
             return r;                       /* still CHECKPOINTED */
-        if (sim_attach_resources()) {
+        if (sim_attach_resources() || sim_streams_unpark()) {
+            sim_detach_resources();
             sim_ckpt_park_all();
             return CUDA_ERROR_OPERATING_SYSTEM;
         }
         set_state(CU_PROCESS_STATE_LOCKED);
         return CUDA_SUCCESS;
     case SIM_CMD_UNLOCK:
-        if (state != CU_PROCESS_STATE_LOCKED)
+        if (self.state != CU_PROCESS_STATE_LOCKED)
             return CUDA_ERROR_ILLEGAL_STATE;
         set_state(CU_PROCESS_STATE_RUNNING);
         sim_gate_open();
@@ -218,22 +259,61 @@ static CUresult do_command(uint32_t cmd, uint32_t arg)
     }
 }
 
+/* A checkpointed process may since have been dumped and restored (perhaps
+ * twice, perhaps in a new container): then its start time is new. */
+static bool restored_since_claim(void)
+{
+    struct sim_ident now;
+
+    return sim_ident_self(&now) == 0 && (!sim_ident_same(&now, &self.id) || now.ns != self.id.ns);
+}
+
+/* Register this restored copy under its identity, checkpointed. The slot it
+ * had belongs to the dumped original (gone) or by now to someone else. */
+static void register_again(void)
+{
+    struct sim_shm_proc *p;
+
+    sim_shm_lock(sim_shm);
+    sim_shm_reap(sim_shm);
+    p = sim_ckpt_claim(self.comm);
+    if (p) {
+        p->restore_tid = (int32_t)syscall(SYS_gettid);
+        p->ack_seq = __atomic_load_n(&p->cmd_seq, __ATOMIC_ACQUIRE);
+        sim_self = p;
+    }
+    sim_shm_unlock(sim_shm);
+    if (!p)
+        sim_log("restored, but the process table of %s is full: not registered", sim_shm_name());
+}
+
 static void *service(void *unused)
 {
     struct sim_shm_proc *p = sim_self;
     uint32_t seen = __atomic_load_n(&p->cmd_seq, __ATOMIC_ACQUIRE);
+    /* while checkpointed, look now and then whether we were restored */
+    const struct timespec poll = { 0, 5000000 };
 
     (void)unused;
     __atomic_store_n(&p->ack_seq, seen, __ATOMIC_RELEASE);
     __atomic_store_n(&p->restore_tid, (int32_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
     for (;;) {
-        uint32_t cur = __atomic_load_n(&p->cmd_seq, __ATOMIC_ACQUIRE);
+        uint32_t cur;
 
+        if (self.state == CU_PROCESS_STATE_CHECKPOINTED && restored_since_claim()) {
+            register_again();
+            p = sim_self;
+            seen = __atomic_load_n(&p->cmd_seq, __ATOMIC_ACQUIRE);
+        }
+        cur = __atomic_load_n(&p->cmd_seq, __ATOMIC_ACQUIRE);
         if (cur == seen) {
-            futex(&p->cmd_seq, FUTEX_WAIT, seen, NULL);
+            futex(&p->cmd_seq, FUTEX_WAIT, seen,
+                  self.state == CU_PROCESS_STATE_CHECKPOINTED ? &poll : NULL);
             continue;
         }
         seen = cur;
+        if (!sim_ckpt_owns(p))
+            continue;           /* a slot we no longer hold: its commands are not ours */
         p->result = (int32_t)do_command(p->cmd, p->arg);
         __atomic_store_n(&p->ack_seq, cur, __ATOMIC_RELEASE);
         futex(&p->ack_seq, FUTEX_WAKE, INT_MAX, NULL);
@@ -274,41 +354,67 @@ int sim_service_start(void)
 
 /* ---- the caller's side ---------------------------------------------------------- */
 
-/*
- * The slot of pid: on our machine, or on the one the process is attached to
- * (a process restored here from another node's save still maps its old
- * machine until its Restore moves it; a real driver finds it on any GPU).
- * *foreign: 1 when it is another machine's.
- */
-static CUresult find_proc_any(int pid, struct sim_shm_proc **out, int *foreign)
+/* How long a caller waits for a restored process to register again. */
+#define REGISTER_WAIT_MS 3000
+
+static struct sim_shm_proc *lookup(struct sim_shm *s, int pid)
+{
+    struct sim_shm_proc *p;
+
+    sim_shm_lock(s);
+    sim_shm_reap(s);
+    p = sim_shm_find(s, pid);
+    sim_shm_unlock(s);
+    return p;
+}
+
+/* pid's slot on the other machine it is attached to (*mapped: it is): a
+ * process restored here from another node's save still maps its old
+ * machine until its Restore moves it; a real driver finds it on any GPU. */
+static struct sim_shm_proc *lookup_elsewhere(int pid, bool *mapped)
 {
     static struct sim_shm *other;
     static char other_name[64];
     char name[64];
+
+    if (sim_shm_of_pid(pid, name, sizeof(name)) < 0 || !strcmp(name, sim_shm_name()))
+        return NULL;
+    *mapped = true;
+    if (!other || strcmp(name, other_name)) {
+        if (sim_shm_open_name(name, &other, NULL))
+            return NULL;
+        snprintf(other_name, sizeof(other_name), "%s", name);
+    }
+    return lookup(other, pid);
+}
+
+/*
+ * The slot of process pid: on our machine, or on another it is attached to
+ * (*foreign: 1). A process that has a device mapped but no slot may be a
+ * copy CRIU just restored, whose service thread is about to register it
+ * (checkpoint.c's header): wait for that, bounded.
+ */
+static CUresult find_proc_any(int pid, struct sim_shm_proc **out, int *foreign)
+{
+    struct timespec ts = { 0, 2000000 };
 
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (pid <= 0)
         return CUDA_ERROR_INVALID_VALUE;
     *foreign = 0;
-    sim_shm_lock(sim_shm);
-    sim_shm_reap(sim_shm);
-    *out = sim_shm_find(sim_shm, pid);
-    sim_shm_unlock(sim_shm);
-    if (*out)
-        return CUDA_SUCCESS;
-    if (sim_shm_of_pid(pid, name, sizeof(name)) < 0 || !strcmp(name, sim_shm_name()))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!other || strcmp(name, other_name)) {
-        if (sim_shm_open_name(name, &other, NULL))
+    for (int waited = 0;; waited += 2) {
+        bool elsewhere = false;
+        if ((*out = lookup(sim_shm, pid)))
+            return CUDA_SUCCESS;
+        if ((*out = lookup_elsewhere(pid, &elsewhere))) {
+            *foreign = 1;
+            return CUDA_SUCCESS;
+        }
+        if (waited >= REGISTER_WAIT_MS || !(elsewhere || sim_pid_maps_device(pid, sim_shm_name())))
             return CUDA_ERROR_INVALID_VALUE;
-        snprintf(other_name, sizeof(other_name), "%s", name);
+        nanosleep(&ts, NULL);
     }
-    sim_shm_lock(other);
-    *out = sim_shm_find(other, pid);
-    sim_shm_unlock(other);
-    *foreign = 1;
-    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 static CUresult find_proc(int pid, struct sim_shm_proc **out)
@@ -329,6 +435,7 @@ static void cmd_lock(struct sim_shm_proc *p)
 static CUresult send_command(int pid, uint32_t cmd, uint32_t arg, const CUcheckpointRestoreArgs *ra)
 {
     struct sim_shm_proc *p;
+    struct sim_ident id;
     uint32_t seq;
     int foreign;
     CUresult r;
@@ -336,8 +443,8 @@ static CUresult send_command(int pid, uint32_t cmd, uint32_t arg, const CUcheckp
     if ((r = find_proc_any(pid, &p, &foreign)))
         return r;
     cmd_lock(p);
-    if (__atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) != pid) {
-        pthread_mutex_unlock(&p->cmd_lock);
+    if (!sim_slot_used(p) || sim_ident_of(pid, &id) < 0 || !sim_ident_same(&p->id, &id)) {
+        pthread_mutex_unlock(&p->cmd_lock);     /* it went while we took the lock */
         return CUDA_ERROR_INVALID_VALUE;
     }
     p->move_to[0] = '\0';
@@ -366,7 +473,7 @@ static CUresult send_command(int pid, uint32_t cmd, uint32_t arg, const CUcheckp
             r = (CUresult)p->result;
             break;
         }
-        if (!sim_pid_alive(pid)) {
+        if (sim_ident_alive(&id) == 0) {
             r = CUDA_ERROR_INVALID_VALUE;
             break;
         }
@@ -374,16 +481,6 @@ static CUresult send_command(int pid, uint32_t cmd, uint32_t arg, const CUcheckp
     }
     pthread_mutex_unlock(&p->cmd_lock);
     return r;
-}
-
-static bool zeroed(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-
-    for (size_t i = 0; i < n; i++)
-        if (b[i])
-            return false;
-    return true;
 }
 
 CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
@@ -395,8 +492,9 @@ CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
         return CUDA_ERROR_INVALID_VALUE;
     if ((r = find_proc(pid, &p)))
         return r;
-    *tid = __atomic_load_n(&p->restore_tid, __ATOMIC_ACQUIRE);
-    return CUDA_SUCCESS;
+    /* the service thread's tid in the caller's view (a host tid from the host) */
+    *tid = sim_ident_visible_tid(pid, __atomic_load_n(&p->restore_tid, __ATOMIC_ACQUIRE));
+    return *tid ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 SIM_EXPORT(cuCheckpointProcessGetRestoreThreadId);
 
@@ -416,7 +514,7 @@ SIM_EXPORT(cuCheckpointProcessGetState);
 
 CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
-    if (args && (args->reserved0 || !zeroed(args->reserved1, sizeof(args->reserved1))))
+    if (args && (args->reserved0 || !sim_zeroed(args->reserved1, sizeof(args->reserved1))))
         return CUDA_ERROR_INVALID_VALUE;
     return send_command(pid, SIM_CMD_LOCK, args ? args->timeoutMs : 0, NULL);
 }
@@ -424,7 +522,7 @@ SIM_EXPORT(cuCheckpointProcessLock);
 
 CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
-    if (args && !zeroed(args->reserved, sizeof(args->reserved)))
+    if (args && !sim_zeroed(args->reserved, sizeof(args->reserved)))
         return CUDA_ERROR_INVALID_VALUE;
     return send_command(pid, SIM_CMD_CHECKPOINT, 0, NULL);
 }
@@ -434,7 +532,7 @@ CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
     if (args && ((args->gpuPairsCount && !args->gpuPairs) || args->gpuPairsCount > SIM_MAX_DEVICES))
         return CUDA_ERROR_INVALID_VALUE;
-    if (args && (!zeroed(args->reserved, sizeof(args->reserved)) || args->reserved1))
+    if (args && (!sim_zeroed(args->reserved, sizeof(args->reserved)) || args->reserved1))
         return CUDA_ERROR_INVALID_VALUE;
     return send_command(pid, SIM_CMD_RESTORE, 0, args);
 }
@@ -442,7 +540,7 @@ SIM_EXPORT(cuCheckpointProcessRestore);
 
 CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
-    if (args && !zeroed(args->reserved, sizeof(args->reserved)))
+    if (args && !sim_zeroed(args->reserved, sizeof(args->reserved)))
         return CUDA_ERROR_INVALID_VALUE;
     return send_command(pid, SIM_CMD_UNLOCK, 0, NULL);
 }

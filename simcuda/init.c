@@ -19,6 +19,11 @@ static bool initialized;
 static bool forked;          /* a fork child cannot use its parent's device state */
 static const char *shm_name;
 
+const char *sim_shm_name(void)
+{
+    return shm_name;
+}
+
 /* ---- the gate ------------------------------------------------------------ */
 
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -141,10 +146,11 @@ static void at_fork_child(void)
  * reaped by the others instead). Forked children never owned the slot. */
 __attribute__((destructor)) static void sim_exit(void)
 {
-    if (!sim_self || sim_self->pid != getpid())
+    if (!sim_self || forked)
         return;
     sim_shm_lock(sim_shm);
-    sim_shm_release(sim_shm, sim_self);
+    if (sim_ckpt_owns(sim_self))
+        sim_shm_release(sim_shm, sim_self);
     sim_shm_unlock(sim_shm);
 }
 
@@ -169,7 +175,7 @@ static CUresult attach(void)
     comm_of_self(comm, sizeof(comm));
     sim_shm_lock(sim_shm);
     sim_shm_reap(sim_shm);
-    sim_self = sim_shm_claim(sim_shm, getpid(), comm);
+    sim_self = sim_ckpt_claim(comm);
     sim_shm_unlock(sim_shm);
     if (!sim_self) {
         sim_log("too many processes attached to %s (max %d)", shm_name, SIM_MAX_PROCS);
@@ -224,11 +230,6 @@ SIM_EXPORT(cuDriverGetVersion);
 
 /* ---- devices ------------------------------------------------------------- */
 
-const char *sim_shm_name(void)
-{
-    return shm_name;
-}
-
 void sim_set_machine(struct sim_shm *s, const char *name)
 {
     static char moved[64];
@@ -278,7 +279,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    snprintf(name, (size_t)len, "simcuda H100 (simulated)");
+    snprintf(name, (size_t)len, "%s", SIM_DEVICE_NAME);
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuDeviceGetName);
@@ -364,6 +365,9 @@ static int attribute_value(CUdevice_attribute a, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: return 1;
     case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT: return 4;
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS: return 0;
     default: return 0;
     }
 }
@@ -445,18 +449,6 @@ CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
 }
 SIM_EXPORT(cuDeviceComputeCapability);
 
-CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
-{
-    SIM_BEGIN();
-    if (!canAccessPeer)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(dev) || !dev_ok(peerDev))
-        return CUDA_ERROR_INVALID_DEVICE;
-    *canAccessPeer = 0;
-    return CUDA_SUCCESS;
-}
-SIM_EXPORT(cuDeviceCanAccessPeer);
-
 /* ---- contexts -------------------------------------------------------------- */
 
 #define CTX_STACK 64
@@ -513,6 +505,9 @@ static CUresult ctx_activate(struct sim_ctx *c, unsigned flags)
     c->sticky = 0;
     c->streams = NULL;
     c->live_workers = 0;
+    c->npeers = 0;
+    c->capturing = c->capturing_blocking = 0;
+    sim_coredump_ctx_init(c);
     r = sim_stream_create(c, SIM_STREAM_LEGACY, 0, 0, &c->legacy);
     if (r) {
         if (c->charged)
@@ -533,8 +528,10 @@ static void ctx_deactivate(struct sim_ctx *c)
     sim_ctx_streams_teardown(c);
     c->legacy = NULL;
     sim_pools_release_ctx(c);
+    sim_gmem_release_ctx(c);
     sim_mem_release_ctx(c);
     sim_modules_release_ctx(c);
+    sim_peer_forget_ctx(c);
 }
 
 struct sim_ctx *sim_ctx_current_raw(void)
@@ -791,11 +788,18 @@ SIM_EXPORT(cuCtxCreate_v3);
 CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
                         unsigned int flags, CUdevice dev)
 {
-    if (ctxCreateParams && (ctxCreateParams->numExecAffinityParams > 0 || ctxCreateParams->cigParams))
+    /* Execution affinity as for cuCtxCreate_v3; graphics interop (CIG) is
+     * not simulated. */
+    if (ctxCreateParams && ctxCreateParams->numExecAffinityParams > 0 && ctxCreateParams->execAffinityParams)
+        return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+    if (ctxCreateParams && ctxCreateParams->cigParams)
         return CUDA_ERROR_NOT_SUPPORTED;
     return ctx_create(pctx, flags, dev);
 }
 SIM_EXPORT(cuCtxCreate_v4);
+SIM_PARTIAL(cuCtxCreate_v4,
+    "graphics-interop (CIG) contexts: CUDA_ERROR_NOT_SUPPORTED; execution affinity: "
+    "CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY");
 
 /* Pop every occurrence of c from this thread's stack. */
 static void ctx_unstack(struct sim_ctx *c)
@@ -933,6 +937,22 @@ CUresult cuCtxGetDevice(CUdevice *device)
 }
 SIM_EXPORT(cuCtxGetDevice);
 
+/* CUDA 13: the device of ctx, or of the current context where ctx is NULL. */
+CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    struct sim_ctx *c;
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = ctx ? sim_ctx_check(ctx, &c) : current_valid(&c)))
+        return r;
+    *device = c->dev;
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT(cuCtxGetDevice_v2);
+
 CUresult cuCtxGetFlags(unsigned int *flags)
 {
     struct sim_ctx *c;
@@ -983,6 +1003,17 @@ CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 }
 SIM_EXPORT(cuCtxGetApiVersion);
 
+/* Not while a stream of the context captures: it would wait for work that
+ * only exists in a graph (the captures are invalidated). */
+static CUresult ctx_synchronize(struct sim_ctx *c)
+{
+    CUresult r;
+
+    if ((r = sim_capture_ctx_sync(c)) || (r = sim_capture_unsafe_call()))
+        return r;
+    return sim_ctx_sync(c);
+}
+
 CUresult cuCtxSynchronize(void)
 {
     struct sim_ctx *c;
@@ -991,9 +1022,27 @@ CUresult cuCtxSynchronize(void)
     SIM_BEGIN();
     if ((r = sim_ctx_current(&c)))
         return r;
-    return sim_ctx_sync(c);
+    return ctx_synchronize(c);
 }
 SIM_EXPORT(cuCtxSynchronize);
+
+/* CUDA 13: ctx, or the current context where ctx is NULL. A sticky error
+ * of the context is its answer, as for cuCtxSynchronize. */
+CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    struct sim_ctx *c;
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!ctx)
+        r = sim_ctx_current(&c);
+    else if (!(r = sim_ctx_check(ctx, &c)))
+        r = (CUresult)__atomic_load_n(&c->sticky, __ATOMIC_ACQUIRE);
+    if (r)
+        return r;
+    return ctx_synchronize(c);
+}
+SIM_EXPORT(cuCtxSynchronize_v2);
 
 CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {

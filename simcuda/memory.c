@@ -53,13 +53,18 @@ static int copy_row(uint64_t d, bool ddev, uint64_t s, bool sdev, uint64_t n)
 
 int sim_exec_copy(struct sim_op *op)
 {
+    const struct sim_copy *c = &op->u.copy;
+    uint64_t depth = c->depth ? c->depth : 1;
     int res = 0;
 
     sim_map_rdlock();
-    for (uint64_t y = 0; y < op->u.copy.height && !res; y++)
-        res = copy_row(op->u.copy.dst + y * op->u.copy.dpitch, op->u.copy.dst_dev,
-                       op->u.copy.src + y * op->u.copy.spitch, op->u.copy.src_dev,
-                       op->u.copy.width);
+    for (uint64_t z = 0; z < depth && !res; z++) {
+        uint64_t dz = z * c->dheight * c->dpitch, sz = z * c->sheight * c->spitch;
+
+        for (uint64_t y = 0; y < c->height && !res; y++)
+            res = copy_row(c->dst + dz + y * c->dpitch, c->dst_dev, c->src + sz + y * c->spitch,
+                           c->src_dev, c->width);
+    }
     sim_map_unlock();
     return res;
 }
@@ -111,17 +116,21 @@ int sim_exec_memset(struct sim_op *op)
 
 /* ---- argument checks ------------------------------------------------------ */
 
-static bool is_device(uint64_t addr)
+/* Device memory, or the address range of a graph allocation (allocated or
+ * not: work queued after the graph launch may use it). */
+bool sim_is_device_address(uint64_t addr)
 {
     bool r;
 
     sim_map_rdlock();
     r = sim_map_find(addr) != NULL;
     sim_map_unlock();
-    return r;
+    return r || sim_gmem_covered(addr, 1);
 }
 
-static bool rows_covered(uint64_t a, uint64_t width, uint64_t height, uint64_t pitch)
+#define is_device sim_is_device_address
+
+bool sim_rows_covered(uint64_t a, uint64_t width, uint64_t height, uint64_t pitch)
 {
     bool ok = true;
 
@@ -129,21 +138,38 @@ static bool rows_covered(uint64_t a, uint64_t width, uint64_t height, uint64_t p
         return true;
     sim_map_rdlock();
     for (uint64_t y = 0; y < height && ok; y++)
-        ok = sim_map_covered(a + y * pitch, width);
+        ok = sim_map_covered(a + y * pitch, width) || sim_gmem_covered(a + y * pitch, width);
     sim_map_unlock();
     return ok;
 }
 
+#define rows_covered sim_rows_covered
+
 /* ---- copies ---------------------------------------------------------------- */
 
-struct copy_args {
-    uint64_t dst, src;
-    bool dst_dev, src_dev;
-    uint64_t width, height, dpitch, spitch;
-};
+/* Every row of every slice of one side inside device memory. */
+static bool side_covered(uint64_t a, const struct sim_copy *c, uint64_t pitch, uint64_t rows)
+{
+    uint64_t depth = c->depth ? c->depth : 1;
+
+    for (uint64_t z = 0; z < depth; z++)
+        if (!rows_covered(a + z * rows * pitch, c->width, c->height, pitch))
+            return false;
+    return true;
+}
+
+CUresult sim_copy_check(const struct sim_copy *a)
+{
+    if ((a->dst_dev && !side_covered(a->dst, a, a->dpitch, a->dheight)) ||
+        (a->src_dev && !side_covered(a->src, a, a->spitch, a->sheight)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((!a->dst_dev && !a->dst) || (!a->src_dev && !a->src))
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
 
 /* Queue a copy on hs (sync: wait for it). pt: per-thread default stream ABI. */
-static CUresult do_copy(const struct copy_args *a, CUstream hs, bool sync, bool pt)
+static CUresult do_copy(const struct sim_copy *a, CUstream hs, bool sync, bool pt)
 {
     struct sim_stream *s;
     struct sim_op *op;
@@ -153,28 +179,25 @@ static CUresult do_copy(const struct copy_args *a, CUstream hs, bool sync, bool 
         return r;
     if (!a->width || !a->height)
         return CUDA_SUCCESS;
-    if ((a->dst_dev && !rows_covered(a->dst, a->width, a->height, a->dpitch)) ||
-        (a->src_dev && !rows_covered(a->src, a->width, a->height, a->spitch)))
-        return CUDA_ERROR_INVALID_VALUE;
-    if ((!a->dst_dev && !a->dst) || (!a->src_dev && !a->src))
-        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = sim_copy_check(a)))
+        return r;
     if (!(op = sim_op_new(SIM_OP_COPY)))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    op->u.copy.dst = a->dst;
-    op->u.copy.src = a->src;
-    op->u.copy.dst_dev = a->dst_dev;
-    op->u.copy.src_dev = a->src_dev;
-    op->u.copy.width = a->width;
-    op->u.copy.height = a->height;
-    op->u.copy.dpitch = a->dpitch;
-    op->u.copy.spitch = a->spitch;
+    op->u.copy = *a;
+    if (!op->u.copy.depth)
+        op->u.copy.depth = 1;
     return sync ? sim_submit_sync(s, op) : sim_submit(s, op, NULL, 0, NULL);
+}
+
+CUresult sim_copy_submit(const struct sim_copy *a, CUstream hs, bool sync, bool pt)
+{
+    return do_copy(a, hs, sync, pt);
 }
 
 static CUresult copy1d(uint64_t dst, bool ddev, uint64_t src, bool sdev, size_t n,
                        CUstream hs, bool sync, bool pt)
 {
-    struct copy_args a = { dst, src, ddev, sdev, n, 1, n, n };
+    struct sim_copy a = { dst, src, ddev, sdev, n, 1, n, n, 1, 1, 1 };
 
     SIM_BEGIN();
     return do_copy(&a, hs, sync, pt);
@@ -254,7 +277,7 @@ static CUresult side_2d(CUmemorytype t, const void *host, CUdeviceptr dev, CUarr
 
 static CUresult copy2d(const CUDA_MEMCPY2D *p, CUstream hs, bool sync, bool pt)
 {
-    struct copy_args a;
+    struct sim_copy a = { 0 };
     CUresult r;
 
     SIM_BEGIN();
@@ -269,23 +292,85 @@ static CUresult copy2d(const CUDA_MEMCPY2D *p, CUstream hs, bool sync, bool pt)
         return CUDA_ERROR_INVALID_VALUE;
     a.width = p->WidthInBytes;
     a.height = p->Height;
-    a.spitch = p->srcPitch;
-    a.dpitch = p->dstPitch;
+    a.spitch = p->Height > 1 ? p->srcPitch : p->WidthInBytes;
+    a.dpitch = p->Height > 1 ? p->dstPitch : p->WidthInBytes;
+    a.depth = 1;
     return do_copy(&a, hs, sync, pt);
 }
 
 CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p) { return copy2d(p, NULL, true, false); }
 SIM_EXPORT(cuMemcpy2D_v2);
+SIM_PARTIAL(cuMemcpy2D_v2, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
 CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *p) { return copy2d(p, NULL, true, true); }
 SIM_EXPORT(cuMemcpy2D_v2_ptds);
+SIM_PARTIAL(cuMemcpy2D_v2_ptds, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
 CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p) { return copy2d(p, NULL, true, false); }
 SIM_EXPORT(cuMemcpy2DUnaligned_v2);
+SIM_PARTIAL(cuMemcpy2DUnaligned_v2, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
 CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *p) { return copy2d(p, NULL, true, true); }
 SIM_EXPORT(cuMemcpy2DUnaligned_v2_ptds);
+SIM_PARTIAL(cuMemcpy2DUnaligned_v2_ptds, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
 CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream s) { return copy2d(p, s, false, false); }
 SIM_EXPORT(cuMemcpy2DAsync_v2);
+SIM_PARTIAL(cuMemcpy2DAsync_v2, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
 CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *p, CUstream s) { return copy2d(p, s, false, true); }
 SIM_EXPORT(cuMemcpy2DAsync_v2_ptsz);
+SIM_PARTIAL(cuMemcpy2DAsync_v2_ptsz, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
+
+CUresult sim_copy_from_3d(const CUDA_MEMCPY3D *p, struct sim_copy *out)
+{
+    CUresult r;
+
+    if (!p || p->srcLOD || p->dstLOD || p->reserved0 || p->reserved1)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(out, 0, sizeof(*out));
+    /* A slice is srcHeight rows of srcPitch bytes (pitch only matters beyond one row). */
+    if ((r = side_2d(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes,
+                     p->srcY + p->srcZ * p->srcHeight, p->srcPitch, &out->src, &out->src_dev)) ||
+        (r = side_2d(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
+                     p->dstY + p->dstZ * p->dstHeight, p->dstPitch, &out->dst, &out->dst_dev)))
+        return r;
+    if ((p->Height > 1 || p->Depth > 1) && (p->WidthInBytes > p->srcPitch || p->WidthInBytes > p->dstPitch))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->Depth > 1 && (p->Height > p->srcHeight || p->Height > p->dstHeight))
+        return CUDA_ERROR_INVALID_VALUE;
+    out->width = p->WidthInBytes;
+    out->height = p->Height;
+    out->depth = p->Depth ? p->Depth : 1;
+    out->spitch = p->Height > 1 || p->Depth > 1 ? p->srcPitch : p->WidthInBytes;
+    out->dpitch = p->Height > 1 || p->Depth > 1 ? p->dstPitch : p->WidthInBytes;
+    out->sheight = p->srcHeight;
+    out->dheight = p->dstHeight;
+    return CUDA_SUCCESS;
+}
+
+static CUresult copy3d(const CUDA_MEMCPY3D *p, CUstream hs, bool sync, bool pt)
+{
+    struct sim_copy a;
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = sim_copy_from_3d(p, &a)))
+        return r;
+    if (!a.depth || !a.height || !a.width)
+        return CUDA_SUCCESS;
+    return do_copy(&a, hs, sync, pt);
+}
+
+CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *p) { return copy3d(p, NULL, true, false); }
+SIM_EXPORT(cuMemcpy3D_v2);
+SIM_PARTIAL(cuMemcpy3D_v2, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
+CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *p) { return copy3d(p, NULL, true, true); }
+SIM_EXPORT(cuMemcpy3D_v2_ptds);
+SIM_PARTIAL(cuMemcpy3D_v2_ptds, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
+CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s) { return copy3d(p, s, false, false); }
+SIM_EXPORT(cuMemcpy3DAsync_v2);
+SIM_PARTIAL(cuMemcpy3DAsync_v2, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
+CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *p, CUstream s) { return copy3d(p, s, false, true); }
+SIM_EXPORT(cuMemcpy3DAsync_v2_ptsz);
+SIM_PARTIAL(cuMemcpy3DAsync_v2_ptsz, "CUDA arrays: CUDA_ERROR_NOT_SUPPORTED");
 
 /* ---- memsets ------------------------------------------------------------------ */
 
@@ -377,7 +462,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     SIM_BEGIN();
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
-    if ((res = sim_ctx_current(&c)))
+    if ((res = sim_ctx_current(&c)) || (res = sim_capture_unsafe_call()))
         return res;
     if (!bytesize)
         return CUDA_ERROR_INVALID_VALUE;
@@ -427,10 +512,12 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     CUresult res;
 
     SIM_BEGIN();
-    if ((res = sim_ctx_current(&c)))
+    if ((res = sim_ctx_current(&c)) || (res = sim_capture_unsafe_call()))
         return res;
     if (!dptr)
         return CUDA_SUCCESS;
+    if ((res = sim_gmem_free_sync(c, dptr)) != CUDA_ERROR_NOT_FOUND)
+        return res;         /* a graph allocation */
     /* cuMemFree synchronises: work using the memory finishes first. */
     if ((res = sim_ctx_sync(c)))
         return res;
@@ -517,6 +604,8 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsign
     return pdptr ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
 }
 SIM_EXPORT(cuIpcOpenMemHandle_v2);
+SIM_NOT_SIMULATED(cuIpcOpenMemHandle_v2,
+    "CUDA_ERROR_NOT_SUPPORTED: another process's memory cannot be mapped");
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
@@ -536,7 +625,7 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
     SIM_BEGIN();
     if (!dptr || !bytesize || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
         return CUDA_ERROR_INVALID_VALUE;
-    if ((res = sim_ctx_current(&c)))
+    if ((res = sim_ctx_current(&c)) || (res = sim_capture_unsafe_call()))
         return res;
     if (!(r = calloc(1, sizeof(*r))))
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -553,14 +642,18 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
     r->id = sim_next_buffer_id();
     r->charged = len;
     r->map_len = len;
+    if (sim_managed_init(r))
+        goto err_backing;
     sim_map_wrlock();
     if (sim_map_insert(r)) {
         sim_map_unlock();
-        goto err_backing;
+        goto err_managed;
     }
     sim_map_unlock();
     *dptr = r->va;
     return CUDA_SUCCESS;
+err_managed:
+    sim_managed_drop(r);
 err_backing:
     sim_backing_free(r->host, len);
 err_charge:
@@ -613,7 +706,7 @@ CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
     SIM_BEGIN();
     if (!pp || !bytesize || (Flags & ~known))
         return CUDA_ERROR_INVALID_VALUE;
-    if ((res = sim_ctx_current(&c)))
+    if ((res = sim_ctx_current(&c)) || (res = sim_capture_unsafe_call()))
         return res;
     p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
@@ -636,10 +729,13 @@ SIM_EXPORT(cuMemAllocHost_v2);
 CUresult cuMemFreeHost(void *p)
 {
     struct sim_range *r;
+    CUresult res;
 
     SIM_BEGIN();
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
+    if ((res = sim_capture_unsafe_call()))
+        return res;
     sim_map_wrlock();
     r = sim_map_find(H(p));
     if (r && (r->va != H(p) || r->kind != SIM_R_HOST || r->host_registered))
@@ -664,7 +760,7 @@ CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
     SIM_BEGIN();
     if (!p || !bytesize || (Flags & ~known))
         return CUDA_ERROR_INVALID_VALUE;
-    if ((res = sim_ctx_current(&c)))
+    if ((res = sim_ctx_current(&c)) || (res = sim_capture_unsafe_call()))
         return res;
     if (sim_va_in_device_region(H(p), 1))
         return CUDA_ERROR_INVALID_VALUE;
@@ -681,10 +777,13 @@ SIM_EXPORT(cuMemHostRegister);
 CUresult cuMemHostUnregister(void *p)
 {
     struct sim_range *r;
+    CUresult res;
 
     SIM_BEGIN();
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
+    if ((res = sim_capture_unsafe_call()))
+        return res;
     sim_map_wrlock();
     r = sim_map_find(H(p));
     if (r && (r->va != H(p) || r->kind != SIM_R_HOST || !r->host_registered))
@@ -754,6 +853,12 @@ static size_t attr_size(CUpointer_attribute a)
     case CU_POINTER_ATTRIBUTE_MAPPED: return sizeof(bool);
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: return sizeof(unsigned int);
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: return sizeof(CUmemoryPool);
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: return sizeof(unsigned long long);
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: return sizeof(bool);
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: return sizeof(size_t);
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: return sizeof(void *);
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: return sizeof(unsigned long long);
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: return sizeof(bool);
     default: return 0;
     }
 }
@@ -794,10 +899,30 @@ static CUresult attr_of(const struct sim_range *r, CUpointer_attribute a, void *
         *(bool *)data = r->kind == SIM_R_DEVICE;
         break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *(CUdeviceptr *)data = r->va;
+        /* VMM: the mappable range, i.e. the reservation (not the mapping). */
+        *(CUdeviceptr *)data = r->kind == SIM_R_VMM ? r->resv_va : r->va;
         break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = r->kind == SIM_R_VMM ? r->resv_size : r->size;
+        break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        *(unsigned long long *)data = r->kind == SIM_R_VMM ? r->handle_types : 0;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+        /* Device memory is; VMM memory only if created so; host memory is not. */
+        *(bool *)data = r->kind == SIM_R_VMM ? r->rdma : !host;
+        break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
         *(size_t *)data = r->size;
+        break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        *(void **)data = (void *)(uintptr_t)r->va;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        *(unsigned long long *)data = r->kind == SIM_R_VMM ? r->block_id : r->id;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
+        *(bool *)data = false;          /* no decompression engine is simulated */
         break;
     case CU_POINTER_ATTRIBUTE_MAPPED:
         *(bool *)data = true;

@@ -163,6 +163,7 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuMemPoolCreate);
+SIM_PARTIAL(cuMemPoolCreate, "shareable handle types: CUDA_ERROR_NOT_SUPPORTED");
 
 /* A destroyed pool's free blocks go now; blocks still allocated go when freed.
  * The structure stays (marked destroyed) so that late frees find it. */
@@ -295,6 +296,18 @@ static void account_alloc(struct sim_pool *p, struct sim_range *r, bool fresh)
         p->used_high = p->used;
 }
 
+/* Stream-ordered allocation on a capturing stream: a graph allocation node,
+ * with the pool's properties (capture.c, graph_mem.c). */
+static CUresult alloc_captured(struct sim_pool *p, CUdeviceptr *dptr, size_t size, struct sim_stream *s)
+{
+    CUmemPoolProps props = {
+        .allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+        .location = { CU_MEM_LOCATION_TYPE_DEVICE, p->dev },
+    };
+
+    return sim_capture_alloc(s, &props, size, dptr);
+}
+
 static CUresult alloc_from(struct sim_pool *p, CUdeviceptr *dptr, size_t size, CUstream hs, bool pt)
 {
     struct sim_stream *s;
@@ -307,6 +320,8 @@ static CUresult alloc_from(struct sim_pool *p, CUdeviceptr *dptr, size_t size, C
         return res;
     if (s->ctx->dev != p->dev)
         return CUDA_ERROR_INVALID_VALUE;
+    if (sim_capture_pending(s) && (res = alloc_captured(p, dptr, size, s)) != CUDA_ERROR_ILLEGAL_STATE)
+        return res;         /* ILLEGAL_STATE: the capture ended meanwhile */
     pthread_mutex_lock(&pool_lock);
     r = reuse_block(p, size);
     if (r) {
@@ -422,6 +437,10 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hs, bool pt)
     SIM_BEGIN();
     if ((res = sim_stream_get(hs, pt, &s)))
         return res;
+    if (sim_capture_pending(s) && (res = sim_capture_free(s, dptr)) != CUDA_ERROR_ILLEGAL_STATE)
+        return res;         /* a graph free node (only graph allocations can be freed there) */
+    if ((res = sim_gmem_free_async(s, dptr)) != CUDA_ERROR_NOT_FOUND)
+        return res;         /* a graph allocation, freed after its launch */
     if (!(op = sim_op_new(SIM_OP_POOL_FREE)))
         return CUDA_ERROR_OUT_OF_MEMORY;
     sim_map_wrlock();

@@ -151,6 +151,9 @@ CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTable
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 SIM_EXPORT(cuGetExportTable);
+SIM_PARTIAL(cuGetExportTable,
+    "no export table (the runtime's private interfaces): CUDA_ERROR_NOT_SUPPORTED, so the"
+    " CUDA runtime cannot run on simcuda");
 
 /* ---- error names ------------------------------------------------------------ */
 

@@ -12,7 +12,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +61,19 @@ uint64_t sim_parse_size(const char *s, uint64_t dflt)
     return *end ? dflt : v;
 }
 
+void sim_device_uuid(const char *shm_name, int dev, unsigned char out[16])
+{
+    uint64_t h = 1469598103934665603ull;
+
+    for (const char *p = shm_name; p && *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h ^= (uint64_t)dev * 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < 16; i++) {
+        h = h * 6364136223846793005ull + 1442695040888963407ull;
+        out[i] = (unsigned char)(h >> 56);
+    }
+}
+
 const char *sim_state_name(int state)
 {
     switch (state) {
@@ -71,27 +83,6 @@ const char *sim_state_name(int state)
     case CU_PROCESS_STATE_FAILED: return "failed";
     default: return "?";
     }
-}
-
-/* A pid counts as alive unless it does not exist or is a zombie (a killed
- * child that its parent has not reaped yet no longer holds a GPU either). */
-bool sim_pid_alive(pid_t pid)
-{
-    char path[64], buf[256];
-    FILE *f;
-    char *p;
-
-    if (kill(pid, 0) < 0 && errno == ESRCH)
-        return false;
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    f = fopen(path, "re");
-    if (!f)
-        return errno != ENOENT;
-    p = fgets(buf, sizeof(buf), f);
-    fclose(f);
-    if (p && (p = strrchr(buf, ')')) && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'))
-        return false;
-    return true;
 }
 
 static int init_mutex(pthread_mutex_t *m)
@@ -238,60 +229,76 @@ static void slot_clear(struct sim_shm *s, struct sim_shm_proc *p)
         s->used[d] -= p->used[d] <= s->used[d] ? p->used[d] : s->used[d];
         p->used[d] = 0;
         p->parked[d] = 0;
+        p->kernel_ns[d] = 0;
+        s->engine[d].waiters -= p->engine_waiting[d];
+        p->engine_waiting[d] = 0;
     }
     p->state = CU_PROCESS_STATE_RUNNING;
     p->restore_tid = 0;
     p->comm[0] = 0;
-    __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
+    p->id.hostpid = 0;
+    p->id.ns = 0;
+    p->id.start = 0;
+    __atomic_store_n(&p->id.nspid, 0, __ATOMIC_RELEASE);
 }
 
-/* Free slots of dead processes. A dead process whose GPU state is checkpointed
- * is kept: CRIU dumped it and may restore it with the same pid, and it holds
- * no device memory. Such slots are recycled only when the table is full. */
+/*
+ * Free the slots of dead processes, whatever their state: a checkpointed
+ * process keeps its driver state in its own memory (as with a real driver),
+ * and a copy CRIU restores registers again (checkpoint.c). A process in a
+ * pid namespace this caller cannot see is left for one that can.
+ */
 void sim_shm_reap(struct sim_shm *s)
 {
-    bool full = true;
-
     for (int i = 0; i < SIM_MAX_PROCS; i++) {
         struct sim_shm_proc *p = &s->procs[i];
 
-        if (!p->pid)
-            full = false;
-        else if (p->state != CU_PROCESS_STATE_CHECKPOINTED && !sim_pid_alive(p->pid)) {
+        if (sim_slot_used(p) && sim_ident_alive(&p->id) == 0)
             slot_clear(s, p);
-            full = false;
-        }
     }
-    if (!full)
-        return;
-    for (int i = 0; i < SIM_MAX_PROCS; i++)
-        if (!sim_pid_alive(s->procs[i].pid))
-            slot_clear(s, &s->procs[i]);
 }
 
 struct sim_shm_proc *sim_shm_find(struct sim_shm *s, pid_t pid)
 {
-    for (int i = 0; i < SIM_MAX_PROCS; i++)
-        if (s->procs[i].pid == pid)
-            return &s->procs[i];
+    struct sim_ident want;
+
+    if (sim_ident_of(pid, &want) < 0)
+        return NULL;
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        struct sim_shm_proc *p = &s->procs[i];
+
+        if (sim_slot_used(p) && sim_ident_same(&p->id, &want)) {
+            if (!p->id.hostpid)
+                p->id.hostpid = want.hostpid;   /* learnt from the host's view */
+            return p;
+        }
+    }
     return NULL;
 }
 
-/* Claim a slot for pid (lock held). A stale slot with our pid belongs to a
- * process that is necessarily gone: reuse it. NULL if the table is full. */
-struct sim_shm_proc *sim_shm_claim(struct sim_shm *s, pid_t pid, const char *comm)
+/* Claim a slot (lock held). A slot with the same identity belongs to an
+ * earlier life of this process that cannot be running: reuse it. NULL if
+ * the table is full. */
+struct sim_shm_proc *sim_shm_claim(struct sim_shm *s, const struct sim_ident *id, const char *comm)
 {
-    struct sim_shm_proc *p = sim_shm_find(s, pid);
+    struct sim_shm_proc *p = NULL;
 
+    for (int i = 0; i < SIM_MAX_PROCS && !p; i++)
+        if (sim_slot_used(&s->procs[i]) && sim_ident_same(&s->procs[i].id, id))
+            p = &s->procs[i];
     if (p)
         slot_clear(s, p);
-    else
-        p = sim_shm_find(s, 0);
+    for (int i = 0; i < SIM_MAX_PROCS && !p; i++)
+        if (!sim_slot_used(&s->procs[i]))
+            p = &s->procs[i];
     if (!p)
         return NULL;
     p->state = CU_PROCESS_STATE_RUNNING;
     snprintf(p->comm, sizeof(p->comm), "%s", comm);
-    __atomic_store_n(&p->pid, pid, __ATOMIC_RELEASE);
+    p->id.hostpid = id->hostpid;
+    p->id.ns = id->ns;
+    p->id.start = id->start;
+    __atomic_store_n(&p->id.nspid, id->nspid, __ATOMIC_RELEASE);
     return p;
 }
 

@@ -11,8 +11,21 @@
  *   vmm.c        cuMemCreate/cuMemMap & co.
  *   pool.c       stream-ordered allocation
  *   module.c     modules (shared objects of host functions) and kernel launches
+ *   launch.c     cuLaunchKernelEx and its launch attributes, cooperative launches
+ *   library.c    context-independent loading: cuLibrary*, cuKernel*
+ *   capture.c    stream capture: the capture sequences and what is illegal during them
+ *   graph.c      graphs and their nodes (graph.h)
+ *   graph_exec.c instantiation, update and launch of executable graphs
+ *   graph_mem.c  graph memory: allocation/free nodes, addresses fixed per node
+ *   managed.c    managed memory: residency, cuMemAdvise, cuMemPrefetchAsync, range attributes
+ *   peer.c       peer access between devices, peer copies
+ *   occupancy.c  occupancy queries
+ *   coredump.c   coredump attributes and the dump written on a device fault
+ *   profiler.c   cuProfilerStart/Stop
  *   procaddr.c   cuGetProcAddress from a table generated out of cuda.h/cudaTypedefs.h
  *   checkpoint.c the driver checkpoint API and the per-process service thread
+ *   engine.c     the device's compute engine, which the processes' kernels take turns on
+ *   pidns.c      who a process is across pid namespaces (the driver knows host pids)
  *
  * The whole library is compiled with __CUDA_API_VERSION_INTERNAL, so cuda.h
  * declares every exported ABI name (cuMemAlloc is the 32-bit v1, cuMemAlloc_v2
@@ -35,6 +48,7 @@
 #include "simcuda_kernel.h"
 
 #define SIM_DRIVER_VERSION 13000
+#define SIM_DEVICE_NAME "simcuda H100 (simulated)"   /* cuDeviceGetName, simcuda-smi */
 #define SIM_MAX_DEVICES 8
 #define SIM_MAX_PROCS 64
 #define SIM_GRANULARITY (2ull << 20)     /* VMM granularity, as on real GPUs */
@@ -48,11 +62,36 @@ struct sim_api_entry {
     const char *name;
     void (*fn)(void);
 };
+/* SIM_PARTIAL(fn, "what is missing") after SIM_EXPORT(fn): fn is simulated in
+ * part. It expands to nothing; codegen/gen_coverage.py reads it for the
+ * coverage table of docs/simcuda.md. */
+#define SIM_PARTIAL(fn, what) _Static_assert(1, what)
+/* SIM_AS_DRIVER(fn, "what it answers"): fn answers as the real driver does an
+ * error it always gives (deprecated calls): the coverage test expects it. */
+#define SIM_AS_DRIVER(fn, what) _Static_assert(1, what)
+/* SIM_NOT_SIMULATED(fn, "CUDA_ERROR_X ..."): fn is exported (programs that
+ * call it load) but not simulated: it always answers that error. */
+#define SIM_NOT_SIMULATED(fn, what) _Static_assert(1, what)
 #define SIM_EXPORT(fn) SIM_EXPORT_(fn)
 #define SIM_EXPORT_(fn)                                                          \
     static const struct sim_api_entry sim_api_##fn                              \
         __attribute__((used, section("simcuda_api"), aligned(16))) = {          \
             #fn, (void (*)(void))fn }
+
+/* Per-thread-stream flavours simcuda calls itself (cuda.h declares them only
+ * for per-thread builds). */
+CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+
+/* Whether n bytes at p are all zero (the reserved fields of argument structs). */
+static inline bool sim_zeroed(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+
+    for (size_t i = 0; i < n; i++)
+        if (b[i])
+            return false;
+    return true;
+}
 
 /* --- logging -------------------------------------------------------------- */
 void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -67,11 +106,22 @@ enum sim_cmd {
     SIM_CMD_UNLOCK,
 };
 
+/*
+ * Who a process is, as every observer can check it from its own /proc
+ * (pidns.c). A slot is in use when nspid is not 0.
+ */
+struct sim_ident {
+    int32_t hostpid;             /* pid in the initial namespace; 0 until someone there looked */
+    int32_t nspid;               /* pid in its own namespace (its getpid()) */
+    uint64_t ns;                 /* inode of its pid namespace; 0: unknown */
+    uint64_t start;              /* start time in clock ticks since boot: tells a reused or a
+                                    restored pid apart */
+};
+
 struct sim_shm_proc {
-    int32_t pid;                 /* 0: free slot */
-    int32_t restore_tid;         /* the service thread */
+    struct sim_ident id;         /* id.nspid 0: free slot */
+    int32_t restore_tid;         /* the service thread, in the process's own namespace */
     int32_t state;               /* CUprocessState */
-    int32_t _pad;
     uint64_t used[SIM_MAX_DEVICES];   /* device bytes charged to this process */
     uint64_t parked[SIM_MAX_DEVICES]; /* bytes held in host memory while checkpointed */
     char comm[64];
@@ -90,6 +140,21 @@ struct sim_shm_proc {
     int32_t npairs;
     int32_t _pad3;
     uint8_t pairs[SIM_MAX_DEVICES][2][16];
+    /* The compute engine (engine.c): */
+    uint64_t kernel_ns[SIM_MAX_DEVICES];  /* time its kernels held the device's engine */
+    int32_t engine_waiting[SIM_MAX_DEVICES];  /* its kernels waiting for their turn */
+};
+
+/* One device's compute engine: the process whose kernels run on it now. */
+struct sim_engine {
+    int32_t owner;               /* its slot's number + 1 (pids differ across namespaces), 0: idle */
+    int32_t running;             /* the owner's kernels running (its streams overlap) */
+    int32_t last;                /* the owner before (slot + 1): it lets a waiting process go first */
+    int32_t waiters;             /* kernels of all processes waiting for a turn */
+    uint32_t seq;                /* futex word: bumped whenever the engine is given up */
+    uint32_t _pad;
+    uint64_t since_ns;           /* the owner took it */
+    uint64_t handoff_until_ns;   /* the last owner stands back until then */
 };
 
 struct sim_shm {
@@ -100,6 +165,7 @@ struct sim_shm {
     int32_t _pad;
     uint64_t capacity[SIM_MAX_DEVICES];
     uint64_t used[SIM_MAX_DEVICES];
+    struct sim_engine engine[SIM_MAX_DEVICES];
     struct sim_shm_proc procs[SIM_MAX_PROCS];
 };
 
@@ -114,14 +180,37 @@ void sim_shm_lock(struct sim_shm *s);
 void sim_shm_unlock(struct sim_shm *s);
 /* Free the slots of dead processes and their device bytes. Lock held. */
 void sim_shm_reap(struct sim_shm *s);
-struct sim_shm_proc *sim_shm_find(struct sim_shm *s, pid_t pid);   /* lock held */
-/* Claim a slot for pid (lock held); NULL if the table is full. */
-struct sim_shm_proc *sim_shm_claim(struct sim_shm *s, pid_t pid, const char *comm);
+/* The slot of the process the caller calls pid (lock held), or NULL. */
+struct sim_shm_proc *sim_shm_find(struct sim_shm *s, pid_t pid);
+/* Claim a slot for the process `id` (lock held); NULL if the table is full. */
+struct sim_shm_proc *sim_shm_claim(struct sim_shm *s, const struct sim_ident *id, const char *comm);
 /* Give a slot back, releasing its device bytes (lock held). */
 void sim_shm_release(struct sim_shm *s, struct sim_shm_proc *p);
-bool sim_pid_alive(pid_t pid);
+static inline bool sim_slot_used(const struct sim_shm_proc *p)
+{
+    return __atomic_load_n(&p->id.nspid, __ATOMIC_ACQUIRE) != 0;
+}
 const char *sim_state_name(int state);
+/* A stable UUID per (shm name, device): every process of the same simulated
+ * machine sees the same one, as for a real GPU (cuDeviceGetUuid, simcuda-smi). */
+void sim_device_uuid(const char *shm_name, int dev, unsigned char out[16]);
 uint64_t sim_parse_size(const char *s, uint64_t dflt);
+
+/* --- processes across pid namespaces (pidns.c) ------------------------------
+ * Pids given to the API are read as the caller's /proc shows them. Each
+ * returns 0 or -errno (-ESRCH: no such process, or a zombie). */
+int sim_ident_self(struct sim_ident *id);
+int sim_ident_of(pid_t pid, struct sim_ident *id);
+bool sim_ident_same(const struct sim_ident *a, const struct sim_ident *b);
+/* 1 alive, 0 gone, -1 in a namespace the caller cannot see. Fills id->hostpid
+ * when it finds it. */
+int sim_ident_alive(struct sim_ident *id);
+/* The pid the caller would use for id (host pid from the host), 0 if none. */
+pid_t sim_ident_visible_pid(const struct sim_ident *id);
+/* The caller's tid for the thread `nstid` (its own namespace's) of process pid; 0 if none. */
+int sim_ident_visible_tid(pid_t pid, int32_t nstid);
+/* Whether process pid has the simulated device (shm object `shm`) mapped. */
+bool sim_pid_maps_device(pid_t pid, const char *shm);
 
 /* --- this process's attachment (init.c / checkpoint.c) --------------------- */
 extern struct sim_shm *sim_shm;          /* NULL until cuInit */
@@ -129,6 +218,11 @@ extern struct sim_shm_proc *sim_self;    /* our slot */
 int sim_attach_resources(void);          /* io_uring etc.: 0 or -errno */
 void sim_detach_resources(void);
 int sim_service_start(void);             /* 0 or -errno */
+const char *sim_shm_name(void);          /* the SIMCUDA_SHM in use, NULL before cuInit */
+/* Claim this process's slot under its identity (lock held); NULL if full. */
+struct sim_shm_proc *sim_ckpt_claim(const char *comm);
+/* Whether slot p is this process's (not a fork parent's, not an earlier life's). */
+bool sim_ckpt_owns(const struct sim_shm_proc *p);
 
 /* Charge/release device capacity for this process (machine-wide). */
 CUresult sim_capacity_charge(int dev, uint64_t bytes);
@@ -160,6 +254,12 @@ enum sim_magic {
     SIM_MAGIC_FUNC = 0x46554e43,
     SIM_MAGIC_POOL = 0x504f4f4c,
     SIM_MAGIC_PHYS = 0x50485953,
+    SIM_MAGIC_GRAPH = 0x47525048,
+    SIM_MAGIC_GNODE = 0x474e4f44,
+    SIM_MAGIC_GEXEC = 0x47455845,
+    SIM_MAGIC_UOBJ = 0x554f424a,
+    SIM_MAGIC_LIBRARY = 0x4c494252,
+    SIM_MAGIC_KERNEL = 0x4b45524e,
 };
 void sim_handle_add(void *p);
 void sim_handle_del(void *p);
@@ -168,6 +268,19 @@ bool sim_handle_ok(const void *p, uint32_t magic);
 
 /* --- devices and contexts (init.c) ----------------------------------------- */
 struct sim_stream;
+
+/* Coredump attributes (coredump.c): global ones, copied into each new context. */
+struct sim_coredump {
+    bool on_exception;
+    bool trigger_host;
+    bool lightweight;
+    bool user_trigger;
+    int flags;                   /* CUCoredumpGenerationFlags */
+    char file[1024];
+    char pipe[1024];
+};
+
+#define SIM_MAX_PEERS 8
 
 struct sim_ctx {
     uint32_t magic;
@@ -184,6 +297,11 @@ struct sim_ctx {
     struct sim_stream *legacy;
     int live_workers;
     int sticky;                  /* CUresult of a device fault, 0 if none */
+    int capturing;               /* streams of the context in capture (atomic) */
+    int capturing_blocking;      /* ... of which blocking: the legacy stream is unusable */
+    struct sim_ctx *peers[SIM_MAX_PEERS];   /* contexts whose memory it may access (peer.c) */
+    int npeers;                  /* guarded by lock */
+    struct sim_coredump coredump;
 };
 
 /* --- devices this process sees (visible.c) ---------------------------------
@@ -194,7 +312,6 @@ int sim_device_count(void);              /* visible devices */
 int sim_device_phys(CUdevice dev);       /* a valid ordinal's physical index */
 void sim_device_uuid_phys(int phys, CUuuid *u);   /* of this machine */
 void sim_device_uuid_phys_of(const char *machine, int phys, CUuuid *u);
-const char *sim_shm_name(void);          /* the machine (SIMCUDA_SHM) */
 /* The process moves to another machine (checkpoint.c, at Restore): its
  * mapping, name and the new physical index of each visible ordinal. */
 void sim_set_machine(struct sim_shm *s, const char *name);
@@ -215,10 +332,13 @@ enum sim_range_kind {
     SIM_R_VMM,        /* one cuMemMap mapping */
     SIM_R_HOST,       /* pinned/registered host memory (UVA: va == host address) */
     SIM_R_MANAGED,    /* cuMemAllocManaged (host-accessible, charged to the device) */
+    SIM_R_GRAPH,      /* a graph allocation, while allocated (graph_mem.c) */
 };
 
 struct sim_phys;
 struct sim_pool;
+struct sim_gmem;
+struct sim_managed;
 
 struct sim_range {
     uint64_t va, size;           /* what translation covers */
@@ -228,15 +348,22 @@ struct sim_range {
     int dev;
     bool access;                 /* VMM: cuMemSetAccess gave read/write */
     unsigned access_flags;
+    unsigned access_mask;        /* VMM: devices given any access (peer devices too) */
     uint64_t id;                 /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
     uint64_t charged;            /* capacity charged for this range (0 for VMM/host) */
     size_t map_len;              /* host mmap length owned by the range (0: not owned) */
     struct sim_phys *phys;       /* VMM */
     uint64_t phys_off;
+    uint64_t resv_va, resv_size; /* VMM: the reservation the mapping is in */
+    uint64_t block_id;           /* VMM: the physical allocation's id (MEMORY_BLOCK_ID) */
+    uint64_t handle_types;       /* VMM: the handle types it may be exported as */
+    bool rdma;                   /* VMM: created GPUDirect RDMA capable */
     struct sim_pool *pool;       /* POOL */
     unsigned host_flags;         /* HOST: cuMemHostAlloc flags */
     bool host_registered;        /* HOST: cuMemHostRegister (memory not ours) */
     bool free_pending;           /* POOL: cuMemFreeAsync queued */
+    struct sim_gmem *gmem;       /* GRAPH: the graph allocation */
+    struct sim_managed *managed; /* MANAGED: residency and advice per page (managed.c) */
 };
 
 int sim_vmem_init(void);                 /* reserve the device VA region: 0 or -errno */
@@ -256,6 +383,10 @@ struct sim_range *sim_map_next(uint64_t va);         /* lock held: first range e
 bool sim_map_overlaps(uint64_t va, uint64_t len);    /* lock held */
 /* Host view of [va, va+len) if inside one accessible range (lock held). */
 void *sim_map_view(uint64_t va, uint64_t len);
+/* The same for device work of context c: memory of another device needs peer
+ * access (cuCtxEnablePeerAccess, or a VMM mapping's access for c's device);
+ * host-resident managed pages it touches move to c's device. */
+void *sim_map_view_ctx(struct sim_ctx *c, uint64_t va, uint64_t len);
 /* Bytes from va that one translation covers, with its view; 0 if va is not mapped+accessible. */
 uint64_t sim_map_span(uint64_t va, unsigned char **view);
 /* Is [va, va+len) fully covered by mapped ranges (accessible or not)? */
@@ -286,8 +417,13 @@ enum sim_op_kind {
     SIM_OP_CALLBACK,
     SIM_OP_EVENT,
     SIM_OP_POOL_FREE,
+    SIM_OP_GRAPH,          /* one graph launch: its nodes' operations, in order */
+    SIM_OP_GMEM_MAP,       /* a graph allocation node: the allocation appears */
+    SIM_OP_GMEM_UNMAP,     /* a graph free node, or cuMemFreeAsync of a graph allocation */
+    SIM_OP_PREFETCH,       /* cuMemPrefetchAsync: managed pages move */
     SIM_OP_NOP,
     SIM_OP_EXIT,
+    SIM_OP_PARK,                            /* the worker stops; the stream stays */
 };
 
 struct sim_dep {
@@ -297,18 +433,22 @@ struct sim_dep {
 
 struct sim_event;
 
+struct sim_exec;
+
 struct sim_op {
     struct sim_op *next;
+    struct sim_op *parent;                  /* the graph launch it is part of, or NULL */
     enum sim_op_kind kind;
     uint64_t seq;
     int ndeps;
     struct sim_dep *deps;                   /* malloc'd; streams referenced */
     int *result;                            /* sync callers: where to store the outcome */
     union {
-        struct {                            /* 2D copy; 1D is height 1 */
+        struct sim_copy {                   /* 3D copy; 2D is depth 1, 1D height 1 too */
             uint64_t dst, src;
             bool dst_dev, src_dev;          /* device (translated) or host address */
             uint64_t width, height, dpitch, spitch;
+            uint64_t depth, dheight, sheight;   /* slices, rows per slice (depth > 1) */
         } copy;
         struct {
             uint64_t dst;
@@ -318,7 +458,12 @@ struct sim_op {
         } set;
         struct {
             simcuda_kernel_fn fn;
+            CUfunction func;                /* the handle launched (CUfunction or CUkernel) */
+            const uint32_t *meta;           /* argument sizes (SIMCUDA_KERNEL_PARAMS) or NULL */
+            struct sim_ctx *ctx;            /* the function's context */
+            const char *name;
             unsigned grid[3], block[3], shared;
+            int priority;                   /* CU_LAUNCH_ATTRIBUTE_PRIORITY */
             void **params;                  /* owned copy (or the caller's, if sync) */
             void *argbuf;
         } kernel;
@@ -335,6 +480,17 @@ struct sim_op {
         struct {
             struct sim_range *range;
         } pool_free;
+        struct {
+            struct sim_op **ops;            /* the nodes' operations, a topological order */
+            size_t n;
+            struct sim_gmem **mems;         /* graph allocations it uses (referenced) */
+            size_t nmems;
+        } graph;
+        struct sim_gmem *gmem;
+        struct {
+            uint64_t va, size;
+            int dev;                        /* destination device, or -1 for the host */
+        } prefetch;
     } u;
 };
 
@@ -353,7 +509,14 @@ struct sim_stream {
     uint64_t submitted;             /* guarded by ctx->lock */
     uint64_t done;                  /* guarded by lock; read atomically elsewhere */
     bool dying;
-    pthread_t worker;
+    bool parked;                    /* no worker: the process is checkpointed */
+    pthread_t worker;               /* joinable; it detaches itself when the stream goes */
+    /* Stream capture (capture.c, under its lock): the sequence the stream
+     * belongs to and the nodes its next captured operation depends on. */
+    struct sim_capture *cap;
+    struct sim_gnode **cdeps;
+    CUgraphEdgeData *cedges;
+    size_t ncdeps, cdeps_cap;
 };
 
 struct sim_event {
@@ -365,6 +528,11 @@ struct sim_event {
     uint64_t seq;                   /* ... and its op's seq */
     struct timespec when;           /* time the last record completed */
     struct sim_ctx *ctx;
+    /* Last recorded in a capturing stream (capture.c, under its lock): the
+     * capture sequence and the nodes the record stands for. */
+    struct sim_capture *cap;
+    struct sim_gnode **cnodes;
+    size_t ncnodes;
 };
 
 /* Resolve a stream handle: 0 (legacy or, if per_thread, the thread's default),
@@ -379,6 +547,13 @@ CUresult sim_submit(struct sim_stream *s, struct sim_op *op, const struct sim_de
                     int nextra, uint64_t *seq);
 /* Queue op and wait for it: returns the op's own result or the sticky error. */
 CUresult sim_submit_sync(struct sim_stream *s, struct sim_op *op);
+/* Runs one operation as s's worker does (graph launches run their nodes' operations). */
+int sim_exec_op(struct sim_op *op, struct sim_stream *s);
+/* The event's last record as (stream, seq), referenced; s NULL if never recorded. */
+void sim_event_target(struct sim_event *e, struct sim_dep *d);
+void sim_event_ref(struct sim_event *e);
+void sim_event_unref(struct sim_event *e);
+CUresult sim_event_get(CUevent h, struct sim_event **out);
 void sim_stream_wait_seq(struct sim_stream *s, uint64_t seq);
 CUresult sim_stream_sync(struct sim_stream *s);
 void sim_stream_ref(struct sim_stream *s);
@@ -391,16 +566,155 @@ CUresult sim_ctx_sync(struct sim_ctx *c);
 bool sim_ctx_idle(struct sim_ctx *c);
 /* Destroy every stream of c and wait for their workers (context teardown). */
 void sim_ctx_streams_teardown(struct sim_ctx *c);
+/* The GPU's engines: every stream's worker stops (queues drained: the checkpoint
+ * lock waited for the work) and starts again at restore. 0 or -errno. */
+void sim_streams_park(void);
+int sim_streams_unpark(void);
 
 /* --- work executed by the workers (memory.c, module.c, pool.c) --------------- */
 int sim_exec_copy(struct sim_op *op);           /* 0 or CUresult of the fault */
 int sim_exec_kernel(struct sim_op *op, struct sim_ctx *c);
 void sim_modules_release_ctx(struct sim_ctx *c);
+
+/* The settable attributes of a function (CUfunction or CUkernel), module.c. */
+struct sim_fattrs {
+    int max_dyn_shared;          /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    int carveout;
+    int cluster_must_be_set;
+    int req_cluster[3];
+    int non_portable_cluster;
+    int cluster_policy;
+};
+void sim_fattrs_init(struct sim_fattrs *a);
+CUresult sim_fattr_get(const struct sim_fattrs *a, CUfunction_attribute attrib, int *out);
+CUresult sim_fattr_set(struct sim_fattrs *a, CUfunction_attribute attrib, int value);
+#define SIM_REGS_PER_THREAD 32      /* CU_FUNC_ATTRIBUTE_NUM_REGS of every kernel */
+#define SIM_SMS 132                 /* multiprocessors per device */
+
+/* A launchable function: a CUfunction, or a CUkernel resolved for a context. */
+struct sim_kfn {
+    simcuda_kernel_fn fn;
+    const uint32_t *meta;        /* argument sizes, or NULL */
+    struct sim_ctx *ctx;
+    const char *name;
+    const struct sim_fattrs *attrs;
+};
+/* Occupancy (occupancy.c): resident blocks of blockSize threads per SM, 0 if none fit. */
+int sim_occupancy_blocks(const struct sim_fattrs *a, int block_size, size_t dyn_smem);
+/* Resolves f (CUfunction, or CUkernel for context c, loading it there). */
+CUresult sim_func_resolve(CUfunction f, struct sim_ctx *c, struct sim_kfn *out);
+/* Copies argument values (sizes in meta) into one owned buffer: 0 or -1 (ENOMEM). */
+int sim_args_copy(const uint32_t *meta, void **params, void **argbuf, void ***pv);
+CUresult sim_check_dims(const unsigned grid[3], const unsigned block[3], unsigned shared);
+/* Fills op (a SIM_OP_KERNEL) for a launch of k, copying the arguments. */
+CUresult sim_kernel_op_fill(struct sim_op *op, CUfunction h, const struct sim_kfn *k,
+                            const unsigned grid[3], const unsigned block[3], unsigned shared,
+                            void **params);
+/* A kernel launch of hf on s, checked, its arguments copied: the op to submit. */
+CUresult sim_launch_prepare(CUfunction hf, struct sim_stream *s, const unsigned grid[3],
+                            const unsigned block[3], unsigned shared, void **params, void **extra,
+                            struct sim_op **out);
+/* Queues the launch (synchronous for kernels without argument sizes). Takes op. */
+CUresult sim_launch_submit(struct sim_stream *s, struct sim_op *op);
+/* Module of a library for a context (library.c shares the dl handle). */
+CUresult sim_module_add_shared(struct sim_ctx *c, void *dl, void *lib, CUmodule *out);
+CUresult sim_module_function(CUmodule mod, const char *name, CUfunction *out);
+void sim_module_unload(CUmodule mod);
+/* The library a shared module belongs to heard that it went (context teardown). */
+void sim_library_module_gone(void *lib, CUmodule mod);
+bool sim_is_kernel(const void *h);
+CUresult sim_kernel_resolve(const void *kern, struct sim_ctx *c, struct sim_kfn *out, CUfunction *fout);
+/* Names of the kernels an ELF image declares (SIMCUDA_KERNEL_PARAMS symbols):
+ * a malloc'd array of malloc'd strings, or -1. */
+int sim_elf_kernel_names(const unsigned char *img, size_t len, char ***names, size_t *n);
+size_t sim_elf_size(const unsigned char *img);
+/* Loads an ELF image in memory (a memfd named `what`, dlopen'ed through
+ * /proc/self/fd): *dl and its length. CUDA_ERROR_INVALID_IMAGE for anything
+ * not ELF or that does not load, CUDA_ERROR_OPERATING_SYSTEM. */
+CUresult sim_elf_dlopen(const void *image, const char *what, void **dl, size_t *len);
 int sim_exec_memset(struct sim_op *op);
+/* A copy described by CUDA_MEMCPY3D (host/device/unified sides; arrays are not simulated). */
+CUresult sim_copy_from_3d(const CUDA_MEMCPY3D *p, struct sim_copy *out);
+/* Queues (sync: and waits for) a copy on hs, its arguments checked first. */
+CUresult sim_copy_submit(const struct sim_copy *a, CUstream hs, bool sync, bool pt);
+/* Arguments of a copy checked as at the call: device sides must be allocated. */
+CUresult sim_copy_check(const struct sim_copy *c);
+/* Is [va, va+len) covered by device memory (allocated or a graph allocation's range)? */
+bool sim_rows_covered(uint64_t a, uint64_t width, uint64_t height, uint64_t pitch);
+bool sim_is_device_address(uint64_t addr);
 void sim_pool_free_exec(struct sim_range *r);
 /* Release pool memory above the thresholds (at synchronisation points). */
 void sim_pools_trim(void);
 void sim_pools_release_ctx(struct sim_ctx *c);
+
+/* --- the compute engine (engine.c) ----------------------------------------
+ * A GPU without MPS runs one context's kernels at a time and time-slices
+ * between the processes that have work. simcuda does the same at kernel
+ * boundaries: a kernel waits for its process's turn on the device; a
+ * process's own kernels on several streams overlap; when another process
+ * waits, the owner's new kernels wait too, and the engine passes to the
+ * waiter once the owner's running kernels end. Each process's kernel time
+ * (the engine held with a kernel of it running) is counted in the shm. */
+void sim_engine_acquire(int dev);
+void sim_engine_release(int dev);
+/* --- capture, graphs, graph memory: see graph.h ----------------------------- */
+struct sim_capture;
+struct sim_gnode;
+/* Is s capturing, or the legacy stream while a blocking stream of its context is? */
+static inline bool sim_capture_pending(struct sim_stream *s)
+{
+    return __atomic_load_n(&s->cap, __ATOMIC_ACQUIRE) ||
+           (s->type == SIM_STREAM_LEGACY && __atomic_load_n(&s->ctx->capturing_blocking, __ATOMIC_ACQUIRE));
+}
+/* The operation of a capturing stream becomes a node (capture.c). Takes op. */
+CUresult sim_capture_op(struct sim_stream *s, struct sim_op *op);
+/* A synchronous call on s (synchronize, query, a synchronous copy): the error
+ * it is during capture, after invalidating what it must; CUDA_SUCCESS if none. */
+CUresult sim_capture_sync_call(struct sim_stream *s);
+/* A potentially unsafe call (cuThreadExchangeStreamCaptureMode's rule). */
+CUresult sim_capture_unsafe_call(void);
+/* cuCtxSynchronize of a context one of whose streams captures. */
+CUresult sim_capture_ctx_sync(struct sim_ctx *c);
+/* Event record / wait on a capturing stream. *handled: the capture took it. */
+CUresult sim_capture_event_record(struct sim_event *e, struct sim_stream *s, unsigned flags, bool *handled);
+CUresult sim_capture_wait_event(struct sim_stream *s, struct sim_event *e, unsigned flags, bool *handled);
+/* Query/synchronize on an event last recorded in a capture: CUDA_ERROR_CAPTURED_EVENT. */
+CUresult sim_capture_event_check(struct sim_event *e);
+void sim_capture_event_gone(struct sim_event *e);
+void sim_capture_stream_gone(struct sim_stream *s);
+/* Stream-ordered allocation and free on a capturing stream: graph memory nodes. */
+CUresult sim_capture_alloc(struct sim_stream *s, const CUmemPoolProps *props, size_t size, CUdeviceptr *out);
+CUresult sim_capture_free(struct sim_stream *s, CUdeviceptr p);
+bool sim_captures_active(void);
+
+/* Graph memory seen from the other allocators (graph_mem.c). */
+bool sim_gmem_covered(uint64_t va, uint64_t len);
+/* cuMemFree / cuMemFreeAsync of a graph allocation: CUDA_ERROR_NOT_FOUND if p is not one. */
+CUresult sim_gmem_free_sync(struct sim_ctx *c, uint64_t p);
+CUresult sim_gmem_free_async(struct sim_stream *s, uint64_t p);
+void sim_gmem_exec_map(struct sim_gmem *m);
+void sim_gmem_exec_unmap(struct sim_gmem *m);
+void sim_gmem_unref(struct sim_gmem *m);
+void sim_gmem_launch_done(struct sim_gmem *m);
+void sim_gmem_release_ctx(struct sim_ctx *c);
+
+/* Managed memory (managed.c). */
+int sim_managed_init(struct sim_range *r);           /* 0 or -ENOMEM */
+void sim_managed_free(struct sim_range *r);     /* releases the pages' charges too */
+void sim_managed_drop(struct sim_range *r);     /* the bookkeeping only */
+/* Device dev touches [va, va+len) of managed range r: pages move to it, as
+ * the advice allows (map lock held). */
+void sim_managed_touch(struct sim_range *r, uint64_t va, uint64_t len, int dev);
+void sim_exec_prefetch(struct sim_op *op);
+
+/* Peer access (peer.c): may work of context c touch memory of range r? (map lock held) */
+bool sim_peer_can_access(struct sim_ctx *c, const struct sim_range *r);
+void sim_peer_forget_ctx(struct sim_ctx *c);
+
+/* Coredumps (coredump.c). */
+void sim_coredump_ctx_init(struct sim_ctx *c);
+/* A device fault in c: writes a coredump if enabled there, and aborts unless told not to. */
+void sim_coredump_on_fault(struct sim_ctx *c, CUresult err, const char *what);
 
 /* --- checkpoint (checkpoint.c) --------------------------------------------- */
 void sim_ckpt_park_all(void);       /* checkpoint: release capacity */

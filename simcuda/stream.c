@@ -32,7 +32,15 @@ struct sim_op *sim_op_new(enum sim_op_kind kind)
     return op;
 }
 
-static void event_unref(struct sim_event *e);
+static void graph_op_free(struct sim_op *op)
+{
+    for (size_t i = 0; i < op->u.graph.n; i++)
+        sim_op_free(op->u.graph.ops[i]);
+    free(op->u.graph.ops);
+    for (size_t i = 0; i < op->u.graph.nmems; i++)
+        sim_gmem_launch_done(op->u.graph.mems[i]);
+    free(op->u.graph.mems);
+}
 
 void sim_op_free(struct sim_op *op)
 {
@@ -41,10 +49,24 @@ void sim_op_free(struct sim_op *op)
     for (int i = 0; i < op->ndeps; i++)
         sim_stream_unref(op->deps[i].s);
     free(op->deps);
-    if (op->kind == SIM_OP_KERNEL)
+    switch (op->kind) {
+    case SIM_OP_KERNEL:
         free(op->u.kernel.argbuf);
-    if (op->kind == SIM_OP_EVENT)
-        event_unref(op->u.event);
+        break;
+    case SIM_OP_EVENT:
+        sim_event_unref(op->u.event);
+        break;
+    case SIM_OP_GRAPH:
+        graph_op_free(op);
+        break;
+    case SIM_OP_GMEM_UNMAP:
+        /* A free outside a graph holds the allocation busy (graph_mem.c). */
+        if (!op->parent)
+            sim_gmem_launch_done(op->u.gmem);
+        break;
+    default:
+        break;
+    }
     free(op);
 }
 
@@ -57,6 +79,8 @@ void sim_stream_unref(struct sim_stream *s)
 {
     if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL))
         return;
+    free(s->cdeps);
+    free(s->cedges);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->work_cv);
     pthread_cond_destroy(&s->done_cv);
@@ -80,18 +104,37 @@ void sim_stream_wait_seq(struct sim_stream *s, uint64_t seq)
 
 /* ---- execution ------------------------------------------------------------ */
 
+/* The record's time is kept if it is still the event's last record (a graph's
+ * record node stands for the graph launch's op). */
 static void exec_event(struct sim_op *op, struct sim_stream *s)
 {
     struct sim_event *e = op->u.event;
+    uint64_t seq = op->parent ? op->parent->seq : op->seq;
 
     pthread_mutex_lock(&e->lock);
-    if (e->s == s && e->seq == op->seq)
+    if (e->s == s && e->seq == seq)
         clock_gettime(CLOCK_MONOTONIC, &e->when);
     pthread_mutex_unlock(&e->lock);
 }
 
-/* Device work is skipped once the context has faulted: the GPU is gone. */
-static int exec_op(struct sim_op *op, struct sim_stream *s)
+/* A graph launch: its nodes' operations in order; a fault stops the device
+ * work (the context's sticky error), host nodes after it are skipped too. */
+static int exec_graph(struct sim_op *op, struct sim_stream *s)
+{
+    int first = 0;
+
+    for (size_t i = 0; i < op->u.graph.n; i++) {
+        int res = sim_exec_op(op->u.graph.ops[i], s);
+
+        if (res && !first) {
+            first = res;
+            sim_ctx_fault(s->ctx, (CUresult)res);
+        }
+    }
+    return first;
+}
+
+int sim_exec_op(struct sim_op *op, struct sim_stream *s)
 {
     struct sim_ctx *c = s->ctx;
     int dead = __atomic_load_n(&c->sticky, __ATOMIC_ACQUIRE);
@@ -116,8 +159,21 @@ static int exec_op(struct sim_op *op, struct sim_stream *s)
     case SIM_OP_POOL_FREE:
         sim_pool_free_exec(op->u.pool_free.range);
         return 0;
+    case SIM_OP_GRAPH:
+        return exec_graph(op, s);
+    case SIM_OP_GMEM_MAP:
+        sim_gmem_exec_map(op->u.gmem);
+        return 0;
+    case SIM_OP_GMEM_UNMAP:
+        sim_gmem_exec_unmap(op->u.gmem);
+        return 0;
+    case SIM_OP_PREFETCH:
+        if (!dead)
+            sim_exec_prefetch(op);
+        return 0;
     case SIM_OP_NOP:
     case SIM_OP_EXIT:
+    case SIM_OP_PARK:
         return 0;
     }
     return 0;
@@ -158,27 +214,117 @@ static void *worker(void *arg)
     struct sim_stream *s = arg;
     bool exit_ = false;
 
-    while (!exit_) {
+    for (;;) {
         struct sim_op *op = next_op(s);
         int res;
 
         for (int i = 0; i < op->ndeps; i++)
             sim_stream_wait_seq(op->deps[i].s, op->deps[i].seq);
-        res = exec_op(op, s);
+        res = sim_exec_op(op, s);
         if (res && op->kind != SIM_OP_CALLBACK && op->kind != SIM_OP_HOSTFN)
             sim_ctx_fault(s->ctx, (CUresult)res);
         if (op->result)
             *op->result = res;
         exit_ = op->kind == SIM_OP_EXIT;
         pthread_mutex_lock(&s->lock);
+        if (op->kind == SIM_OP_PARK)
+            s->parked = true;   /* the parker joins us; our reference stays with the stream */
         __atomic_store_n(&s->done, op->seq, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&s->done_cv);
         pthread_mutex_unlock(&s->lock);
+        if (op->kind == SIM_OP_PARK) {
+            sim_op_free(op);
+            return NULL;
+        }
         sim_op_free(op);
+        if (exit_)
+            break;
     }
+    pthread_detach(pthread_self());
     stream_leave_ctx(s);
     sim_stream_unref(s);
     return NULL;
+}
+
+static int start_worker(struct sim_stream *s)
+{
+    return pthread_create(&s->worker, NULL, worker, s);
+}
+
+/* ---- parking: the checkpointed process holds no engine ---------------------- */
+
+struct park_list {
+    struct sim_stream **s;
+    int n, cap;
+};
+
+/* Collect c's streams that have a worker (ctx lock taken here). */
+static void collect_streams(struct sim_ctx *c, void *arg)
+{
+    struct park_list *l = arg;
+
+    pthread_mutex_lock(&c->lock);
+    for (struct sim_stream *t = c->streams; t; t = t->next_in_ctx) {
+        if (l->n == l->cap) {
+            int cap = l->cap ? 2 * l->cap : 16;
+            struct sim_stream **m = realloc(l->s, (size_t)cap * sizeof(*m));
+            if (!m)
+                break;
+            l->s = m;
+            l->cap = cap;
+        }
+        sim_stream_ref(t);
+        l->s[l->n++] = t;
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void release_list(struct park_list *l)
+{
+    for (int i = 0; i < l->n; i++)
+        sim_stream_unref(l->s[i]);
+    free(l->s);
+}
+
+void sim_streams_park(void)
+{
+    struct park_list l = { 0 };
+
+    sim_ctx_foreach(collect_streams, &l);
+    for (int i = 0; i < l.n; i++) {
+        struct sim_stream *s = l.s[i];
+        struct sim_op *op;
+        bool parked;
+
+        pthread_mutex_lock(&s->lock);
+        parked = s->parked;
+        pthread_mutex_unlock(&s->lock);
+        if (parked || s->dying || !(op = sim_op_new(SIM_OP_PARK)))
+            continue;
+        if (sim_submit(s, op, NULL, 0, NULL) == CUDA_SUCCESS)
+            pthread_join(s->worker, NULL);  /* gone before CRIU looks at our threads */
+    }
+    release_list(&l);
+}
+
+int sim_streams_unpark(void)
+{
+    struct park_list l = { 0 };
+    int rc = 0;
+
+    sim_ctx_foreach(collect_streams, &l);
+    for (int i = 0; i < l.n; i++) {
+        struct sim_stream *s = l.s[i];
+
+        pthread_mutex_lock(&s->lock);
+        if (s->parked && !rc) {
+            if ((rc = start_worker(s)) == 0)
+                s->parked = false;
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    release_list(&l);
+    return -rc;
 }
 
 /* ---- submission ------------------------------------------------------------ */
@@ -211,6 +357,9 @@ CUresult sim_submit(struct sim_stream *s, struct sim_op *op, const struct sim_de
     struct sim_ctx *c = s->ctx;
     size_t n = (size_t)nextra;
 
+    /* A capturing stream records the operation instead (capture.c). */
+    if (op->kind != SIM_OP_EXIT && sim_capture_pending(s))
+        return sim_capture_op(s, op);
     pthread_mutex_lock(&c->lock);
     for (struct sim_stream *t = c->streams; t; t = t->next_in_ctx)
         n++;
@@ -244,6 +393,10 @@ CUresult sim_submit_sync(struct sim_stream *s, struct sim_op *op)
     uint64_t seq;
     CUresult r;
 
+    if ((r = sim_capture_sync_call(s))) {
+        sim_op_free(op);
+        return r;
+    }
     op->result = &res;
     if ((r = sim_submit(s, op, NULL, 0, &seq)))
         return r;
@@ -259,7 +412,6 @@ CUresult sim_stream_create(struct sim_ctx *c, int type, unsigned flags, int prio
                            struct sim_stream **out)
 {
     struct sim_stream *s = calloc(1, sizeof(*s));
-    pthread_attr_t attr;
     int rc;
 
     if (!s)
@@ -276,10 +428,7 @@ CUresult sim_stream_create(struct sim_ctx *c, int type, unsigned flags, int prio
     pthread_cond_init(&s->done_cv, NULL);
 
     pthread_mutex_lock(&c->lock);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&s->worker, &attr, worker, s);
-    pthread_attr_destroy(&attr);
+    rc = start_worker(s);
     if (rc) {
         pthread_mutex_unlock(&c->lock);
         s->refs = 1;
@@ -312,6 +461,7 @@ void sim_stream_destroy(struct sim_stream *s)
         sim_stream_unref(s);
         return;
     }
+    sim_capture_stream_gone(s);
     if (s->type == SIM_STREAM_USER)
         sim_handle_del(s);
     /* The exit op cannot be lost: retry its allocation rather than leak a
@@ -561,7 +711,8 @@ static CUresult stream_sync(CUstream h, bool pt)
     CUresult r;
 
     SIM_BEGIN();
-    if ((r = sim_stream_get(h, pt, &s)))
+    if ((r = sim_stream_get(h, pt, &s)) || (r = sim_capture_sync_call(s)) ||
+        (r = sim_capture_unsafe_call()))
         return r;
     return sim_stream_sync(s);
 }
@@ -578,7 +729,8 @@ static CUresult stream_query(CUstream h, bool pt)
     CUresult r;
 
     SIM_BEGIN();
-    if ((r = sim_stream_get(h, pt, &s)))
+    if ((r = sim_stream_get(h, pt, &s)) || (r = sim_capture_sync_call(s)) ||
+        (r = sim_capture_unsafe_call()))
         return r;
     pthread_mutex_lock(&s->ctx->lock);
     target = s->submitted;
@@ -647,6 +799,30 @@ CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx) { return stream_get_c
 SIM_EXPORT(cuStreamGetCtx);
 CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx) { return stream_get_ctx(hStream, pctx, true); }
 SIM_EXPORT(cuStreamGetCtx_ptsz);
+
+/* CUDA 12.5: with the stream's green context, which simcuda never has. */
+static CUresult stream_get_ctx_v2(CUstream h, CUcontext *pctx, CUgreenCtx *pgreen, bool pt)
+{
+    CUresult r;
+
+    if (!pgreen)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = stream_get_ctx(h, pctx, pt)))
+        return r;
+    *pgreen = NULL;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+    return stream_get_ctx_v2(hStream, pCtx, pGreenCtx, false);
+}
+SIM_EXPORT(cuStreamGetCtx_v2);
+CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+    return stream_get_ctx_v2(hStream, pCtx, pGreenCtx, true);
+}
+SIM_EXPORT(cuStreamGetCtx_v2_ptsz);
 
 static CUresult stream_get_id(CUstream h, unsigned long long *id, bool pt)
 {
@@ -746,17 +922,23 @@ SIM_EXPORT(cuLaunchHostFunc_ptsz);
 
 /* ---- events ---------------------------------------------------------------- */
 
-static void event_unref(struct sim_event *e)
+void sim_event_ref(struct sim_event *e)
+{
+    __atomic_add_fetch(&e->refs, 1, __ATOMIC_RELAXED);
+}
+
+void sim_event_unref(struct sim_event *e)
 {
     if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL))
         return;
     if (e->s)
         sim_stream_unref(e->s);
+    free(e->cnodes);
     pthread_mutex_destroy(&e->lock);
     free(e);
 }
 
-static CUresult event_get(CUevent h, struct sim_event **out)
+CUresult sim_event_get(CUevent h, struct sim_event **out)
 {
     struct sim_event *e = (struct sim_event *)h;
 
@@ -806,7 +988,7 @@ CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
     SIM_BEGIN();
     if (!pHandle)
         return CUDA_ERROR_INVALID_VALUE;
-    if ((r = event_get(event, &e)))
+    if ((r = sim_event_get(event, &e)))
         return r;
     if (!(e->flags & CU_EVENT_INTERPROCESS))
         return CUDA_ERROR_INVALID_VALUE;
@@ -824,6 +1006,8 @@ CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
     return phEvent ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
 }
 SIM_EXPORT(cuIpcOpenEventHandle);
+SIM_NOT_SIMULATED(cuIpcOpenEventHandle,
+    "CUDA_ERROR_NOT_SUPPORTED: another process's events cannot be opened");
 
 static CUresult event_destroy(CUevent h)
 {
@@ -831,10 +1015,11 @@ static CUresult event_destroy(CUevent h)
     CUresult r;
 
     SIM_BEGIN();
-    if ((r = event_get(h, &e)))
+    if ((r = sim_event_get(h, &e)))
         return r;
     sim_handle_del(e);
-    event_unref(e);     /* pending records keep it alive until they run */
+    sim_capture_event_gone(e);
+    sim_event_unref(e);     /* pending records keep it alive until they run */
     return CUDA_SUCCESS;
 }
 
@@ -854,10 +1039,16 @@ static CUresult event_record(CUevent h, CUstream hs, unsigned flags, bool pt)
     SIM_BEGIN();
     if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
-    if ((r = event_get(h, &e)) || (r = sim_stream_get(hs, pt, &s)))
+    if ((r = sim_event_get(h, &e)) || (r = sim_stream_get(hs, pt, &s)))
         return r;
     if (s->ctx != e->ctx)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (sim_capture_pending(s) || __atomic_load_n(&e->cap, __ATOMIC_ACQUIRE)) {
+        bool handled;
+
+        if ((r = sim_capture_event_record(e, s, flags, &handled)) || handled)
+            return r;
+    }
     if (!(op = sim_op_new(SIM_OP_EVENT)))
         return CUDA_ERROR_OUT_OF_MEMORY;
     __atomic_add_fetch(&e->refs, 1, __ATOMIC_RELAXED);
@@ -889,8 +1080,7 @@ CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned 
 }
 SIM_EXPORT(cuEventRecordWithFlags_ptsz);
 
-/* The event's last record as (stream, seq), referenced; s NULL if never recorded. */
-static void event_target(struct sim_event *e, struct sim_dep *d)
+void sim_event_target(struct sim_event *e, struct sim_dep *d)
 {
     pthread_mutex_lock(&e->lock);
     d->s = e->s;
@@ -907,9 +1097,10 @@ CUresult cuEventQuery(CUevent hEvent)
     CUresult r;
 
     SIM_BEGIN();
-    if ((r = event_get(hEvent, &e)))
+    if ((r = sim_event_get(hEvent, &e)) || (r = sim_capture_event_check(e)) ||
+        (r = sim_capture_unsafe_call()))
         return r;
-    event_target(e, &d);
+    sim_event_target(e, &d);
     if (!d.s)
         return CUDA_SUCCESS;
     r = stream_done(d.s) >= d.seq ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -927,9 +1118,10 @@ CUresult cuEventSynchronize(CUevent hEvent)
     CUresult r;
 
     SIM_BEGIN();
-    if ((r = event_get(hEvent, &e)))
+    if ((r = sim_event_get(hEvent, &e)) || (r = sim_capture_event_check(e)) ||
+        (r = sim_capture_unsafe_call()))
         return r;
-    event_target(e, &d);
+    sim_event_target(e, &d);
     if (d.s) {
         sim_stream_wait_seq(d.s, d.seq);
         sim_stream_unref(d.s);
@@ -948,12 +1140,13 @@ static CUresult elapsed(float *ms, CUevent hs, CUevent he)
     SIM_BEGIN();
     if (!ms)
         return CUDA_ERROR_INVALID_VALUE;
-    if ((r = event_get(hs, &a)) || (r = event_get(he, &b)))
+    if ((r = sim_event_get(hs, &a)) || (r = sim_event_get(he, &b)) ||
+        (r = sim_capture_event_check(a)) || (r = sim_capture_event_check(b)))
         return r;
     if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING)
         return CUDA_ERROR_INVALID_HANDLE;
-    event_target(a, &da);
-    event_target(b, &db);
+    sim_event_target(a, &da);
+    sim_event_target(b, &db);
     if (!da.s || !db.s)
         r = CUDA_ERROR_INVALID_HANDLE;
     else if (stream_done(da.s) < da.seq || stream_done(db.s) < db.seq)
@@ -990,9 +1183,15 @@ static CUresult wait_event(CUstream hs, CUevent he, unsigned flags, bool pt)
     SIM_BEGIN();
     if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
-    if ((r = sim_stream_get(hs, pt, &s)) || (r = event_get(he, &e)))
+    if ((r = sim_stream_get(hs, pt, &s)) || (r = sim_event_get(he, &e)))
         return r;
-    event_target(e, &d);
+    if (sim_capture_pending(s) || __atomic_load_n(&e->cap, __ATOMIC_ACQUIRE)) {
+        bool handled;
+
+        if ((r = sim_capture_wait_event(s, e, flags, &handled)) || handled)
+            return r;
+    }
+    sim_event_target(e, &d);
     if (!d.s)
         return CUDA_SUCCESS;    /* never recorded: nothing to wait for */
     if (!(op = sim_op_new(SIM_OP_NOP))) {

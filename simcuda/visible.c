@@ -26,20 +26,11 @@
 static int nvisible;
 static int phys_of[SIM_MAX_DEVICES];
 
-/* The UUID of physical device phys of machine `name`: a hash of the
- * machine's name and the index, so every process attached to it sees the
- * same one, and the GPUs of two machines differ. */
+/* The UUID of physical device phys of machine `name` (shm.c's hash of the
+ * two): the GPUs of two machines differ. */
 void sim_device_uuid_phys_of(const char *name, int phys, CUuuid *u)
 {
-    uint64_t h = 1469598103934665603ull;
-
-    for (const char *p = name; p && *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    h ^= (uint64_t)phys * 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < 16; i++) {
-        h = h * 6364136223846793005ull + 1442695040888963407ull;
-        u->bytes[i] = (char)(h >> 56);
-    }
+    sim_device_uuid(name, phys, (unsigned char *)u->bytes);
 }
 
 void sim_device_uuid_phys(int phys, CUuuid *u)

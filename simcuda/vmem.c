@@ -8,7 +8,7 @@
  * host view, so a concurrent free waits instead of pulling memory away).
  * Bytes are charged against the machine-wide capacity in the shm.
  */
-#include "sim.h"
+#include "graph.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -253,6 +253,33 @@ void *sim_map_view(uint64_t va, uint64_t len)
     return n && len <= n ? v : NULL;
 }
 
+/* May work of context c touch r? Memory of another device needs peer access
+ * (VMM and graph memory: access granted to c's device). */
+static bool ctx_may_access(struct sim_ctx *c, const struct sim_range *r)
+{
+    if (!c || r->dev == c->dev)
+        return true;
+    switch (r->kind) {
+    case SIM_R_VMM: return (r->access_mask >> c->dev) & 1;
+    case SIM_R_GRAPH: return r->gmem && ((r->gmem->access_mask >> c->dev) & 1);
+    case SIM_R_DEVICE:
+    case SIM_R_POOL: return sim_peer_can_access(c, r);
+    default: return true;          /* host and managed memory */
+    }
+}
+
+void *sim_map_view_ctx(struct sim_ctx *c, uint64_t va, uint64_t len)
+{
+    struct sim_range *r = sim_map_find(va);
+    void *v = sim_map_view(va, len);
+
+    if (!v || !r || !ctx_may_access(c, r))
+        return NULL;
+    if (r->kind == SIM_R_MANAGED && c)
+        sim_managed_touch(r, va, len, c->dev);
+    return v;
+}
+
 /* A copy must stay inside one allocation; only VMM mappings that are
  * contiguous in a reservation can be crossed, as on a GPU. */
 bool sim_map_covered(uint64_t va, uint64_t len)
@@ -415,6 +442,8 @@ err_free:
 
 void sim_dev_free_range(struct sim_range *r)
 {
+    if (r->kind == SIM_R_MANAGED)
+        sim_managed_free(r);        /* releases what is charged page by page */
     sim_backing_free(r->host, r->map_len);
     if (r->charged)
         sim_capacity_release(r->dev, r->charged);

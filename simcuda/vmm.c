@@ -21,6 +21,7 @@ struct sim_phys {
     unsigned char *backing;
     int handle_refs;     /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
     int map_refs;        /* live mappings */
+    uint64_t id;         /* CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID of its mappings */
     CUmemAllocationProp prop;
 };
 
@@ -102,12 +103,14 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     p->dev = prop->location.id;
     p->size = size;
     p->handle_refs = 1;
+    p->id = sim_next_buffer_id();
     p->prop = *prop;
     sim_handle_add(p);
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuMemCreate);
+SIM_PARTIAL(cuMemCreate, "shareable handle types: CUDA_ERROR_NOT_SUPPORTED");
 
 static struct sim_phys *phys_of(CUmemGenericAllocationHandle h)
 {
@@ -224,6 +227,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 {
     struct sim_phys *p;
     struct sim_range *m;
+    struct resv *rv;
     CUresult r = CUDA_ERROR_INVALID_VALUE;
 
     SIM_BEGIN();
@@ -234,8 +238,13 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     pthread_mutex_lock(&vmm_lock);
     if (!(p = phys_of(handle)) || p->handle_refs <= 0)
         goto out;
-    if (offset > p->size || size > p->size - offset || !resv_find(ptr, size))
+    if (offset > p->size || size > p->size - offset || !(rv = resv_find(ptr, size)))
         goto out;
+    m->resv_va = rv->va;
+    m->resv_size = rv->size;
+    m->block_id = p->id;
+    m->handle_types = p->prop.requestedHandleTypes;
+    m->rdma = p->prop.allocFlags.gpuDirectRDMACapable;
     m->va = ptr;
     m->size = size;
     m->host = p->backing + offset;
@@ -335,7 +344,7 @@ SIM_EXPORT(cuMemUnmap);
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
     struct sim_range **v = NULL;
-    unsigned flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    unsigned flags;
     long n;
 
     SIM_BEGIN();
@@ -358,10 +367,18 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
         return CUDA_ERROR_INVALID_VALUE;
     }
     for (long i = 0; i < n; i++) {
-        /* Access is per device; the mapping's own device is what kernels use. */
-        for (size_t j = 0; j < count; j++)
+        /* Access is per device, and only the devices listed change: the
+         * mapping's own device decides whether copies and kernels there may
+         * touch it, the mask whether other devices may. */
+        flags = v[i]->access_flags;
+        for (size_t j = 0; j < count; j++) {
             if (desc[j].location.id == v[i]->dev)
                 flags = desc[j].flags;
+            if (desc[j].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE)
+                v[i]->access_mask |= 1u << desc[j].location.id;
+            else
+                v[i]->access_mask &= ~(1u << desc[j].location.id);
+        }
         v[i]->access_flags = flags;
         v[i]->access = flags != CU_MEM_ACCESS_FLAGS_PROT_NONE;
     }

@@ -24,6 +24,15 @@ static const char *const op_names[] = {
     [TCGPU_OP_RESUME] = "resume",
 };
 
+static const char *const phase_names[] = {
+    [TCGPU_PHASE_QUIESCE] = "quiesce",
+    [TCGPU_PHASE_DRAIN] = "drain",
+    [TCGPU_PHASE_RELEASE] = "release",
+    [TCGPU_PHASE_WRITE] = "write",
+    [TCGPU_PHASE_VERIFY] = "verify",
+    [TCGPU_PHASE_REFILL] = "refill",
+};
+
 /* What each code means for a tcgpu operation (tcgpu.h lists who returns which). */
 static const struct {
     int err;
@@ -54,6 +63,11 @@ static int index_of(const char *const *names, size_t n, const char *name)
         if (names[i] && !strcmp(names[i], name))
             return (int)i;
     return -1;
+}
+
+const char *tcgpu_phase_name(enum tcgpu_phase p)
+{
+    return name_of(phase_names, NELEM(phase_names), (unsigned)p);
 }
 
 TCGPU_API const char *tcgpu_state_name(enum tcgpu_state s)

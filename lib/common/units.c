@@ -15,20 +15,49 @@ static const char *skip_space(const char *s)
     return s;
 }
 
+/*
+ * A plain decimal number at s: digits, optionally a '.' and more digits.
+ * Not strtod's wider grammar: "0x10", "1e3", "inf" are not sizes people
+ * mean. *end is set after it. 0, or -EINVAL.
+ */
+static int parse_decimal(const char *s, double *v, const char **end)
+{
+    const char *p = s;
+    char buf[64];
+
+    while (isdigit((unsigned char)*p))
+        p++;
+    if (p == s)
+        return -EINVAL;
+    if (*p == '.') {
+        const char *f = ++p;
+        while (isdigit((unsigned char)*p))
+            p++;
+        if (p == f)
+            return -EINVAL;
+    }
+    if ((size_t)(p - s) >= sizeof(buf))
+        return -EINVAL;
+    memcpy(buf, s, (size_t)(p - s));
+    buf[p - s] = '\0';
+    errno = 0;
+    *v = strtod(buf, NULL);
+    if (errno)
+        return -EINVAL;
+    *end = p;
+    return 0;
+}
+
 int units_parse_size(const char *s, uint64_t *bytes)
 {
-    char *end;
+    const char *end;
     double v;
     int shift = 0;
 
     s = skip_space(s);
-    if (!isdigit((unsigned char)*s))
+    if (parse_decimal(s, &v, &end) < 0)
         return -EINVAL;
-    errno = 0;
-    v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0))
-        return -EINVAL;
-    end = (char *)skip_space(end);
+    end = skip_space(end);
     switch (toupper((unsigned char)*end)) {
     case 'K': shift = 10; end++; break;
     case 'M': shift = 20; end++; break;
@@ -52,17 +81,13 @@ int units_parse_size(const char *s, uint64_t *bytes)
 
 int units_parse_duration(const char *s, uint64_t *ns)
 {
-    char *end;
+    const char *end;
     double v, mult = 1e9;
 
     s = skip_space(s);
-    if (!isdigit((unsigned char)*s))
+    if (parse_decimal(s, &v, &end) < 0)
         return -EINVAL;
-    errno = 0;
-    v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0))
-        return -EINVAL;
-    end = (char *)skip_space(end);
+    end = skip_space(end);
     if (!strcmp(end, "ms"))
         mult = 1e6;
     else if (!strcmp(end, "s") || !*end)

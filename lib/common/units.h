@@ -10,11 +10,13 @@
 #include <stdint.h>
 
 /* "8G", "512 MiB", "1.5T", "4096", "0" -> bytes (K, M, G, T are powers of
- * 1024). 0, or -EINVAL (bad number or unit, negative, overflow, a fraction
+ * 1024). The number is decimal digits with an optional fraction: 0, or
+ * -EINVAL (bad number or unit, "0x10", "1e3", negative, overflow, a fraction
  * of a byte). */
 int units_parse_size(const char *s, uint64_t *bytes);
 
-/* "30s", "500ms", "2m", "1h", "10" (seconds) -> ns. 0 or -EINVAL. */
+/* "30s", "500ms", "2m", "1h", "10" (seconds), "1.5s" -> ns (decimal
+ * numbers as for sizes). 0 or -EINVAL. */
 int units_parse_duration(const char *s, uint64_t *ns);
 
 /* "512 B", "1.5 GiB" (powers of 1024, up to PiB) into buf; returns buf. */

@@ -24,17 +24,17 @@ static int finish(int rc)
 
 TCGPU_API int tcgpu_checkpoint(const char *dir)
 {
-    return finish(tcgpu_op_checkpoint(dir, NULL, NULL));
+    return finish(tcgpu_op_checkpoint(dir, NULL));
 }
 
 TCGPU_API int tcgpu_suspend(const char *dir)
 {
-    return finish(tcgpu_op_suspend(dir, NULL, NULL));
+    return finish(tcgpu_op_suspend(dir, NULL));
 }
 
 TCGPU_API int tcgpu_resume(void)
 {
-    return finish(tcgpu_op_resume(NULL, NULL));
+    return finish(tcgpu_op_resume(NULL));
 }
 
 TCGPU_API int tcgpu_get_status(struct tcgpu_status *st, size_t size)

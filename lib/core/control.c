@@ -67,22 +67,31 @@ static void close_fd(int *fd)
 struct progress_sink {
     int fd;                     /* connection, or -1 */
     uint64_t last_ns;
+    int phase;                  /* of the last message sent, -1 before the first */
 };
 
-static void send_progress(uint64_t done, uint64_t total, void *arg)
+/*
+ * "progress phase=drain done=N total=M": at most five a second, but always
+ * when a phase starts or ends, so that a client shows every phase.
+ */
+static void send_progress(enum tcgpu_phase phase, uint64_t done, uint64_t total, void *arg)
 {
     struct progress_sink *p = arg;
     struct ctl_buf *b;
     uint64_t t = now_ns();
     long n;
 
-    if (!p || p->fd < 0 || (done < total && t - p->last_ns < PROGRESS_EVERY_NS))
+    if (!p || p->fd < 0)
+        return;
+    if ((int)phase == p->phase && done < total && t - p->last_ns < PROGRESS_EVERY_NS)
         return;
     p->last_ns = t;
+    p->phase = (int)phase;
     b = malloc(sizeof(*b));
     if (!b)
         return;
     ctl_buf_request(b, "progress");
+    ctl_buf_put(b, "phase", tcgpu_phase_name(phase));
     ctl_buf_put_u64(b, "done", done);
     ctl_buf_put_u64(b, "total", total);
     n = ctl_buf_finish(b);
@@ -94,37 +103,21 @@ static void send_progress(uint64_t done, uint64_t total, void *arg)
     free(b);
 }
 
-static int run_op(enum tcgpu_op op, const char *dir, const char *parent,
+/* Runs op for `who` (its log line: ops.h), progress to sink (may be NULL). */
+static int run_op(enum tcgpu_op op, const char *dir, const char *parent, const char *who,
                   struct progress_sink *sink)
 {
+    struct tcgpu_op_caller by = { .who = who, .progress = sink ? send_progress : NULL, .arg = sink };
+
     switch (op) {
     case TCGPU_OP_CHECKPOINT:
-        return parent ? tcgpu_op_checkpoint_parent(dir, parent, send_progress, sink)
-                      : tcgpu_op_checkpoint(dir, send_progress, sink);
+        return parent ? tcgpu_op_checkpoint_parent(dir, parent, &by) : tcgpu_op_checkpoint(dir, &by);
     case TCGPU_OP_SUSPEND:
-        return tcgpu_op_suspend(dir, send_progress, sink);
+        return tcgpu_op_suspend(dir, &by);
     case TCGPU_OP_RESUME:
-        return tcgpu_op_resume_from(dir, send_progress, sink);
+        return tcgpu_op_resume_from(dir, &by);
     default:
         return -EINVAL;
-    }
-}
-
-/* One log line for a finished operation: "suspend (signal SIGRTMIN+4): done in 350 ms, 2.0 GiB freed". */
-static void log_op(enum tcgpu_op op, const char *who, int r, uint64_t ns, const struct tcgpu_status *before)
-{
-    char t[32], b[32];
-
-    if (r == 0) {
-        if (op == TCGPU_OP_SUSPEND)
-            log_info("%s (%s): done in %s, %s of GPU memory freed", tcgpu_op_name(op), who,
-                     units_format_ns(ns, t, sizeof(t)), units_format_bytes(before->gpu_bytes, b, sizeof(b)));
-        else
-            log_info("%s (%s): done in %s", tcgpu_op_name(op), who, units_format_ns(ns, t, sizeof(t)));
-    } else {
-        const char *msg = errmsg_get();
-        log_info("%s (%s): failed: %s%s%s", tcgpu_op_name(op), who, errno_name(r),
-                 msg && *msg ? ": " : "", msg ? msg : "");
     }
 }
 
@@ -151,7 +144,6 @@ static void on_signal_action(void)
     char sname[32], who[64], dir[PATH_MAX];
     enum tcgpu_op op;
     const char *d = NULL;
-    uint64_t t0;
     int r;
 
     memset(&st, 0, sizeof(st));
@@ -181,11 +173,9 @@ static void on_signal_action(void)
             return;
         }
         d = dir;
-        log_info("%s: checkpoint to %s", who, dir);
+        log_debug("%s: checkpoint to %s", who, dir);
     }
-    t0 = now_ns();
-    r = run_op(op, d, NULL, NULL);
-    log_op(op, who, r, now_ns() - t0, &st);
+    run_op(op, d, NULL, who, NULL);
 }
 
 /* ---------------------------------------------------------------------------
@@ -215,11 +205,13 @@ static void put_extras(struct ctl_buf *b)
     ctl_buf_put_u64(b, "trigger_installed", (uint64_t)(ctl.sig > 0 && tcgpu_signal_trigger_in_place()));
 }
 
-/* A request being served: the connection it came on, who sent it, what it says. */
+/* A request being served: the connection it came on, who sent it, what it
+ * says, and the directory it came with (-1: none). */
 struct request {
     int fd;
     const struct ucred *peer;
     const struct ctl_msg *msg;
+    int dirfd;
 };
 
 /* One command of the protocol (docs/cli.md, "The protocol"): its word, the
@@ -251,11 +243,42 @@ static void answer_status(const struct command *cmd, const struct request *rq, s
 
 static const struct command cmd_status = { .word = "status", .answer = answer_status };
 
-/* The image directory of an operation: NULL for host memory, else absolute.
- * Returns 0, or -EINVAL with the reply already written. */
-static int operation_dir(const struct command *cmd, const struct ctl_msg *req, const char **dir,
+/*
+ * A relative dir= names an entry of the directory the client sent with the
+ * request (SCM_RIGHTS), "." the directory itself: a CRIU plugin outside our
+ * mount namespace hands us its images directory that way
+ * (docs/kubernetes.md). We reach it through /proc/self/fd, which resolves
+ * whatever our root is.
+ */
+static int dir_in_passed(const struct request *rq, const char *name, char *out, size_t len,
                          struct ctl_buf *b)
 {
+    struct stat st;
+
+    if (rq->dirfd < 0) {
+        ctl_buf_error(b, -EINVAL, "dir must be an absolute path");
+        return -EINVAL;
+    }
+    if (strchr(name, '/') || !strcmp(name, "..") || fstat(rq->dirfd, &st) < 0 ||
+        !S_ISDIR(st.st_mode)) {
+        ctl_buf_error(b, -EINVAL, "dir must name an entry of the directory sent with the request");
+        return -EINVAL;
+    }
+    if (snprintf(out, len, "/proc/self/fd/%d%s%s", rq->dirfd, strcmp(name, ".") ? "/" : "",
+                 strcmp(name, ".") ? name : "") >= (int)len) {
+        ctl_buf_error(b, -ENAMETOOLONG, "dir name too long");
+        return -ENAMETOOLONG;
+    }
+    return 0;
+}
+
+/* The image directory of an operation: NULL for host memory, else absolute
+ * (buf holds it when it had to be made). Returns 0, or -EINVAL with the reply
+ * already written. */
+static int operation_dir(const struct command *cmd, const struct request *rq, const char **dir,
+                         char *buf, size_t len, struct ctl_buf *b)
+{
+    const struct ctl_msg *req = rq->msg;
     const char *d = ctl_get(req, "dir");
 
     if (cmd->needs_dir && (!d || !*d)) {
@@ -267,8 +290,9 @@ static int operation_dir(const struct command *cmd, const struct ctl_msg *req, c
     if (d && !*d)
         d = NULL;
     if (d && d[0] != '/') {
-        ctl_buf_error(b, -EINVAL, "dir must be an absolute path");
-        return -EINVAL;
+        if (dir_in_passed(rq, d, buf, len, b) < 0)
+            return -EINVAL;
+        d = buf;
     }
     *dir = d;
     return 0;
@@ -277,22 +301,17 @@ static int operation_dir(const struct command *cmd, const struct ctl_msg *req, c
 static void answer_operation(const struct command *cmd, const struct request *rq, struct ctl_buf *b)
 {
     struct tcgpu_status st;
-    struct progress_sink sink = { .fd = rq->fd };
+    struct progress_sink sink = { .fd = rq->fd, .phase = -1 };
     enum tcgpu_op op = cmd->op;
     const char *dir;
-    char who[64];
-    uint64_t t0;
+    char who[64], dirbuf[PATH_MAX];
     int r;
 
-    if (operation_dir(cmd, rq->msg, &dir, b) < 0)
+    if (operation_dir(cmd, rq, &dir, dirbuf, sizeof(dirbuf), b) < 0)
         return;
-    memset(&st, 0, sizeof(st));
-    tcgpu_op_status(&st);
     snprintf(who, sizeof(who), "uid %u pid %d", (unsigned)rq->peer->uid, (int)rq->peer->pid);
-    log_info("%s requested by %s%s%s", tcgpu_op_name(op), who, dir ? ", dir " : "", dir ? dir : "");
-    t0 = now_ns();
-    r = run_op(op, dir, ctl_get(rq->msg, "parent"), &sink);
-    log_op(op, who, r, now_ns() - t0, &st);
+    log_debug("%s requested by %s%s%s", tcgpu_op_name(op), who, dir ? ", dir " : "", dir ? dir : "");
+    r = run_op(op, dir, ctl_get(rq->msg, "parent"), who, &sink);
     if (r < 0)
         ctl_buf_error(b, r, errmsg_get());
     else
@@ -331,6 +350,43 @@ static void handle_request(const struct request *rq, struct ctl_buf *b)
     ctl_buf_error(b, -EINVAL, msg);
 }
 
+/*
+ * Receives the request into rbuf, and the one directory descriptor it may
+ * carry into *dirfd (-1 if none; any other descriptor is closed at once).
+ * Returns recv's byte count (MSG_TRUNC: the full size), or -1.
+ */
+static ssize_t recv_request(int fd, char *rbuf, int *dirfd)
+{
+    union {
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = { .iov_base = rbuf, .iov_len = CTL_MSG_MAX };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                         .msg_controllen = sizeof(u.buf) };
+    ssize_t n = recvmsg(fd, &mh, MSG_TRUNC | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+    *dirfd = -1;
+    if (n < 0)
+        return n;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+        size_t nfd;
+        int fds[2];
+
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        memcpy(fds, CMSG_DATA(cm), (nfd > 2 ? 2 : nfd) * sizeof(int));
+        for (size_t i = 0; i < nfd && i < 2; i++) {
+            if (*dirfd < 0)
+                *dirfd = fds[i];
+            else
+                close(fds[i]);
+        }
+    }
+    return n;
+}
+
 static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_msg *req)
 {
     struct ucred peer;
@@ -339,7 +395,7 @@ static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_m
     struct timeval tv = { .tv_sec = REPLY_SEND_SEC };
     struct request rq;
     ssize_t n;
-    int r, allowed;
+    int r, allowed, dirfd = -1;
 
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &plen) < 0) {
         log_err("control: cannot read peer credentials: %s", strerror(errno));
@@ -355,9 +411,9 @@ static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_m
         log_debug("control: uid %u pid %d sent no request", (unsigned)peer.uid, (int)peer.pid);
         return;
     }
-    n = recv(fd, rbuf, CTL_MSG_MAX, MSG_TRUNC | MSG_DONTWAIT);
+    n = recv_request(fd, rbuf, &dirfd);
     if (n <= 0)
-        return;
+        goto out;
     if (!allowed) {
         char msg[128];
         log_info("refused control connection from uid %u pid %d", (unsigned)peer.uid, (int)peer.pid);
@@ -365,23 +421,26 @@ static void serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_m
                  (unsigned)peer.uid, (int)getpid(), (unsigned)geteuid());
         ctl_buf_error(b, -EACCES, msg);
         send_reply(fd, b);
-        return;
+        goto out;
     }
     if (n > CTL_MSG_MAX) {
         ctl_buf_error(b, -EMSGSIZE, "request too large");
         send_reply(fd, b);
-        return;
+        goto out;
     }
     r = ctl_parse(rbuf, (size_t)n, req);
     if (r < 0) {
         log_debug("control: malformed request from uid %u pid %d", (unsigned)peer.uid, (int)peer.pid);
         ctl_buf_error(b, r, "malformed request");
         send_reply(fd, b);
-        return;
+        goto out;
     }
-    rq = (struct request){ .fd = fd, .peer = &peer, .msg = req };
+    rq = (struct request){ .fd = fd, .peer = &peer, .msg = req, .dirfd = dirfd };
     handle_request(&rq, b);
     send_reply(fd, b);
+out:
+    if (dirfd >= 0)
+        close(dirfd);
 }
 
 /* ---------------------------------------------------------------------------
@@ -479,6 +538,8 @@ static int open_socket(void)
         log_err("control socket disabled: %s", err);
         return r;
     }
+    if (r > 0)
+        log_err("%s", err);     /* the preferred run dir was refused: where it is instead */
     r = tcgpu_rundir_socket_path(dir, getpid(), ctl.sock_path, sizeof(ctl.sock_path));
     if (r < 0) {
         ctl.sock_path[0] = '\0';

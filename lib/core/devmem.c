@@ -14,6 +14,8 @@
 #include "daemon_client.h"
 #include "devmem.h"
 #include "driver/driver.h"
+#include "graphmem.h"
+#include "objects.h"
 #include "common/log.h"
 
 #define ARENA_SIZE (2u << 20)
@@ -23,6 +25,8 @@ struct block {
     size_t size;                  /* what the program asked for, rounded to DEVMEM_ALIGN */
     uint64_t id;                  /* 0 when free */
     enum tc_alloc_kind kind;
+    enum devmem_graph_state gstate;   /* TC_ALLOC_GRAPH */
+    int held;                     /* freed during a capture, not reusable yet (id 0) */
     char *site;
 };
 
@@ -43,6 +47,8 @@ static size_t nsegs, segs_cap;
 static uint64_t next_alloc_id = 1;
 static uint64_t live_bytes;
 static uint32_t live_count;
+static size_t nheld;              /* blocks held back by frees during captures */
+static unsigned peers_of[TC_MAX_ACCESS];   /* devices given peer access to a device's memory */
 
 static void drain_pending_frees(void);
 
@@ -117,12 +123,26 @@ static CUresult current_device(int *device)
     return rc;
 }
 
+/* cuMemAlloc memory is GPUDirect RDMA capable where the platform allows it
+ * (NCCL relies on it); VMM memory only if created so, where the device
+ * supports the flag. */
+static int rdma_capable(int device)
+{
+    int vmm = 0, rdma = 0;
+
+    return TCGPU_REAL(cuDeviceGetAttribute)(&vmm, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+                                            device) == CUDA_SUCCESS &&
+           TCGPU_REAL(cuDeviceGetAttribute)(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED,
+                                            device) == CUDA_SUCCESS && vmm && rdma;
+}
+
 static void device_prop(CUmemAllocationProp *prop, int device)
 {
     memset(prop, 0, sizeof(*prop));
     prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop->location.id = device;
+    prop->allocFlags.gpuDirectRDMACapable = (unsigned char)rdma_capable(device);
 }
 
 static CUresult granularity(const CUmemAllocationProp *prop, size_t *gran)
@@ -134,6 +154,25 @@ static CUresult granularity(const CUmemAllocationProp *prop, size_t *gran)
     return rc;
 }
 
+/* Read/write access for the device, and for the devices peer access was
+ * enabled for (lock held). Returns how many descriptors. */
+static size_t segment_access(int device, CUmemAccessDesc *d)
+{
+    size_t n = 0;
+
+    memset(d, 0, TC_MAX_ACCESS * sizeof(*d));
+    d[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d[n].location.id = device;
+    d[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (int p = 0; device >= 0 && device < TC_MAX_ACCESS && p < TC_MAX_ACCESS && n < TC_MAX_ACCESS; p++)
+        if (p != device && (peers_of[device] >> p & 1)) {
+            d[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            d[n].location.id = p;
+            d[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        }
+    return n;
+}
+
 /*
  * Reserve, create, map, grant access: the four steps of a segment, undone in
  * reverse on failure so a failed allocation leaves nothing behind.
@@ -141,7 +180,8 @@ static CUresult granularity(const CUmemAllocationProp *prop, size_t *gran)
 static CUresult seg_create(size_t want, int dedicated, struct segment **out)
 {
     CUmemAllocationProp prop;
-    CUmemAccessDesc access;
+    CUmemAccessDesc access[TC_MAX_ACCESS];
+    size_t naccess;
     CUmemGenericAllocationHandle h = 0;
     CUdeviceptr va = 0;
     struct segment *s = NULL;
@@ -161,10 +201,8 @@ static CUresult seg_create(size_t want, int dedicated, struct segment **out)
         goto err_va;
     if ((rc = TCGPU_REAL(cuMemMap)(va, size, 0, h, 0)) != CUDA_SUCCESS)
         goto err_handle;
-    memset(&access, 0, sizeof(access));
-    access.location = prop.location;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if ((rc = TCGPU_REAL(cuMemSetAccess)(va, size, &access, 1)) != CUDA_SUCCESS)
+    naccess = segment_access(device, access);
+    if ((rc = TCGPU_REAL(cuMemSetAccess)(va, size, access, naccess)) != CUDA_SUCCESS)
         goto err_map;
 
     rc = CUDA_ERROR_OUT_OF_MEMORY;      /* host memory, from here on */
@@ -187,7 +225,7 @@ static CUresult seg_create(size_t want, int dedicated, struct segment **out)
     s->map = reg_map_add(va, size, 0, s->phys);
     if (!s->map)
         goto err_phys;
-    reg_map_set_access(va, size, &access, 1);
+    reg_map_set_access(va, size, access, naccess);
     if (seg_insert(s))
         goto err_regmap;
     *out = s;
@@ -257,7 +295,7 @@ static long block_take(struct segment *s, size_t len)
 {
     for (size_t i = 0; i < s->nblocks; i++) {
         struct block *b = &s->blocks[i];
-        if (b->id || b->len < len)
+        if (b->id || b->held || b->len < len)
             continue;
         if (b->len > len) {
             struct block rest = { .off = b->off + len, .len = b->len - len };
@@ -270,25 +308,60 @@ static long block_take(struct segment *s, size_t len)
     return -1;
 }
 
-static void block_release(struct segment *s, size_t i)
+static bool block_free_span(const struct block *b)
+{
+    return !b->id && !b->held;
+}
+
+/* Free neighbours join the free block at i. */
+static void block_merge(struct segment *s, size_t i)
 {
     struct block *b = &s->blocks[i];
 
-    s->used -= b->len;
+    if (i + 1 < s->nblocks && block_free_span(&s->blocks[i + 1])) {
+        b->len += s->blocks[i + 1].len;
+        block_erase(s, i + 1);
+    }
+    if (i > 0 && block_free_span(&s->blocks[i - 1])) {
+        s->blocks[i - 1].len += s->blocks[i].len;
+        block_erase(s, i);
+    }
+}
+
+/* The program no longer has the block (its accounting goes now). */
+static void block_forget(struct segment *s, size_t i)
+{
+    struct block *b = &s->blocks[i];
+
     live_bytes -= b->size;
     live_count--;
     reg_hints_forget(s->va + b->off, b->len);
     free(b->site);
     b->site = NULL;
     b->id = 0;
-    if (i + 1 < s->nblocks && !s->blocks[i + 1].id) {
-        b->len += s->blocks[i + 1].len;
-        block_erase(s, i + 1);
-    }
-    if (i > 0 && !s->blocks[i - 1].id) {
-        s->blocks[i - 1].len += s->blocks[i].len;
-        block_erase(s, i);
-    }
+}
+
+static void block_release(struct segment *s, size_t i)
+{
+    s->used -= s->blocks[i].len;
+    block_forget(s, i);
+    block_merge(s, i);
+}
+
+/* Freed for the program, but the span stays taken until block_unhold. */
+static void block_hold(struct segment *s, size_t i)
+{
+    block_forget(s, i);
+    s->blocks[i].held = 1;
+    nheld++;
+}
+
+static void block_unhold(struct segment *s, size_t i)
+{
+    s->blocks[i].held = 0;
+    s->used -= s->blocks[i].len;
+    nheld--;
+    block_merge(s, i);
 }
 
 static long block_find(const struct segment *s, CUdeviceptr p, int exact)
@@ -316,6 +389,8 @@ static void block_claim(struct segment *s, size_t i, size_t size, enum tc_alloc_
     b->id = next_alloc_id++;
     b->size = size;
     b->kind = kind;
+    b->gstate = DEVMEM_GRAPH_IDLE;
+    b->held = 0;
     b->site = callsite_capture(size);
     s->used += b->len;
     live_bytes += size;
@@ -329,7 +404,7 @@ static struct segment *arena_with_room(size_t len, int device)
         struct segment *s = segs[i];
         if (!s->dedicated && s->device == device && s->size - s->used >= len)
             for (size_t j = 0; j < s->nblocks; j++)
-                if (!s->blocks[j].id && s->blocks[j].len >= len)
+                if (block_free_span(&s->blocks[j]) && s->blocks[j].len >= len)
                     return s;
     }
     return NULL;
@@ -436,14 +511,46 @@ release:
     seg_destroy(s);
 }
 
+/* A free of graph memory (lock held): a LIVE block goes back to its graph. */
+static CUresult graph_block_free(struct block *b)
+{
+    if (b->gstate != DEVMEM_GRAPH_LIVE)
+        return CUDA_ERROR_INVALID_VALUE;    /* not allocated, or its own graph frees it */
+    b->gstate = DEVMEM_GRAPH_IDLE;
+    return CUDA_SUCCESS;
+}
+
+/* The graph block at p (lock held), or NULL. */
+static struct block *graph_block(CUdeviceptr p, struct segment **sp)
+{
+    struct segment *s = seg_containing(p);
+    long i = s ? block_find(s, p, 1) : -1;
+
+    if (i < 0 || s->blocks[i].kind != TC_ALLOC_GRAPH)
+        return NULL;
+    if (sp)
+        *sp = s;
+    return &s->blocks[i];
+}
+
 CUresult devmem_free(CUdeviceptr p)
 {
     struct segment *s;
+    struct block *gb;
+    int hold = graphmem_captures_active();
     long i;
 
+    reg_lock();
+    if ((gb = graph_block(p, NULL))) {
+        CUresult rc = graph_block_free(gb);
+        reg_unlock();
+        return rc;
+    }
+    reg_unlock();
     /* As the driver's cuMemFree: work in flight may still use the block, so
-     * wait for it before the block can be handed out again. */
-    if (devmem_owns(p)) {
+     * wait for it before the block can be handed out again. During a capture
+     * the wait is left for later (see devmem.h). */
+    if (!hold && devmem_owns(p)) {
         CUresult rc = TCGPU_REAL(cuCtxSynchronize)();
         if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_INVALID_CONTEXT)
             return rc;
@@ -456,8 +563,12 @@ CUresult devmem_free(CUdeviceptr p)
         reg_unlock();
         return CUDA_ERROR_NOT_FOUND;
     }
-    block_release(s, (size_t)i);
-    release_if_unused(s);
+    if (hold) {
+        block_hold(s, (size_t)i);
+    } else {
+        block_release(s, (size_t)i);
+        release_if_unused(s);
+    }
     reg_unlock();
     return CUDA_SUCCESS;
 }
@@ -507,7 +618,15 @@ CUresult devmem_free_async(CUdeviceptr p, CUstream stream, int per_thread)
     struct segment *s;
     CUresult rc;
 
+    struct block *gb;
+
     reg_lock();
+    if ((gb = graph_block(p, NULL))) {
+        /* Graph memory is not released: its state changes in API order. */
+        rc = graph_block_free(gb);
+        reg_unlock();
+        return rc;
+    }
     s = seg_containing(p);
     rc = (s && block_find(s, p, 1) >= 0) ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
     reg_unlock();
@@ -524,8 +643,43 @@ CUresult devmem_free_async(CUdeviceptr p, CUstream stream, int per_thread)
     return rc;
 }
 
+/* Waits for the device work of every context (held blocks may be in use). */
+static void sync_all_contexts(void)
+{
+    CUcontext ctxs[64], ignored;
+    CUdevice devs[64];
+    size_t n = objects_contexts(ctxs, devs, 64);
+
+    for (size_t i = 0; i < n && i < 64; i++)
+        if (TCGPU_REAL(cuCtxPushCurrent)(ctxs[i]) == CUDA_SUCCESS) {
+            TCGPU_REAL(cuCtxSynchronize)();
+            TCGPU_REAL(cuCtxPopCurrent)(&ignored);
+        }
+}
+
+/* The blocks held back during captures, once none is in progress. */
+static void release_held(void)
+{
+    reg_lock();
+    size_t held = nheld;
+    reg_unlock();
+    if (!held || graphmem_captures_active())
+        return;
+    sync_all_contexts();
+    reg_lock();
+    if (!graphmem_captures_active())
+        for (size_t k = 0; k < nsegs; k++)
+            for (size_t j = 0; j < segs[k]->nblocks; j++)
+                if (segs[k]->blocks[j].held) {
+                    block_unhold(segs[k], j);
+                    j = (size_t)-1;     /* blocks merged: start the segment again */
+                }
+    reg_unlock();
+}
+
 void devmem_trim(void)
 {
+    release_held();
     reg_lock();
     drain_pending_frees();
     for (size_t i = 0; i < nsegs; i++) {
@@ -545,6 +699,86 @@ static void fill_alloc(const struct segment *s, const struct block *b, struct de
     a->id = b->id;
     a->device = s->device;
     a->site = b->site;
+    a->contents_dead = b->kind == TC_ALLOC_GRAPH && b->gstate != DEVMEM_GRAPH_LIVE;
+}
+
+CUresult devmem_peer_access(int owner, int peer, int enable)
+{
+    CUmemAccessDesc d;
+    CUresult rc = CUDA_SUCCESS;
+
+    if (owner < 0 || owner >= TC_MAX_ACCESS || peer < 0 || peer >= TC_MAX_ACCESS)
+        return CUDA_ERROR_INVALID_DEVICE;
+    memset(&d, 0, sizeof(d));
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = peer;
+    d.flags = enable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    reg_lock();
+    for (size_t i = 0; i < nsegs && rc == CUDA_SUCCESS; i++) {
+        struct segment *s = segs[i];
+
+        if (s->device != owner)
+            continue;
+        /* While suspended the mapping is gone: the access is recorded and
+         * applied when it is mapped again. */
+        if (s->phys->real)
+            rc = TCGPU_REAL(cuMemSetAccess)(s->va, s->size, &d, 1);
+        if (rc == CUDA_SUCCESS)
+            reg_map_set_access(s->va, s->size, &d, 1);
+    }
+    if (rc == CUDA_SUCCESS) {
+        if (enable)
+            peers_of[owner] |= 1u << peer;
+        else
+            peers_of[owner] &= ~(1u << peer);
+    }
+    reg_unlock();
+    return rc;
+}
+
+int devmem_graph_state(CUdeviceptr p, enum devmem_graph_state *st)
+{
+    struct block *b;
+    int rc = -ENOENT;
+
+    reg_lock();
+    if ((b = graph_block(p, NULL))) {
+        *st = b->gstate;
+        rc = 0;
+    }
+    reg_unlock();
+    return rc;
+}
+
+int devmem_graph_set(CUdeviceptr p, enum devmem_graph_state st)
+{
+    struct block *b;
+    int rc = -ENOENT;
+
+    reg_lock();
+    if ((b = graph_block(p, NULL))) {
+        b->gstate = st;
+        rc = 0;
+    }
+    reg_unlock();
+    return rc;
+}
+
+void devmem_graph_release(CUdeviceptr p)
+{
+    struct segment *s;
+    struct block *b;
+
+    reg_lock();
+    if ((b = graph_block(p, &s))) {
+        if (b->gstate == DEVMEM_GRAPH_LIVE) {
+            b->kind = TC_ALLOC_ASYNC;       /* the program's now, to free as its own */
+        } else {
+            block_release(s, (size_t)(b - s->blocks));
+            release_if_unused(s);
+        }
+    }
+    reg_unlock();
 }
 
 int devmem_lookup(CUdeviceptr p, struct devmem_alloc *a)

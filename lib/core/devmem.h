@@ -41,7 +41,26 @@ struct devmem_alloc {
     uint64_t id;
     int device;
     const char *site;             /* call site when TCGPU_TRACE_ALLOC=1, else NULL */
+    int contents_dead;            /* graph memory between launches: nothing to save */
 };
+
+/*
+ * Graph memory (kind TC_ALLOC_GRAPH, graphmem.h). Such a block is
+ *   IDLE      the graph's, not allocated from the program's view (made in a
+ *             capture and not launched yet, or freed by the program);
+ *   INTERNAL  freed inside its own graph: allocated only during launches;
+ *   LIVE      left allocated by a launch: the program's until it frees it.
+ * Only LIVE contents outlive a launch. A free (cuMemFree, cuMemFreeAsync) of
+ * a LIVE block makes it IDLE and keeps the memory (the graph's next launch
+ * uses it); of another graph block it is CUDA_ERROR_INVALID_VALUE.
+ */
+enum devmem_graph_state { DEVMEM_GRAPH_IDLE = 0, DEVMEM_GRAPH_INTERNAL, DEVMEM_GRAPH_LIVE };
+/* The state of the graph block at p: 0, or -ENOENT if p is not the base of one. */
+int devmem_graph_state(CUdeviceptr p, enum devmem_graph_state *st);
+int devmem_graph_set(CUdeviceptr p, enum devmem_graph_state st);
+/* Its graphs are gone: an IDLE or INTERNAL block is freed, a LIVE one
+ * becomes an ordinary stream-ordered allocation of the program. */
+void devmem_graph_release(CUdeviceptr p);
 
 /* cuMemAlloc semantics: size 0 -> CUDA_ERROR_INVALID_VALUE. */
 CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind);
@@ -49,7 +68,11 @@ CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind);
 /*
  * Frees the allocation that starts at p. CUDA_ERROR_NOT_FOUND when p is not
  * the start of one of ours (the caller then passes the call to the driver,
- * which answers as it would); CUDA_SUCCESS otherwise.
+ * which answers as it would); CUDA_SUCCESS otherwise. Like the driver's
+ * cuMemFree it waits for the device work that may use the block, except
+ * while a stream capture is in progress: synchronising the context then
+ * would invalidate the capture, so the block is held back (not reusable,
+ * already freed for the program) until a later trim without capture.
  */
 CUresult devmem_free(CUdeviceptr p);
 
@@ -71,12 +94,24 @@ int devmem_lookup(CUdeviceptr p, struct devmem_alloc *a);
 /* Calls fn for every live allocation, in address order; stops at a non-zero return. */
 int devmem_for_each(int (*fn)(const struct devmem_alloc *a, void *arg), void *arg);
 
+/*
+ * cuCtxEnablePeerAccess / cuCtxDisablePeerAccess: the memory tcgpu serves is
+ * VMM memory, which the driver's context peer access does not reach (VMM
+ * access is per mapping, cuMemSetAccess). So device `peer` is given (or
+ * loses) read/write access to every segment of device `owner`, now and for
+ * segments made later, as peer access covers all of a context's
+ * allocations. Takes the lock; calls the driver. CUDA_SUCCESS or its error.
+ */
+CUresult devmem_peer_access(int owner, int peer, int enable);
+
 /* Bytes the program holds (sum of allocation sizes) and their count. */
 void devmem_usage(uint64_t *bytes, uint32_t *count);
 
 /*
- * Returns the blocks of completed cuMemFreeAsync calls to the allocator and
- * releases cached empty segments. Calls the driver; not from a callback.
+ * Returns the blocks of completed cuMemFreeAsync calls to the allocator,
+ * the blocks held back during captures (when none is in progress: after a
+ * cuCtxSynchronize), and releases cached empty segments. Calls the driver;
+ * not from a callback.
  */
 void devmem_trim(void);
 

@@ -19,6 +19,7 @@
  */
 #include <unistd.h>
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 #include <time.h>
 
 #include "devmem.h"
+#include "hostkeep.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
 #include "common/log.h"
@@ -36,6 +38,8 @@
 #include "snapshot.h"
 #include "common/clock.h"
 #include "common/errmsg.h"
+#include "common/names.h"
+#include "common/units.h"
 #include "events.h"
 
 #define DEFAULT_GATE_TIMEOUT_MS 10000
@@ -66,6 +70,7 @@ struct op_run {
     enum tcgpu_op op;
     const char *dir;
     const char *parent;               /* checkpoint: parent image, "auto", or NULL */
+    const char *who;                  /* for the log line */
     tcgpu_progress_fn progress;
     void *arg;
     int result;
@@ -85,11 +90,21 @@ static int host_compress_wanted(void)
     return v && !strcmp(v, "1");
 }
 
+/* The phase starts (snapshot.h's contract: done 0; total 0 without a byte count). */
+static void phase(const struct op_run *r, enum tcgpu_phase p)
+{
+    if (r->progress)
+        r->progress(p, 0, 0, r->arg);
+}
+
 static int quiesce(struct op_run *r)
 {
     struct tcgpu_gate_straggler who;
     char msg[256];
-    int rc = tcgpu_gate_close(gate_timeout_ms(), &who);
+    int rc;
+
+    phase(r, TCGPU_PHASE_QUIESCE);
+    rc = tcgpu_gate_close(gate_timeout_ms(), &who);
 
     if (rc == -ETIMEDOUT) {
         tcgpu_gate_format_straggler(&who, msg, sizeof(msg));
@@ -186,6 +201,7 @@ static int do_suspend(struct op_run *r)
     rc = snap_save_host(s, r->progress, r->arg);
     if (rc)
         goto fail_open;
+    phase(r, TCGPU_PHASE_RELEASE);
     rc = snap_release(s);
     if (rc)
         goto undo_release;
@@ -200,6 +216,9 @@ static int do_suspend(struct op_run *r)
             goto undo_release;
         }
         r->t_image = now_ns();
+        /* The bytes are on disk: keep no host memory (a save's CRIU dump
+         * would carry it). */
+        hostkeep_release("suspended to an image");
     } else if (host_compress_wanted()) {
         snap_compress_host(s);
     }
@@ -293,6 +312,11 @@ static void op_thread(struct op_run *r)
     case TCGPU_OP_RESUME:     r->result = do_resume(r); break;
     default:                  r->result = -EINVAL; break;
     }
+    /* The drain's and the refill's buffers were freed, but glibc keeps freed
+     * memory in its arenas: give it back, or a process CRIU dumps next (a
+     * suspend to an image is how its CRIU plugin takes a job off) carries
+     * tens of MiB of dead pages in its images. */
+    malloc_trim(0);
     r->t_end = now_ns();
     snprintf(r->error, sizeof(r->error), "%s", r->result ? errmsg_get() : "");
 }
@@ -384,21 +408,53 @@ static int worker_run(struct op_run *r)
     return 0;
 }
 
-static int run_op_parent(enum tcgpu_op op, const char *dir, const char *parent,
-                         tcgpu_progress_fn progress, void *arg)
+/* The operation's one log line (ops.h): held is the device memory it held before. */
+static void log_op(const struct op_run *r, uint64_t held)
 {
-    struct op_run r = { .op = op, .dir = dir, .parent = parent, .progress = progress, .arg = arg };
+    char t[32], b[32];
+    const char *who = r->who ? r->who : "the program";
+
+    if (r->result == 0 && r->op == TCGPU_OP_SUSPEND)
+        log_info("%s (%s): done in %s, %s of GPU memory freed%s%s", tcgpu_op_name(r->op), who,
+                 units_format_ns(r->t_end - r->t_start, t, sizeof(t)), units_format_bytes(held, b, sizeof(b)),
+                 r->dir ? ", image " : "", r->dir ? r->dir : "");
+    else if (r->result == 0)
+        log_info("%s (%s): done in %s%s%s", tcgpu_op_name(r->op), who,
+                 units_format_ns(r->t_end - r->t_start, t, sizeof(t)),
+                 r->dir && r->op == TCGPU_OP_CHECKPOINT ? ", image " : "",
+                 r->dir && r->op == TCGPU_OP_CHECKPOINT ? r->dir : "");
+    else
+        log_info("%s (%s): failed: %s%s%s", tcgpu_op_name(r->op), who, errno_name(r->result),
+                 r->error[0] ? ": " : "", r->error);
+}
+
+static int run_op_parent(enum tcgpu_op op, const char *dir, const char *parent,
+                         const struct tcgpu_op_caller *by)
+{
+    struct op_run r = { .op = op, .dir = dir, .parent = parent };
+    struct reg_counts before;
     int rc;
 
+    if (by) {
+        r.who = by->who;
+        r.progress = by->progress;
+        r.arg = by->arg;
+    }
     if (tcgpu_driver_load() != 0) {
         errmsg_set("the CUDA driver is not loaded");
         return -ENODEV;
     }
     pthread_mutex_lock(&op_mutex);
+    reg_lock();
+    reg_counts(&before);
+    reg_unlock();
     tcgpu_emit_event(TCGPU_EVENT_BEFORE_QUIESCE, op, 0);
     rc = worker_run(&r);
     if (rc) {
         pthread_mutex_unlock(&op_mutex);
+        r.result = rc;
+        snprintf(r.error, sizeof(r.error), "%s", errmsg_get());
+        log_op(&r, before.phys_bytes);
         return rc;
     }
     record(&r);
@@ -409,54 +465,50 @@ static int run_op_parent(enum tcgpu_op op, const char *dir, const char *parent,
         errmsg_set("%s", r.error);
     else
         errmsg_clear();
-    if (r.result == 0) {
-        log_info("%s done in %.3f s", tcgpu_op_name(op), (double)(r.t_end - r.t_start) / 1e9);
+    log_op(&r, before.phys_bytes);
+    if (r.result == 0)
         tcgpu_emit_event(success_event(op), op, 0);
-    } else {
-        log_err("%s failed: %s", tcgpu_op_name(op), r.error);
+    else
         tcgpu_emit_event(TCGPU_EVENT_FAILED, op, r.result);
-    }
     return r.result;
 }
 
-static int run_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress, void *arg)
+static int run_op(enum tcgpu_op op, const char *dir, const struct tcgpu_op_caller *by)
 {
-    return run_op_parent(op, dir, NULL, progress, arg);
+    return run_op_parent(op, dir, NULL, by);
 }
 
-int tcgpu_op_checkpoint(const char *dir, tcgpu_progress_fn progress, void *arg)
+int tcgpu_op_checkpoint(const char *dir, const struct tcgpu_op_caller *by)
 {
-    return tcgpu_op_checkpoint_parent(dir, NULL, progress, arg);
+    return tcgpu_op_checkpoint_parent(dir, NULL, by);
 }
 
-int tcgpu_op_checkpoint_parent(const char *dir, const char *parent, tcgpu_progress_fn progress,
-                               void *arg)
+int tcgpu_op_checkpoint_parent(const char *dir, const char *parent, const struct tcgpu_op_caller *by)
 {
     if (!dir || !*dir) {
         errmsg_set("checkpoint needs an image directory");
         return -EINVAL;
     }
-    return run_op_parent(TCGPU_OP_CHECKPOINT, dir, parent && *parent ? parent : NULL, progress,
-                         arg);
+    return run_op_parent(TCGPU_OP_CHECKPOINT, dir, parent && *parent ? parent : NULL, by);
 }
 
-int tcgpu_op_suspend(const char *dir, tcgpu_progress_fn progress, void *arg)
+int tcgpu_op_suspend(const char *dir, const struct tcgpu_op_caller *by)
 {
-    return run_op(TCGPU_OP_SUSPEND, dir && *dir ? dir : NULL, progress, arg);
+    return run_op(TCGPU_OP_SUSPEND, dir && *dir ? dir : NULL, by);
 }
 
-int tcgpu_op_resume(tcgpu_progress_fn progress, void *arg)
+int tcgpu_op_resume(const struct tcgpu_op_caller *by)
 {
-    return run_op(TCGPU_OP_RESUME, NULL, progress, arg);
+    return run_op(TCGPU_OP_RESUME, NULL, by);
 }
 
-int tcgpu_op_resume_from(const char *dir, tcgpu_progress_fn progress, void *arg)
+int tcgpu_op_resume_from(const char *dir, const struct tcgpu_op_caller *by)
 {
     if (dir && *dir && dir[0] != '/') {
         errmsg_set("resume needs an absolute image directory, not '%s'", dir);
         return -EINVAL;
     }
-    return run_op(TCGPU_OP_RESUME, dir && *dir ? dir : NULL, progress, arg);
+    return run_op(TCGPU_OP_RESUME, dir && *dir ? dir : NULL, by);
 }
 
 int tcgpu_op_status(struct tcgpu_status *st)

@@ -17,19 +17,31 @@
 #include "snapshot.h"
 #include "tcgpu.h"
 
-int tcgpu_op_checkpoint(const char *dir, tcgpu_progress_fn progress, void *arg);
+/*
+ * Who asks for an operation, for its log line, and where its progress goes.
+ * Every operation logs exactly one line at info level when it ends
+ * ("suspend (uid 1000 pid 4711): done in 350 ms, 2.0 GiB of GPU memory
+ * freed", or "... failed: EBUSY: ..."). by may be NULL: the program itself
+ * (the C API), no progress.
+ */
+struct tcgpu_op_caller {
+    const char *who;            /* "uid 1000 pid 4711", "signal SIGRTMIN+4"; NULL: "the program" */
+    tcgpu_progress_fn progress; /* may be NULL */
+    void *arg;
+};
+
+int tcgpu_op_checkpoint(const char *dir, const struct tcgpu_op_caller *by);
 /* An incremental checkpoint: chunks unchanged since the image `parent` are
  * stored as references to it; "auto" = this process's last checkpoint (a
  * full image when there is none); NULL = a full image. */
-int tcgpu_op_checkpoint_parent(const char *dir, const char *parent, tcgpu_progress_fn progress,
-                               void *arg);
-int tcgpu_op_suspend(const char *dir /* NULL: host memory */, tcgpu_progress_fn progress, void *arg);
-int tcgpu_op_resume(tcgpu_progress_fn progress, void *arg);
+int tcgpu_op_checkpoint_parent(const char *dir, const char *parent, const struct tcgpu_op_caller *by);
+int tcgpu_op_suspend(const char *dir /* NULL: host memory */, const struct tcgpu_op_caller *by);
+int tcgpu_op_resume(const struct tcgpu_op_caller *by);
 /* Resume from the suspend's image, which now lives at dir (absolute; NULL:
  * where it was written). For gpuckpt save/restore, which move images after
  * the process wrote them. -EINVAL when the process was suspended to host
  * memory. The new place counts for this attempt only. */
-int tcgpu_op_resume_from(const char *dir, tcgpu_progress_fn progress, void *arg);
+int tcgpu_op_resume_from(const char *dir, const struct tcgpu_op_caller *by);
 int tcgpu_op_status(struct tcgpu_status *st);
 
 #endif

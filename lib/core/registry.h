@@ -67,6 +67,7 @@ enum tc_alloc_kind {
     TC_ALLOC_PITCH,               /* cuMemAllocPitch */
     TC_ALLOC_ASYNC,               /* cuMemAllocAsync / FromPoolAsync */
     TC_ALLOC_VMM,                 /* a user mapping */
+    TC_ALLOC_GRAPH,               /* cuMemAllocAsync inside stream capture: a graph's (graphmem.h) */
 };
 
 /* A range of device memory whose contents a snapshot saves. */

@@ -14,10 +14,12 @@
 
 #include "devmem.h"
 #include "driver/driver.h"
+#include "graphmem.h"
 #include "image/image.h"
 #include "common/log.h"
 #include "objects.h"
 #include "engine/pipeline.h"
+#include "hostkeep.h"
 #include "registry.h"
 #include "snapshot.h"
 #include "driver/unsupported.h"
@@ -41,6 +43,7 @@ struct snap {
     uint64_t bytes;
     uint64_t stored;
     struct pipe_store *store;         /* host copy (host mode, or before an image) */
+    int keep_store;                   /* its memory serves the next suspend (hostkeep.h) */
     char *image_dir;                  /* saved to this image (image mode) */
     char *parent_dir;                 /* incremental: the parent image */
     struct pipe_stats stats;          /* of the last drain or refill */
@@ -52,7 +55,18 @@ struct progress {
     tcgpu_progress_fn fn;
     void *arg;
     uint64_t done, total;
+    enum tcgpu_phase phase;
 };
+
+/* The phase starts: said at once, so that a client shows it from the start. */
+static void progress_start(struct progress *p, enum tcgpu_phase phase, uint64_t total)
+{
+    p->phase = phase;
+    p->done = 0;
+    p->total = total;
+    if (p->fn)
+        p->fn(phase, 0, total, p->arg);
+}
 
 /* --- contexts ------------------------------------------------------------ */
 
@@ -85,13 +99,32 @@ static void ctx_leave(void)
     TCGPU_REAL(cuCtxPopCurrent)(&ignored);
 }
 
+/*
+ * A stream capture in progress: synchronising the context now would be an
+ * error that invalidates the program's capture (the driver's rule), so the
+ * operation is refused and the program carries on; a later try succeeds
+ * once the capture has ended.
+ */
+static int refuse_during_capture(void)
+{
+    char what[160];
+
+    if (!graphmem_capture_describe(what, sizeof(what)))
+        return 0;
+    errmsg_set("%s: the device cannot be synchronised until it ends (try again later)", what);
+    return -EBUSY;
+}
+
 int snap_sync(void)
 {
     CUcontext ctxs[MAX_CTX];
     CUdevice devs[MAX_CTX];
     size_t n = objects_contexts(ctxs, devs, MAX_CTX);
     CUresult rc;
+    int busy;
 
+    if ((busy = refuse_during_capture()) != 0)
+        return busy;
     for (size_t i = 0; i < n && i < MAX_CTX; i++) {
         if ((rc = TCGPU_REAL(cuCtxPushCurrent)(ctxs[i])) != CUDA_SUCCESS) {
             errmsg_set("cuCtxPushCurrent: %s", cu_error_name(rc));
@@ -132,6 +165,7 @@ static uint32_t image_kind(enum tc_alloc_kind k)
     switch (k) {
     case TC_ALLOC_PITCH: return TCGPU_ALLOC_PITCH;
     case TC_ALLOC_ASYNC: return TCGPU_ALLOC_POOL;
+    case TC_ALLOC_GRAPH: return TCGPU_ALLOC_POOL;   /* stream-ordered, in a graph */
     case TC_ALLOC_VMM:   return TCGPU_ALLOC_VMM_MAPPING;
     case TC_ALLOC_DEVICE:
     default:             return TCGPU_ALLOC_DEVICE;
@@ -140,6 +174,8 @@ static uint32_t image_kind(enum tc_alloc_kind k)
 
 static int add_devmem(const struct devmem_alloc *a, void *arg)
 {
+    if (a->contents_dead)
+        return 0;                     /* graph memory between launches (graphmem.h) */
     struct region r = {
         .va = a->va, .size = a->size, .id = a->id, .kind = image_kind(a->kind),
         .dtype = reg_hint_dtype_at(a->va), .device = a->device, .site = a->site,
@@ -248,21 +284,53 @@ static void pipe_progress(uint64_t bytes, void *arg)
 
     p->done = bytes;
     if (p->fn)
-        p->fn(p->done, p->total, p->arg);
+        p->fn(p->phase, p->done, p->total, p->arg);
 }
 
-/* A pipe for one operation; the caller frees it. */
+/* Whether the kept pipe's staging ring is still good: the context its
+ * pinned memory was made in is one of the program's live contexts. */
+static int pipe_still_good(const struct pipe *p)
+{
+    CUcontext ctxs[MAX_CTX], ring = pipe_ring_context(p);
+    CUdevice devs[MAX_CTX];
+    size_t n = objects_contexts(ctxs, devs, MAX_CTX);
+
+    for (size_t i = 0; i < n && i < MAX_CTX; i++)
+        if (ctxs[i] == ring)
+            return 1;
+    return ring == NULL;
+}
+
+/* A pipe for one operation: the one kept from the last (its workers,
+ * staging ring and buffers), else a new one. close_pipe gives it back. */
 static int open_pipe(struct pipe **out, struct progress *prog)
 {
     struct pipe_opts o = {
         .ctx_enter = pipe_ctx_enter, .ctx_leave = pipe_ctx_leave,
         .progress = pipe_progress, .progress_arg = prog,
     };
-    int rc = pipe_new(out, &o);
+    struct pipe *p = hostkeep_take_pipe();
+    int rc;
 
+    if (p && pipe_still_good(p)) {
+        pipe_set_progress(p, pipe_progress, prog);
+        *out = p;
+        return 0;
+    }
+    pipe_free(p);
+    rc = pipe_new(out, &o);
     if (rc)
         errmsg_set("cannot start the copy engine: %s", strerror(-rc));
     return rc;
+}
+
+/* Keeps the pipe for the next operation when this one went well. */
+static void close_pipe(struct pipe *p, int rc)
+{
+    if (rc)
+        pipe_free(p);
+    else
+        hostkeep_offer_pipe(p);
 }
 
 struct ext_list {
@@ -326,15 +394,21 @@ static int list_extents(struct snap *s, struct ext_list *l)
     return 0;
 }
 
+/* The host copy is no longer needed: after a resume from it, its memory
+ * is kept for the next suspend (hostkeep.h); otherwise it is freed. */
 static void free_host_copies(struct snap *s)
 {
-    pipe_store_free(s->store);
+    if (s->keep_store)
+        hostkeep_offer_store(s->store);
+    else
+        pipe_store_free(s->store);
     s->store = NULL;
+    s->keep_store = 0;
 }
 
 int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
 {
-    struct progress prog = { fn, arg, 0, s->bytes };
+    struct progress prog = { fn, arg, 0, s->bytes, TCGPU_PHASE_DRAIN };
     struct ext_list l;
     struct pipe *p = NULL;
     int rc;
@@ -342,17 +416,22 @@ int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
     free_host_copies(s);
     if ((rc = list_extents(s, &l)) != 0)
         return rc;
+    progress_start(&prog, TCGPU_PHASE_DRAIN, s->bytes);
     if ((rc = open_pipe(&p, &prog)) == 0) {
-        rc = pipe_drain_host(p, l.e, l.n, &s->store);
+        /* Into the pages the last suspend used, when they are kept. */
+        rc = pipe_drain_host_reuse(p, l.e, l.n, hostkeep_take_store(), &s->store);
         if (rc)
             errmsg_set("%s", pipe_error(p));
         pipe_get_stats(p, &s->stats);
+        close_pipe(p, rc);
     }
-    pipe_free(p);
     free(l.e);
     if (rc)
         return rc;
     s->stored = pipe_store_bytes(s->store);
+    log_debug("host copy of %llu bytes %s", (unsigned long long)s->stats.raw_bytes,
+              s->stats.store_reused ? "into the pages kept from the last suspend"
+                                    : "into fresh host memory");
     return 0;
 }
 
@@ -497,7 +576,7 @@ int snap_set_parent(struct snap *s, const char *parent_dir)
 
 int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void *arg)
 {
-    struct progress prog = { fn, arg, 0, s->bytes };
+    struct progress prog = { fn, arg, 0, s->bytes, TCGPU_PHASE_WRITE };
     struct image_writer *w = NULL;
     struct image *parent = NULL;
     struct pipe *p = NULL;
@@ -512,12 +591,14 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
         return rc;
     }
     errmsg_clear();
+    progress_start(&prog, TCGPU_PHASE_WRITE, s->bytes);
     rc = open_parent(s, w, &parent);
     if (rc == 0)
         rc = open_pipe(&p, &prog);
     if (rc == 0)
         rc = write_regions(s, w, p, parent);
-    pipe_free(p);
+    if (p)
+        close_pipe(p, rc);
     image_close(parent);
     if (rc == 0 && (rc = image_writer_commit(w)) != 0)
         errmsg_set("%s", image_writer_error(w));
@@ -525,10 +606,15 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
         image_writer_stats(w, &raw, &stored, &chunks);
         s->stored = stored;
         free(s->image_dir);
+        /* a directory passed to us as a descriptor (/proc/self/fd/N/...: a CRIU
+         * plugin outside our mount namespace) has no path in our root: keep the
+         * one we were given */
         s->image_dir = realpath(dir, NULL);
+        if (!s->image_dir)
+            s->image_dir = strdup(dir);
         if (!s->image_dir) {
-            errmsg_set("image written but its path cannot be resolved: %s", dir);
-            rc = -errno;
+            errmsg_set("out of host memory");
+            rc = -ENOMEM;
         }
     }
     image_writer_free(w);             /* removes the temporary directory on failure */
@@ -538,6 +624,8 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
 }
 
 /* --- taking memory down and putting it back ------------------------------ */
+
+static void managed_prefetch(int to_host);
 
 /* Which physical allocations and mappings one rebuild pass created. */
 struct pass {
@@ -608,8 +696,10 @@ static int refill_from_host(struct snap *s, struct progress *prog)
         if (rc)
             errmsg_set("%s", pipe_error(p));
         pipe_get_stats(p, &s->stats);
+        close_pipe(p, rc);
     }
-    pipe_free(p);
+    /* Back on the device: the store's memory serves the next suspend. */
+    s->keep_store = rc == 0;
     return rc;
 }
 
@@ -627,20 +717,22 @@ static int refill_from_image(struct snap *s, struct image *img, struct progress 
     for (size_t i = 0; i < s->n; i++)
         e[i] = (struct pipe_ext){ .va = s->r[i].va, .len = s->r[i].size, .alloc_id = s->r[i].id,
                                   .dtype = s->r[i].dtype, .device = s->r[i].device };
-    chunk_source_init(&src, img);
+    chunk_source_init_verified(&src, img);   /* open_verified checked the stored bytes */
     rc = open_pipe(&p, prog);
     if (rc == 0) {
         rc = pipe_refill_image(p, &src, e, s->n);
         if (rc)
             errmsg_set("%s", pipe_error(p));
         pipe_get_stats(p, &s->stats);
+        close_pipe(p, rc);
     }
-    pipe_free(p);
     free(e);
     return rc;
 }
 
-/* Opens and verifies the whole image before anything is touched. */
+/* Opens the image and checks every chunk's stored bytes before anything is
+ * touched (a damaged file is refused here); the raw checksums are checked
+ * as the refill decodes, and a mismatch there undoes the rebuild. */
 static int open_verified(struct snap *s, struct image **out)
 {
     char err[512] = "";
@@ -651,11 +743,11 @@ static int open_verified(struct snap *s, struct image **out)
         errmsg_set("%s", err[0] ? err : strerror(-rc));
         return rc == -EBADMSG ? -EBADMSG : rc;
     }
-    rc = image_verify_all(img, 0);
+    rc = image_verify_stored(img, pipe_default_workers(), err, sizeof(err));
     if (rc) {
-        errmsg_set("%s", image_error(img));
+        errmsg_set("%s", err[0] ? err : strerror(-rc));
         image_close(img);
-        return rc == -EIO ? -EIO : -EBADMSG;
+        return rc == -EIO || rc == -ENOMEM ? rc : -EBADMSG;
     }
     for (size_t i = 0; i < s->n; i++) {
         const struct image_alloc *a = image_find_alloc(img, s->r[i].id);
@@ -690,13 +782,17 @@ static size_t count_maps(void)
 
 int snap_rebuild(struct snap *s, tcgpu_progress_fn fn, void *arg)
 {
-    struct progress prog = { fn, arg, 0, s->bytes };
+    struct progress prog = { fn, arg, 0, s->bytes, TCGPU_PHASE_REFILL };
     struct image *img = NULL;
     struct pass p = { 0 };
     int rc;
 
-    if (s->image_dir && (rc = open_verified(s, &img)) != 0)
-        return rc;
+    if (s->image_dir) {
+        progress_start(&prog, TCGPU_PHASE_VERIFY, 0);
+        if ((rc = open_verified(s, &img)) != 0)
+            return rc;
+    }
+    progress_start(&prog, TCGPU_PHASE_REFILL, s->bytes);
     reg_lock();
     p.phys = calloc(count_phys() + 1, sizeof(*p.phys));
     p.maps = calloc(count_maps() + 1, sizeof(*p.maps));
@@ -712,6 +808,9 @@ int snap_rebuild(struct snap *s, tcgpu_progress_fn fn, void *arg)
     reg_lock();
     if (rc)
         goto undo;
+    reg_unlock();
+    managed_prefetch(0);
+    reg_lock();
     goto out;
 undo:
     pass_undo(&p);
@@ -721,6 +820,51 @@ out:
     free(p.maps);
     image_close(img);
     return rc;
+}
+
+/* --- managed memory off the device while suspended ---------------------- */
+
+/*
+ * Prefetches every managed allocation to the host (to_host) or back to its
+ * device, and waits. The driver owns managed pages and cannot be made to
+ * release them, but it migrates them on request: on the host they take no
+ * device memory. A failure costs only that memory, never the program's
+ * data, so it is logged and the operation goes on.
+ */
+static void managed_prefetch(int to_host)
+{
+    struct tc_managed *v = NULL, *m;
+    size_t n = 0, k = 0;
+
+    reg_lock();
+    for (m = reg_managed_first(); m; m = m->next)
+        n++;
+    if (n && (v = calloc(n, sizeof(*v))))
+        for (m = reg_managed_first(); m; m = m->next)
+            v[k++] = *m;
+    reg_unlock();
+    for (size_t i = 0; i < k; i++) {
+        CUmemLocation loc = { to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
+                              to_host ? 0 : v[i].device };
+        CUresult rc;
+
+        if (ctx_enter(v[i].device) != 0)
+            continue;
+        rc = TCGPU_REAL(cuMemPrefetchAsync)(v[i].va, v[i].size, loc, 0, NULL);
+        if (rc == CUDA_ERROR_NOT_FOUND)       /* a driver older than 12.2 */
+            rc = TCGPU_REAL_ABI(cuMemPrefetchAsync)(v[i].va, v[i].size,
+                                                    to_host ? CU_DEVICE_CPU : v[i].device, NULL);
+        if (rc == CUDA_SUCCESS)
+            rc = TCGPU_REAL(cuCtxSynchronize)();
+        if (rc != CUDA_SUCCESS)
+            log_info("managed memory at %#llx (%zu bytes) stays where it is: prefetch to %s: %s",
+                     (unsigned long long)v[i].va, v[i].size, to_host ? "the host" : "its device",
+                     cu_error_name(rc));
+        ctx_leave();
+    }
+    if (n && !v)
+        log_info("out of host memory: managed memory is not prefetched");
+    free(v);
 }
 
 int snap_release(struct snap *s)
@@ -751,6 +895,8 @@ int snap_release(struct snap *s)
         p->real = 0;
     }
     reg_unlock();
+    if (rc == 0)
+        managed_prefetch(1);
     return rc;
 }
 

@@ -16,8 +16,15 @@
 
 #include <stdint.h>
 
-/* Progress of a long operation, for gpuckpt's progress bar; may be NULL. */
-typedef void (*tcgpu_progress_fn)(uint64_t done_bytes, uint64_t total_bytes, void *arg);
+#include "common/names.h"
+
+/*
+ * Progress of a long operation, for gpuckpt's progress display; may be NULL.
+ * Each phase is reported first with done = 0 (when it starts), then as bytes
+ * move (total 0: a phase without a byte count, such as release).
+ */
+typedef void (*tcgpu_progress_fn)(enum tcgpu_phase phase, uint64_t done_bytes, uint64_t total_bytes,
+                                  void *arg);
 
 struct snap;
 

@@ -1,5 +1,6 @@
 /* The client side of the control channel; see client.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -30,7 +31,7 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-int ctl_socket_connect(const char *path)
+static int socket_connect(const char *path, int nonblock)
 {
     struct sockaddr_un a = { .sun_family = AF_UNIX };
     size_t len = path ? strlen(path) : 0;
@@ -38,7 +39,7 @@ int ctl_socket_connect(const char *path)
 
     if (!len || len >= sizeof(a.sun_path))
         return -EINVAL;
-    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
     if (fd < 0)
         return -errno;
     memcpy(a.sun_path, path, len + 1);
@@ -50,11 +51,44 @@ int ctl_socket_connect(const char *path)
     return fd;
 }
 
-static int connect_one(const char *path, pid_t pid, uid_t uid, struct ctl_conn *c, char *err,
-                       size_t errlen)
+int ctl_socket_connect(const char *path)
+{
+    return socket_connect(path, 0);
+}
+
+/*
+ * The server end must be the target process itself, of uid or of root: CRIU
+ * binds and listens on a restored process's socket before it gives the
+ * process its own credentials, and SO_PEERCRED keeps the listener's
+ * (docs/save-restore.md, "Ordinary users"). Root can act as anyone anyway.
+ */
+static int check_peer(int fd, const char *path, pid_t pid, uid_t uid, char *err, size_t errlen)
 {
     struct ucred cred;
     socklen_t clen = sizeof(cred);
+
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
+        (cred.uid != uid && cred.uid != 0) || cred.pid != pid) {
+        set_err(err, errlen, "%s is served by pid %d uid %u, not by process %d uid %u: "
+                "refusing to talk to it", path, (int)cred.pid, (unsigned)cred.uid, (int)pid,
+                (unsigned)uid);
+        return -EPERM;
+    }
+    return 0;
+}
+
+static void conn_set(struct ctl_conn *c, int fd, pid_t pid, uid_t uid, const char *path)
+{
+    c->fd = fd;
+    c->pid = pid;
+    c->uid = uid;
+    c->pass_fd = -1;
+    snprintf(c->path, sizeof(c->path), "%s", path);
+}
+
+static int connect_one(const char *path, pid_t pid, uid_t uid, int flags, struct ctl_conn *c,
+                       char *err, size_t errlen)
+{
     struct stat st;
     size_t len = strlen(path);
     int fd;
@@ -68,43 +102,103 @@ static int connect_one(const char *path, pid_t pid, uid_t uid, struct ctl_conn *
                 (unsigned)uid);
         return -EPERM;
     }
-    fd = ctl_socket_connect(path);
+    fd = socket_connect(path, flags & CTL_CONNECT_NONBLOCK);
     if (fd < 0) {
-        if (fd == -ECONNREFUSED)
+        if (fd == -EAGAIN)
+            set_err(err, errlen, "process %d does not accept connections now (%s is full)",
+                    (int)pid, path);
+        else if (fd == -ECONNREFUSED)
             set_err(err, errlen, "process %d does not answer on %s (stale socket: "
                     "a tcgpu process with this pid died)", (int)pid, path);
         else
             set_err(err, errlen, "cannot connect to %s: %s", path, strerror(-fd));
         return fd;
     }
-    /* The server is pid, of uid or of root: CRIU binds and listens on a
-     * restored process's socket before it gives the process its own
-     * credentials, and SO_PEERCRED keeps the listener's (docs/save-restore.md,
-     * "Ordinary users"). Root can act as anyone anyway. */
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
-        (cred.uid != uid && cred.uid != 0) || cred.pid != pid) {
-        set_err(err, errlen, "%s is served by pid %d uid %u, not by process %d uid %u: "
-                "refusing to talk to it", path, (int)cred.pid, (unsigned)cred.uid, (int)pid,
-                (unsigned)uid);
+    if (check_peer(fd, path, pid, uid, err, errlen) < 0) {
         close(fd);
         return -EPERM;
     }
-    c->fd = fd;
-    c->pid = pid;
-    c->uid = uid;
-    memcpy(c->path, path, len + 1);
+    conn_set(c, fd, pid, uid, path);
     return 0;
 }
 
-int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen)
+/*
+ * The socket `sock` in run dir `dir` of a process in another mount namespace
+ * (a container): both opened inside its root, so that nothing planted there
+ * leads out of it; checked as connect_one checks; connected through the
+ * opened file. Returns 0, -ENOENT (no socket there: try the next dir), or
+ * -errno with the message in err.
+ */
+static int connect_in_root(pid_t pid, uid_t uid, const char *dir, const char *sock, int flags,
+                           struct ctl_conn *c, char *err, size_t errlen)
+{
+    char via[64], derr[PATH_MAX + 128];
+    struct stat st;
+    int dfd, sfd, fd, r;
+
+    if ((dfd = tcgpu_proc_open_in_root(pid, dir, O_DIRECTORY)) < 0)
+        return dfd == -ENOTDIR || dfd == -ELOOP || dfd == -ENOENT ? -ENOENT : dfd;
+    sfd = tcgpu_proc_open_in_root(pid, sock, 0);
+    if (sfd < 0) {
+        close(dfd);
+        return sfd == -ELOOP ? -EPERM : -ENOENT;
+    }
+    r = tcgpu_rundir_check_fd(dfd, dir, uid, derr, sizeof(derr));
+    close(dfd);
+    if (r < 0) {
+        set_err(err, errlen, "process %d: %s", (int)pid, derr);
+        close(sfd);
+        return -EPERM;
+    }
+    if (fstat(sfd, &st) < 0 || !S_ISSOCK(st.st_mode) || st.st_uid != uid) {
+        set_err(err, errlen, "%s (in process %d's root) is not a socket owned by uid %u: "
+                "refusing to use it", sock, (int)pid, (unsigned)uid);
+        close(sfd);
+        return -EPERM;
+    }
+    snprintf(via, sizeof(via), "/proc/self/fd/%d", sfd);
+    fd = socket_connect(via, flags & CTL_CONNECT_NONBLOCK);
+    close(sfd);
+    if (fd == -ECONNREFUSED) {
+        set_err(err, errlen, "process %d does not answer on %s (stale socket: a tcgpu process "
+                "with this pid died)", (int)pid, sock);
+        return fd;
+    }
+    if (fd < 0) {
+        set_err(err, errlen, "cannot connect to %s (in process %d's root): %s", sock, (int)pid,
+                strerror(-fd));
+        return fd;
+    }
+    if ((r = check_peer(fd, sock, pid, uid, err, errlen)) < 0) {
+        close(fd);
+        return r;
+    }
+    conn_set(c, fd, pid, uid, sock);
+    return 0;
+}
+
+/* Append dir to the list of places looked in (for the message). */
+static void note_looked(char *looked, size_t len, const char *dir)
+{
+    size_t l = strlen(looked);
+
+    if (l + strlen(dir) + 3 < len)
+        snprintf(looked + l, len - l, "%s%s", l ? ", " : "", dir);
+}
+
+int ctl_connect_flags(pid_t pid, struct ctl_conn *c, int flags, char *err, size_t errlen)
 {
     char dirs[TCGPU_RUNDIR_MAX_CANDIDATES][PATH_MAX];
-    char path[PATH_MAX], looked[1024] = "";
+    char path[PATH_MAX], looked[2048] = "", refused[PATH_MAX + 160] = "";
+    struct tcgpu_proc_ns ns;
     uid_t uid;
     int n, r;
 
     c->fd = -1;
+    c->pass_fd = -1;
     r = tcgpu_proc_uid(pid, &uid);
+    if (r == 0)
+        r = tcgpu_proc_ns(pid, &ns);
     if (r < 0) {
         if (r == -ESRCH)
             set_err(err, errlen, "no such process: %d", (int)pid);
@@ -112,18 +206,33 @@ int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen)
             set_err(err, errlen, "process %d: %s", (int)pid, strerror(-r));
         return r;
     }
+    /* A candidate that is not the target user's private dir (another user
+     * planted it, say) is passed over: the process fell back to another. */
     n = tcgpu_rundir_candidates(pid, uid, dirs, TCGPU_RUNDIR_MAX_CANDIDATES);
     for (int i = 0; i < n; i++) {
         struct stat st;
-        char derr[PATH_MAX + 128];
-        size_t l = strlen(looked);
+        char why[PATH_MAX + 160];
 
-        if (tcgpu_rundir_socket_path(dirs[i], pid, path, sizeof(path)) < 0)
+        /* named by its pid where it lives (a container's pid 1 has 1.sock) */
+        if (tcgpu_rundir_socket_path(dirs[i], ns.nspid, path, sizeof(path)) < 0)
             continue;
-        if (l + strlen(dirs[i]) + 3 < sizeof(looked)) {
-            memcpy(looked + l, l ? ", " : "", l ? 2 : 0);
-            memcpy(looked + l + (l ? 2 : 0), dirs[i], strlen(dirs[i]) + 1);
+        if (ns.foreign_mounts) {
+            /* a container's: its run dir is checked inside its root */
+            note_looked(looked, sizeof(looked), dirs[i]);
+            r = connect_in_root(pid, uid, dirs[i], path, flags, c, err, errlen);
+            if (r != -ENOENT)
+                return r;
+            continue;
         }
+        if (tcgpu_rundir_check(dirs[i], uid, why, sizeof(why)) < 0) {
+            if (access(dirs[i], F_OK) == 0 || errno != ENOENT) {
+                note_looked(looked, sizeof(looked), dirs[i]);
+                if (!refused[0])
+                    snprintf(refused, sizeof(refused), "%s", why);
+            }
+            continue;
+        }
+        note_looked(looked, sizeof(looked), dirs[i]);
         if (lstat(path, &st) < 0) {
             if (errno == EACCES) {
                 set_err(err, errlen, "cannot look into %s: permission denied (process %d "
@@ -132,17 +241,46 @@ int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen)
             }
             continue;
         }
-        r = tcgpu_rundir_check(dirs[i], uid, derr, sizeof(derr));
-        if (r < 0) {
-            set_err(err, errlen, "%s", derr);
-            return -EPERM;
-        }
-        return connect_one(path, pid, uid, c, err, errlen);
+        return connect_one(path, pid, uid, flags, c, err, errlen);
     }
-    set_err(err, errlen, "process %d has no control socket: it is not running under tcgpu "
-            "(gpuckpt run / LD_PRELOAD=libtcgpu.so) or has not initialised CUDA yet "
-            "(looked in %s)", (int)pid, looked);
+    if (refused[0])
+        set_err(err, errlen, "process %d has no control socket in a run dir of uid %u's that "
+                "tcgpu trusts (looked in %s; %s)", (int)pid, (unsigned)uid, looked, refused);
+    else
+        set_err(err, errlen, "process %d has no control socket: it is not running under tcgpu "
+                "(gpuckpt run / LD_PRELOAD=libtcgpu.so) or has not initialised CUDA yet "
+                "(looked in %s%s)", (int)pid, looked[0] ? looked : "no run dir of its user",
+                ns.foreign_mounts ? ", inside its root" : "");
     return -ENOENT;
+}
+
+int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen)
+{
+    return ctl_connect_flags(pid, c, 0, err, errlen);
+}
+
+/* The request, with c->pass_fd attached when there is one. -1 with errno. */
+static ssize_t send_request(const struct ctl_conn *c, const char *req, size_t len)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = { .iov_base = (void *)req, .iov_len = len };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+    struct cmsghdr *cm;
+
+    if (c->pass_fd < 0)
+        return send(c->fd, req, len, MSG_NOSIGNAL);
+    memset(&u, 0, sizeof(u));
+    mh.msg_control = u.buf;
+    mh.msg_controllen = sizeof(u.buf);
+    cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &c->pass_fd, sizeof(int));
+    return sendmsg(c->fd, &mh, MSG_NOSIGNAL);
 }
 
 int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *reply,
@@ -154,7 +292,7 @@ int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *re
 
     if (len > CTL_MSG_MAX)
         return -EMSGSIZE;
-    if (send(c->fd, req, len, MSG_NOSIGNAL) < 0)
+    if (send_request(c, req, len) < 0)
         return errno == EPIPE ? -ECONNRESET : -errno;
     buf = malloc(CTL_MSG_MAX);
     if (!buf)
@@ -198,9 +336,10 @@ int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *re
         }
         if (!strcmp(reply->word, "progress")) {
             uint64_t done, total;
+            const char *phase = ctl_get(reply, "phase");
             if (progress && ctl_get_u64(reply, "done", &done) == 0 &&
                 ctl_get_u64(reply, "total", &total) == 0)
-                progress(done, total, arg);
+                progress(phase ? phase : "", done, total, arg);
             continue;
         }
         r = (!strcmp(reply->word, "ok") || !strcmp(reply->word, "error")) ? 0 : -EPROTO;

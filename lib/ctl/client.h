@@ -17,22 +17,32 @@ struct ctl_conn {
     int fd;
     pid_t pid;                  /* the target process */
     uid_t uid;                  /* its effective uid */
-    char path[108];             /* the socket */
+    char path[108];             /* the socket (as the target sees it: inside its root) */
+    int pass_fd;                /* a descriptor ctl_call sends with the request (SCM_RIGHTS),
+                                   -1 for none; ctl_connect sets -1, the caller keeps it */
 };
 
 /*
  * Connect to process pid's control socket (rundir.h says where it is looked
- * for). Checks, before trusting it: the run dir belongs to the target's uid
- * and is private, and the server end (SO_PEERCRED) is the target's pid and
- * uid. Returns 0 with *c open, or -errno with a one-line message in err:
+ * for). pid is the caller's: a process in a container is found under its
+ * own pid in its own root (docs/kubernetes.md). Checks, before trusting it:
+ * the run dir belongs to the target's uid and is private, and the server end
+ * (SO_PEERCRED) is the target's pid and uid. Returns 0 with *c open, or
+ * -errno with a one-line message in err:
  *   -ESRCH        no such process
  *   -ENOENT       no control socket: not a tcgpu process, or it has not
- *                 initialised CUDA yet
+ *                 initialised CUDA yet (err names a run dir passed over:
+ *                 another user's, say)
  *   -ECONNREFUSED a socket file with nobody behind it (a process that died)
  *   -EACCES/-EPERM  not allowed (another user's process, an unsafe run
  *                 dir or socket, a server that is not the target process)
  */
 int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen);
+
+/* ctl_connect with flags: CTL_CONNECT_NONBLOCK gives a non-blocking socket
+ * and never waits to connect (-EAGAIN: the process's backlog is full). */
+#define CTL_CONNECT_NONBLOCK 0x1
+int ctl_connect_flags(pid_t pid, struct ctl_conn *c, int flags, char *err, size_t errlen);
 
 /*
  * The socket under both channels: a close-on-exec AF_UNIX SOCK_SEQPACKET
@@ -42,8 +52,12 @@ int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen);
  */
 int ctl_socket_connect(const char *path);
 
-/* Progress of a long operation, as the server reports it. */
-typedef void (*ctl_progress_fn)(uint64_t done, uint64_t total, void *arg);
+/*
+ * Progress of a long operation, as the server reports it: the phase
+ * ("drain", "write"...: docs/cli.md; "" from a server that names none),
+ * and bytes done of total in that phase (total 0: no byte count).
+ */
+typedef void (*ctl_progress_fn)(const char *phase, uint64_t done, uint64_t total, void *arg);
 
 /*
  * Send the request (len bytes) and wait for the final reply, passing progress

@@ -91,6 +91,13 @@ int tcgpud_call(int fd, const struct ctl_buf *b, struct ctl_msg *reply, int time
     long long deadline = timeout_ms < 0 ? -1 : (long long)now_ms() + timeout_ms;
     int r = tcgpud_send(fd, b);
 
+    if (r == -EPIPE || r == -ECONNRESET) {
+        /* Closed before it read the request: tcgpud turned the connection
+         * away, and its reason may be waiting for us. */
+        if (tcgpud_recv(fd, reply, 0) == 0 && !strcmp(reply->word, "error"))
+            return 0;
+        return -ECONNRESET;
+    }
     while (r == 0) {
         int left = deadline < 0 ? -1 : (int)(deadline - (long long)now_ms());
         if (deadline >= 0 && left < 0)

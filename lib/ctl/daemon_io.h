@@ -43,7 +43,9 @@ int tcgpud_recv(int fd, struct ctl_msg *m, int timeout_ms);
 /*
  * Send b and wait for the final reply (ok/error) in *reply, passing every
  * other message to fn (may be NULL). 0 when *reply holds the final reply
- * (check reply->err), or a transport -errno.
+ * (check reply->err; a connection tcgpud turned away, too many from this
+ * user, answers -EAGAIN with the reason), or a transport -errno:
+ * -ECONNRESET when tcgpud closed the connection without an answer.
  */
 typedef void (*tcgpud_msg_fn)(const struct ctl_msg *m, void *arg);
 int tcgpud_call(int fd, const struct ctl_buf *b, struct ctl_msg *reply, int timeout_ms,

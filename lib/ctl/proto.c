@@ -522,6 +522,12 @@ static const struct ctl_field_desc status_fields[] = {
     STATUS_FIELD(last_error, CTL_TEXT),
 };
 
+const struct ctl_field_desc *ctl_status_fields(size_t *n)
+{
+    *n = NELEM(status_fields);
+    return status_fields;
+}
+
 void ctl_put_status(struct ctl_buf *b, const struct tcgpu_status *st)
 {
     ctl_put_fields(b, status_fields, NELEM(status_fields), st);

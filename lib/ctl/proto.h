@@ -10,7 +10,7 @@
  * A message is text, at most CTL_MSG_MAX bytes, with no NUL byte:
  *
  *     request   = WORD *( SEP key=value )            e.g. "suspend dir=/scratch/a"
- *     progress  = "progress" *( SEP key=value )       e.g. "progress done=1048576 total=8388608"
+ *     progress  = "progress" *( SEP key=value )       e.g. "progress phase=drain done=1 total=8"
  *     reply     = "ok" *( SEP key=value )
  *               / "error" SP ERRNO_NAME SP errno SP text *( "\n" key=value )
  *
@@ -134,6 +134,10 @@ void ctl_put_fields(struct ctl_buf *b, const struct ctl_field_desc *fields, size
  * field is present but malformed or out of its range. */
 int ctl_get_fields(const struct ctl_msg *m, const struct ctl_field_desc *fields, size_t n,
                    void *obj);
+
+/* The table of struct tcgpu_status's fields (n rows into *n), for readers
+ * that need each key's kind, such as the tools' JSON (lib/json). */
+const struct ctl_field_desc *ctl_status_fields(size_t *n);
 
 /* Append every field of *st (state, gpu_bytes, ..., last_error, last_image_ns). */
 void ctl_put_status(struct ctl_buf *b, const struct tcgpu_status *st);

@@ -1,11 +1,15 @@
 /* Where control sockets live; see rundir.h. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -27,15 +31,10 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-int tcgpu_rundir_check(const char *dir, uid_t uid, char *err, size_t errlen)
+static int check_stat(const struct stat *stp, const char *dir, uid_t uid, char *err, size_t errlen)
 {
-    struct stat st;
+    const struct stat st = *stp;
 
-    if (lstat(dir, &st) < 0) {
-        int e = errno;
-        set_err(err, errlen, "run dir %s: %s", dir, strerror(e));
-        return -e;
-    }
     if (S_ISLNK(st.st_mode)) {
         set_err(err, errlen, "run dir %s is a symbolic link: refusing to use it", dir);
         return -ENOTDIR;
@@ -57,6 +56,30 @@ int tcgpu_rundir_check(const char *dir, uid_t uid, char *err, size_t errlen)
     return 0;
 }
 
+int tcgpu_rundir_check(const char *dir, uid_t uid, char *err, size_t errlen)
+{
+    struct stat st;
+
+    if (lstat(dir, &st) < 0) {
+        int e = errno;
+        set_err(err, errlen, "run dir %s: %s", dir, strerror(e));
+        return -e;
+    }
+    return check_stat(&st, dir, uid, err, errlen);
+}
+
+int tcgpu_rundir_check_fd(int fd, const char *shown, uid_t uid, char *err, size_t errlen)
+{
+    struct stat st;
+
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        set_err(err, errlen, "run dir %s: %s", shown, strerror(e));
+        return -e;
+    }
+    return check_stat(&st, shown, uid, err, errlen);
+}
+
 /* A directory owned by uid (for XDG_RUNTIME_DIR); follows symlinks like a shell would. */
 static int dir_owned_by(const char *dir, uid_t uid)
 {
@@ -65,7 +88,7 @@ static int dir_owned_by(const char *dir, uid_t uid)
     return stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == uid;
 }
 
-static int choose_dir(char *dir, size_t dirlen, uid_t uid)
+int tcgpu_rundir_choose(char *dir, size_t dirlen, uid_t uid)
 {
     const char *v = getenv("TCGPU_RUN_DIR");
     int n;
@@ -84,22 +107,88 @@ static int choose_dir(char *dir, size_t dirlen, uid_t uid)
     return 0;
 }
 
+/* "/tmp/tcgpu-<uid>.": the start of the fallback dirs' names. */
+static void fallback_prefix(uid_t uid, char *buf, size_t len)
+{
+    snprintf(buf, len, "/tmp/tcgpu-%u.", (unsigned)uid);
+}
+
+/* An existing fallback dir of uid that passes the checks, into dir. 0 or -ENOENT. */
+static int find_fallback(uid_t uid, char *dir, size_t dirlen)
+{
+    char prefix[64];
+    size_t pl;
+    DIR *tmp = opendir("/tmp");
+    struct dirent *e;
+    int r = -ENOENT;
+
+    if (!tmp)
+        return -ENOENT;
+    fallback_prefix(uid, prefix, sizeof(prefix));
+    pl = strlen(prefix) - strlen("/tmp/");
+    while (r < 0 && (e = readdir(tmp))) {
+        if (strncmp(e->d_name, prefix + 5, pl) || strlen(e->d_name) != pl + 6)
+            continue;
+        if ((size_t)snprintf(dir, dirlen, "/tmp/%s", e->d_name) < dirlen &&
+            tcgpu_rundir_check(dir, uid, NULL, 0) == 0)
+            r = 0;
+    }
+    closedir(tmp);
+    return r;
+}
+
+/*
+ * The preferred run dir was refused (another user's, a symlink, a file...):
+ * a private one nobody else can have made first, /tmp/tcgpu-<uid>.XXXXXX
+ * (mkdtemp: a name not known in advance, created exclusively, 0700), or one
+ * of those made earlier. Clients find it among their candidates.
+ */
+static int fall_back(char *dir, size_t dirlen, uid_t uid)
+{
+    char tmpl[64];
+
+    if (find_fallback(uid, dir, dirlen) == 0)
+        return 0;
+    fallback_prefix(uid, tmpl, sizeof(tmpl));
+    strcat(tmpl, "XXXXXX");
+    if (!mkdtemp(tmpl))
+        return -errno;
+    if ((size_t)snprintf(dir, dirlen, "%s", tmpl) >= dirlen) {
+        rmdir(tmpl);
+        return -ENAMETOOLONG;
+    }
+    return tcgpu_rundir_check(dir, uid, NULL, 0);
+}
+
 int tcgpu_rundir_prepare(char *dir, size_t dirlen, char *err, size_t errlen)
 {
+    char refused[PATH_MAX + 160], wanted[PATH_MAX];
     uid_t uid = geteuid();
-    int r;
+    int r, made;
 
-    r = choose_dir(dir, dirlen, uid);
+    r = tcgpu_rundir_choose(dir, dirlen, uid);
     if (r < 0) {
         set_err(err, errlen, "run dir path is too long (TCGPU_RUN_DIR, XDG_RUNTIME_DIR)");
         return r;
     }
-    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-        r = -errno;
-        set_err(err, errlen, "cannot create run dir %s: %s", dir, strerror(-r));
+    made = mkdir(dir, 0700) == 0 || errno == EEXIST ? 0 : -errno;
+    r = tcgpu_rundir_check(dir, uid, refused, sizeof(refused));
+    if (r == 0)
+        return 0;
+    if (r == -ENOENT) {         /* a missing parent, say: the user's mistake to fix */
+        set_err(err, errlen, "cannot create run dir %s: %s", dir, strerror(made ? -made : -r));
+        return -ENOENT;
+    }
+    snprintf(wanted, sizeof(wanted), "%s", dir);
+    r = fall_back(dir, dirlen, uid);
+    if (r < 0) {
+        set_err(err, errlen, "%s, and no private run dir could be made in /tmp: %s", refused,
+                strerror(-r));
         return r;
     }
-    return tcgpu_rundir_check(dir, uid, err, errlen);
+    set_err(err, errlen, "%s; using the private %s instead of %s (gpuckpt finds it)", refused,
+            dir, wanted);
+    return 1;
 }
 
 int tcgpu_rundir_socket_path(const char *dir, pid_t pid, char *buf, size_t len)
@@ -166,6 +255,25 @@ static void add_candidate(char dirs[][PATH_MAX], int *n, int max, const char *a,
     memcpy(dirs[(*n)++], d, (size_t)l + 1);
 }
 
+/* Every fallback dir of uid (tcgpu_rundir_prepare's), whoever owns it: the
+ * client checks each before it trusts one. */
+static void add_fallbacks(char dirs[][PATH_MAX], int *n, int max, uid_t uid)
+{
+    char prefix[64];
+    DIR *tmp = opendir("/tmp");
+    struct dirent *e;
+    size_t pl;
+
+    if (!tmp)
+        return;
+    fallback_prefix(uid, prefix, sizeof(prefix));
+    pl = strlen(prefix) - strlen("/tmp/");
+    while (*n < max && (e = readdir(tmp)))
+        if (!strncmp(e->d_name, prefix + 5, pl) && strlen(e->d_name) == pl + 6)
+            add_candidate(dirs, n, max, "/tmp/", e->d_name);
+    closedir(tmp);
+}
+
 int tcgpu_rundir_candidates(pid_t pid, uid_t uid, char dirs[][PATH_MAX], int max)
 {
     static const size_t cap = 1 << 20;
@@ -188,6 +296,7 @@ int tcgpu_rundir_candidates(pid_t pid, uid_t uid, char dirs[][PATH_MAX], int max
     add_candidate(dirs, &n, max, u, "/tcgpu");
     snprintf(u, sizeof(u), "%u", (unsigned)uid);
     add_candidate(dirs, &n, max, "/tmp/tcgpu-", u);
+    add_fallbacks(dirs, &n, max, uid);
     free(env);
     return n;
 }
@@ -214,4 +323,79 @@ int tcgpu_proc_uid(pid_t pid, uid_t *uid)
     }
     fclose(f);
     return r;
+}
+
+/* ---- processes in other namespaces (containers) ------------------------------ */
+
+/* The last pid of /proc/PID/status's NSpid: the pid in its own namespace. */
+static int proc_nspid(pid_t pid, pid_t *nspid)
+{
+    char path[64], line[512];
+    FILE *f;
+    int r = -ENOENT;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if (!(f = fopen(path, "re")))
+        return errno == ENOENT ? -ESRCH : -errno;
+    while (fgets(line, sizeof(line), f)) {
+        char *p = line + 6, *end;
+        long v;
+
+        if (strncmp(line, "NSpid:", 6))
+            continue;
+        /* the pids from our namespace's view down to its own: keep the last */
+        while ((v = strtol(p, &end, 10)), end != p) {
+            *nspid = (pid_t)v;
+            p = end;
+        }
+        r = 0;
+        break;
+    }
+    fclose(f);
+    return r;
+}
+
+static int same_ns(pid_t pid, const char *kind)
+{
+    char a[64], b[64];
+    struct stat sa, sb;
+
+    snprintf(a, sizeof(a), "/proc/self/ns/%s", kind);
+    snprintf(b, sizeof(b), "/proc/%d/ns/%s", (int)pid, kind);
+    /* unreadable (not ours to look at): assume ours, as before namespaces */
+    if (stat(a, &sa) < 0 || stat(b, &sb) < 0)
+        return 1;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+int tcgpu_proc_ns(pid_t pid, struct tcgpu_proc_ns *ns)
+{
+    int r;
+
+    ns->nspid = pid;
+    ns->foreign_mounts = 0;
+    r = proc_nspid(pid, &ns->nspid);
+    if (r < 0 && r != -ENOENT)
+        return r;               /* -ENOENT: a kernel without NSpid, no namespaces either */
+    ns->foreign_mounts = !same_ns(pid, "mnt");
+    return 0;
+}
+
+int tcgpu_proc_open_in_root(pid_t pid, const char *path, int extra_flags)
+{
+    struct open_how how = {
+        .flags = (uint64_t)(O_PATH | O_NOFOLLOW | O_CLOEXEC | extra_flags),
+        .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+    };
+    char root[64];
+    int rfd, fd;
+
+    snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
+    if ((rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return errno == ENOENT ? -ESRCH : -errno;
+    fd = (int)syscall(SYS_openat2, rfd, path, &how, sizeof(how));
+    if (fd < 0)
+        fd = -errno;
+    close(rfd);
+    return fd;
 }

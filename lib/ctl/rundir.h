@@ -10,6 +10,11 @@
  * use it must be a real directory (lstat: not a symlink) owned by the uid
  * with no group or other permission bits; anything else is refused, so no
  * other user can plant, replace or read a socket there.
+ *
+ * A refused run dir (another user made /tmp/tcgpu-<uid> first, or a symlink
+ * there) does not leave the process without a socket: it falls back to a
+ * private /tmp/tcgpu-<uid>.XXXXXX, whose name nobody can guess in advance
+ * (mkdtemp), reusing one made earlier; clients look there too.
  */
 #ifndef TCGPU_RUNDIR_H
 #define TCGPU_RUNDIR_H
@@ -19,13 +24,23 @@
 #include <sys/types.h>
 
 /* The most candidate directories tcgpu_rundir_candidates() returns. */
-#define TCGPU_RUNDIR_MAX_CANDIDATES 5
+#define TCGPU_RUNDIR_MAX_CANDIDATES 12
+
+/*
+ * The run dir a process of `uid` with the caller's environment would use
+ * (rules above), without creating or checking it (gpuckpt check). 0 or
+ * -ENAMETOOLONG.
+ */
+int tcgpu_rundir_choose(char *dir, size_t dirlen, uid_t uid);
 
 /*
  * The run dir of the calling process (rules above), created if missing and
- * checked. Writes the path to dir (dirlen bytes). Returns 0 or -errno with a
- * one-line explanation in err ("run dir /tmp/tcgpu-1000 is owned by uid 0,
- * not 1000: refusing to use it").
+ * checked. Writes the path to dir (dirlen bytes). Returns 0; 1 when the
+ * preferred dir was refused and dir is the private fallback, with what
+ * happened in err ("run dir /tmp/tcgpu-1000 is owned by uid 1001, not 1000:
+ * refusing to use it; ... using the private /tmp/tcgpu-1000.Xa3bQ9
+ * instead"), for the caller to log; or -errno with a one-line explanation in
+ * err (-ENOENT: it cannot be created, e.g. a missing parent).
  */
 int tcgpu_rundir_prepare(char *dir, size_t dirlen, char *err, size_t errlen);
 
@@ -47,12 +62,40 @@ int tcgpu_rundir_socket_path(const char *dir, pid_t pid, char *buf, size_t len);
  * may have put its socket, best first, without duplicates: the client's own
  * $TCGPU_RUN_DIR, then the target's TCGPU_RUN_DIR and XDG_RUNTIME_DIR/tcgpu
  * from /proc/PID/environ (readable by the same user and by root), then
- * /run/user/<uid>/tcgpu, then /tmp/tcgpu-<uid>. Returns how many were
- * written to dirs (0..max).
+ * /run/user/<uid>/tcgpu, then /tmp/tcgpu-<uid>, then the fallback dirs
+ * /tmp/tcgpu-<uid>.XXXXXX (whoever owns them: check before trusting).
+ * Returns how many were written to dirs (0..max).
  */
 int tcgpu_rundir_candidates(pid_t pid, uid_t uid, char dirs[][PATH_MAX], int max);
 
 /* The effective uid of process pid from /proc/PID/status: 0 or -ESRCH, -EACCES... */
 int tcgpu_proc_uid(pid_t pid, uid_t *uid);
+
+/*
+ * Where process pid (as the caller's /proc numbers it) lives, for a client
+ * outside its namespaces (docs/kubernetes.md, "tcgpu inside containers"):
+ * nspid is its pid in its own pid namespace, the number in its socket's
+ * name; foreign_mounts says its mount namespace is not the caller's (a
+ * container), and then the run dirs tcgpu_rundir_candidates() returns are
+ * paths inside its root, to open with tcgpu_proc_open_in_root(). Returns 0,
+ * or -ESRCH / -errno.
+ */
+struct tcgpu_proc_ns {
+    pid_t nspid;
+    int foreign_mounts;
+};
+int tcgpu_proc_ns(pid_t pid, struct tcgpu_proc_ns *ns);
+
+/*
+ * Opens `path` as process pid's root resolves it (openat2 RESOLVE_IN_ROOT:
+ * absolute symlinks and ".." stay inside it, magic links are refused), with
+ * O_PATH | O_NOFOLLOW | O_CLOEXEC | extra_flags (e.g. O_DIRECTORY). Returns
+ * the descriptor or -errno.
+ */
+int tcgpu_proc_open_in_root(pid_t pid, const char *path, int extra_flags);
+
+/* tcgpu_rundir_check for a directory opened with tcgpu_proc_open_in_root;
+ * `shown` names it in the message. */
+int tcgpu_rundir_check_fd(int fd, const char *shown, uid_t uid, char *err, size_t errlen);
 
 #endif

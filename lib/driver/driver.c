@@ -165,21 +165,6 @@ const char *cu_error_name(CUresult rc)
     return name;
 }
 
-void cu_uuid_text(const CUuuid *u, char out[CU_UUID_TEXT_LEN])
-{
-    static const char hex[] = "0123456789abcdef";
-    char *o = out + 4;
-
-    memcpy(out, "GPU-", 4);
-    for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10)
-            *o++ = '-';
-        *o++ = hex[(unsigned char)u->bytes[i] >> 4];
-        *o++ = hex[(unsigned char)u->bytes[i] & 15];
-    }
-    *o = '\0';
-}
-
 int tcgpu_driver_index(const char *abi)
 {
     int lo = 0, hi = TCGPU_FN_COUNT - 1;

@@ -68,11 +68,6 @@ static inline void tcgpu_driver_ensure(void)
  * A static string. */
 const char *cu_error_name(CUresult rc);
 
-/* A GPU's UUID as nvidia-smi and CUDA_VISIBLE_DEVICES write it:
- * "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", NUL-terminated, into out. */
-#define CU_UUID_TEXT_LEN 41
-void cu_uuid_text(const CUuuid *u, char out[CU_UUID_TEXT_LEN]);
-
 /* Index of an exported ABI name ("cuMemAlloc_v2"), or -1. Binary search. */
 int tcgpu_driver_index(const char *abi);
 

@@ -53,6 +53,12 @@ static void *prefault_main(void *arg)
 
 int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out)
 {
+    return pipe_drain_host_reuse(p, e, n, NULL, out);
+}
+
+int pipe_drain_host_reuse(struct pipe *p, const struct pipe_ext *e, size_t n,
+                          struct pipe_store *spare, struct pipe_store **out)
+{
     struct pipe_store *s = NULL;
     struct prefault pf = { 0 };
     uint64_t since_sync = 0;
@@ -61,13 +67,15 @@ int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct p
     p->msg[0] = '\0';
     memset(&p->st, 0, sizeof(p->st));
     p->progress = 0;
-    if ((rc = pipe_store_new(p, e, n, &s)) != 0)
+    if ((rc = pipe_store_new(p, e, n, spare, &s)) != 0)
         return rc;
     p->st.raw_bytes = s->raw_bytes;
+    p->st.store_reused = s->reused;
     for (size_t i = 0; i < s->n && rc == 0;) {
         size_t end = pipe_device_run(s->pc, s->n, i);
 
         if ((rc = pipe_use_device(p, s->pc[i].device, 1)) != 0 ||
+            (rc = pipe_store_register(p, s)) != 0 ||
             (rc = pipe_scan_pieces(p, s->pc, i, end, 0)) != 0)
             break;
         for (size_t k = i; k < end; k++)
@@ -89,8 +97,10 @@ int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct p
                 continue;
             }
             /* One copy for a run of adjacent non-zero chunks. */
+            /* (Never across allocations: adjacent addresses are not one allocation.) */
             while (j < end && run < HOST_COPY_MAX && s->pc[j].va == q->va + run &&
-                   s->pc[j].host == q->host + run && s->pc[j].state != P_ZERO)
+                   s->pc[j].host == q->host + run && s->pc[j].alloc_id == q->alloc_id &&
+                   s->pc[j].state != P_ZERO)
                 run += s->pc[j++].len;
             rc = copy_d2h(p, q->host, q->va, run);
             since_sync += run;
@@ -122,14 +132,60 @@ int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct p
 
 /* --- encoding: drain to image and write a store ------------------------------ */
 
+/*
+ * Whether a patch stores its blocks as the XOR with the parent's bytes
+ * (TCGPU_PATCH_XOR=1/0; default: when at least half the blocks changed, a
+ * dense update such as an optimizer step, where the XOR keeps sign and
+ * exponent zero and decoding the parent's chunk pays for itself).
+ */
+static int patch_xor_wanted(const struct piece *q)
+{
+    const char *v = getenv("TCGPU_PATCH_XOR");
+
+    if (v && *v)
+        return strcmp(v, "0") != 0;
+    return 2 * q->nchanged >= q->nblocks;
+}
+
+static void encode_patch(struct pipe *p, struct worker *w, struct job *j)
+{
+    struct piece *q = j->pc;
+    struct codec_patch pt = {
+        .raw_len = q->len, .block_size = p->block, .k = q->nchanged, .idx = q->changed,
+        .blocks = j->src,
+    };
+
+    if (patch_xor_wanted(q) && w->base && w->xor_buf &&
+        chunk_sink_parent_decode(j->sink, j->parent, w->ctx, w->base, NULL, 0) == 0) {
+        pt.base = w->base;
+        pt.scratch = w->xor_buf;
+    }
+    j->t.rc = chunk_encode_patch(w->ctx, &pt, q->dtype, j->parent, j->dst, j->dst_cap, &j->c,
+                                 &j->stored);
+}
+
 static void encode_job(struct pipe *p, struct worker *w, struct task *t)
 {
     struct job *j = (struct job *)t;
     struct piece *q = j->pc;
 
-    (void)p;
-    t->rc = chunk_encode(w->ctx, j->src, q->len, q->dtype, j->parent, j->dst, q->len, &j->c,
-                         &j->stored);
+    if (j->patch) {
+        if (!w->base && (w->base = malloc(p->chunk)))
+            w->xor_buf = malloc(p->chunk);
+        encode_patch(p, w, j);
+    } else {
+        uint64_t xxh;
+
+        /* The next incremental compares blocks: hash them while the bytes
+         * are here, and the raw checksum in the same pass. */
+        if (pipe_hash_blocks(p, q, j->src, &xxh))
+            t->rc = chunk_encode_hashed(w->ctx, j->src, q->len, q->dtype, j->parent, xxh, j->dst,
+                                        q->len, &j->c, &j->stored);
+        else
+            t->rc = chunk_encode(w->ctx, j->src, q->len, q->dtype, j->parent, j->dst, q->len,
+                                 &j->c, &j->stored);
+    }
+    __atomic_add_fetch(&p->st.encoded_chunks, 1, __ATOMIC_RELAXED);
 }
 
 struct drain {
@@ -210,7 +266,8 @@ static int stage_for_encoding(struct drain *d, unsigned slot_index, struct job *
     int rc;
 
     job->slot = (int)slot_index;
-    job->dst = slot->enc + slot->fill;
+    job->dst = slot->enc + slot->enc_fill;
+    job->dst_cap = piece->len;
     job->parent = parent;
     job->t.fn = encode_job;
     if (d->from_device) {
@@ -224,8 +281,83 @@ static int stage_for_encoding(struct drain *d, unsigned slot_index, struct job *
         pool_submit(p, &job->t);
     }
     slot->fill += piece->len;
+    slot->enc_fill += piece->len;
     slot->pending++;
     return 0;
+}
+
+/*
+ * A patch: only the blocks that changed since the parent's chunk are
+ * copied (runs of adjacent ones in one copy), packed into the slot, and
+ * encoded as a PATCH chunk against the parent's.
+ */
+static int stage_patch(struct drain *d, unsigned slot_index, struct job *job,
+                       const struct image_chunk *parent, size_t bytes)
+{
+    struct pipe *p = d->p;
+    struct slot *slot = &p->slots[slot_index];
+    struct piece *q = job->pc;
+    size_t at = 0;
+    int rc;
+
+    job->slot = (int)slot_index;
+    job->patch = 1;
+    job->src = slot->mem + slot->fill;
+    job->dst = slot->enc + slot->enc_fill;
+    job->dst_cap = codec_patch_bound(q->nchanged, bytes);
+    job->parent = parent;
+    job->sink = d->sink;
+    job->t.fn = encode_job;
+    for (uint32_t i = 0; i < q->nchanged;) {
+        uint32_t first = q->changed[i], last = first;
+        size_t off = (size_t)first * p->block, len;
+
+        while (i + 1 < q->nchanged && q->changed[i + 1] == last + 1)
+            last = q->changed[++i];
+        i++;
+        len = ((size_t)(last + 1) * p->block < q->len ? (size_t)(last + 1) * p->block : q->len) - off;
+        if ((rc = copy_d2h(p, slot->mem + slot->fill + at, q->va + off, len)) != 0)
+            return rc;
+        at += len;
+    }
+    job->state = J_WAITING_COPY;
+    slot->fill += bytes;
+    slot->enc_fill += job->dst_cap;
+    slot->pending++;
+    p->st.patched_chunks++;
+    return 0;
+}
+
+/* Bytes of the changed blocks of a piece (nchanged set). */
+static size_t changed_bytes(const struct pipe *p, const struct piece *q)
+{
+    size_t n = 0;
+
+    for (uint32_t i = 0; i < q->nchanged; i++) {
+        size_t at = (size_t)q->changed[i] * p->block;
+        n += q->len - at < p->block ? q->len - at : p->block;
+    }
+    return n;
+}
+
+/*
+ * How a piece with a parent chunk goes, by the block hashes: 0 unchanged
+ * (PARENT), 1 a patch of its changed blocks, -1 whole (no comparable
+ * hashes, or every block changed and no XOR to gain from).
+ */
+static int patch_plan(struct drain *d, struct piece *q, const struct image_chunk *parent)
+{
+    uint32_t n = 0, bs = 0;
+    const uint64_t *pbh = chunk_sink_parent_blocks(d->sink, parent, &n, &bs);
+    const char *v = getenv("TCGPU_PATCH_XOR");
+
+    if (!d->from_device || !parent || pipe_blocks_changed(d->p, q, pbh, n, bs) != 0)
+        return -1;
+    if (q->nchanged == 0)
+        return 0;
+    if (q->nchanged == q->nblocks && v && !strcmp(v, "0"))
+        return -1;
+    return 1;
 }
 
 /* A filled slot: its copies get the event that tells when they landed
@@ -249,6 +381,23 @@ static int seal_slot(struct drain *d, struct slot *slot)
     return 0;
 }
 
+/* A copy into the slot failed: its chunks staged so far will never get an
+ * event to wait for, nor be encoded; they are done (the drain has failed,
+ * write_ready drops them) once the stream has finished with the slot. */
+static void abandon_slot(struct drain *d, unsigned slot_index)
+{
+    struct pipe *p = d->p;
+
+    for (uint64_t q = d->written; q < d->issued; q++) {
+        struct job *j = &p->jobs[q % p->njobs];
+
+        if (j->slot == (int)slot_index && j->state == J_WAITING_COPY)
+            j->state = J_READY;
+    }
+    TCGPU_REAL(cuStreamSynchronize)(p->stream);   /* the failed copy's message stays */
+    p->slots[slot_index].state = S_WORKING;
+}
+
 /* Takes pieces into slot `slot_index` until it is full (or the job ring
  * is): their bytes are copied (device) or pointed at (store); zero and
  * unchanged chunks become ready jobs at once. */
@@ -259,22 +408,36 @@ static int fill_slot(struct drain *d, unsigned slot_index)
     int rc;
 
     slot->fill = 0;
+    slot->enc_fill = 0;
     slot->pending = 0;
     while (d->next < d->n && d->issued - d->written < p->njobs) {
         struct piece *piece = &d->pc[d->next];
         struct job *job = next_job(d, piece);
         const struct image_chunk *parent =
             chunk_sink_parent(d->sink, piece->alloc_id, piece->offset, piece->len);
+        int plan = is_zero(d, piece) ? -1 : patch_plan(d, piece, parent);
 
         if (is_zero(d, piece)) {
             ready_as_zero(d, job);
-        } else if (unchanged_on_device(piece, parent)) {
+        } else if (unchanged_on_device(piece, parent) || plan == 0) {
             ready_as_parent(d, job, parent);
-        } else {
-            if (slot->fill + piece->len > p->slot_size)
+        } else if (plan == 1) {
+            size_t bytes = changed_bytes(p, piece);
+
+            if (slot->fill + bytes > p->slot_size ||
+                slot->enc_fill + codec_patch_bound(piece->nchanged, bytes) > p->slot_size)
                 break;            /* the next slot takes it */
-            if ((rc = stage_for_encoding(d, slot_index, job, parent)) != 0)
+            if ((rc = stage_patch(d, slot_index, job, parent, bytes)) != 0) {
+                abandon_slot(d, slot_index);
                 return rc;
+            }
+        } else {
+            if (slot->fill + piece->len > p->slot_size || slot->enc_fill + piece->len > p->slot_size)
+                break;            /* the next slot takes it */
+            if ((rc = stage_for_encoding(d, slot_index, job, parent)) != 0) {
+                abandon_slot(d, slot_index);
+                return rc;
+            }
         }
         d->issued++;
         d->next++;
@@ -317,7 +480,8 @@ static int write_ready(struct drain *d)
             d->err = j->t.rc;
         }
         if (!d->err) {
-            rc = chunk_sink_add(d->sink, &j->c, j->stored);
+            rc = chunk_sink_add_blocks(d->sink, &j->c, j->stored, p->block,
+                                       j->pc->bh_valid ? j->pc->bh : NULL);
             if (rc) {
                 pipe_say(p, "%s", chunk_sink_error(d->sink));
                 d->err = rc;
@@ -411,31 +575,61 @@ static int drain_setup(struct pipe *p)
     return 0;
 }
 
+/* How the device-side scan looks at the chunks before they are copied. */
+enum scan_mode { SCAN_ZEROS, SCAN_CHUNKS, SCAN_BLOCK_HASHES };
+
 /*
- * Whether the drain hashes chunks on the device. A GPU hashes at memory
- * speed, so always; the simcuda twin hashes on the CPU, slower than copying
- * and hashing on the host, so only when the parent's device hashes can save
- * the copies.
+ * Whether a parent's block hashes can save copies: they are of this pipe's
+ * block size. Then the drain hashes blocks on the device (the simcuda twin
+ * too: its scan reads the memory once, where copying writes it as well).
  */
-static int want_device_hash(const struct pipe *p, const struct chunk_sink *sink)
+static int parent_blocks_usable(const struct pipe *p, const struct chunk_sink *sink)
+{
+    const char *v = getenv("TCGPU_DEVICE_HASH");
+
+    return p->block && !(v && !strcmp(v, "0")) && chunk_sink_parent_has_blocks(sink, p->block);
+}
+
+/*
+ * What the scan computes. A GPU hashes at memory speed, so always (block
+ * hashes, for the next incremental image); the simcuda twin hashes on the
+ * CPU, so only when the parent's hashes can save copies (blocks, or chunks
+ * for an older parent); else zero flags alone.
+ */
+static enum scan_mode scan_mode(const struct pipe *p, const struct chunk_sink *sink)
 {
     const char *v = getenv("TCGPU_DEVICE_HASH");
     int mode = v && *v ? (strcmp(v, "0") ? 1 : -1) : p->o.device_hash;
 
     if (!p->dev || mode < 0)
-        return 0;
-    if (mode > 0 || pdev_kind(p->dev) == PDEV_CUBIN)
-        return 1;
-    return chunk_sink_parent_has_dev_hash(sink);
+        return SCAN_ZEROS;
+    if (p->block && (pdev_kind(p->dev) == PDEV_CUBIN || parent_blocks_usable(p, sink)))
+        return SCAN_BLOCK_HASHES;
+    if (mode > 0 || pdev_kind(p->dev) == PDEV_CUBIN || chunk_sink_parent_has_dev_hash(sink))
+        return SCAN_CHUNKS;
+    return SCAN_ZEROS;
+}
+
+static int scan_run(struct pipe *p, struct piece *pc, size_t from, size_t to, enum scan_mode m)
+{
+    if (m == SCAN_BLOCK_HASHES)
+        return pipe_scan_blocks(p, pc, from, to);
+    return pipe_scan_pieces(p, pc, from, to, m == SCAN_CHUNKS);
 }
 
 int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n, struct chunk_sink *sink)
 {
     struct drain d = { .p = p, .from_device = 1, .sink = sink };
+    uint64_t *bh = NULL;
+    uint32_t *idx = NULL;
     int rc;
 
     if ((rc = drain_setup(p)) != 0 || (rc = pipe_make_pieces(p, e, n, &d.pc, &d.n)) != 0)
         return rc;
+    if ((rc = pipe_blocks_alloc(p, d.pc, d.n, &bh, &idx)) != 0) {
+        free(d.pc);
+        return rc;
+    }
     for (size_t i = 0; i < d.n; i++)
         p->st.raw_bytes += d.pc[i].len;
     /* One device at a time (the caller groups extents by device). */
@@ -445,11 +639,11 @@ int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n, struct 
         end = pipe_device_run(d.pc, d.n, i);
         run.pc = d.pc + i;
         run.n = end - i;
-        rc = pipe_use_device(p, d.pc[i].device, 1);
+        rc = pipe_use_device(p, d.pc[i].device, parent_blocks_usable(p, sink) ? 2 : 1);
         if (rc == 0)
-            rc = pipe_make_ring(p, 1);
+            rc = pipe_make_ring(p, 1, 1);
         if (rc == 0)
-            rc = pipe_scan_pieces(p, d.pc, i, end, want_device_hash(p, sink));
+            rc = scan_run(p, d.pc, i, end, scan_mode(p, sink));
         if (rc == 0)
             rc = run_drain(&run);
     }
@@ -458,6 +652,8 @@ int pipe_drain_image(struct pipe *p, const struct pipe_ext *e, size_t n, struct 
     else
         pipe_leave_device(p);
     free(d.pc);
+    free(bh);
+    free(idx);
     return rc;
 }
 
@@ -473,27 +669,22 @@ int pipe_write_store(struct pipe *p, struct pipe_store *s, struct chunk_sink *si
             return -EINVAL;
         }
     }
-    if ((rc = drain_setup(p)) != 0)
+    uint64_t *bh = NULL;
+    uint32_t *idx = NULL;
+
+    if ((rc = drain_setup(p)) != 0 || (rc = pipe_blocks_alloc(p, s->pc, s->n, &bh, &idx)) != 0)
         return rc;
     p->st.raw_bytes = s->raw_bytes;
-    /* No device: the ring is plain memory for the encoders' output. */
-    p->slots = calloc(p->nslots, sizeof(*p->slots));
-    p->njobs = (size_t)p->nslots * (p->slot_size / p->chunk + 64) + 256;
-    p->jobs = calloc(p->njobs, sizeof(*p->jobs));
-    for (unsigned i = 0; p->slots && i < p->nslots; i++)
-        if (!(p->slots[i].enc = malloc(p->slot_size)))
-            break;
-    if (!p->slots || !p->jobs || !p->slots[p->nslots - 1].enc) {
-        pipe_say(p, "out of host memory for the encoders");
-        rc = -ENOMEM;
-    } else {
+    /* No device: the ring's encode buffers only. */
+    rc = pipe_make_ring(p, 1, 0);
+    if (rc == 0)
         rc = run_drain(&d);
+    for (size_t i = 0; i < s->n; i++) {   /* the arrays go now */
+        s->pc[i].bh = NULL;
+        s->pc[i].changed = NULL;
+        s->pc[i].bh_valid = 0;
     }
-    for (unsigned i = 0; p->slots && i < p->nslots; i++)
-        free(p->slots[i].enc);
-    free(p->slots);
-    free(p->jobs);
-    p->slots = NULL;
-    p->jobs = NULL;
+    free(bh);
+    free(idx);
     return rc;
 }

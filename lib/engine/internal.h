@@ -28,8 +28,9 @@
 #define DEFAULT_SLOTS 4u
 #define MAX_WORKERS 64u
 #define HOST_COPY_MAX (64u << 20)      /* one async copy at most (host drain) */
-#define HOST_SYNC_EVERY (1ull << 30)   /* progress granularity of the host drain */
-#define MMAP_MIN (1u << 20)            /* store buffers this big are mmap'd */
+/* Progress granularity of the host drain: a stream sync every 256 MiB costs
+ * microseconds against milliseconds of copying at the host link's speed. */
+#define HOST_SYNC_EVERY (256ull << 20)
 #define SCAN_BATCH 4096u               /* chunks per device-side scan */
 
 /* --- chunks ---------------------------------------------------------------- */
@@ -41,6 +42,7 @@ enum piece_scan {
     SCAN_NONE = 0,                /* not scanned (no helpers): nothing known */
     SCAN_ZERO_FLAG,               /* nonzero is valid */
     SCAN_DEVHASH,                 /* nonzero and devhash are valid */
+    SCAN_BLOCKS,                  /* nonzero and the block hashes (bh) are valid */
 };
 
 struct piece {
@@ -57,6 +59,12 @@ struct piece {
     uint8_t scan;                 /* enum piece_scan */
     uint8_t nonzero;
     uint64_t devhash;
+    /* block hashes (blocks.c): nblocks of them at bh, valid when bh_valid */
+    uint64_t *bh;
+    uint32_t nblocks;
+    uint8_t bh_valid;
+    uint32_t *changed;            /* a patch's changed block indices (nblocks room) */
+    uint32_t nchanged;
 };
 
 /* The device-side scan found every byte of the piece zero. */
@@ -65,18 +73,16 @@ static inline int piece_found_zero(const struct piece *q)
     return q->scan != SCAN_NONE && !q->nonzero;
 }
 
-struct hbuf {
-    uint8_t *mem;
-    size_t len;
-    int mapped;
-};
-
 struct pipe_store {
     struct piece *pc;
     size_t n;
-    struct hbuf *bufs;
-    size_t nbufs;
     uint64_t raw_bytes;
+    /* the arena (store.c): every piece's raw copy lives in it */
+    uint8_t *mem;
+    size_t cap;
+    int registered;               /* cuMemHostRegister'ed, in reg_ctx */
+    CUcontext reg_ctx;
+    int reused;                   /* the arena came from an emptied store */
     /* background compression */
     pthread_t *th;
     unsigned nth;
@@ -103,18 +109,24 @@ struct worker {
     struct codec_ctx *ctx;
     uint8_t *buf;                 /* stored bytes of a chunk being read */
     size_t buf_cap;
+    uint8_t *base, *xor_buf;      /* a patch's base bytes and XOR (chunk-sized) */
 };
 
 /* --- staging ring ------------------------------------------------------------ */
 
 enum slot_state { S_FREE = 0, S_COPYING, S_WORKING, S_UPLOADING };
 
+/* How a slot's memory was made (and so how it is freed). */
+enum slot_mem { SLOT_NONE = 0, SLOT_PINNED, SLOT_REGISTERED, SLOT_PLAIN };
+
 struct slot {
-    uint8_t *mem;                 /* pinned (or plain memory if pinning failed) */
+    uint8_t *mem;                 /* staging memory, enum slot_mem */
+    enum slot_mem mem_kind;
     uint8_t *enc;                 /* encode output, slot_size bytes (drain) */
     CUevent ev;
     enum slot_state state;
     size_t fill;                  /* bytes used */
+    size_t enc_fill;              /* bytes of `enc` promised to jobs */
     size_t pending;               /* jobs not yet written / uploaded */
 };
 
@@ -129,9 +141,12 @@ struct job {
     struct piece *pc;             /* drain: the chunk */
     const uint8_t *src;           /* drain: raw bytes */
     uint8_t *dst;                 /* encode output / decode target */
+    size_t dst_cap;               /* drain: room at dst */
     int slot;                     /* -1: none */
     enum job_state state;
     const struct image_chunk *parent;  /* drain: the parent's chunk here, or NULL */
+    int patch;                    /* drain: src holds piece->changed blocks only */
+    struct chunk_sink *sink;      /* drain, patch: for the parent's bytes */
     struct image_chunk c;
     const void *stored;
     /* refill */
@@ -146,6 +161,7 @@ struct job {
 struct pipe {
     struct pipe_opts o;
     size_t chunk;
+    uint32_t block;               /* block of the block hashes; 0: none (blocks.c) */
     size_t slot_size;
     unsigned nslots;
     struct worker *w;
@@ -161,7 +177,8 @@ struct pipe {
     CUstream stream;
     int cur_dev;                  /* -1: no context entered */
     struct pdev *dev;
-    struct slot *slots;
+    struct slot *slots;           /* kept between calls (pipe_make_ring) */
+    CUcontext ring_ctx;           /* where the slots' pinned memory was made */
     struct job *jobs;
     size_t njobs;
     uint8_t *zeros;               /* chunk-sized zero pages (untouched) */
@@ -178,8 +195,12 @@ void pipe_add_progress(struct pipe *p, uint64_t bytes);
  * `helpers`, the device-side helpers); pipe_leave_device syncs and undoes it. */
 int pipe_use_device(struct pipe *p, int device, int helpers);
 int pipe_leave_device(struct pipe *p);
-/* The staging ring and the job ring, in the current context. */
-int pipe_make_ring(struct pipe *p, int with_enc);
+/* The staging ring and the job ring, kept from one call to the next until
+ * pipe_free: encode buffers if `with_enc`; with `with_mem`, the pinned
+ * slot memory (made in the current context: the first call's) and the
+ * slots' events (the current context's; pipe_leave_device drops them).
+ * Resets every slot to free. */
+int pipe_make_ring(struct pipe *p, int with_enc, int with_mem);
 /* What `call` (an async copy of `len` bytes at device address `va` on the
  * pipe's stream) returned: 0, the bytes counted as copied; or -EIO, with the
  * pipe's message naming the call. */
@@ -192,10 +213,33 @@ uint64_t pipe_zero_csum(struct pipe *p, size_t len);
 /* Cuts extents into pieces at multiples of the chunk size of their offset. */
 int pipe_make_pieces(struct pipe *p, const struct pipe_ext *e, size_t n, struct piece **out,
                      size_t *nout);
+/* A scan's descriptor and result arrays, SCAN_BATCH entries each (free
+ * both); 0 or -ENOMEM (neither allocated). */
+struct pdev_desc;
+struct pdev_result;
+int pipe_scan_buffers(struct pdev_desc **d, struct pdev_result **r);
 /* The device-side scan of pc[from, to): zero flags, device hashes if `hash`. */
 int pipe_scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, int hash);
 /* End index of the run of pieces on the same device as pc[i]. */
 size_t pipe_device_run(const struct piece *pc, size_t n, size_t i);
+
+/* --- blocks.c --------------------------------------------------------------- */
+
+/* The block size for a chunk size: 64 KiB ($TCGPU_BLOCK_KB), at most the
+ * chunk, a power of two >= 4 KiB; 0 (no block hashes) when none fits. */
+uint32_t pipe_block_size(size_t chunk);
+/* Room for every piece's block hashes and changed list; freed with blocks_free. */
+int pipe_blocks_alloc(struct pipe *p, struct piece *pc, size_t n, uint64_t **bh, uint32_t **idx);
+/* The device-side scan of pc[from, to) block by block: bh, nonzero. */
+int pipe_scan_blocks(struct pipe *p, struct piece *pc, size_t from, size_t to);
+/* The host's block hashes of a piece whose raw bytes are at src, and in
+ * the same pass their XXH3_64 into *xxh: 1, or 0 (nothing done: the piece
+ * has its hashes, or no blocks). */
+int pipe_hash_blocks(const struct pipe *p, struct piece *q, const uint8_t *src, uint64_t *xxh);
+/* Compares the piece's block hashes with the parent chunk's: fills
+ * q->changed/nchanged; -1 when they cannot be compared. */
+int pipe_blocks_changed(const struct pipe *p, struct piece *q, const uint64_t *parent_bh,
+                        uint32_t parent_n, uint32_t parent_bs);
 
 /* --- pool.c ---------------------------------------------------------------- */
 
@@ -208,7 +252,13 @@ void pool_task_wait(struct pipe *p, struct task *t);
 
 /* --- store.c --------------------------------------------------------------- */
 
-/* A store for the extents, its pieces pointing at its buffers (no copy yet). */
-int pipe_store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out);
+/* A store for the extents, its pieces pointing into its arena (no copy
+ * yet); the arena of `spare` (an emptied store, may be NULL) is reused and
+ * grown as needed. `spare` is taken in all cases (freed on failure). */
+int pipe_store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store *spare,
+                   struct pipe_store **out);
+/* Registers the arena with the driver (the current context), once: copies
+ * into it then run at the link's speed. Failure is not an error (0). */
+int pipe_store_register(struct pipe *p, struct pipe_store *s);
 
 #endif

@@ -22,6 +22,7 @@
 #include "driver/driver.h"
 #include "dev.h"
 #include "internal.h"
+#include "common/bigbuf.h"
 
 void pipe_say(struct pipe *p, const char *fmt, ...)
 {
@@ -35,6 +36,17 @@ void pipe_say(struct pipe *p, const char *fmt, ...)
 const char *pipe_error(const struct pipe *p)
 {
     return p->msg;
+}
+
+void pipe_set_progress(struct pipe *p, void (*progress)(uint64_t bytes, void *arg), void *arg)
+{
+    p->o.progress = progress;
+    p->o.progress_arg = arg;
+}
+
+CUcontext pipe_ring_context(const struct pipe *p)
+{
+    return p->ring_ctx;
 }
 
 void pipe_get_stats(const struct pipe *p, struct pipe_stats *st)
@@ -69,6 +81,8 @@ unsigned pipe_default_workers(void)
     return n > MAX_WORKERS ? MAX_WORKERS : n;
 }
 
+static void free_ring(struct pipe *p);
+
 int pipe_new(struct pipe **out, const struct pipe_opts *o)
 {
     struct pipe *p = calloc(1, sizeof(*p));
@@ -92,6 +106,7 @@ int pipe_new(struct pipe **out, const struct pipe_opts *o)
     if (p->nw > MAX_WORKERS)
         p->nw = MAX_WORKERS;
     p->cur_dev = -1;
+    p->block = pipe_block_size(p->chunk);
     if (p->chunk > TCGPU_IMG_MAX_CHUNK) {
         free(p);
         return -EINVAL;
@@ -136,9 +151,12 @@ void pipe_free(struct pipe *p)
         pthread_join(p->w[i].th, NULL);
     for (unsigned i = 0; p->w && i < p->nw_alloc; i++) {
         codec_ctx_free(p->w[i].ctx);
-        free(p->w[i].buf);
+        bigbuf_free(p->w[i].buf, p->w[i].buf_cap);
+        free(p->w[i].base);
+        free(p->w[i].xor_buf);
     }
     free(p->w);
+    free_ring(p);
     if (p->zeros)
         munmap(p->zeros, p->chunk);
     pthread_mutex_destroy(&p->mu);
@@ -149,17 +167,45 @@ void pipe_free(struct pipe *p)
 
 /* --- contexts, stream, ring, helpers ----------------------------------------- */
 
-static void free_ring(struct pipe *p)
+/* The events of the ring belong to the context they were made in. */
+static void free_events(struct pipe *p)
 {
     for (unsigned i = 0; p->slots && i < p->nslots; i++) {
-        struct slot *s = &p->slots[i];
-
-        if (s->ev)
-            TCGPU_REAL(cuEventDestroy)(s->ev);
-        if (s->mem && TCGPU_REAL(cuMemFreeHost)(s->mem) != CUDA_SUCCESS)
-            free(s->mem);
-        free(s->enc);
+        if (p->slots[i].ev)
+            TCGPU_REAL(cuEventDestroy)(p->slots[i].ev);
+        p->slots[i].ev = NULL;
     }
+}
+
+/* Slot memory: pinned (cuMemHostAlloc), or registered plain memory, or
+ * plain memory at the driver's staging speed; freed the way it was made.
+ * Without its context (`have_ctx` 0: destroyed by the program) pinned
+ * memory and registrations are gone already. */
+static void free_slot_mem(struct slot *s, int have_ctx)
+{
+    if (have_ctx && s->mem_kind == SLOT_PINNED)
+        TCGPU_REAL(cuMemFreeHost)(s->mem);
+    else if (have_ctx && s->mem_kind == SLOT_REGISTERED)
+        TCGPU_REAL(cuMemHostUnregister)(s->mem);
+    if (s->mem_kind == SLOT_REGISTERED || s->mem_kind == SLOT_PLAIN)
+        free(s->mem);
+    s->mem = NULL;
+    s->mem_kind = SLOT_NONE;
+}
+
+/* The whole ring (pipe_free): kept between operations until then, freed in
+ * the context its pinned memory was made in. */
+static void free_ring(struct pipe *p)
+{
+    CUcontext ignored;
+    int pushed = p->ring_ctx && TCGPU_REAL(cuCtxPushCurrent)(p->ring_ctx) == CUDA_SUCCESS;
+
+    for (unsigned i = 0; p->slots && i < p->nslots; i++) {
+        free_slot_mem(&p->slots[i], pushed || !p->ring_ctx);
+        free(p->slots[i].enc);
+    }
+    if (pushed)
+        TCGPU_REAL(cuCtxPopCurrent)(&ignored);
     free(p->slots);
     p->slots = NULL;
     free(p->jobs);
@@ -180,7 +226,7 @@ int pipe_leave_device(struct pipe *p)
     }
     pdev_unload(p->dev);
     p->dev = NULL;
-    free_ring(p);
+    free_events(p);
     p->o.ctx_leave(p->o.ctx_arg);
     p->cur_dev = -1;
     if (rc != CUDA_SUCCESS) {
@@ -211,7 +257,8 @@ int pipe_use_device(struct pipe *p, int device, int helpers)
         return -EIO;
     }
     const char *env = getenv("TCGPU_DEVICE_HELPERS");
-    int twin = p->o.no_helpers < 0 || (env && !strcmp(env, "1"));
+    /* helpers 2: the simcuda twin too (its scan saves copies here) */
+    int twin = p->o.no_helpers < 0 || (env && !strcmp(env, "1")) || helpers == 2;
 
     if (env && !strcmp(env, "0"))
         helpers = 0;
@@ -223,37 +270,69 @@ int pipe_use_device(struct pipe *p, int device, int helpers)
     return 0;
 }
 
-/* The staging ring and the job ring (in the current context). */
-int pipe_make_ring(struct pipe *p, int with_enc)
+/* Pinned memory for slot s in the current context; 0 or -ENOMEM. */
+static int alloc_slot_mem(struct pipe *p, struct slot *s)
+{
+    void *m = NULL;
+
+    if (TCGPU_REAL(cuMemHostAlloc)(&m, p->slot_size, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS) {
+        s->mem = m;
+        s->mem_kind = SLOT_PINNED;
+        return 0;
+    }
+    /* Unpinned still works, at the driver's staging speed. */
+    if (posix_memalign(&m, 4096, p->slot_size))
+        return -ENOMEM;
+    s->mem = m;
+    s->mem_kind = TCGPU_REAL(cuMemHostRegister)(m, p->slot_size, CU_MEMHOSTREGISTER_PORTABLE) ==
+                          CUDA_SUCCESS
+                      ? SLOT_REGISTERED
+                      : SLOT_PLAIN;
+    return 0;
+}
+
+/* The slots and the job ring, without memory yet: kept until pipe_free. */
+static int alloc_ring(struct pipe *p)
 {
     if (p->slots)
         return 0;
-    p->slots = calloc(p->nslots, sizeof(*p->slots));
     /* Chunks without bytes to copy (zero, parent) take job entries too. */
     p->njobs = (size_t)p->nslots * (p->slot_size / p->chunk + 64) + 256;
+    p->slots = calloc(p->nslots, sizeof(*p->slots));
     p->jobs = calloc(p->njobs, sizeof(*p->jobs));
-    if (!p->slots || !p->jobs)
+    if (p->slots && p->jobs)
+        return 0;
+    free(p->slots);
+    free(p->jobs);
+    p->slots = NULL;
+    p->jobs = NULL;
+    return -ENOMEM;
+}
+
+int pipe_make_ring(struct pipe *p, int with_enc, int with_mem)
+{
+    CUresult cr;
+
+    if (alloc_ring(p))
         goto oom;
+    if (with_mem && !p->ring_ctx && TCGPU_REAL(cuCtxGetCurrent)(&p->ring_ctx) != CUDA_SUCCESS)
+        p->ring_ctx = NULL;
     for (unsigned i = 0; i < p->nslots; i++) {
         struct slot *s = &p->slots[i];
-        void *m = NULL;
 
-        if (TCGPU_REAL(cuMemHostAlloc)(&m, p->slot_size, CU_MEMHOSTALLOC_PORTABLE) !=
-            CUDA_SUCCESS) {
-            /* Unpinned still works, at the driver's staging speed. */
-            m = NULL;
-            if (posix_memalign(&m, 4096, p->slot_size))
-                goto oom;
-            s->mem = m;
-            TCGPU_REAL(cuMemHostRegister)(m, p->slot_size, CU_MEMHOSTREGISTER_PORTABLE);
-        }
-        s->mem = m;
-        if (with_enc && !(s->enc = malloc(p->slot_size)))
+        s->state = S_FREE;
+        s->fill = s->pending = 0;
+        if (with_mem && !s->mem && alloc_slot_mem(p, s))
             goto oom;
-        if (TCGPU_REAL(cuEventCreate)(&s->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-            s->ev = NULL;
-            pipe_say(p, "cuEventCreate failed");
-            return -EIO;
+        if (with_enc && !s->enc && !(s->enc = malloc(p->slot_size)))
+            goto oom;
+        if (with_mem && !s->ev) {
+            cr = TCGPU_REAL(cuEventCreate)(&s->ev, CU_EVENT_DISABLE_TIMING);
+            if (cr != CUDA_SUCCESS) {
+                s->ev = NULL;
+                pipe_say(p, "cuEventCreate: %s", cu_error_name(cr));
+                return -EIO;
+            }
         }
     }
     return 0;
@@ -328,6 +407,17 @@ int pipe_make_pieces(struct pipe *p, const struct pipe_ext *e, size_t n, struct 
 /* Runs the device-side scan over the pieces of the current device in
  * [from, to): zero flags, and device hashes when `hash`. No helpers: nothing
  * to do. */
+int pipe_scan_buffers(struct pdev_desc **d, struct pdev_result **r)
+{
+    *d = malloc(SCAN_BATCH * sizeof(**d));
+    *r = malloc(SCAN_BATCH * sizeof(**r));
+    if (*d && *r)
+        return 0;
+    free(*d);
+    free(*r);
+    return -ENOMEM;
+}
+
 int pipe_scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, int hash)
 {
     struct pdev_desc *d;
@@ -335,15 +425,8 @@ int pipe_scan_pieces(struct pipe *p, struct piece *pc, size_t from, size_t to, i
     char err[256] = "";
     int rc = 0;
 
-    if (!p->dev || from >= to)
-        return 0;
-    d = malloc(SCAN_BATCH * sizeof(*d));
-    r = malloc(SCAN_BATCH * sizeof(*r));
-    if (!d || !r) {
-        free(d);
-        free(r);
-        return 0;   /* the helpers are an optimisation */
-    }
+    if (!p->dev || from >= to || pipe_scan_buffers(&d, &r))
+        return 0;                 /* the helpers are an optimisation */
     for (size_t i = from; i < to && rc == 0; i += SCAN_BATCH) {
         size_t n = to - i < SCAN_BATCH ? to - i : SCAN_BATCH;
 

@@ -89,9 +89,12 @@ struct pipe_stats {
     uint64_t copied_bytes;        /* bytes that crossed the host link */
     uint64_t zero_chunks;         /* found zero (device side or codec) */
     uint64_t parent_chunks;       /* unchanged since the parent */
+    uint64_t patched_chunks;      /* stored as their changed blocks (PATCH) */
     uint64_t device_skipped;      /* chunks the device helpers kept on the device */
     uint64_t stored_bytes;        /* encoded bytes written or held */
+    uint64_t encoded_chunks;      /* chunks the workers encoded */
     int helpers;                  /* 0 none, 1 simcuda twin, 2 cubin */
+    int store_reused;             /* host drain: into the pages of an emptied store */
 };
 
 struct pipe;
@@ -106,6 +109,16 @@ int pipe_new(struct pipe **out, const struct pipe_opts *o);
 /* Stops the workers and frees; NULL is fine. */
 void pipe_free(struct pipe *p);
 
+/* Where the next calls report their progress (pipe_opts.progress). */
+void pipe_set_progress(struct pipe *p, void (*progress)(uint64_t bytes, void *arg), void *arg);
+
+/*
+ * The context the staging ring's pinned memory was made in (NULL: none
+ * yet). A pipe kept between operations is good only while that context
+ * lives: its pinned memory goes with it.
+ */
+CUcontext pipe_ring_context(const struct pipe *p);
+
 /* Message for the last failure, "" if none. */
 const char *pipe_error(const struct pipe *p);
 
@@ -117,6 +130,15 @@ void pipe_get_stats(const struct pipe *p, struct pipe_stats *st);
  * owns it: pipe_store_free), or -ENOMEM / -EIO with nothing allocated.
  */
 int pipe_drain_host(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out);
+
+/*
+ * pipe_drain_host into the pages of `spare` (a store emptied with
+ * pipe_store_empty, or NULL): pages it still has are written again without
+ * a fault; it grows when the extents need more. `spare` is taken in all
+ * cases: it is *out on success, freed on failure.
+ */
+int pipe_drain_host_reuse(struct pipe *p, const struct pipe_ext *e, size_t n,
+                          struct pipe_store *spare, struct pipe_store **out);
 
 /*
  * Streams the extents into `sink` (chunk_sink_init: an image writer whose
@@ -161,6 +183,17 @@ int pipe_store_read(struct pipe_store *s, uint64_t alloc_id, uint64_t offset, vo
                     size_t len);
 
 void pipe_store_free(struct pipe_store *s);
+
+/*
+ * Drops a store's contents but keeps its memory for pipe_drain_host_reuse:
+ * the pages are marked MADV_FREE (the kernel takes them back when memory
+ * runs short, at no cost to anyone; those it leaves are reused without a
+ * fault), the driver registration stays. Returns the bytes kept.
+ */
+uint64_t pipe_store_empty(struct pipe_store *s);
+
+/* Bytes of host memory the store's arena holds (0 for NULL). */
+uint64_t pipe_store_kept_bytes(const struct pipe_store *s);
 
 /* The worker count pipe_new would choose (TCGPU_WORKERS, else CPUs). */
 unsigned pipe_default_workers(void);

@@ -10,6 +10,7 @@
 
 #include "driver/driver.h"
 #include "internal.h"
+#include "common/bigbuf.h"
 
 /* --- refill ---------------------------------------------------------------- */
 
@@ -38,7 +39,7 @@ static void decode_job(struct pipe *p, struct worker *w, struct task *t)
         return;
     }
     if (w->buf_cap < stored_len) {
-        uint8_t *b = realloc(w->buf, stored_len);
+        uint8_t *b = bigbuf_grow(w->buf, w->buf_cap, stored_len);
 
         if (!b) {
             snprintf(j->err, sizeof(j->err), "out of memory");
@@ -314,7 +315,7 @@ static int refill_all(struct pipe *p, struct refill *all)
         r.n = end - i;
         rc = pipe_use_device(p, all->items[i].pc->device, 0);
         if (rc == 0)
-            rc = pipe_make_ring(p, 0);
+            rc = pipe_make_ring(p, 0, 1);
         if (rc == 0)
             rc = run_refill(&r);
         if (rc)
@@ -338,10 +339,10 @@ int pipe_refill_host(struct pipe *p, struct pipe_store *s)
     int rc;
 
     pipe_store_compress_stop(s);
+    refill_setup(p);
     if (!s->n)
         return 0;
     r.items = calloc(s->n, sizeof(*r.items));
-    refill_setup(p);
     if (!r.items) {
         pipe_say(p, "out of memory");
         return -ENOMEM;
@@ -356,13 +357,13 @@ int pipe_refill_host(struct pipe *p, struct pipe_store *s)
         j->slot = -1;
         j->kind = q->state == P_ZERO ? R_ZERO : q->state == P_RAW ? R_DIRECT : R_DECODE_STORE;
         j->src = q->host;
-        /* Merge adjacent raw chunks into one upload. */
+        /* Merge adjacent raw chunks of one allocation into one upload. */
         while (j->kind == R_DIRECT && i + 1 < s->n && s->pc[i + 1].state == P_RAW &&
                s->pc[i + 1].va == j->va + j->len && s->pc[i + 1].host == j->src + j->len &&
+               s->pc[i + 1].alloc_id == q->alloc_id &&
                s->pc[i + 1].device == q->device && j->len < HOST_COPY_MAX)
             j->len += s->pc[++i].len;
     }
-    refill_setup(p);
     p->st.raw_bytes = s->raw_bytes;
     rc = refill_all(p, &r);
     free(r.items);

@@ -1,8 +1,21 @@
 /*
- * store.c - the host store (a drain's raw copy, one buffer per extent,
- * mmap'd with transparent huge pages) and its background compression
- * (TCGPU_HOST_COMPRESS: threads of its own, raw pages given back chunk by
- * chunk).
+ * store.c - the host store (a drain's raw copy) and its background
+ * compression (TCGPU_HOST_COMPRESS: threads of its own, raw pages given back
+ * chunk by chunk).
+ *
+ * A store's bytes live in one *arena*: an anonymous mapping with transparent
+ * huge pages, each extent at a 4 KiB-aligned place in it. The arena can
+ * outlive the store's contents (pipe_store_empty): its pages are marked
+ * MADV_FREE, so the kernel takes them back whenever memory runs short, and
+ * those it did not take are written again without a fault or a page of
+ * zeroing by the next drain that reuses the arena (pipe_drain_host_reuse).
+ * docs/engine.md ("Warm host store") explains why: fresh pages cost more
+ * than the copy itself.
+ *
+ * On a real GPU a copy into pageable memory is staged by the driver at a
+ * fraction of the link's speed, so the arena is registered with the driver
+ * (cuMemHostRegister, TCGPU_HOST_REGISTER=0 to disable) once and stays
+ * registered while it is kept.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -10,81 +23,233 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "dev.h"
+#include "driver/driver.h"
 #include "driver/gate.h"
 #include "internal.h"
 
+#define ARENA_ALIGN (2u << 20)        /* whole huge pages */
+#define EXTENT_ALIGN 4096u
+
+/* --- the arena ---------------------------------------------------------------- */
+
+static size_t round_up(size_t v, size_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+/* Bytes of arena the extents need: each at a 4 KiB boundary. */
+static size_t arena_need(const struct pipe_ext *e, size_t n)
+{
+    size_t need = 0;
+
+    for (size_t i = 0; i < n; i++)
+        if (e[i].len)
+            need += round_up(e[i].len, EXTENT_ALIGN);
+    return need ? round_up(need, ARENA_ALIGN) : 0;
+}
+
+/* Undoes the registration (in the context that made it). */
+static void arena_unregister(struct pipe_store *s)
+{
+    CUcontext ignored;
+
+    if (!s->registered)
+        return;
+    if (TCGPU_REAL(cuCtxPushCurrent)(s->reg_ctx) == CUDA_SUCCESS) {
+        TCGPU_REAL(cuMemHostUnregister)(s->mem);
+        TCGPU_REAL(cuCtxPopCurrent)(&ignored);
+    }
+    /* A context that is gone took its registrations with it. */
+    s->registered = 0;
+}
+
+static void arena_free(struct pipe_store *s)
+{
+    arena_unregister(s);
+    if (s->mem)
+        munmap(s->mem, s->cap);
+    s->mem = NULL;
+    s->cap = 0;
+}
+
+/* Makes the arena `need` bytes: keeps what it has (its pages stay warm),
+ * grows it in place when it can. 0 or -ENOMEM (the arena is then gone). */
+static int arena_fit(struct pipe_store *s, size_t need)
+{
+    void *m;
+
+    if (need <= s->cap)
+        return 0;
+    arena_unregister(s);          /* it moves or grows: registered again later */
+    if (s->mem) {
+        m = mremap(s->mem, s->cap, need, MREMAP_MAYMOVE);
+        if (m == MAP_FAILED) {
+            arena_free(s);
+            return -ENOMEM;
+        }
+    } else {
+        m = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            return -ENOMEM;
+    }
+    s->mem = m;
+    s->cap = need;
+    /* Fewer faults on the way in; zero chunks never touch their pages. */
+    madvise(s->mem, s->cap, MADV_HUGEPAGE);
+    return 0;
+}
+
+/* One thread's slice of the arena, faulted in (MADV_POPULATE_WRITE). */
+struct fault_slice {
+    uint8_t *at;
+    size_t len;
+    pthread_t th;
+    int started;
+};
+
+static void *fault_main(void *arg)
+{
+    struct fault_slice *f = arg;
+
+    tcgpu_gate_set_exempt(true);
+    madvise(f->at, f->len, MADV_POPULATE_WRITE);   /* old kernel: the copies fault them */
+    return NULL;
+}
+
+/*
+ * Faults a fresh arena in on `n` threads: a registration pins the pages,
+ * and a driver that faults them itself does it on one thread, at one
+ * core's page-zeroing speed (docs/engine.md, the model).
+ */
+static void fault_in_parallel(struct pipe_store *s, unsigned n)
+{
+    struct fault_slice f[MAX_WORKERS] = { { 0 } };
+    size_t step;
+
+    if (n > MAX_WORKERS)
+        n = MAX_WORKERS;
+    step = round_up((s->cap + n - 1) / n, ARENA_ALIGN);
+    for (unsigned i = 0; i < n && (size_t)i * step < s->cap; i++) {
+        f[i].at = s->mem + (size_t)i * step;
+        f[i].len = s->cap - (size_t)i * step < step ? s->cap - (size_t)i * step : step;
+        f[i].started = pthread_create(&f[i].th, NULL, fault_main, &f[i]) == 0;
+        if (!f[i].started)
+            fault_main(&f[i]);
+    }
+    for (unsigned i = 0; i < n; i++)
+        if (f[i].started)
+            pthread_join(f[i].th, NULL);
+}
+
+int pipe_store_register(struct pipe *p, struct pipe_store *s)
+{
+    const char *v = getenv("TCGPU_HOST_REGISTER");
+    CUresult cr;
+
+    if (s->registered || !s->mem || (v && !strcmp(v, "0")))
+        return 0;
+    /* A real GPU's registration pins (and so faults) the pages: do it on
+     * every core first. simcuda's does not: its copies fault them. */
+    if (!s->reused && pdev_kind(p->dev) == PDEV_CUBIN)
+        fault_in_parallel(s, p->nw ? p->nw : 1);
+    if (TCGPU_REAL(cuCtxGetCurrent)(&s->reg_ctx) != CUDA_SUCCESS || !s->reg_ctx)
+        return 0;
+    cr = TCGPU_REAL(cuMemHostRegister)(s->mem, s->cap, CU_MEMHOSTREGISTER_PORTABLE);
+    /* Unregistered memory still works, at the driver's staging speed. */
+    s->registered = cr == CUDA_SUCCESS;
+    return 0;
+}
+
 /* --- host store ------------------------------------------------------------ */
 
-static uint8_t *store_alloc(struct pipe_store *s, size_t len)
+/* Drops the contents: pieces, encoded forms, the compression threads. */
+static void store_clear(struct pipe_store *s)
 {
-    struct hbuf *b = &s->bufs[s->nbufs];
-
-    b->len = len;
-    if (len >= MMAP_MIN) {
-        b->mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (b->mem == MAP_FAILED)
-            return NULL;
-        b->mapped = 1;
-        /* Fewer faults on the way in; zero chunks never touch their pages. */
-        madvise(b->mem, len, MADV_HUGEPAGE);
-    } else if (!(b->mem = malloc(len ? len : 1))) {
-        return NULL;
-    }
-    s->nbufs++;
-    return b->mem;
+    pipe_store_compress_stop(s);
+    for (size_t i = 0; i < s->n; i++)
+        free(s->pc[i].enc);
+    free(s->pc);
+    s->pc = NULL;
+    s->n = 0;
+    s->raw_bytes = 0;
 }
 
 void pipe_store_free(struct pipe_store *s)
 {
     if (!s)
         return;
-    pipe_store_compress_stop(s);
-    for (size_t i = 0; i < s->nbufs; i++) {
-        if (s->bufs[i].mapped)
-            munmap(s->bufs[i].mem, s->bufs[i].len);
-        else
-            free(s->bufs[i].mem);
-    }
-    for (size_t i = 0; i < s->n; i++)
-        free(s->pc[i].enc);
+    store_clear(s);
+    arena_free(s);
     pthread_mutex_destroy(&s->mu);
-    free(s->bufs);
-    free(s->pc);
     free(s);
 }
 
-int pipe_store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store **out)
+uint64_t pipe_store_empty(struct pipe_store *s)
+{
+    store_clear(s);
+    /* The contents are garbage now: the kernel may take the pages back
+     * under memory pressure instead of swapping anything. */
+    if (s->mem)
+        madvise(s->mem, s->cap, MADV_FREE);
+    return s->cap;
+}
+
+uint64_t pipe_store_kept_bytes(const struct pipe_store *s)
+{
+    return s ? s->cap : 0;
+}
+
+static struct pipe_store *store_alloc(void)
 {
     struct pipe_store *s = calloc(1, sizeof(*s));
-    size_t k = 0;
+
+    if (s)
+        pthread_mutex_init(&s->mu, NULL);
+    return s;
+}
+
+/* Points the pieces at their places in the arena, extent by extent. */
+static void store_place(struct pipe_store *s, const struct pipe_ext *e, size_t n)
+{
+    size_t k = 0, at = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (!e[i].len)
+            continue;
+        for (size_t done = 0; done < e[i].len; k++) {
+            s->pc[k].host = s->mem + at + done;
+            done += s->pc[k].len;
+        }
+        at += round_up(e[i].len, EXTENT_ALIGN);
+        s->raw_bytes += e[i].len;
+    }
+}
+
+int pipe_store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pipe_store *spare,
+                   struct pipe_store **out)
+{
+    struct pipe_store *s = spare;
+    size_t need = arena_need(e, n);
     int rc;
 
-    if (!s)
+    if (s)
+        store_clear(s);
+    else if (!(s = store_alloc())) {
+        pipe_say(p, "out of host memory for the host store");
         return -ENOMEM;
-    pthread_mutex_init(&s->mu, NULL);
-    s->bufs = calloc(n ? n : 1, sizeof(*s->bufs));
-    if (!s->bufs || (rc = pipe_make_pieces(p, e, n, &s->pc, &s->n)) != 0) {
+    }
+    if ((rc = pipe_make_pieces(p, e, n, &s->pc, &s->n)) != 0) {
+        pipe_store_free(s);
+        return rc;
+    }
+    if (arena_fit(s, need) != 0) {
+        pipe_say(p, "out of host memory for a host store of %zu bytes", need);
         pipe_store_free(s);
         return -ENOMEM;
     }
-    for (size_t i = 0; i < n; i++) {
-        uint8_t *m;
-
-        if (!e[i].len)
-            continue;
-        m = store_alloc(s, e[i].len);
-        if (!m) {
-            pipe_say(p, "out of host memory for %zu bytes of device memory at %#llx", e[i].len,
-                     (unsigned long long)e[i].va);
-            pipe_store_free(s);
-            return -ENOMEM;
-        }
-        for (size_t done = 0; done < e[i].len; k++) {
-            s->pc[k].host = m + done;
-            done += s->pc[k].len;
-        }
-        s->raw_bytes += e[i].len;
-    }
+    s->reused = spare != NULL;
+    store_place(s, e, n);
     *out = s;
     return 0;
 }
@@ -124,6 +289,29 @@ int pipe_store_read(struct pipe_store *s, uint64_t alloc_id, uint64_t offset, vo
 
 /* --- background compression of a host store ----------------------------------- */
 
+/* Keeps the encoded form of piece q and gives its raw pages back. */
+static void keep_encoded(struct piece *q, const struct codec_out *o)
+{
+    if (o->codec == TCGPU_CODEC_ZERO) {
+        q->state = P_ZERO;
+    } else {
+        uint8_t *e = malloc(o->stored_len);
+
+        if (!e)
+            return;
+        memcpy(e, o->data, o->stored_len);
+        q->enc = e;
+        q->enc_len = (uint32_t)o->stored_len;
+        q->codec = o->codec;
+        q->state = P_ENC;
+    }
+    /* The page-aligned inside of the chunk. */
+    uintptr_t a = ((uintptr_t)q->host + 4095) & ~(uintptr_t)4095;
+    uintptr_t b = ((uintptr_t)q->host + q->len) & ~(uintptr_t)4095;
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 static void *compress_main(void *arg)
 {
     struct pipe_store *s = arg;
@@ -153,27 +341,9 @@ static void *compress_main(void *arg)
             if (!(buf = malloc(cap)))
                 break;
         }
-        if (codec_encode(ctx, q->host, q->len, q->dtype, buf, cap, &o) != 0)
-            continue;
-        if (o.codec == TCGPU_CODEC_ZERO) {
-            q->state = P_ZERO;
-        } else if (o.codec != TCGPU_CODEC_RAW) {
-            uint8_t *e = malloc(o.stored_len);
-            if (!e)
-                continue;
-            memcpy(e, o.data, o.stored_len);
-            q->enc = e;
-            q->enc_len = (uint32_t)o.stored_len;
-            q->codec = o.codec;
-            q->state = P_ENC;
-        } else {
-            continue;
-        }
-        /* Give the raw pages back (the page-aligned inside of the chunk). */
-        uintptr_t a = ((uintptr_t)q->host + 4095) & ~(uintptr_t)4095;
-        uintptr_t b = ((uintptr_t)q->host + q->len) & ~(uintptr_t)4095;
-        if (b > a)
-            madvise((void *)a, b - a, MADV_DONTNEED);
+        if (codec_encode(ctx, q->host, q->len, q->dtype, buf, cap, &o) == 0 &&
+            o.codec != TCGPU_CODEC_RAW)
+            keep_encoded(q, &o);
     }
     free(buf);
     codec_ctx_free(ctx);

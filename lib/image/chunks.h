@@ -42,6 +42,8 @@ struct image_chunk {
     uint64_t stored_csum; /* XXH3_64 of the stored bytes */
     uint64_t dev_hash;    /* device hash (kernels/devhash.h) when has_dev_hash */
     uint8_t has_dev_hash; /* the DEVHASH section carries it (minor 1) */
+    uint32_t nblocks;     /* device hashes of its blocks (BLOCKHASH, minor 2): */
+    uint64_t blocks_at;   /* how many, and where in the image's table */
 };
 
 /* ---- chunk records: what a drain hands to the sink --------------------------- */
@@ -57,6 +59,23 @@ struct image_chunk {
 int chunk_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dtype,
                  const struct image_chunk *parent, void *dst, size_t dst_cap,
                  struct image_chunk *c, const void **stored);
+
+/* chunk_encode for a caller that has the bytes' XXH3_64 already (raw_csum). */
+int chunk_encode_hashed(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dtype,
+                        const struct image_chunk *parent, uint64_t raw_csum, void *dst,
+                        size_t dst_cap, struct image_chunk *c, const void **stored);
+
+/*
+ * Encodes a PATCH chunk for chunk_sink_add (any thread): `pt` says which
+ * blocks of the parent's chunk `parent` (chunk_sink_parent) are replaced
+ * and by what (codec.h; pt->base_csum is taken from `parent`). Fills c
+ * (codec, lengths, checksums); *stored points into dst (cap >=
+ * codec_patch_bound). The caller sets c->alloc_id and c->alloc_offset.
+ * Returns 0 or codec_patch_encode's errors.
+ */
+int chunk_encode_patch(struct codec_ctx *ctx, struct codec_patch *pt, enum tcgpu_dtype dtype,
+                       const struct image_chunk *parent, void *dst, size_t cap,
+                       struct image_chunk *c, const void **stored);
 
 /* Fills c as a ZERO chunk of `len` bytes whose XXH3_64 is `raw_csum`
  * (nothing stored; any thread). */
@@ -92,6 +111,24 @@ const struct image_chunk *chunk_sink_parent(const struct chunk_sink *s, uint64_t
 /* Whether any chunk of the parent carries a device hash (0 without one). */
 int chunk_sink_parent_has_dev_hash(const struct chunk_sink *s);
 
+/* The device hashes of the blocks of `parent` (a chunk chunk_sink_parent
+ * returned), *n of them of *block_size bytes, or NULL when it has none. */
+const uint64_t *chunk_sink_parent_blocks(const struct chunk_sink *s,
+                                         const struct image_chunk *parent, uint32_t *n,
+                                         uint32_t *block_size);
+
+/* Whether the parent's chunks carry block hashes of `block_size` bytes. */
+int chunk_sink_parent_has_blocks(const struct chunk_sink *s, uint32_t block_size);
+
+/*
+ * Decodes the raw bytes of `parent` (a chunk chunk_sink_parent returned)
+ * into dst (>= its raw length), checksums checked (any thread, the
+ * caller's ctx): the base a PATCH chunk's XOR is taken against. 0 or
+ * -errno with a message in errbuf.
+ */
+int chunk_sink_parent_decode(const struct chunk_sink *s, const struct image_chunk *parent,
+                             struct codec_ctx *ctx, void *dst, char *errbuf, size_t errlen);
+
 /*
  * Appends a chunk made by chunk_encode, chunk_set_zero or chunk_set_parent
  * (`stored`: its stored bytes, NULL when it stores none). Errors as
@@ -100,6 +137,11 @@ int chunk_sink_parent_has_dev_hash(const struct chunk_sink *s);
  */
 int chunk_sink_add(struct chunk_sink *s, const struct image_chunk *c, const void *stored);
 
+/* chunk_sink_add with the device hashes of the chunk's blocks (NULL: none;
+ * image_writer_add_encoded_blocks). */
+int chunk_sink_add_blocks(struct chunk_sink *s, const struct image_chunk *c, const void *stored,
+                          uint32_t block_size, const uint64_t *hashes);
+
 /* Message for the last failure of chunk_sink_add ("" if none). */
 const char *chunk_sink_error(const struct chunk_sink *s);
 
@@ -107,10 +149,16 @@ const char *chunk_sink_error(const struct chunk_sink *s);
 
 struct chunk_source {
     const struct image *img;
+    unsigned read_flags;
 };
 
 /* A source over `img`, open (with its parent chain) and verified by the caller. */
 void chunk_source_init(struct chunk_source *s, const struct image *img);
+
+/* The same over an image whose stored checksums the caller checked
+ * (image_verify_stored): reads of chunks that are decoded skip that check,
+ * their raw checksums guard them (IMAGE_READ_UNCHECKED). */
+void chunk_source_init_verified(struct chunk_source *s, const struct image *img);
 
 /* The number of chunks, and chunk i (0 <= i < count; valid while the image is open). */
 size_t chunk_source_count(const struct chunk_source *s);

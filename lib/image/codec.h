@@ -77,7 +77,46 @@ int codec_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_
 int codec_decode(struct codec_ctx *ctx, unsigned codec, const void *src, size_t stored_len,
                  void *dst, size_t raw_len);
 
-/* "zero", "raw", "zstd", "bytegroup", "parent" or "unknown"; static strings. */
+/* ---- PATCH chunks (patch.c; payload in format.h) ---------------------------- */
+
+/* What a PATCH chunk replaces in its base. */
+struct codec_patch {
+    size_t raw_len;           /* of the chunk */
+    uint32_t block_size;      /* a power of two, TCGPU_PATCH_MIN_BLOCK .. MAX */
+    uint32_t k;               /* blocks replaced, >= 1 */
+    const uint32_t *idx;      /* their indices, increasing */
+    const uint8_t *blocks;    /* their new bytes, concatenated (the last block
+                                 of the chunk may be short) */
+    const uint8_t *base;      /* NULL, or the base chunk's raw bytes: then the
+                                 XOR with them is stored (mode 1) */
+    uint8_t *scratch;         /* with base: room for the blocks' bytes */
+    uint64_t base_csum;       /* the base chunk record's raw checksum */
+};
+
+/* The most a PATCH payload of k blocks of `blocks_len` bytes takes. */
+size_t codec_patch_bound(uint32_t k, size_t blocks_len);
+
+/*
+ * Encodes a PATCH payload into dst (cap >= codec_patch_bound): *stored_len
+ * and the chunk record's raw checksum (format.h). Thread-safe with one ctx
+ * per thread. 0, -EINVAL, -ENOSPC (cap), -ENOMEM.
+ */
+int codec_patch_encode(struct codec_ctx *ctx, const struct codec_patch *pt, enum tcgpu_dtype dtype,
+                       void *dst, size_t cap, size_t *stored_len, uint64_t *raw_csum);
+
+/* The base's raw checksum a PATCH payload names. 0 or -EBADMSG. */
+int codec_patch_base_csum(const void *stored, size_t stored_len, uint64_t *base_csum);
+
+/*
+ * Applies a PATCH payload to `dst`, which holds the base's raw_len bytes
+ * (decoded and checked by the caller): every replaced block is checked
+ * against its XXH3, the block list against `raw_csum` (the record's).
+ * Safe on untrusted input. 0, -EBADMSG, -ENOMEM.
+ */
+int codec_patch_apply(struct codec_ctx *ctx, const void *stored, size_t stored_len, void *dst,
+                      size_t raw_len, uint64_t raw_csum);
+
+/* "zero", "raw", "zstd", "bytegroup", "parent", "patch" or "unknown"; static strings. */
 const char *codec_name(unsigned codec);
 
 /* Element size the dtype implies for byte grouping (0: none, e.g. U8 or UNKNOWN). */

@@ -26,7 +26,7 @@
 #define TCGPU_IMG_DATA_FMT      "data.%u"
 
 #define TCGPU_IMG_VERSION_MAJOR 1
-#define TCGPU_IMG_VERSION_MINOR 1 /* 1: DEVHASH section */
+#define TCGPU_IMG_VERSION_MINOR 2 /* 1: DEVHASH section; 2: BLOCKHASH, PATCH chunks */
 
 /*
  * Manifest = header, `section_count` sections, trailer.
@@ -114,6 +114,14 @@ enum tcgpu_img_section {
      *   u64 count (= the chunk count), then count records in chunk-table
      *   order: u8 present (0/1), u64 device hash (0 when absent) */
     TCGPU_IMG_SEC_DEVHASH = 7,
+    /* at most once, after CHUNKS, not critical (minor 2): device hashes of
+     * every block of the chunks that have them, for the next incremental
+     * image to find the blocks that changed:
+     *   u32 block size (a power of two, 4 KiB .. 64 MiB), u32 reserved (0),
+     *   u64 count (= the chunk count), then count records in chunk-table
+     *   order: u8 present (0/1), and when present ceil(raw length / block
+     *   size) u64 device hashes (devhash.h) of the chunk's blocks in order */
+    TCGPU_IMG_SEC_BLOCKHASH = 8,
 };
 #define TCGPU_IMG_CHUNK_REC_LEN 56u
 
@@ -126,6 +134,9 @@ enum tcgpu_codec {
     TCGPU_CODEC_PARENT = 4,    /* unchanged since the parent image;
                                   the bytes live in the parent's chunk with the
                                   same allocation id and offset; stored length 0 */
+    TCGPU_CODEC_PATCH = 5,     /* the parent's chunk at the same position and of
+                                  the same length with some blocks replaced
+                                  (minor 2; payload below) */
     TCGPU_CODEC_COUNT
 };
 
@@ -144,6 +155,34 @@ enum tcgpu_codec {
  */
 #define TCGPU_BG_HDR_LEN(esize) (4u + 4u * (unsigned)(esize))
 #define TCGPU_BG_ROTATE         0x1u
+
+/*
+ * PATCH payload: the chunk is its *base* (the parent image's chunk at the
+ * same allocation and offset, of the same raw length) with k blocks
+ * replaced. The blocks' new bytes (mode 0), or their XOR with the base's
+ * bytes (mode 1: floats moved by one optimizer step keep their sign and
+ * exponent, so the XOR is mostly zero bits), concatenated, are stored with
+ * an inner codec (ZERO, RAW, ZSTD or BYTEGROUP).
+ *   0   u32  block size (a power of two, 4 KiB .. 64 MiB)
+ *   4   u32  k, blocks replaced (1 .. blocks of the chunk)
+ *   8   u8   mode: 0 new bytes, 1 XOR with the base
+ *   9   u8   inner codec
+ *   10  u16  reserved (0)
+ *   12  u32  inner stored length
+ *   16  u64  XXH3_64 "raw checksum" of the base chunk (its record's)
+ *   24  u32[k] block indices, increasing
+ *   ..  u64[k] XXH3_64 of each replaced block's new bytes
+ *   ..  inner payload (its length: the inner stored length, the rest)
+ * The chunk record's raw checksum of a PATCH chunk is not the XXH3 of its
+ * bytes (the writer never had them all): it is the XXH3_64 of payload bytes
+ * [16, 24 + 12k), the base's checksum with the replaced blocks' indices and
+ * checksums, which a reader checks block by block after decoding the base.
+ */
+#define TCGPU_PATCH_HDR_LEN            24u
+#define TCGPU_PATCH_MIN_BLOCK          4096u
+#define TCGPU_PATCH_MAX_BLOCK          (64u << 20)
+#define TCGPU_PATCH_NEW                0u
+#define TCGPU_PATCH_XOR                1u
 
 /* Dtype hint of an allocation: enum tcgpu_dtype of the public header
  * (tcgpu.h), whose values are stored as they are and never change. */

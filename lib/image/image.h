@@ -154,6 +154,16 @@ int image_writer_add_encoded(struct image_writer *w, const struct image_chunk *c
                              const void *stored);
 
 /*
+ * image_writer_add_encoded with the device hashes of the chunk's blocks
+ * (ceil(raw_len / block_size) of them, copied; NULL: none), for the next
+ * incremental image (BLOCKHASH section). Every chunk of an image uses one
+ * block size (a power of two, TCGPU_PATCH_MIN_BLOCK .. MAX): -EINVAL else.
+ */
+int image_writer_add_encoded_blocks(struct image_writer *w, const struct image_chunk *c,
+                                    const void *stored, uint32_t block_size,
+                                    const uint64_t *hashes);
+
+/*
  * Finishes the data file (fsync), checks the chunk table (no overlaps),
  * writes and fsyncs the manifest and the directory, and renames it to DIR.
  * If DIR exists: -EEXIST unless IMAGE_OVERWRITE, in which case an existing
@@ -219,6 +229,14 @@ int image_find_chunk(const struct image *img, uint64_t alloc_id, uint64_t offset
 /* Codec and stored length of where chunk i's bytes really are: the chunk
  * itself, or for a resolved PARENT chunk the ancestor's chunk. */
 void image_chunk_resolved(const struct image *img, size_t i, unsigned *codec, uint32_t *stored_len);
+/* A PATCH chunk's base (where chunk i's bytes resolve to is a PATCH chunk):
+ * 0 and the image and index of the chunk it patches; -ENOENT (not a
+ * patch), -EOPNOTSUPP (its parent is not open). */
+int image_chunk_base(const struct image *img, size_t i, const struct image **base, size_t *index);
+/* The device hashes of chunk i's blocks (BLOCKHASH), or NULL: *n of them,
+ * blocks of *block_size bytes. Valid until image_close. */
+const uint64_t *image_chunk_blocks(const struct image *img, size_t i, uint32_t *n,
+                                   uint32_t *block_size);
 /* Parent path, or NULL when the image is not incremental. */
 const char *image_parent(const struct image *img, uint8_t csum[16]);
 uint32_t image_version_minor(const struct image *img);
@@ -230,6 +248,17 @@ uint32_t image_version_minor(const struct image *img);
  * image_error naming the chunk, its allocation and the file.
  */
 int image_verify_all(struct image *img, unsigned flags);
+
+/*
+ * Reads every chunk's stored bytes (a PARENT chunk's in its ancestor) and
+ * checks their checksum, on `threads` threads (0: one per CPU): the cheap
+ * check a restore makes before it touches anything (a damaged or truncated
+ * file is refused), leaving the raw checksums to the decoding that follows.
+ * Thread-safe on one image (pread). Returns 0 or the failure of the first
+ * bad chunk in chunk order (-EBADMSG, -EIO, -EOPNOTSUPP, -ENOMEM), with a
+ * message naming it in errbuf (may be NULL).
+ */
+int image_verify_stored(const struct image *img, unsigned threads, char *errbuf, size_t errlen);
 
 /*
  * Decodes allocation `id` into `dst` (`dst_len` >= its size); bytes no chunk
@@ -256,6 +285,17 @@ int image_read_allocation_cb(struct image *img, uint64_t id, image_chunk_cb cb, 
 int image_read_stored(const struct image *img, size_t i, void *buf, char *errbuf, size_t errlen);
 
 /*
+ * image_read_stored, and with IMAGE_READ_UNCHECKED the stored checksum of a
+ * compressed chunk (ZSTD, BYTEGROUP, PATCH) is not checked: for a caller
+ * that ran image_verify_stored already and decodes what it reads, whose raw
+ * checksums then guard the bytes. RAW chunks are always checked (their
+ * bytes are not decoded). Thread-safe.
+ */
+#define IMAGE_READ_UNCHECKED 0x1u
+int image_read_stored_flags(const struct image *img, size_t i, void *buf, unsigned flags,
+                            char *errbuf, size_t errlen);
+
+/*
  * Decodes chunk `i` from its stored bytes into `dst` (>= raw_len) with the
  * caller's context and checks the raw checksum. Thread-safe with one ctx
  * per thread. 0 or -errno.
@@ -263,10 +303,31 @@ int image_read_stored(const struct image *img, size_t i, void *buf, char *errbuf
 int image_decode_chunk(const struct image *img, size_t i, struct codec_ctx *ctx, const void *stored,
                        void *dst, char *errbuf, size_t errlen);
 
+/* ---- describing an image (gpuckpt inspect) ---------------------------------- */
+
+/* Sums over chunks. */
+struct image_sums {
+    uint64_t chunks, raw_bytes, stored_bytes;
+};
+
+/* Over allocation id's chunks. */
+void image_sum_alloc(const struct image *img, uint64_t id, struct image_sums *s);
+
+/* Over every chunk: per codec (codec[k] for enum tcgpu_codec k) and in all. */
+void image_sum_chunks(const struct image *img, struct image_sums codec[TCGPU_CODEC_COUNT],
+                      struct image_sums *all);
+
+/* The sum of every allocation's size. */
+uint64_t image_alloc_bytes(const struct image *img);
+
+/* "device", "pitch", "vmm", "pool", "host-pinned", "managed" (enum tcgpu_alloc_kind); "unknown". */
+const char *image_alloc_kind_name(uint32_t kind);
+
 /*
- * Prints the manifest for `gpuckpt inspect`: a human table, or (json != 0)
- * one JSON object. Returns 0 or -EIO when writing to `out` failed.
+ * Prints the manifest for `gpuckpt inspect` as a table for people (gpuckpt
+ * writes --json itself from the accessors above). Returns 0 or -EIO when
+ * writing to `out` failed.
  */
-int image_describe(const struct image *img, FILE *out, int json);
+int image_describe(const struct image *img, FILE *out);
 
 #endif /* TCGPU_IMAGE_H */

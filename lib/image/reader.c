@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "internal.h"
+#include "common/bigbuf.h"
 
 struct datafile {
     char name[32];
@@ -56,7 +57,11 @@ struct image {
     struct image_alloc *allocs;
     struct alloc_span *spans;
     size_t nallocs;
-    int have_allocs, have_chunks, have_devhash;
+    int have_allocs, have_chunks, have_devhash, have_blockhash;
+    uint32_t block_size;   /* BLOCKHASH: of every chunk's block hashes */
+    uint64_t *blocks;      /* BLOCKHASH: the hashes, chunks' blocks_at index it */
+    uint64_t nblock_hashes;
+    struct chunk_src *base; /* per chunk: a PATCH chunk's base (resolved), or {NULL} */
     struct idmap ids;
     struct image_chunk *chunks; /* sorted by (allocation id, offset) */
     size_t nchunks;
@@ -326,6 +331,48 @@ static int parse_devhash(struct image *img, struct cur *c)
     return c->bad ? -EBADMSG : 0;
 }
 
+static int parse_blockhash(struct image *img, struct cur *c)
+{
+    uint64_t count, total = 0;
+
+    if (!img->have_chunks || img->have_blockhash)
+        return -EBADMSG;
+    img->have_blockhash = 1;
+    img->block_size = (uint32_t)cur_int(c, 4);
+    count = cur_int(c, 4) == 0 ? cur_int(c, 8) : UINT64_MAX;
+    if (c->bad || count != img->nchunks || img->block_size < TCGPU_PATCH_MIN_BLOCK ||
+        img->block_size > TCGPU_PATCH_MAX_BLOCK || (img->block_size & (img->block_size - 1)))
+        return -EBADMSG;
+    /* Counts first, against the bytes there are, before anything is allocated. */
+    for (size_t i = 0, at = c->off; i < img->nchunks; i++) {
+        uint64_t n = (img->chunks[i].raw_len + (uint64_t)img->block_size - 1) / img->block_size;
+
+        if (at >= c->len || c->p[at] > 1)
+            return -EBADMSG;
+        if (c->p[at++]) {
+            if ((c->len - at) / 8 < n)
+                return -EBADMSG;
+            at += 8 * n;
+            total += n;
+        }
+    }
+    img->blocks = malloc((total ? total : 1) * sizeof(*img->blocks));
+    if (!img->blocks)
+        return -ENOMEM;
+    for (size_t i = 0; i < img->nchunks; i++) {
+        struct image_chunk *k = &img->chunks[i];
+        uint32_t n = (uint32_t)((k->raw_len + (uint64_t)img->block_size - 1) / img->block_size);
+
+        if (!cur_int(c, 1))
+            continue;
+        k->nblocks = n;
+        k->blocks_at = img->nblock_hashes;
+        for (uint32_t b = 0; b < n; b++)
+            img->blocks[img->nblock_hashes++] = cur_int(c, 8);
+    }
+    return c->bad ? -EBADMSG : 0;
+}
+
 /* Parses one section's payload; unknown non-critical sections are skipped. */
 static int parse_section(struct image *img, uint32_t type, uint32_t flags, struct cur *c)
 {
@@ -339,6 +386,7 @@ static int parse_section(struct image *img, uint32_t type, uint32_t flags, struc
     case TCGPU_IMG_SEC_ALLOCATIONS: rc = parse_allocs(img, c); break;
     case TCGPU_IMG_SEC_CHUNKS: rc = parse_chunks(img, c); break;
     case TCGPU_IMG_SEC_DEVHASH: rc = parse_devhash(img, c); break;
+    case TCGPU_IMG_SEC_BLOCKHASH: rc = parse_blockhash(img, c); break;
     default:
         if (flags & TCGPU_IMG_SECTION_CRITICAL) {
             say(img, "unknown critical section %u in %s/manifest", type, img->dir);
@@ -515,6 +563,9 @@ static int chunk_fields_ok(const struct image *img, const struct image_chunk *k,
     switch (k->codec) {
     case TCGPU_CODEC_ZERO: lens_ok = k->stored_len == 0; break;
     case TCGPU_CODEC_PARENT: lens_ok = k->stored_len == 0 && img->have_parent; break;
+    case TCGPU_CODEC_PATCH:
+        lens_ok = k->stored_len >= TCGPU_PATCH_HDR_LEN && img->have_parent;
+        break;
     case TCGPU_CODEC_RAW: lens_ok = k->stored_len == k->raw_len; break;
     case TCGPU_CODEC_ZSTD:
     case TCGPU_CODEC_BYTEGROUP:
@@ -616,6 +667,8 @@ void image_close(struct image *img)
         return;
     image_close(img->parent);
     free(img->src);
+    free(img->base);
+    free(img->blocks);
     for (uint32_t f = 0; f < img->nfiles; f++)
         if (img->files[f].fd >= 0)
             close(img->files[f].fd);
@@ -628,8 +681,8 @@ void image_close(struct image *img)
     free(img->chunks);
     idmap_free(&img->ids);
     codec_ctx_free(img->ctx);
-    free(img->stored_buf);
-    free(img->raw_buf);
+    bigbuf_free(img->stored_buf, img->max_stored);
+    bigbuf_free(img->raw_buf, img->max_raw);
     free(img->dir);
     free(img);
 }
@@ -664,6 +717,8 @@ int image_find_chunk(const struct image *img, uint64_t alloc_id, uint64_t offset
     return find_chunk(img, alloc_id, offset, index);
 }
 
+static int resolve_patch_bases(struct image *img);
+
 /*
  * Resolves every PARENT chunk to the ancestor chunk that holds its bytes: the
  * parent's chunk at the same allocation and offset, with the same length and
@@ -694,6 +749,34 @@ static int resolve_parent_chunks(struct image *img)
             return -EBADMSG;
         }
         img->src[i] = p->src[j];
+    }
+    return resolve_patch_bases(img);
+}
+
+/* A PATCH chunk's base: the parent's chunk at the same allocation and offset,
+ * of the same length (where its bytes really are). Its raw checksum is
+ * checked against the one the patch names when the patch is decoded. */
+static int resolve_patch_bases(struct image *img)
+{
+    char label[160];
+
+    img->base = calloc(img->nchunks ? img->nchunks : 1, sizeof(*img->base));
+    if (!img->base)
+        return -ENOMEM;
+    for (size_t i = 0; i < img->nchunks; i++) {
+        const struct image_chunk *k = &img->chunks[i];
+        const struct image *p = img->parent;
+        size_t j;
+
+        if (k->codec != TCGPU_CODEC_PATCH || !p)
+            continue;
+        if (!find_chunk(p, k->alloc_id, k->alloc_offset, &j) || p->chunks[j].raw_len != k->raw_len) {
+            chunk_label(img, i, label, sizeof(label));
+            say(img, "%s of %s: the parent image %s holds no chunk it patches", label, img->dir,
+                img->parent_path);
+            return -EBADMSG;
+        }
+        img->base[i] = p->src[j];
     }
     for (size_t i = 0; i < img->nchunks; i++) {
         const struct chunk_src *c = &img->src[i];
@@ -888,6 +971,12 @@ void image_chunk_resolved(const struct image *img, size_t i, unsigned *codec, ui
 
 int image_read_stored(const struct image *img, size_t i, void *buf, char *errbuf, size_t errlen)
 {
+    return image_read_stored_flags(img, i, buf, 0, errbuf, errlen);
+}
+
+int image_read_stored_flags(const struct image *img, size_t i, void *buf, unsigned flags,
+                            char *errbuf, size_t errlen)
+{
     const struct image_chunk *k;
     const struct datafile *f;
     const struct image *o = img;
@@ -925,6 +1014,10 @@ int image_read_stored(const struct image *img, size_t i, void *buf, char *errbuf
         }
         got += (size_t)n;
     }
+    if ((flags & IMAGE_READ_UNCHECKED) &&
+        (k->codec == TCGPU_CODEC_ZSTD || k->codec == TCGPU_CODEC_BYTEGROUP ||
+         k->codec == TCGPU_CODEC_PATCH))
+        return 0;                 /* checked up front; the decoding checks the raw bytes */
     if (XXH3_64bits(buf, k->stored_len) != k->stored_csum) {
         put_err(errbuf, errlen, "%s: stored checksum mismatch in %s/%s", label, o->dir, f->name);
         return -EBADMSG;
@@ -932,22 +1025,90 @@ int image_read_stored(const struct image *img, size_t i, void *buf, char *errbuf
     return 0;
 }
 
+/* Where chunk i's bytes are: the chunk, or the ancestor's a PARENT chunk resolves to. */
+static void where(const struct image *img, size_t i, const struct image **o, size_t *idx)
+{
+    *o = img;
+    *idx = i;
+    if (img->chunks[i].codec == TCGPU_CODEC_PARENT && img->src && img->src[i].img != img) {
+        *o = img->src[i].img;
+        *idx = img->src[i].idx;
+    }
+}
+
+int image_chunk_base(const struct image *img, size_t i, const struct image **base, size_t *index)
+{
+    const struct image *o;
+    size_t j;
+
+    if (i >= img->nchunks)
+        return -EINVAL;
+    where(img, i, &o, &j);
+    if (o->chunks[j].codec != TCGPU_CODEC_PATCH)
+        return -ENOENT;
+    if (!o->base || !o->base[j].img)
+        return -EOPNOTSUPP;
+    *base = o->base[j].img;
+    *index = o->base[j].idx;
+    return 0;
+}
+
+/* Decodes the PATCH chunk j of o (stored bytes at `stored`) into dst: its
+ * base first (read, checked, decoded: recursively), then the blocks. */
+static int decode_patch(const struct image *o, size_t j, struct codec_ctx *ctx, const void *stored,
+                        void *dst, const char *label, char *errbuf, size_t errlen)
+{
+    const struct image_chunk *s = &o->chunks[j];
+    const struct image *b;
+    uint64_t named;
+    uint32_t blen;
+    size_t bi;
+    uint8_t *bstored;
+    int rc = image_chunk_base(o, j, &b, &bi);
+
+    if (rc) {
+        put_err(errbuf, errlen, "%s: patches a chunk of the parent image %s, which is not open",
+                label, o->parent_path);
+        return -EOPNOTSUPP;
+    }
+    if (codec_patch_base_csum(stored, s->stored_len, &named) || named != b->chunks[bi].raw_csum) {
+        put_err(errbuf, errlen, "%s: patches a chunk the parent image %s does not hold (its "
+                "checksum differs)", label, b->dir);
+        return -EBADMSG;
+    }
+    blen = b->chunks[bi].stored_len;
+    if (!(bstored = malloc(blen ? blen : 1)))
+        return -ENOMEM;
+    rc = image_read_stored(b, bi, bstored, errbuf, errlen);
+    if (rc == 0)
+        rc = image_decode_chunk(b, bi, ctx, bstored, dst, errbuf, errlen);
+    free(bstored);
+    if (rc)
+        return rc;
+    rc = codec_patch_apply(ctx, stored, s->stored_len, dst, s->raw_len, s->raw_csum);
+    if (rc)
+        put_err(errbuf, errlen, "%s: patch data does not apply (%s) in %s/%s", label,
+                strerror(-rc), o->dir, o->files[s->file].name);
+    return rc;
+}
+
 int image_decode_chunk(const struct image *img, size_t i, struct codec_ctx *ctx, const void *stored,
                        void *dst, char *errbuf, size_t errlen)
 {
     const struct image_chunk *k, *s;
-    const struct image *o = img;
+    const struct image *o;
     char label[160];
+    size_t j;
     int rc;
 
     if (i >= img->nchunks || !ctx)
         return -EINVAL;
-    k = s = &img->chunks[i];
-    if (k->codec == TCGPU_CODEC_PARENT && img->src && img->src[i].img != img) {
-        o = img->src[i].img;
-        s = &o->chunks[img->src[i].idx];
-    }
+    k = &img->chunks[i];
+    where(img, i, &o, &j);
+    s = &o->chunks[j];
     chunk_label(img, i, label, sizeof(label));
+    if (s->codec == TCGPU_CODEC_PATCH)   /* checked block by block, not by XXH3 of all */
+        return decode_patch(o, j, ctx, stored, dst, label, errbuf, errlen);
     rc = codec_decode(ctx, s->codec, stored, s->stored_len, dst, k->raw_len);
     if (rc == -EOPNOTSUPP) {
         put_err(errbuf, errlen, "%s: stored in the parent image %s, which is not open", label,
@@ -967,11 +1128,25 @@ int image_decode_chunk(const struct image *img, size_t i, struct codec_ctx *ctx,
     return 0;
 }
 
+const uint64_t *image_chunk_blocks(const struct image *img, size_t i, uint32_t *n,
+                                   uint32_t *block_size)
+{
+    const struct image_chunk *k;
+
+    if (i >= img->nchunks || !img->chunks[i].nblocks)
+        return NULL;
+    k = &img->chunks[i];
+    *n = k->nblocks;
+    *block_size = img->block_size;
+    return img->blocks + k->blocks_at;
+}
+
 static int ensure_bufs(struct image *img)
 {
-    if (!img->stored_buf && img->max_stored && !(img->stored_buf = malloc(img->max_stored)))
+    /* chunk-sized: mapped, so that they leave with the image (common/bigbuf.h) */
+    if (!img->stored_buf && img->max_stored && !(img->stored_buf = bigbuf_alloc(img->max_stored)))
         return -ENOMEM;
-    if (!img->raw_buf && img->max_raw && !(img->raw_buf = malloc(img->max_raw)))
+    if (!img->raw_buf && img->max_raw && !(img->raw_buf = bigbuf_alloc(img->max_raw)))
         return -ENOMEM;
     return 0;
 }

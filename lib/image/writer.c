@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/fileio.h"
+#include "common/pathtrust.h"
 #include "internal.h"
 #include "iowriter.h"
 
@@ -27,6 +29,9 @@
 struct image_writer {
     char *dir; /* final path */
     char *tmp; /* DIR.tmp-XXXXXX */
+    int parentfd; /* O_PATH of DIR's parent, every ancestor checked (pathtrust.h) */
+    char leaf[NAME_MAX + 1]; /* DIR's name in it */
+    char tmpleaf[NAME_MAX + 1]; /* the temporary directory's */
     int tmpfd;
     unsigned flags;
     size_t chunk_size;
@@ -45,6 +50,9 @@ struct image_writer {
     struct idmap ids;
     struct image_chunk *chunks;
     size_t nchunks, chunk_cap;
+    uint32_t block_size;   /* of the block hashes (BLOCKHASH), 0 until the first */
+    uint64_t *blocks;      /* every chunk's block hashes; chunks' blocks_at index it */
+    size_t nblocks, blocks_cap;
     uint64_t raw_bytes, stored_bytes;
     int err; /* sticky I/O error; the temp dir is gone */
     int committed;
@@ -176,12 +184,15 @@ void image_writer_free(struct image_writer *w)
     if (!w)
         return;
     drop_tmp(w);
+    if (w->parentfd >= 0)
+        close(w->parentfd);
     codec_ctx_free(w->ctx);
     for (size_t i = 0; i < w->nallocs; i++)
         free((char *)w->allocs[i].callsite);
     free(w->allocs);
     idmap_free(&w->ids);
     free(w->chunks);
+    free(w->blocks);
     free(w->devs);
     free(w->encbuf);
     free(w->dir);
@@ -195,6 +206,29 @@ static void set_errbuf(char *errbuf, size_t errlen, const char *msg)
         snprintf(errbuf, errlen, "%s", msg);
 }
 
+/* mkdtemp in the checked parent: DIR.tmp-XXXXXX, 0700, created exclusively. */
+static int mkdtemp_at(struct image_writer *w)
+{
+    static const char chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char rnd[6];
+
+    for (int tries = 0; tries < 100; tries++) {
+        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+            return -EIO;
+        if ((size_t)snprintf(w->tmpleaf, sizeof(w->tmpleaf), "%s.tmp-", w->leaf) + 6 >=
+            sizeof(w->tmpleaf))
+            return -ENAMETOOLONG;
+        for (size_t i = 0, n = strlen(w->tmpleaf); i < 6; i++)
+            w->tmpleaf[n + i] = chars[rnd[i] % (sizeof(chars) - 1)];
+        w->tmpleaf[strlen(w->leaf) + 11] = '\0';
+        if (mkdirat(w->parentfd, w->tmpleaf, 0700) == 0)
+            return 0;
+        if (errno != EEXIST)
+            return -errno;
+    }
+    return -EEXIST;
+}
+
 static int make_tmp(struct image_writer *w, const struct image_writer_opts *o)
 {
     struct iowriter_opts io = {
@@ -204,19 +238,16 @@ static int make_tmp(struct image_writer *w, const struct image_writer_opts *o)
     char name[32];
     int rc;
 
-    if (asprintf(&w->tmp, "%s.tmp-XXXXXX", w->dir) < 0) {
+    rc = mkdtemp_at(w);
+    if (rc || asprintf(&w->tmp, "%s.tmp-%s", w->dir, w->tmpleaf + strlen(w->leaf) + 5) < 0) {
         w->tmp = NULL;
-        return -ENOMEM;
-    }
-    if (!mkdtemp(w->tmp)) {
-        rc = -errno;
-        say(w, "cannot create %s: %s", w->tmp, strerror(errno));
-        free(w->tmp);
-        w->tmp = NULL;
+        rc = rc ? rc : -ENOMEM;
+        if (rc != -ENOMEM)
+            say(w, "cannot create %s.tmp-XXXXXX: %s", w->dir, strerror(-rc));
         return rc;
     }
-    w->tmpfd = open(w->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    /* mkdtemp honours the umask; an image is private whatever it is. */
+    w->tmpfd = openat(w->parentfd, w->tmpleaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    /* mkdirat honours the umask; an image is private whatever it is. */
     if (w->tmpfd < 0 || fchmod(w->tmpfd, 0700) < 0) {
         rc = -errno;
         say(w, "cannot open %s: %s", w->tmp, strerror(errno));
@@ -227,6 +258,25 @@ static int make_tmp(struct image_writer *w, const struct image_writer_opts *o)
     if (rc)
         say(w, "cannot create %s/%s: %s", w->tmp, name, strerror(-rc));
     return rc;
+}
+
+/* DIR's parent, walked and checked from "/" (pathtrust.h): an image is never
+ * written where someone else may rename or replace it. */
+static int open_parent(struct image_writer *w)
+{
+    char why[sizeof(w->msg)];
+    int fd = pathtrust_open_parent(w->dir, geteuid(), w->leaf, sizeof(w->leaf), why, sizeof(why));
+
+    if (fd == -EINVAL && w->dir[0] != '/') {
+        say(w, "%s: an image path must be absolute", w->dir);
+        return fd;
+    }
+    if (fd < 0) {
+        say(w, "cannot write an image at %s: %s", w->dir, why);
+        return fd;
+    }
+    w->parentfd = fd;
+    return 0;
 }
 
 int image_writer_begin(struct image_writer **out, const char *dir,
@@ -246,6 +296,7 @@ int image_writer_begin(struct image_writer **out, const char *dir,
     if (!w)
         return -ENOMEM;
     w->tmpfd = -1;
+    w->parentfd = -1;
     w->flags = o.flags;
     w->chunk_size = o.chunk_size ? o.chunk_size : DEFAULT_CHUNK;
     /* Trailing slashes would put the temp dir inside DIR. */
@@ -255,9 +306,12 @@ int image_writer_begin(struct image_writer **out, const char *dir,
         goto err;
     for (size_t n = strlen(w->dir); n > 1 && w->dir[n - 1] == '/'; n--)
         w->dir[n - 1] = '\0';
+    rc = open_parent(w);
+    if (rc)
+        goto err;
     rc = -EEXIST;
-    if (!(o.flags & IMAGE_OVERWRITE) && lstat(w->dir, &st) == 0) {
-        say(w, "%s already exists (use overwrite to replace it)", w->dir);
+    if (!(o.flags & IMAGE_OVERWRITE) && fstatat(w->parentfd, w->leaf, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        say(w, "%s already exists: an image goes to a directory that does not exist yet", w->dir);
         goto err;
     }
     rc = codec_ctx_new(&w->ctx, &o.codec);
@@ -403,6 +457,7 @@ static int stored_len_ok(const struct image_chunk *c, int have_parent)
     switch (c->codec) {
     case TCGPU_CODEC_ZERO: return c->stored_len == 0;
     case TCGPU_CODEC_PARENT: return c->stored_len == 0 && have_parent;
+    case TCGPU_CODEC_PATCH: return c->stored_len >= TCGPU_PATCH_HDR_LEN && have_parent;
     case TCGPU_CODEC_RAW: return c->stored_len == c->raw_len;
     case TCGPU_CODEC_ZSTD:
     case TCGPU_CODEC_BYTEGROUP:
@@ -435,8 +490,46 @@ static int check_chunk(struct image_writer *w, const struct image_chunk *c)
     return 0;
 }
 
+/* Keeps the chunk's block hashes; rec gets their place. 0, -EINVAL, -ENOMEM. */
+static int add_blocks(struct image_writer *w, struct image_chunk *rec, uint32_t block_size,
+                      const uint64_t *hashes)
+{
+    uint32_t n;
+
+    rec->nblocks = 0;
+    if (!hashes)
+        return 0;
+    if (block_size < TCGPU_PATCH_MIN_BLOCK || block_size > TCGPU_PATCH_MAX_BLOCK ||
+        (block_size & (block_size - 1)) || (w->block_size && w->block_size != block_size))
+        return -EINVAL;
+    w->block_size = block_size;
+    n = (uint32_t)((rec->raw_len + (uint64_t)block_size - 1) / block_size);
+    if (w->nblocks + n > w->blocks_cap) {
+        size_t cap = w->blocks_cap ? w->blocks_cap * 2 : 4096;
+        uint64_t *b;
+
+        while (cap < w->nblocks + n)
+            cap *= 2;
+        if (!(b = realloc(w->blocks, cap * sizeof(*b))))
+            return -ENOMEM;
+        w->blocks = b, w->blocks_cap = cap;
+    }
+    memcpy(w->blocks + w->nblocks, hashes, n * sizeof(*hashes));
+    rec->blocks_at = w->nblocks;
+    rec->nblocks = n;
+    w->nblocks += n;
+    return 0;
+}
+
 int image_writer_add_encoded(struct image_writer *w, const struct image_chunk *c,
                              const void *stored)
+{
+    return image_writer_add_encoded_blocks(w, c, stored, 0, NULL);
+}
+
+int image_writer_add_encoded_blocks(struct image_writer *w, const struct image_chunk *c,
+                                    const void *stored, uint32_t block_size,
+                                    const uint64_t *hashes)
 {
     struct image_chunk rec;
     int rc;
@@ -457,6 +550,8 @@ int image_writer_add_encoded(struct image_writer *w, const struct image_chunk *c
         w->chunks = n, w->chunk_cap = cap;
     }
     rec = *c;
+    if ((rc = add_blocks(w, &rec, block_size, hashes)) != 0)
+        return rc;
     rec.file = 0;
     rec.file_offset = c->stored_len ? iowriter_offset(w->data) : 0;
     if (c->stored_len) {
@@ -607,11 +702,29 @@ static void put_devhash(struct mbuf *b, const struct image_writer *w)
     mb_end_section(b, s);
 }
 
+static void put_blockhash(struct mbuf *b, const struct image_writer *w)
+{
+    size_t s = mb_section(b, TCGPU_IMG_SEC_BLOCKHASH, 0);
+
+    mb_int(b, w->block_size, 4);
+    mb_int(b, 0, 4);
+    mb_int(b, w->nchunks, 8);
+    for (size_t i = 0; i < w->nchunks; i++) {
+        const struct image_chunk *c = &w->chunks[i];
+
+        mb_int(b, c->nblocks ? 1 : 0, 1);
+        for (uint32_t k = 0; k < c->nblocks; k++)
+            mb_int(b, w->blocks[c->blocks_at + k], 8);
+    }
+    mb_end_section(b, s);
+}
+
 /* Serialises the whole manifest (header, sections, trailer) into `b`. */
 static void build_manifest(struct mbuf *b, const struct image_writer *w, uint64_t data_size)
 {
     int devhash = any_dev_hash(w);
-    uint32_t nsec = 4 + w->ndevs + (w->have_parent ? 1 : 0) + (devhash ? 1 : 0);
+    int blockhash = w->nblocks > 0;
+    uint32_t nsec = 4 + w->ndevs + (w->have_parent ? 1 : 0) + (devhash ? 1 : 0) + blockhash;
     XXH128_hash_t h;
     size_t s;
 
@@ -642,6 +755,8 @@ static void build_manifest(struct mbuf *b, const struct image_writer *w, uint64_
     put_chunks(b, w);
     if (devhash)
         put_devhash(b, w);
+    if (blockhash)
+        put_blockhash(b, w);
     mb_put(b, TCGPU_IMG_TRAILER_MAGIC, 8);
     if (b->oom)
         return;
@@ -687,7 +802,7 @@ static int replace_existing(struct image_writer *w)
         say(w, "%s exists and is not a tcgpu image: refusing to replace it", w->dir);
         return ok < 0 ? ok : -ENOTEMPTY;
     }
-    if (renameat2(AT_FDCWD, w->tmp, AT_FDCWD, w->dir, RENAME_EXCHANGE) < 0) {
+    if (renameat2(w->parentfd, w->tmpleaf, w->parentfd, w->leaf, RENAME_EXCHANGE) < 0) {
         rc = -errno;
         say(w, "cannot swap %s into %s: %s", w->tmp, w->dir, strerror(errno));
         return rc;
@@ -706,7 +821,7 @@ static int install(struct image_writer *w)
 {
     int rc;
 
-    if (renameat2(AT_FDCWD, w->tmp, AT_FDCWD, w->dir, RENAME_NOREPLACE) == 0) {
+    if (renameat2(w->parentfd, w->tmpleaf, w->parentfd, w->leaf, RENAME_NOREPLACE) == 0) {
         w->committed = 1;
         return 0;
     }
@@ -714,10 +829,23 @@ static int install(struct image_writer *w)
     if (rc == -EEXIST && (w->flags & IMAGE_OVERWRITE))
         return replace_existing(w);
     if (rc == -EEXIST)
-        say(w, "%s already exists (use overwrite to replace it)", w->dir);
+        say(w, "%s already exists (it appeared while the image was written): the image is "
+            "not kept", w->dir);
     else
         say(w, "cannot rename %s to %s: %s", w->tmp, w->dir, strerror(-rc));
     return rc;
+}
+
+/* fsync of the checked parent (an O_PATH descriptor cannot be fsynced itself). */
+static int fsync_parent(struct image_writer *w)
+{
+    int fd = openat(w->parentfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
+
+    if (fd < 0 || fsync(fd) < 0)
+        r = -errno;
+    if (fd >= 0)
+        close(fd);
+    return r;
 }
 
 static int fail_commit(struct image_writer *w, int rc)
@@ -759,7 +887,7 @@ int image_writer_commit(struct image_writer *w)
     if (rc)
         return fail_commit(w, rc);
     /* The rename itself is durable only once the parent directory is. */
-    if (fileio_fsync_parent(w->dir) < 0)
+    if (fsync_parent(w) < 0)
         say(w, "image committed but fsync of the directory holding %s failed", w->dir);
     close(w->tmpfd);
     w->tmpfd = -1;

@@ -1,31 +1,14 @@
 /*
- * policy.c - tcgpud's decisions; see policy.h for the model and the rules.
- *
- * Per-device used/claimed bytes and per-project-per-device usage are kept
- * up to date incrementally: every change to a job's memory, state, device or
- * request goes through unaccount() ... account(), so the sums never drift,
- * and policy_check() recomputes them from scratch to prove it.
+ * policy.c - the policy's state: the action list, devices, projects, jobs
+ * and their accounting, names, and the self-checks. The rules are in
+ * policy.h; internal.h says which file holds which part of them.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy.h"
-
-struct policy {
-    struct pol_config cfg;
-    int ndev;
-    uint64_t *cap;
-    uint64_t *used;               /* per device */
-    uint64_t *claimed;            /* per device */
-    int nproj, projcap;
-    struct pol_project *proj;
-    uint64_t *proj_used;          /* [proj * ndev + dev] */
-    struct pol_job *jobs;
-    size_t njobs, jobcap;
-    unsigned char *may_wait;      /* parallel to jobs */
-};
+#include "internal.h"
 
 /* ---------------------------------------------------------------------------
  * Action lists
@@ -43,8 +26,8 @@ void pol_actions_free(struct pol_actions *a)
     memset(a, 0, sizeof(*a));
 }
 
-static void push(struct pol_actions *out, enum pol_act_kind kind, const struct pol_job *j,
-                 uint64_t for_job, uint64_t bytes, enum pol_why why)
+void pol_push(struct pol_actions *out, enum pol_act_kind kind, const struct pol_job *j,
+              uint64_t for_job, uint64_t bytes, enum pol_why why)
 {
     if (out->n == out->cap) {
         size_t cap = out->cap ? out->cap * 2 : 16;
@@ -76,40 +59,61 @@ static uint64_t contrib_claimed(const struct pol_job *j)
     return j->device >= 0 && j->req == POL_REQ_PREEMPTING ? j->want : 0;
 }
 
-static void account(struct policy *p, const struct pol_job *j)
+/* A job's share counts where it holds memory; a requester that holds none
+ * yet claims its share while its victims suspend. */
+static unsigned contrib_compute(const struct pol_job *j)
 {
-    if (j->device < 0)
-        return;
-    p->used[j->device] += contrib_used(j);
-    p->claimed[j->device] += contrib_claimed(j);
-    p->proj_used[(size_t)j->project * p->ndev + j->device] += contrib_used(j);
+    return contrib_used(j) ? pol_job_share(j) : 0;
 }
 
-static void unaccount(struct policy *p, const struct pol_job *j)
+static unsigned contrib_compute_claimed(const struct pol_job *j)
 {
+    return !contrib_used(j) && contrib_claimed(j) ? pol_job_share(j) : 0;
+}
+
+void pol_account(struct policy *p, const struct pol_job *j)
+{
+    size_t k;
+
     if (j->device < 0)
         return;
+    k = (size_t)j->project * p->ndev + j->device;
+    p->used[j->device] += contrib_used(j);
+    p->claimed[j->device] += contrib_claimed(j);
+    p->compute[j->device] += contrib_compute(j);
+    p->compute_claimed[j->device] += contrib_compute_claimed(j);
+    p->proj_used[k] += contrib_used(j);
+    p->proj_claimed[k] += contrib_claimed(j);
+}
+
+void pol_unaccount(struct policy *p, const struct pol_job *j)
+{
+    size_t k;
+
+    if (j->device < 0)
+        return;
+    k = (size_t)j->project * p->ndev + j->device;
     p->used[j->device] -= contrib_used(j);
     p->claimed[j->device] -= contrib_claimed(j);
-    p->proj_used[(size_t)j->project * p->ndev + j->device] -= contrib_used(j);
+    p->compute[j->device] -= contrib_compute(j);
+    p->compute_claimed[j->device] -= contrib_compute_claimed(j);
+    p->proj_used[k] -= contrib_used(j);
+    p->proj_claimed[k] -= contrib_claimed(j);
 }
 
 /* Recompute every sum from the jobs (after devices or projects were added). */
 static void recount(struct policy *p)
 {
+    size_t cells = (size_t)p->nproj * p->ndev;
+
     memset(p->used, 0, (size_t)p->ndev * sizeof(*p->used));
     memset(p->claimed, 0, (size_t)p->ndev * sizeof(*p->claimed));
-    if (p->proj_used)
-        memset(p->proj_used, 0, (size_t)p->nproj * p->ndev * sizeof(*p->proj_used));
+    memset(p->compute, 0, (size_t)p->ndev * sizeof(*p->compute));
+    memset(p->compute_claimed, 0, (size_t)p->ndev * sizeof(*p->compute_claimed));
+    memset(p->proj_used, 0, cells * sizeof(*p->proj_used));
+    memset(p->proj_claimed, 0, cells * sizeof(*p->proj_claimed));
     for (size_t i = 0; i < p->njobs; i++)
-        account(p, &p->jobs[i]);
-}
-
-static uint64_t dev_free(const struct policy *p, int dev)
-{
-    uint64_t taken = p->used[dev] + p->claimed[dev];
-
-    return taken >= p->cap[dev] ? 0 : p->cap[dev] - taken;
+        pol_account(p, &p->jobs[i]);
 }
 
 uint64_t pol_project_reserved(const struct pol_project *pr, int dev)
@@ -120,22 +124,39 @@ uint64_t pol_project_reserved(const struct pol_project *pr, int dev)
     return 0;
 }
 
+uint64_t pol_project_lendable(const struct pol_project *pr, int dev)
+{
+    uint64_t r = pol_project_reserved(pr, dev), l;
+
+    if (!(pr->quota_flags & POL_Q_LENDING_LIMIT))
+        return r;
+    l = pr->lend_pct ? r / 100 * pr->lend_pct + r % 100 * pr->lend_pct / 100 : pr->lend_bytes;
+    return l < r ? l : r;
+}
+
 uint64_t policy_reserved(const struct policy *p, int idx, int dev)
 {
-    if (idx < 0 || idx >= p->nproj)
+    if (idx < 0 || idx >= p->nproj || dev < 0 || dev >= p->ndev)
         return 0;
-    return pol_project_reserved(&p->proj[idx], dev);
+    return pol_res(p, idx, dev);
 }
 
 uint64_t policy_project_used(const struct policy *p, int idx, int dev)
 {
     if (idx < 0 || idx >= p->nproj || dev < 0 || dev >= p->ndev)
         return 0;
-    return p->proj_used[(size_t)idx * p->ndev + dev];
+    return pol_pu(p, idx, dev);
+}
+
+uint64_t policy_room(const struct policy *p, int idx, int dev)
+{
+    if (idx < 0 || idx >= p->nproj || dev < 0 || dev >= p->ndev)
+        return 0;
+    return pol_room(p, NULL, idx, dev, 0);
 }
 
 /* ---------------------------------------------------------------------------
- * Set-up: devices, projects, jobs
+ * Set-up: devices, projects
  * ------------------------------------------------------------------------- */
 
 struct policy *policy_new(const struct pol_config *cfg)
@@ -154,26 +175,50 @@ void policy_free(struct policy *p)
     free(p->cap);
     free(p->used);
     free(p->claimed);
+    free(p->compute);
+    free(p->compute_claimed);
     free(p->proj);
+    free(p->cohort);
     free(p->proj_used);
+    free(p->proj_claimed);
+    free(p->reserved);
+    free(p->unlendable);
     free(p->jobs);
     free(p->may_wait);
+    free(p->hkey);
+    free(p->hval);
     free(p);
 }
 
-/* Grow the per-device arrays and the project matrix to n devices / m projects. */
+const struct pol_config *policy_config(const struct policy *p)
+{
+    return &p->cfg;
+}
+
+/* Grow the per-device arrays and the project matrices to ndev devices / nproj projects. */
 static int resize(struct policy *p, int ndev, int nproj)
 {
+    size_t cells = (size_t)(nproj ? nproj : 1) * ndev;
     uint64_t *cap = calloc((size_t)ndev, sizeof(*cap));
     uint64_t *used = calloc((size_t)ndev, sizeof(*used));
     uint64_t *claimed = calloc((size_t)ndev, sizeof(*claimed));
-    uint64_t *pu = calloc((size_t)(nproj ? nproj : 1) * ndev, sizeof(*pu));
+    unsigned *compute = calloc((size_t)ndev, sizeof(*compute));
+    unsigned *compute_claimed = calloc((size_t)ndev, sizeof(*compute_claimed));
+    uint64_t *pu = calloc(cells, sizeof(*pu));
+    uint64_t *pc = calloc(cells, sizeof(*pc));
+    uint64_t *res = calloc(cells, sizeof(*res));
+    uint64_t *unl = calloc(cells, sizeof(*unl));
 
-    if (!cap || !used || !claimed || !pu) {
+    if (!cap || !used || !claimed || !compute || !compute_claimed || !pu || !pc || !res || !unl) {
         free(cap);
         free(used);
         free(claimed);
+        free(compute);
+        free(compute_claimed);
         free(pu);
+        free(pc);
+        free(res);
+        free(unl);
         return -ENOMEM;
     }
     if (p->ndev)
@@ -181,13 +226,32 @@ static int resize(struct policy *p, int ndev, int nproj)
     free(p->cap);
     free(p->used);
     free(p->claimed);
+    free(p->compute);
+    free(p->compute_claimed);
     free(p->proj_used);
+    free(p->proj_claimed);
+    free(p->reserved);
+    free(p->unlendable);
     p->cap = cap;
     p->used = used;
     p->claimed = claimed;
+    p->compute = compute;
+    p->compute_claimed = compute_claimed;
     p->proj_used = pu;
+    p->proj_claimed = pc;
+    p->reserved = res;
+    p->unlendable = unl;
     p->ndev = ndev;
     p->nproj = nproj;
+    /* the reservations as a matrix: looked up for every project on every decision */
+    for (int q = 0; q < nproj && q < p->nproj; q++) {
+        for (int d = 0; d < ndev; d++) {
+            size_t k = (size_t)q * ndev + d;
+            res[k] = pol_project_reserved(&p->proj[q], d);
+            if (p->proj[q].quota_flags & POL_Q_LENDING_LIMIT)
+                unl[k] = res[k] - pol_project_lendable(&p->proj[q], d);
+        }
+    }
     recount(p);
     return 0;
 }
@@ -224,6 +288,11 @@ uint64_t policy_device_claimed(const struct policy *p, int dev)
     return dev >= 0 && dev < p->ndev ? p->claimed[dev] : 0;
 }
 
+unsigned policy_device_compute(const struct policy *p, int dev)
+{
+    return dev >= 0 && dev < p->ndev ? p->compute[dev] : 0;
+}
+
 int policy_project_find(const struct policy *p, const char *name)
 {
     for (int i = 0; i < p->nproj; i++)
@@ -232,26 +301,57 @@ int policy_project_find(const struct policy *p, const char *name)
     return -1;
 }
 
+static int valid_project(const struct policy *p, const struct pol_project *proj)
+{
+    if (!proj->name[0] || memchr(proj->name, '\0', POL_NAME_MAX) == NULL ||
+        memchr(proj->cohort, '\0', POL_NAME_MAX) == NULL ||
+        policy_project_find(p, proj->name) >= 0 || proj->nreserve < 0 ||
+        proj->nreserve > POL_MAX_RESERVE || proj->lend_pct > 100 || proj->weight > 1000 ||
+        proj->compute > POL_COMPUTE_FULL)
+        return 0;
+    for (int i = 0; i < proj->nreserve; i++)
+        if (proj->reserve[i].device < 0 || proj->reserve[i].device >= POL_MAX_DEVICES)
+            return 0;
+    return 1;
+}
+
+/* The cohort number of a new project: that of the first project naming the same cohort. */
+static int cohort_number(const struct policy *p, const char *cohort)
+{
+    int next = 0;
+
+    if (!cohort[0])
+        return -1;
+    for (int i = 0; i < p->nproj; i++) {
+        if (p->cohort[i] >= next)
+            next = p->cohort[i] + 1;
+        if (!strcmp(p->proj[i].cohort, cohort))
+            return p->cohort[i];
+    }
+    return next;
+}
+
 int policy_add_project(struct policy *p, const struct pol_project *proj)
 {
     int r;
 
-    if (!proj->name[0] || memchr(proj->name, '\0', POL_NAME_MAX) == NULL ||
-        policy_project_find(p, proj->name) >= 0 || proj->nreserve < 0 || proj->nreserve > 8)
+    if (!valid_project(p, proj))
         return -EINVAL;
-    for (int i = 0; i < proj->nreserve; i++)
-        if (proj->reserve[i].device < 0 || proj->reserve[i].device >= POL_MAX_DEVICES)
-            return -EINVAL;
     if (p->nproj == p->projcap) {
         int cap = p->projcap ? p->projcap * 2 : 8;
         struct pol_project *v = realloc(p->proj, (size_t)cap * sizeof(*v));
         if (!v)
             return -ENOMEM;
         p->proj = v;
+        int *c = realloc(p->cohort, (size_t)cap * sizeof(*c));
+        if (!c)
+            return -ENOMEM;
+        p->cohort = c;
         p->projcap = cap;
     }
+    p->cohort[p->nproj] = cohort_number(p, proj->cohort);
     p->proj[p->nproj] = *proj;
-    /* The matrix gains a row; nothing uses the project yet. */
+    /* The matrices gain a row; nothing uses the project yet. */
     if ((r = resize(p, p->ndev, p->nproj + 1)) < 0)
         return r;
     return p->nproj - 1;
@@ -267,67 +367,150 @@ const struct pol_project *policy_project(const struct policy *p, int idx)
     return idx >= 0 && idx < p->nproj ? &p->proj[idx] : NULL;
 }
 
-static struct pol_job *find(struct policy *p, uint64_t id)
+/* ---------------------------------------------------------------------------
+ * Jobs
+ * ------------------------------------------------------------------------- */
+
+static size_t slot_of(uint64_t id, size_t cap)
 {
+    return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 17) & (cap - 1);
+}
+
+static void hash_put(struct policy *p, uint64_t id, size_t idx)
+{
+    size_t k = slot_of(id, p->hcap);
+
+    while (p->hkey[k] && p->hkey[k] != id)
+        k = (k + 1) & (p->hcap - 1);
+    p->hkey[k] = id;
+    p->hval[k] = idx;
+}
+
+/* Rebuild the index for cap slots (jobs moved, or more room). 0 or -ENOMEM. */
+static int hash_rebuild(struct policy *p, size_t cap)
+{
+    if (cap != p->hcap) {
+        uint64_t *k = calloc(cap, sizeof(*k));
+        size_t *v = malloc(cap * sizeof(*v));
+        if (!k || !v) {
+            free(k);
+            free(v);
+            return -ENOMEM;
+        }
+        free(p->hkey);
+        free(p->hval);
+        p->hkey = k;
+        p->hval = v;
+        p->hcap = cap;
+    } else {
+        memset(p->hkey, 0, cap * sizeof(*p->hkey));
+    }
     for (size_t i = 0; i < p->njobs; i++)
-        if (p->jobs[i].id == id)
-            return &p->jobs[i];
+        hash_put(p, p->jobs[i].id, i);
+    return 0;
+}
+
+struct pol_job *pol_find(struct policy *p, uint64_t id)
+{
+    if (!p->hcap || !id)
+        return NULL;
+    for (size_t k = slot_of(id, p->hcap); p->hkey[k]; k = (k + 1) & (p->hcap - 1))
+        if (p->hkey[k] == id)
+            return &p->jobs[p->hval[k]];
     return NULL;
 }
 
-static size_t index_of(const struct policy *p, const struct pol_job *j)
+size_t pol_gang_of(const struct policy *p, const struct pol_job *j, size_t *out)
 {
-    return (size_t)(j - p->jobs);
+    size_t n = 0;
+
+    if (!j->gang) {
+        out[0] = pol_index(p, j);
+        return 1;
+    }
+    for (size_t i = 0; i < p->njobs; i++)
+        if (p->jobs[i].gang == j->gang)
+            out[n++] = i;
+    return n;
+}
+
+int pol_resumable(const struct pol_job *j, uint64_t now)
+{
+    return j->state == POL_SUSPENDED && j->req == POL_REQ_NONE && now >= j->retry_ns &&
+           (j->suspended_by == POL_BY_POLICY || j->auto_resume);
+}
+
+static int valid_spec(const struct policy *p, const struct pol_job_spec *s)
+{
+    return s->id != 0 && s->project >= 0 && s->project < p->nproj &&
+           s->device >= POL_DEVICE_ANY && s->device < p->ndev &&
+           (s->state == POL_RUNNING || s->state == POL_SUSPENDED) &&
+           !(s->state == POL_SUSPENDED && s->device < 0) && s->compute <= POL_COMPUTE_FULL;
+}
+
+static int grow_jobs(struct policy *p)
+{
+    size_t cap = p->jobcap ? p->jobcap * 2 : 64;
+    struct pol_job *v = realloc(p->jobs, cap * sizeof(*v));
+    unsigned char *w;
+
+    if (!v)
+        return -ENOMEM;
+    p->jobs = v;
+    w = realloc(p->may_wait, cap);
+    if (!w)
+        return -ENOMEM;
+    p->may_wait = w;
+    if (hash_rebuild(p, cap * 4) < 0)
+        return -ENOMEM;
+    p->jobcap = cap;
+    return 0;
 }
 
 int policy_admit(struct policy *p, const struct pol_job_spec *s, uint64_t now)
 {
     struct pol_job *j;
+    int r;
 
-    if (s->id == 0 || s->project < 0 || s->project >= p->nproj ||
-        s->device < POL_DEVICE_ANY || s->device >= p->ndev ||
-        (s->state != POL_RUNNING && s->state != POL_SUSPENDED) ||
-        (s->state == POL_SUSPENDED && s->device < 0))
+    if (!valid_spec(p, s))
         return -EINVAL;
-    if (find(p, s->id))
+    if (pol_find(p, s->id))
         return -EEXIST;
-    if (p->njobs == p->jobcap) {
-        size_t cap = p->jobcap ? p->jobcap * 2 : 64;
-        struct pol_job *v = realloc(p->jobs, cap * sizeof(*v));
-        if (!v)
-            return -ENOMEM;
-        p->jobs = v;
-        unsigned char *w = realloc(p->may_wait, cap);
-        if (!w)
-            return -ENOMEM;
-        p->may_wait = w;
-        p->jobcap = cap;
-    }
+    if (p->njobs == p->jobcap && (r = grow_jobs(p)) < 0)
+        return r;
     j = &p->jobs[p->njobs];
     *j = (struct pol_job){
         .id = s->id, .project = s->project, .priority = s->priority, .device = s->device,
-        .limit = s->limit, .mem = s->mem, .state = s->state, .start_ns = now, .since_ns = now,
-        .queued_ns = now, .run_ns = s->run_ns, .preemptions = s->preemptions,
+        .limit = s->limit, .compute = s->compute, .gang = s->gang, .mem = s->mem,
+        .state = s->state, .start_ns = now, .since_ns = now, .queued_ns = now,
+        .run_ns = s->run_ns, .preemptions = s->preemptions,
     };
     if (s->state == POL_SUSPENDED) {
         j->suspended_by = s->suspended_by ? s->suspended_by : POL_BY_POLICY;
         j->why = j->suspended_by == POL_BY_MANUAL ? POL_WHY_MANUAL : POL_WHY_PRIORITY;
         j->auto_resume = s->auto_resume;
+        /* As after policy_job_suspended(): `now` is when it was suspended
+         * (tcgpud re-learning it), and its requester comes first. */
+        if (j->suspended_by == POL_BY_POLICY)
+            j->retry_ns = now + p->cfg.min_runtime_ns;
     }
     p->may_wait[p->njobs] = 0;
+    hash_put(p, j->id, p->njobs);
     p->njobs++;
-    account(p, j);
+    pol_account(p, j);
     return 0;
 }
 
-static void remove_job(struct policy *p, struct pol_job *j)
+void pol_remove_job(struct policy *p, struct pol_job *j);
+void pol_remove_job(struct policy *p, struct pol_job *j)
 {
-    size_t i = index_of(p, j);
+    size_t i = pol_index(p, j);
 
-    unaccount(p, j);
+    pol_unaccount(p, j);
     memmove(&p->jobs[i], &p->jobs[i + 1], (p->njobs - i - 1) * sizeof(*p->jobs));
     memmove(&p->may_wait[i], &p->may_wait[i + 1], p->njobs - i - 1);
     p->njobs--;
+    hash_rebuild(p, p->hcap);           /* the same size: cannot fail */
 }
 
 size_t policy_job_count(const struct policy *p)
@@ -342,7 +525,7 @@ const struct pol_job *policy_job_at(const struct policy *p, size_t i)
 
 const struct pol_job *policy_job(const struct policy *p, uint64_t id)
 {
-    return find((struct policy *)p, id);
+    return pol_find((struct policy *)p, id);
 }
 
 uint64_t policy_job_runtime(const struct pol_job *j, uint64_t now)
@@ -361,21 +544,21 @@ int policy_job_borrowing(const struct policy *p, const struct pol_job *j)
 
 int policy_set_usage(struct policy *p, uint64_t id, uint64_t bytes)
 {
-    struct pol_job *j = find(p, id);
+    struct pol_job *j = pol_find(p, id);
 
     if (!j)
         return -ENOENT;
     if (j->state != POL_RUNNING || j->req != POL_REQ_NONE || j->device < 0)
         return 0;
-    unaccount(p, j);
+    pol_unaccount(p, j);
     j->mem = bytes;
-    account(p, j);
+    pol_account(p, j);
     return 0;
 }
 
 int policy_set_limit(struct policy *p, uint64_t id, uint64_t limit)
 {
-    struct pol_job *j = find(p, id);
+    struct pol_job *j = pol_find(p, id);
 
     if (!j)
         return -ENOENT;
@@ -383,676 +566,32 @@ int policy_set_limit(struct policy *p, uint64_t id, uint64_t limit)
     return 0;
 }
 
-/* ---------------------------------------------------------------------------
- * Victims
- * ------------------------------------------------------------------------- */
-
-struct pick {
-    size_t *idx;                  /* chosen victims, in order */
-    size_t n;
-    uint64_t freed;
-};
-
-/* Jobs on device dev, in admission order, into idx (room for njobs). */
-static size_t jobs_on(const struct policy *p, int dev, size_t *idx)
+int policy_job_relocate(struct policy *p, uint64_t id, int device)
 {
-    size_t n = 0;
-
-    for (size_t i = 0; i < p->njobs; i++)
-        if (p->jobs[i].device == dev)
-            idx[n++] = i;
-    return n;
-}
-
-static int may_be_victim(const struct policy *p, const struct pol_job *v, uint64_t now)
-{
-    return v->state == POL_RUNNING && v->req == POL_REQ_NONE && v->mem > 0 &&
-           now >= v->since_ns && now - v->since_ns >= p->cfg.min_runtime_ns;
-}
-
-/*
- * Class of V as a victim for R (policy.h, "Preemption"): 0 a borrower,
- * 1 a protected job, -1 not eligible. tent_used is V's project's usage on
- * the device with the victims picked so far taken off.
- */
-static int victim_class(const struct policy *p, const struct pol_job *r, int reclaim,
-                        const struct pol_job *v, uint64_t tent_used, enum pol_why *why)
-{
-    int borrowing = tent_used > policy_reserved(p, v->project, v->device);
-
-    if (borrowing && (reclaim || r->priority > v->priority)) {
-        *why = reclaim ? POL_WHY_RECLAIM : POL_WHY_PRIORITY;
-        return 0;
-    }
-    if (!borrowing && reclaim && r->priority > v->priority) {
-        *why = POL_WHY_PRIORITY;
-        return 1;
-    }
-    return -1;
-}
-
-/* Is a a better victim than b (both of class ca, cb)? */
-static int better_victim(const struct pol_job *a, int ca, const struct pol_job *b, int cb)
-{
-    if (ca != cb)
-        return ca < cb;
-    if (a->priority != b->priority)
-        return a->priority < b->priority;
-    if (a->since_ns != b->since_ns)           /* later resume = less work lost */
-        return a->since_ns > b->since_ns;
-    return a->id > b->id;
-}
-
-/*
- * Choose victims on dev among cand[0..n) that free at least `need` bytes for
- * r (which asks for `bytes`). Fills pk (idx has room for n) and why[] (per
- * job index). Returns 1 when enough were found, 0 otherwise.
- */
-static int select_victims(struct policy *p, const struct pol_job *r, int dev, uint64_t bytes,
-                          uint64_t need, const size_t *cand, size_t n, uint64_t now,
-                          struct pick *pk, enum pol_why *why_of, uint64_t *tent)
-{
-    uint64_t r_used = policy_project_used(p, r->project, dev) + (r->device == dev ? 0 : r->mem);
-    int reclaim = r_used + bytes <= policy_reserved(p, r->project, dev);
-    unsigned char *taken = calloc(n ? n : 1, 1);
-
-    pk->n = 0;
-    pk->freed = 0;
-    if (!taken)
-        return 0;
-    for (int i = 0; i < p->nproj; i++)
-        tent[i] = policy_project_used(p, i, dev);
-    while (pk->freed < need) {
-        long best = -1;
-        int best_cls = 0;
-        enum pol_why best_why = POL_WHY_NONE;
-
-        for (size_t k = 0; k < n; k++) {
-            const struct pol_job *v = &p->jobs[cand[k]];
-            enum pol_why w;
-            int cls;
-            if (taken[k] || v == r || !may_be_victim(p, v, now))
-                continue;
-            cls = victim_class(p, r, reclaim, v, tent[v->project], &w);
-            if (cls < 0)
-                continue;
-            if (best < 0 || better_victim(v, cls, &p->jobs[cand[best]], best_cls)) {
-                best = (long)k;
-                best_cls = cls;
-                best_why = w;
-            }
-        }
-        if (best < 0)
-            break;
-        taken[best] = 1;
-        const struct pol_job *v = &p->jobs[cand[best]];
-        pk->idx[pk->n++] = cand[best];
-        why_of[cand[best]] = best_why;
-        pk->freed += v->mem;
-        tent[v->project] -= v->mem;
-    }
-    free(taken);
-    return pk->freed >= need;
-}
-
-/* Mark the picked victims SUSPENDING for r and emit their SUSPEND actions. */
-static void start_preemption(struct policy *p, struct pol_job *r, uint64_t bytes,
-                             const struct pick *pk, const enum pol_why *why_of,
-                             struct pol_actions *out)
-{
-    for (size_t k = 0; k < pk->n; k++) {
-        struct pol_job *v = &p->jobs[pk->idx[k]];
-        v->state = POL_SUSPENDING;      /* still holds its memory: sums unchanged */
-        v->suspended_by = POL_BY_POLICY;
-        v->why = why_of[pk->idx[k]];
-        v->for_job = r->id;
-        v->suspended_for = r->id;
-        v->auto_resume = 0;
-        push(out, POL_ACT_SUSPEND, v, r->id, v->mem, v->why);
-    }
-    unaccount(p, r);
-    r->req = POL_REQ_PREEMPTING;
-    r->want = bytes;
-    r->victims_pending = (unsigned)pk->n;
-    r->victim_failed = 0;
-    r->failed_victim = 0;
-    account(p, r);
-}
-
-/* ---------------------------------------------------------------------------
- * Requests
- * ------------------------------------------------------------------------- */
-
-static void grant(struct policy *p, struct pol_job *j, int dev, uint64_t bytes, enum pol_why why,
-                  uint64_t now, struct pol_actions *out)
-{
-    unaccount(p, j);
-    if (j->mem == 0)
-        j->since_ns = now;              /* its first memory: nothing to lose before this */
-    j->device = dev;
-    j->mem += bytes;
-    j->req = POL_REQ_NONE;
-    j->want = 0;
-    j->victims_pending = 0;
-    account(p, j);
-    push(out, POL_ACT_GRANT, j, 0, bytes, why);
-}
-
-static void end_request(struct policy *p, struct pol_job *j)
-{
-    unaccount(p, j);
-    j->req = POL_REQ_NONE;
-    j->want = 0;
-    j->victims_pending = 0;
-    account(p, j);
-}
-
-/* The device with the least room left after placing bytes (best fit), or -1. */
-static int best_fit(const struct policy *p, uint64_t bytes, const unsigned char *blocked)
-{
-    int best = -1;
-    uint64_t best_left = 0;
-
-    for (int d = 0; d < p->ndev; d++) {
-        uint64_t f = dev_free(p, d);
-        if ((blocked && blocked[d]) || f < bytes)
-            continue;
-        if (best < 0 || f - bytes < best_left) {
-            best = d;
-            best_left = f - bytes;
-        }
-    }
-    return best;
-}
-
-/* Try to make room for j (bytes on dev) among the jobs cand[0..n) on dev.
- * 1: started; 0: no way; -ENOMEM. */
-static int preempt_among(struct policy *p, struct pol_job *j, int dev, uint64_t bytes,
-                         uint64_t freemem, const size_t *cand, size_t n, enum pol_why *why_of,
-                         uint64_t now, struct pol_actions *out)
-{
-    size_t *picked = malloc((n ? n : 1) * sizeof(*picked));
-    uint64_t *tent = calloc((size_t)(p->nproj ? p->nproj : 1), sizeof(*tent));
-    struct pick pk = { .idx = picked };
-    int r = -ENOMEM;
-
-    if (!picked || !why_of || !tent)
-        goto out;
-    r = 0;
-    if (select_victims(p, j, dev, bytes, bytes - freemem, cand, n, now, &pk, why_of, tent)) {
-        if (j->device < 0) {            /* an unplaced job lands where room is made */
-            unaccount(p, j);
-            j->device = dev;
-            account(p, j);
-        }
-        start_preemption(p, j, bytes, &pk, why_of, out);
-        r = 1;
-    }
-out:
-    free(picked);
-    free(tent);
-    return r;
-}
-
-static int try_preempt_on(struct policy *p, struct pol_job *j, int dev, uint64_t bytes,
-                          uint64_t freemem, uint64_t now, struct pol_actions *out)
-{
-    size_t *cand;
-    enum pol_why *why_of;
-    int r = -ENOMEM;
-
-    if (p->cfg.no_preemption)
-        return 0;
-    cand = malloc((p->njobs ? p->njobs : 1) * sizeof(*cand));
-    why_of = malloc((p->njobs ? p->njobs : 1) * sizeof(*why_of));   /* written before read */
-    if (cand && why_of)
-        r = preempt_among(p, j, dev, bytes, freemem, cand, jobs_on(p, dev, cand), why_of, now, out);
-    free(cand);
-    free(why_of);
-    return r;
-}
-
-/* Preemption for an unplaced job: the devices with most free memory first.
- * Jobs are bucketed by device once (counting sort), so that trying hundreds
- * of devices costs one pass over the jobs, not one per device. */
-static int try_preempt_any(struct policy *p, struct pol_job *j, uint64_t bytes, uint64_t now,
-                           struct pol_actions *out)
-{
-    size_t nd = (size_t)(p->ndev ? p->ndev : 1);
-    size_t *start = calloc(nd + 1, sizeof(*start));
-    size_t *order = malloc((p->njobs ? p->njobs : 1) * sizeof(*order));
-    size_t *fill = calloc(nd, sizeof(*fill));
-    unsigned char *tried = calloc(nd, 1);
-    enum pol_why *why_of = malloc((p->njobs ? p->njobs : 1) * sizeof(*why_of));
-    int r = -ENOMEM;
-
-    if (p->cfg.no_preemption) {
-        r = 0;
-        goto out;
-    }
-    if (!start || !order || !fill || !tried || !why_of)
-        goto out;
-    for (size_t i = 0; i < p->njobs; i++)
-        if (p->jobs[i].device >= 0)
-            start[p->jobs[i].device + 1]++;
-    for (size_t d = 0; d < nd; d++)
-        start[d + 1] += start[d];
-    for (size_t i = 0; i < p->njobs; i++) {
-        int d = p->jobs[i].device;
-        if (d >= 0)
-            order[start[d] + fill[d]++] = i;
-    }
-    r = 0;
-    for (int round = 0; round < p->ndev && r == 0; round++) {
-        int best = -1;
-        for (int d = 0; d < p->ndev; d++)
-            if (!tried[d] && p->cap[d] >= bytes && (best < 0 || dev_free(p, d) > dev_free(p, best)))
-                best = d;
-        if (best < 0)
-            break;
-        tried[best] = 1;
-        r = preempt_among(p, j, best, bytes, dev_free(p, best), order + start[best],
-                          start[best + 1] - start[best], why_of, now, out);
-    }
-out:
-    free(why_of);
-    free(start);
-    free(order);
-    free(fill);
-    free(tried);
-    return r;
-}
-
-static int project_may_take(const struct policy *p, const struct pol_job *j, int dev, uint64_t bytes)
-{
-    const struct pol_project *pr = &p->proj[j->project];
-
-    if (pr->may_borrow || dev < 0)
-        return 1;
-    return policy_project_used(p, j->project, dev) + bytes <= policy_reserved(p, j->project, dev);
-}
-
-/*
- * The decision for a request (new, or retried by tick/acks). in_tick: a
- * waiting request that still does not fit stays waiting silently.
- * Returns 1 when the request was settled or preemption started, 0 when it
- * waits or was denied, -ENOMEM.
- */
-static int decide(struct policy *p, struct pol_job *j, uint64_t bytes, uint64_t observed_free,
-                  int in_tick, uint64_t now, struct pol_actions *out)
-{
-    int dev = j->device;
-    int r;
-
-    if (dev < 0) {
-        int d = best_fit(p, bytes, NULL);
-        if (d >= 0) {
-            grant(p, j, d, bytes, POL_WHY_FITS, now, out);
-            return 1;
-        }
-        r = try_preempt_any(p, j, bytes, now, out);
-    } else {
-        uint64_t f = dev_free(p, dev);
-        if (j->req == POL_REQ_PREEMPTING)
-            f += j->want;               /* its own claim is room for itself */
-        if (observed_free != POL_FREE_UNKNOWN && observed_free < f)
-            f = observed_free;
-        if (!project_may_take(p, j, dev, bytes)) {
-            end_request(p, j);
-            push(out, POL_ACT_DENY, j, 0, bytes, POL_WHY_NO_BORROW);
-            return 0;
-        }
-        if (bytes <= f) {
-            grant(p, j, dev, bytes, j->req == POL_REQ_PREEMPTING ? POL_WHY_PREEMPTED : POL_WHY_FITS,
-                  now, out);
-            return 1;
-        }
-        if (j->req == POL_REQ_PREEMPTING)
-            end_request(p, j);
-        r = try_preempt_on(p, j, dev, bytes, f, now, out);
-    }
-    if (r != 0)
-        return r;
-    if (p->may_wait[index_of(p, j)]) {
-        if (j->req != POL_REQ_WAITING) {
-            unaccount(p, j);
-            j->req = POL_REQ_WAITING;
-            j->want = bytes;
-            j->queued_ns = now;
-            account(p, j);
-            push(out, POL_ACT_WAIT, j, 0, bytes, POL_WHY_NO_ROOM);
-        }
-        return 0;
-    }
-    (void)in_tick;
-    end_request(p, j);
-    push(out, POL_ACT_DENY, j, 0, bytes, POL_WHY_NO_ROOM);
-    return 0;
-}
-
-int policy_request(struct policy *p, uint64_t id, int device, uint64_t bytes,
-                   uint64_t observed_free, int may_wait, uint64_t now, struct pol_actions *out)
-{
-    struct pol_job *j = find(p, id);
-    int r;
+    struct pol_job *j = pol_find(p, id);
 
     if (!j)
         return -ENOENT;
-    if (bytes == 0 || device < POL_DEVICE_ANY || device >= p->ndev)
+    if (device < 0 || device >= p->ndev)
         return -EINVAL;
+    if (j->device == device)
+        return 0;
     if (j->state != POL_RUNNING || j->req != POL_REQ_NONE)
         return -EBUSY;
-    if (device != POL_DEVICE_ANY && device != j->device) {
-        if (j->mem != 0 && j->device >= 0)
-            return -EINVAL;             /* one device per job */
-        unaccount(p, j);
-        j->device = device;
-        account(p, j);
-    }
-    if (j->limit && !p->proj[j->project].may_borrow && j->mem + bytes > j->limit) {
-        push(out, POL_ACT_DENY, j, 0, bytes, POL_WHY_NO_BORROW);
-        return out->oom ? -ENOMEM : 0;
-    }
-    p->may_wait[index_of(p, j)] = may_wait != 0;
-    r = decide(p, j, bytes, observed_free, 0, now, out);
-    return r < 0 ? r : out->oom ? -ENOMEM : 0;
-}
-
-int policy_request_cancel(struct policy *p, uint64_t id, uint64_t now, struct pol_actions *out)
-{
-    struct pol_job *j = find(p, id);
-
-    (void)now;
-    if (!j)
-        return -ENOENT;
-    if (j->req == POL_REQ_NONE)
-        return -EINVAL;
-    uint64_t want = j->want;
-    end_request(p, j);
-    push(out, POL_ACT_DENY, j, 0, want, POL_WHY_CANCELLED);
+    pol_unaccount(p, j);
+    j->device = device;
+    pol_account(p, j);
     return 0;
 }
 
-/* A requester whose last victim has answered: grant, deny, or decide again. */
-static int finish_preemption(struct policy *p, struct pol_job *r, uint64_t now,
-                             struct pol_actions *out)
-{
-    if (r->victim_failed) {
-        uint64_t want = r->want, victim = r->failed_victim;
-        end_request(p, r);
-        push(out, POL_ACT_DENY, r, victim, want, POL_WHY_VICTIM_FAILED);
-        return 0;
-    }
-    /* Usually it fits now; if measured usage grew meanwhile, decide again. */
-    int d = decide(p, r, r->want, POL_FREE_UNKNOWN, 0, now, out);
-    return d < 0 ? d : 0;
-}
-
-static int victim_done(struct policy *p, uint64_t requester, uint64_t victim, int failed,
-                       uint64_t now, struct pol_actions *out)
-{
-    struct pol_job *r = requester ? find(p, requester) : NULL;
-
-    if (!r || r->req != POL_REQ_PREEMPTING || r->victims_pending == 0)
-        return 0;
-    r->victims_pending--;
-    if (failed) {
-        r->victim_failed = 1;
-        r->failed_victim = victim;
-    }
-    return r->victims_pending ? 0 : finish_preemption(p, r, now, out);
-}
-
-int policy_job_suspended(struct policy *p, uint64_t id, int err, uint64_t now,
-                         struct pol_actions *out)
-{
-    struct pol_job *j = find(p, id);
-    uint64_t requester;
-
-    if (!j)
-        return -ENOENT;
-    if (j->state != POL_SUSPENDING)
-        return -EINVAL;
-    requester = j->for_job;
-    unaccount(p, j);
-    if (err == 0) {
-        j->run_ns = policy_job_runtime(j, now);
-        j->state = POL_SUSPENDED;
-        j->queued_ns = now;
-        if (j->suspended_by == POL_BY_POLICY) {
-            j->preemptions++;
-            /* Hold it off for min_runtime: its requester needs time to
-             * allocate the rest of what it came for; resuming the victim
-             * into memory that only looks free would fail or thrash. */
-            j->retry_ns = now + p->cfg.min_runtime_ns;
-        }
-    } else {
-        j->state = POL_RUNNING;
-        j->suspended_by = POL_BY_NONE;
-        j->why = POL_WHY_NONE;
-        j->auto_resume = 0;
-    }
-    j->for_job = 0;
-    account(p, j);
-    int r = victim_done(p, requester, id, err != 0, now, out);
-    return r < 0 ? r : out->oom ? -ENOMEM : 0;
-}
-
-int policy_job_resumed(struct policy *p, uint64_t id, int err, uint64_t now,
-                       struct pol_actions *out)
-{
-    struct pol_job *j = find(p, id);
-
-    (void)out;
-    if (!j)
-        return -ENOENT;
-    if (j->state != POL_RESUMING)
-        return -EINVAL;
-    unaccount(p, j);
-    if (err == 0) {
-        j->state = POL_RUNNING;
-        j->since_ns = now;
-        j->resumes++;
-        j->suspended_by = POL_BY_NONE;
-        j->why = POL_WHY_NONE;
-        j->auto_resume = 0;
-    } else {
-        j->state = POL_SUSPENDED;
-        j->retry_ns = now + p->cfg.resume_retry_ns;
-    }
-    account(p, j);
-    return 0;
-}
-
-int policy_job_exited(struct policy *p, uint64_t id, uint64_t now, struct pol_actions *out)
-{
-    struct pol_job *j = find(p, id);
-    uint64_t requester;
-
-    if (!j)
-        return -ENOENT;
-    /* A victim that died while suspending freed its memory all the same. */
-    requester = j->state == POL_SUSPENDING ? j->for_job : 0;
-    remove_job(p, j);
-    int r = victim_done(p, requester, id, 0, now, out);
-    return r < 0 ? r : out->oom ? -ENOMEM : 0;
-}
-
 /* ---------------------------------------------------------------------------
- * Manual operations
- * ------------------------------------------------------------------------- */
-
-int policy_manual_suspend(struct policy *p, uint64_t id, int auto_resume, uint64_t now,
-                          struct pol_actions *out)
-{
-    struct pol_job *j = find(p, id);
-
-    (void)now;
-    if (!j)
-        return -ENOENT;
-    if (j->state == POL_SUSPENDED) {
-        if (j->suspended_by == POL_BY_MANUAL)
-            return -EALREADY;
-        j->suspended_by = POL_BY_MANUAL;     /* the user's word now: no automatic resume */
-        j->why = POL_WHY_MANUAL;
-        j->auto_resume = auto_resume != 0;
-        return 0;
-    }
-    if (j->state != POL_RUNNING || j->req != POL_REQ_NONE || j->device < 0)
-        return -EBUSY;
-    j->state = POL_SUSPENDING;
-    j->suspended_by = POL_BY_MANUAL;
-    j->why = POL_WHY_MANUAL;
-    j->for_job = 0;
-    j->auto_resume = auto_resume != 0;
-    push(out, POL_ACT_SUSPEND, j, 0, j->mem, POL_WHY_MANUAL);
-    return out->oom ? -ENOMEM : 0;
-}
-
-static void start_resume(struct policy *p, struct pol_job *j, enum pol_why why,
-                         struct pol_actions *out)
-{
-    unaccount(p, j);
-    j->state = POL_RESUMING;
-    account(p, j);
-    push(out, POL_ACT_RESUME, j, 0, j->mem, why);
-}
-
-int policy_manual_resume(struct policy *p, uint64_t id, uint64_t now, struct pol_actions *out)
-{
-    struct pol_job *j = find(p, id);
-
-    (void)now;
-    if (!j)
-        return -ENOENT;
-    if (j->state == POL_RUNNING)
-        return -EALREADY;
-    if (j->state != POL_SUSPENDED)
-        return -EBUSY;
-    if (j->mem > dev_free(p, j->device))
-        return -ENOMEM;
-    start_resume(p, j, POL_WHY_MANUAL, out);
-    return out->oom ? -ENOMEM : 0;
-}
-
-/* ---------------------------------------------------------------------------
- * Tick
- * ------------------------------------------------------------------------- */
-
-static int cmp_candidates(const void *a, const void *b, void *arg)
-{
-    const struct policy *p = arg;
-    const struct pol_job *x = &p->jobs[*(const size_t *)a];
-    const struct pol_job *y = &p->jobs[*(const size_t *)b];
-
-    if (!p->cfg.fifo && x->priority != y->priority)
-        return x->priority > y->priority ? -1 : 1;
-    if (x->queued_ns != y->queued_ns)
-        return x->queued_ns < y->queued_ns ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
-static int resumable(const struct pol_job *j, uint64_t now)
-{
-    return j->state == POL_SUSPENDED && now >= j->retry_ns &&
-           (j->suspended_by == POL_BY_POLICY || j->auto_resume);
-}
-
-/* Collect and order the jobs tick serves; returns how many (ids: their ids). */
-static size_t tick_candidates(struct policy *p, uint64_t now, size_t *idx, uint64_t *ids)
-{
-    size_t n = 0;
-
-    for (size_t i = 0; i < p->njobs; i++) {
-        const struct pol_job *j = &p->jobs[i];
-        if (resumable(j, now) || (j->state == POL_RUNNING && j->req == POL_REQ_WAITING))
-            idx[n++] = i;
-    }
-    qsort_r(idx, n, sizeof(*idx), cmp_candidates, p);
-    /* Decisions may reorder jobs[] (none remove jobs here, but stay safe): work by id. */
-    for (size_t k = 0; k < n; k++)
-        ids[k] = p->jobs[idx[k]].id;
-    return n;
-}
-
-/* Serve one candidate. Returns 1 if it blocks its device (or everyone, for
- * an unplaced job), 0 otherwise, -ENOMEM. */
-static int tick_one(struct policy *p, struct pol_job *j, unsigned char *blocked, int *blocked_any,
-                    uint64_t now, struct pol_actions *out)
-{
-    if (j->state == POL_SUSPENDED) {
-        if (blocked[j->device])
-            return 0;
-        if (j->mem <= dev_free(p, j->device)) {
-            start_resume(p, j, POL_WHY_FITS, out);
-            return 0;
-        }
-        blocked[j->device] = 1;
-        return 0;
-    }
-    /* a waiting request */
-    if (j->device < 0) {
-        if (*blocked_any)
-            return 0;
-        int d = best_fit(p, j->want, blocked);
-        if (d >= 0) {
-            grant(p, j, d, j->want, POL_WHY_FITS, now, out);
-            return 0;
-        }
-        int r = try_preempt_any(p, j, j->want, now, out);
-        if (r < 0)
-            return r;
-        if (r == 0)
-            *blocked_any = 1;
-        else
-            blocked[j->device] = 1;
-        return 0;
-    }
-    if (blocked[j->device])
-        return 0;
-    int r = decide(p, j, j->want, POL_FREE_UNKNOWN, 1, now, out);
-    if (r < 0)
-        return r;
-    if (j->req != POL_REQ_NONE)
-        blocked[j->device] = 1;         /* still waiting, or room is being made for it */
-    return 0;
-}
-
-int policy_tick(struct policy *p, uint64_t now, struct pol_actions *out)
-{
-    size_t *idx = malloc((p->njobs ? p->njobs : 1) * sizeof(*idx));
-    uint64_t *ids = malloc((p->njobs ? p->njobs : 1) * sizeof(*ids));
-    unsigned char *blocked = calloc((size_t)(p->ndev ? p->ndev : 1), 1);
-    int blocked_any = 0, r = 0;
-    size_t n;
-
-    if (!idx || !ids || !blocked) {
-        r = -ENOMEM;
-        goto out;
-    }
-    n = tick_candidates(p, now, idx, ids);
-    for (size_t k = 0; k < n && r >= 0; k++) {
-        struct pol_job *j = find(p, ids[k]);
-        if (j)
-            r = tick_one(p, j, blocked, &blocked_any, now, out);
-    }
-    if (r >= 0 && out->oom)
-        r = -ENOMEM;
-out:
-    free(idx);
-    free(ids);
-    free(blocked);
-    return r < 0 ? r : 0;
-}
-
-/* ---------------------------------------------------------------------------
- * Names and the self-check
+ * Names
  * ------------------------------------------------------------------------- */
 
 static const char *const state_names[] = { "running", "suspending", "suspended", "resuming" };
-static const char *const why_names[] = {
+static const char *const why_names[POL_WHY_COUNT] = {
     "none", "reclaim", "priority", "manual", "fits", "preempted", "no-room", "no-borrow",
-    "victim-failed", "cancelled",
+    "victim-failed", "cancelled", "backfill", "fair-share", "gang",
 };
 static const char *const act_names[] = { "?", "grant", "deny", "wait", "suspend", "resume" };
 static const char *const by_names[] = { "none", "policy", "manual" };
@@ -1064,7 +603,7 @@ const char *pol_state_name(enum pol_state s)
 
 const char *pol_why_name(enum pol_why w)
 {
-    return (unsigned)w < sizeof(why_names) / sizeof(*why_names) ? why_names[w] : "?";
+    return (unsigned)w < POL_WHY_COUNT ? why_names[w] : "?";
 }
 
 const char *pol_act_name(enum pol_act_kind k)
@@ -1093,38 +632,68 @@ int pol_by_parse(const char *s)
     return -1;
 }
 
-static int check_sums(const struct policy *p, char *msg, size_t len)
+/* ---------------------------------------------------------------------------
+ * The self-check
+ * ------------------------------------------------------------------------- */
+
+#define FAIL(...) do { snprintf(msg, len, __VA_ARGS__); return -EFAULT; } while (0)
+
+static int check_device_sums(const struct policy *p, int d, char *msg, size_t len)
 {
-    for (int d = 0; d < p->ndev; d++) {
-        uint64_t used = 0, claimed = 0;
+    uint64_t used = 0, claimed = 0;
+    unsigned compute = 0, compute_claimed = 0;
+
+    for (size_t i = 0; i < p->njobs; i++) {
+        const struct pol_job *j = &p->jobs[i];
+        if (j->device == d) {
+            used += contrib_used(j);
+            claimed += contrib_claimed(j);
+            compute += contrib_compute(j);
+            compute_claimed += contrib_compute_claimed(j);
+        }
+    }
+    if (used != p->used[d] || claimed != p->claimed[d])
+        FAIL("device %d: used %llu/claimed %llu, sums say %llu/%llu", d,
+             (unsigned long long)p->used[d], (unsigned long long)p->claimed[d],
+             (unsigned long long)used, (unsigned long long)claimed);
+    if (compute != p->compute[d] || compute_claimed != p->compute_claimed[d])
+        FAIL("device %d: compute %u/%u, sums say %u/%u", d, p->compute[d], p->compute_claimed[d],
+             compute, compute_claimed);
+    if (used > p->cap[d])
+        FAIL("device %d: %llu bytes used, capacity %llu", d, (unsigned long long)used,
+             (unsigned long long)p->cap[d]);
+    if (p->cfg.pack_compute && compute > POL_COMPUTE_FULL)
+        FAIL("device %d: compute shares %u permille", d, compute);
+    return 0;
+}
+
+static int check_project_sums(const struct policy *p, int d, char *msg, size_t len)
+{
+    for (int k = 0; k < p->nproj; k++) {
+        uint64_t pu = 0, pc = 0;
         for (size_t i = 0; i < p->njobs; i++) {
-            const struct pol_job *j = &p->jobs[i];
-            if (j->device == d) {
-                used += contrib_used(j);
-                claimed += contrib_claimed(j);
+            if (p->jobs[i].device == d && p->jobs[i].project == k) {
+                pu += contrib_used(&p->jobs[i]);
+                pc += contrib_claimed(&p->jobs[i]);
             }
         }
-        if (used != p->used[d] || claimed != p->claimed[d]) {
-            snprintf(msg, len, "device %d: used %llu/claimed %llu, sums say %llu/%llu", d,
-                     (unsigned long long)p->used[d], (unsigned long long)p->claimed[d],
-                     (unsigned long long)used, (unsigned long long)claimed);
-            return -EFAULT;
-        }
-        if (used > p->cap[d]) {
-            snprintf(msg, len, "device %d: %llu bytes used, capacity %llu", d,
-                     (unsigned long long)used, (unsigned long long)p->cap[d]);
-            return -EFAULT;
-        }
-        for (int k = 0; k < p->nproj; k++) {
-            uint64_t pu = 0;
-            for (size_t i = 0; i < p->njobs; i++)
-                if (p->jobs[i].device == d && p->jobs[i].project == k)
-                    pu += contrib_used(&p->jobs[i]);
-            if (pu != p->proj_used[(size_t)k * p->ndev + d]) {
-                snprintf(msg, len, "project %s on device %d: usage drifted", p->proj[k].name, d);
-                return -EFAULT;
-            }
-        }
+        if (pu != pol_pu(p, k, d) || pc != pol_pc(p, k, d))
+            FAIL("project %s on device %d: usage drifted", p->proj[k].name, d);
+    }
+    return 0;
+}
+
+/* Others never hold the part of a reservation its project does not lend. */
+static int check_lending(const struct policy *p, int d, char *msg, size_t len)
+{
+    for (int q = 0; q < p->nproj; q++) {
+        uint64_t unl = pol_unlendable(p, q, d), held_q = pol_pu(p, q, d);
+        uint64_t others = p->used[d] - held_q;
+        uint64_t keep = held_q > unl ? held_q : unl;
+        if (unl && others > p->cap[d] - (keep < p->cap[d] ? keep : p->cap[d]))
+            FAIL("device %d: others hold %llu MiB, project %s keeps %llu MiB unlent of %llu", d,
+                 (unsigned long long)(others >> 20), p->proj[q].name,
+                 (unsigned long long)(unl >> 20), (unsigned long long)(p->cap[d] >> 20));
     }
     return 0;
 }
@@ -1133,32 +702,31 @@ static int check_job(const struct policy *p, const struct pol_job *j, char *msg,
 {
     unsigned pending = 0;
 
-    if (j->req != POL_REQ_NONE && j->state != POL_RUNNING) {
-        snprintf(msg, len, "job %llu: a request while %s", (unsigned long long)j->id,
-                 pol_state_name(j->state));
-        return -EFAULT;
-    }
-    if (j->state == POL_SUSPENDED && j->suspended_by == POL_BY_NONE) {
-        snprintf(msg, len, "job %llu: suspended by nobody", (unsigned long long)j->id);
-        return -EFAULT;
-    }
+    if (j->req == POL_REQ_WAITING && j->state != POL_RUNNING)
+        FAIL("job %llu: waiting while %s", (unsigned long long)j->id, pol_state_name(j->state));
+    if (j->req == POL_REQ_PREEMPTING && j->state != POL_RUNNING && j->state != POL_SUSPENDED)
+        FAIL("job %llu: preempting while %s", (unsigned long long)j->id, pol_state_name(j->state));
+    if (j->state == POL_SUSPENDED && j->suspended_by == POL_BY_NONE)
+        FAIL("job %llu: suspended by nobody", (unsigned long long)j->id);
     if (j->req == POL_REQ_PREEMPTING) {
         for (size_t i = 0; i < p->njobs; i++)
             if (p->jobs[i].state == POL_SUSPENDING && p->jobs[i].for_job == j->id)
                 pending++;
-        if (pending != j->victims_pending) {
-            snprintf(msg, len, "job %llu: %u victims pending, %u suspending for it",
-                     (unsigned long long)j->id, j->victims_pending, pending);
-            return -EFAULT;
-        }
+        if (pending != j->victims_pending)
+            FAIL("job %llu: %u victims pending, %u suspending for it", (unsigned long long)j->id,
+                 j->victims_pending, pending);
     }
     return 0;
 }
 
 int policy_check(const struct policy *p, char *msg, size_t len)
 {
-    int r = check_sums(p, msg, len);
+    int r = 0;
 
+    for (int d = 0; d < p->ndev && r == 0; d++)
+        if ((r = check_device_sums(p, d, msg, len)) == 0 &&
+            (r = check_project_sums(p, d, msg, len)) == 0)
+            r = check_lending(p, d, msg, len);
     for (size_t i = 0; i < p->njobs && r == 0; i++)
         r = check_job(p, &p->jobs[i], msg, len);
     return r;

@@ -7,57 +7,98 @@
  * them). The caller reports how each action ended (policy_job_suspended(),
  * policy_job_resumed()), and the policy moves on. This is what lets the unit
  * tests check it exhaustively and the replay tool run thousands of jobs on
- * hundreds of GPUs in a second.
+ * hundreds of GPUs in a second. docs/tcgpud.md explains the rules for users.
  *
  * Model
- *   devices   capacity in bytes.
+ *   devices   capacity in bytes (and, for placement, 1000 permille of compute).
  *   projects  priority (default of its jobs), reservation (bytes per device
- *             the project is guaranteed), may_borrow (may it use more than
- *             its reservation), default job memory limit.
+ *             the project is guaranteed), quotas (how much of its reservation
+ *             others may use, how much it may use beyond it, its weight when
+ *             idle memory is shared out, its cohort), default job limits.
  *   jobs      a process on one device: priority, project, memory limit,
- *             memory held (`mem`), state, run time, preemptions, and who
- *             suspended it and why.
+ *             compute share, memory held (`mem`), state, run time,
+ *             preemptions, who suspended it and why; optionally one task of a
+ *             gang (the tasks of one multi-GPU job, suspended and resumed
+ *             together).
  *
  * Memory on a device: `used` is the memory of its jobs that are not
  * suspended (suspending jobs still hold theirs, resuming ones claim theirs
  * already); `claimed` is what requesters are promised while their victims
- * are being suspended. A grant or a resume is only given when it fits in
- * capacity - used - claimed, so used never exceeds capacity.
+ * are being suspended. A project *holds* its used plus its claims.
+ *
+ * Quotas (Kueue's and KAI's, per device):
+ *   reservation      R_p: guaranteed to p (Kueue nominalQuota, KAI deserved quota).
+ *   lending limit    L_p: the most of R_p other projects may hold (Kueue
+ *                    lendingLimit); U_p = R_p - L_p stays free for p even
+ *                    when p does not use it. Default: all of R_p may be lent.
+ *   borrowing limit  B_p: the most p may hold beyond R_p (Kueue borrowingLimit;
+ *                    may_borrow = 0 is B_p = 0). Default: unlimited.
+ *   weight           w_p: borrowers of equal priority share the borrowable
+ *                    memory in proportion to their weights (KAI over-quota weight).
+ *   cohort           projects of one cohort lend to each other first: as seen
+ *                    from outside the cohort, a member borrowing within the
+ *                    cohort's idle reservations is not borrowing, and a member
+ *                    may reclaim the cohort's reservations from outsiders.
+ * Room for project P on device d (what a grant or a resume may take):
+ *   cap - held_P - sum over q != P of max(held_q, U_q)
+ * so every lending limit holds at all times (policy_check verifies it).
  *
  * A project is *borrowing* on a device when its jobs there hold more than
  * its reservation on that device (a project without a reservation is always
  * borrowing). A requester *reclaims* when its project stays within its
- * reservation after the grant.
+ * reservation after the grant (or, against outsiders, its cohort within the
+ * cohort's reservations).
  *
  * Preemption (policy_request when the memory does not fit). Victim V may be
  * suspended for requester R, on R's device, when V runs, has no request of
- * its own in flight, holds memory, has run at least min_runtime since it was
- * started or last resumed, and one of:
- *   (a) V's project is borrowing and R reclaims, or R's priority > V's;
- *   (b) V's project is within its reservation (V is protected), R's
- *       priority > V's and R reclaims: a borrower never takes memory another
- *       project reserved.
- * So a requester that would itself borrow can only displace strictly
- * lower-priority borrowers. Victims are picked one at a time, best first:
- * borrowers before protected jobs, then lower priority first, then the
- * least work lost (the shortest run since the last resume), then the
- * youngest; after each pick the projects' borrowing is recomputed. Either
- * the victims free enough memory or none is suspended.
+ * its own in flight, holds memory, and one of:
+ *   (j) V jumped R (backfill, below): no age needed;
+ *   (a) V has run at least min_runtime since it was started or last resumed,
+ *       V's project is borrowing and R reclaims, or R's priority > V's;
+ *   (f) ... V's project borrows more than its weighted fair share of the
+ *       borrowable memory, R's priority equals V's, and R's project stays
+ *       within its own fair share after the grant;
+ *   (b) ... V is within its project's reservation (protected), R's priority
+ *       > V's and R reclaims: a borrower never takes memory another project
+ *       reserved.
+ * Victims are picked one at a time, best first: jumpers, then borrowers from
+ * outside R's cohort, borrowers within it, protected jobs; then lower
+ * priority first, then the least work lost (the shortest run since the last
+ * resume), then the youngest; after each pick the projects' borrowing is
+ * recomputed. Either the victims make enough room or none is suspended.
+ * A victim that is a gang task takes its whole gang with it.
  *
- * Why this cannot ping-pong: a victim is always of strictly lower priority
- * than its requester, or a borrower displaced by a reclaiming job; neither
- * relation can hold both ways between two jobs at once, and a resumed job
- * is protected for min_runtime.
+ * Why this cannot ping-pong: a victim is of strictly lower priority than
+ * its requester, or a borrower displaced by a reclaiming job, or a borrower
+ * above its fair share displaced by one that stays within its own, or a job
+ * that jumped the requester in the queue. None of these relations can hold
+ * both ways between two jobs at once, and a resumed job is protected for
+ * min_runtime.
  *
- * Resume (policy_tick): suspended jobs (unless suspended by hand without
- * auto-resume; a job the policy suspended not before min_runtime has passed,
- * so that its requester can take the memory it came for before the victim
- * competes for it again) and waiting requests are served highest priority first, FIFO
- * within a priority (by the time they were suspended or began to wait),
- * each when its memory fits. One that does not fit blocks everyone after it
- * on its device, so a large high-priority job is not starved by small ones.
- * A waiting request that does not fit tries preemption again (its victims
- * may have grown old enough since).
+ * Resume and waiting requests (policy_tick): suspended jobs (unless
+ * suspended by hand without auto-resume; a job the policy suspended not
+ * before min_runtime has passed) and waiting requests are served highest
+ * priority first, FIFO within a priority (by the time they were suspended or
+ * began to wait), each when its memory fits; a waiting request that does not
+ * fit tries preemption again. Then, with cfg.backfill off, one that does
+ * not fit blocks everyone after it on its device (and, with cfg.strict, a
+ * new request never passes a waiting one ahead of it). With cfg.backfill
+ * on, later ones that fit run anyway and are marked as having *jumped* the
+ * waiting ones ahead of them (that waited already when they asked: a job that
+ * displaced its victim jumped nobody); a waiting job suspends the jobs that jumped it
+ * as soon as that makes it fit, without waiting for their min_runtime. So a
+ * job that fits starts while a larger one waits, and can never delay it by
+ * more than the time to suspend it (policy_check_backfill verifies this
+ * after every tick in the tests).
+ *
+ * Compute share: a job's share of the device's compute (permille), applied
+ * by the job's own throttle (lib/core/throttle.h) as a cap that
+ * policy_compute_cap() computes from the other jobs active on the device:
+ * no cap when nobody else computes there, the share when an unlimited job
+ * does, else the shares scaled up to fill the device (never below the job's
+ * share: compute.c). With cfg.pack_compute
+ * (the replay's cluster placement), shares are also a second dimension of
+ * placement and preemption: the shares on a device never exceed 1000.
  *
  * Not thread-safe: one caller at a time.
  */
@@ -69,8 +110,12 @@
 
 #define POL_NAME_MAX        64
 #define POL_MAX_DEVICES     4096
+#define POL_MAX_RESERVE     64        /* devices a project may reserve on */
 #define POL_DEVICE_ANY      (-1)      /* a job not yet placed (replay): any device */
 #define POL_FREE_UNKNOWN    UINT64_MAX
+#define POL_COMPUTE_FULL    1000u     /* permille: the whole device */
+/* A job's compute report counts for this long (tcgpud hears from active jobs every 500 ms). */
+#define POL_COMPUTE_ACTIVE_NS (1500ull * 1000000ull)
 
 enum pol_state {
     POL_RUNNING = 0,
@@ -81,7 +126,8 @@ enum pol_state {
 
 enum pol_request {
     POL_REQ_NONE = 0,
-    POL_REQ_PREEMPTING,           /* victims are being suspended for it */
+    POL_REQ_PREEMPTING,           /* victims are being suspended for it (a running job's
+                                     request, or a suspended job's resume) */
     POL_REQ_WAITING,              /* waits until its memory fits */
 };
 
@@ -95,11 +141,15 @@ enum pol_why {
     POL_WHY_PRIORITY,             /* suspend: lower priority than the requester */
     POL_WHY_MANUAL,               /* suspend/resume: asked by a user */
     POL_WHY_FITS,                 /* resume/grant: the memory fits */
-    POL_WHY_PREEMPTED,            /* grant: after its victims were suspended */
+    POL_WHY_PREEMPTED,            /* grant/resume: after its victims were suspended */
     POL_WHY_NO_ROOM,              /* deny/wait: no victims could make room */
-    POL_WHY_NO_BORROW,            /* deny: beyond its reservation, and may not borrow */
+    POL_WHY_NO_BORROW,            /* deny: beyond its reservation plus borrowing limit */
     POL_WHY_VICTIM_FAILED,        /* deny: a victim did not suspend */
     POL_WHY_CANCELLED,            /* deny: the wait timed out or the requester left */
+    POL_WHY_BACKFILL,             /* suspend: it jumped the requester, which fits now */
+    POL_WHY_FAIR_SHARE,           /* suspend: its project borrows beyond its weighted share */
+    POL_WHY_GANG,                 /* suspend/resume: with the other tasks of its gang */
+    POL_WHY_COUNT
 };
 
 enum pol_act_kind {
@@ -134,15 +184,30 @@ struct pol_config {
     uint64_t resume_retry_ns;     /* after a failed resume, wait this long before trying again */
     int no_preemption;            /* baseline: never suspend anyone */
     int fifo;                     /* baseline: serve in arrival order, ignoring priorities */
+    int strict;                   /* no job starts ahead of a waiting one that could use its device */
+    int backfill;                 /* jobs that fit start ahead of waiting ones, which suspend them
+                                     when that lets them start (header comment) */
+    int pack_compute;             /* compute shares are a placement dimension (sum <= 1000) */
 };
+
+/* Quota flags of struct pol_project. */
+#define POL_Q_LENDING_LIMIT   1u  /* lend_bytes / lend_pct apply */
+#define POL_Q_BORROWING_LIMIT 2u  /* borrow_bytes applies */
 
 struct pol_project {
     char name[POL_NAME_MAX];
     int priority;
-    int may_borrow;
+    int may_borrow;               /* 0: borrowing limit 0, requests beyond the reservation denied */
     uint64_t default_limit;       /* 0: no limit */
     int nreserve;                 /* entries in reserve[] */
-    struct { int device; uint64_t bytes; } reserve[8];
+    struct { int device; uint64_t bytes; } reserve[POL_MAX_RESERVE];
+    unsigned quota_flags;         /* POL_Q_*; zero-initialised: no lending or borrowing limit */
+    uint64_t lend_bytes;          /* lending limit on each device it reserves on ... */
+    unsigned lend_pct;            /* ... or, when non-zero, this percentage of that reservation */
+    uint64_t borrow_bytes;        /* borrowing limit: most it may hold beyond its reservation, per device */
+    unsigned weight;              /* over-quota weight, 1..1000; 0 counts as 1 */
+    char cohort[POL_NAME_MAX];    /* "" : in no cohort */
+    unsigned compute;             /* default compute share of its jobs, permille; 0: unlimited */
 };
 
 /* What policy_admit() needs to know of a new job. */
@@ -152,6 +217,8 @@ struct pol_job_spec {
     int priority;
     int device;                   /* or POL_DEVICE_ANY */
     uint64_t limit;               /* 0: none */
+    unsigned compute;             /* compute share, permille (1..1000); 0: unlimited */
+    uint64_t gang;                /* the gang (multi-GPU job) it is a task of; 0: none */
     /* Re-learnt jobs (tcgpud restarting) come in as they are: */
     enum pol_state state;         /* POL_RUNNING or POL_SUSPENDED */
     uint64_t mem;
@@ -167,10 +234,12 @@ struct pol_job {
     int priority;
     int device;
     uint64_t limit;
+    unsigned compute;             /* share, permille; 0: unlimited */
+    uint64_t gang;                /* 0: none */
     uint64_t mem;                 /* held (running) or needed back (suspended) */
     enum pol_state state;
     enum pol_request req;
-    uint64_t want;                /* bytes of the request in flight */
+    uint64_t want;                /* bytes of the request in flight (a resume: mem) */
     unsigned victims_pending;     /* PREEMPTING: suspensions not yet acknowledged */
     int victim_failed;            /* PREEMPTING: one of them failed */
     uint64_t failed_victim;
@@ -186,6 +255,14 @@ struct pol_job {
     enum pol_why why;             /* of the last suspension */
     uint64_t suspended_for;       /* the requester it was suspended for */
     int auto_resume;              /* manual suspension: may tick resume it? */
+    /* Backfill: set when it started (or resumed) ahead of a waiting job. */
+    uint64_t bf_ns;               /* when; 0: it jumped nobody */
+    int bf_priority;              /* its queue position then: priority ... */
+    uint64_t bf_queued;           /* ... and time it had queued since */
+    uint64_t bf_tick;             /* the tick it jumped in, 0: outside a tick (a new request) */
+    /* Compute (policy_compute_report). */
+    uint64_t compute_seen_ns;     /* last report saying it launched work; 0: never */
+    unsigned compute_busy;        /* its measured share, permille (last report) */
 };
 
 struct policy;
@@ -193,6 +270,7 @@ struct policy;
 /* A new policy with no devices, projects or jobs; NULL when out of memory. */
 struct policy *policy_new(const struct pol_config *cfg);
 void policy_free(struct policy *p);
+const struct pol_config *policy_config(const struct policy *p);
 
 /* Set device dev's capacity (devices 0..dev are created as needed). 0 or -EINVAL. */
 int policy_set_device(struct policy *p, int dev, uint64_t capacity);
@@ -201,22 +279,31 @@ uint64_t policy_device_capacity(const struct policy *p, int dev);
 /* Memory held by non-suspended jobs on dev / promised to requesters. */
 uint64_t policy_device_used(const struct policy *p, int dev);
 uint64_t policy_device_claimed(const struct policy *p, int dev);
+/* Compute shares (permille, unlimited jobs counting 1000) of the jobs holding memory on dev. */
+unsigned policy_device_compute(const struct policy *p, int dev);
 
-/* Add a project: its index (>= 0), or -EINVAL (bad name/device, duplicate), -ENOMEM. */
+/* Add a project: its index (>= 0), or -EINVAL (bad name/device/quota, duplicate), -ENOMEM. */
 int policy_add_project(struct policy *p, const struct pol_project *proj);
 int policy_project_count(const struct policy *p);
 const struct pol_project *policy_project(const struct policy *p, int idx);
 int policy_project_find(const struct policy *p, const char *name);
-/* Bytes a project reserves on dev (pure, for config checks). */
+/* Bytes a project reserves on dev / may lend of it (pure, for config checks). */
 uint64_t pol_project_reserved(const struct pol_project *pr, int dev);
+uint64_t pol_project_lendable(const struct pol_project *pr, int dev);
 /* Bytes project idx reserves on dev / holds there (non-suspended jobs). */
 uint64_t policy_reserved(const struct policy *p, int idx, int dev);
 uint64_t policy_project_used(const struct policy *p, int idx, int dev);
+/* Room for one more grant of project idx on dev, lending limits applied. */
+uint64_t policy_room(const struct policy *p, int idx, int dev);
 
 /*
- * Admit a job (spec->state RUNNING or SUSPENDED). A suspended one may be
- * resumed by the next policy_tick(). Returns 0, -EEXIST (id taken),
- * -EINVAL (bad project/device/state), -ENOMEM.
+ * Admit a job (spec->state RUNNING or SUSPENDED) at `now`: for a job that
+ * was running before (tcgpud re-learning it), the time it was last started
+ * or resumed; for a suspended one, when it was suspended. A suspended one
+ * may be resumed by a later policy_tick(): one the policy suspended once
+ * min_runtime has passed since `now`, as after policy_job_suspended().
+ * Returns 0, -EEXIST (id taken), -EINVAL (bad project/device/state/compute),
+ * -ENOMEM.
  */
 int policy_admit(struct policy *p, const struct pol_job_spec *spec, uint64_t now);
 
@@ -229,6 +316,9 @@ int policy_admit(struct policy *p, const struct pol_job_spec *spec, uint64_t now
  *   SUSPEND... (n >= 1)         victims; GRANT (or DENY) follows from their acks
  *   DENY (NO_ROOM, NO_BORROW)   no way to make room
  *   WAIT                        as DENY, when may_wait: tick serves it later
+ * An unplaced task of a gang WAITs until every unplaced task of its gang has
+ * asked; the last one's request places them all at once, on distinct
+ * devices (GRANTs or SUSPENDs for all of them), or none.
  * Returns 0, -ENOENT (no such job), -EBUSY (a request already in flight, or
  * the job is not running), -EINVAL (bytes 0, bad device), -ENOMEM.
  */
@@ -247,13 +337,19 @@ int policy_set_usage(struct policy *p, uint64_t id, uint64_t bytes);
 /* The memory the job is allowed (its limit) changed. 0 or -ENOENT. */
 int policy_set_limit(struct policy *p, uint64_t id, uint64_t limit);
 
+/* The job says it runs on `device` (it knows; tcgpud learnt device 0 at
+ * registration): its accounting moves there. Only for a running job without
+ * a request in flight; 0 (also when nothing changes), -ENOENT, -EBUSY, -EINVAL. */
+int policy_job_relocate(struct policy *p, uint64_t id, int device);
+
 /* The job is gone: its memory is free; a requester it was a victim for may
  * now be granted. 0 or -ENOENT. */
 int policy_job_exited(struct policy *p, uint64_t id, uint64_t now, struct pol_actions *out);
 
 /* The suspension of a SUSPENDING job ended: ok, or failed (err < 0: it runs
  * on). The requester it was for gets its GRANT (when all its victims are
- * done and the memory fits) or a DENY(VICTIM_FAILED). 0, -ENOENT, -EINVAL. */
+ * done and the memory fits) or a DENY(VICTIM_FAILED); a suspended job it
+ * made room for gets its RESUME. 0, -ENOENT, -EINVAL. */
 int policy_job_suspended(struct policy *p, uint64_t id, int err, uint64_t now,
                          struct pol_actions *out);
 
@@ -262,20 +358,34 @@ int policy_job_suspended(struct policy *p, uint64_t id, int err, uint64_t now,
 int policy_job_resumed(struct policy *p, uint64_t id, int err, uint64_t now,
                        struct pol_actions *out);
 
-/* A user suspends a job: SUSPEND(MANUAL) for a running one; a job the
- * policy suspended becomes a manual suspension. auto_resume: tick may
- * resume it when memory fits. 0, -ENOENT, -EALREADY (already suspended by
- * hand), -EBUSY (in transition, or a request in flight). */
+/* A user suspends a job: SUSPEND(MANUAL) for a running one (and for the
+ * other running tasks of its gang, SUSPEND(GANG)); a job the policy
+ * suspended becomes a manual suspension. auto_resume: tick may resume it
+ * when memory fits. 0, -ENOENT, -EALREADY (already suspended by hand),
+ * -EBUSY (in transition, or a request in flight). */
 int policy_manual_suspend(struct policy *p, uint64_t id, int auto_resume, uint64_t now,
                           struct pol_actions *out);
 
-/* A user resumes a suspended job: RESUME(MANUAL) when it fits. 0, -ENOENT,
- * -EALREADY (not suspended), -EBUSY (in transition), -ENOMEM (no room now). */
+/* A user resumes a suspended job (and the suspended tasks of its gang):
+ * RESUME(MANUAL) when all of them fit. 0, -ENOENT, -EALREADY (not
+ * suspended), -EBUSY (in transition), -ENOMEM (no room now). */
 int policy_manual_resume(struct policy *p, uint64_t id, uint64_t now, struct pol_actions *out);
 
 /* Resumes and waiting grants that fit now, in priority/FIFO order, and new
  * preemption attempts for waiting requests. Returns 0 or -ENOMEM. */
 int policy_tick(struct policy *p, uint64_t now, struct pol_actions *out);
+
+/*
+ * Compute: the job reports whether it launched work since its last report
+ * (active) and the share of the device its kernels took (busy, permille,
+ * as it measured it; for ps). 0 or -ENOENT.
+ */
+int policy_compute_report(struct policy *p, uint64_t id, int active, unsigned busy, uint64_t now);
+
+/* The cap (permille) the job's throttle applies now: POL_COMPUTE_FULL for a
+ * job without a share or alone on its device (header comment). 0 when the
+ * job is unknown. */
+unsigned policy_compute_cap(const struct policy *p, uint64_t id, uint64_t now);
 
 /* Jobs, in admission order. The pointers are valid until the next call
  * that changes the policy. */
@@ -286,6 +396,8 @@ const struct pol_job *policy_job(const struct policy *p, uint64_t id);
 uint64_t policy_job_runtime(const struct pol_job *j, uint64_t now);
 /* A job whose project holds more than its reservation on the job's device. */
 int policy_job_borrowing(const struct policy *p, const struct pol_job *j);
+/* Did `v` start ahead of `h` while h waited (backfill), so that h may suspend it? */
+int policy_job_jumped(const struct policy *p, const struct pol_job *h, const struct pol_job *v);
 
 /* Names ("running", "suspend", "reclaim"...); static strings. */
 const char *pol_state_name(enum pol_state s);
@@ -297,10 +409,23 @@ int pol_by_parse(const char *s);
 
 /*
  * Checks every invariant the policy promises (used <= capacity on every
- * device, claimed consistent, victims_pending matches the suspending jobs,
- * states and requests consistent). Returns 0 or -EFAULT with a message in
- * msg. For tests and the replay's self-check.
+ * device, every lending limit, compute shares within the device under
+ * pack_compute, used and claimed sums consistent with the jobs,
+ * victims_pending matches the suspending jobs, states and requests
+ * consistent). Returns 0 or -EFAULT with a message in msg. For tests and
+ * the replay's self-check.
  */
 int policy_check(const struct policy *p, char *msg, size_t len);
+
+/*
+ * Right after policy_tick(now): with cfg.backfill, no waiting job could
+ * start by suspending only jobs that jumped it before this tick (the tick
+ * would have done it), unless a job ahead of it waits for the same device.
+ * (Jobs that jumped it during this tick were served after it; the next tick
+ * deals with them: a waiting job is delayed by jumpers by at most one tick
+ * and their suspension.) 0 or -EFAULT with the waiting job and what it could
+ * have had in msg.
+ */
+int policy_check_backfill(const struct policy *p, uint64_t now, char *msg, size_t len);
 
 #endif

@@ -85,13 +85,14 @@ static inline void sim_test_setup(const char *name)
     atexit(t_unlink_shm);
 }
 
-/* simcuda-smi -q (SIMCUDA_SMI) of our machine, to read line by line; pclose() it. */
-static inline FILE *t_smi_query(void)
+/* simcuda-smi (SIMCUDA_SMI) of our machine with args (a query), to read line
+ * by line; pclose() it. */
+static inline FILE *t_smi_query(const char *args)
 {
     char cmd[512];
     FILE *f;
 
-    snprintf(cmd, sizeof(cmd), "%s -q", getenv("SIMCUDA_SMI"));
+    snprintf(cmd, sizeof(cmd), "%s %s", getenv("SIMCUDA_SMI"), args);
     CHECK_TRUE((f = popen(cmd, "r")) != NULL);
     return f;
 }
@@ -123,6 +124,20 @@ static inline CUcontext t_init(void)
     CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
     CHECK(cuCtxSetCurrent(ctx));
     return ctx;
+}
+
+/* A log the test kernels write (word 0: how many ids, then the ids), read
+ * once all work is done, as a number: the ids as decimal digits. */
+static inline unsigned t_log_read(CUdeviceptr log)
+{
+    uint32_t v[64];
+    unsigned r = 0;
+
+    CHECK(cuCtxSynchronize());
+    CHECK(cuMemcpyDtoH(v, log, sizeof(v)));
+    for (uint32_t i = 0; i < v[0] && i < 63; i++)
+        r = r * 10 + v[1 + i];
+    return r;
 }
 
 #endif

@@ -1,9 +1,11 @@
 /*
  * test_criu.c - CRIU refuses a process attached to the simulated GPU (it holds
  * an io_uring, as a real one holds /dev/nvidia*), and dumps and restores it
- * once its driver state is checkpointed; after restore + unlock it computes
- * correctly. Needs root and criu (CRIU env, else /usr/local/sbin/criu): skips
- * (77) otherwise.
+ * once its driver state is checkpointed. The checkpointed state travels in
+ * the process, as with a real driver: the dumped process is unknown to the
+ * driver, the restored copy is known again (checkpointed, with its restore
+ * thread) and after restore + unlock it computes correctly. Needs root and
+ * criu (CRIU env, else /usr/local/sbin/criu): skips (77) otherwise.
  *
  * The worker talks through files in a directory (pipes to us would be
  * external resources for CRIU): it writes "ready", waits for "verify",
@@ -150,12 +152,19 @@ int main(int argc, char **argv)
     }
     CHECK_EQ(waitpid(pid, &st, 0), pid);      /* dumped and killed: reap, the pid is reused */
     CUprocessState s;
-    CHECK(cuCheckpointProcessGetState(pid, &s));
-    CHECK_EQ(s, CU_PROCESS_STATE_CHECKPOINTED);   /* the slot survives the dump */
+    int tid = 0;
+    /* its state went with it: the driver no longer knows the pid */
+    CHECK_EQ(cuCheckpointProcessGetState(pid, &s), CUDA_ERROR_INVALID_VALUE);
     if (run("%s restore -d -D %s/img -o restore.log >/dev/null 2>&1", criu, dir)) {
         run("tail -20 %s/img/restore.log >&2", dir);
         T_FAIL("criu restore failed");
     }
+    /* the restored copy carries it: checkpointed, its restore thread one of its own */
+    CHECK(cuCheckpointProcessGetState(pid, &s));
+    CHECK_EQ(s, CU_PROCESS_STATE_CHECKPOINTED);
+    CHECK(cuCheckpointProcessGetRestoreThreadId(pid, &tid));
+    snprintf(buf, sizeof(buf), "/proc/%d/task/%d", (int)pid, tid);
+    CHECK_TRUE(tid != (int)pid && access(buf, F_OK) == 0);
     CHECK(cuCheckpointProcessRestore(pid, NULL));
     CHECK(cuCheckpointProcessUnlock(pid, NULL));
     touch_file("verify", "");

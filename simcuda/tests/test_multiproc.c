@@ -32,18 +32,22 @@ static int hog(const char *mib)
     }
 }
 
-/* simcuda-smi -q's "used=" of process pid, or -1. */
+/* What simcuda-smi says process pid holds on GPU 0 (bytes), or -1; its
+ * MiB (nvidia-smi's used_memory) must agree with the bytes. */
 static long long smi_used(pid_t pid)
 {
     char line[512];
     long long used = -1;
-    FILE *f = t_smi_query();
+    FILE *f = t_smi_query("--query-compute-apps=pid,gpu_index,used_memory_bytes,used_memory "
+                          "--format=csv,noheader,nounits");
 
     while (fgets(line, sizeof(line), f)) {
-        int p;
-        long long u;
-        if (sscanf(line, "process pid=%d device=0 used=%lld", &p, &u) == 2 && p == pid)
+        int p, dev;
+        long long u, m;
+        if (sscanf(line, "%d, %d, %lld, %lld", &p, &dev, &u, &m) == 4 && p == pid && dev == 0) {
             used = u;
+            CHECK_EQ(m, u >> 20);
+        }
     }
     CHECK_EQ(pclose(f), 0);
     return used;

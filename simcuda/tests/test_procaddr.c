@@ -66,7 +66,7 @@ static void explicit_cases(void)
     CHECK_TRUE(get("cuMemAlloc", 1000, 0, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT) == NULL);
     CHECK_TRUE(get("cuMemAllocAsync", 11000, 0, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT) == NULL);
     CHECK_TRUE(get("cuNoSuchFunction", 12000, 0, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND) == NULL);
-    CHECK_TRUE(get("cuGraphCreate", 10000, 0, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND) == NULL);  /* not simulated */
+    CHECK_TRUE(get("cuArrayCreate", 3020, 0, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND) == NULL);  /* not simulated */
     CHECK_RES(cuGetProcAddress("cuMemAlloc", &fn, 3020, 4, NULL), CUDA_ERROR_INVALID_VALUE);
     CHECK_RES(cuGetProcAddress("cuMemAlloc", &fn, 99000, 0, NULL), CUDA_ERROR_INVALID_VALUE);
     CHECK_RES(cuGetProcAddress(NULL, &fn, 3020, 0, NULL), CUDA_ERROR_INVALID_VALUE);

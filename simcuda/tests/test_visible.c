@@ -98,11 +98,11 @@ static void remapped(void)
         if (w == 0) {
             char line[512];
             long long used[3] = { -1, -1, -1 };
-            FILE *f = t_smi_query();
+            FILE *f = t_smi_query("--query-gpu=index,memory.used_bytes --format=csv,noheader,nounits");
             while (fgets(line, sizeof(line), f)) {
                 int idx;
                 long long u;
-                if (sscanf(line, "device index=%d total=%*u used=%lld", &idx, &u) == 2 && idx < 3)
+                if (sscanf(line, "%d, %lld", &idx, &u) == 2 && idx >= 0 && idx < 3)
                     used[idx] = u;
             }
             pclose(f);

@@ -3,13 +3,17 @@
  * measured in the same run (tests/bench/run.sh drives it; docs/engine.md).
  *
  *   bench_engine free MB          time to free: drain to host (what a suspend
- *                                 does before releasing) vs cuMemcpyDtoH of
- *                                 the same bytes into a fresh buffer and into a
- *                                 warm one; on the bench mix and on random data
- *   bench_engine codec FILE DTYPE per file: stored/raw and MB/s per core of
- *                                 tcgpu's codec vs zstd -1 (libzstd, 1 thread),
- *                                 compress and decompress; prints
- *                                 "codec NAME ratio_tcgpu ratio_zstd c_tcgpu c_zstd d_tcgpu d_zstd"
+ *                                 does before releasing), into a fresh store and
+ *                                 into the kept store of an earlier suspend, vs
+ *                                 cuMemcpyDtoH of the same bytes into a fresh
+ *                                 buffer and into a warm one; the bench mix and
+ *                                 random data; interleaved, medians [ranges]
+ *   bench_engine codec NAME FILE DTYPE  per file: stored/raw and MB per CPU-second
+ *                                 of tcgpu's codec vs zstd -1 (libzstd, 1 thread),
+ *                                 compress and decompress, and of a memcpy; prints
+ *                                 "codec NAME ratio_tcgpu ratio_zstd c_tcgpu c_zstd d_tcgpu d_zstd copy"
+ *   bench_engine delta NAME A B DTYPE  B (one training step after A) encoded alone
+ *                                 and as the XOR with A (PATCH chunks)
  *   bench_engine mixfile OUT MB   writes the bench mix (a caching allocator's
  *                                 heap: weights, moments, zeros, random, stale)
  *   bench_engine refill MB        refill from an image and from host memory vs
@@ -188,63 +192,121 @@ static CUdeviceptr device_with(const uint8_t *h, size_t bytes)
 
 /* --- time to free ------------------------------------------------------------ */
 
+static double min_of(const double *v, int n)
+{
+    double m = v[0];
+
+    for (int i = 1; i < n; i++)
+        m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+static double max_of(const double *v, int n)
+{
+    double m = v[0];
+
+    for (int i = 1; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/* "12.3 ms [11.0-15.2]": median and range of n timings in seconds. */
+static const char *msr(const double *v, int n, char *buf, size_t len)
+{
+    double c[64];
+
+    memcpy(c, v, (size_t)n * sizeof(*v));
+    snprintf(buf, len, "%.1f ms [%.1f-%.1f]", median(c, n) * 1e3, min_of(v, n) * 1e3,
+             max_of(v, n) * 1e3);
+    return buf;
+}
+
+static struct pipe *pipe_with(int no_helpers)
+{
+    struct pipe_opts o = { .ctx_enter = t_ctx_enter, .ctx_leave = t_ctx_leave,
+                           .no_helpers = no_helpers };
+    struct pipe *p;
+
+    if (pipe_new(&p, &o))
+        die("pipe_new");
+    return p;
+}
+
+enum { F_FRESH, F_WARM, F_FIRST, F_AGAIN, F_TWIN, F_STEPS };
+
+/*
+ * Time to free `bytes` at d, REPS rounds of five steps in an order that
+ * rotates from round to round (so no step always runs right after a large
+ * free): a program's cuMemcpyDtoH into fresh malloc'ed memory and into a
+ * warm buffer; the suspend's drain into a fresh store (the first suspend)
+ * and into the kept store of an earlier one (every later suspend); the
+ * drain with the simcuda twin of the device helpers (zero chunks not
+ * copied). On simcuda the default drain loads no helpers: "default" and
+ * "no helpers" are the same code.
+ */
 static void bench_free_one(const char *name, CUdeviceptr d, size_t bytes)
 {
-    double cold[REPS], warm[REPS], ours[REPS], ours_nh[REPS], twin[REPS];
+    double t_[F_STEPS][REPS], m[F_STEPS];
     uint8_t *w = malloc(bytes);
     struct pipe_ext e = { d, bytes, 1, 0, TCGPU_DTYPE_UNKNOWN, 0 };
+    struct pipe *p = pipe_with(0), *tw = pipe_with(-1);
+    struct pipe_store *spare = NULL, *s = NULL;
+    char b[F_STEPS][64];
 
     memset(w, 1, bytes);
+    if (pipe_drain_host(p, &e, 1, &spare))   /* an earlier suspend's store, kept */
+        die(pipe_error(p));
+    pipe_store_empty(spare);
     for (int r = 0; r < REPS; r++) {
-        struct pipe *p = new_pipe();
-        struct pipe_store *s = NULL;
-        uint8_t *c = malloc(bytes);
-        double t;
+        for (int k = 0; k < F_STEPS; k++) {
+            int step = (k + r) % F_STEPS;
+            uint8_t *c;
+            double t = now();
 
-        t = now();
-        CU(TCGPU_REAL(cuMemcpyDtoH)(c, d, bytes));
-        cold[r] = now() - t;
-        free(c);
-        t = now();
-        CU(TCGPU_REAL(cuMemcpyDtoH)(w, d, bytes));
-        warm[r] = now() - t;
-        t = now();
-        if (pipe_drain_host(p, &e, 1, &s))
-            die(pipe_error(p));
-        ours[r] = now() - t;
-        pipe_store_free(s);
-        pipe_free(p);
-        {   /* the simcuda twin of the device helpers (zero chunks not copied) */
-            struct pipe_opts o = { .ctx_enter = t_ctx_enter, .ctx_leave = t_ctx_leave, .no_helpers = -1 };
-            if (pipe_new(&p, &o))
-                die("pipe_new");
+            switch (step) {
+            case F_FRESH:
+                c = malloc(bytes);
+                CU(TCGPU_REAL(cuMemcpyDtoH)(c, d, bytes));
+                t_[step][r] = now() - t;
+                free(c);
+                break;
+            case F_WARM:
+                CU(TCGPU_REAL(cuMemcpyDtoH)(w, d, bytes));
+                t_[step][r] = now() - t;
+                break;
+            case F_FIRST:
+            case F_TWIN:
+                if (pipe_drain_host(step == F_TWIN ? tw : p, &e, 1, &s))
+                    die(pipe_error(p));
+                t_[step][r] = now() - t;
+                pipe_store_free(s);
+                break;
+            case F_AGAIN:
+                if (pipe_drain_host_reuse(p, &e, 1, spare, &s))
+                    die(pipe_error(p));
+                t_[step][r] = now() - t;
+                pipe_store_empty(s);
+                spare = s;
+                break;
+            }
         }
-        t = now();
-        if (pipe_drain_host(p, &e, 1, &s))
-            die(pipe_error(p));
-        twin[r] = now() - t;
-        pipe_store_free(s);
-        pipe_free(p);
-        {
-            struct pipe_opts o = { .ctx_enter = t_ctx_enter, .ctx_leave = t_ctx_leave, .no_helpers = 1 };
-            if (pipe_new(&p, &o))
-                die("pipe_new");
-        }
-        t = now();
-        if (pipe_drain_host(p, &e, 1, &s))
-            die(pipe_error(p));
-        ours_nh[r] = now() - t;
-        pipe_store_free(s);
-        pipe_free(p);
     }
-    double mc = median(cold, REPS), mw = median(warm, REPS), mo = median(ours, REPS),
-           mn = median(ours_nh, REPS), mt = median(twin, REPS);
-    printf("free %s %zu MiB: memcpy cold %.1f ms, warm %.1f ms; drain %.1f ms (default), "
-           "%.1f ms (no helpers), %.1f ms (simcuda twin scan)\n", name, bytes >> 20, mc * 1e3,
-           mw * 1e3, mo * 1e3, mn * 1e3, mt * 1e3);
-    printf("free_vs_memcpy_cold_%s %.3f\n", name, mo / mc);
-    printf("free_vs_memcpy_warm_%s %.3f\n", name, mo / mw);
-    printf("free_twin_scan_vs_memcpy_warm_%s %.3f\n", name, mt / mw);
+    for (int k = 0; k < F_STEPS; k++) {
+        double c[REPS];
+        memcpy(c, t_[k], sizeof(c));
+        m[k] = median(c, REPS);
+        msr(t_[k], REPS, b[k], sizeof(b[k]));
+    }
+    printf("free %s %zu MiB: cuMemcpyDtoH into fresh memory %s, into warm memory %s; drain into "
+           "a fresh store (first suspend) %s, into the kept store (later suspends) %s, with the "
+           "simcuda twin scan %s (default = no helpers on simcuda)\n", name, bytes >> 20,
+           b[F_FRESH], b[F_WARM], b[F_FIRST], b[F_AGAIN], b[F_TWIN]);
+    printf("free_first_vs_memcpy_fresh_%s %.3f\n", name, m[F_FIRST] / m[F_FRESH]);
+    printf("free_again_vs_memcpy_warm_%s %.3f\n", name, m[F_AGAIN] / m[F_WARM]);
+    printf("free_twin_vs_default_%s %.3f\n", name, m[F_TWIN] / m[F_FIRST]);
+    pipe_store_free(spare);
+    pipe_free(p);
+    pipe_free(tw);
     free(w);
 }
 
@@ -275,87 +337,197 @@ static enum tcgpu_dtype parse_dtype(const char *s)
     return TCGPU_DTYPE_UNKNOWN;
 }
 
+/* CPU time of the calling thread: codec speeds are per core, and on a
+ * shared machine wall-clock ratios swing with the neighbours' load. */
+static double cpu_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+struct encoded {
+    uint8_t codec;
+    size_t len;
+    uint8_t *bytes;
+};
+
+/* tcgpu's codec over the file in 4 MiB chunks; returns the CPU seconds and
+ * the stored bytes, keeping each chunk's encoded form in `out`. */
+static double tcgpu_encode_all(struct codec_ctx *c, const uint8_t *raw, size_t len,
+                               enum tcgpu_dtype dtype, struct encoded *out, uint64_t *stored)
+{
+    double t = 0;
+
+    *stored = 0;
+    for (size_t at = 0, k = 0; at < len; at += CHUNK, k++) {
+        size_t n = len - at < CHUNK ? len - at : CHUNK;
+        struct codec_out o;
+        double t0 = cpu_now();
+
+        if (codec_encode(c, raw + at, n, dtype, out[k].bytes, CHUNK, &o))
+            die("encode");
+        t += cpu_now() - t0;
+        out[k].codec = o.codec;
+        out[k].len = o.stored_len;
+        /* RAW points at the source: the writer writes it from there, the
+         * copy here is only for the decode round (not timed). */
+        if (o.data && o.data != out[k].bytes)
+            memcpy(out[k].bytes, o.data, o.stored_len);
+        *stored += o.stored_len;
+    }
+    return t;
+}
+
+static double tcgpu_decode_all(struct codec_ctx *c, const struct encoded *in, size_t len,
+                               uint8_t *dec)
+{
+    double t = cpu_now();
+
+    for (size_t at = 0, k = 0; at < len; at += CHUNK, k++) {
+        size_t n = len - at < CHUNK ? len - at : CHUNK;
+
+        if (codec_decode(c, in[k].codec, in[k].bytes, in[k].len, dec + at, n))
+            die("decode");
+    }
+    return cpu_now() - t;
+}
+
+static double zstd_encode_all(ZSTD_CCtx *zc, const uint8_t *raw, size_t len, struct encoded *out,
+                              size_t cap, uint64_t *stored)
+{
+    double t = cpu_now();
+
+    *stored = 0;
+    for (size_t at = 0, k = 0; at < len; at += CHUNK, k++) {
+        size_t n = len - at < CHUNK ? len - at : CHUNK;
+        size_t z = ZSTD_compress2(zc, out[k].bytes, cap, raw + at, n);
+
+        if (ZSTD_isError(z))
+            die("zstd");
+        out[k].len = z;
+        *stored += z;
+    }
+    return cpu_now() - t;
+}
+
+static double zstd_decode_all(ZSTD_DCtx *zd, const struct encoded *in, size_t len, uint8_t *dec)
+{
+    double t = cpu_now();
+
+    for (size_t at = 0, k = 0; at < len; at += CHUNK, k++)
+        if (ZSTD_isError(ZSTD_decompressDCtx(zd, dec, CHUNK, in[k].bytes, in[k].len)))
+            die("unzstd");
+    return cpu_now() - t;
+}
+
+static uint8_t *input_bytes(const char *path, size_t *len)
+{
+    uint8_t *raw;
+
+    if (!strcmp(path, "zeros") || !strcmp(path, "random")) {
+        *len = 64 * MiB;
+        raw = calloc(1, *len);
+        if (raw && path[0] == 'r')
+            fill_random(raw, *len);
+        return raw;
+    }
+    return read_file(path, len);
+}
+
+/*
+ * Per file: stored/raw and MB per CPU-second (this thread's) of tcgpu's codec
+ * and of zstd -1, compress and decompress, REPS interleaved rounds (tcgpu,
+ * zstd, tcgpu, ...), medians. Every round's output is decoded and checked.
+ */
 static int cmd_codec(const char *name, const char *path, const char *dt)
 {
     enum tcgpu_dtype dtype = parse_dtype(dt);
-    size_t len = 0;
-    uint8_t *raw;
-    uint8_t *enc = malloc(CHUNK), *dec = malloc(CHUNK);
+    size_t len = 0, nch, zcap = ZSTD_compressBound(CHUNK);
+    uint8_t *raw = input_bytes(path, &len), *dec;
+    struct encoded *ours, *theirs;
     struct codec_ctx *cctx;
     ZSTD_CCtx *zc = ZSTD_createCCtx();
     ZSTD_DCtx *zd = ZSTD_createDCtx();
-    size_t zcap = ZSTD_compressBound(CHUNK);
-    uint8_t *zbuf = malloc(zcap);
-    double tc[REPS], td[REPS], zct[REPS], zdt[REPS];
+    double tc[REPS], td[REPS], zct[REPS], zdt[REPS], cp[REPS];
     uint64_t stored = 0, zstored = 0;
 
-    if (!strcmp(path, "zeros") || !strcmp(path, "random")) {
-        len = 64 * MiB;
-        raw = calloc(1, len);
-        if (path[0] == 'r')
-            fill_random(raw, len);
-    } else if (!(raw = read_file(path, &len))) {
+    if (!raw)
         die("cannot read input");
+    nch = (len + CHUNK - 1) / CHUNK;
+    ours = calloc(nch ? nch : 1, sizeof(*ours));
+    theirs = calloc(nch ? nch : 1, sizeof(*theirs));
+    dec = malloc(len + CHUNK);
+    for (size_t k = 0; k < nch; k++) {
+        ours[k].bytes = malloc(CHUNK);
+        theirs[k].bytes = malloc(zcap);
+        if (!ours[k].bytes || !theirs[k].bytes)
+            die("out of memory");
     }
     if (codec_ctx_new(&cctx, NULL))
         die("codec");
     ZSTD_CCtx_setParameter(zc, ZSTD_c_compressionLevel, 1);
     for (int r = 0; r < REPS; r++) {
-        double t = now();
-        stored = 0;
-        for (size_t at = 0; at < len; at += CHUNK) {
-            size_t n = len - at < CHUNK ? len - at : CHUNK;
-            struct codec_out o;
-            if (codec_encode(cctx, raw + at, n, dtype, enc, CHUNK, &o))
-                die("encode");
-            stored += o.stored_len;
-        }
-        tc[r] = now() - t;
-        t = now();
-        for (size_t at = 0; at < len; at += CHUNK) {
-            size_t n = len - at < CHUNK ? len - at : CHUNK;
-            struct codec_out o;
-            codec_encode(cctx, raw + at, n, dtype, enc, CHUNK, &o);   /* (not timed: below) */
-            (void)o;
-            break;
-        }
-        /* decode timing: encode each chunk untimed, decode timed */
-        td[r] = 0;
-        for (size_t at = 0; at < len; at += CHUNK) {
-            size_t n = len - at < CHUNK ? len - at : CHUNK;
-            struct codec_out o;
-            codec_encode(cctx, raw + at, n, dtype, enc, CHUNK, &o);
-            if (o.data != enc && o.stored_len)
-                memcpy(enc, o.data, o.stored_len);
-            double t2 = now();
-            if (codec_decode(cctx, o.codec, enc, o.stored_len, dec, n))
-                die("decode");
-            td[r] += now() - t2;
-        }
-        t = now();
-        zstored = 0;
-        for (size_t at = 0; at < len; at += CHUNK) {
-            size_t n = len - at < CHUNK ? len - at : CHUNK;
-            size_t z = ZSTD_compress2(zc, zbuf, zcap, raw + at, n);
-            if (ZSTD_isError(z))
-                die("zstd");
-            zstored += z;
-        }
-        zct[r] = now() - t;
-        zdt[r] = 0;
-        for (size_t at = 0; at < len; at += CHUNK) {
-            size_t n = len - at < CHUNK ? len - at : CHUNK;
-            size_t z = ZSTD_compress2(zc, zbuf, zcap, raw + at, n);
-            double t2 = now();
-            if (ZSTD_isError(ZSTD_decompressDCtx(zd, dec, CHUNK, zbuf, z)))
-                die("unzstd");
-            zdt[r] += now() - t2;
-        }
+        tc[r] = tcgpu_encode_all(cctx, raw, len, dtype, ours, &stored);
+        zct[r] = zstd_encode_all(zc, raw, len, theirs, zcap, &zstored);
+        td[r] = tcgpu_decode_all(cctx, ours, len, dec);
+        if (memcmp(dec, raw, len))
+            die("tcgpu round trip differs");
+        zdt[r] = zstd_decode_all(zd, theirs, len, dec);
+        cp[r] = cpu_now();        /* a raw copy of the same bytes, the floor of any codec */
+        memcpy(dec, raw, len);
+        cp[r] = cpu_now() - cp[r];
     }
     double mb = (double)len / 1e6;
-    printf("codec %s %.4f %.4f %.0f %.0f %.0f %.0f\n", name, (double)stored / len,
+    printf("codec %s %.4f %.4f %.0f %.0f %.0f %.0f %.0f\n", name, (double)stored / len,
            (double)zstored / len, mb / median(tc, REPS), mb / median(zct, REPS),
-           mb / median(td, REPS), mb / median(zdt, REPS));
+           mb / median(td, REPS), mb / median(zdt, REPS), mb / median(cp, REPS));
+    return 0;
+}
+
+/*
+ * What encoding the difference from the parent's bytes buys: FILE_B (a
+ * tensor one training step after FILE_A) in 4 MiB chunks, each encoded on
+ * its own (a full image) and as a PATCH of all its 64 KiB blocks, the XOR
+ * with FILE_A's chunk (an incremental image after a dense step). Prints
+ * "delta NAME plain/raw xor/raw xor/plain c_xor_MBps".
+ */
+static int cmd_delta(const char *name, const char *pa, const char *pb, const char *dt)
+{
+    enum tcgpu_dtype dtype = parse_dtype(dt);
+    size_t la = 0, lb = 0;
+    uint8_t *a = read_file(pa, &la), *b = read_file(pb, &lb);
+    uint8_t *out = malloc(2 * CHUNK), *scratch = malloc(CHUNK);
+    uint32_t idx[CHUNK / (64 << 10)];
+    struct codec_ctx *c;
+    uint64_t plain = 0, xored = 0;
+    double t_xor = 0;
+
+    if (!a || !b || la != lb || !out || !scratch || codec_ctx_new(&c, NULL))
+        die("delta: inputs of different sizes, or no memory");
+    for (size_t at = 0; at < lb; at += CHUNK) {
+        size_t n = lb - at < CHUNK ? lb - at : CHUNK, stored;
+        uint32_t k = (uint32_t)((n + (64 << 10) - 1) / (64 << 10));
+        struct codec_patch pt = { .raw_len = n, .block_size = 64 << 10, .k = k, .idx = idx,
+                                  .blocks = b + at, .base = a + at, .scratch = scratch };
+        struct codec_out o;
+        uint64_t csum;
+        double t;
+
+        for (uint32_t i = 0; i < k; i++)
+            idx[i] = i;
+        if (codec_encode(c, b + at, n, dtype, out, 2 * CHUNK, &o))
+            die("encode");
+        plain += o.stored_len;
+        t = cpu_now();
+        if (codec_patch_encode(c, &pt, dtype, out, 2 * CHUNK, &stored, &csum))
+            die("patch");
+        t_xor += cpu_now() - t;
+        xored += stored;
+    }
+    printf("delta %s %.4f %.4f %.4f %.0f\n", name, (double)plain / lb, (double)xored / lb,
+           (double)xored / plain, lb / 1e6 / t_xor);
     return 0;
 }
 
@@ -416,6 +588,21 @@ static int cmd_image(size_t mb, const char *dir)
     return 0;
 }
 
+/* Reads an image's data file once: the writer wrote it with O_DIRECT, so
+ * it is not in the page cache, and a refill would measure the disk. */
+static void page_in(const char *dir)
+{
+    char path[4096], buf[1 << 16];
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/data.0", dir);
+    if ((fd = open(path, O_RDONLY)) < 0)
+        die("open data.0");
+    while (read(fd, buf, sizeof(buf)) > 0)
+        ;
+    close(fd);
+}
+
 static int cmd_refill(size_t mb, const char *dir)
 {
     size_t bytes = mb * MiB;
@@ -431,6 +618,7 @@ static int cmd_refill(size_t mb, const char *dir)
     d = device_with(h, bytes);
     e = (struct pipe_ext){ d, bytes, 1, 0, TCGPU_DTYPE_UNKNOWN, 0 };
     write_image(dir, d, bytes, &secs, &stored);
+    page_in(dir);
     for (int r = 0; r < REPS; r++) {
         struct pipe *p = new_pipe();
         struct pipe_store *s = NULL;
@@ -441,9 +629,10 @@ static int cmd_refill(size_t mb, const char *dir)
 
         CU(TCGPU_REAL(cuMemcpyHtoD)(d, h, bytes));
         base[r] = now() - t;
-        if (image_open(&img, dir, 0, err, sizeof(err)))
+        if (image_open(&img, dir, 0, err, sizeof(err)) ||
+            image_verify_stored(img, 0, err, sizeof(err)))   /* as a restore does, before */
             die(err);
-        chunk_source_init(&src, img);
+        chunk_source_init_verified(&src, img);
         t = now();
         if (pipe_refill_image(p, &src, &e, 1))
             die(pipe_error(p));
@@ -475,6 +664,8 @@ int main(int argc, char **argv)
         return cmd_free(strtoul(argv[2], NULL, 10));
     if (argc >= 5 && !strcmp(argv[1], "codec"))
         return cmd_codec(argv[2], argv[3], argv[4]);
+    if (argc >= 6 && !strcmp(argv[1], "delta"))
+        return cmd_delta(argv[2], argv[3], argv[4], argv[5]);
     if (argc >= 4 && !strcmp(argv[1], "mixfile"))
         return cmd_mixfile(argv[2], strtoul(argv[3], NULL, 10));
     if (argc >= 4 && !strcmp(argv[1], "image"))
@@ -482,6 +673,6 @@ int main(int argc, char **argv)
     if (argc >= 4 && !strcmp(argv[1], "refill"))
         return cmd_refill(strtoul(argv[2], NULL, 10), argv[3]);
     fprintf(stderr, "usage: bench_engine free MB | codec NAME FILE DTYPE | mixfile OUT MB | "
-                    "image MB DIR | refill MB DIR\n");
+                    "image MB DIR | refill MB DIR | delta NAME FILE_A FILE_B DTYPE\n");
     return 2;
 }

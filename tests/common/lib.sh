@@ -52,13 +52,11 @@ for path in sys.argv[2:]:
 status_of() { json_field "$("$GPUCKPT" status "$1" --json 2>/dev/null || true)" "$2"; }
 
 # device_bytes_of PID: device memory simcuda ($SMI, simcuda-smi) accounts to
-# PID, all devices ("process pid=N device=D used=BYTES ..." lines of -q).
+# PID, all devices (its nvidia-smi-style query; used_memory_bytes is
+# simcuda's exact count).
 device_bytes_of() {
-    "$SMI" -q | awk -v want="pid=$1" '
-        $1 == "process" && $2 == want {
-            for (i = 3; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); sum += $i }
-        }
-        END { print sum + 0 }'
+    "$SMI" --query-compute-apps=pid,used_memory_bytes --format=csv,noheader,nounits |
+        awk -F', ' -v want="$1" '$1 == want { sum += $2 } END { print sum + 0 }'
 }
 
 # start_bg OUTFILE CMD...: CMD in the background, its output in OUTFILE;
@@ -116,3 +114,15 @@ wait_job() {
     return $rc
 }
 
+# wait_gone PID [SEC]: the process no longer exists (restored ones are not our
+# children: polled); fails after SEC (120).
+wait_gone() {
+    local i n=$(( ${2:-120} * 20 ))
+    for i in $(seq 1 "$n"); do
+        kill -0 "$1" 2>/dev/null || return 0
+        # a zombie whose parent is gone is reaped by init soon; ours we reap
+        [ "$(awk '{print $3}' /proc/"$1"/stat 2>/dev/null)" = Z ] && { wait "$1" 2>/dev/null || true; }
+        sleep 0.05
+    done
+    fail "process $1 still runs after ${2:-120} s: $(tail -n 3 "$WORK"/*.out 2>/dev/null)"
+}

@@ -11,6 +11,8 @@ if [ ! -x "$CRIU" ]; then echo "skipped: criu not found"; exit 77; fi
 export TCGPU_CRIU=$CRIU
 
 . "$(dirname "$0")/../sim/lib.sh"
+# gpuckpt save/restore drive tcgpu's CRIU plugin: built with CRIU's plugin header
+[ -f "$B/plugins/criu/tcgpu_plugin.so" ] || { echo "skipped: the CRIU plugin is not built (scripts/setup.sh)"; exit 77; }
 
 GPU_TREE=$B/tests/criu/gpu_tree
 KILL_PIDS=()
@@ -26,18 +28,6 @@ trap criu_cleanup EXIT
 
 # children_of PID : pids of PID's children (every thread's).
 children_of() { cat /proc/"$1"/task/*/children 2>/dev/null | tr ' ' '\n' | grep -v '^$' || true; }
-
-# wait_gone PID [SEC] : the process no longer exists (restored ones are not our children).
-wait_gone() {
-    local i n=$(( ${2:-120} * 20 ))
-    for i in $(seq 1 "$n"); do
-        kill -0 "$1" 2>/dev/null || return 0
-        # a zombie whose parent is gone is reaped by init soon; ours we reap
-        [ "$(awk '{print $3}' /proc/"$1"/stat 2>/dev/null)" = Z ] && { wait "$1" 2>/dev/null || true; }
-        sleep 0.05
-    done
-    fail "process $1 still runs after ${2:-120} s: $(tail -n 3 "$WORK"/*.out 2>/dev/null)"
-}
 
 # expect_fail CODE MESSAGE_PATTERN CMD... : CMD exits with CODE and says MESSAGE_PATTERN.
 expect_fail() {

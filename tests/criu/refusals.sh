@@ -49,7 +49,7 @@ non-tcgpu)
     wait_for_line "$WORK/run.out" '^gpu_tree: parent'
     mapfile -t kids < <(children_of "$pid")
     KILL_PIDS+=("${kids[@]}")
-    for i in $(seq 1 200); do [ "$("$SMI" -q | grep -c '^process')" -ge 2 ] && break; sleep 0.02; done
+    for i in $(seq 1 200); do [ "$("$SMI" --query-compute-apps=pid --format=csv,noheader | sort -u | wc -l)" -ge 2 ] && break; sleep 0.02; done
     expect_fail 4 "process ${kids[0]} (gpu_tree) uses the GPU but is not under tcgpu" \
         "$GPUCKPT" save "$pid" -D "$WORK/save"
     [ -e "$WORK/save" ] && fail "a refused save left $WORK/save"

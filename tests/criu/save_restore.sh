@@ -30,18 +30,27 @@ start_job() {
     BG_PIDS+=("$BG")
 }
 
+# json OBJECT FILE : FILE is strict JSON of docs/cli.md's OBJECT (tests/common/jsoncheck.py)
+json() {
+    python3 "$TCGPU_SOURCE_ROOT/tests/common/jsoncheck.py" "$TCGPU_SOURCE_ROOT/docs/cli.md" "$1" ok=true <"$2" ||
+        fail "$2 is not a valid '$1' object: $(head -c 2000 "$2")"
+}
+
 save() {        # save PID DIR [OPTS...]
     local pid=$1 dir=$2; shift 2
-    "$GPUCKPT" save "$pid" -D "$dir" "$@" || fail "save of $pid failed"
+    "$GPUCKPT" save "$pid" -D "$dir" "$@" --json >"$WORK/save.json" || fail "save of $pid failed"
+    json save "$WORK/save.json"
     [ "$(stat -c %a "$dir")" = 700 ] || fail "save dir $dir is not private (mode $(stat -c %a "$dir"))"
     ls -d "$dir".tmp-* >/dev/null 2>&1 && fail "a temporary directory was left next to $dir"
-    "$GPUCKPT" verify "$dir" >/dev/null || fail "verify $dir failed"
+    "$GPUCKPT" verify "$dir" --json >"$WORK/verify.json" || fail "verify $dir failed"
+    json verify "$WORK/verify.json"
+    "$GPUCKPT" inspect "$dir" --json >"$WORK/inspect.json" || fail "inspect --json $dir failed"
+    json inspect-save "$WORK/inspect.json"
     "$GPUCKPT" inspect "$dir" >"$WORK/inspect.out" || fail "inspect $dir failed"
     grep -q "criu images: present" "$WORK/inspect.out" || fail "inspect: no CRIU images: $(cat "$WORK/inspect.out")"
 }
 
 # The driver state of pid as simcuda-smi sees it.
-smi_state() { "$SMI" -q | awk -v want="pid=$1" '$1 == "process" && $2 == want { for (i = 3; i <= NF; i++) if ($i ~ /^state=/) { sub(/^state=/, "", $i); print $i } }'; }
 
 case "$mode" in
 train)
@@ -122,8 +131,13 @@ cycles)
         [ "$c" -eq 1 ] && { wait "$pid" 2>/dev/null || true; }
         wait_gone "$pid" 10
         grep -q '^checksum' "$WORK/run.out" && fail "the job finished before save $c: make it longer"
-        "$GPUCKPT" restore -D "$WORK/save-$c" -d >"$WORK/restore.out" || fail "restore $c failed"
-        grep -q "restored the tree under $pid" "$WORK/restore.out" || fail "restore $c said: $(cat "$WORK/restore.out")"
+        if [ "$c" -eq 2 ]; then
+            "$GPUCKPT" restore -D "$WORK/save-$c" -d --json >"$WORK/restore.json" || fail "restore $c failed"
+            json restore "$WORK/restore.json"
+        else
+            "$GPUCKPT" restore -D "$WORK/save-$c" -d >"$WORK/restore.out" || fail "restore $c failed"
+            grep -q "restored the tree under $pid" "$WORK/restore.out" || fail "restore $c said: $(cat "$WORK/restore.out")"
+        fi
         "$GPUCKPT" status "$pid" | grep -q ': running' || fail "not running after restore $c"
         [ "$(smi_state "$pid")" = running ] || fail "driver state after restore $c: $(smi_state "$pid")"
         note "cycle $c ok"

@@ -48,12 +48,17 @@ wait_for_socket() {
 }
 
 # wait_for_line FILE PATTERN : a line matching PATTERN appeared in FILE (10 s).
+# The bound is generous: it only ends a test that would hang (an ASan build
+# under load needs tens of seconds to fill a large device buffer).
 wait_for_line() {
-    wait_line "$1" "$2" 10 || fail "'$2' never appeared in $1: $(tail -n 5 "$1")"
+    wait_line "$1" "$2" 60 || fail "'$2' never appeared in $1 within 60 s: $(tail -n 5 "$1")"
 }
 
-# smi_state PID : the driver state of PID as simcuda-smi shows it.
-smi_state() { "$SMI" -q | awk -v want="pid=$1" '$1 == "process" && $2 == want { for (i = 3; i <= NF; i++) if ($i ~ /^state=/) { sub(/^state=/, "", $i); print $i } }'; }
+# smi_state PID : the driver checkpoint API's state of PID (running, locked, checkpointed)
+smi_state() {
+    "$SMI" --query-compute-apps=pid,checkpoint_state --format=csv,noheader |
+        awk -F', ' -v want="$1" '$1 == want { print $2; exit }'
+}
 
 # What tests/common/scenario.sh expects of a suspended process here: simcuda
 # has the driver's checkpoint API, so a suspend leaves nothing on the device,

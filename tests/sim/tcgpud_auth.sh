@@ -21,22 +21,27 @@ start_bg "$WORK/job.out" "$GPUCKPT" run --project research -- "$TRAIN" --mb 200 
 job=$BG
 wait_registered "$job"
 
-as_nobody "$GPUCKPT" ps >/dev/null || fail "nobody may look at the jobs"
+as_nobody "$GPUCKPT" ps --daemon >/dev/null || fail "nobody may look at the jobs"
 rc=0; as_nobody "$GPUCKPT" suspend "$job" 2>"$WORK/nobody.err" || rc=$?
 [ "$rc" -eq 6 ] || fail "nobody's suspend: exit $rc (want 6): $(cat "$WORK/nobody.err")"
 grep -q EACCES "$WORK/nobody.err" || fail "no EACCES: $(cat "$WORK/nobody.err")"
 grep -q "refused suspend from uid 65534" "$WORK/tcgpud.log" || fail "the refusal was not logged"
 [ "$(job_field "$job" state)" = running ] || fail "the job was touched"
 evs=$("$GPUCKPT" events)
-grep -q "refused.*uid=65534" <<<"$evs" || fail "no refused event"
+grep -q "refused suspend, from uid 65534" <<<"$evs" || fail "no refused event: $evs"
 
-# nobody registering in a project it does not belong to
+# nobody registering in a project it does not belong to (a second apart from
+# the refusal above: tcgpud logs one refusal a second per uid, and counts the
+# rest as not_shown; docs/tcgpud.md, "Threat model")
+sleep 1.1
 nobody_run=$(mktemp -d /tmp/tcgpu-test-XXXXXX)
 chown 65534:65534 "$nobody_run"
 TCGPU_RUN_DIR=$nobody_run as_nobody "$GPUCKPT" run --project research -- "$PROGS/alloc_probe" 10 \
     >"$WORK/nobody-job.out" 2>&1 || true
 rm -rf "$nobody_run"
-grep -q "refused register from uid 65534" "$WORK/tcgpud.log" || fail "registration not refused: $(tail -n 3 "$WORK/tcgpud.log")"
+grep -q "not a member of project research" "$WORK/nobody-job.out" ||
+    fail "the job was not told why: $(tail -n 5 "$WORK/nobody-job.out")"
+grep -q "refused register from uid 65534" "$WORK/tcgpud.log" || fail "registration not refused: $(tail -n 3 "$WORK/tcgpud.log"); the job said: $(tail -n 5 "$WORK/nobody-job.out")"
 grep -q "running without policy" "$WORK/nobody-job.out" || fail "the refused job was not told: $(cat "$WORK/nobody-job.out")"
 
 # the owner (root, also an admin) suspends by hand: not resumed automatically

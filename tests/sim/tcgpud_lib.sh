@@ -1,5 +1,6 @@
 # Helpers of the tcgpud scenarios (sourced by tests/sim/tcgpud_*.sh after lib.sh).
 # Each test runs its own tcgpud on its own simulated device, socket and state file.
+. "$(dirname "${BASH_SOURCE[0]}")/users_lib.sh"
 TCGPUD=$B/tools/tcgpud/tcgpud
 export TCGPU_DAEMON_SOCKET=$WORK/tcgpud.sock
 SLACK=$SC_HELD_KEPT                    # what a suspended job may still hold: its context (lib.sh)
@@ -24,21 +25,23 @@ start_tcgpud() {
     BG_PIDS+=("$DAEMON")
     local i
     for i in $(seq 1 200); do
-        "$GPUCKPT" ps >/dev/null 2>&1 && return 0
+        "$GPUCKPT" ps --daemon >/dev/null 2>&1 && return 0
         kill -0 "$DAEMON" 2>/dev/null || fail "tcgpud died: $(tail -n 5 "$WORK/tcgpud.log")"
         sleep 0.05
     done
     fail "tcgpud did not answer within 10 s: $(tail -n 5 "$WORK/tcgpud.log")"
 }
 
-# job_field PID KEY : a field of PID in gpuckpt ps --json ("" when not managed).
+# job_field PID KEY : a field of PID in gpuckpt ps --json ("" when not managed;
+# booleans as true/false).
 job_field() {
-    "$GPUCKPT" ps --json 2>/dev/null | python3 -c '
+    "$GPUCKPT" ps --daemon --json 2>/dev/null | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 for j in d["jobs"]:
     if j["pid"] == int(sys.argv[1]):
-        print(j.get(sys.argv[2], ""))' "$1" "$2"
+        v = j.get(sys.argv[2], "")
+        print(json.dumps(v) if isinstance(v, bool) else v)' "$1" "$2"
 }
 
 # wait_state PID STATE [SECONDS] : tcgpud reports PID in STATE.
@@ -81,14 +84,9 @@ for l in sys.stdin:
     if e.get("pid") == int(sys.argv[1]): print(e["type"])' "$1"
 }
 
-# low_then_high HIGH_SLEEP_MS : the preemption scenario. Uses the arrays
-# low_args and high_args; sets ref_low, ref_high (uninterrupted checksums),
-# low and high (the jobs' pids). A research job (priority 10) fills the
-# device, and once it is older than min_runtime a prod job (priority 100)
-# arrives that needs the memory.
-low_then_high() {
-    ref_low=$(reference low "${low_args[@]}")
-    ref_high=$(reference high "${high_args[@]}")
+# start_research_prod : tcgpud with two projects open to all: research
+# (priority 10) and prod (priority 100), the preemption scenarios' pair.
+start_research_prod() {
     write_config "
 [project research]
 priority = 10
@@ -99,6 +97,19 @@ priority = 100
 members = *
 "
     start_tcgpud
+}
+
+# low_then_high HIGH_SLEEP_MS : the preemption scenario. Uses the arrays
+# low_args and high_args; sets ref_low, ref_high (uninterrupted checksums),
+# low and high (the jobs' pids). A research job (priority 10) fills the
+# device, and once it is older than min_runtime a prod job (priority 100)
+# arrives that needs the memory. $BEFORE_JOBS, when set, is run (a command)
+# once tcgpud is up, before the jobs start.
+low_then_high() {
+    ref_low=$(reference low "${low_args[@]}")
+    ref_high=$(reference high "${high_args[@]}")
+    start_research_prod
+    if [ -n "${BEFORE_JOBS:-}" ]; then $BEFORE_JOBS; fi
     start_bg "$WORK/low.out" "$GPUCKPT" run --project research -- "$TRAIN" "${low_args[@]}" --sleep-ms 10
     low=$BG
     wait_registered "$low"
@@ -107,3 +118,4 @@ members = *
     start_bg "$WORK/high.out" "$GPUCKPT" run --project prod -- "$TRAIN" "${high_args[@]}" --sleep-ms "$1"
     high=$BG
 }
+

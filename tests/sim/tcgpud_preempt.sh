@@ -12,9 +12,10 @@ low_then_high 5
 wait_state "$low" suspended
 held=$(device_bytes_of "$low")
 [ "$held" -le "$SLACK" ] || fail "the suspended low job still holds $held bytes"
-[ "$(job_field "$low" suspended_by)" = policy ] || fail "suspended_by: $(job_field "$low" suspended_by)"
-[ "$(job_field "$low" why)" = priority ] || fail "why: $(job_field "$low" why)"
-[ "$(job_field "$low" for)" = "$high" ] || fail "for: $(job_field "$low" for), want $high"
+by=$(job_field "$low" suspended_by) why=$(job_field "$low" why) for=$(job_field "$low" for)
+[ "$by" = policy ] || fail "suspended_by: '$by', want policy"
+[ "$why" = priority ] || fail "why: '$why', want priority"
+[ "$for" = "$high" ] || fail "for: '$for', want $high"
 note "low job suspended for the high one; it holds $held bytes"
 
 wait "$high" || fail "the high job failed: $(tail -n 5 "$WORK/high.out")"
@@ -32,4 +33,17 @@ sleep 1                                    # the next tick rewrites the metrics
 grep -q '^tcgpud_preemptions_total 1$' "$WORK/tcgpud.prom" || fail "metrics: $(cat "$WORK/tcgpud.prom")"
 grep -q '^tcgpud_suspend_latency_seconds_count 1$' "$WORK/tcgpud.prom" || fail "no suspend latency in the metrics"
 grep -q '^tcgpud_resume_latency_seconds_count 1$' "$WORK/tcgpud.prom" || fail "no resume latency in the metrics"
+# One suspend and one resume, each in its histogram: the buckets below the
+# observation (_sum) hold 0, those from it up, +Inf included, hold 1.
+python3 - "$WORK/tcgpud.prom" <<'PY' || fail "latency histograms: $(grep _latency_ "$WORK/tcgpud.prom")"
+import re, sys
+text = open(sys.argv[1]).read()
+for name in ("tcgpud_suspend_latency_seconds", "tcgpud_resume_latency_seconds"):
+    obs = float(re.search(r"^%s_sum (\S+)$" % name, text, re.M).group(1))
+    buckets = re.findall(r'^%s_bucket\{le="([^"]+)"\} (\d+)$' % name, text, re.M)
+    assert buckets and buckets[-1][0] == "+Inf", (name, buckets)
+    for le, n in buckets:
+        want = 1 if le == "+Inf" or float(le) >= obs else 0
+        assert int(n) == want, (name, obs, le, n)
+PY
 echo "ok: preempted and resumed automatically, checksums $ref_low $ref_high"

@@ -31,7 +31,7 @@ bor=$BG
 wait_registered "$bor"
 wait_for_line "$WORK/bor.out" '^step 0 '
 sleep 1.2
-[ "$(job_field "$bor" borrowing)" = 1 ] || fail "batch should be borrowing"
+[ "$(job_field "$bor" borrowing)" = true ] || fail "batch should be borrowing"
 start_bg "$WORK/own.out" "$GPUCKPT" run --project team -- "$TRAIN" "${own_args[@]}" --sleep-ms 20
 own=$BG
 wait_state "$bor" suspended

@@ -23,6 +23,7 @@ kill -0 "$high" 2>/dev/null || fail "the high job died with tcgpud"
 [ "$(device_bytes_of "$low")" -le "$SLACK" ] || fail "the low job left its suspension without tcgpud"
 
 start_tcgpud
+wait_for_line "$WORK/tcgpud.log" "re-learnt [0-9]* of the"   # it serves ps while it asks the jobs
 grep -q "pid $low re-learnt: project research, suspended (by policy)" "$WORK/tcgpud.log" ||
     fail "low not re-learnt: $(cat "$WORK/tcgpud.log")"
 [ "$(job_field "$low" state)" = suspended ] || fail "after the restart low is '$(job_field "$low" state)'"

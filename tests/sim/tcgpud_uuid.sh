@@ -4,10 +4,11 @@
 # =0, as Slurm's GRES sets it) are accounted to two GPUs, each to the one it
 # runs on; a job naming its GPU by UUID (CUDA_VISIBLE_DEVICES=GPU-...) lands
 # on the same one; the numbers survive a restart of tcgpud (state file);
-# made-up UUIDs in a flood of registrations do not lock a real GPU out.
+# made-up UUIDs in a flood of registrations are refused (tcgpud knows the
+# GPUs' UUIDs from the driver) and do not lock a real GPU out.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tcgpud_lib.sh"
-export SIMCUDA_DEVICES=3                # GPU 2 is seen only after the flood
+export SIMCUDA_DEVICES=3                # no job is on GPU 2 before the flood
 
 # job_on VISIBLE MB : a long job under tcgpud that sees VISIBLE; sets BG.
 job_on() {
@@ -70,20 +71,22 @@ job_on "$u0" 16
 [ "$(job_field "$BG" device)" = 0 ] || fail "after a restart $u0 is accounted to GPU $(job_field "$BG" device)"
 kill "$BG"
 
-# a process registers 70 times, each time with another made-up UUID: more
-# than tcgpud has numbers; then a job on GPU 2, never seen, still gets one
+# a process registers 70 times, each time with another made-up UUID (more
+# than tcgpud has numbers): each is refused as a GPU tcgpud does not manage;
+# then a job on GPU 2, which no job was on, is accounted there
 python3 -c '
 import socket, sys
 for i in range(70):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.connect(sys.argv[1])
-    s.send(("register project=research device=0 uuid=GPU-%08x-0000-0000-0000-000000000000" % i).encode())
+    s.send(("register project=research device=0 uuid=%08x000000000000000000000000" % i).encode())
     r = s.recv(65536).decode().split("\n")[0]
     s.close()
-    if not r.startswith("ok"):
-        sys.exit("registration %d: %s" % (i, r))' "$TCGPU_DAEMON_SOCKET" || fail "the flood of registrations was refused"
+    if not r.startswith("error") or "ENODEV" not in r:
+        sys.exit("registration %d with a made-up UUID: %s" % (i, r))' "$TCGPU_DAEMON_SOCKET" ||
+    fail "a made-up UUID was not refused as a GPU tcgpud does not manage"
 job_on 2 16
-[ -n "$(job_field "$BG" device)" ] || fail "the job on GPU 2 is not accounted"
+[ "$(job_field "$BG" device)" = 2 ] || fail "the job on GPU 2 is accounted to GPU '$(job_field "$BG" device)'"
 [ "$(job_field "$a" device)" = 1 ] && [ "$(job_field "$b" device)" = 0 ] ||
     fail "after the flood the jobs are on GPUs $(job_field "$a" device) and $(job_field "$b" device)"
 kill "$BG" "$a" "$b"

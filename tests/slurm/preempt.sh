@@ -163,17 +163,22 @@ suspend)
     wait_file_line "$out" "rank 0 step 25" 60
     pid=$(sed -n 's/.*started .* as pid \([0-9]*\).*/\1/p' "$out" | head -n 1)
     node=$(job_field "$low" NodeList)
-    smi() { SIMCUDA_SHM=$SHM_PREFIX-$node "$B/simcuda/simcuda-smi" -q | awk -v p="pid=$pid" '$2 == p'; }
-    held=$(smi | sed -n 's/.* used=\([0-9]*\).*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
+    # the job's rows: "PID, USED_BYTES, STATE" per GPU it is on
+    smi() {
+        SIMCUDA_SHM=$SHM_PREFIX-$node "$B/simcuda/simcuda-smi" \
+            --query-compute-apps=pid,used_memory_bytes,checkpoint_state --format=csv,noheader,nounits |
+            awk -F', ' -v p="$pid" '$1 == p'
+    }
+    held=$(smi | awk -F', ' '{ s += $2 } END { print s + 0 }')
     [ "${held:-0}" -ge $((32 << 20)) ] || fail "the job holds ${held:-nothing} on its GPU before the suspend: $(smi)"
     scontrol suspend "$low"
     wait_job_state "$low" SUSPENDED 10
     # srun is stopped too, so the job's log says nothing until the resume: ask the GPU
     for i in $(seq 1 100); do
-        smi | grep -v -q "used=0 .*state=checkpointed" || break
+        smi | grep -v -q ", 0, checkpointed$" || break
         sleep 0.1
     done
-    smi | grep -v -q "used=0 .*state=checkpointed" && fail "the suspended job still holds GPU memory: $(smi)"
+    smi | grep -v -q ", 0, checkpointed$" && fail "the suspended job still holds GPU memory: $(smi)"
     # Slurm's SIGSTOP follows its SIGTSTP
     for i in $(seq 1 100); do grep -q "^State:.*T (stopped)" /proc/"$pid"/status && break; sleep 0.1; done
     grep -q "^State:.*T (stopped)" /proc/"$pid"/status || fail "Slurm did not stop the program: $(grep State /proc/$pid/status)"

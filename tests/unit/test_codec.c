@@ -169,6 +169,36 @@ static int test_mixed_and_sizes(void)
     return 0;
 }
 
+/* The byte split and join (vector code on x86-64, scalar tails): every
+ * element size and rotation, lengths that leave each vector width a tail. */
+static int test_split_tails(void)
+{
+    static const size_t lens[] = {4 * MIB, 4 * MIB + 1, 4 * MIB - 66, 262144 + 2 * 17 + 1,
+                                  262144 + 4 * 15 + 3, 65536 + 62};
+    static const enum tcgpu_dtype dts[] = {TCGPU_DTYPE_BF16, TCGPU_DTYPE_FP32, TCGPU_DTYPE_I32,
+                                           TCGPU_DTYPE_FP64};
+    struct codec_params norot = {.no_rotate = 1};
+    struct codec_ctx *ctx, *nr;
+    uint8_t *buf = malloc(4 * MIB + 64);
+
+    REQUIRE(buf && codec_ctx_new(&ctx, NULL) == 0 && codec_ctx_new(&nr, &norot) == 0, "setup");
+    for (unsigned d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
+        for (unsigned i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+            td_weights(buf, lens[i], dts[d] == TCGPU_DTYPE_BF16 ? TD_BF16 : dts[d] == TCGPU_DTYPE_FP64
+                                                                            ? TD_FP64 : TD_FP32,
+                       0.02, 40 + i);
+            REQUIRE(roundtrip(ctx, buf, lens[i], dts[d], TCGPU_CODEC_BYTEGROUP, NULL) == 0,
+                    "%s, %zu bytes", codec_dtype_name(dts[d]), lens[i]);
+            REQUIRE(roundtrip(nr, buf, lens[i], dts[d], TCGPU_CODEC_BYTEGROUP, NULL) == 0,
+                    "%s, %zu bytes, no rotation", codec_dtype_name(dts[d]), lens[i]);
+        }
+    }
+    codec_ctx_free(ctx);
+    codec_ctx_free(nr);
+    free(buf);
+    return 0;
+}
+
 /* Decoding must fail cleanly: wrong lengths, truncation, flipped bytes,
  * garbage. Run under ASan to see that "cleanly" includes memory. */
 static int test_corrupt(void)
@@ -380,6 +410,7 @@ int main(void)
     RUN(test_floats);
     RUN(test_text_and_forced_paths);
     RUN(test_mixed_and_sizes);
+    RUN(test_split_tails);
     RUN(test_corrupt);
     RUN(test_threads);
     RUN(test_bench_data);

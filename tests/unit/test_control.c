@@ -55,8 +55,10 @@ static struct {
     struct tcgpu_status st;
 } fk;
 
-static int fake_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress, void *arg)
+static int fake_op(enum tcgpu_op op, const char *dir, const struct tcgpu_op_caller *by)
 {
+    tcgpu_progress_fn progress = by ? by->progress : NULL;
+    void *arg = by ? by->arg : NULL;
     int r, delay;
 
     pthread_mutex_lock(&fk_lock);
@@ -82,9 +84,12 @@ static int fake_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress
     }
     pthread_mutex_unlock(&fk_lock);
 
-    for (int i = 1; i <= 4; i++) {
+    /* as the real ones do: every phase starts at 0, then bytes */
+    if (progress)
+        progress(TCGPU_PHASE_QUIESCE, 0, 0, arg);
+    for (int i = 0; i <= 4; i++) {
         if (progress)
-            progress((uint64_t)i << 20, 4 << 20, arg);
+            progress(TCGPU_PHASE_DRAIN, (uint64_t)i << 20, 4 << 20, arg);
         if (delay)
             usleep((useconds_t)delay * 250);
     }
@@ -105,31 +110,30 @@ static int fake_op(enum tcgpu_op op, const char *dir, tcgpu_progress_fn progress
     return r;
 }
 
-int tcgpu_op_checkpoint(const char *dir, tcgpu_progress_fn progress, void *arg)
+int tcgpu_op_checkpoint(const char *dir, const struct tcgpu_op_caller *by)
 {
-    return fake_op(TCGPU_OP_CHECKPOINT, dir, progress, arg);
+    return fake_op(TCGPU_OP_CHECKPOINT, dir, by);
 }
 
-int tcgpu_op_checkpoint_parent(const char *dir, const char *parent, tcgpu_progress_fn progress,
-                               void *arg)
+int tcgpu_op_checkpoint_parent(const char *dir, const char *parent, const struct tcgpu_op_caller *by)
 {
     (void)parent;
-    return tcgpu_op_checkpoint(dir, progress, arg);
+    return tcgpu_op_checkpoint(dir, by);
 }
 
-int tcgpu_op_suspend(const char *dir, tcgpu_progress_fn progress, void *arg)
+int tcgpu_op_suspend(const char *dir, const struct tcgpu_op_caller *by)
 {
-    return fake_op(TCGPU_OP_SUSPEND, dir, progress, arg);
+    return fake_op(TCGPU_OP_SUSPEND, dir, by);
 }
 
-int tcgpu_op_resume(tcgpu_progress_fn progress, void *arg)
+int tcgpu_op_resume(const struct tcgpu_op_caller *by)
 {
-    return fake_op(TCGPU_OP_RESUME, NULL, progress, arg);
+    return fake_op(TCGPU_OP_RESUME, NULL, by);
 }
 
-int tcgpu_op_resume_from(const char *dir, tcgpu_progress_fn progress, void *arg)
+int tcgpu_op_resume_from(const char *dir, const struct tcgpu_op_caller *by)
 {
-    return fake_op(TCGPU_OP_RESUME, dir, progress, arg);
+    return fake_op(TCGPU_OP_RESUME, dir, by);
 }
 
 int tcgpu_op_status(struct tcgpu_status *st)
@@ -200,13 +204,16 @@ static void use_run_dir(void)
 static struct ctl_msg reply;
 static struct ctl_buf req;
 
-static int progress_calls;
+static int progress_calls, saw_quiesce, saw_drain_start, saw_drain_end;
 
-static void on_progress(uint64_t done, uint64_t total, void *arg)
+static void on_progress(const char *phase, uint64_t done, uint64_t total, void *arg)
 {
     (void)arg;
-    if (done <= total)
+    if (done <= total || !total)
         progress_calls++;
+    saw_quiesce |= !strcmp(phase, "quiesce") && done == 0 && total == 0;
+    saw_drain_start |= !strcmp(phase, "drain") && done == 0 && total == 4 << 20;
+    saw_drain_end |= !strcmp(phase, "drain") && done == 4 << 20 && total == 4 << 20;
 }
 
 /* One request to ourselves; returns the exit code gpuckpt would give. */
@@ -283,7 +290,7 @@ static int wait_for(int (*pred)(void), int ms)
 
 static int test_rundir(void)
 {
-    char dir[PATH_MAX], err[PATH_MAX + 128], p[PATH_MAX];
+    char dir[PATH_MAX], err[2 * PATH_MAX + 256], p[PATH_MAX], fb[PATH_MAX];
     char cand[TCGPU_RUNDIR_MAX_CANDIDATES][PATH_MAX];
     struct stat st;
     uid_t uid = geteuid();
@@ -303,11 +310,23 @@ static int test_rundir(void)
     CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == 0);
     CHECK(dir[strlen(dir) - 1] != '/');
 
-    /* group/other bits: refused, and not silently repaired */
+    /* group/other bits: refused, and not silently repaired; the process
+     * falls back to a private /tmp/tcgpu-UID.XXXXXX and says so */
     chmod(dir, 0755);
     CHECK(tcgpu_rundir_check(dir, uid, err, sizeof(err)) == -EPERM && strstr(err, "0755"));
-    CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == -EPERM);
+    CHECK(tcgpu_rundir_prepare(fb, sizeof(fb), err, sizeof(err)) == 1 && strstr(err, "0755") &&
+          strstr(err, fb) && strstr(err, dir), "%s", err);
+    snprintf(p, sizeof(p), "/tmp/tcgpu-%u.", (unsigned)uid);
+    CHECK(!strncmp(fb, p, strlen(p)) && strlen(fb) == strlen(p) + 6, "fallback %s", fb);
+    CHECK(tcgpu_rundir_check(fb, uid, err, sizeof(err)) == 0, "%s", err);
     CHECK(stat(dir, &st) == 0 && (st.st_mode & 07777) == 0755);
+    /* ... the same one next time, and clients look there */
+    CHECK(tcgpu_rundir_prepare(p, sizeof(p), err, sizeof(err)) == 1 && !strcmp(p, fb), "%s", p);
+    n = tcgpu_rundir_candidates(getpid(), uid, cand, TCGPU_RUNDIR_MAX_CANDIDATES);
+    int listed = 0;
+    for (int i = 0; i < n; i++)
+        listed |= !strcmp(cand[i], fb);
+    CHECK(listed, "%s is not among a client's candidates", fb);
     chmod(dir, 0701);
     CHECK(tcgpu_rundir_check(dir, uid, err, sizeof(err)) == -EPERM);
     chmod(dir, 0700);
@@ -318,7 +337,8 @@ static int test_rundir(void)
         snprintf(p, sizeof(p), "%s/theirs", tmpdir);
         CHECK(mkdir(p, 0700) == 0 && chown(p, 65534, 65534) == 0);
         setenv("TCGPU_RUN_DIR", p, 1);
-        CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == -EPERM);
+        CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == 1 &&
+              !strcmp(dir, fb) && strstr(err, "owned by uid 65534"), "%s", err);
     }
 
     /* a symlink to a good dir is refused */
@@ -327,7 +347,8 @@ static int test_rundir(void)
     CHECK(symlink(dir, p) == 0);
     CHECK(tcgpu_rundir_check(p, uid, err, sizeof(err)) == -ENOTDIR && strstr(err, "symbolic link"));
     setenv("TCGPU_RUN_DIR", p, 1);
-    CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == -ENOTDIR);
+    CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == 1 && !strcmp(dir, fb) &&
+          strstr(err, "symbolic link"), "%s", err);
 
     /* a plain file, a missing dir under a missing parent */
     snprintf(p, sizeof(p), "%s/file", tmpdir);
@@ -369,7 +390,10 @@ static int test_rundir(void)
     n = tcgpu_rundir_candidates(getpid(), uid, cand, TCGPU_RUNDIR_MAX_CANDIDATES);
     CHECK(n >= 2 && !strcmp(cand[0], "/somewhere"));
     snprintf(p, sizeof(p), "/tmp/tcgpu-%u", (unsigned)uid);
-    CHECK(n >= 2 && !strcmp(cand[n - 1], p));
+    listed = 0;
+    for (int i = 1; i < n; i++)
+        listed |= !strcmp(cand[i], p);
+    CHECK(n >= 2 && listed);
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++)
             CHECK(strcmp(cand[i], cand[j]));
@@ -378,6 +402,7 @@ static int test_rundir(void)
     CHECK(tcgpu_proc_uid(getpid(), &proc_uid) == 0 && proc_uid == uid);
     CHECK(tcgpu_proc_uid(0, &proc_uid) == -ESRCH);
     CHECK(tcgpu_proc_uid(INT_MAX, &proc_uid) == -ESRCH);
+    rmdir(fb);                  /* the fallback made here, if it is still empty */
     return 0;
 }
 
@@ -410,12 +435,14 @@ static int test_e2e(void)
     CHECK(ctl_get(&reply, "version") && !strcmp(ctl_get(&reply, "version"), TCGPU_VERSION_STRING));
     CHECK(ctl_get(&reply, "pid") && atoi(ctl_get(&reply, "pid")) == getpid());
 
-    /* suspend to host memory, on the service thread, with progress */
+    /* suspend to host memory, on the service thread, with progress: every
+     * phase's start and end arrive, whatever the rate limit drops between */
     progress_calls = 0;
     CHECK(request("suspend", NULL, 5000) == 0);
     CHECK(calls(TCGPU_OP_SUSPEND) == 1 && !fk.had_dir);
     CHECK(!pthread_equal(fk.thread, pthread_self()));
-    CHECK(progress_calls >= 1);
+    CHECK(progress_calls >= 3);
+    CHECK(saw_quiesce && saw_drain_start && saw_drain_end);
     CHECK(ctl_get_status(&reply, &ts) == 0 && ts.state == TCGPU_STATE_SUSPENDED && ts.gpu_bytes == 0);
     CHECK(ts.last_op == TCGPU_OP_SUSPEND && ts.last_result == 0);
 
@@ -804,13 +831,21 @@ static int test_gpuckpt(const char *exe)
     /* run: a missing library is a clear failure, and the command runs with it preloaded */
     setenv("TCGPU_LIB", "/nonexistent/libtcgpu.so", 1);
     CHECK(run_gpuckpt(exe, out, sizeof(out), "run", "--", "true", NULL) == CTL_EXIT_FAILED);
+    /* a file that is not libtcgpu.so: ld.so would skip it and run the command
+     * without tcgpu, so gpuckpt refuses before */
     snprintf(want, sizeof(want), "%s/libfake.so", tmpdir);
     close(open(want, O_CREAT | O_WRONLY, 0644));
     setenv("TCGPU_LIB", want, 1);
     unsetenv("LD_PRELOAD");
-    CHECK(run_gpuckpt(exe, out, sizeof(out), "run", "--signal", "USR2", "/usr/bin/env", NULL) == 0);
-    /* (ld.so complains about the empty library but runs the command) */
-    CHECK(strstr(out, "LD_PRELOAD=") && strstr(out, want) && strstr(out, "TCGPU_SIGNAL=USR2"));
+    CHECK(run_gpuckpt(exe, out, sizeof(out), "run", "/usr/bin/env", NULL) == CTL_EXIT_FAILED &&
+          !strstr(out, "LD_PRELOAD="), "the command ran: %s", out);
+    if (getenv("TCGPU_BUILD_ROOT")) {
+        snprintf(want, sizeof(want), "%s/interpose/libtcgpu.so", getenv("TCGPU_BUILD_ROOT"));
+        setenv("TCGPU_LIB", want, 1);
+        CHECK(run_gpuckpt(exe, out, sizeof(out), "run", "--signal", "USR2", "/usr/bin/env", NULL) == 0);
+        CHECK(strstr(out, "LD_PRELOAD=") && strstr(out, "libtcgpu.so") && strstr(out, "TCGPU_SIGNAL=USR2"),
+              "%s", out);
+    }
     CHECK(run_gpuckpt(exe, out, sizeof(out), "run", "--signal", "KILL", "true", NULL) == CTL_EXIT_USAGE);
     CHECK(run_gpuckpt(exe, out, sizeof(out), "run", "/nonexistent/cmd", NULL) == 127);
     unsetenv("TCGPU_LIB");

@@ -212,24 +212,14 @@ static int test_describe(void)
 
     snprintf(dir, sizeof(dir), "%s/rt0", base);
     REQUIRE(image_open(&img, dir, IMAGE_OPEN_MANIFEST_ONLY, NULL, 0) == 0, "open");
-    for (int json = 0; json < 2; json++) {
-        f = open_memstream(&buf, &len);
-        REQUIRE(f && image_describe(img, f, json) == 0, "describe");
-        fclose(f);
-        if (!json) {
-            REQUIRE(strstr(buf, "bytegroup") && strstr(buf, "train.py:42") &&
-                      strstr(buf, "0x00007f0004000000") && strstr(buf, "pid 4242"),
-                  "text:\n%s", buf);
-            fputs(buf, stderr);
-        } else {
-            REQUIRE(buf[0] == '{' && strstr(buf, "\"allocations\":[") &&
-                      strstr(buf, "\"name\":\"simcuda \\\"GPU\\\" 0\"") &&
-                      strstr(buf, "\"zero\":{\"chunks\":1"),
-                  "json:\n%s", buf);
-        }
-        free(buf);
-        buf = NULL;
-    }
+    f = open_memstream(&buf, &len);
+    REQUIRE(f && image_describe(img, f) == 0, "describe");
+    fclose(f);
+    REQUIRE(strstr(buf, "bytegroup") && strstr(buf, "train.py:42") &&
+              strstr(buf, "0x00007f0004000000") && strstr(buf, "pid 4242"),
+          "text:\n%s", buf);
+    fputs(buf, stderr);
+    free(buf);
     image_close(img);
     return 0;
 }
@@ -373,7 +363,17 @@ static int test_corruption(void)
     }
     REQUIRE(victim, "zstd chunk of MIXED");
     snprintf(path, sizeof(path), "%s/data.0", dir);
+    REQUIRE(image_verify_stored(img, 3, err, sizeof(err)) == 0, "intact image: %s", err);
     REQUIRE(flip_byte(path, victim->file_offset + victim->stored_len / 2) == 0, "flip data");
+    /* the parallel check of stored bytes (a restore's first step) refuses it
+     * too, naming the same chunk whatever the thread count */
+    for (unsigned t = 1; t <= 4; t += 3) {
+        err[0] = '\0';
+        rc = image_verify_stored(img, t, err, sizeof(err));
+        REQUIRE(rc == -EBADMSG && strstr(err, "chunk 2 of allocation 11") &&
+                    strstr(err, "stored checksum mismatch"),
+                "%u threads: rc %d: %s", t, rc, err);
+    }
     rc = image_verify_all(img, 0);
     REQUIRE(rc == -EBADMSG &&
               strstr(image_error(img), "chunk 2 of allocation 11 (0x7f0004000000+0x400000)") &&

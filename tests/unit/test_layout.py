@@ -6,9 +6,10 @@
 - an #include "folder/x.h" from a file in lib/A is allowed only when lib/README.md's
   table lets A include that folder; a bare #include "x.h" names a header of the
   same folder (or tcgpu.h, or a header generated into that folder);
-- the tools include only the libraries they link (gpuckpt: common, ctl, image;
-  tcgpud: common, ctl, policy; tcgpu-replay: common, policy; tcgpu-slurm and
-  its defer library: common);
+- the tools include only the libraries they link (gpuckpt: common, ctl, image,
+  json; tcgpud: common, ctl, policy, json; tcgpu-replay (tools/replay): common,
+  policy, json; the CRIU plugin: common, ctl, image and gpuckpt's driver client;
+  tcgpu-slurm and its defer library: common);
 - a library's meson.build depends only on the libraries it may include;
 - no meson.build compiles a source file of another folder.
 """
@@ -25,11 +26,14 @@ MAY_INCLUDE = {
     'ctl': {'common'},
     'engine': {'common', 'driver', 'image'},
     'core': {'common', 'driver', 'image', 'ctl', 'engine'},
+    'json': {'common', 'ctl'},
 }
 TOOLS = {
-    'tools/gpuckpt': {'common', 'ctl', 'image', 'gpuckpt'},
-    'tools/tcgpud': {'common', 'ctl', 'policy', 'tcgpud'},
-    'tools/tcgpu-replay.c': {'common', 'policy'},
+    'tools/gpuckpt': {'common', 'ctl', 'image', 'json', 'gpuckpt'},
+    'tools/tcgpud': {'common', 'ctl', 'policy', 'json', 'tcgpud'},
+    'tools/replay': {'common', 'policy', 'json'},
+    # the CRIU plugin drives the checkpoint API through gpuckpt's driver client
+    'plugins/criu': {'common', 'ctl', 'image', 'gpuckpt'},
     'slurm': {'common'},
 }
 GENERATED = {'driver': {'driver_table.h'}}
@@ -66,6 +70,8 @@ def check_lib(root, bad):
                     bad.append('%s: #include "%s" is neither in its folder nor qualified' % (rel, inc))
                     continue
                 first = inc.split('/')[0]
+                if first != f and os.path.exists(os.path.join(here, inc)):
+                    continue          # a subfolder of its own folder ("kernels/devhash.h")
                 if first == f:
                     if inc.startswith(f + '/') and os.path.exists(os.path.join(lib, inc)):
                         bad.append('%s: #include "%s": a header of the same folder is included bare'
@@ -108,10 +114,22 @@ def check_meson(root, bad):
                        % (os.path.relpath(os.path.join(d, 'meson.build'), root), m.group(1)))
 
 
+def check_preload(root, bad):
+    """libtcgpu.so takes lib/'s archives whole (libtcgpu_all): never json's,
+    which would bring jansson into every program it is preloaded into."""
+    text = open(os.path.join(root, 'lib', 'core', 'meson.build')).read()
+    m = re.search(r'libtcgpu_all\s*=\s*\[([^\]]*)\]', text)
+    if not m:
+        bad.append('lib/core/meson.build: no libtcgpu_all list')
+    elif 'json' in m.group(1):
+        bad.append('lib/core/meson.build: libtcgpu_all takes lib/json (jansson) into libtcgpu.so')
+
+
 def main(argv):
     root = argv[1]
     bad = []
     check_lib(root, bad)
+    check_preload(root, bad)
     check_tools(root, bad)
     check_meson(root, bad)
     for b in bad:

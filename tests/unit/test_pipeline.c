@@ -14,6 +14,20 @@
  *   devhash     the scan kernel's twin against the host reference (devhash.h)
  *   compress    background compression of a store, then refill
  *   ring        tiny chunks and slots, 1 and 5 workers: the rings wrap
+ *   reuse       an emptied store's arena reused by the next host drain (and
+ *               grown for more extents), the bytes right each time
+ *   copy_fail   a copy that fails while a slot fills: the drain fails with
+ *               the copy's message, and nothing of that slot is encoded
+ *   unpinned    pinned memory refused: the ring's slots are plain memory
+ *               registered with the driver, the bytes right, and pipe_free
+ *               undoes every registration it made
+ *   patch       block hashes: an incremental image after two one-byte
+ *               changes stores two PATCH chunks and copies two blocks; after
+ *               a dense step (every bf16 weight moved a little) the patches
+ *               hold the XOR with the parent and are smaller than the same
+ *               chunks of a full image; refills give the bytes back; a
+ *               missing parent is refused at open, a damaged one (the bytes
+ *               a patch applies to) by the stored-checksum check
  *
  *   test_pipeline [name]      (no name: all)
  */
@@ -604,6 +618,278 @@ static int test_ring(void)
     return 0;
 }
 
+static int test_reuse(void)
+{
+    struct pipe *p = new_pipe(2, 0, 0, 1);
+    struct pipe_ext e[NBUF + 4];
+    size_t n = extents(e);
+    struct pipe_store *s = NULL, *again = NULL;
+    struct pipe_stats st;
+    uint64_t kept;
+
+    if (upload_all())
+        return 1;
+    REQUIRE(pipe_drain_host(p, e, n, &s) == 0, "drain: %s", pipe_error(p));
+    pipe_get_stats(p, &st);
+    REQUIRE(!st.store_reused, "a fresh store counted as reused");
+    REQUIRE(pipe_refill_host(p, s) == 0, "refill: %s", pipe_error(p));
+    kept = pipe_store_empty(s);
+    REQUIRE(kept >= st.raw_bytes, "kept %llu bytes of %llu", (unsigned long long)kept,
+            (unsigned long long)st.raw_bytes);
+    REQUIRE(pipe_store_bytes(s) == 0, "an emptied store holds %llu bytes",
+            (unsigned long long)pipe_store_bytes(s));
+    /* The program ran on: new contents, drained into the same pages. */
+    if (touch(3, 12345) || touch(4, 4 * MiB + 7))
+        return 1;
+    REQUIRE(pipe_drain_host_reuse(p, e, n, s, &again) == 0, "drain: %s", pipe_error(p));
+    pipe_get_stats(p, &st);
+    REQUIRE(again == s && st.store_reused, "the spare's arena was not reused");
+    REQUIRE(pipe_store_kept_bytes(again) == kept, "arena %llu bytes, was %llu",
+            (unsigned long long)pipe_store_kept_bytes(again), (unsigned long long)kept);
+    if (scribble())
+        return 1;
+    REQUIRE(pipe_refill_host(p, again) == 0, "refill: %s", pipe_error(p));
+    if (compare("reused store"))
+        return 1;
+    /* More memory than the arena has: it grows, the bytes stay right. */
+    pipe_store_empty(again);
+    {
+        struct pipe_ext more[2 * (NBUF + 4)];
+        for (size_t i = 0; i < n; i++)
+            more[i] = more[i + n] = e[i];
+        for (size_t i = n; i < 2 * n; i++)
+            more[i].alloc_id += 100;   /* the same bytes saved twice, as other ids */
+        REQUIRE(pipe_drain_host_reuse(p, more, 2 * n, again, &s) == 0, "drain: %s",
+                pipe_error(p));
+        REQUIRE(pipe_store_kept_bytes(s) >= 2 * st.raw_bytes, "arena did not grow");
+        for (int i = 0; i < NBUF; i++) {
+            uint8_t *got = malloc(bufs[i].size);
+            size_t off = bufs[i].what[0] == 'h' ? 2 * MiB : 0;
+            size_t len = bufs[i].what[0] == 'h' ? 7 * MiB : bufs[i].size;
+            for (size_t at = off; at < off + len;) {   /* a read stays within a chunk */
+                size_t step = (at / (4 * MiB) + 1) * (4 * MiB) - at;
+                if (step > off + len - at)
+                    step = off + len - at;
+                REQUIRE(pipe_store_read(s, (uint64_t)i + 110, at, got + at, step) == 0,
+                        "read %s at %zu", bufs[i].what, at);
+                at += step;
+            }
+            CHECK(!memcmp(got + off, bufs[i].want + off, len), "grown store: buffer %s differs",
+                  bufs[i].what);
+            free(got);
+        }
+    }
+    pipe_store_free(s);
+    pipe_free(p);
+    return 0;
+}
+
+static int test_copy_fail(void)
+{
+    struct pipe *p = new_pipe(2, 0, 0, 1);
+    CUdeviceptr gone;
+    struct image_writer *w = NULL;
+    struct chunk_sink sink;
+    struct pipe_stats st;
+    char dir[300], err[512];
+    int rc;
+
+    /* An allocation freed before the drain: its copy fails at the call,
+     * after the copy of bf16's first chunk into the same slot was issued. */
+    CU(TCGPU_REAL(cuMemAlloc)(&gone, 4 * MiB));
+    CU(TCGPU_REAL(cuMemFree)(gone));
+    struct pipe_ext e[2] = {
+        { bufs[3].va, 4 * MiB, 13, 0, bufs[3].dtype, 0 },
+        { gone, 4 * MiB, 14, 0, TCGPU_DTYPE_U8, 0 },
+    };
+    struct image_alloc a1 = { .id = 13, .addr = bufs[3].va, .size = bufs[3].size };
+    struct image_alloc a2 = { .id = 14, .addr = gone, .size = 4 * MiB };
+    struct image_device d = { .ordinal = 0, .name = "sim" };
+
+    if (upload_all())
+        return 1;
+    snprintf(dir, sizeof(dir), "%s/copy-fail", tmpdir);
+    REQUIRE(image_writer_begin(&w, dir, NULL, err, sizeof(err)) == 0, "%s", err);
+    REQUIRE(image_writer_add_device(w, &d, NULL) == 0 && image_writer_add_allocation(w, &a1) == 0 &&
+            image_writer_add_allocation(w, &a2) == 0, "allocations");
+    chunk_sink_init(&sink, w, NULL);
+    rc = pipe_drain_image(p, e, 2, &sink);
+    pipe_get_stats(p, &st);
+    REQUIRE(rc == -EIO, "drain of freed memory: %d (%s)", rc, pipe_error(p));
+    CHECK(strstr(pipe_error(p), "cuMemcpyDtoHAsync"), "message: %s", pipe_error(p));
+    CHECK(st.encoded_chunks == 0, "%llu chunks of the failed slot were encoded",
+          (unsigned long long)st.encoded_chunks);
+    image_writer_free(w);
+    /* The pipe is still good for the next drain. */
+    if (upload_all() || write_image(p, dir, NULL, &st) || scribble() ||
+        refill_image(p, dir, 0, NULL) || compare("after a failed drain"))
+        return 1;
+    pipe_free(p);
+    return 0;
+}
+
+/* Stored bytes of allocation `id` in the image at dir (alone: no parent). */
+/* The driver refuses pinned memory: every registration the ring makes must
+ * be undone when it is freed (a registered range outliving its free()
+ * stays in the driver's tables and refuses the next registration there). */
+static int registered, unregistered, unregister_failed;
+static tcgpu_pfn_cuMemHostRegister_v2 real_register;
+static tcgpu_pfn_cuMemHostUnregister real_unregister;
+
+static CUresult CUDAAPI refuse_pinned(void **pp, size_t bytes, unsigned flags)
+{
+    (void)pp, (void)bytes, (void)flags;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult CUDAAPI count_register(void *m, size_t bytes, unsigned flags)
+{
+    CUresult rc = real_register(m, bytes, flags);
+
+    registered += rc == CUDA_SUCCESS;
+    return rc;
+}
+
+static CUresult CUDAAPI count_unregister(void *m)
+{
+    CUresult rc = real_unregister(m);
+
+    unregistered += rc == CUDA_SUCCESS;
+    unregister_failed += rc != CUDA_SUCCESS;
+    return rc;
+}
+
+static int test_unpinned(void)
+{
+    tcgpu_pfn_cuMemHostAlloc real_alloc = tcgpu_driver.fn_cuMemHostAlloc;
+    struct pipe *p;
+    struct pipe_stats st;
+    char dir[300];
+    int rc = 0;
+
+    real_register = tcgpu_driver.fn_cuMemHostRegister_v2;
+    real_unregister = tcgpu_driver.fn_cuMemHostUnregister;
+    tcgpu_driver.fn_cuMemHostAlloc = refuse_pinned;
+    tcgpu_driver.fn_cuMemHostRegister_v2 = count_register;
+    tcgpu_driver.fn_cuMemHostUnregister = count_unregister;
+    p = new_pipe(2, 0, 0, 1);
+    snprintf(dir, sizeof(dir), "%s/unpinned", tmpdir);
+    if (upload_all() || write_image(p, dir, NULL, &st) || scribble() ||
+        refill_image(p, dir, 0, NULL) || compare("unpinned ring"))
+        rc = 1;
+    pipe_free(p);
+    tcgpu_driver.fn_cuMemHostAlloc = real_alloc;
+    tcgpu_driver.fn_cuMemHostRegister_v2 = real_register;
+    tcgpu_driver.fn_cuMemHostUnregister = real_unregister;
+    if (rc)
+        return 1;
+    REQUIRE(registered > 0, "no slot was registered");
+    REQUIRE(unregistered == registered && !unregister_failed,
+            "%d registrations, %d undone, %d refused", registered, unregistered, unregister_failed);
+    return 0;
+}
+
+static uint64_t alloc_stored(const char *dir, uint64_t id, unsigned codec, size_t *count)
+{
+    struct image *img = NULL;
+    uint64_t n = 0;
+
+    *count = 0;
+    if (image_open(&img, dir, IMAGE_OPEN_NO_PARENT, NULL, 0))
+        return 0;
+    for (size_t i = 0; i < image_chunk_count(img); i++) {
+        const struct image_chunk *c = image_chunk_at(img, i);
+        if (c->alloc_id == id && (codec == TCGPU_CODEC_COUNT || c->codec == codec)) {
+            n += c->stored_len;
+            (*count)++;
+        }
+    }
+    image_close(img);
+    return n;
+}
+
+static int test_patch(void)
+{
+    struct pipe *p = new_pipe(2, 0, 0, 0);
+    char a[300], b[300], c[300], x[300], moved[300], path[400], err[512];
+    struct pipe_stats st;
+    struct image *img = NULL;
+    size_t n, full_n;
+    uint64_t full, patched;
+    int rc;
+
+    snprintf(a, sizeof(a), "%s/PA", tmpdir);
+    snprintf(b, sizeof(b), "%s/PB", tmpdir);
+    snprintf(c, sizeof(c), "%s/PC", tmpdir);
+    snprintf(x, sizeof(x), "%s/PX", tmpdir);
+    snprintf(moved, sizeof(moved), "%s/PA-moved", tmpdir);
+    if (upload_all() || write_image(p, a, NULL, &st))
+        return 1;
+    /* B: one byte in fp32's first chunk, one in bf16's second */
+    if (touch(4, 100) || touch(3, 5 * MiB + 3) || write_image(p, b, a, &st))
+        return 1;
+    REQUIRE(st.patched_chunks == 2, "%llu PATCH chunks, want 2",
+            (unsigned long long)st.patched_chunks);
+    REQUIRE(alloc_stored(b, 14, TCGPU_CODEC_PATCH, &n) > 0 && n == 1, "fp32: %zu patches", n);
+    REQUIRE(st.copied_bytes <= 2 * 64 * 1024, "B copied %llu bytes for two changed blocks",
+            (unsigned long long)st.copied_bytes);
+    if (scribble() || refill_image(p, b, 0, NULL) || compare("patch B"))
+        return 1;
+    /* C: a dense step: every bf16 weight moved a little, as by an optimizer */
+    for (size_t i = 0; i + 1 < bufs[3].size; i += 2) {
+        uint16_t h;
+        memcpy(&h, bufs[3].want + i, 2);
+        if ((h & 0x7f80) && (h & 0x7f80) != 0x7f80)   /* normal numbers: a mantissa step */
+            h = (uint16_t)((h & 0xff80) | ((h + (t_rand() % 3)) & 0x7f));
+        memcpy(bufs[3].want + i, &h, 2);
+    }
+    CU(TCGPU_REAL(cuMemcpyHtoD)(bufs[3].va, bufs[3].want, bufs[3].size));
+    if (write_image(p, c, b, &st) || write_image(p, x, NULL, &st))
+        return 1;
+    patched = alloc_stored(c, 13, TCGPU_CODEC_PATCH, &n);
+    full = alloc_stored(x, 13, TCGPU_CODEC_COUNT, &full_n);
+    REQUIRE(n == 2 && full_n == 2, "bf16: %zu patches, %zu chunks in full", n, full_n);
+    REQUIRE(patched < full * 3 / 4, "the XOR patches take %llu bytes, the full chunks %llu",
+            (unsigned long long)patched, (unsigned long long)full);
+    fprintf(stderr, "  dense bf16 step: XOR patches %llu bytes, full chunks %llu (%.3f)\n",
+            (unsigned long long)patched, (unsigned long long)full, (double)patched / full);
+    if (scribble() || refill_image(p, c, 0, NULL) || compare("patch C (XOR)"))
+        return 1;
+    pipe_free(p);
+    /* The parent moved away: B cannot be opened. */
+    REQUIRE(rename(a, moved) == 0, "rename");
+    if (refill_image(NULL, b, -ENOENT, "parent image"))
+        return 1;
+    REQUIRE(rename(moved, a) == 0, "rename back");
+    /* The parent's bytes under B's patch damaged: refused before any refill. */
+    REQUIRE(image_open(&img, b, 0, err, sizeof(err)) == 0, "%s", err);
+    {
+        const struct image *base;
+        size_t bi, pi = (size_t)-1;
+
+        for (size_t i = 0; i < image_chunk_count(img); i++)
+            if (image_chunk_at(img, i)->codec == TCGPU_CODEC_PATCH)
+                pi = i;
+        REQUIRE(pi != (size_t)-1 && image_chunk_base(img, pi, &base, &bi) == 0, "no base");
+        const struct image_chunk *k = image_chunk_at(base, bi);
+        int fd;
+        uint8_t byte;
+
+        snprintf(path, sizeof(path), "%s/data.0", a);
+        fd = open(path, O_RDWR);
+        REQUIRE(fd >= 0 && pread(fd, &byte, 1, (off_t)(k->file_offset + k->stored_len / 2)) == 1,
+                "read");
+        byte ^= 0x10;
+        REQUIRE(pwrite(fd, &byte, 1, (off_t)(k->file_offset + k->stored_len / 2)) == 1, "write");
+        close(fd);
+    }
+    rc = image_verify_stored(img, 2, err, sizeof(err));
+    REQUIRE(rc == -EBADMSG && strstr(err, "stored checksum mismatch") && strstr(err, a),
+            "damaged parent: rc %d: %s", rc, err);
+    image_close(img);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -633,6 +919,10 @@ int main(int argc, char **argv)
     T(devhash);
     T(compress);
     T(ring);
+    T(reuse);
+    T(copy_fail);
+    T(unpinned);
+    T(patch);
     {
         char cmd[300];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);

@@ -1,10 +1,18 @@
 /*
- * The policy module (lib/policy/policy.c): victim order, reservations, borrowing
- * and reclaim, min runtime, no ping-pong, manual suspensions, failures, and
- * randomized runs that check the invariants after every step:
- *   - used memory never exceeds a device's capacity (policy_check);
- *   - a SUSPEND for a requester obeys the rule of policy.h (never for a
- *     lower-priority borrower, never a job younger than min_runtime);
+ * The policy module (lib/policy): victim order, reservations, borrowing and
+ * reclaim, lending and borrowing limits, fair shares, cohorts, backfill
+ * without starvation, gangs, compute shares, min runtime, no ping-pong,
+ * manual suspensions, failures, and randomized runs (1000 seeds, with and
+ * without backfill, with quotas and gangs) that check the invariants after
+ * every step:
+ *   - used memory never exceeds a device's capacity, and no project holds
+ *     memory another keeps unlent (policy_check);
+ *   - a SUSPEND for a requester obeys the rule of policy.h, checked here
+ *     from its own definition (never a lower-priority borrower's requester,
+ *     never a job younger than min_runtime unless it jumped the requester);
+ *   - after every tick, no waiting job could start by suspending the jobs
+ *     that jumped it (policy_check_backfill), and no request within its
+ *     reservation waits while borrowers old enough hold what it needs;
  *   - once the running jobs are gone, every automatically suspended job
  *     resumes.
  */
@@ -23,14 +31,20 @@
 
 static struct pol_actions acts;
 
-static struct policy *new_policy(uint64_t min_runtime, uint64_t cap, int ndev)
+static struct policy *new_policy_cfg(const struct pol_config *cfg, uint64_t cap, int ndev)
 {
-    struct pol_config cfg = { .min_runtime_ns = min_runtime, .resume_retry_ns = SEC };
-    struct policy *p = policy_new(&cfg);
+    struct policy *p = policy_new(cfg);
 
     for (int d = 0; d < ndev; d++)
         policy_set_device(p, d, cap);
     return p;
+}
+
+static struct policy *new_policy(uint64_t min_runtime, uint64_t cap, int ndev)
+{
+    struct pol_config cfg = { .min_runtime_ns = min_runtime, .resume_retry_ns = SEC };
+
+    return new_policy_cfg(&cfg, cap, ndev);
 }
 
 static int add_project(struct policy *p, const char *name, int prio, int borrow, int dev,
@@ -540,40 +554,601 @@ static int test_placement(void)
 }
 
 /* ---------------------------------------------------------------------------
- * Randomized: random jobs, requests, exits, manual operations, failing
- * suspends and resumes; every action executed (or failed) by a simulated
- * world; invariants checked after each step.
+ * Quotas: lending and borrowing limits, fair shares, cohorts
  * ------------------------------------------------------------------------- */
 
+struct quota {
+    int lend;                     /* lending limit in MiB, -1: none */
+    int borrow;                   /* borrowing limit in MiB, -1: none */
+    unsigned weight;
+    const char *cohort;
+};
+
+static int add_project_q(struct policy *p, const char *name, int prio, int dev, uint64_t reserve,
+                         struct quota q)
+{
+    struct pol_project pr = { .priority = prio, .may_borrow = 1, .weight = q.weight };
+
+    snprintf(pr.name, sizeof(pr.name), "%s", name);
+    snprintf(pr.cohort, sizeof(pr.cohort), "%s", q.cohort ? q.cohort : "");
+    if (reserve) {
+        pr.nreserve = 1;
+        pr.reserve[0].device = dev;
+        pr.reserve[0].bytes = reserve;
+    }
+    if (q.lend >= 0) {
+        pr.quota_flags |= POL_Q_LENDING_LIMIT;
+        pr.lend_bytes = (uint64_t)q.lend * MiB;
+    }
+    if (q.borrow >= 0) {
+        pr.quota_flags |= POL_Q_BORROWING_LIMIT;
+        pr.borrow_bytes = (uint64_t)q.borrow * MiB;
+    }
+    return policy_add_project(p, &pr);
+}
+
+#define NOQ ((struct quota){ -1, -1, 1, NULL })
+
+/* What a project does not lend stays free for it, even idle; the rest is lent and reclaimed. */
+static int test_lending_limit(void)
+{
+    struct policy *p = new_policy(0, 1000 * MiB, 1);
+    int a = add_project_q(p, "a", 5, 0, 600 * MiB, (struct quota){ 200, -1, 1, NULL });
+    int b = add_project(p, "b", 5, 1, 0, 0);
+
+    REQUIRE(policy_room(p, b, 0) == 600 * MiB, "b may have the 400 unreserved and 200 lent: %" PRIu64,
+            (uint64_t)(policy_room(p, b, 0) / MiB));
+    REQUIRE(start_job(p, 1, b, 5, 600 * MiB, 0) == 0, "b takes all it may");
+    REQUIRE(admit(p, 2, b, 5, 0) == 0, "2");
+    pol_actions_clear(&acts);
+    policy_request(p, 2, 0, 100 * MiB, POL_FREE_UNKNOWN, 0, SEC, &acts);
+    REQUIRE(count(POL_ACT_DENY) == 1 && count(POL_ACT_SUSPEND) == 0,
+            "the 400 MiB a keeps unlent are not b's, though free");
+    REQUIRE(start_job(p, 3, a, 5, 400 * MiB, SEC) == 0, "a's unlent part is there, no preemption");
+    REQUIRE(admit(p, 4, a, 5, 0) == 0, "4");
+    pol_actions_clear(&acts);
+    policy_request(p, 4, 0, 200 * MiB, POL_FREE_UNKNOWN, 0, 2 * SEC, &acts);
+    REQUIRE(has(POL_ACT_SUSPEND, 1) && acts.v[0].why == POL_WHY_RECLAIM, "a reclaims what it lent");
+    REQUIRE(checked(p) == 0, "invariants (lending limits included)");
+    ack_suspends(p, 3 * SEC);
+    REQUIRE(has(POL_ACT_GRANT, 4), "granted");
+    /* a percentage of the reservation works alike */
+    struct pol_project pct = { .name = "c", .may_borrow = 1, .nreserve = 1,
+                               .reserve = { { 0, 400 * MiB } }, .quota_flags = POL_Q_LENDING_LIMIT,
+                               .lend_pct = 25 };
+    REQUIRE(pol_project_lendable(&pct, 0) == 100 * MiB && pol_project_lendable(&pct, 1) == 0,
+            "25%% of 400 MiB");
+    policy_free(p);
+    return 0;
+}
+
+static int test_borrowing_limit(void)
+{
+    struct policy *p = new_policy(0, 1000 * MiB, 2);
+    int c = add_project_q(p, "c", 5, 0, 200 * MiB, (struct quota){ -1, 300, 1, NULL });
+
+    REQUIRE(start_job(p, 1, c, 5, 400 * MiB, 0) == 0, "200 reserved + 200 borrowed");
+    pol_actions_clear(&acts);
+    policy_request(p, 1, 0, 150 * MiB, POL_FREE_UNKNOWN, 1, SEC, &acts);
+    REQUIRE(acts.n == 1 && acts.v[0].kind == POL_ACT_DENY && acts.v[0].why == POL_WHY_NO_BORROW,
+            "beyond reservation + borrowing limit: denied, not waiting");
+    pol_actions_clear(&acts);
+    policy_request(p, 1, 0, 100 * MiB, POL_FREE_UNKNOWN, 0, SEC, &acts);
+    REQUIRE(has(POL_ACT_GRANT, 1), "up to the limit: granted");
+    /* unplaced: the limit applies per device, placement goes where it holds */
+    struct pol_job_spec s = { .id = 2, .project = c, .priority = 5, .device = POL_DEVICE_ANY,
+                              .state = POL_RUNNING };
+    REQUIRE(policy_admit(p, &s, SEC) == 0, "2");
+    pol_actions_clear(&acts);
+    policy_request(p, 2, POL_DEVICE_ANY, 250 * MiB, POL_FREE_UNKNOWN, 1, SEC, &acts);
+    REQUIRE(has(POL_ACT_GRANT, 2) && acts.v[0].device == 1, "placed on device 1 (got %d)",
+            acts.n ? acts.v[0].device : -2);
+    REQUIRE(checked(p) == 0, "invariants");
+    policy_free(p);
+    return 0;
+}
+
+/* Equal-priority borrowers share what is borrowable by weight (KAI's over-quota weight). */
+static int test_fair_share(void)
+{
+    struct policy *p = new_policy(0, 900 * MiB, 1);
+    int a = add_project_q(p, "a", 5, 0, 0, (struct quota){ -1, -1, 2, NULL });
+    int b = add_project_q(p, "b", 5, 0, 0, (struct quota){ -1, -1, 1, NULL });
+
+    REQUIRE(start_job(p, 1, a, 5, 450 * MiB, 0) == 0, "1");
+    REQUIRE(start_job(p, 2, a, 5, 450 * MiB, SEC) == 0, "2");
+    REQUIRE(admit(p, 3, b, 5, 0) == 0, "3");
+    pol_actions_clear(&acts);
+    policy_request(p, 3, 0, 400 * MiB, POL_FREE_UNKNOWN, 0, 10 * SEC, &acts);
+    REQUIRE(count(POL_ACT_SUSPEND) == 0, "b's share is 1/3 of 900: 400 is beyond it");
+    pol_actions_clear(&acts);
+    policy_request(p, 3, 0, 300 * MiB, POL_FREE_UNKNOWN, 0, 10 * SEC, &acts);
+    REQUIRE(count(POL_ACT_SUSPEND) == 1 && has(POL_ACT_SUSPEND, 2) &&
+            acts.v[0].why == POL_WHY_FAIR_SHARE, "a holds 900, its share is 600: its younger job goes");
+    ack_suspends(p, 11 * SEC);
+    REQUIRE(has(POL_ACT_GRANT, 3), "granted");
+    /* a, now at 450 of its 600, cannot take 300 more back from b (it would hold 750) */
+    pol_actions_clear(&acts);
+    policy_request(p, 1, 0, 300 * MiB, POL_FREE_UNKNOWN, 0, 20 * SEC, &acts);
+    REQUIRE(count(POL_ACT_SUSPEND) == 0 && count(POL_ACT_DENY) == 1, "no ping-pong");
+    pol_actions_clear(&acts);
+    policy_request(p, 1, 0, 150 * MiB, POL_FREE_UNKNOWN, 0, 20 * SEC, &acts);
+    REQUIRE(has(POL_ACT_GRANT, 1), "what is free is a's");
+    REQUIRE(checked(p) == 0, "invariants");
+    policy_free(p);
+    return 0;
+}
+
+/* Cohort members lend to each other first: outsiders see a member borrowing
+ * within the cohort's reservations as protected, and a reclaiming member
+ * displaces outsiders before members. */
+static int test_cohort(void)
+{
+    for (int cohort = 1; cohort >= 0; cohort--) {
+        struct policy *p = new_policy(0, 1000 * MiB, 1);
+        const char *c = cohort ? "ml" : NULL;
+        int res = add_project_q(p, "research", 50, 0, 300 * MiB, (struct quota){ -1, -1, 1, c });
+        int vis = add_project_q(p, "vision", 50, 0, 300 * MiB, (struct quota){ -1, -1, 1, c });
+        int bat = add_project(p, "batch", 60, 1, 0, 0);
+
+        REQUIRE(start_job(p, 1, vis, 50, 500 * MiB, 0) == 0, "vision borrows 200 beyond its own");
+        REQUIRE(start_job(p, 2, bat, 60, 400 * MiB, 0) == 0, "batch borrows 400");
+        REQUIRE(admit(p, 3, bat, 60, 0) == 0, "3");
+        pol_actions_clear(&acts);
+        policy_request(p, 3, 0, 300 * MiB, POL_FREE_UNKNOWN, 0, 10 * SEC, &acts);
+        if (cohort)
+            REQUIRE(count(POL_ACT_SUSPEND) == 0 && count(POL_ACT_DENY) == 1,
+                    "vision borrows research's idle reservation: safe from the outsider");
+        else
+            REQUIRE(has(POL_ACT_SUSPEND, 1) && acts.v[0].why == POL_WHY_PRIORITY,
+                    "without the cohort vision is a borrower of lower priority");
+        if (!cohort) {
+            policy_free(p);
+            continue;
+        }
+        /* research reclaims its reservation: the outsider goes first */
+        REQUIRE(admit(p, 4, res, 50, 0) == 0, "4");
+        pol_actions_clear(&acts);
+        policy_request(p, 4, 0, 300 * MiB, POL_FREE_UNKNOWN, 0, 10 * SEC, &acts);
+        REQUIRE(count(POL_ACT_SUSPEND) == 1 && has(POL_ACT_SUSPEND, 2) &&
+                acts.v[0].why == POL_WHY_RECLAIM, "batch (outside the cohort) before vision");
+        ack_suspends(p, 11 * SEC);
+        /* and vision, a member borrowing from research, is next */
+        REQUIRE(admit(p, 5, res, 50, 0) == 0, "5");
+        policy_job_exited(p, 4, 12 * SEC, &acts);
+        REQUIRE(start_job(p, 6, bat, 60, 400 * MiB, 12 * SEC) == 0, "batch again");
+        pol_actions_clear(&acts);
+        policy_request(p, 5, 0, 300 * MiB, POL_FREE_UNKNOWN, 0, 20 * SEC, &acts);
+        REQUIRE(has(POL_ACT_SUSPEND, 6) && !has(POL_ACT_SUSPEND, 1), "outsider first again");
+        REQUIRE(checked(p) == 0, "invariants");
+        policy_free(p);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Backfill without starvation
+ * ------------------------------------------------------------------------- */
+
+static void dump(const struct policy *p, uint64_t now)
+{
+    for (size_t i = 0; i < policy_job_count(p); i++) {
+        const struct pol_job *j = policy_job_at(p, i);
+        fprintf(stderr, "  job %" PRIu64 " %s prio %d dev %d mem %" PRIu64 " req %d want %" PRIu64
+                " queued %.1f since %.1f bf %.1f/%d/%.1f/%" PRIu64 " gang %" PRIu64 " by %s retry %.1f"
+                " for %" PRIu64 " proj %d\n",
+                j->id, pol_state_name(j->state), j->priority, j->device, (uint64_t)(j->mem >> 20),
+                j->req, (uint64_t)(j->want >> 20), j->queued_ns / 1e9, j->since_ns / 1e9,
+                j->bf_ns / 1e9, j->bf_priority, j->bf_queued / 1e9, j->bf_tick, j->gang,
+                pol_by_name(j->suspended_by), j->retry_ns / 1e9, j->for_job, j->project);
+    }
+    fprintf(stderr, "  now %.1f\n", now / 1e9);
+}
+
+static int checked_backfill(struct policy *p, uint64_t now)
+{
+    char msg[256];
+    int r = policy_check_backfill(p, now, msg, sizeof(msg));
+    if (r) {
+        fprintf(stderr, "policy_check_backfill: %s\n", msg);
+        dump(p, now);
+    }
+    return r;
+}
+
+/*
+ * A big job waits; a small one that fits runs meanwhile. When the big one's
+ * memory frees it suspends the small one at once, young as it is: it is
+ * delayed by a suspension, not by the small job's run. Without backfill the
+ * small one would hold the big one up until it ends; with strict order it
+ * would not have started.
+ */
+static int test_backfill(void)
+{
+    for (int mode = 0; mode < 3; mode++) {       /* backfill, legacy, strict */
+        struct pol_config cfg = { .min_runtime_ns = 30 * SEC, .resume_retry_ns = SEC,
+                                  .backfill = mode == 0, .strict = mode == 2 };
+        struct policy *p = new_policy_cfg(&cfg, 1000 * MiB, 1);
+        int a = add_project(p, "a", 5, 1, 0, 0);
+
+        REQUIRE(start_job(p, 1, a, 5, 600 * MiB, 0) == 0, "1 holds 600");
+        REQUIRE(admit(p, 2, a, 5, 0) == 0, "2");
+        pol_actions_clear(&acts);
+        policy_request(p, 2, 0, 700 * MiB, POL_FREE_UNKNOWN, 1, 1 * SEC, &acts);
+        REQUIRE(acts.n == 1 && acts.v[0].kind == POL_ACT_WAIT, "the big one waits");
+        REQUIRE(admit(p, 3, a, 5, 0) == 0, "3");
+        pol_actions_clear(&acts);
+        policy_request(p, 3, 0, 400 * MiB, POL_FREE_UNKNOWN, 1, 3 * SEC, &acts);
+        if (mode == 2) {
+            REQUIRE(acts.n == 1 && acts.v[0].kind == POL_ACT_WAIT, "strict: it waits behind 2");
+            policy_free(p);
+            continue;
+        }
+        REQUIRE(has(POL_ACT_GRANT, 3), "the small one fits and runs");
+        REQUIRE(policy_job_jumped(p, policy_job(p, 2), policy_job(p, 3)) == (mode == 0),
+                "it jumped the big one (backfill only)");
+        pol_actions_clear(&acts);
+        policy_tick(p, 4 * SEC, &acts);
+        REQUIRE(acts.n == 0, "suspending it would not make room yet: nothing happens");
+        REQUIRE(checked_backfill(p, 4 * SEC) == 0, "no waiting job is starved");
+        policy_job_exited(p, 1, 5 * SEC, &acts);
+        pol_actions_clear(&acts);
+        policy_tick(p, 5 * SEC, &acts);
+        if (mode == 1) {
+            REQUIRE(acts.n == 0, "legacy: the 2 s old small job holds the big one up");
+            policy_free(p);
+            continue;
+        }
+        REQUIRE(has(POL_ACT_SUSPEND, 3) && acts.v[0].for_job == 2 && acts.v[0].why == POL_WHY_BACKFILL,
+                "the small one (2 s old, min runtime 30 s) makes way at once");
+        ack_suspends(p, 6 * SEC);
+        REQUIRE(has(POL_ACT_GRANT, 2), "the big one runs");
+        REQUIRE(checked_backfill(p, 6 * SEC) == 0 && checked(p) == 0, "invariants");
+        policy_job_exited(p, 2, 60 * SEC, &acts);
+        pol_actions_clear(&acts);
+        policy_tick(p, 60 * SEC, &acts);
+        REQUIRE(has(POL_ACT_RESUME, 3), "the small one comes back");
+        policy_free(p);
+    }
+    return 0;
+}
+
+/* A victim waiting to come back does not see the job it made room for as a
+ * jumper, though it has the higher priority: no ping-pong through backfill. */
+static int test_backfill_no_ping_pong(void)
+{
+    struct pol_config cfg = { .min_runtime_ns = 30 * SEC, .resume_retry_ns = SEC, .backfill = 1 };
+    struct policy *p = new_policy_cfg(&cfg, 1000 * MiB, 1);
+    int bat = add_project(p, "batch", 50, 1, 0, 0);
+    int team = add_project(p, "team", 10, 1, 0, 700 * MiB);
+
+    REQUIRE(start_job(p, 1, bat, 50, 600 * MiB, 0) == 0, "the borrower");
+    REQUIRE(admit(p, 2, team, 10, 0) == 0, "2");
+    pol_actions_clear(&acts);
+    policy_request(p, 2, 0, 500 * MiB, POL_FREE_UNKNOWN, 0, 40 * SEC, &acts);
+    REQUIRE(has(POL_ACT_SUSPEND, 1) && acts.v[0].why == POL_WHY_RECLAIM, "team reclaims");
+    ack_suspends(p, 41 * SEC);
+    REQUIRE(has(POL_ACT_GRANT, 2), "granted");
+    REQUIRE(!policy_job_jumped(p, policy_job(p, 1), policy_job(p, 2)), "team did not jump batch");
+    for (int t = 42; t < 120; t += 5) {
+        pol_actions_clear(&acts);
+        policy_tick(p, (uint64_t)t * SEC, &acts);
+        REQUIRE(count(POL_ACT_SUSPEND) == 0, "t=%d: batch suspends team back", t);
+    }
+    policy_free(p);
+    return 0;
+}
+
+/* A job of higher priority is never a jumper; nor one that came first. */
+static int test_backfill_order(void)
+{
+    struct pol_config cfg = { .min_runtime_ns = 30 * SEC, .resume_retry_ns = SEC, .backfill = 1 };
+    struct policy *p = new_policy_cfg(&cfg, 1000 * MiB, 2);
+    int a = add_project(p, "a", 5, 1, 0, 0);
+
+    REQUIRE(start_job(p, 1, a, 5, 800 * MiB, 0) == 0, "1");
+    REQUIRE(admit(p, 2, a, 3, 0) == 0, "2");
+    pol_actions_clear(&acts);
+    policy_request(p, 2, 0, 500 * MiB, POL_FREE_UNKNOWN, 1, SEC, &acts);
+    REQUIRE(acts.n == 1 && acts.v[0].kind == POL_ACT_WAIT, "2 (priority 3) waits");
+    REQUIRE(start_job(p, 3, a, 9, 100 * MiB, 2 * SEC) == 0, "3 (priority 9) starts");
+    REQUIRE(!policy_job_jumped(p, policy_job(p, 2), policy_job(p, 3)), "it was ahead of 2 anyway");
+    REQUIRE(admit(p, 4, a, 5, 0) == 0, "4");
+    pol_actions_clear(&acts);
+    policy_request(p, 4, 1, 100 * MiB, POL_FREE_UNKNOWN, 1, 3 * SEC, &acts);
+    REQUIRE(has(POL_ACT_GRANT, 4) && !policy_job_jumped(p, policy_job(p, 2), policy_job(p, 4)),
+            "a job on another device than the waiting one's jumps nobody");
+    policy_free(p);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Gangs
+ * ------------------------------------------------------------------------- */
+
+static int admit_task(struct policy *p, uint64_t id, int proj, int prio, int dev, uint64_t gang)
+{
+    struct pol_job_spec s = { .id = id, .project = proj, .priority = prio, .device = dev,
+                              .state = POL_RUNNING, .gang = gang };
+    return policy_admit(p, &s, 0);
+}
+
+static int test_gang_preempt(void)
+{
+    struct policy *p = new_policy(0, 1000 * MiB, 2);
+    int lo = add_project(p, "lo", 1, 1, 0, 0);
+    int hi = add_project(p, "hi", 9, 1, 0, 0);
+
+    for (int t = 0; t < 2; t++) {
+        REQUIRE(admit_task(p, 11 + t, lo, 1, t, 7) == 0, "task");
+        pol_actions_clear(&acts);
+        policy_request(p, 11 + t, t, 600 * MiB, POL_FREE_UNKNOWN, 0, 0, &acts);
+        REQUIRE(has(POL_ACT_GRANT, 11 + t), "task %d placed", t);
+    }
+    REQUIRE(admit(p, 20, hi, 9, 0) == 0, "20");
+    pol_actions_clear(&acts);
+    policy_request(p, 20, 0, 700 * MiB, POL_FREE_UNKNOWN, 0, SEC, &acts);
+    REQUIRE(count(POL_ACT_SUSPEND) == 2 && has(POL_ACT_SUSPEND, 11) && has(POL_ACT_SUSPEND, 12),
+            "the victim's whole gang is suspended (%zu suspends)", count(POL_ACT_SUSPEND));
+    for (size_t i = 0; i < acts.n; i++)
+        REQUIRE(acts.v[i].for_job == 20 &&
+                acts.v[i].why == (acts.v[i].job == 11 ? POL_WHY_PRIORITY : POL_WHY_GANG), "why");
+    struct pol_actions next = { 0 };
+    policy_job_suspended(p, 11, 0, 2 * SEC, &next);
+    REQUIRE(next.n == 0, "the grant waits for the whole gang");
+    policy_job_suspended(p, 12, 0, 2 * SEC, &next);
+    REQUIRE(next.n == 1 && next.v[0].kind == POL_ACT_GRANT && next.v[0].job == 20, "then granted");
+    pol_actions_clear(&next);
+    policy_tick(p, 3 * SEC, &next);
+    REQUIRE(next.n == 0, "task 12 would fit on device 1, but the gang resumes together");
+    policy_job_exited(p, 20, 4 * SEC, &next);
+    policy_tick(p, 4 * SEC, &next);
+    REQUIRE(next.n == 2 && next.v[0].kind == POL_ACT_RESUME && next.v[1].kind == POL_ACT_RESUME,
+            "both resume");
+    policy_job_resumed(p, 11, 0, 5 * SEC, &next);
+    policy_job_resumed(p, 12, 0, 5 * SEC, &next);
+    REQUIRE(policy_job(p, 11)->preemptions == 1 && policy_job(p, 12)->preemptions == 1, "counted");
+
+    /* by hand: one task's suspend suspends the gang, one's resume resumes it */
+    pol_actions_clear(&next);
+    REQUIRE(policy_manual_suspend(p, 12, 0, 6 * SEC, &next) == 0 && next.n == 2, "gang suspend");
+    for (size_t i = 0; i < next.n; i++)
+        policy_job_suspended(p, next.v[i].job, 0, 6 * SEC, &acts);
+    REQUIRE(policy_job(p, 11)->suspended_by == POL_BY_MANUAL, "11 suspended by hand too");
+    REQUIRE(start_job(p, 30, hi, 9, 500 * MiB, 7 * SEC) == 0 || 1, "device 0 busy");
+    pol_actions_clear(&next);
+    REQUIRE(policy_manual_resume(p, 12, 8 * SEC, &next) == -ENOMEM && next.n == 0,
+            "task 11 does not fit: neither resumes");
+    policy_job_exited(p, 30, 9 * SEC, &next);
+    pol_actions_clear(&next);
+    REQUIRE(policy_manual_resume(p, 12, 9 * SEC, &next) == 0 && next.n == 2, "both resume");
+    REQUIRE(checked(p) == 0, "invariants");
+    pol_actions_free(&next);
+    policy_free(p);
+    return 0;
+}
+
+/* Unplaced gangs (the replay's): placed when all their tasks ask, on distinct devices, or not at all. */
+static int test_gang_place(void)
+{
+    struct policy *p = new_policy(0, 1000 * MiB, 3);
+    int a = add_project(p, "a", 1, 1, 0, 0);
+
+    REQUIRE(start_job(p, 1, a, 1, 900 * MiB, 0) == 0, "device 0 taken");
+    for (int t = 0; t < 2; t++)
+        REQUIRE(admit_task(p, 31 + t, a, 1, POL_DEVICE_ANY, 5) == 0, "task");
+    pol_actions_clear(&acts);
+    policy_request(p, 31, POL_DEVICE_ANY, 500 * MiB, POL_FREE_UNKNOWN, 1, 0, &acts);
+    REQUIRE(acts.n == 1 && acts.v[0].kind == POL_ACT_WAIT, "the first task waits for the second");
+    pol_actions_clear(&acts);
+    policy_request(p, 32, POL_DEVICE_ANY, 500 * MiB, POL_FREE_UNKNOWN, 1, 0, &acts);
+    REQUIRE(count(POL_ACT_GRANT) == 2, "both placed at once");
+    REQUIRE(policy_job(p, 31)->device != policy_job(p, 32)->device &&
+            policy_job(p, 31)->device > 0 && policy_job(p, 32)->device > 0, "on distinct free devices");
+    for (int t = 0; t < 2; t++)
+        REQUIRE(admit_task(p, 41 + t, a, 1, POL_DEVICE_ANY, 6) == 0, "task");
+    pol_actions_clear(&acts);
+    policy_request(p, 41, POL_DEVICE_ANY, 600 * MiB, POL_FREE_UNKNOWN, 1, 0, &acts);
+    policy_request(p, 42, POL_DEVICE_ANY, 600 * MiB, POL_FREE_UNKNOWN, 1, 0, &acts);
+    REQUIRE(count(POL_ACT_GRANT) == 0 && count(POL_ACT_WAIT) == 2,
+            "no two devices with 600 MiB: none is placed");
+    policy_job_exited(p, 1, SEC, &acts);
+    pol_actions_clear(&acts);
+    policy_tick(p, SEC, &acts);
+    REQUIRE(count(POL_ACT_GRANT) == 0, "one device is not enough");
+    policy_job_exited(p, 31, SEC, &acts);
+    pol_actions_clear(&acts);
+    policy_tick(p, SEC, &acts);
+    REQUIRE(count(POL_ACT_GRANT) == 2, "two are");
+    REQUIRE(checked(p) == 0, "invariants");
+    policy_free(p);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Compute shares
+ * ------------------------------------------------------------------------- */
+
+static int admit_compute(struct policy *p, uint64_t id, int proj, int dev, unsigned compute)
+{
+    struct pol_job_spec s = { .id = id, .project = proj, .priority = 1, .device = dev,
+                              .state = POL_RUNNING, .compute = compute };
+    return policy_admit(p, &s, 0);
+}
+
+static int test_compute_cap(void)
+{
+    struct policy *p = new_policy(0, 1000 * MiB, 2);
+    int a = add_project(p, "a", 1, 1, 0, 0);
+    uint64_t t = 10 * SEC;
+
+    REQUIRE(admit_compute(p, 1, a, 0, 300) == 0 && admit_compute(p, 2, a, 0, 700) == 0 &&
+            admit_compute(p, 3, a, 0, 0) == 0 && admit_compute(p, 4, a, 1, 600) == 0 &&
+            admit_compute(p, 5, a, 1, 600) == 0, "admit");
+    policy_compute_report(p, 1, 1, 0, t);
+    REQUIRE(policy_compute_cap(p, 1, t) == 1000, "alone: no cap");
+    policy_compute_report(p, 2, 1, 0, t);
+    REQUIRE(policy_compute_cap(p, 1, t) == 300 && policy_compute_cap(p, 2, t) == 700, "30/70");
+    REQUIRE(policy_compute_cap(p, 1, t + 2 * SEC) == 1000, "2 stopped reporting: 1 is alone again");
+    policy_compute_report(p, 3, 1, 0, t);
+    REQUIRE(policy_compute_cap(p, 1, t) == 300 && policy_compute_cap(p, 3, t) == 1000,
+            "next to an unlimited job: the share; the unlimited one: no cap");
+    policy_compute_report(p, 4, 1, 0, t);
+    policy_compute_report(p, 5, 1, 0, t);
+    REQUIRE(policy_compute_cap(p, 4, t) == 600, "60%% and 60%%: never below its own share");
+    policy_compute_report(p, 5, 0, 0, t + SEC);
+    REQUIRE(policy_compute_cap(p, 4, t + SEC) == 600 && policy_compute_cap(p, 4, t + 2 * SEC) == 1000,
+            "an idle report does not refresh");
+    REQUIRE(policy_compute_cap(p, 99, t) == 0 && policy_compute_report(p, 99, 1, 0, t) == -ENOENT,
+            "unknown job");
+    policy_free(p);
+
+    /* 30% and 50%: scaled to fill the device */
+    p = new_policy(0, 1000 * MiB, 1);
+    a = add_project(p, "a", 1, 1, 0, 0);
+    admit_compute(p, 1, a, 0, 300);
+    admit_compute(p, 2, a, 0, 500);
+    policy_compute_report(p, 1, 1, 0, t);
+    policy_compute_report(p, 2, 1, 0, t);
+    REQUIRE(policy_compute_cap(p, 1, t) == 375 && policy_compute_cap(p, 2, t) == 625, "37.5/62.5");
+    policy_free(p);
+    return 0;
+}
+
+/* With pack_compute the shares on a device never exceed the device. */
+static int test_pack_compute(void)
+{
+    struct pol_config cfg = { .resume_retry_ns = SEC, .pack_compute = 1 };
+    struct policy *p = new_policy_cfg(&cfg, 1000 * MiB, 2);
+    int a = add_project(p, "a", 1, 1, 0, 0);
+    int dev[3];
+
+    admit_compute(p, 1, a, POL_DEVICE_ANY, 700);
+    admit_compute(p, 2, a, POL_DEVICE_ANY, 400);
+    admit_compute(p, 3, a, POL_DEVICE_ANY, 300);
+    for (uint64_t id = 1; id <= 3; id++) {
+        pol_actions_clear(&acts);
+        policy_request(p, id, POL_DEVICE_ANY, 100 * MiB, POL_FREE_UNKNOWN, 1, 0, &acts);
+        REQUIRE(has(POL_ACT_GRANT, id), "placed");
+        dev[id - 1] = acts.v[0].device;
+    }
+    REQUIRE(dev[0] != dev[1] && dev[2] == dev[0], "70%% + 30%% together, 40%% apart (%d %d %d)",
+            dev[0], dev[1], dev[2]);
+    admit_compute(p, 4, a, POL_DEVICE_ANY, 700);
+    pol_actions_clear(&acts);
+    policy_request(p, 4, POL_DEVICE_ANY, 100 * MiB, POL_FREE_UNKNOWN, 1, 0, &acts);
+    REQUIRE(acts.n == 1 && acts.v[0].kind == POL_ACT_WAIT, "no device has 70%% left");
+    REQUIRE(policy_device_compute(p, dev[0]) == 1000 && checked(p) == 0, "invariants");
+    policy_free(p);
+    return 0;
+}
+
+static void dump(const struct policy *p, uint64_t now);
+
+/* ---------------------------------------------------------------------------
+ * Randomized: random jobs and gangs, requests, exits, manual operations,
+ * failing suspends and resumes, compute reports; every action carried out
+ * (or failed) by a simulated world; invariants checked after each step.
+ * ------------------------------------------------------------------------- */
 
 static unsigned long stat_preempt, stat_resume, stat_wait_grant;
+static unsigned long stat_why[POL_WHY_COUNT];
 
 struct world {
     struct policy *p;
     struct pol_actions todo;      /* actions not yet carried out */
     uint64_t now;
     uint64_t min_runtime;
+    int backfill;
 };
 
-/* The preemption rule, checked independently of select_victims, at the
- * moment of the decision (the victim is SUSPENDING, the requester PREEMPTING). */
+static int same_group(struct world *w, int a, int b)
+{
+    const struct pol_project *pa = policy_project(w->p, a), *pb = policy_project(w->p, b);
+    return a == b || (pa->cohort[0] && !strcmp(pa->cohort, pb->cohort));
+}
+
+static uint64_t cohort_sum(struct world *w, int proj, int dev, int reserved)
+{
+    const struct pol_project *pr = policy_project(w->p, proj);
+    uint64_t s = 0;
+
+    for (int q = 0; q < policy_project_count(w->p); q++)
+        if (!strcmp(policy_project(w->p, q)->cohort, pr->cohort))
+            s += reserved ? policy_reserved(w->p, q, dev) : policy_project_used(w->p, q, dev);
+    return s;
+}
+
+/* Is v's project borrowing, as r's project sees it (cohorts: policy.h)? */
+static int borrowing_for(struct world *w, const struct pol_job *r, const struct pol_job *v)
+{
+    int d = v->device;
+
+    if (policy_project_used(w->p, v->project, d) <= policy_reserved(w->p, v->project, d))
+        return 0;
+    if (same_group(w, r->project, v->project) || !policy_project(w->p, v->project)->cohort[0])
+        return 1;
+    return cohort_sum(w, v->project, d, 0) > cohort_sum(w, v->project, d, 1);
+}
+
+static int reclaims_for(struct world *w, const struct pol_job *r, const struct pol_job *v)
+{
+    int d = r->device;
+
+    if (policy_project_used(w->p, r->project, d) + r->want <= policy_reserved(w->p, r->project, d))
+        return 1;
+    return !same_group(w, r->project, v->project) && policy_project(w->p, r->project)->cohort[0] &&
+           cohort_sum(w, r->project, d, 0) + r->want <= cohort_sum(w, r->project, d, 1);
+}
+
+/* v jumped r: it started after r began to wait, from behind r in the queue. */
+static int jumped(struct world *w, const struct pol_job *r, const struct pol_job *v)
+{
+    if (!w->backfill || !v->bf_ns || r->queued_ns > v->bf_queued)
+        return 0;
+    if (r->priority != v->bf_priority)
+        return r->priority > v->bf_priority;
+    return r->queued_ns < v->bf_queued || (r->queued_ns == v->bf_queued && r->id < v->id);
+}
+
+/* The preemption rule, checked from its definition in policy.h at the moment
+ * of the decision (the victim is SUSPENDING, the requester PREEMPTING). */
 static int suspend_allowed(struct world *w, const struct pol_action *a)
 {
     const struct pol_job *v = policy_job(w->p, a->job);
     const struct pol_job *r = policy_job(w->p, a->for_job);
-    int reclaim;
 
-    if (!v || !r || v->since_ns > w->now || w->now - v->since_ns < w->min_runtime)
+    if (!v || !r || v->state != POL_SUSPENDING || r->req != POL_REQ_PREEMPTING)
         return 0;
-    reclaim = policy_project_used(w->p, r->project, r->device) + r->want <=
-              policy_reserved(w->p, r->project, r->device);
-    if (a->why == POL_WHY_RECLAIM)
-        return policy_job_borrowing(w->p, v) && reclaim;
-    return a->why == POL_WHY_PRIORITY && r->priority > v->priority &&
-           (policy_job_borrowing(w->p, v) || reclaim);
+    if (a->why == POL_WHY_GANG) {
+        /* a task of a victim's gang, waited for by the requester (or by the
+         * requester's own task on the same device, when a gang makes room) */
+        for (size_t i = 0; v->gang && i < policy_job_count(w->p); i++) {
+            const struct pol_job *u = policy_job_at(w->p, i);
+            const struct pol_job *ur = u->state == POL_SUSPENDING ? policy_job(w->p, u->for_job) : NULL;
+            if (u != v && u->gang == v->gang && ur && u->why != POL_WHY_GANG &&
+                (ur == r || (r->gang && ur->gang == r->gang)))
+                return 1;
+        }
+        return 0;
+    }
+    if (a->why == POL_WHY_BACKFILL)
+        return jumped(w, r, v);
+    if (v->since_ns > w->now || w->now - v->since_ns < w->min_runtime)
+        return 0;
+    switch (a->why) {
+    case POL_WHY_RECLAIM:
+        return borrowing_for(w, r, v) && reclaims_for(w, r, v);
+    case POL_WHY_PRIORITY:
+        return r->priority > v->priority && (borrowing_for(w, r, v) || reclaims_for(w, r, v));
+    case POL_WHY_FAIR_SHARE:
+        return r->priority == v->priority && r->project != v->project && borrowing_for(w, r, v);
+    default:
+        return 0;
+    }
 }
 
-/* Check the SUSPENDs appended to todo since index `from`. */
+/* Check the actions appended to todo since index `from`. */
 static int check_new(struct world *w, size_t from)
 {
     for (size_t i = from; i < w->todo.n; i++) {
@@ -581,13 +1156,61 @@ static int check_new(struct world *w, size_t from)
         stat_preempt += a->kind == POL_ACT_SUSPEND && a->why != POL_WHY_MANUAL;
         stat_resume += a->kind == POL_ACT_RESUME && a->why == POL_WHY_FITS;
         stat_wait_grant += a->kind == POL_ACT_GRANT && a->why == POL_WHY_PREEMPTED;
-        if (a->kind == POL_ACT_SUSPEND && a->why != POL_WHY_MANUAL)
-            REQUIRE(suspend_allowed(w, a), "suspend of %" PRIu64 " for %" PRIu64 " breaks the rule (%s)",
-                  a->job, a->for_job, pol_why_name(a->why));
+        if (a->kind == POL_ACT_SUSPEND)
+            stat_why[a->why]++;
+        if (a->kind == POL_ACT_SUSPEND && a->for_job)
+            if (!suspend_allowed(w, a)) {
+                dump(w->p, w->now);
+                REQUIRE(0, "suspend of %" PRIu64 " for %" PRIu64 " breaks the rule (%s)",
+                        a->job, a->for_job, pol_why_name(a->why));
+            }
     }
     REQUIRE(!w->todo.oom, "out of memory");
     REQUIRE(checked(w->p) == 0, "invariants");
     return 0;
+}
+
+/*
+ * After a tick: a request within its reservation does not wait while
+ * borrowers old enough (of projects without any reservation, so nothing
+ * protects them) hold what it needs, unless a job ahead of it waits there.
+ */
+static int reservations_honoured(struct world *w)
+{
+    for (size_t i = 0; i < policy_job_count(w->p); i++) {
+        const struct pol_job *j = policy_job_at(w->p, i);
+        int d = j->device, ahead = 0;
+        if (j->req != POL_REQ_WAITING || d < 0 || j->gang ||
+            policy_project_used(w->p, j->project, d) + j->want > policy_reserved(w->p, j->project, d))
+            continue;
+        uint64_t avail = policy_room(w->p, j->project, d);
+        for (size_t k = 0; k < policy_job_count(w->p); k++) {
+            const struct pol_job *v = policy_job_at(w->p, k);
+            const struct pol_project *vp = policy_project(w->p, v->project);
+            if ((v->req != POL_REQ_NONE || v->state == POL_SUSPENDED) && v != j &&
+                (v->device == d || v->device < 0) && v->priority >= j->priority)
+                ahead = 1;
+            if (v->device == d && v->state == POL_RUNNING && v->req == POL_REQ_NONE && !v->gang &&
+                v->project != j->project && !vp->nreserve && !vp->cohort[0] &&
+                w->now >= v->since_ns && w->now - v->since_ns >= w->min_runtime)
+                avail += v->mem;
+        }
+        REQUIRE(ahead || avail < j->want, "job %" PRIu64 " waits for %" PRIu64 " MiB within its "
+                "reservation while %" PRIu64 " MiB could be had", j->id, (uint64_t)(j->want / MiB),
+                (uint64_t)(avail / MiB));
+    }
+    return 0;
+}
+
+static int world_tick(struct world *w)
+{
+    size_t from = w->todo.n;
+
+    REQUIRE(policy_tick(w->p, w->now, &w->todo) == 0, "tick");
+    if (check_new(w, from))
+        return 1;
+    REQUIRE(checked_backfill(w->p, w->now) == 0, "backfill: a waiting job is starved");
+    return reservations_honoured(w);
 }
 
 /* Carry out the pending actions one at a time, in random order, some failing. */
@@ -611,6 +1234,22 @@ static int world_step_actions(struct world *w)
     return 0;
 }
 
+/* A job, or (one time in five) a gang of two tasks, one on each device. */
+static int random_admit(struct world *w, uint64_t *next_id, int nproj)
+{
+    int proj = (int)t_rand_below((uint64_t)nproj), prio = (int)t_rand_below(5);
+    int gang = t_rand_below(5) == 0;
+    uint64_t g = gang ? *next_id : 0;
+
+    for (int t = 0; t < (gang ? 2 : 1); t++) {
+        struct pol_job_spec s = { .id = (*next_id)++, .project = proj, .priority = prio,
+                                  .device = gang ? t : (int)t_rand_below(2), .state = POL_RUNNING,
+                                  .gang = g, .compute = (unsigned)t_rand_below(11) * 100 };
+        REQUIRE(policy_admit(w->p, &s, w->now) == 0, "admit");
+    }
+    return 0;
+}
+
 static int random_op(struct world *w, uint64_t *next_id, int nproj)
 {
     size_t n = policy_job_count(w->p);
@@ -618,15 +1257,12 @@ static int random_op(struct world *w, uint64_t *next_id, int nproj)
     uint64_t id = j ? j->id : 0;
     size_t from = w->todo.n;
 
-    switch (t_rand_below(10)) {
+    switch (t_rand_below(11)) {
     case 0:
-    case 1: {
-        struct pol_job_spec s = { .id = (*next_id)++, .project = (int)t_rand_below((uint64_t)nproj),
-                                  .priority = (int)t_rand_below(5), .device = (int)t_rand_below(2),
-                                  .state = POL_RUNNING };
-        REQUIRE(policy_admit(w->p, &s, w->now) == 0, "admit");
+    case 1:
+        if (random_admit(w, next_id, nproj))
+            return 1;
         break;
-    }
     case 2:
     case 3:
     case 4:
@@ -655,6 +1291,13 @@ static int random_op(struct world *w, uint64_t *next_id, int nproj)
         if (j && j->req == POL_REQ_WAITING)
             REQUIRE(policy_request_cancel(w->p, id, w->now, &w->todo) == 0, "cancel");
         break;
+    case 9:
+        if (j)
+            REQUIRE(policy_compute_report(w->p, id, (int)t_rand_below(2), 0, w->now) == 0 &&
+                    policy_compute_cap(w->p, id, w->now) <= 1000 &&
+                    policy_compute_cap(w->p, id, w->now) >= (j->compute ? j->compute : 1000),
+                    "compute cap: never below the share");
+        break;
     default:
         if (j && j->state == POL_RUNNING && j->req == POL_REQ_NONE && j->mem)
             policy_set_usage(w->p, id, j->mem / 2);
@@ -668,31 +1311,35 @@ static int auto_suspended(const struct pol_job *j)
     return j->state == POL_SUSPENDED && (j->suspended_by == POL_BY_POLICY || j->auto_resume);
 }
 
+static void random_projects(struct policy *p)
+{
+    add_project_q(p, "p0", 1, 0, 256 * MiB, (struct quota){ 128, -1, 1, NULL });
+    add_project_q(p, "p1", 3, 1, 256 * MiB, (struct quota){ -1, -1, 2, "c" });
+    add_project_q(p, "p2", 5, 0, 0, (struct quota){ -1, -1, 1, NULL });
+    add_project(p, "p3", 2, 0, 0, 512 * MiB);
+    add_project_q(p, "p4", 3, 0, 128 * MiB, (struct quota){ -1, 256, 1, "c" });
+    add_project_q(p, "p5", 3, 0, 0, (struct quota){ -1, -1, 3, NULL });
+}
+
 static int random_run(uint64_t seed)
 {
-    struct pol_config cfg = { .min_runtime_ns = 3 * SEC, .resume_retry_ns = SEC };
-    struct world w = { .min_runtime = cfg.min_runtime_ns };
+    struct pol_config cfg = { .min_runtime_ns = 3 * SEC, .resume_retry_ns = SEC,
+                              .backfill = (int)(seed & 1) };
+    struct world w = { .min_runtime = cfg.min_runtime_ns, .backfill = cfg.backfill };
     uint64_t next_id = 1;
-    int nproj = 4;
+    int nproj = 6;
 
     t_seed(seed * 2654435761u + 1);
     w.p = policy_new(&cfg);
     policy_set_device(w.p, 0, 1024 * MiB);
     policy_set_device(w.p, 1, 768 * MiB);
-    add_project(w.p, "p0", 1, 1, 0, 256 * MiB);
-    add_project(w.p, "p1", 3, 1, 1, 256 * MiB);
-    add_project(w.p, "p2", 5, 1, 0, 0);
-    add_project(w.p, "p3", 2, 0, 0, 512 * MiB);
+    random_projects(w.p);
     for (int step = 0; step < 400; step++) {
         w.now += t_rand_below(2 * SEC);
         if (random_op(&w, &next_id, nproj))
             return 1;
-        if (t_rand_below(3) == 0) {
-            size_t from = w.todo.n;
-            REQUIRE(policy_tick(w.p, w.now, &w.todo) == 0, "tick");
-            if (check_new(&w, from))
-                return 1;
-        }
+        if (t_rand_below(3) == 0 && world_tick(&w))
+            return 1;
         if (world_step_actions(&w))
             return 1;
     }
@@ -709,8 +1356,7 @@ static int random_run(uint64_t seed)
             i++;
         }
         w.now += 2 * SEC;
-        REQUIRE(policy_tick(w.p, w.now, &w.todo) == 0, "tick");
-        if (check_new(&w, from) || world_step_actions(&w))
+        if (check_new(&w, from) || world_tick(&w) || world_step_actions(&w))
             return 1;
     }
     for (size_t i = 0; i < policy_job_count(w.p); i++) {
@@ -726,12 +1372,20 @@ static int random_run(uint64_t seed)
 static int test_randomized(void)
 {
     for (uint64_t seed = 1; seed <= 1000; seed++)
-        if (random_run(seed))
+        if (random_run(seed)) {
+            fprintf(stderr, "randomized: seed %" PRIu64 " failed\n", seed);
             return 1;
-    fprintf(stderr, "randomized: %lu preemptions, %lu automatic resumes, %lu grants after preemption\n",
-            stat_preempt, stat_resume, stat_wait_grant);
+        }
+    fprintf(stderr, "randomized: %lu preemptions (%lu reclaim, %lu priority, %lu fair share, "
+            "%lu backfill, %lu gang), %lu automatic resumes, %lu grants after preemption\n",
+            stat_preempt, stat_why[POL_WHY_RECLAIM], stat_why[POL_WHY_PRIORITY],
+            stat_why[POL_WHY_FAIR_SHARE], stat_why[POL_WHY_BACKFILL], stat_why[POL_WHY_GANG],
+            stat_resume, stat_wait_grant);
     /* the runs must exercise what they check */
     REQUIRE(stat_preempt > 1000 && stat_resume > 1000 && stat_wait_grant > 300, "too few events");
+    REQUIRE(stat_why[POL_WHY_RECLAIM] > 100 && stat_why[POL_WHY_PRIORITY] > 100 &&
+            stat_why[POL_WHY_FAIR_SHARE] > 20 && stat_why[POL_WHY_BACKFILL] > 20 &&
+            stat_why[POL_WHY_GANG] > 20, "every kind of preemption happens");
     return 0;
 }
 
@@ -743,12 +1397,13 @@ static int test_names(void)
         REQUIRE(pol_by_parse(pol_by_name(b)) == b, "by %d", b);
     REQUIRE(pol_state_parse("nope") == -1, "unknown");
     REQUIRE(!strcmp(pol_why_name(POL_WHY_RECLAIM), "reclaim"), "why");
+    for (int w = 0; w < POL_WHY_COUNT; w++)
+        REQUIRE(strcmp(pol_why_name(w), "?"), "why %d has a name", w);
     return 0;
 }
 
 int main(void)
 {
-
     RUN(test_grant_and_deny);
     RUN(test_victim_order);
     RUN(test_priority_then_work);
@@ -762,6 +1417,17 @@ int main(void)
     RUN(test_victim_failure);
     RUN(test_wait_and_cancel);
     RUN(test_placement);
+    RUN(test_lending_limit);
+    RUN(test_borrowing_limit);
+    RUN(test_fair_share);
+    RUN(test_cohort);
+    RUN(test_backfill);
+    RUN(test_backfill_order);
+    RUN(test_backfill_no_ping_pong);
+    RUN(test_gang_preempt);
+    RUN(test_gang_place);
+    RUN(test_compute_cap);
+    RUN(test_pack_compute);
     RUN(test_randomized);
     RUN(test_names);
     pol_actions_free(&acts);

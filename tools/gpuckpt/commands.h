@@ -28,8 +28,13 @@ int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **arg
 int gpuckpt_cmd_inspect(const struct gpuckpt_command *self, int argc, char **argv);
 int gpuckpt_cmd_verify(const struct gpuckpt_command *self, int argc, char **argv);
 
-/* tcgpud.c: over tcgpud's socket (docs/tcgpud.md) */
+/* ps.c: tcgpud's jobs, or the tcgpu processes this user can see */
 int gpuckpt_cmd_ps(const struct gpuckpt_command *self, int argc, char **argv);
+
+/* events.c: tcgpud's events (docs/tcgpud.md) */
 int gpuckpt_cmd_events(const struct gpuckpt_command *self, int argc, char **argv);
+
+/* check.c: what tcgpu needs on this machine */
+int gpuckpt_cmd_check(const struct gpuckpt_command *self, int argc, char **argv);
 
 #endif

@@ -12,13 +12,15 @@
 
 /* The functions we use, resolved once. */
 static struct {
-    int loaded;                 /* 0: not tried, 1: present, -1: absent */
+    int loaded;                 /* the checkpoint API: 0 not tried, 1 present, -1 absent */
+    int usable;                 /* the driver loads and initialises */
     char why[512];
     int version;
     CUresult (*init)(unsigned);
     CUresult (*driver_version)(int *);
     CUresult (*error_name)(CUresult, const char **);
     CUresult (*get_state)(int, CUprocessState *);
+    CUresult (*restore_tid)(int, int *);
     CUresult (*lock)(int, CUcheckpointLockArgs *);
     CUresult (*checkpoint)(int, CUcheckpointCheckpointArgs *);
     CUresult (*restore)(int, CUcheckpointRestoreArgs *);
@@ -55,52 +57,83 @@ static int resolve(void *h, const char *name, void **out)
 
 #define RESOLVE(h, field, name) resolve(h, name, (void **)&drv.field)
 
-static int resolve_all(void *h)
+/* What every use needs: initialising the driver, its version, its devices. */
+static int resolve_base(void *h)
 {
     return RESOLVE(h, init, "cuInit") || RESOLVE(h, driver_version, "cuDriverGetVersion") ||
            RESOLVE(h, error_name, "cuGetErrorName") ||
-           RESOLVE(h, get_state, "cuCheckpointProcessGetState") ||
-           RESOLVE(h, lock, "cuCheckpointProcessLock") ||
-           RESOLVE(h, checkpoint, "cuCheckpointProcessCheckpoint") ||
-           RESOLVE(h, restore, "cuCheckpointProcessRestore") ||
-           RESOLVE(h, unlock, "cuCheckpointProcessUnlock") ||
            RESOLVE(h, dev_count, "cuDeviceGetCount") || RESOLVE(h, dev_get, "cuDeviceGet") ||
            RESOLVE(h, dev_name, "cuDeviceGetName") || RESOLVE(h, dev_mem, "cuDeviceTotalMem_v2") ||
            RESOLVE(h, dev_uuid, "cuDeviceGetUuid") ? -1 : 0;
 }
 
-static void load(void)
+/* The checkpoint API (CUDA 12.8+, r570+). */
+static int resolve_checkpoint(void *h)
+{
+    return RESOLVE(h, get_state, "cuCheckpointProcessGetState") ||
+           RESOLVE(h, restore_tid, "cuCheckpointProcessGetRestoreThreadId") ||
+           RESOLVE(h, lock, "cuCheckpointProcessLock") ||
+           RESOLVE(h, checkpoint, "cuCheckpointProcessCheckpoint") ||
+           RESOLVE(h, restore, "cuCheckpointProcessRestore") ||
+           RESOLVE(h, unlock, "cuCheckpointProcessUnlock") ? -1 : 0;
+}
+
+static const char *library_name(void)
 {
     const char *lib = getenv("TCGPU_REAL_LIBCUDA");
+
+    return lib && *lib ? lib : "libcuda.so.1";
+}
+
+/* Loads the driver once: usable (drv.usable) when it loads and cuInit works,
+ * with the checkpoint API (drv.loaded = 1) when it also has that. */
+static void load(void)
+{
+    const char *lib = library_name();
     void *h;
     CUresult r;
 
     if (drv.loaded)
         return;
     drv.loaded = -1;
-    if (!lib || !*lib)
-        lib = "libcuda.so.1";
     /* RTLD_LOCAL: nothing else in gpuckpt should bind to the driver's symbols */
     h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         snprintf(drv.why, sizeof(drv.why), "cannot load the CUDA driver %s: %s", lib, dlerror());
         return;
     }
-    if (resolve_all(h) < 0)
-        return;                 /* keep the handle: harmless, and dlclose may run destructors */
-    if ((r = drv.driver_version(&drv.version)) != CUDA_SUCCESS || drv.version < MIN_DRIVER_VERSION) {
-        snprintf(drv.why, sizeof(drv.why),
-                 "driver version %d.%d has no checkpoint API (needs 12.8 / r570 or later)",
-                 drv.version / 1000, drv.version % 1000 / 10);
+    /* keep the handle from here on: harmless, and dlclose may run destructors */
+    if (resolve_base(h) < 0)
         return;
-    }
+    if ((r = drv.driver_version(&drv.version)) != CUDA_SUCCESS)
+        drv.version = 0;
     if ((r = drv.init(0)) != CUDA_SUCCESS) {
         const char *name = "?";
         drv.error_name(r, &name);
         snprintf(drv.why, sizeof(drv.why), "cuInit failed: %s", name ? name : "?");
         return;
     }
+    drv.usable = 1;
+    if (drv.version < MIN_DRIVER_VERSION) {
+        snprintf(drv.why, sizeof(drv.why),
+                 "driver version %d.%d has no checkpoint API (needs 12.8 / r570 or later)",
+                 drv.version / 1000, drv.version % 1000 / 10);
+        return;
+    }
+    if (resolve_checkpoint(h) < 0)
+        return;
     drv.loaded = 1;
+}
+
+void gdrv_probe(struct gdrv_probe *p)
+{
+    load();
+    memset(p, 0, sizeof(*p));
+    p->library = library_name();
+    p->usable = drv.usable;
+    p->version = drv.version;
+    p->checkpoint_api = drv.loaded > 0;
+    snprintf(p->why, sizeof(p->why), "%s", drv.loaded > 0 ? "" : drv.why);
 }
 
 int gdrv_available(char *why, size_t len)
@@ -178,6 +211,17 @@ int gdrv_get_state(pid_t pid, int *state, char *err, size_t len)
     r = check(drv.get_state((int)pid, &s), "cuCheckpointProcessGetState", pid, err, len);
     if (r == 0)
         *state = (int)s;
+    return r;
+}
+
+int gdrv_restore_tid(pid_t pid, pid_t *tid, char *err, size_t len)
+{
+    int t = 0, r;
+
+    if ((r = need_driver(err, len)) < 0)
+        return r;
+    r = check(drv.restore_tid((int)pid, &t), "cuCheckpointProcessGetRestoreThreadId", pid, err, len);
+    *tid = (pid_t)t;
     return r;
 }
 

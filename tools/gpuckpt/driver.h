@@ -43,6 +43,16 @@ enum gdrv_state {
 /* 1 when the checkpoint API is present, else 0 with the reason in why. Loads once. */
 int gdrv_available(char *why, size_t len);
 
+/* What gpuckpt check says about the driver. */
+struct gdrv_probe {
+    const char *library;        /* $TCGPU_REAL_LIBCUDA, else "libcuda.so.1" */
+    int usable;                 /* it loads and cuInit succeeds */
+    int version;                /* cuDriverGetVersion's, 0 when unknown */
+    int checkpoint_api;         /* gdrv_available() */
+    char why[512];              /* without the API: why (the first thing that failed) */
+};
+void gdrv_probe(struct gdrv_probe *p);
+
 /* "running", "locked", "checkpointed", "failed", "none". */
 const char *gdrv_state_name(int state);
 
@@ -62,6 +72,10 @@ int gdrv_release(pid_t pid, unsigned timeout_ms, char *err, size_t len);
  * RUNNING: nothing. -ENOMEM from Restore leaves it checkpointed, safely.
  */
 int gdrv_reacquire(pid_t pid, char *err, size_t len);
+
+/* The driver's restore thread of pid (cuCheckpointProcessGetRestoreThreadId),
+ * as the caller numbers threads: 0, -ESRCH, -ENODEV. */
+int gdrv_restore_tid(pid_t pid, pid_t *tid, char *err, size_t len);
 
 /* Restore onto other GPUs of the same model: n pairs (at most 16) of old and
  * new device UUIDs, passed to every later Restore (gpuckpt restore). */

@@ -39,15 +39,15 @@ static const struct gpuckpt_command commands[] = {
       GPUCKPT_TCGPUD_RUN_HELP },
     { "status", gpuckpt_cmd_status,
       "state, memory and last operation of PID",
-      "PID [--json] [--wait SEC] [--timeout SEC]",
+      "PID [--json|-o json] [--wait SEC] [--timeout SEC]",
       "Show PID's state, GPU memory, tracked objects, last operation and its timings.\n"
       "\n"
-      "  --json          one JSON object on stdout (the protocol's fields, numbers as numbers)\n"
+      "  --json, -o json one JSON object on stdout, typed as docs/cli.md says\n"
       "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
       "  --timeout SEC   give up waiting for the reply after SEC seconds (exit 5)\n" },
     { "checkpoint", gpuckpt_cmd_checkpoint,
       "write an image of PID's GPU state to DIR (or what changed); PID goes on",
-      "PID -D DIR [--parent DIR|auto] [--timeout SEC] [--wait SEC] [-q]",
+      "PID -D DIR [--parent DIR|auto] [--timeout SEC] [--wait SEC] [-q] [--json]",
       "Write an image of PID's GPU state to DIR (which must not exist); PID carries on.\n"
       "\n"
       "  -D, --dir DIR   the image directory (relative paths are made absolute here)\n"
@@ -55,10 +55,11 @@ static const struct gpuckpt_command commands[] = {
       "                  PID's previous checkpoint\n"
       "  --timeout SEC   stop waiting after SEC seconds (exit 5; the operation goes on)\n"
       "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
-      "  -q, --quiet     no progress and no summary line\n" },
+      "  -q, --quiet     no progress and no summary line\n"
+      "  --json, -o json the result as one JSON object on stdout\n" },
     { "suspend", gpuckpt_cmd_suspend,
       "take PID off the GPU (to host memory, or to DIR)",
-      "PID [-D DIR] [--keep-context] [--auto-resume] [--timeout SEC] [--wait SEC] [-q]",
+      "PID [-D DIR] [--keep-context] [--auto-resume] [--timeout SEC] [--wait SEC] [-q] [--json]",
       "Take PID off the GPU: drain its device memory to host memory (or to the image DIR),\n"
       "release it, and park PID's CUDA calls until gpuckpt resume. Where the driver has the\n"
       "checkpoint API (CUDA 12.8+), PID's context is then handed to the driver and released\n"
@@ -71,10 +72,11 @@ static const struct gpuckpt_command commands[] = {
       "  --auto-resume   a job tcgpud manages: tcgpud may resume it when memory fits\n"
       "  --timeout SEC   stop waiting after SEC seconds (exit 5; the operation goes on)\n"
       "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
-      "  -q, --quiet     no progress and no summary line\n" },
+      "  -q, --quiet     no progress and no summary line\n"
+      "  --json, -o json the result as one JSON object on stdout\n" },
     { "resume", gpuckpt_cmd_resume,
       "put PID back on the GPU",
-      "PID [-D DIR] [--timeout SEC] [--wait SEC] [-q]",
+      "PID [-D DIR] [--timeout SEC] [--wait SEC] [-q] [--json]",
       "Put PID back on the GPU at the same device addresses and release its threads.\n"
       "A context released to the driver is taken back first (Restore + Unlock).\n"
       "Exit 8 when the device has no room now (PID stays suspended, safely).\n"
@@ -82,10 +84,11 @@ static const struct gpuckpt_command commands[] = {
       "  -D, --dir DIR   the suspend's image now lives at DIR (moved, e.g. by gpuckpt save)\n"
       "  --timeout SEC   stop waiting after SEC seconds (exit 5; the operation goes on)\n"
       "  --wait SEC      retry for up to SEC seconds while PID has no socket yet\n"
-      "  -q, --quiet     no progress and no summary line\n" },
+      "  -q, --quiet     no progress and no summary line\n"
+      "  --json, -o json the result as one JSON object on stdout\n" },
     { "save", gpuckpt_cmd_save,
       "save the process tree under PID with CRIU",
-      "PID -D DIR [--leave-running] [--tcp-established] [--shell-job] [--owner UID]",
+      "PID -D DIR [--leave-running] [--tcp-established] [--shell-job] [--owner UID] [--json]",
       "Save the whole process tree under PID to DIR (which must not exist) with CRIU: every\n"
       "process under tcgpu is suspended to an image in DIR/gpu/<pid> and its CUDA context\n"
       "released to the driver, then CRIU dumps the tree into DIR/criu. DIR is written as\n"
@@ -99,10 +102,11 @@ static const struct gpuckpt_command commands[] = {
       "  --leave-running     resume the tree after the dump (default: CRIU ends it)\n"
       "  --tcp-established   dump established TCP connections (CRIU's option)\n"
       "  --shell-job         the tree is a shell job (CRIU's option; restore repeats it)\n"
-      "  --owner UID         (root) refuse unless every process is UID's; record it (tcgpud)\n" },
+      "  --owner UID         (root) refuse unless every process is UID's; record it (tcgpud)\n"
+      "  --json, -o json     the result as one JSON object on stdout\n" },
     { "restore", gpuckpt_cmd_restore,
       "restore a saved tree and put it back on the GPU",
-      "-D DIR [-d] [--owner UID]",
+      "-D DIR [-d] [--owner UID] [--json]",
       "Restore a tree saved by gpuckpt save: verify the whole save first (every checksum, the\n"
       "GPU model, the pids free), then CRIU restores the tree, and every tcgpu process takes\n"
       "its context back and is resumed from DIR/gpu/<pid> at the same device addresses.\n"
@@ -112,35 +116,51 @@ static const struct gpuckpt_command commands[] = {
       "\n"
       "  -D, --dir DIR   the save directory\n"
       "  -d, --detach    return once the tree runs\n"
-      "  --owner UID     (root) refuse unless the save is UID's alone (tcgpud)\n" },
+      "  --owner UID     (root) refuse unless the save is UID's alone (tcgpud)\n"
+      "  --json, -o json the result as one JSON object on stdout (once the tree runs)\n" },
     { "inspect", gpuckpt_cmd_inspect,
       "show an image's manifest",
       "DIR [--json]",
       "Show an image's manifest: process, devices, allocations, chunks and compression.\n"
       "For a save directory: every process, its GPU image's sizes and compression, CRIU's images.\n"
       "\n"
-      "  --json   one JSON object on stdout\n" },
+      "  --json, -o json   one JSON object on stdout\n" },
     { "verify", gpuckpt_cmd_verify,
       "check every checksum of an image",
-      "DIR",
+      "DIR [--json]",
       "Read every chunk of the image at DIR and check its checksums (for a save directory:\n"
       "the tree manifest, every GPU image, and that CRIU's images are there).\n"
-      "Exit 0 when the image is whole, 7 when it is corrupt or truncated.\n" },
-    { "ps", gpuckpt_cmd_ps,
-      "jobs tcgpud manages",
-      "[--json]",
-      "The jobs tcgpud manages: pid, user, project, priority, state, GPU, memory, limit,\n"
-      "run time, preemptions, and who suspended a suspended job and why.\n"
+      "Exit 0 when the image is whole, 7 when it is corrupt or truncated.\n"
       "\n"
-      "  --json   one JSON object: {\"devices\": [...], \"jobs\": [...]}\n" },
+      "  --json, -o json   the result as one JSON object on stdout\n" },
+    { "ps", gpuckpt_cmd_ps,
+      "jobs tcgpud manages, or the tcgpu processes you can see",
+      "[--local|--daemon] [--json]",
+      "The jobs tcgpud manages: pid, user, project, priority, state, GPU, memory, limit,\n"
+      "run time, preemptions, and who suspended a suspended job and why. When tcgpud does\n"
+      "not answer: every tcgpu process you can see (all of them as root), with its state,\n"
+      "GPU memory and last operation, as nvidia-smi lists GPU processes.\n"
+      "\n"
+      "  -l, --local       the tcgpu processes, even when tcgpud runs\n"
+      "  -d, --daemon      tcgpud's jobs only: exit 3 when tcgpud does not answer\n"
+      "  --json, -o json   one JSON object on stdout\n" },
     { "events", gpuckpt_cmd_events,
       "tcgpud's events",
       "[--follow] [--json]",
       "tcgpud's recent events (registered, request, suspending, suspended, resumed,\n"
-      "granted, denied, exited, refused...), with who, why and latencies.\n"
+      "granted, denied, exited, refused...), with the date, who, why, sizes and latencies.\n"
       "\n"
-      "  -f, --follow   keep printing events as they happen\n"
-      "  --json         one JSON object a line\n" },
+      "  -f, --follow      keep printing events as they happen\n"
+      "  --json, -o json   one JSON object a line\n" },
+    { "check", gpuckpt_cmd_check,
+      "is this machine ready for tcgpu? (driver, library, run dir, CRIU, tcgpud)",
+      "[--json]",
+      "Check what tcgpu needs, each with what was found and, when it is not right, how to fix\n"
+      "it: the CUDA driver loads, its checkpoint API is present, libtcgpu.so is found, the run\n"
+      "dir is safe, CRIU is there and works (criu check, as root), tcgpud answers.\n"
+      "Exit 0 when nothing failed (warnings are for what only some commands need), 1 otherwise.\n"
+      "\n"
+      "  --json, -o json   one JSON object on stdout\n" },
     { "help", cmd_help,
       "a command's usage and options, or this list",
       "[COMMAND]",
@@ -191,6 +211,7 @@ static int cmd_help(const struct gpuckpt_command *self, int argc, char **argv)
 int main(int argc, char **argv)
 {
     const struct gpuckpt_command *c;
+    int r;
 
     if (argc < 2) {
         print_usage(stderr);
@@ -210,5 +231,7 @@ int main(int argc, char **argv)
         print_usage(stderr);
         return CTL_EXIT_USAGE;
     }
-    return c->run(c, argc - 1, argv + 1);
+    r = c->run(c, argc - 1, argv + 1);
+    gpuckpt_json_failure(r);
+    return r;
 }

@@ -29,6 +29,7 @@
 #include "common/clock.h"
 #include "common/names.h"
 #include "common/units.h"
+#include "json/schema.h"
 #include "tcgpu.h"
 
 /* ---------------------------------------------------------------------------
@@ -38,7 +39,6 @@
 struct client_opts {
     int timeout_ms;             /* -1: no limit */
     int wait_ms;                /* keep trying to connect this long (0: once) */
-    int json;
     int quiet;
     int keep_context;           /* suspend: leave the CUDA context to the process */
     int auto_resume;            /* suspend through tcgpud: it may resume when memory fits */
@@ -46,23 +46,58 @@ struct client_opts {
     const char *parent;         /* checkpoint: parent image or "auto" */
 };
 
+/* The progress line of one operation, on stderr (a terminal). */
 struct progress_view {
     const char *what;
     int shown;
-    uint64_t t0_ns;
+    uint64_t t0_ns;             /* the request was sent */
+    char phase[16];             /* the phase shown */
+    uint64_t phase_t0_ns;       /* when it started */
 };
 
-static void show_progress(uint64_t done, uint64_t total, void *arg)
+/*
+ * "  1.9 GiB/s  ETA 3.6 s" from the phase's pace so far; the ETA only once
+ * the phase has run long enough for its pace to mean something.
+ */
+static void pace(const struct progress_view *v, uint64_t done, uint64_t total, char *out, size_t len)
+{
+    double secs = (double)(now_ns() - v->phase_t0_ns) / 1e9, rate;
+    char r[32], eta[32];
+
+    out[0] = '\0';
+    if (!total || !done || secs < 1e-3)
+        return;
+    rate = (double)done / secs;
+    units_format_bytes((uint64_t)rate, r, sizeof(r));
+    if (done >= total || secs < 0.2) {
+        snprintf(out, len, "  %s/s", r);
+        return;
+    }
+    units_format_ns((uint64_t)((double)(total - done) / rate * 1e9), eta, sizeof(eta));
+    snprintf(out, len, "  %s/s  ETA %s", r, eta);
+}
+
+/*
+ * "suspend: drain 1.2 GiB / 8.0 GiB  15%  1.9 GiB/s  ETA 3.6 s  (0.6 s)":
+ * the phase, its bytes, its pace, and the time since the request.
+ */
+static void show_progress(const char *phase, uint64_t done, uint64_t total, void *arg)
 {
     struct progress_view *v = arg;
-    char d[32], t[32];
+    char d[32], t[32], p[96];
     double secs = (double)(now_ns() - v->t0_ns) / 1e9;
 
+    if (strcmp(phase, v->phase)) {
+        snprintf(v->phase, sizeof(v->phase), "%s", phase);
+        v->phase_t0_ns = now_ns();
+    }
+    pace(v, done, total, p, sizeof(p));
     if (total)
-        fprintf(stderr, "\r%s: %s / %s (%3.0f%%)  %.1f s ", v->what, units_format_bytes(done, d, sizeof(d)),
-                units_format_bytes(total, t, sizeof(t)), 100.0 * (double)done / (double)total, secs);
+        fprintf(stderr, "\r%s: %s %s / %s %3.0f%%%s  (%.1f s)\033[K", v->what, phase,
+                units_format_bytes(done, d, sizeof(d)), units_format_bytes(total, t, sizeof(t)),
+                100.0 * (double)done / (double)total, p, secs);
     else
-        fprintf(stderr, "\r%s: %s  %.1f s ", v->what, units_format_bytes(done, d, sizeof(d)), secs);
+        fprintf(stderr, "\r%s: %s  (%.1f s)\033[K", v->what, phase[0] ? phase : "working", secs);
     fflush(stderr);
     v->shown = 1;
 }
@@ -121,6 +156,7 @@ static int call(const char *cmd, pid_t pid, struct ctl_buf *req, struct ctl_msg 
         return ctl_exit_code(r, 0);
     }
     if (reply->err) {
+        gpuckpt_note_errno(reply->err_name);
         gpuckpt_error("%s %d: %s: %s", cmd, (int)pid, reply->err_name, reply->err_text);
         return ctl_exit_code(reply->err, 1);
     }
@@ -148,6 +184,7 @@ static int parse_client_args(const struct gpuckpt_command *self, int argc, char 
         { "auto-resume", no_argument, NULL, GPUCKPT_OPT_AUTO_RESUME },
         { "parent", required_argument, NULL, OPT_PARENT },
         { "quiet", no_argument, NULL, 'q' },
+        { "output", required_argument, NULL, 'o' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -179,9 +216,11 @@ static int parse_client_args(const struct gpuckpt_command *self, int argc, char 
                 return gpuckpt_usage_error(cmd, "--wait wants seconds, not '%s'", optarg);
             break;
         case OPT_JSON:
-            if (strcmp(cmd, "status"))
-                return gpuckpt_usage_error(cmd, "--json is for status and inspect");
-            o->json = 1;
+            gpuckpt_set_json();
+            break;
+        case 'o':
+            if ((ch = gpuckpt_set_format(cmd, optarg)) != 0)
+                return ch;
             break;
         case OPT_KEEP_CONTEXT:
             if (strcmp(cmd, "suspend"))
@@ -199,7 +238,7 @@ static int parse_client_args(const struct gpuckpt_command *self, int argc, char 
             o->parent = optarg;
             break;
         default:
-            return gpuckpt_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+            return gpuckpt_option_error(cmd, argc, argv, shortopts, longopts);
         }
     }
     if (optind != argc - 1)
@@ -218,6 +257,7 @@ int gpuckpt_call(const char *cmd, pid_t pid, const char *dir, struct tcgpu_statu
     int r = CTL_EXIT_FAILED;
 
     if (req && rep) {
+        memset(rep, 0, sizeof(*rep));   /* no reply (no connection) reads as no error */
         ctl_buf_request(req, cmd);
         if (dir)
             ctl_buf_put(req, "dir", dir);
@@ -286,7 +326,7 @@ static int op_start(const struct gpuckpt_command *self, int argc, char **argv, e
     if (!op)
         return CTL_EXIT_FAILED;
     op->cmd = self->name;
-    r = parse_client_args(self, argc, argv, dir == NO_DIR ? "hq" : "hqD:", &op->o, &op->pid);
+    r = parse_client_args(self, argc, argv, dir == NO_DIR ? "hqo:" : "hqo:D:", &op->o, &op->pid);
     if (r != 0) {
         r = r < 0 ? CTL_EXIT_OK : r;
         goto err;
@@ -311,40 +351,32 @@ static int op_call(struct op *op)
     return call(op->cmd, op->pid, &op->req, &op->rep, &op->o);
 }
 
-/* The reply's status for the summary line; without one, the plain line and -1. */
-static int summary_status(const struct op *op, struct tcgpu_status *st)
-{
-    if (ctl_get_status(&op->rep, st) == 0)
-        return 0;
-    printf("process %d: %s done\n", (int)op->pid, op->cmd);
-    return -1;
-}
-
 /* ---------------------------------------------------------------------------
  * status
  * ------------------------------------------------------------------------- */
 
-static void print_status_json(pid_t pid, const struct ctl_msg *m, const char *drv, FILE *f)
+/* The reply's status fields, typed (lib/json/schema.h), as a new object; pid when absent. */
+static json_t *status_object(pid_t pid, const struct ctl_msg *m)
 {
-    int first = 1;
+    json_t *o = tc_json_from_msg(m, &tc_json_status_schema);
 
-    fprintf(f, "{");
-    if (!ctl_get(m, "pid")) {
-        fprintf(f, "\"pid\":%d", (int)pid);
-        first = 0;
+    if (o && !ctl_get(m, "pid"))
+        tc_json_set_int(o, "pid", pid);
+    return o;
+}
+
+/* gpuckpt status --json: {"ok": true, <the status fields>, "driver_state": ...}. */
+static int print_status_json(pid_t pid, const struct ctl_msg *m, const char *drv)
+{
+    json_t *o = json_object(), *st = status_object(pid, m);
+
+    if (!o || !st || tc_json_set_bool(o, "ok", 1) < 0 || json_object_update(o, st) < 0 ||
+        tc_json_set_string(o, "driver_state", drv) < 0) {
+        json_decref(o);
+        o = NULL;
     }
-    for (int i = 0; i < m->nfields; i++) {
-        const struct ctl_field *fl = &m->fields[i];
-        fprintf(f, "%s\"%s\":", first ? "" : ",", fl->key);
-        if (gpuckpt_is_integer(fl->value))
-            fputs(fl->value, f);
-        else
-            gpuckpt_json_string(f, fl->value);
-        first = 0;
-    }
-    fprintf(f, ",\"driver_state\":");
-    gpuckpt_json_string(f, drv);
-    fprintf(f, "}\n");
+    json_decref(st);
+    return gpuckpt_print_json(o);
 }
 
 static void print_status_human(pid_t pid, const struct ctl_msg *m, FILE *f)
@@ -407,8 +439,6 @@ static const char *driver_state_human(const char *w)
         return "held, CUDA calls locked by the driver (driver state locked)";
     if (!strcmp(w, "failed"))
         return "driver checkpoint FAILED";
-    if (!strcmp(w, "unavailable"))
-        return "held (the driver has no checkpoint API)";
     return "unknown to the driver";
 }
 
@@ -423,11 +453,15 @@ int gpuckpt_cmd_status(const struct gpuckpt_command *self, int argc, char **argv
     r = op_call(op);
     if (r == CTL_EXIT_OK) {
         drv = driver_state_word(op->pid);
-        if (op->o.json) {
-            print_status_json(op->pid, &op->rep, drv, stdout);
+        if (gpuckpt_json()) {
+            r = print_status_json(op->pid, &op->rep, drv);
         } else {
+            char why[512] = "";
             print_status_human(op->pid, &op->rep, stdout);
-            printf("  context      %s\n", driver_state_human(drv));
+            if (!gdrv_available(why, sizeof(why)))
+                printf("  context      held (no driver checkpoint: %s)\n", why);
+            else
+                printf("  context      %s\n", driver_state_human(drv));
         }
     }
     free(op);
@@ -437,6 +471,85 @@ int gpuckpt_cmd_status(const struct gpuckpt_command *self, int argc, char **argv
 /* ---------------------------------------------------------------------------
  * checkpoint, suspend, resume
  * ------------------------------------------------------------------------- */
+
+/* What an operation did besides the process's own reply, for its report. */
+struct op_result {
+    const char *through;        /* "process" or "tcgpud" */
+    const char *context;        /* suspend: "released", "kept"; resume: "taken-back", "held" */
+    char why[512];              /* suspend, context kept: why (no checkpoint API) */
+};
+
+/* The text summary line of a successful operation (docs/cli.md). */
+static void report_text(const struct op *op, const struct op_result *res, const struct tcgpu_status *st)
+{
+    char t[32], b[32];
+    int suspend = !strcmp(op->cmd, "suspend");
+
+    if (!strcmp(res->through, "tcgpud")) {
+        if (st->last_total_ns)
+            printf("process %d %s through tcgpud in %.1f ms%s\n", (int)op->pid,
+                   suspend ? "suspended" : "resumed", (double)st->last_total_ns / 1e6,
+                   suspend ? (op->o.auto_resume ? " (resumed automatically when memory fits)"
+                                                : " (until gpuckpt resume)") : "");
+        else
+            printf("process %d %s through tcgpud\n", (int)op->pid, suspend ? "suspended" : "resumed");
+    } else if (!strcmp(op->cmd, "checkpoint")) {
+        printf("process %d checkpointed to %s in %s (%s)\n", (int)op->pid, op->dir,
+               units_format_ns(st->last_total_ns, t, sizeof(t)),
+               units_format_bytes(st->image_bytes, b, sizeof(b)));
+    } else if (suspend) {
+        printf("process %d suspended in %s (gpu memory released after %s)%s%s", (int)op->pid,
+               units_format_ns(st->last_total_ns, t, sizeof(t)),
+               units_format_ns(st->last_free_ns, b, sizeof(b)), op->o.dir ? ", image " : "", op->dir);
+        if (!strcmp(res->context, "released"))
+            printf("; context released\n");
+        else if (res->why[0])
+            printf("; context kept (%s)\n", res->why);
+        else
+            printf("\n");
+    } else {
+        printf("process %d resumed in %s\n", (int)op->pid, units_format_ns(st->last_total_ns, t, sizeof(t)));
+    }
+}
+
+/*
+ * The JSON result of a successful operation (docs/cli.md, "JSON output"):
+ * {"ok", "op", "pid", "through", "dir", "context", ["context_note"], "status"}.
+ */
+static int report_json(const struct op *op, const struct op_result *res)
+{
+    json_t *o = json_object();
+    int bad = !o;
+
+    bad = bad || tc_json_set_bool(o, "ok", 1) < 0 || tc_json_set_string(o, "op", op->cmd) < 0 ||
+          tc_json_set_int(o, "pid", op->pid) < 0 ||
+          tc_json_set_string(o, "through", res->through) < 0 ||
+          tc_json_set_string(o, "dir", op->o.dir ? op->dir : NULL) < 0 ||
+          tc_json_set_string(o, "context", res->context) < 0 ||
+          (res->why[0] && tc_json_set_string(o, "context_note", res->why) < 0) ||
+          tc_json_set_new(o, "status", status_object(op->pid, &op->rep)) < 0;
+    if (bad) {
+        json_decref(o);
+        o = NULL;
+    }
+    return gpuckpt_print_json(o);
+}
+
+/* After a successful operation: its summary line, or its JSON. Returns the exit code. */
+static int report(const struct op *op, const struct op_result *res)
+{
+    struct tcgpu_status st;
+
+    if (gpuckpt_json())
+        return report_json(op, res);
+    if (op->o.quiet)
+        return CTL_EXIT_OK;
+    if (ctl_get_status(&op->rep, &st) < 0)
+        printf("process %d: %s done\n", (int)op->pid, op->cmd);
+    else
+        report_text(op, res, &st);
+    return CTL_EXIT_OK;
+}
 
 /* Lock bound for the driver's checkpoint: --timeout, else the gate's default. */
 static unsigned lock_timeout_ms(const struct client_opts *o)
@@ -448,20 +561,20 @@ static unsigned lock_timeout_ms(const struct client_opts *o)
  * Suspend's second half (docs/save-restore.md): with the driver checkpoint API,
  * hand the process's context to the driver, which releases it. On failure
  * the process stays tcgpu-suspended with its context (gdrv_release is all
- * or nothing). note receives what to add to the summary line.
+ * or nothing). res->context says what became of it.
  */
-static int release_context(pid_t pid, const struct client_opts *o, char *note, size_t len)
+static int release_context(pid_t pid, const struct client_opts *o, struct op_result *res)
 {
-    char why[512], err[512];
+    char err[512];
     int r;
 
-    if (!gdrv_available(why, sizeof(why))) {
-        snprintf(note, len, "; context kept (%s)", why);
+    if (!gdrv_available(res->why, sizeof(res->why))) {
+        res->context = "kept";
         return CTL_EXIT_OK;
     }
     r = gdrv_release(pid, lock_timeout_ms(o), err, sizeof(err));
     if (r == 0) {
-        snprintf(note, len, "; context released");
+        res->context = "released";
         return CTL_EXIT_OK;
     }
     gpuckpt_error("suspend %d: suspended (device memory released), but the CUDA context could "
@@ -557,58 +670,74 @@ static void rerelease_context(pid_t pid, const struct client_opts *o)
 }
 
 /* Suspend by the process itself, then the driver's step unless --keep-context. */
-static int suspend_directly(struct op *op)
+static int suspend_directly(struct op *op, struct op_result *res)
 {
-    struct tcgpu_status st;
-    char note[600] = "", t[32], b[32];
     int lock = lock_process(op->pid);
     int r = op_call(op);
 
+    res->context = "kept";
     if (r == CTL_EXIT_OK && !op->o.keep_context)
-        r = release_context(op->pid, &op->o, note, sizeof(note));
-    if (r == CTL_EXIT_OK && !op->o.quiet && summary_status(op, &st) == 0)
-        printf("process %d suspended in %s (gpu memory released after %s)%s%s%s\n", (int)op->pid,
-               units_format_ns(st.last_total_ns, t, sizeof(t)),
-               units_format_ns(st.last_free_ns, b, sizeof(b)), op->o.dir ? ", image " : "", op->dir,
-               note);
+        r = release_context(op->pid, &op->o, res);
     unlock_process(lock);
     return r;
 }
 
-/* The driver's step first (the context back), then resume by the process itself. */
-static int resume_directly(struct op *op)
+/*
+ * A process that runs because its last suspend failed (a signal's toggle
+ * that timed out at the gate, say, which this resume waited for): there is
+ * nothing to resume, and what the caller wanted holds: says so, returns
+ * CTL_EXIT_OK. An exit code when the process cannot be asked (said), or -1:
+ * send the resume (refused, exit 4, when the process simply runs).
+ */
+static int runs_after_failed_suspend(const struct op *op)
 {
     struct tcgpu_status st;
-    char t[32];
+    int r = gpuckpt_call("status", op->pid, NULL, &st);
+
+    if (r != CTL_EXIT_OK)
+        return r;
+    if (st.state != TCGPU_STATE_RUNNING || st.last_op != TCGPU_OP_SUSPEND || st.last_result == 0)
+        return -1;
+    if (!op->o.quiet)
+        printf("process %d is running: its last suspend failed (%s: %s), so there was nothing to "
+               "resume\n", (int)op->pid, errno_name(st.last_result), st.last_error);
+    return CTL_EXIT_OK;
+}
+
+/* The driver's step first (the context back), then resume by the process itself. */
+static int resume_directly(struct op *op, struct op_result *res)
+{
     int taken, lock = lock_process(op->pid);
     int r = reacquire_context(op->pid, &taken);
 
+    if (r == CTL_EXIT_OK && !taken) {
+        int done = runs_after_failed_suspend(op);
+        if (done >= 0) {
+            unlock_process(lock);
+            return done;
+        }
+    }
     if (r == CTL_EXIT_OK) {
         r = op_call(op);
         if (r != CTL_EXIT_OK && r != CTL_EXIT_REFUSED && taken)
             rerelease_context(op->pid, &op->o);
     }
-    if (r == CTL_EXIT_OK && !op->o.quiet && summary_status(op, &st) == 0)
-        printf("process %d resumed in %s\n", (int)op->pid,
-               units_format_ns(st.last_total_ns, t, sizeof(t)));
+    res->context = taken ? "taken-back" : "held";
     unlock_process(lock);
     return r;
 }
 
 int gpuckpt_cmd_checkpoint(const struct gpuckpt_command *self, int argc, char **argv)
 {
-    struct tcgpu_status st;
-    char t[32], b[32];
+    struct op_result res = { .through = "process", .context = "held" };
     struct op *op;
     int r = op_start(self, argc, argv, DIR_REQUIRED, &op);
 
     if (!op)
         return r;
     r = op_call(op);
-    if (r == CTL_EXIT_OK && !op->o.quiet && summary_status(op, &st) == 0)
-        printf("process %d checkpointed to %s in %s (%s)\n", (int)op->pid, op->dir,
-               units_format_ns(st.last_total_ns, t, sizeof(t)),
-               units_format_bytes(st.image_bytes, b, sizeof(b)));
+    if (r == CTL_EXIT_OK)
+        r = report(op, &res);
     free(op);
     return r;
 }
@@ -619,17 +748,24 @@ int gpuckpt_cmd_checkpoint(const struct gpuckpt_command *self, int argc, char **
  * any other process is asked directly.
  */
 static int suspend_or_resume(const struct gpuckpt_command *self, int argc, char **argv,
-                             int (*directly)(struct op *op))
+                             int (*directly)(struct op *op, struct op_result *res))
 {
+    struct op_result res = { .through = "tcgpud", .context = "kept" };
     struct op *op;
     int r = op_start(self, argc, argv, DIR_OPTIONAL, &op);
 
     if (!op)
         return r;
     r = gpuckpt_tcgpud_op(op->cmd, op->pid, op->o.dir ? op->dir : NULL, op->o.auto_resume,
-                          op->o.quiet, op->o.timeout_ms);
-    if (r < 0)
-        r = directly(op);
+                          op->o.timeout_ms, &op->rep);
+    if (r < 0) {
+        res.through = "process";
+        r = directly(op, &res);
+    } else if (strcmp(op->cmd, "suspend")) {
+        res.context = "held";
+    }
+    if (r == CTL_EXIT_OK)
+        r = report(op, &res);
     free(op);
     return r;
 }

@@ -5,8 +5,10 @@
  * Restore checks everything it can before CRIU touches the machine: the tree
  * manifest's checksum, every GPU image whole (every chunk's checksum) and
  * belonging to its process, CRIU's images present, the devices of the same
- * model, the pids free. Then `criu restore -d`, then for each tcgpu process
- * driver Restore + Unlock and tcgpu resume from DIR/gpu/<pid>.
+ * model, the pids free. Then `criu restore -d` with tcgpu's CRIU plugin
+ * (plugins/criu), which gives every tcgpu process its context back (driver
+ * Restore + Unlock) and has it refill its memory from DIR/gpu/<pid> before
+ * CRIU lets the tree run.
  *
  * Without -d gpuckpt stays the tree's parent (a child subreaper: CRIU's
  * restored root is re-parented to it when criu exits) and exits with the
@@ -36,6 +38,7 @@
 #include "driver.h"
 #include "tree.h"
 #include "tcgpud.h"
+#include "json/json.h"
 #include "util.h"
 #include "image/image.h"
 #include "common/clock.h"
@@ -73,8 +76,10 @@ static int check_gpu_image(const char *dir, const struct tree_proc *p, int full,
         image_close(img);
         return -EBADMSG;
     }
-    if (full && (r = image_verify_all(img, 0)) < 0) {
-        snprintf(err, len, "%s", image_error(img));
+    /* The stored checksums (parallel, cheap); the process checks them again
+     * and the raw checksums as it decodes (docs/image-format.md). */
+    if (full && (r = image_verify_stored(img, 0, why, sizeof(why))) < 0) {
+        snprintf(err, len, "%s", why);
         image_close(img);
         return r == -EIO ? -EIO : -EBADMSG;
     }
@@ -233,9 +238,17 @@ static void prepare_socket_dirs(const struct tree *t)
 
 static int criu_restore(const char *dir, const struct tree *t, char *err, size_t len)
 {
-    char imgdir[PATH_MAX], log[PATH_MAX], why[2048];
-    char *argv[16];
+    char imgdir[PATH_MAX], log[PATH_MAX], why[4096], gpudir[PATH_MAX];
+    static char plugins[PATH_MAX];
+    char *argv[20];
     int n = 0, r;
+
+    if (criu_plugin_find(plugins, sizeof(plugins)) < 0) {
+        snprintf(err, len, "tcgpu's CRIU plugin (tcgpu_plugin.so) is not in %.3000s: it is built "
+                 "when CRIU's plugin header is installed (scripts/setup.sh); TCGPU_CRIU_PLUGIN_DIR "
+                 "names another place", plugins);
+        return -ENOENT;
+    }
 
     snprintf(imgdir, sizeof(imgdir), "%.4000s/criu", dir);
     argv[n++] = NULL;           /* the binary, filled by the caller's find */
@@ -246,6 +259,8 @@ static int criu_restore(const char *dir, const struct tree *t, char *err, size_t
     argv[n++] = "-o";
     argv[n++] = "restore.log";
     argv[n++] = "-v4";
+    argv[n++] = "-L";
+    argv[n++] = plugins;
     argv[n++] = "--file-locks";
     if (strstr(t->criu_flags, "shell-job"))
         argv[n++] = "--shell-job";
@@ -261,41 +276,49 @@ static int criu_restore(const char *dir, const struct tree *t, char *err, size_t
         argv[0] = criu;
     }
     snprintf(log, sizeof(log), "%.4000s/criu/restore.out", dir);
+    snprintf(gpudir, sizeof(gpudir), "%.4000s/gpu", dir);
+    setenv("TCGPU_CRIU_GPU_DIR", gpudir, 1);
     r = criu_run(argv, log);
+    unsetenv("TCGPU_CRIU_GPU_DIR");
     if (r == 0)
         return 0;
     snprintf(log, sizeof(log), "%.4000s/criu/restore.log", dir);
-    criu_log_errors(log, 3, why, sizeof(why));
+    if (criu_plugin_errors(log, why, sizeof(why)) == 0)
+        criu_log_errors(log, 3, why, sizeof(why));
     snprintf(err, len, "criu restore from %.4000s failed (exit %d):\n  %.2000s\n  (CRIU's log: %.4000s)", imgdir,
              r, why, log);
     return -EIO;
 }
 
-/* Gives every restored tcgpu process its GPU back. Returns the worst exit code. */
-static int resume_all(const char *dir, const struct tree *t)
+/*
+ * Every restored tcgpu process should be running: the plugin gave it its GPU
+ * back inside the restore. One that is not (no room on the device now) stays
+ * suspended, safely; the plugin said why in CRIU's log. Returns the worst
+ * exit code.
+ */
+static int check_resumed(const char *dir, const struct tree *t)
 {
-    int worst = CTL_EXIT_OK;
+    char log[PATH_MAX], why[4096];
+    int worst = CTL_EXIT_OK, said = 0;
 
+    snprintf(log, sizeof(log), "%.4000s/criu/restore.log", dir);
     for (int i = 0; i < t->nproc; i++) {
         const struct tree_proc *p = &t->proc[i];
-        char img[PATH_MAX], err[512];
-        int r;
+        struct tcgpu_status st;
+        int state = GDRV_NONE;
 
-        if (!p->tcgpu)
+        if (!p->tcgpu || kill(p->pid, 0) < 0)
+            continue;           /* not ours, or it ran on and has ended already */
+        if (gpuckpt_call("status", p->pid, NULL, &st) == CTL_EXIT_OK && st.state == TCGPU_STATE_RUNNING)
             continue;
-        snprintf(img, sizeof(img), "%.4000s/%.31s", dir, p->image);
-        if ((r = gdrv_reacquire(p->pid, err, sizeof(err))) < 0) {
-            gpuckpt_error("restore: process %d (%s): %s; it stays suspended (retry: gpuckpt resume "
-                          "%d -D %s)", (int)p->pid, p->comm, err, (int)p->pid, img);
-            worst = r == -ENOMEM ? CTL_EXIT_NOROOM : CTL_EXIT_FAILED;
-            continue;
-        }
-        r = gpuckpt_call("resume", p->pid, img, NULL);
-        if (r != CTL_EXIT_OK) {
-            gpuckpt_error("restore: process %d (%s) stays suspended (retry: gpuckpt resume %d -D %s)",
-                          (int)p->pid, p->comm, (int)p->pid, img);
-            worst = r;
-        }
+        if (!said++ && criu_plugin_errors(log, why, sizeof(why)) > 0)
+            gpuckpt_error("restore: %s", why);
+        gdrv_get_state(p->pid, &state, NULL, 0);
+        gpuckpt_error("restore: process %d (%s) stays suspended (retry: gpuckpt resume %d -D "
+                      "%.3000s/%.31s)", (int)p->pid, p->comm, (int)p->pid, dir, p->image);
+        /* still checkpointed by the driver: its context found no room */
+        worst = state == GDRV_CHECKPOINTED && worst != CTL_EXIT_FAILED ? CTL_EXIT_NOROOM
+                                                                       : CTL_EXIT_FAILED;
     }
     return worst;
 }
@@ -330,6 +353,8 @@ static int parse_restore_args(const struct gpuckpt_command *self, int argc, char
         { "dir", required_argument, NULL, 'D' },
         { "detach", no_argument, NULL, 'd' },
         { "owner", required_argument, NULL, OPT_OWNER },
+        { "json", no_argument, NULL, 'j' },
+        { "output", required_argument, NULL, 'o' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -340,7 +365,7 @@ static int parse_restore_args(const struct gpuckpt_command *self, int argc, char
     *owner = -1;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "hdD:", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "hdD:o:", longopts, NULL)) != -1) {
         switch (ch) {
         case 'h': gpuckpt_command_help(self); return -1;
         case 'D': d = optarg; break;
@@ -349,7 +374,12 @@ static int parse_restore_args(const struct gpuckpt_command *self, int argc, char
             if ((*owner = tree_parse_uid(optarg)) < 0)
                 return gpuckpt_usage_error("restore", "--owner takes a uid");
             break;
-        default: return gpuckpt_usage_error("restore", "unknown option");
+        case 'j': gpuckpt_set_json(); break;
+        case 'o':
+            if ((ch = gpuckpt_set_format("restore", optarg)) != 0)
+                return ch;
+            break;
+        default: return gpuckpt_option_error("restore", argc, argv, "hdD:o:", longopts);
         }
     }
     if (optind != argc)
@@ -386,6 +416,7 @@ int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **arg
     char dir[PATH_MAX], err[16384];
     uint64_t t0 = now_ns();
     long long owner;
+    double secs;
     int detach, r;
 
     if (!t)
@@ -397,7 +428,8 @@ int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **arg
     if (geteuid() != 0) {
         /* CRIU needs root: tcgpud does it for a user's own save */
         free(t);
-        return gpuckpt_tcgpud_privileged("restore", 0, dir, detach);
+        return gpuckpt_tcgpud_privileged("restore", 0, dir, detach,
+                                         "CRIU restores a process tree only as root");
     }
     if ((r = preflight(dir, t, owner, err, sizeof(err))) < 0) {
         gpuckpt_error("restore %s: %s", dir, err);
@@ -413,11 +445,18 @@ int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **arg
         free(t);
         return CTL_EXIT_FAILED;
     }
-    r = resume_all(dir, t);
-    fprintf(detach ? stdout : stderr, "restored the tree under %d (%d process%s) from %s in %.2f s%s\n",
-            (int)t->root, t->nproc, t->nproc == 1 ? "" : "es", dir,
-            (double)(now_ns() - t0) / 1e9,
-            r == CTL_EXIT_OK ? "" : " (some processes stay suspended: above)");
+    r = check_resumed(dir, t);
+    secs = (double)(now_ns() - t0) / 1e9;
+    if (gpuckpt_json())
+        /* printed now, before the wait: the tree runs */
+        gpuckpt_print_json(json_pack("{sb sI so si sf sb sb}", "ok", r == CTL_EXIT_OK,
+                                     "root", (json_int_t)t->root, "dir", tc_json_string(dir),
+                                     "processes", t->nproc, "seconds", secs, "detached", detach,
+                                     "all_resumed", r == CTL_EXIT_OK));
+    else
+        fprintf(detach ? stdout : stderr, "restored the tree under %d (%d process%s) from %s in %.2f s%s\n",
+                (int)t->root, t->nproc, t->nproc == 1 ? "" : "es", dir, secs,
+                r == CTL_EXIT_OK ? "" : " (some processes stay suspended: above)");
     fflush(NULL);
     if (!detach && r == CTL_EXIT_OK)
         r = wait_root(t->root);
@@ -470,39 +509,49 @@ static void inspect_human(const char *dir, const struct tree *t, const struct im
     printf("criu images: %s (%s)\n", criu_ok ? "present" : "MISSING", a);
 }
 
-static void inspect_json(const struct tree *t, const struct img_summary *s, const int *ok,
-                         uint64_t criu_bytes, int criu_ok)
+/* The inspect object of a save directory (docs/cli.md, "JSON output"). */
+static int inspect_json(const char *dir, const struct tree *t, const struct img_summary *s,
+                        const int *ok, uint64_t criu_bytes, int criu_ok)
 {
+    json_t *devs = json_array(), *procs = json_array();
     char hex[33];
 
-    printf("{\"root\":%d,\"created\":%" PRIu64 ",\"host\":", (int)t->root, t->created);
-    gpuckpt_json_string(stdout, t->host);
-    printf(",\"driver\":%d,\"criu_flags\":", t->driver);
-    gpuckpt_json_string(stdout, t->criu_flags);
-    printf(",\"devices\":[");
-    for (int i = 0; i < t->ndev; i++) {
+    for (int i = 0; devs && i < t->ndev; i++) {
         tree_hex16(t->dev[i].uuid, hex);
-        printf("%s{\"ordinal\":%d,\"name\":", i ? "," : "", t->dev[i].ordinal);
-        gpuckpt_json_string(stdout, t->dev[i].name);
-        printf(",\"total_mem\":%" PRIu64 ",\"uuid\":\"%s\"}", t->dev[i].total_mem, hex);
+        if (json_array_append_new(devs, json_pack("{si so sI ss}", "ordinal", t->dev[i].ordinal,
+                                                  "name", tc_json_string(t->dev[i].name), "total_mem",
+                                                  (json_int_t)t->dev[i].total_mem, "uuid", hex)) < 0) {
+            json_decref(devs);
+            devs = NULL;
+        }
     }
-    printf("],\"processes\":[");
-    for (int i = 0; i < t->nproc; i++) {
+    for (int i = 0; procs && i < t->nproc; i++) {
         const struct tree_proc *p = &t->proc[i];
-        printf("%s{\"pid\":%d,\"ppid\":%d,\"comm\":", i ? "," : "", (int)p->pid, (int)p->ppid);
-        gpuckpt_json_string(stdout, p->comm);
-        printf(",\"tcgpu\":%s", p->tcgpu ? "true" : "false");
-        if (p->tcgpu)
-            printf(",\"image\":\"%s\",\"image_ok\":%s,\"allocations\":%zu,\"raw_bytes\":%" PRIu64
-                   ",\"stored_bytes\":%" PRIu64, p->image, ok[i] ? "true" : "false", s[i].allocs,
-                   s[i].raw, s[i].stored);
-        printf("}");
+        json_t *e = json_pack("{sI sI so sb}", "pid", (json_int_t)p->pid, "ppid", (json_int_t)p->ppid,
+                              "comm", tc_json_string(p->comm), "tcgpu", p->tcgpu);
+        if (e && p->tcgpu && (tc_json_set_string(e, "image", p->image) < 0 ||
+                              tc_json_set_bool(e, "image_ok", ok[i]) < 0 ||
+                              tc_json_set_uint(e, "allocations", s[i].allocs) < 0 ||
+                              tc_json_set_uint(e, "raw_bytes", s[i].raw) < 0 ||
+                              tc_json_set_uint(e, "stored_bytes", s[i].stored) < 0)) {
+            json_decref(e);
+            e = NULL;
+        }
+        if (json_array_append_new(procs, e) < 0) {
+            json_decref(procs);
+            procs = NULL;
+        }
     }
-    printf("],\"criu_images\":%s,\"criu_bytes\":%" PRIu64 "}\n", criu_ok ? "true" : "false",
-           criu_bytes);
+    return gpuckpt_print_json(json_pack("{sb so ss sI sI so si so so so sb sI}", "ok", 1,
+                                        "dir", tc_json_string(dir), "kind", "save",
+                                        "root", (json_int_t)t->root, "created", (json_int_t)t->created,
+                                        "host", tc_json_string(t->host), "driver", t->driver,
+                                        "criu_flags", tc_json_string(t->criu_flags),
+                                        "devices", devs, "processes", procs, "criu_images", criu_ok,
+                                        "criu_bytes", (json_int_t)criu_bytes));
 }
 
-int gpuckpt_tree_inspect(const char *dir, int json)
+int gpuckpt_tree_inspect(const char *dir)
 {
     struct tree *t = calloc(1, sizeof(*t));
     struct img_summary *s = calloc(TREE_MAX_PROCS, sizeof(*s));
@@ -534,11 +583,13 @@ int gpuckpt_tree_inspect(const char *dir, int json)
         gpuckpt_error("inspect %s: warning: %s", dir, err);
         bad = 1;
     }
-    if (json)
-        inspect_json(t, s, ok, criu_bytes, criu_ok);
+    r = CTL_EXIT_OK;
+    if (gpuckpt_json())
+        r = inspect_json(dir, t, s, ok, criu_bytes, criu_ok);
     else
         inspect_human(dir, t, s, ok, criu_bytes, criu_ok);
-    r = bad ? CTL_EXIT_CORRUPT : CTL_EXIT_OK;
+    if (bad)
+        r = CTL_EXIT_CORRUPT;
 out:
     free(t);
     free(s);
@@ -562,8 +613,14 @@ int gpuckpt_tree_verify(const char *dir)
     }
     for (int i = 0; i < t->nproc; i++)
         ntc += t->proc[i].tcgpu;
-    printf("%s: ok (save of %d processes, %d GPU images verified, CRIU images present)\n", dir,
-           t->nproc, ntc);
+    r = CTL_EXIT_OK;
+    if (gpuckpt_json())
+        r = gpuckpt_print_json(json_pack("{sb so ss si si sb}", "ok", 1, "dir", tc_json_string(dir),
+                                         "kind", "save", "processes", t->nproc, "gpu_images", ntc,
+                                         "criu_images", 1));
+    else
+        printf("%s: ok (save of %d processes, %d GPU images verified, CRIU images present)\n", dir,
+               t->nproc, ntc);
     free(t);
-    return CTL_EXIT_OK;
+    return r;
 }

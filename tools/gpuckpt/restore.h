@@ -5,8 +5,8 @@
 #ifndef GPUCKPT_RESTORE_H
 #define GPUCKPT_RESTORE_H
 
-/* Shows the save at dir (json: one JSON object) on stdout. Returns an exit code. */
-int gpuckpt_tree_inspect(const char *dir, int json);
+/* Shows the save at dir on stdout (JSON in JSON mode, util.h). Returns an exit code. */
+int gpuckpt_tree_inspect(const char *dir);
 
 /* Checks the whole save at dir, as restore would. Returns an exit code (7: corrupt). */
 int gpuckpt_tree_verify(const char *dir);

@@ -15,72 +15,12 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "library.h"
 #include "tcgpud.h"
 #include "util.h"
 #include "ctl/client.h"
 #include "common/macros.h"
 #include "common/signals.h"
-
-#ifndef TCGPU_INSTALL_LIBDIR
-#define TCGPU_INSTALL_LIBDIR "/usr/local/lib"
-#endif
-
-static int readable_file(const char *p)
-{
-    struct stat st;
-
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, R_OK) == 0;
-}
-
-/*
- * Where libtcgpu.so is: $TCGPU_LIB, else next to gpuckpt (build tree or
- * install), else in the install's libdir. out: PATH_MAX bytes (realpath's).
- * 0, or -1 with the places looked in said on stderr.
- */
-static int find_library(char out[PATH_MAX])
-{
-    const char *env = getenv("TCGPU_LIB");
-    char exe[PATH_MAX], looked[4 * PATH_MAX] = "";
-    static const char *const rel[] = {
-        "/../../interpose/libtcgpu.so", /* build tree: tools/gpuckpt/gpuckpt */
-        "/../lib/tcgpu/libtcgpu.so",    /* installed: bin/gpuckpt */
-        "/../lib/libtcgpu.so",
-        "/../lib64/libtcgpu.so",
-    };
-    char cand[PATH_MAX];
-    ssize_t n;
-
-    if (env && *env) {
-        if (!realpath(env, out) || !readable_file(out)) {
-            gpuckpt_error("TCGPU_LIB=%s: not a readable file", env);
-            return -1;
-        }
-        return 0;
-    }
-    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash)
-            *slash = '\0';
-        for (size_t i = 0; i < NELEM(rel); i++) {
-            snprintf(cand, sizeof(cand), "%s%s", exe, rel[i]);
-            size_t l = strlen(looked);
-            snprintf(looked + l, sizeof(looked) - l, "\n  %s", cand);
-            if (readable_file(cand) && realpath(cand, out))
-                return 0;
-        }
-    }
-    const char *fixed[] = { TCGPU_INSTALL_LIBDIR "/tcgpu/libtcgpu.so", TCGPU_INSTALL_LIBDIR "/libtcgpu.so" };
-    for (size_t i = 0; i < NELEM(fixed); i++) {
-        size_t l = strlen(looked);
-        snprintf(looked + l, sizeof(looked) - l, "\n  %s", fixed[i]);
-        if (readable_file(fixed[i]) && realpath(fixed[i], out))
-            return 0;
-    }
-    gpuckpt_error("cannot find libtcgpu.so; set TCGPU_LIB=/path/to/libtcgpu.so. Looked in:%s", looked);
-    return -1;
-}
 
 /* LD_PRELOAD with lib first; the existing entries (space- or colon-separated) kept. */
 static int preload_with(const char *lib)
@@ -126,7 +66,7 @@ int gpuckpt_cmd_run(const struct gpuckpt_command *self, int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    char lib[PATH_MAX], dir[PATH_MAX];
+    char lib[PATH_MAX], dir[PATH_MAX], err[5 * PATH_MAX];
     int ch;
 
     optind = 1;
@@ -137,9 +77,10 @@ int gpuckpt_cmd_run(const struct gpuckpt_command *self, int argc, char **argv)
             gpuckpt_command_help(self);
             return CTL_EXIT_OK;
         case 's':
-            if (tcgpu_signal_parse(optarg) < 0)
+            /* "0" is no signal: off is said as off, not as a number */
+            if (!strcmp(optarg, "0") || tcgpu_signal_parse(optarg) < 0)
                 return gpuckpt_usage_error("run", "--signal %s: unknown or unusable signal "
-                                           "(try RTMIN+4, USR2, 38 or off)", optarg);
+                                           "(try RTMIN+4, USR2, 38, or off for none)", optarg);
             setenv("TCGPU_SIGNAL", optarg, 1);
             break;
         case 'a':
@@ -170,13 +111,15 @@ int gpuckpt_cmd_run(const struct gpuckpt_command *self, int argc, char **argv)
             break;
         }
         default:
-            return gpuckpt_usage_error("run", "unknown option '%s'", argv[optind - 1]);
+            return gpuckpt_option_error("run", argc, argv, "+hs:a:D:R:l:", longopts);
         }
     }
     if (optind >= argc)
         return gpuckpt_usage_error("run", "which command?");
-    if (find_library(lib) < 0)
+    if (gpuckpt_find_library(lib, err, sizeof(err)) < 0) {
+        gpuckpt_error("%s", err);
         return CTL_EXIT_FAILED;
+    }
     if (preload_with(lib) < 0) {
         gpuckpt_error("cannot set LD_PRELOAD");
         return CTL_EXIT_FAILED;

@@ -5,13 +5,15 @@
  *   1. walk the tree and classify every process, refusing before anything
  *      is touched: a process the driver knows (it holds a GPU) that is not
  *      under tcgpu, or a tcgpu process that is not running;
- *   2. every tcgpu process: suspend to DIR.tmp-XXXXXX/gpu/<pid>, then
- *      driver Lock + Checkpoint (it then holds nothing on the GPU);
- *   3. write the tree manifest; criu dump the tree into .../criu;
- *   4. fsync everything and rename DIR.tmp-XXXXXX to DIR.
- * Any failure: every process is given back what it had (driver Restore +
- * Unlock, tcgpu resume) and the temporary directory is removed. With
- * --leave-running the tree is resumed after the dump, from DIR.
+ *   2. criu dump the tree into DIR.tmp-XXXXXX/criu with tcgpu's CRIU plugin
+ *      (plugins/criu): it suspends every tcgpu process into
+ *      DIR.tmp-XXXXXX/gpu/<pid> and hands its context to the driver before
+ *      CRIU freezes it; the same mechanism podman and the kubelet use;
+ *   3. write the tree manifest, fsync everything, rename DIR.tmp-XXXXXX to DIR.
+ * A failed dump leaves the tree running: the plugin gives every process back
+ * what it took before criu returns; gpuckpt removes the temporary directory.
+ * With --leave-running the plugin gives it back after the dump, from the
+ * images it wrote.
  */
 
 #include <dirent.h>
@@ -19,6 +21,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +37,7 @@
 #include "tcgpud.h"
 #include "util.h"
 #include "image/image.h"
+#include "json/json.h"
 #include "tcgpu.h"
 #include "common/clock.h"
 #include "common/fileio.h"
@@ -43,6 +47,7 @@ struct save_opts {
     char dir[PATH_MAX];         /* final, absolute */
     char tmp[PATH_MAX];         /* DIR.tmp-XXXXXX */
     char criu[PATH_MAX];
+    char plugins[PATH_MAX];     /* tcgpu's CRIU plugin directory */
     int leave_running, tcp_established, shell_job;
     long long owner;            /* --owner UID (tcgpud, for that user), else -1 */
     double t_gpu, t_criu, t_sync;   /* seconds in each phase, for the summary */
@@ -150,7 +155,7 @@ static int check_running(struct tree *t, char *err, size_t len)
     return 0;
 }
 
-/* ---- taking the GPU processes off, and back ------------------------------------- */
+/* ---- the GPU images the plugin wrote ---------------------------------------------- */
 
 static int image_csum(const char *dir, uint8_t out[16], char *err, size_t len)
 {
@@ -163,77 +168,45 @@ static int image_csum(const char *dir, uint8_t out[16], char *err, size_t len)
     return r;
 }
 
-static int take_off(struct tree_proc *p, const char *base, char *err, size_t len)
+/* Every tcgpu process's image, made by the plugin during the dump, into the manifest. */
+static int record_images(struct tree *t, const struct save_opts *o, char *err, size_t len)
 {
-    char img[PATH_MAX];
-    int r;
+    for (int i = 0; i < t->nproc; i++) {
+        char img[PATH_MAX], why[1024];
+        int r;
 
-    snprintf(img, sizeof(img), "%s/%s", base, p->image);
-    r = gpuckpt_call("suspend", p->pid, img, NULL);
-    if (r != CTL_EXIT_OK) {
-        snprintf(err, len, "process %d (%s): suspend failed (above)", (int)p->pid, p->comm);
-        return -EIO;
-    }
-    p->suspended = 1;
-    if ((r = gdrv_release(p->pid, 10000, err, len)) < 0)
-        return r;
-    p->released = 1;
-    return image_csum(img, p->image_csum, err, len);
-}
-
-/*
- * Gives process p back what save took: its context (driver Restore +
- * Unlock), then its memory (tcgpu resume from the image at base/gpu/<pid>).
- * Returns 0, or -errno after printing what is left to do by hand.
- */
-static int give_back(struct tree_proc *p, const char *base)
-{
-    char img[PATH_MAX], err[512];
-    int r;
-
-    if (p->released) {
-        if ((r = gdrv_reacquire(p->pid, err, sizeof(err))) < 0) {
-            gpuckpt_error("process %d (%s): cannot take its CUDA context back: %s; it stays "
-                          "suspended (retry: gpuckpt resume %d)", (int)p->pid, p->comm, err,
-                          (int)p->pid);
-            return r;
+        if (!t->proc[i].tcgpu)
+            continue;
+        snprintf(img, sizeof(img), "%s/%s", o->tmp, t->proc[i].image);
+        if ((r = image_csum(img, t->proc[i].image_csum, why, sizeof(why))) < 0) {
+            snprintf(err, len, "process %d (%s): no GPU image after the dump: %s", (int)t->proc[i].pid,
+                     t->proc[i].comm, why);
+            return r == -ENOENT ? -EIO : r;
         }
-        p->released = 0;
-    }
-    if (p->suspended) {
-        snprintf(img, sizeof(img), "%s/%s", base, p->image);
-        if (gpuckpt_call("resume", p->pid, img, NULL) != CTL_EXIT_OK) {
-            gpuckpt_error("process %d (%s) stays suspended (retry: gpuckpt resume %d -D %s)",
-                          (int)p->pid, p->comm, (int)p->pid, img);
-            return -EIO;
-        }
-        p->suspended = 0;
     }
     return 0;
 }
 
-/* Back out: every process as it was, in reverse order. */
-static int give_all_back(struct tree *t, const char *base)
-{
-    int bad = 0;
-
-    for (int i = t->nproc - 1; i >= 0; i--)
-        if ((t->proc[i].suspended || t->proc[i].released) && give_back(&t->proc[i], base) < 0)
-            bad++;
-    return bad;
-}
-
 /* ---- CRIU ------------------------------------------------------------------------ */
 
-static int criu_dump(const struct tree *t, const struct save_opts *o, char *err, size_t len)
+/*
+ * The dump, with the plugin doing the GPU side: it puts the images in
+ * DIR.tmp/gpu (TCGPU_CRIU_GPU_DIR) and, told so (TCGPU_CRIU_LEAVE_RUNNING),
+ * gives the processes back before criu returns. On failure err says why:
+ * the plugin's reason when it failed (a GPU image that did not fit), CRIU's
+ * otherwise; *gpu_side says which.
+ */
+static int criu_dump(const struct tree *t, const struct save_opts *o, int *gpu_side, char *err,
+                     size_t len)
 {
+    char imgdir[PATH_MAX], log[PATH_MAX], gpudir[PATH_MAX], pid[16], why[4096];
     char preload[PATH_MAX];
-    char imgdir[PATH_MAX], log[PATH_MAX], pid[16], why[2048];
-    char *argv[16];
+    char *argv[20];
     int n = 0, r;
 
+    *gpu_side = 0;
     snprintf(imgdir, sizeof(imgdir), "%s/criu", o->tmp);
-    snprintf(log, sizeof(log), "%s/criu/dump.log", o->tmp);
+    snprintf(gpudir, sizeof(gpudir), "%s/gpu", o->tmp);
     snprintf(pid, sizeof(pid), "%d", (int)o->root);
     argv[n++] = (char *)o->criu;
     argv[n++] = "dump";
@@ -244,6 +217,8 @@ static int criu_dump(const struct tree *t, const struct save_opts *o, char *err,
     argv[n++] = "-o";
     argv[n++] = "dump.log";
     argv[n++] = "-v4";
+    argv[n++] = "-L";
+    argv[n++] = (char *)o->plugins;
     /* file locks held by the tree are dumped rather than refused */
     argv[n++] = "--file-locks";
     if (o->leave_running)
@@ -253,20 +228,62 @@ static int criu_dump(const struct tree *t, const struct save_opts *o, char *err,
     if (o->shell_job)
         argv[n++] = "--shell-job";
     argv[n] = NULL;
-    snprintf(log, sizeof(log), "%s/criu/dump.out", o->tmp);
     /* another user's processes, without CAP_SYS_RESOURCE (tree.h) */
     if (criu_dump_preload(t, preload, sizeof(preload)) < 0) {
         snprintf(err, len, "CRIU cannot read the resource limits of another user's processes "
                  "without CAP_SYS_RESOURCE, and libtcgpu-criu-rlimits.so is not installed");
         return -ENOTSUP;
     }
+    setenv("TCGPU_CRIU_GPU_DIR", gpudir, 1);
+    setenv("TCGPU_CRIU_LEAVE_RUNNING", o->leave_running ? "1" : "0", 1);
+    snprintf(log, sizeof(log), "%s/criu/dump.out", o->tmp);
     r = criu_run_preloaded(argv, log, preload);
+    unsetenv("TCGPU_CRIU_GPU_DIR");
+    unsetenv("TCGPU_CRIU_LEAVE_RUNNING");
+    snprintf(log, sizeof(log), "%s/criu/dump.log", o->tmp);
     if (r == 0)
         return 0;
-    snprintf(log, sizeof(log), "%s/criu/dump.log", o->tmp);
+    if (criu_plugin_errors(log, why, sizeof(why)) > 0) {
+        *gpu_side = 1;
+        snprintf(err, len, "%s", why);
+        return -EIO;
+    }
     criu_log_errors(log, 3, why, sizeof(why));
     snprintf(err, len, "criu dump of the tree under %d failed (exit %d):\n  %s", (int)o->root, r, why);
     return -EIO;
+}
+
+/* Whether every process of the tree has gone (CRIU ended it after dumping,
+ * or it finished once given back). */
+static int tree_gone(const struct tree *t)
+{
+    for (int i = 0; i < t->nproc; i++)
+        if (tree_proc_live(t->proc[i].pid))
+            return 0;
+    return 1;
+}
+
+/* tcgpu processes of the tree that are not running (the plugin could not give
+ * them back; it said why in CRIU's log, which is printed here). */
+static int tcgpu_still_suspended(const struct tree *t)
+{
+    int bad = 0;
+
+    for (int i = 0; i < t->nproc; i++) {
+        struct tcgpu_status st;
+
+        if (!t->proc[i].tcgpu || !tree_proc_live(t->proc[i].pid))
+            continue;
+        /* given back, it runs on and may finish at any moment: one that no
+         * longer answers because it has exited is not suspended */
+        if (gpuckpt_call("status", t->proc[i].pid, NULL, &st) != CTL_EXIT_OK ?
+                tree_proc_live(t->proc[i].pid) : st.state != TCGPU_STATE_RUNNING) {
+            gpuckpt_error("process %d (%s) stays suspended (retry: gpuckpt resume %d)",
+                          (int)t->proc[i].pid, t->proc[i].comm, (int)t->proc[i].pid);
+            bad++;
+        }
+    }
+    return bad;
 }
 
 /* Keep CRIU's log of a failed dump: the temporary directory goes away. */
@@ -310,6 +327,8 @@ static int parse_save_args(const struct gpuckpt_command *self, int argc, char **
         { "tcp-established", no_argument, NULL, OPT_TCP },
         { "shell-job", no_argument, NULL, OPT_SHELL },
         { "owner", required_argument, NULL, OPT_OWNER },
+        { "json", no_argument, NULL, 'j' },
+        { "output", required_argument, NULL, 'o' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -319,10 +338,15 @@ static int parse_save_args(const struct gpuckpt_command *self, int argc, char **
     o->owner = -1;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "hD:", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "hD:o:", longopts, NULL)) != -1) {
         switch (ch) {
         case 'h': gpuckpt_command_help(self); return -1;
         case 'D': dir = optarg; break;
+        case 'j': gpuckpt_set_json(); break;
+        case 'o':
+            if ((ch = gpuckpt_set_format("save", optarg)) != 0)
+                return ch;
+            break;
         case OPT_LEAVE: o->leave_running = 1; break;
         case OPT_TCP: o->tcp_established = 1; break;
         case OPT_SHELL: o->shell_job = 1; break;
@@ -330,7 +354,7 @@ static int parse_save_args(const struct gpuckpt_command *self, int argc, char **
             if ((o->owner = tree_parse_uid(optarg)) < 0)
                 return gpuckpt_usage_error("save", "--owner takes a uid");
             break;
-        default: return gpuckpt_usage_error("save", "unknown option");
+        default: return gpuckpt_option_error("save", argc, argv, "hD:o:", longopts);
         }
     }
     if (optind != argc - 1)
@@ -432,35 +456,62 @@ static int commit(const struct save_opts *o, char *err, size_t len)
     return 0;
 }
 
-/* Suspend, release, write the manifest, dump. On failure the caller backs out. */
-static int save_tree(struct tree *t, struct save_opts *o, char *err, size_t len)
+/* Dump (the plugin takes the GPU processes off; *dumped says it worked), then the manifest. */
+static int save_tree(struct tree *t, struct save_opts *o, int *dumped, int *gpu_side, char *err,
+                     size_t len)
 {
     double t0 = now_s();
+    char log[PATH_MAX];
     int r;
 
-    for (int i = 0; i < t->nproc; i++)
-        if (t->proc[i].tcgpu && (r = take_off(&t->proc[i], o->tmp, err, len)) < 0)
-            return r;
-    fill_header(t, o);
-    if ((r = tree_write(t, o->tmp, err, len)) < 0)
+    r = criu_dump(t, o, gpu_side, err, len);
+    snprintf(log, sizeof(log), "%s/criu/dump.log", o->tmp);
+    o->t_gpu = criu_plugin_gpu_seconds(log);
+    o->t_criu = now_s() - t0 - o->t_gpu;
+    *dumped = r == 0;
+    if (r < 0)
         return r;
-    o->t_gpu = now_s() - t0;
-    t0 = now_s();
-    r = criu_dump(t, o, err, len);
-    o->t_criu = now_s() - t0;
-    return r;
+    fill_header(t, o);
+    if ((r = record_images(t, o, err, len)) < 0)
+        return r;
+    return tree_write(t, o->tmp, err, len);
 }
 
-static void report(const struct tree *t, const struct save_opts *o, double secs)
+/* The save object (docs/cli.md, "JSON output"). */
+static int report_json(const struct tree *t, const struct save_opts *o, double secs, int ntc)
+{
+    json_t *procs = json_array(), *v;
+
+    for (int i = 0; procs && i < t->nproc; i++) {
+        const struct tree_proc *p = &t->proc[i];
+        json_t *e = json_pack("{sI sI so sb so}", "pid", (json_int_t)p->pid, "ppid", (json_int_t)p->ppid,
+                              "comm", tc_json_string(p->comm), "tcgpu", p->tcgpu,
+                              "image", p->tcgpu ? tc_json_string(p->image) : json_null());
+        if (json_array_append_new(procs, e) < 0) {
+            json_decref(procs);
+            procs = NULL;
+        }
+    }
+    v = json_pack("{sb sI so si si so sb s{sf sf sf sf}}", "ok", 1, "root", (json_int_t)o->root,
+                  "dir", tc_json_string(o->dir), "processes_total", t->nproc, "tcgpu_processes", ntc,
+                  "processes", procs, "leave_running", o->leave_running, "seconds", "total", secs,
+                  "gpu", o->t_gpu, "criu", o->t_criu, "sync", o->t_sync);
+    return gpuckpt_print_json(v);
+}
+
+static int report(const struct tree *t, const struct save_opts *o, double secs)
 {
     int ntc = 0;
 
     for (int i = 0; i < t->nproc; i++)
         ntc += t->proc[i].tcgpu;
+    if (gpuckpt_json())
+        return report_json(t, o, secs, ntc);
     printf("saved the tree under %d (%d process%s, %d under tcgpu) to %s in %.2f s "
            "(GPU images %.2f s, CRIU dump %.2f s, sync %.2f s)%s\n",
            (int)o->root, t->nproc, t->nproc == 1 ? "" : "es", ntc, o->dir, secs, o->t_gpu,
            o->t_criu, o->t_sync, o->leave_running ? "; it runs on" : "");
+    return CTL_EXIT_OK;
 }
 
 int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
@@ -469,7 +520,7 @@ int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
     struct tree *t = calloc(1, sizeof(*t));
     char err[16384] = "";
     double t0 = now_s();
-    int r, dumped = 0;
+    int r, dumped = 0, gpu_side = 0;
 
     if (!t)
         return CTL_EXIT_FAILED;
@@ -480,10 +531,18 @@ int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
     if (geteuid() != 0) {
         /* CRIU needs root: tcgpud does it for a user's own tree */
         free(t);
-        return gpuckpt_tcgpud_privileged("save", o.root, o.dir, 0);
+        return gpuckpt_tcgpud_privileged("save", o.root, o.dir, 0,
+                                         "CRIU dumps a process tree only as root");
     }
     if (criu_find(o.criu, sizeof(o.criu)) < 0) {
         gpuckpt_error("save %d: CRIU not found (set TCGPU_CRIU, or put criu on PATH)", (int)o.root);
+        free(t);
+        return CTL_EXIT_FAILED;
+    }
+    if (criu_plugin_find(o.plugins, sizeof(o.plugins)) < 0) {
+        gpuckpt_error("save %d: tcgpu's CRIU plugin (tcgpu_plugin.so) is not in %s: it is built when "
+                      "CRIU's plugin header is installed (scripts/setup.sh); TCGPU_CRIU_PLUGIN_DIR "
+                      "names another place", (int)o.root, o.plugins);
         free(t);
         return CTL_EXIT_FAILED;
     }
@@ -500,17 +559,17 @@ int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
         free(t);
         return tree_exit_code(r);
     }
-    r = save_tree(t, &o, err, sizeof(err));
-    dumped = r == 0;
+    r = save_tree(t, &o, &dumped, &gpu_side, err, sizeof(err));
     if (r == 0) {
         double t1 = now_s();
         r = commit(&o, err, sizeof(err));
         o.t_sync = now_s() - t1;
     }
     if (r < 0) {
-        char kept[PATH_MAX];
+        char kept[PATH_MAX] = "";
         gpuckpt_error("save %d: %s", (int)o.root, err);
-        keep_log(&o, kept, sizeof(kept));
+        if (!gpu_side)
+            keep_log(&o, kept, sizeof(kept));   /* CRIU's reason: worth keeping */
         if (kept[0])
             gpuckpt_error("save %d: CRIU's log: %s", (int)o.root, kept);
         if (dumped && !o.leave_running) {
@@ -518,22 +577,24 @@ int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
             gpuckpt_error("save %d: the tree was dumped and has exited; its images stay in %s",
                           (int)o.root, o.tmp);
         } else {
-            int bad = give_all_back(t, o.tmp);
+            /* the plugin gave every process back before criu returned */
+            int bad = tcgpu_still_suspended(t);
             tree_remove_all(o.tmp);
             gpuckpt_error("save %d: nothing saved; %s", (int)o.root,
                           bad ? "some processes could not be resumed (above)"
-                              : "the tree runs on as it was");
+                          : tree_gone(t) ? "the tree has ended meanwhile"
+                                         : "the tree runs on as it was");
         }
         free(t);
         return tree_exit_code(r);
     }
-    if (o.leave_running && give_all_back(t, o.dir) > 0) {
-        gpuckpt_error("save %d: saved to %s, but some processes could not be resumed (above)",
-                      (int)o.root, o.dir);
+    if (o.leave_running && tcgpu_still_suspended(t) > 0) {
+        gpuckpt_error("save %d: saved to %s, but some processes could not be resumed (CRIU's log: "
+                      "%s/criu/dump.log)", (int)o.root, o.dir, o.dir);
         free(t);
         return CTL_EXIT_FAILED;
     }
-    report(t, &o, now_s() - t0);
+    r = report(t, &o, now_s() - t0);
     free(t);
-    return CTL_EXIT_OK;
+    return r;
 }

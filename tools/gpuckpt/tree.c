@@ -12,10 +12,10 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "ctl/client.h"
 #include "ctl/proto.h"
+#include "ctl/recfile.h"
 #include "tree.h"
 #include "ctl/rundir.h"
 #include "common/fileio.h"
@@ -57,6 +57,18 @@ static int proc_identity(pid_t pid, struct tree_proc *p)
     if (tcgpu_proc_uid(pid, &p->uid) < 0)
         p->uid = 0;
     return 0;
+}
+
+int tree_proc_live(pid_t pid)
+{
+    char path[64], buf[1024], *rp;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if (read_small(path, buf, sizeof(buf)) < 0)
+        return 0;
+    /* "pid (comm) S ...": the state follows the last ')' */
+    rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
 }
 
 static int already_listed(const struct tree *t, pid_t pid)
@@ -174,35 +186,13 @@ int tree_walk(struct tree *t, pid_t root)
 
 void tree_hex16(const uint8_t in[16], char out[33])
 {
-    for (int i = 0; i < 16; i++)
-        snprintf(out + 2 * i, 3, "%02x", in[i]);
+    recfile_hex16(in, out);
 }
 
-static int unhex16(const char *s, uint8_t out[16])
+/* The manifest's records (its last line, the checksum, is the writer's). */
+static int format_tree(const struct tree *t, struct recfile_writer *w)
 {
-    if (!s || strlen(s) != 32)
-        return -1;
-    for (int i = 0; i < 16; i++) {
-        unsigned v;
-        if (sscanf(s + 2 * i, "%2x", &v) != 1)
-            return -1;
-        out[i] = (uint8_t)v;
-    }
-    return 0;
-}
-
-/* One record line into f. */
-static int put_line(FILE *f, struct ctl_buf *b)
-{
-    long n = ctl_buf_finish(b);
-
-    if (n < 0)
-        return -EMSGSIZE;
-    return fwrite(b->data, 1, (size_t)n, f) == (size_t)n && fputc('\n', f) != EOF ? 0 : -EIO;
-}
-
-static int format_tree(const struct tree *t, FILE *f, struct ctl_buf *b)
-{
+    struct ctl_buf *b = recfile_buf(w);
     char hex[33];
     int r;
 
@@ -215,7 +205,7 @@ static int format_tree(const struct tree *t, FILE *f, struct ctl_buf *b)
     ctl_buf_put(b, "criu_flags", t->criu_flags);
     if (t->owner >= 0)
         ctl_buf_put_u64(b, "owner", (uint64_t)t->owner);
-    if ((r = put_line(f, b)) < 0)
+    if ((r = recfile_put(w)) < 0)
         return r;
     for (int i = 0; i < t->ndev; i++) {
         ctl_buf_request(b, "device");
@@ -224,7 +214,7 @@ static int format_tree(const struct tree *t, FILE *f, struct ctl_buf *b)
         ctl_buf_put_u64(b, "total_mem", t->dev[i].total_mem);
         tree_hex16(t->dev[i].uuid, hex);
         ctl_buf_put(b, "uuid", hex);
-        if ((r = put_line(f, b)) < 0)
+        if ((r = recfile_put(w)) < 0)
             return r;
     }
     for (int i = 0; i < t->nproc; i++) {
@@ -241,7 +231,7 @@ static int format_tree(const struct tree *t, FILE *f, struct ctl_buf *b)
             ctl_buf_put(b, "image_csum", hex);
             ctl_buf_put(b, "socket", p->socket);
         }
-        if ((r = put_line(f, b)) < 0)
+        if ((r = recfile_put(w)) < 0)
             return r;
     }
     return 0;
@@ -249,47 +239,26 @@ static int format_tree(const struct tree *t, FILE *f, struct ctl_buf *b)
 
 int tree_write(const struct tree *t, const char *dir, char *err, size_t len)
 {
-    struct ctl_buf *b = malloc(sizeof(*b));
-    char path[PATH_MAX], *text = NULL;
-    size_t size = 0;
-    FILE *mem = NULL;
-    int fd = -1, r;
+    struct recfile_writer w;
+    char why[512] = "";
+    int fd, r;
 
-    snprintf(path, sizeof(path), "%s/" TREE_FILE, dir);
-    if (!b || !(mem = open_memstream(&text, &size))) {
-        r = -ENOMEM;
-        goto out;
-    }
-    r = format_tree(t, mem, b);
-    if (fclose(mem) != 0 && r == 0)
-        r = -ENOMEM;
-    mem = NULL;
-    if (r < 0)
-        goto out;
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
+    if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         r = -errno;
-        goto out;
+        snprintf(err, len, "cannot write %s/" TREE_FILE ": %s", dir, strerror(errno));
+        return r;
     }
-    {
-        char sum[64];
-        int n = snprintf(sum, sizeof(sum), "checksum xxh3=%016" PRIx64 "\n",
-                         (uint64_t)XXH3_64bits(text, size));
-        r = fileio_write_all(fd, text, size);
+    if ((r = recfile_writer_init(&w)) == 0) {
+        r = format_tree(t, &w);
         if (r == 0)
-            r = fileio_write_all(fd, sum, (size_t)n);
-        if (r == 0 && fsync(fd) < 0)
-            r = -errno;
+            r = recfile_commit(&w, fd, TREE_FILE, why, sizeof(why));
+        else
+            snprintf(why, sizeof(why), "%s", strerror(-r));
+        recfile_writer_free(&w);
     }
-out:
+    close(fd);
     if (r < 0)
-        snprintf(err, len, "cannot write %s: %s", path, strerror(-r));
-    if (fd >= 0)
-        close(fd);
-    if (mem)
-        fclose(mem);
-    free(text);
-    free(b);
+        snprintf(err, len, "%s: %s", dir, why[0] ? why : strerror(-r));
     return r;
 }
 
@@ -308,7 +277,7 @@ static int parse_device(struct tree *t, const struct ctl_msg *m)
         return -1;
     d = &t->dev[t->ndev];
     if (get_u64(m, "ordinal", &v) || v > 64 || get_u64(m, "total_mem", &d->total_mem) || !name ||
-        unhex16(ctl_get(m, "uuid"), d->uuid))
+        recfile_unhex16(ctl_get(m, "uuid"), d->uuid))
         return -1;
     d->ordinal = (int)v;
     snprintf(d->name, sizeof(d->name), "%s", name);
@@ -340,7 +309,7 @@ static int parse_process(struct tree *t, const struct ctl_msg *m)
         char want[32];
         /* the image must be where save puts it: never a path out of DIR */
         snprintf(want, sizeof(want), "gpu/%d", (int)p->pid);
-        if (!image || strcmp(image, want) || unhex16(ctl_get(m, "image_csum"), p->image_csum) ||
+        if (!image || strcmp(image, want) || recfile_unhex16(ctl_get(m, "image_csum"), p->image_csum) ||
             !sock || sock[0] != '/')
             return -1;
         snprintf(p->image, sizeof(p->image), "%s", want);
@@ -384,58 +353,20 @@ static int parse_header(struct tree *t, const struct ctl_msg *m, char *why, size
     return 0;
 }
 
-/* Checks the last line, "checksum xxh3=HEX", against the bytes before it; *body_len excludes it. */
-static int check_sum(char *text, size_t n, size_t *body_len, char *why, size_t len)
+struct read_ctx {
+    struct tree *t;
+};
+
+static int on_record(const struct ctl_msg *m, int line, void *arg, char *why, size_t len)
 {
-    char *last;
-    uint64_t want;
+    struct tree *t = ((struct read_ctx *)arg)->t;
+    int r;
 
-    if (n == 0 || text[n - 1] != '\n') {
-        snprintf(why, len, "truncated (no final checksum line)");
-        return -EBADMSG;
-    }
-    text[n - 1] = '\0';
-    last = strrchr(text, '\n');
-    last = last ? last + 1 : text;
-    if (sscanf(last, "checksum xxh3=%16" SCNx64, &want) != 1 || strlen(last) != 30) {
-        snprintf(why, len, "truncated or damaged (no final checksum line)");
-        return -EBADMSG;
-    }
-    *body_len = (size_t)(last - text);
-    if ((uint64_t)XXH3_64bits(text, *body_len) != want) {
-        snprintf(why, len, "checksum mismatch: the file was modified or damaged");
-        return -EBADMSG;
-    }
-    return 0;
-}
-
-static int parse_records(struct tree *t, char *text, size_t body, struct ctl_msg *m, char *why,
-                         size_t len)
-{
-    int line = 0, r;
-
-    for (char *s = text, *nl; s < text + body; s = nl + 1) {
-        nl = memchr(s, '\n', (size_t)(text + body - s));
-        if (!nl)
-            break;
-        line++;
-        if (ctl_parse(s, (size_t)(nl - s), m) < 0) {
-            snprintf(why, len, "line %d is malformed", line);
-            return -EBADMSG;
-        }
-        if (line == 1) {
-            if ((r = parse_header(t, m, why, len)) < 0)
-                return r;
-            continue;
-        }
-        if (!strcmp(m->word, "device") ? parse_device(t, m) < 0
-            : !strcmp(m->word, "process") ? parse_process(t, m) < 0 : 1) {
-            snprintf(why, len, "line %d: bad or unknown '%s' record", line, m->word);
-            return -EBADMSG;
-        }
-    }
-    if (line == 0 || t->nproc == 0 || t->proc[0].pid != t->root) {
-        snprintf(why, len, "no processes, or the first is not the root");
+    if (line == 1)
+        return (r = parse_header(t, m, why, len)) < 0 ? r : 0;
+    if (!strcmp(m->word, "device") ? parse_device(t, m) < 0
+        : !strcmp(m->word, "process") ? parse_process(t, m) < 0 : 1) {
+        snprintf(why, len, "line %d: bad or unknown '%s' record", line, m->word);
         return -EBADMSG;
     }
     return 0;
@@ -443,41 +374,26 @@ static int parse_records(struct tree *t, char *text, size_t body, struct ctl_msg
 
 int tree_read(struct tree *t, const char *dir, char *err, size_t len)
 {
-    char path[PATH_MAX], why[256] = "";
-    struct ctl_msg *m = malloc(sizeof(*m));
-    char *text = malloc(1 << 22);       /* 4 MiB: far above TREE_MAX_PROCS lines */
-    size_t body = 0;
-    ssize_t n = 0;
-    int fd = -1, r;
+    struct read_ctx ctx = { .t = t };
+    char why[512] = "";
+    int fd, r;
 
-    snprintf(path, sizeof(path), "%s/" TREE_FILE, dir);
     memset(t, 0, offsetof(struct tree, proc));
     t->nproc = 0;
-    if (!m || !text) {
-        r = -ENOMEM;
-        snprintf(why, sizeof(why), "out of memory");
-        goto out;
-    }
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+    if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         r = -errno;
-        snprintf(why, sizeof(why), "%s", strerror(errno));
-        goto out;
+        snprintf(err, len, "%s/" TREE_FILE ": %s", dir, strerror(errno));
+        return r;
     }
-    n = read(fd, text, (1 << 22) - 1);
-    if (n < 0 || n == (1 << 22) - 1) {
-        r = n < 0 ? -errno : -EBADMSG;
-        snprintf(why, sizeof(why), "%s", n < 0 ? strerror(errno) : "too large");
-        goto out;
+    /* 4 MiB: far above TREE_MAX_PROCS lines */
+    r = recfile_read(fd, TREE_FILE, 1u << 22, on_record, &ctx, why, sizeof(why));
+    close(fd);
+    if (r == 0 && (t->nproc == 0 || t->proc[0].pid != t->root)) {
+        snprintf(why, sizeof(why), TREE_FILE ": no processes, or the first is not the root");
+        r = -EBADMSG;
     }
-    if ((r = check_sum(text, (size_t)n, &body, why, sizeof(why))) == 0)
-        r = parse_records(t, text, body, m, why, sizeof(why));
-out:
     if (r < 0)
-        snprintf(err, len, "%s: %s", path, why);
-    if (fd >= 0)
-        close(fd);
-    free(text);
-    free(m);
+        snprintf(err, len, "%s/%s", dir, why);
     return r;
 }
 
@@ -648,6 +564,87 @@ void criu_log_errors(const char *log, int n, char *out, size_t len)
     }
     if (!count)
         snprintf(out, len, "(no Error lines in the log)");
+}
+
+#ifndef TCGPU_CRIU_PLUGIN_DIR
+#define TCGPU_CRIU_PLUGIN_DIR "/usr/lib/criu"
+#endif
+
+static int holds_plugin(const char *dir)
+{
+    char p[PATH_MAX];
+    struct stat st;
+
+    snprintf(p, sizeof(p), "%.4000s/tcgpu_plugin.so", dir);
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int criu_plugin_find(char *dir, size_t len)
+{
+    const char *env = getenv("TCGPU_CRIU_PLUGIN_DIR");
+    char exe[PATH_MAX], build[PATH_MAX] = "";
+    ssize_t n;
+
+    if (env && *env) {
+        snprintf(dir, len, "%s", env);
+        return holds_plugin(dir) ? 0 : -ENOENT;
+    }
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        if (strrchr(exe, '/'))
+            *strrchr(exe, '/') = '\0';
+        snprintf(build, sizeof(build), "%.4000s/../../plugins/criu", exe);
+        if (holds_plugin(build)) {
+            snprintf(dir, len, "%s", build);
+            return 0;
+        }
+    }
+    snprintf(dir, len, "%s", TCGPU_CRIU_PLUGIN_DIR);
+    if (holds_plugin(dir))
+        return 0;
+    snprintf(dir, len, "%s%s%s", build, build[0] ? ", " : "", TCGPU_CRIU_PLUGIN_DIR);
+    return -ENOENT;
+}
+
+int criu_plugin_errors(const char *log, char *out, size_t len)
+{
+    static const char lead[] = "Error (tcgpu_plugin): ";
+    char line[2048];
+    FILE *f = fopen(log, "r");
+    int count = 0;
+
+    out[0] = '\0';
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f)) {
+        char *e = strstr(line, lead);
+        size_t l = strlen(out);
+        if (!e)
+            continue;
+        e[strcspn(e, "\n")] = '\0';
+        snprintf(out + l, len - l, "%s%s", l ? "\n  " : "", e + sizeof(lead) - 1);
+        count++;
+    }
+    fclose(f);
+    return count;
+}
+
+double criu_plugin_gpu_seconds(const char *log)
+{
+    char line[2048];
+    FILE *f = fopen(log, "r");
+    double sum = 0, s;
+
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f)) {
+        char *at = strstr(line, "off the GPU in ");
+        if (strstr(line, "tcgpu_plugin: ") && at && sscanf(at, "off the GPU in %lf s", &s) == 1)
+            sum += s;
+    }
+    fclose(f);
+    return sum;
 }
 
 /* ---- files --------------------------------------------------------------------- */

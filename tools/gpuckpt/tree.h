@@ -75,6 +75,10 @@ struct tree {
  */
 int tree_walk(struct tree *t, pid_t root);
 
+/* 1 while pid exists and has not exited (a zombie, exited but not yet reaped
+ * by its parent, is not live: it has no control socket any more), else 0. */
+int tree_proc_live(pid_t pid);
+
 /* Writes t to DIR/tree (0600, fsynced). 0 or -errno with a message in err. */
 int tree_write(const struct tree *t, const char *dir, char *err, size_t len);
 
@@ -126,6 +130,22 @@ int criu_run_preloaded(char *const argv[], const char *log, const char *preload)
 
 /* CRIU's own reason: the last `n` "Error" lines of its log, joined by "\n  ". */
 void criu_log_errors(const char *log, int n, char *out, size_t len);
+
+/*
+ * tcgpu's CRIU plugin, which does the GPU side of save and restore
+ * (docs/save-restore.md): the directory holding tcgpu_plugin.so, for criu -L:
+ * $TCGPU_CRIU_PLUGIN_DIR, else the build tree's beside gpuckpt
+ * (../../plugins/criu), else the installed one. 0 or -ENOENT (dir then
+ * names the places looked in).
+ */
+int criu_plugin_find(char *dir, size_t len);
+
+/* The plugin's "Error (tcgpu_plugin): ..." lines of a CRIU log, without that
+ * lead, joined by "\n  "; returns how many. */
+int criu_plugin_errors(const char *log, char *out, size_t len);
+
+/* The GPU's part of a dump: the sum of the plugin's "off the GPU in S s" lines. */
+double criu_plugin_gpu_seconds(const char *log);
 
 /* rm -rf without following symlinks; best effort. */
 void tree_remove_all(const char *path);

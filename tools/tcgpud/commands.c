@@ -1,4 +1,5 @@
 /* tcgpud's requests: one handler each, and the table that dispatches them; see daemon.h. */
+#include <ctype.h>
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
@@ -69,13 +70,24 @@ struct command {
 void refuse(int ci, const char *what, const char *why)
 {
     const struct ucred *p = &d.conns[ci].peer;
-    char uid[24], pid[24];
+    char uid[24], pid[24], more[24];
+    long held;
 
     d.refused_total++;
-    logmsg("refused %s from uid %u pid %d: %s", what, (unsigned)p->uid, (int)p->pid, why);
-    event("refused", 0, "what", what, "uid", u64s(p->uid, uid), "from_pid", u64s((uint64_t)p->pid, pid),
-          "why", why, NULL);
+    held = note_refusal(p->uid, "refused %s from uid %u pid %d: %s", what, (unsigned)p->uid,
+                        (int)p->pid, why);
+    if (held >= 0)
+        event("refused", 0, "what", what, "uid", u64s(p->uid, uid), "from_pid",
+              u64s((uint64_t)p->pid, pid), "why", why, "not_shown", u64s((uint64_t)held, more),
+              NULL);
     reply_error(ci, -EACCES, "%s: %s", what, why);
+}
+
+/* While a restarted tcgpud re-learns its jobs it decides nothing: come back. */
+static void reply_relearning(int ci)
+{
+    reply_error(ci, -EAGAIN, "tcgpud has just restarted and is asking its jobs how they are: "
+                "ask again in a moment");
 }
 
 /* ---------------------------------------------------------------------------
@@ -89,6 +101,7 @@ struct registration {
     const struct tcgpud_project *cp;
     struct identity id;
     struct pol_job_spec spec;
+    const char *job_name;         /* a task of this gang, or NULL */
 };
 
 /* The project exists and the peer may run in it. 0, or -errno (replied). */
@@ -140,25 +153,63 @@ static int register_priority(int ci, const struct ctl_msg *m, struct registratio
     return 0;
 }
 
-/* Its memory limit and its device, which tcgpud learns of. 0, or -errno (replied). */
+/* Its memory limit and its device (one tcgpud manages: what the job says of
+ * the device's size is not asked for, and ignored). 0, or -errno (replied). */
 static int register_memory(int ci, const struct ctl_msg *m, struct registration *rg)
 {
-    uint64_t gpu_mem = 0, total = 0;
-    int dev = 0, r;
+    uint64_t gpu_mem = 0;
+    char why[160];
+    int r;
 
-    if ((ctl_get(m, "gpu_mem") && ctl_get_u64(m, "gpu_mem", &gpu_mem) < 0) ||
-        (ctl_get(m, "total") && ctl_get_u64(m, "total", &total) < 0)) {
-        reply_error(ci, -EINVAL, "malformed register request");
+    if (ctl_get(m, "gpu_mem") && ctl_get_u64(m, "gpu_mem", &gpu_mem) < 0) {
+        reply_error(ci, -EINVAL, "gpu_mem '%s' is not a number of bytes", ctl_get(m, "gpu_mem"));
         return -EINVAL;
     }
-    if ((r = gpu_of_message(m, &dev)) < 0) {
-        reply_error(ci, r, r == -ENOSPC ? "more than %d GPUs" : "malformed GPU in the register request",
-                    TCGPUD_MAX_GPUS);
+    r = job_device(m, &rg->spec.device, why, sizeof(why));
+    if (r < 0) {
+        reply_error(ci, r, "%s", why);
         return r;
     }
     rg->spec.limit = gpu_mem ? gpu_mem : rg->cp->pol.default_limit;
-    rg->spec.device = dev;
-    learn_device(dev, total);
+    return 0;
+}
+
+static int jobs_of(uid_t uid)
+{
+    int n = 0;
+
+    for (size_t i = 0; i < d.njobs; i++)
+        n += d.jobs[i].uid == uid;
+    return n;
+}
+
+/* A gang name: 1..63 of [A-Za-z0-9._:-] ("slurm:4242", "train-7"). */
+static int valid_job_name(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n >= sizeof(((struct djob *)0)->job_name))
+        return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr("._:-", *s))
+            return 0;
+    return 1;
+}
+
+/* Its compute share (compute=PERMILLE, else the project's default) and the
+ * gang it is a task of (job=NAME). 0, or -errno (replied). */
+static int register_share(int ci, const struct ctl_msg *m, struct registration *rg)
+{
+    uint64_t compute = rg->cp->pol.compute;
+
+    if ((ctl_get(m, "compute") && (ctl_get_u64(m, "compute", &compute) < 0 || compute == 0 ||
+                                   compute > POL_COMPUTE_FULL)) ||
+        (ctl_get(m, "job") && !valid_job_name(ctl_get(m, "job")))) {
+        reply_error(ci, -EINVAL, "malformed register request (compute=1..1000, job=NAME)");
+        return -EINVAL;
+    }
+    rg->spec.compute = (unsigned)compute;
+    rg->job_name = ctl_get(m, "job");
     return 0;
 }
 
@@ -167,20 +218,30 @@ static int register_admit(int ci, struct registration *rg)
 {
     pid_t pid = rg->peer->pid;
     uint64_t start = tcgpud_proc_start_ticks(pid);
-    struct djob *old = job_of(pid);
+    struct djob *old = job_of(pid), *j;
     int r;
 
     /* A pid registering again (an exec'd program, a restarted job) starts afresh. */
     if (old)
         job_gone(old, "registered again");
+    if (rg->peer->uid != 0 && jobs_of(rg->peer->uid) >= d.cfg.max_jobs_per_user) {
+        char why[160];
+        snprintf(why, sizeof(why), "user %s has %d jobs registered already ([daemon] "
+                 "max_jobs_per_user)", rg->id.user, d.cfg.max_jobs_per_user);
+        refuse(ci, "register", why);
+        return -EACCES;
+    }
+    rg->spec.gang = rg->job_name ? gang_for(rg->peer->uid, rg->job_name) : 0;
     r = policy_admit(d.pol, &rg->spec, now_ns());
-    if (r < 0 || !add_job(pid, rg->peer->uid, rg->id.user, rg->spec.project, start)) {
+    if (r < 0 || !(j = add_job(pid, rg->peer->uid, rg->id.user, rg->spec.project, start))) {
         if (r == 0)
             policy_job_exited(d.pol, rg->spec.id, now_ns(), &acts);
         r = r < 0 ? r : -ENOMEM;
         reply_error(ci, r, "cannot admit the job: %s", strerror(-r));
         return r;
     }
+    j->gang = rg->spec.gang;
+    snprintf(j->job_name, sizeof(j->job_name), "%s", rg->job_name ? rg->job_name : "");
     pol_actions_clear(&acts);
     return 0;
 }
@@ -191,9 +252,11 @@ static void reply_registered(int ci, const struct ctl_msg *m, const struct regis
     const struct pol_job_spec *s = &rg->spec;
     char pr[24], lim[24];
 
-    logmsg("pid %d registered: user %s, project %s, priority %d, limit %s%s", (int)rg->peer->pid,
-           rg->id.user, rg->proj, s->priority, s->limit ? u64s(s->limit / MiB, lim) : "none",
-           s->limit ? " MiB" : "");
+    logmsg("pid %d registered: user %s, project %s, priority %d, limit %s%s, compute %u%%%s%s",
+           (int)rg->peer->pid, rg->id.user, rg->proj, s->priority,
+           s->limit ? u64s(s->limit / MiB, lim) : "none", s->limit ? " MiB" : "",
+           s->compute ? s->compute / 10 : 100, rg->job_name ? ", job " : "",
+           rg->job_name ? rg->job_name : "");
     event("registered", rg->peer->pid, "limit", u64s(s->limit, lim), "priority_given",
           ctl_get(m, "priority") ? i64s(s->priority, pr) : "", NULL);
     d.dirty = 1;
@@ -202,6 +265,7 @@ static void reply_registered(int ci, const struct ctl_msg *m, const struct regis
     ctl_buf_put_i64(&b, "priority", s->priority);
     ctl_buf_put_u64(&b, "limit", s->limit);
     ctl_buf_put_u64(&b, "may_borrow", (uint64_t)rg->cp->pol.may_borrow);
+    ctl_buf_put_u64(&b, "compute", s->compute);
     send_msg(ci, &b);
     conn_close(ci);
 }
@@ -214,7 +278,8 @@ static void register_job(int ci, const struct ctl_msg *m, struct djob *unused)
 
     (void)unused;
     if (register_member(ci, m, &rg) < 0 || register_priority(ci, m, &rg) < 0 ||
-        register_memory(ci, m, &rg) < 0 || register_admit(ci, &rg) < 0)
+        register_memory(ci, m, &rg) < 0 || register_share(ci, m, &rg) < 0 ||
+        register_admit(ci, &rg) < 0)
         return;
     reply_registered(ci, m, &rg);
 }
@@ -231,13 +296,22 @@ static void request_memory(int ci, const struct ctl_msg *m, struct djob *j)
 {
     const struct ucred *peer = &d.conns[ci].peer;
     const struct pol_job *pj = policy_job(d.pol, (uint64_t)j->pid);
-    uint64_t total = 0, wait_ms = 0, over = 0;
-    int dev = 0;
-    char by[24];
+    uint64_t wait_ms = 0, over = 0, cap;
+    char by[24], fr[24], why[160];
+    int dev, r;
 
+    if (d.relearning) {
+        reply_relearning(ci);
+        return;
+    }
     if (pj->state != POL_RUNNING) {
-        /* It was chosen as a victim just before it asked: it retries after its resume. */
-        reply_error(ci, -EAGAIN, "process %d is being suspended", (int)peer->pid);
+        /* It was chosen as a victim just before it asked: it retries after its
+         * resume (suspending=1 tells it so: it waits at the gate). */
+        static struct ctl_buf b;
+        ctl_buf_error(&b, -EAGAIN, "this process is being suspended");
+        ctl_buf_put(&b, "suspending", "1");
+        send_msg(ci, &b);
+        conn_close(ci);
         return;
     }
     if (j->req_conn >= 0 || pj->req != POL_REQ_NONE) {
@@ -245,17 +319,35 @@ static void request_memory(int ci, const struct ctl_msg *m, struct djob *j)
         return;
     }
     j->req_free = POL_FREE_UNKNOWN;
+    j->req_used = 0;
     if (ctl_get_u64(m, "bytes", &j->req_bytes) < 0 || j->req_bytes == 0 ||
-        !ctl_get(m, "device") || gpu_of_message(m, &dev) < 0 ||
         (ctl_get(m, "used") && ctl_get_u64(m, "used", &j->req_used) < 0) ||
         (ctl_get(m, "free") && ctl_get_u64(m, "free", &j->req_free) < 0) ||
-        (ctl_get(m, "total") && ctl_get_u64(m, "total", &total) < 0) ||
         (ctl_get(m, "wait_ms") && ctl_get_u64(m, "wait_ms", &wait_ms) < 0) ||
         (ctl_get(m, "over_limit") && ctl_get_u64(m, "over_limit", &over) < 0)) {
         reply_error(ci, -EINVAL, "malformed request");
         return;
     }
-    learn_device(dev, total);
+    r = job_device(m, &dev, why, sizeof(why));
+    if (r < 0) {
+        reply_error(ci, r, "%s", why);
+        return;
+    }
+    /* What the job reports informs, within what tcgpud knows: no more than
+     * the GPU has (a job that says the device is fuller than it is only
+     * makes its own request harder to grant). */
+    cap = policy_device_capacity(d.pol, dev);
+    if (j->req_bytes > cap) {
+        reply_error(ci, -ENOMEM, "%llu MiB is more than GPU %d has (%llu MiB)",
+                    (unsigned long long)(j->req_bytes / MiB), dev, (unsigned long long)(cap / MiB));
+        return;
+    }
+    if (j->req_free != POL_FREE_UNKNOWN && j->req_free > cap)
+        j->req_free = cap;
+    if (j->req_used > cap)
+        j->req_used = cap;
+    if (wait_ms > 7 * 24 * 3600 * 1000ull)
+        wait_ms = 7 * 24 * 3600 * 1000ull;
     j->req_device = dev;
     j->req_over_limit = over != 0;
     j->req_wait_ms = wait_ms;
@@ -264,7 +356,8 @@ static void request_memory(int ci, const struct ctl_msg *m, struct djob *j)
     d.conns[ci].kind = C_REQUEST;
     d.conns[ci].job = j->pid;
     d.conns[ci].deadline_ns = 0;
-    event("request", j->pid, "bytes", u64s(j->req_bytes, by), "over_limit", over ? "1" : "0", NULL);
+    event("request", j->pid, "bytes", u64s(j->req_bytes, by), "over_limit", over ? "1" : "0",
+          "free", j->req_free == POL_FREE_UNKNOWN ? "" : u64s(j->req_free, fr), NULL);
     /* Decide on fresh numbers: after a status poll that starts from now. */
     j->req_gen = d.poll_started + 1;
     kick_poll();
@@ -275,10 +368,55 @@ static const struct command cmd_request = {
 };
 
 /* ---------------------------------------------------------------------------
+ * Compute shares
+ * ------------------------------------------------------------------------- */
+
+/*
+ * compute [device=D] active=0|1 [busy=PERMILLE]: the job says whether it
+ * launched work since it last said (and on which device, the share of it
+ * it measured); the answer is the cap its throttle applies until it asks
+ * again (policy_compute_cap). Active jobs ask twice a second.
+ */
+static void report_compute(int ci, const struct ctl_msg *m, struct djob *j)
+{
+    static struct ctl_buf b;
+    uint64_t active = 0, busy = 0;
+    const struct pol_job *pj;
+    char why[160];
+    int dev, r;
+
+    if (ctl_get_u64(m, "active", &active) < 0 ||
+        (ctl_get(m, "busy") && ctl_get_u64(m, "busy", &busy) < 0)) {
+        reply_error(ci, -EINVAL, "malformed compute report");
+        return;
+    }
+    if (ctl_get(m, "device")) {
+        r = job_device(m, &dev, why, sizeof(why));
+        if (r < 0) {
+            reply_error(ci, r, "%s", why);
+            return;
+        }
+        policy_job_relocate(d.pol, (uint64_t)j->pid, dev);
+    }
+    policy_compute_report(d.pol, (uint64_t)j->pid, active != 0,
+                          busy > POL_COMPUTE_FULL ? POL_COMPUTE_FULL : (unsigned)busy, now_ns());
+    pj = policy_job(d.pol, (uint64_t)j->pid);
+    ctl_buf_ok(&b);
+    ctl_buf_put_u64(&b, "cap", policy_compute_cap(d.pol, (uint64_t)j->pid, now_ns()));
+    ctl_buf_put_u64(&b, "share", pj ? pj->compute : 0);
+    send_msg(ci, &b);
+    conn_close(ci);
+}
+
+static const struct command cmd_compute = {
+    .word = "compute", .access = ACCESS_THE_JOB, .handle = report_compute,
+};
+
+/* ---------------------------------------------------------------------------
  * ps, events, manual suspend/resume
  * ------------------------------------------------------------------------- */
 
-static void put_job(struct ctl_buf *b, const struct djob *j, const struct pol_job *pj, uint64_t now)
+void put_job(struct ctl_buf *b, const struct djob *j, const struct pol_job *pj, uint64_t now)
 {
     ctl_buf_request(b, "job");
     ctl_buf_put_u64(b, "pid", (uint64_t)j->pid);
@@ -293,6 +431,10 @@ static void put_job(struct ctl_buf *b, const struct djob *j, const struct pol_jo
     ctl_buf_put_u64(b, "runtime_ms", policy_job_runtime(pj, now) / 1000000u);
     ctl_buf_put_u64(b, "preemptions", pj->preemptions);
     ctl_buf_put_u64(b, "borrowing", (uint64_t)policy_job_borrowing(d.pol, pj));
+    ctl_buf_put(b, "job", j->job_name);
+    ctl_buf_put_u64(b, "compute", pj->compute);
+    ctl_buf_put_u64(b, "compute_cap", policy_compute_cap(d.pol, pj->id, now));
+    ctl_buf_put_u64(b, "compute_busy", pj->compute_busy);
     if (pj->state == POL_SUSPENDED || pj->state == POL_SUSPENDING) {
         ctl_buf_put(b, "suspended_by", pol_by_name(pj->suspended_by));
         ctl_buf_put(b, "why", pol_why_name(pj->why));
@@ -310,10 +452,12 @@ static void list_jobs(int ci, const struct ctl_msg *m, struct djob *unused)
     (void)m;
     (void)unused;
     for (int dev = 0; dev < policy_device_count(d.pol); dev++) {
+        char uuid[DEVICE_UUID_TEXT_LEN];
         ctl_buf_request(&b, "device");
         ctl_buf_put_u64(&b, "id", (uint64_t)dev);
-        if (gpu_uuid(dev)[0])
-            ctl_buf_put(&b, "uuid", gpu_uuid(dev));
+        device_uuid_text(dev, uuid);
+        if (uuid[0])
+            ctl_buf_put(&b, "uuid", uuid);
         ctl_buf_put_u64(&b, "capacity", policy_device_capacity(d.pol, dev));
         ctl_buf_put_u64(&b, "used", policy_device_used(d.pol, dev));
         send_msg(ci, &b);
@@ -343,6 +487,12 @@ static void send_events(int ci, const struct ctl_msg *m, struct djob *unused)
     const char *f = ctl_get(m, "follow");
 
     (void)unused;
+    if (f && !strcmp(f, "1") && d.conns[ci].peer.uid != 0 &&
+        followers_of(d.conns[ci].peer.uid) >= FOLLOWERS_PER_USER) {
+        reply_error(ci, -EAGAIN, "uid %u follows events on %d connections already (at most %d)",
+                    (unsigned)d.conns[ci].peer.uid, FOLLOWERS_PER_USER, FOLLOWERS_PER_USER);
+        return;
+    }
     for (uint64_t s = first; s <= d.event_seq; s++) {
         const char *e = d.events[s % EVENTS_MAX];
         if (send(d.conns[ci].fd, e, strlen(e), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
@@ -406,6 +556,10 @@ static void manual_op(int ci, const struct ctl_msg *m, struct djob *j, int suspe
 
     if (dir && dir[0] != '/') {
         reply_error(ci, -EINVAL, "dir must be an absolute path");
+        return;
+    }
+    if (d.relearning) {
+        reply_relearning(ci);
         return;
     }
     if (suspend)
@@ -480,6 +634,7 @@ static void report_status(int ci, const struct ctl_msg *m, struct djob *unused)
     ctl_buf_put(&b, "config", d.cfg.path);
     ctl_buf_put_u64(&b, "jobs", d.njobs);
     ctl_buf_put_u64(&b, "uptime_ms", (now_ns() - d.start_ns) / 1000000u);
+    ctl_buf_put_u64(&b, "relearning", (uint64_t)d.relearning);
     send_msg(ci, &b);
     conn_close(ci);
 }
@@ -498,8 +653,8 @@ static const struct command cmd_restore = {
 };
 
 static const struct command *const commands[] = {
-    &cmd_register, &cmd_request, &cmd_ps, &cmd_events, &cmd_suspend, &cmd_resume, &cmd_status,
-    &cmd_save, &cmd_restore,
+    &cmd_register, &cmd_request, &cmd_compute, &cmd_ps, &cmd_events, &cmd_suspend, &cmd_resume,
+    &cmd_status, &cmd_save, &cmd_restore,
 };
 
 /* The peer's own registered job. Replies and returns NULL otherwise. */
@@ -508,6 +663,11 @@ static struct djob *own_job(int ci)
     const struct ucred *peer = &d.conns[ci].peer;
     struct djob *j = job_of(peer->pid);
 
+    if ((!j || !policy_job(d.pol, (uint64_t)peer->pid)) && d.relearning) {
+        /* it may be one of the jobs being re-learnt: not "register again" yet */
+        reply_relearning(ci);
+        return NULL;
+    }
     if (!j || !policy_job(d.pol, (uint64_t)peer->pid) || j->uid != peer->uid) {
         reply_error(ci, -ENOENT, "process %d is not a registered job", (int)peer->pid);
         return NULL;

@@ -5,11 +5,17 @@
  * ours: which sections and keys exist, their values, duplicates, and the
  * cross-checks at the end (reservations within capacity). inih does not pass
  * line numbers to the handler in the Debian build, so we feed it lines
- * through our own reader and count them.
+ * through our own reader and count them (and spot malformed lines there,
+ * since inih reports only the first). Every error is collected, not only
+ * the first (tcgpud --check-config lists them all); the keys of a section
+ * whose header is wrong are skipped rather than reported against another.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <ini.h>
+#include <pwd.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,13 +30,17 @@ struct parse_ctx {
     FILE *f;
     int line;                     /* of the text inih is working on */
     int at_line_start;
-    char err[512];                /* first error */
+    char err[TCGPUD_CONFIG_ERR_MAX]; /* every error, one a line, first first */
+    size_t err_len;
+    int nerr;
+    int section_ok;               /* the current section's header was valid */
     int has_pending;              /* a section header read, not yet entered */
     char pending[128];            /* its text */
     int pending_line;
     int entered;                  /* some section was entered */
     unsigned daemon_seen;         /* keys of [daemon] given */
     int daemon_sections;
+    int daemon_line;              /* its header */
     int cur_project;              /* index, or -1 */
     int cur_gpu;                  /* index, or -1 */
 };
@@ -38,17 +48,28 @@ struct parse_ctx {
 static void fail(struct parse_ctx *x, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Records an error at line; the list is cut (with a note) when it is full. */
 static void fail(struct parse_ctx *x, int line, const char *fmt, ...)
 {
+    char msg[512];
     va_list ap;
     int n;
 
-    if (x->err[0])
-        return;                   /* the first error is the one to fix first */
-    n = snprintf(x->err, sizeof(x->err), "%s:%d: ", x->name, line);
+    x->nerr++;
+    if (x->err_len + 64 >= sizeof(x->err))
+        return;
+    n = snprintf(msg, sizeof(msg), "%s:%d: ", x->name, line);
     va_start(ap, fmt);
-    vsnprintf(x->err + n, sizeof(x->err) - (size_t)n, fmt, ap);
+    vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
     va_end(ap);
+    if (x->err_len + strlen(msg) + 2 + 64 >= sizeof(x->err)) {
+        snprintf(x->err + x->err_len, sizeof(x->err) - x->err_len, "%s%s: more errors follow",
+                 x->err_len ? "\n" : "", x->name);
+        x->err_len = sizeof(x->err);
+        return;
+    }
+    x->err_len += (size_t)snprintf(x->err + x->err_len, sizeof(x->err) - x->err_len, "%s%s",
+                                   x->err_len ? "\n" : "", msg);
 }
 
 /* ---------------------------------------------------------------------------
@@ -167,26 +188,71 @@ static int add_members(struct parse_ctx *x, struct tcgpud_project *p, const char
         fail(x, x->line, "out of memory");
         return -1;
     }
+    int bad = 0;
+
     for (char *t = strtok_r(copy, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save)) {
-        struct tcgpud_member m = { 0 };
+        struct tcgpud_member m = { .line = x->line };
         if (!strcmp(t, "*")) {
             m.everyone = 1;
         } else {
             m.is_group = t[0] == '@';
             if (!valid_name(t + m.is_group, sizeof(m.name))) {
                 fail(x, x->line, "members: '%s' is not a user, @group or *", t);
-                break;
+                bad = 1;
+                continue;
             }
             snprintf(m.name, sizeof(m.name), "%s", t + m.is_group);
         }
         if (p->nmembers == TCGPUD_MAX_MEMBERS) {
             fail(x, x->line, "members: more than %d", TCGPUD_MAX_MEMBERS);
+            bad = 1;
             break;
         }
         p->members[p->nmembers++] = m;
     }
     free(copy);
-    return x->err[0] ? -1 : 0;
+    return bad ? -1 : 0;
+}
+
+int tcgpud_parse_listen(const char *s, char *host, size_t hostlen, int *port, char *err, size_t errlen)
+{
+    char addr[64] = "127.0.0.1", probe[16];
+    const char *p = s, *colon;
+    long v;
+
+    if (*s == '[') {                      /* [v6]:port */
+        const char *end = strchr(s, ']');
+        if (!end || end[1] != ':' || (size_t)(end - s - 1) >= sizeof(addr)) {
+            snprintf(err, errlen, "'%s': want [IPv6]:PORT", s);
+            return -EINVAL;
+        }
+        memcpy(addr, s + 1, (size_t)(end - s - 1));
+        addr[end - s - 1] = '\0';
+        p = end + 2;
+        if (inet_pton(AF_INET6, addr, probe) != 1) {
+            snprintf(err, errlen, "'%s' is not an IPv6 address", addr);
+            return -EINVAL;
+        }
+    } else if ((colon = strrchr(s, ':'))) {   /* v4:port */
+        if ((size_t)(colon - s) >= sizeof(addr)) {
+            snprintf(err, errlen, "'%s': address too long", s);
+            return -EINVAL;
+        }
+        memcpy(addr, s, (size_t)(colon - s));
+        addr[colon - s] = '\0';
+        p = colon + 1;
+        if (inet_pton(AF_INET, addr, probe) != 1) {
+            snprintf(err, errlen, "'%s' is not an IPv4 address (a numeric one: no host names)", addr);
+            return -EINVAL;
+        }
+    }
+    if (parse_int(p, 0, 65535, &v) < 0) {
+        snprintf(err, errlen, "'%s': want [ADDR:]PORT, PORT 0..65535 (e.g. 9466 or 127.0.0.1:9466)", s);
+        return -EINVAL;
+    }
+    snprintf(host, hostlen, "%s", addr);
+    *port = (int)v;
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------
@@ -203,11 +269,27 @@ static int key_bit(const char *const *keys, const char *name)
 }
 
 static const char *const daemon_keys[] = {
-    "socket", "state_file", "admins", "min_runtime", "resume_retry", "metrics", NULL,
+    "socket", "state_file", "admins", "min_runtime", "resume_retry", "metrics", "http", "dashboard",
+    "backfill", "max_connections_per_user", "max_jobs_per_user", NULL,
 };
 static const char *const project_keys[] = {
-    "priority", "reservation", "members", "borrow", "default_limit", NULL,
+    "priority", "reservation", "members", "borrow", "default_limit", "lending_limit",
+    "borrowing_limit", "weight", "cohort", "default_compute", NULL,
 };
+
+/* "30%" (a whole percentage, lo..100) into *pct. */
+static int parse_pct(const char *s, unsigned lo, unsigned *pct)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || end == s || *end != '%' || *skip_space(end + 1) || v < (long)lo || v > 100)
+        return -EINVAL;
+    *pct = (unsigned)v;
+    return 0;
+}
 
 static int set_path(struct parse_ctx *x, char *dst, size_t len, const char *key, const char *v)
 {
@@ -227,10 +309,12 @@ static void daemon_key(struct parse_ctx *x, const char *name, const char *v)
 {
     struct tcgpud_config *c = x->c;
     int bit = key_bit(daemon_keys, name);
+    long n;
 
     if (bit < 0) {
         fail(x, x->line, "[daemon]: unknown key '%s' (known: socket, state_file, admins, "
-             "min_runtime, resume_retry, metrics)", name);
+              "min_runtime, resume_retry, metrics, http, dashboard, backfill, "
+              "max_connections_per_user, max_jobs_per_user)", name);
         return;
     }
     if (x->daemon_seen & (1u << bit)) {
@@ -250,11 +334,74 @@ static void daemon_key(struct parse_ctx *x, const char *name, const char *v)
             fail(x, x->line, "admins: '%s' is not a group name", v);
         else
             snprintf(c->admins, sizeof(c->admins), "%s", g);
+        c->admins_line = x->line;
+    } else if (!strcmp(name, "max_connections_per_user")) {
+        if (parse_int(v, 1, 512, &n) < 0)
+            fail(x, x->line, "max_connections_per_user: '%s' is not a number in 1..512", v);
+        else
+            c->max_connections_per_user = (int)n;
+    } else if (!strcmp(name, "max_jobs_per_user")) {
+        if (parse_int(v, 1, 100000, &n) < 0)
+            fail(x, x->line, "max_jobs_per_user: '%s' is not a number in 1..100000", v);
+        else
+            c->max_jobs_per_user = (int)n;
+    } else if (!strcmp(name, "http")) {
+        char err[256];
+        if (tcgpud_parse_listen(v, c->http_host, sizeof(c->http_host), &c->http_port, err,
+                                sizeof(err)) < 0)
+            fail(x, x->line, "http: %s", err);
+    } else if (!strcmp(name, "dashboard")) {
+        if (parse_bool(v, &c->dashboard) < 0)
+            fail(x, x->line, "dashboard: '%s' is not yes or no", v);
     } else if (!strcmp(name, "min_runtime")) {
         if (units_parse_duration(v, &c->min_runtime_ns) < 0)
             fail(x, x->line, "min_runtime: '%s' is not a duration (e.g. 30s, 500ms, 2m)", v);
+    } else if (!strcmp(name, "backfill")) {
+        if (parse_bool(v, &c->backfill) < 0)
+            fail(x, x->line, "backfill: '%s' is not yes or no", v);
     } else if (units_parse_duration(v, &c->resume_retry_ns) < 0) {
         fail(x, x->line, "resume_retry: '%s' is not a duration (e.g. 5s)", v);
+    }
+}
+
+/* The quota keys of a project (docs/tcgpud.md, "Quotas"). */
+static void quota_key(struct parse_ctx *x, struct tcgpud_project *p, const char *name,
+                      const char *v)
+{
+    struct pol_project *q = &p->pol;
+    long w;
+
+    if (!strcmp(name, "lending_limit")) {
+        unsigned pct;
+        q->quota_flags |= POL_Q_LENDING_LIMIT;
+        if (!strchr(v, '%')) {
+            if (units_parse_size(v, &q->lend_bytes) < 0)
+                fail(x, x->line, "lending_limit: '%s' is not a size or a percentage (e.g. 20G, 50%%)", v);
+        } else if (parse_pct(v, 0, &pct) < 0) {
+            fail(x, x->line, "lending_limit: '%s' is not a percentage in 0%%..100%%", v);
+        } else {
+            q->lend_pct = pct;            /* 0%: lend_bytes stays 0, it lends nothing */
+        }
+    } else if (!strcmp(name, "borrowing_limit")) {
+        q->quota_flags |= POL_Q_BORROWING_LIMIT;
+        if (units_parse_size(v, &q->borrow_bytes) < 0)
+            fail(x, x->line, "borrowing_limit: '%s' is not a size (e.g. 40G, or 0)", v);
+    } else if (!strcmp(name, "weight")) {
+        if (parse_int(v, 1, 1000, &w) < 0)
+            fail(x, x->line, "weight: '%s' is not an integer in 1..1000", v);
+        else
+            q->weight = (unsigned)w;
+    } else if (!strcmp(name, "cohort")) {
+        if (!valid_name(v, sizeof(q->cohort)))
+            fail(x, x->line, "cohort: '%s' is not a name of [A-Za-z0-9._-]", v);
+        else
+            snprintf(q->cohort, sizeof(q->cohort), "%s", v);
+    } else {
+        unsigned pct;
+        if (parse_pct(v, 1, &pct) < 0)
+            fail(x, x->line, "default_compute: '%s' is not a percentage in 1%%..100%% (e.g. 30%%)", v);
+        else
+            q->compute = pct * 10;
     }
 }
 
@@ -268,7 +415,8 @@ static void project_key(struct parse_ctx *x, struct tcgpud_project *p, const cha
 
     if (bit < 0) {
         fail(x, x->line, "[project %s]: unknown key '%s' (known: priority, reservation, members, "
-             "borrow, default_limit)", p->pol.name, name);
+             "borrow, default_limit, lending_limit, borrowing_limit, weight, cohort, "
+             "default_compute)", p->pol.name, name);
         return;
     }
     /* inih hands indented continuation lines over as the same key again:
@@ -293,9 +441,14 @@ static void project_key(struct parse_ctx *x, struct tcgpud_project *p, const cha
             fail(x, x->line, "borrow: '%s' is not yes or no", v);
         else
             p->pol.may_borrow = b;
-    } else if (units_parse_size(v, &p->pol.default_limit) < 0) {
-        fail(x, x->line, "default_limit: '%s' is not a size (e.g. 16G, or 0 for none)", v);
+    } else if (!strcmp(name, "default_limit")) {
+        if (units_parse_size(v, &p->pol.default_limit) < 0)
+            fail(x, x->line, "default_limit: '%s' is not a size (e.g. 16G, or 0 for none)", v);
+    } else {
+        quota_key(x, p, name, v);
     }
+    if (!x->err[0])
+        p->key_line[bit] = x->line;
 }
 
 static void gpu_key(struct parse_ctx *x, int idx, const char *name, const char *v)
@@ -367,12 +520,16 @@ static void new_gpu(struct parse_ctx *x, const char *arg, int line)
 /* Enter a section: "daemon", "gpu N", "project NAME" (its header was at `line`). */
 static void enter_section(struct parse_ctx *x, const char *section, int line)
 {
+    int errors = x->nerr;
+
     x->cur_project = -1;
     x->cur_gpu = -1;
     x->entered = 1;
     if (!strcmp(section, "daemon")) {
         if (x->daemon_sections++)
             fail(x, line, "[daemon] appears twice");
+        else
+            x->daemon_line = line;
     } else if (!strncmp(section, "project ", 8)) {
         new_project(x, skip_space(section + 8), line);
     } else if (!strncmp(section, "gpu ", 4)) {
@@ -380,6 +537,8 @@ static void enter_section(struct parse_ctx *x, const char *section, int line)
     } else {
         fail(x, line, "unknown section [%s] (known: [daemon], [gpu N], [project NAME])", section);
     }
+    /* a wrong header's keys would be someone else's: skip them */
+    x->section_ok = x->nerr == errors;
 }
 
 /* Enter the header read last, if any (also for a section without keys,
@@ -397,11 +556,11 @@ static int on_key(void *user, const char *section, const char *name, const char 
     struct parse_ctx *x = user;
 
     (void)section;                /* we take the header's text from the line itself */
-    if (x->err[0] || !name)
-        return 1;                 /* report the first error only */
-    enter_pending(x);
-    if (x->err[0])
+    if (!name)
         return 1;
+    enter_pending(x);
+    if (x->entered && !x->section_ok)
+        return 1;                 /* its header was wrong: said once */
     if (!x->entered) {
         fail(x, x->line, "a key before any section ([daemon], [gpu N], [project NAME])");
         return 1;
@@ -441,6 +600,22 @@ static void note_header(struct parse_ctx *x, const char *line)
     x->has_pending = 1;
 }
 
+/*
+ * A line inih would refuse: not blank, not a comment, not an indented
+ * continuation, not "[section]", and without "=" or ":". inih reports only
+ * the first such line; we report each.
+ */
+static int malformed(const char *line)
+{
+    const char *s = skip_space(line);
+
+    if (!*s || *s == ';' || *s == '#' || (line[0] == ' ' || line[0] == '\t'))
+        return 0;
+    if (*s == '[')
+        return !strchr(s, ']');
+    return !strpbrk(s, "=:");
+}
+
 /* fgets for inih, counting lines, noting section headers, refusing overlong lines. */
 static char *read_line(char *str, int num, void *stream)
 {
@@ -458,6 +633,8 @@ static char *read_line(char *str, int num, void *stream)
     if (!x->at_line_start && !feof(x->f))
         fail(x, x->line, "line longer than %d characters (continue a long members list on "
              "indented lines)", num - 2);
+    if (start && malformed(str))
+        fail(x, x->line, "not a section header or key = value line");
     if (start)
         note_header(x, str);
     return r;
@@ -467,19 +644,44 @@ static char *read_line(char *str, int num, void *stream)
  * Whole-file checks
  * ------------------------------------------------------------------------- */
 
+static int key_index(const char *name)
+{
+    return key_bit(project_keys, name);
+}
+
+/* Quotas that contradict each other or the reservation. */
+static void check_quotas(struct parse_ctx *x, const struct tcgpud_project *p)
+{
+    const struct pol_project *q = &p->pol;
+    int lend = p->key_line[key_index("lending_limit")];
+    int borrow = p->key_line[key_index("borrowing_limit")];
+
+    if (lend && !q->nreserve)
+        fail(x, lend, "[project %s]: lending_limit: the project reserves nothing to lend", q->name);
+    else if (borrow && !q->may_borrow && q->borrow_bytes)
+        fail(x, borrow, "[project %s]: borrowing_limit %llu MiB, but borrow = no", q->name,
+             (unsigned long long)(q->borrow_bytes >> 20));
+}
+
 static void check_whole(struct parse_ctx *x)
 {
     struct tcgpud_config *c = x->c;
 
-    for (int i = 0; i < c->ngpus && !x->err[0]; i++)
+    if (c->dashboard && !c->http_host[0])
+        fail(x, x->daemon_line, "dashboard = yes needs http = [ADDR:]PORT (where to serve it)");
+    for (int i = 0; i < c->ngpus; i++)
         if (!c->gpus[i].capacity)
             fail(x, c->gpus[i].line, "[gpu %d]: capacity is missing", c->gpus[i].id);
-    for (int i = 0; i < c->nprojects && !x->err[0]; i++)
+    for (int i = 0; i < c->nprojects; i++)
         if (!c->projects[i].nmembers)
             fail(x, c->projects[i].line, "[project %s]: members is missing (users, @groups, or *)",
                  c->projects[i].pol.name);
+    for (int i = 0; i < c->nprojects && !x->err[0]; i++)
+        check_quotas(x, &c->projects[i]);
     /* Reservations on a GPU of known capacity must fit together. */
-    for (int i = 0; i < c->ngpus && !x->err[0]; i++) {
+    for (int i = 0; i < c->ngpus; i++) {
+        if (!c->gpus[i].capacity)
+            continue;
         uint64_t sum = 0;
         for (int k = 0; k < c->nprojects; k++)
             sum += pol_project_reserved(&c->projects[k].pol, c->gpus[i].id);
@@ -501,6 +703,9 @@ void tcgpud_config_defaults(struct tcgpud_config *c)
     snprintf(c->state_file, sizeof(c->state_file), "%s", TCGPUD_DEFAULT_STATE);
     c->min_runtime_ns = TCGPUD_DEFAULT_MIN_RUNTIME_NS;
     c->resume_retry_ns = TCGPUD_DEFAULT_RETRY_NS;
+    c->max_connections_per_user = TCGPUD_DEFAULT_CONNS_PER_USER;
+    c->max_jobs_per_user = TCGPUD_DEFAULT_JOBS_PER_USER;
+    c->backfill = 1;
 }
 
 static int parse_file(struct tcgpud_config *c, FILE *f, const char *name, char *err, size_t errlen)
@@ -512,13 +717,13 @@ static int parse_file(struct tcgpud_config *c, FILE *f, const char *name, char *
     snprintf(c->path, sizeof(c->path), "%s", name);
     r = ini_parse_stream(read_line, &x, on_key, &x);
     enter_pending(&x);
-    if (r > 0 && !x.err[0])
+    if (r > 0 && !x.nerr)
         fail(&x, r, "not a section header or key = value line");
-    else if (r < 0 && !x.err[0])
+    else if (r < 0)
         fail(&x, x.line, "out of memory");
-    if (!x.err[0])
-        check_whole(&x);
-    if (x.err[0]) {
+    check_whole(&x);
+    c->nerrors = x.nerr;
+    if (x.nerr) {
         snprintf(err, errlen, "%s", x.err);
         return -EINVAL;
     }
@@ -557,6 +762,62 @@ int tcgpud_config_parse(struct tcgpud_config *c, const char *text, const char *n
     r = parse_file(c, f, name, err, errlen);
     fclose(f);
     return r;
+}
+
+static int user_exists(const char *name)
+{
+    struct passwd pw, *pwp = NULL;
+    char buf[4096];
+
+    return getpwnam_r(name, &pw, buf, sizeof(buf), &pwp) == 0 && pwp;
+}
+
+static int group_exists(const char *name)
+{
+    struct group gr, *grp = NULL;
+    char buf[16384];
+
+    return getgrnam_r(name, &gr, buf, sizeof(buf), &grp) == 0 && grp;
+}
+
+static void warn(const struct tcgpud_config *c, int line, void (*fn)(const char *, void *), void *arg,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static void warn(const struct tcgpud_config *c, int line, void (*fn)(const char *, void *), void *arg,
+                 const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    int n = snprintf(msg, sizeof(msg), "%s:%d: warning: ", c->path, line);
+
+    va_start(ap, fmt);
+    vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
+    va_end(ap);
+    fn(msg, arg);
+}
+
+int tcgpud_config_warnings(const struct tcgpud_config *c, void (*fn)(const char *msg, void *arg),
+                           void *arg)
+{
+    int n = 0;
+
+    if (c->admins[0] && !group_exists(c->admins)) {
+        warn(c, c->admins_line, fn, arg, "admins: no group '%s' on this machine: only root is an admin",
+             c->admins);
+        n++;
+    }
+    for (int i = 0; i < c->nprojects; i++) {
+        const struct tcgpud_project *p = &c->projects[i];
+        for (int k = 0; k < p->nmembers; k++) {
+            const struct tcgpud_member *m = &p->members[k];
+            if (m->everyone || (m->is_group ? group_exists(m->name) : user_exists(m->name)))
+                continue;
+            warn(c, m->line, fn, arg, "[project %s]: no %s '%s' on this machine", p->pol.name,
+                 m->is_group ? "group" : "user", m->name);
+            n++;
+        }
+    }
+    return n;
 }
 
 void tcgpud_config_free(struct tcgpud_config *c)

@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "daemon.h"
+#include "state.h"
 
 #define READ_WAIT_NS     2000000000ull   /* a client that connects must send within this */
 
@@ -61,6 +62,7 @@ void event(const char *type, pid_t pid, ...)
     }
     va_end(ap);
     n = ctl_buf_finish(&b);
+    metrics_count_event(type);
     if (n < 0 || n >= EVENT_LEN)
         return;
     memcpy(d.events[d.event_seq % EVENTS_MAX], b.data, (size_t)n);
@@ -163,26 +165,162 @@ int open_socket(const char *path)
     return fd;
 }
 
+/* ---------------------------------------------------------------------------
+ * Who may hold how many connections (daemon.h, docs/tcgpud.md "Threat model")
+ * ------------------------------------------------------------------------- */
+
+/* The peer is a registered job itself: its pid, its uid, the same process. */
+static int peer_is_job(const struct ucred *peer)
+{
+    const struct djob *j = job_of(peer->pid);
+
+    return j && j->uid == peer->uid && tcgpud_proc_start_ticks(peer->pid) == j->start_ticks;
+}
+
+static enum conn_class class_of(const struct ucred *peer)
+{
+    if (peer->uid == 0)
+        return CLASS_ROOT;
+    return peer_is_job(peer) ? CLASS_JOB : CLASS_USER;
+}
+
+struct conn_counts {
+    int total, users;             /* all; CLASS_USER of every uid */
+    int mine;                     /* of this peer's uid and class */
+    int this_job;                 /* CLASS_JOB: of this very pid */
+};
+
+static void count_conns(const struct ucred *peer, enum conn_class cls, struct conn_counts *n)
+{
+    memset(n, 0, sizeof(*n));
+    for (int ci = 0; ci < MAX_CONNS; ci++) {
+        const struct conn *c = &d.conns[ci];
+        if (c->kind == C_FREE)
+            continue;
+        n->total++;
+        n->users += c->cls == CLASS_USER;
+        if (c->cls == cls && c->peer.uid == peer->uid) {
+            n->mine++;
+            n->this_job += c->peer.pid == peer->pid;
+        }
+    }
+}
+
+/* The oldest other user's connection that is idle or only follows events:
+ * root and the jobs' requests come first when the table is full. -1: none. */
+static int evictable(void)
+{
+    int best = -1;
+
+    for (int ci = 0; ci < MAX_CONNS; ci++) {
+        const struct conn *c = &d.conns[ci];
+        if (c->cls != CLASS_USER || (c->kind != C_FOLLOW && c->kind != C_READ))
+            continue;
+        if (best < 0 || c->opened_ns < d.conns[best].opened_ns)
+            best = ci;
+    }
+    return best;
+}
+
+/* Whether a new connection of peer may have a slot: 0, or -EAGAIN with why. */
+static int admit(const struct ucred *peer, enum conn_class cls, char *why, size_t len)
+{
+    struct conn_counts n;
+    int per_user = d.cfg.max_connections_per_user;
+
+    count_conns(peer, cls, &n);
+    if (cls == CLASS_JOB && n.this_job >= CONNS_PER_JOB) {
+        snprintf(why, len, "process %d holds %d connections to tcgpud already (at most %d)",
+                 (int)peer->pid, n.this_job, CONNS_PER_JOB);
+        return -EAGAIN;
+    }
+    if (cls == CLASS_JOB && n.mine >= JOB_CONNS_PER_USER) {
+        snprintf(why, len, "the jobs of uid %u hold %d connections to tcgpud already (at most %d)",
+                 (unsigned)peer->uid, n.mine, JOB_CONNS_PER_USER);
+        return -EAGAIN;
+    }
+    if (cls == CLASS_USER && n.mine >= per_user) {
+        snprintf(why, len, "uid %u holds %d connections to tcgpud already (at most %d per user; "
+                 "[daemon] max_connections_per_user)", (unsigned)peer->uid, n.mine, per_user);
+        return -EAGAIN;
+    }
+    if (cls == CLASS_USER && n.users >= MAX_CONNS - CONNS_RESERVED) {
+        snprintf(why, len, "tcgpud serves %d connections of users already", n.users);
+        return -EAGAIN;
+    }
+    if (n.total >= MAX_CONNS) {
+        int victim = cls == CLASS_USER ? -1 : evictable();
+        if (victim < 0) {
+            snprintf(why, len, "tcgpud serves %d connections already", n.total);
+            return -EAGAIN;
+        }
+        reply_error(victim, -EAGAIN, "tcgpud needs the connection for root or a job's request");
+    }
+    return 0;
+}
+
+/* Tell a peer that was not admitted, without waiting for it, and log it (a
+ * flood is logged once a second per uid, with how many were refused). */
+static void turn_away(int fd, const struct ucred *peer, const char *why)
+{
+    static struct ctl_buf b;
+    long n;
+
+    ctl_buf_error(&b, -EAGAIN, why);
+    n = ctl_buf_finish(&b);
+    if (n > 0 && send(fd, b.data, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+        /* its loss: the connection closes anyway */
+    }
+    close(fd);
+    note_refusal(peer->uid, "connection from pid %d turned away: %s", (int)peer->pid, why);
+}
+
+/* At most ACCEPTS_PER_ROUND at a time: a peer that connects in a loop must
+ * not keep the loop from serving the others. */
 void accept_all(void)
 {
-    int fd;
+    for (int k = 0; k < ACCEPTS_PER_ROUND; k++) {
+        struct ucred peer;
+        socklen_t len = sizeof(peer);
+        enum conn_class cls;
+        char why[192];
+        int fd, ci;
 
-    while ((fd = accept4(d.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
-        socklen_t len = sizeof(struct ucred);
-        int ci;
-        for (ci = 0; ci < MAX_CONNS && d.conns[ci].kind != C_FREE; ci++)
-            ;
-        if (ci == MAX_CONNS) {
-            logmsg("too many connections; dropping one");
+        fd = accept4(d.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE)
+                logmsg("accept: %s", strerror(errno));
+            return;
+        }
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) < 0) {
+            logmsg("cannot read peer credentials: %s", strerror(errno));
             close(fd);
             continue;
         }
-        d.conns[ci] = (struct conn){ .kind = C_READ, .fd = fd, .deadline_ns = now_ns() + READ_WAIT_NS };
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &d.conns[ci].peer, &len) < 0) {
-            logmsg("cannot read peer credentials: %s", strerror(errno));
-            conn_close(ci);
+        cls = class_of(&peer);
+        if (admit(&peer, cls, why, sizeof(why)) < 0) {
+            turn_away(fd, &peer, why);
+            continue;
         }
+        for (ci = 0; ci < MAX_CONNS && d.conns[ci].kind != C_FREE; ci++)
+            ;
+        if (ci == MAX_CONNS) {        /* admit() keeps a slot free: cannot happen */
+            close(fd);
+            continue;
+        }
+        d.conns[ci] = (struct conn){ .kind = C_READ, .cls = cls, .fd = fd, .peer = peer,
+                                     .opened_ns = now_ns(),
+                                     .deadline_ns = now_ns() + READ_WAIT_NS };
     }
+}
+
+int followers_of(uid_t uid)
+{
+    int n = 0;
+
+    for (int ci = 0; ci < MAX_CONNS; ci++)
+        n += d.conns[ci].kind == C_FOLLOW && d.conns[ci].peer.uid == uid;
+    return n;
 }
 
 void read_request(int ci)

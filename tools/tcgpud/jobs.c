@@ -53,6 +53,15 @@ struct djob *add_job(pid_t pid, uid_t uid, const char *user, int project, uint64
     return j;
 }
 
+uint64_t gang_for(uid_t uid, const char *name)
+{
+    /* by user and name: nobody joins, and so gets suspended with, another user's job */
+    for (size_t i = 0; i < d.njobs; i++)
+        if (d.jobs[i].gang && d.jobs[i].uid == uid && !strcmp(d.jobs[i].job_name, name))
+            return d.jobs[i].gang;
+    return ++d.last_gang;
+}
+
 static void remove_job(struct djob *j)
 {
     size_t i = (size_t)(j - d.jobs);
@@ -79,41 +88,23 @@ void job_gone(struct djob *j, const char *how)
     do_actions(&acts);
 }
 
-static uint64_t capacity_for(int dev, uint64_t reported)
-{
-    for (int i = 0; i < d.cfg.ngpus; i++)
-        if (d.cfg.gpus[i].id == dev)
-            return d.cfg.gpus[i].capacity;
-    return reported;
-}
-
-/* Make sure device dev exists in the policy, with its capacity. */
-void learn_device(int dev, uint64_t reported)
-{
-    uint64_t cap = capacity_for(dev, reported);
-
-    if (dev < 0 || dev >= TCGPUD_MAX_GPUS)
-        return;
-    if (dev >= policy_device_count(d.pol) || policy_device_capacity(d.pol, dev) == 0) {
-        if (cap) {
-            policy_set_device(d.pol, dev, cap);
-            logmsg("GPU %d: capacity %llu MiB%s", dev, (unsigned long long)(cap / MiB),
-                   cap == reported ? " (reported by a job)" : " (from the configuration)");
-        } else if (dev >= policy_device_count(d.pol)) {
-            policy_set_device(d.pol, dev, 0);
-        }
-    }
-}
-
 /* ---------------------------------------------------------------------------
  * Carrying out the policy's actions
  * ------------------------------------------------------------------------- */
 
+/*
+ * The state file is written before the job is asked (and so before any
+ * effect): tcgpud killed at any moment after this leaves a state file that
+ * calls the job suspended by whoever asked, so that the next tcgpud resumes
+ * a victim the policy suspended, whether or not the suspend had finished.
+ */
 void start_op(struct djob *j, enum work_kind kind, const char *dir)
 {
     struct work *w = calloc(1, sizeof(*w));
     int r;
 
+    if (d.dirty)
+        save_state();
     if (!w) {
         logmsg("out of memory starting an operation on pid %d", (int)j->pid);
         return;
@@ -155,6 +146,7 @@ static void reply_grant(struct djob *j, uint64_t bytes)
         policy_set_limit(d.pol, (uint64_t)j->pid, limit);
         d.dirty = 1;
     }
+    latency_add(&d.grant_wait, (double)(now_ns() - j->req_t0) / 1e9);
     event("granted", j->pid, "bytes", u64s(bytes, by), "wait_ms", msecs(now_ns() - j->req_t0, t), NULL);
     if (j->req_conn >= 0) {
         ctl_buf_ok(&b);
@@ -192,10 +184,25 @@ static void reply_deny(struct djob *j, const struct pol_action *a)
     j->req_gen = 0;
 }
 
+/* Is suspension i of the list the first of its gang's for the same requester?
+ * (A gang is preempted once, though each of its tasks is suspended.) */
+static int first_of_gang(const struct pol_actions *a, size_t i, const struct djob *j)
+{
+    for (size_t k = 0; j->gang && k < i; k++) {
+        const struct djob *o = job_of((pid_t)a->v[k].job);
+        if (a->v[k].kind == POL_ACT_SUSPEND && o && o->gang == j->gang &&
+            a->v[k].for_job == a->v[i].for_job)
+            return 0;
+    }
+    return 1;
+}
+
 void do_actions(struct pol_actions *a)
 {
     char b1[24], b2[24];
 
+    if (a->n)
+        d.dirty = 1;              /* the state file is rewritten only when something changed */
     for (size_t i = 0; i < a->n; i++) {
         const struct pol_action *x = &a->v[i];
         struct djob *j = job_of((pid_t)x->job);
@@ -213,13 +220,14 @@ void do_actions(struct pol_actions *a)
             break;
         case POL_ACT_SUSPEND:
             if (x->for_job) {
-                d.preemptions_total++;
-                logmsg("preempting pid %d (project %s, %llu MiB) for pid %llu: %s", (int)j->pid,
+                d.preemptions_total += first_of_gang(a, i, j);
+                logmsg("preempting pid %d (project %s, %llu MiB%s%s) for pid %llu: %s", (int)j->pid,
                        project_name(j->project), (unsigned long long)(x->bytes / MiB),
-                       (unsigned long long)x->for_job, pol_why_name(x->why));
+                       j->gang ? ", job " : "", j->job_name, (unsigned long long)x->for_job,
+                       pol_why_name(x->why));
             }
             event("suspending", j->pid, "why", pol_why_name(x->why), "for", u64s(x->for_job, b1),
-                  "bytes", u64s(x->bytes, b2), NULL);
+                  "bytes", u64s(x->bytes, b2), "job", j->job_name, NULL);
             start_op(j, WORK_SUSPEND, NULL);
             break;
         case POL_ACT_RESUME:
@@ -228,8 +236,6 @@ void do_actions(struct pol_actions *a)
             break;
         }
     }
-    if (a->n)
-        d.dirty = 1;              /* the state file is rewritten only when something changed */
     pol_actions_clear(a);
 }
 
@@ -242,6 +248,8 @@ static void decide_request(struct djob *j)
     int r;
 
     j->req_gen = 0;
+    /* The job knows its device; tcgpud assumed device 0 at registration. */
+    policy_job_relocate(d.pol, (uint64_t)j->pid, j->req_device);
     r = policy_request(d.pol, (uint64_t)j->pid, j->req_device, j->req_bytes, j->req_free,
                        j->req_wait_ms > 0, now_ns(), &acts);
     if (r < 0) {
@@ -405,6 +413,8 @@ void take_work(void)
         struct work *next = w->next;
         if (w->kind == WORK_POLL)
             poll_done(w);
+        else if (w->kind == WORK_RELEARN)
+            relearn_done(w);
         else
             op_done(w);
         tcgpud_work_free(w);
@@ -450,15 +460,25 @@ void save_state(void)
         s->limit = pj->limit;
         s->device = pj->device;
         s->dev_capacity = policy_device_capacity(d.pol, pj->device);
-        snprintf(s->uuid, sizeof(s->uuid), "%s", gpu_uuid(pj->device));
+        device_uuid_text(pj->device, s->uuid);
         s->mem = pj->mem;
-        /* in-between states are saved as where they are heading */
-        snprintf(s->state, sizeof(s->state), "%s",
-                 pj->state == POL_RUNNING || pj->state == POL_RESUMING ? "running" : "suspended");
+        /* In between as such: the next tcgpud asks the job and believes it,
+         * and only a job saved as not running and found suspended is resumed
+         * by it (a suspending one was heading there; a resuming one may not
+         * have left it). */
+        snprintf(s->state, sizeof(s->state), "%s", pol_state_name(pj->state));
         snprintf(s->suspended_by, sizeof(s->suspended_by), "%s", pol_by_name(pj->suspended_by));
         s->auto_resume = pj->auto_resume;
         s->preemptions = pj->preemptions;
-        s->run_ns = policy_job_runtime(pj, now_ns());
+        /* Its age (the time it was last started or resumed), so that a
+         * restarted tcgpud does not make every job younger than min_runtime
+         * again (and so unpreemptable); a suspended job's place in the
+         * resume queue and its hold-off. */
+        s->run_ns = pj->run_ns;
+        s->since_ns = pj->since_ns;
+        s->queued_ns = pj->state == POL_SUSPENDED || pj->state == POL_RESUMING ? pj->queued_ns : 0;
+        snprintf(s->job, sizeof(s->job), "%s", j->job_name);
+        s->compute = pj->compute;
     }
     if (tcgpud_state_save(d.cfg.state_file, v, n, err, sizeof(err)) < 0)
         logmsg("%s", err);

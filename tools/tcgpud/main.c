@@ -4,7 +4,7 @@
  *
  *   tcgpud [--config FILE] [--socket PATH] [--state FILE]
  *
- * Foreground, logs to stderr. Decisions come from lib/policy/policy.c; tcgpud
+ * Foreground, logs to stderr. Decisions come from lib/policy (policy.h); tcgpud
  * carries them out by talking to each job's control socket (suspend,
  * resume, status), persists its jobs to a state file, and re-learns them
  * from it and from the jobs themselves when it starts again.
@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #include "ctl/client.h"
 #include "common/clock.h"
 #include "daemon.h"
+#include "http.h"
 #include "state.h"
 
 #define TICK_MS          500
@@ -50,6 +52,58 @@ void logmsg(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+}
+
+/*
+ * Refusals a user can cause at will (a flood of connections, requests it may
+ * not make) are logged at most once a second per uid, so that one user can
+ * neither fill the log nor push everyone else's events out of the ring.
+ */
+#define NOTE_EVERY_NS 1000000000ull
+#define NOTE_UIDS     64
+
+static struct refusal_note {
+    uid_t uid;
+    uint64_t last_ns;             /* 0: a free entry */
+    unsigned long held;           /* refusals not logged since */
+} notes[NOTE_UIDS];
+
+static struct refusal_note *note_of(uid_t uid)
+{
+    struct refusal_note *oldest = &notes[0];
+
+    for (int i = 0; i < NOTE_UIDS; i++) {
+        if (notes[i].last_ns && notes[i].uid == uid)
+            return &notes[i];
+        if (notes[i].last_ns < oldest->last_ns)
+            oldest = &notes[i];
+    }
+    *oldest = (struct refusal_note){ .uid = uid };
+    return oldest;
+}
+
+long note_refusal(uid_t uid, const char *fmt, ...)
+{
+    struct refusal_note *n = note_of(uid);
+    uint64_t now = now_ns();
+    unsigned long held = n->held;
+    char text[640];
+    va_list ap;
+
+    if (n->last_ns && now - n->last_ns < NOTE_EVERY_NS) {
+        n->held++;
+        return -1;
+    }
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (held)
+        logmsg("%s (and %lu more refusals of uid %u not logged)", text, held, (unsigned)uid);
+    else
+        logmsg("%s", text);
+    n->last_ns = now;
+    n->held = 0;
+    return (long)held;
 }
 
 /* ---------------------------------------------------------------------------
@@ -95,71 +149,134 @@ static void tick(void)
 {
     check_deaths();
     check_deadlines();
-    if (policy_tick(d.pol, now_ns(), &acts) == 0)
-        do_actions(&acts);
-    else
-        pol_actions_clear(&acts);
+    if (!d.relearning) {          /* nobody is resumed before every job is known */
+        if (policy_tick(d.pol, now_ns(), &acts) == 0)
+            do_actions(&acts);
+        else
+            pol_actions_clear(&acts);
+    }
     kick_poll();
-    write_metrics();
+    publish_metrics();
+    dashboard_tick();
 }
 
 /* ---------------------------------------------------------------------------
  * Start-up: configuration, policy, re-learning jobs
  * ------------------------------------------------------------------------- */
 
+/* What the projects reserve fits every GPU as tcgpud found it. 0 or -EINVAL (logged). */
+static int reservations_fit(void)
+{
+    for (int dev = 0; dev < policy_device_count(d.pol); dev++) {
+        uint64_t sum = 0, cap = policy_device_capacity(d.pol, dev);
+        for (int k = 0; k < d.cfg.nprojects; k++)
+            sum += pol_project_reserved(&d.cfg.projects[k].pol, dev);
+        if (cap && sum > cap) {
+            logmsg("the projects reserve %llu MiB on GPU %d, more than its %llu MiB: fix %s",
+                   (unsigned long long)(sum / MiB), dev, (unsigned long long)(cap / MiB),
+                   d.cfg.path);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 static int build_policy(void)
 {
     struct pol_config pc = { .min_runtime_ns = d.cfg.min_runtime_ns,
-                             .resume_retry_ns = d.cfg.resume_retry_ns };
+                             .resume_retry_ns = d.cfg.resume_retry_ns,
+                             .backfill = d.cfg.backfill };
 
     d.pol = policy_new(&pc);
     if (!d.pol)
         return -ENOMEM;
-    for (int i = 0; i < d.cfg.ngpus; i++)
-        if (policy_set_device(d.pol, d.cfg.gpus[i].id, d.cfg.gpus[i].capacity) < 0)
-            return -EINVAL;
     for (int i = 0; i < d.cfg.nprojects; i++)
         if (policy_add_project(d.pol, &d.cfg.projects[i].pol) < 0)
             return -EINVAL;
-    return 0;
+    if (learn_devices() < 0)
+        return -EINVAL;
+    return reservations_fit();
 }
 
-/* Ask the job itself how it is (synchronously: at start-up nothing else runs yet). */
-static int job_status(pid_t pid, struct tcgpu_status *st, char *err, size_t errlen)
+/*
+ * What the job is now, from its answer (r: 0, or the -errno of asking it),
+ * and as it was saved. The job's word wins; a job that does not settle in
+ * time (busy with a long operation, or not answering) is taken as it was
+ * saved: tcgpud saved it as suspending before it asked it to suspend.
+ */
+static void relearnt_state(const struct tcgpud_saved_job *s, int r, const struct tcgpu_status *st,
+                           struct pol_job_spec *spec)
 {
-    struct ctl_conn c;
-    struct ctl_buf *req = malloc(sizeof(*req));
-    struct ctl_msg *rep = malloc(sizeof(*rep));
-    long len;
-    int r = -ENOMEM;
+    int saved_off = strcmp(s->state, "running") != 0;     /* suspending, suspended, resuming */
+    int suspended = r == 0 ? st->state == TCGPU_STATE_SUSPENDED || st->state == TCGPU_STATE_SUSPENDING
+                           : saved_off;
 
-    if (!req || !rep)
-        goto out;
-    r = ctl_connect(pid, &c, err, errlen);
-    if (r < 0)
-        goto out;
-    ctl_buf_request(req, "status");
-    len = ctl_buf_finish(req);
-    r = ctl_call(&c, req->data, (size_t)len, rep, 5000, NULL, NULL);
-    ctl_close(&c);
-    if (r == 0 && (rep->err || ctl_get_status(rep, st) < 0))
-        r = rep->err ? rep->err : -EPROTO;
-    if (r < 0)
-        snprintf(err, errlen, "status of process %d: %s", (int)pid, strerror(-r));
-out:
-    free(req);
-    free(rep);
-    return r;
+    if (!suspended) {
+        spec->state = POL_RUNNING;
+        spec->mem = r == 0 ? st->gpu_bytes : s->mem;
+        return;
+    }
+    spec->state = POL_SUSPENDED;
+    spec->mem = s->mem ? s->mem : st->tracked_bytes;
+    /* Saved as running but suspended now: someone did it by hand meanwhile
+     * (tcgpud saves a job as suspending before it asks it to suspend). */
+    spec->suspended_by = saved_off ? (enum pol_by)pol_by_parse(s->suspended_by) : POL_BY_MANUAL;
+    if ((int)spec->suspended_by <= 0)
+        spec->suspended_by = POL_BY_MANUAL;
+    spec->auto_resume = s->auto_resume;
 }
 
-static void relearn_one(const struct tcgpud_saved_job *s)
+/* A monotonic time of this boot that the state file gave (0: none). */
+static int known(uint64_t t)
+{
+    return t && t <= now_ns();
+}
+
+/*
+ * The time to admit a re-learnt job at: the policy takes it as the job's
+ * last start or resume (running), or as its suspension (suspended), so that
+ * its age, its place in the queue and its hold-off survive the restart.
+ * spec->run_ns becomes its run time up to that point.
+ */
+static uint64_t relearnt_since(const struct tcgpud_saved_job *s, struct pol_job_spec *spec)
+{
+    uint64_t now = now_ns();
+    int was_on = !strcmp(s->state, "running") || !strcmp(s->state, "suspending");
+
+    spec->run_ns = s->run_ns;
+    if (!known(s->since_ns))
+        return now;                           /* an older file: run_ns is all of it */
+    if (spec->state == POL_RUNNING)           /* on all along, or resumed while away */
+        return was_on ? s->since_ns : now;
+    if (known(s->queued_ns) && !was_on)       /* suspended all along */
+        return s->queued_ns;
+    /* it stopped running while tcgpud was away: held off from now */
+    if (was_on)
+        spec->run_ns = s->run_ns + (now - s->since_ns);
+    return now;
+}
+
+/* The job's GPU by the UUID saved with it: the driver may number the GPUs
+ * otherwise since (a reload, a GPU gone); the saved number when it does not
+ * show that UUID, or the file has none. */
+static int relearnt_device(const struct tcgpud_saved_job *s)
+{
+    int idx = s->uuid[0] ? device_of_uuid_text(s->uuid) : -ENODEV;
+
+    if (idx < 0 || idx == s->device)
+        return s->device;
+    logmsg("pid %d: its GPU %s is GPU %d now (was %d)", (int)s->pid, s->uuid, idx, s->device);
+    return idx;
+}
+
+static void relearn_one(const struct tcgpud_saved_job *s, const struct poll_item *it)
 {
     struct pol_job_spec spec = { .id = (uint64_t)s->pid, .priority = s->priority,
                                  .device = s->device, .limit = s->limit,
+                                 .compute = s->compute <= POL_COMPUTE_FULL ? s->compute : 0,
                                  .preemptions = s->preemptions, .run_ns = s->run_ns };
-    struct tcgpu_status st;
-    char err[512];
-    int proj = policy_project_find(d.pol, s->project);
+    struct djob *j;
+    int proj = policy_project_find(d.pol, s->project), r = it->err;
 
     if (tcgpud_proc_start_ticks(s->pid) != s->start_ticks) {
         logmsg("pid %d (project %s) ended while tcgpud was away", (int)s->pid, s->project);
@@ -169,52 +286,90 @@ static void relearn_one(const struct tcgpud_saved_job *s)
         logmsg("pid %d: project %s is no longer configured; not managing it", (int)s->pid, s->project);
         return;
     }
-    if (job_status(s->pid, &st, err, sizeof(err)) < 0) {
-        logmsg("pid %d: %s; not managing it", (int)s->pid, err);
+    spec.device = relearnt_device(s);
+    if (spec.device < 0 || policy_device_capacity(d.pol, spec.device) == 0) {
+        logmsg("pid %d: tcgpud no longer manages its GPU %d; not managing it", (int)s->pid, spec.device);
         return;
     }
-    if (s->uuid[0] && gpu_relearn(s->device, s->uuid) < 0)
-        logmsg("pid %d: GPU %d was %s, which tcgpud now numbers otherwise; accounting it to GPU %d",
-               (int)s->pid, s->device, s->uuid, s->device);
-    learn_device(s->device, s->dev_capacity);
-    spec.project = proj;
-    if (st.state == TCGPU_STATE_SUSPENDED) {
-        spec.state = POL_SUSPENDED;
-        spec.mem = s->mem ? s->mem : st.tracked_bytes;
-        /* Saved as running but suspended now: someone did it by hand meanwhile. */
-        spec.suspended_by = !strcmp(s->state, "suspended") ? (enum pol_by)pol_by_parse(s->suspended_by)
-                                                           : POL_BY_MANUAL;
-        if ((int)spec.suspended_by <= 0)
-            spec.suspended_by = POL_BY_MANUAL;
-        spec.auto_resume = s->auto_resume;
-    } else {
-        spec.state = POL_RUNNING;
-        spec.mem = st.gpu_bytes;
+    if (r < 0 && r != -ETIMEDOUT) {
+        logmsg("pid %d: cannot ask it its state (%s); not managing it", (int)s->pid, strerror(-r));
+        return;
     }
-    if (policy_admit(d.pol, &spec, now_ns()) < 0 ||
-        !add_job(s->pid, s->uid, s->user, proj, s->start_ticks)) {
+    if (r < 0)
+        logmsg("pid %d did not settle in time; taking it as it was saved (%s)", (int)s->pid,
+               s->state);
+    spec.project = proj;
+    spec.gang = s->job[0] ? gang_for(s->uid, s->job) : 0;
+    relearnt_state(s, r, &it->st, &spec);
+    if (policy_admit(d.pol, &spec, relearnt_since(s, &spec)) < 0 ||
+        !(j = add_job(s->pid, s->uid, s->user, proj, s->start_ticks))) {
         logmsg("pid %d: cannot re-admit it", (int)s->pid);
         return;
     }
+    snprintf(j->job_name, sizeof(j->job_name), "%s", s->job);
+    j->gang = spec.gang;
     logmsg("pid %d re-learnt: project %s, %s%s", (int)s->pid, s->project, pol_state_name(spec.state),
            spec.state == POL_SUSPENDED ? (spec.suspended_by == POL_BY_MANUAL ? " (by hand)" : " (by policy)") : "");
     event("relearnt", s->pid, "state", pol_state_name(spec.state), NULL);
 }
 
+/* The state file's jobs, while their statuses are asked (WORK_RELEARN). */
+static struct tcgpud_saved_job *saved;
+static size_t nsaved;
+
+void relearn_done(struct work *w)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < nsaved && i < w->n; i++) {
+        relearn_one(&saved[i], &w->items[i]);
+        n += job_of(saved[i].pid) != NULL;
+    }
+    logmsg("re-learnt %zu of the %zu jobs in %s in %.0f ms", n, nsaved, d.cfg.state_file,
+           (double)w->ns / 1e6);
+    free(saved);
+    saved = NULL;
+    nsaved = 0;
+    d.relearning = 0;
+    d.dirty = 1;
+}
+
+/*
+ * Ask the jobs of the state file how they are, all at once and without
+ * holding up the loop: a restarted tcgpud serves ps and registrations at
+ * once, and decides nothing (requests are asked to come back, nobody is
+ * resumed) until it knows where each of its jobs stands.
+ */
 static void relearn(void)
 {
-    struct tcgpud_saved_job *v;
-    size_t n;
+    struct work *w;
     char err[512];
 
-    if (tcgpud_state_load(d.cfg.state_file, &v, &n, err, sizeof(err)) < 0) {
+    if (tcgpud_state_load(d.cfg.state_file, &saved, &nsaved, err, sizeof(err)) < 0) {
         logmsg("%s: starting without the jobs it held", err);
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        relearn_one(&v[i]);
-    free(v);
-    d.dirty = 1;
+    if (!nsaved)
+        return;
+    w = calloc(1, sizeof(*w));
+    if (w)
+        w->items = calloc(nsaved, sizeof(*w->items));
+    if (!w || !w->items) {
+        free(w);
+        logmsg("out of memory re-learning %zu jobs", nsaved);
+        return;
+    }
+    for (size_t i = 0; i < nsaved; i++)
+        w->items[i].pid = saved[i].pid;
+    w->kind = WORK_RELEARN;
+    w->n = nsaved;
+    d.relearning = 1;
+    if (tcgpud_work_start(w) < 0) {
+        for (size_t i = 0; i < nsaved; i++)
+            w->items[i].err = -ETIMEDOUT;   /* as saved */
+        relearn_done(w);
+        tcgpud_work_free(w);
+    }
 }
 
 /* ---------------------------------------------------------------------------
@@ -224,6 +379,8 @@ static void relearn(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tcgpud [--config FILE] [--socket PATH] [--state FILE]\n"
+               "       tcgpud --check-config FILE\n"
+               "       tcgpud --version\n"
                "\n"
                "The GPU policy daemon: priorities, reservations, borrowing, preemption by\n"
                "transparent suspend, automatic resume. Runs in the foreground, logs to stderr.\n"
@@ -232,13 +389,57 @@ static void usage(FILE *f)
                "\n"
                "  -c, --config FILE   configuration (default /etc/tcgpud.ini; docs/tcgpud.md)\n"
                "  -s, --socket PATH   override [daemon] socket\n"
-               "  -S, --state FILE    override [daemon] state_file\n");
+               "  -S, --state FILE    override [daemon] state_file\n"
+               "  --check-config FILE check FILE and exit: every error (exit 1), and warnings for\n"
+               "                      members, @groups and admins that do not exist here\n");
+}
+
+/* Each line of a multi-line message, "tcgpud: " first. */
+static void print_lines(FILE *f, const char *text)
+{
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, "\n");
+        fprintf(f, "tcgpud: %.*s\n", (int)n, p);
+        p += n + (p[n] == '\n');
+    }
+}
+
+static void print_warning(const char *msg, void *arg)
+{
+    (void)arg;
+    fprintf(stderr, "tcgpud: %s\n", msg);
+}
+
+/* tcgpud --check-config FILE: as nginx -t. Returns the exit code. */
+static int check_config(const char *path)
+{
+    struct tcgpud_config c;
+    static char err[TCGPUD_CONFIG_ERR_MAX + 64];
+    int r = tcgpud_config_load(&c, path, err, sizeof(err)), warnings;
+
+    if (r < 0) {
+        print_lines(stderr, err);
+        warnings = r == -EINVAL ? tcgpud_config_warnings(&c, print_warning, NULL) : 0;
+        fprintf(stderr, "tcgpud: configuration %s: %d error%s, %d warning%s\n", path,
+                c.nerrors ? c.nerrors : 1, c.nerrors == 1 || !c.nerrors ? "" : "s", warnings,
+                warnings == 1 ? "" : "s");
+        tcgpud_config_free(&c);
+        return 1;
+    }
+    warnings = tcgpud_config_warnings(&c, print_warning, NULL);
+    printf("tcgpud: configuration %s is valid: %d project%s, %d GPU%s configured, %d warning%s\n", path,
+           c.nprojects, c.nprojects == 1 ? "" : "s", c.ngpus, c.ngpus == 1 ? "" : "s", warnings,
+           warnings == 1 ? "" : "s");
+    tcgpud_config_free(&c);
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, const char **config, const char **sock,
                       const char **state)
 {
+    enum { OPT_CHECK_CONFIG = 1000 };
     static const struct option longopts[] = {
+        { "check-config", required_argument, NULL, OPT_CHECK_CONFIG },
         { "config", required_argument, NULL, 'c' },
         { "socket", required_argument, NULL, 's' },
         { "state", required_argument, NULL, 'S' },
@@ -255,6 +456,7 @@ static int parse_args(int argc, char **argv, const char **config, const char **s
         case 'S': *state = optarg; break;
         case 'h': usage(stdout); exit(0);
         case 'V': printf("tcgpud %s\n", TCGPU_VERSION_STRING); exit(0);
+        case OPT_CHECK_CONFIG: exit(check_config(optarg));
         default: usage(stderr); return -1;
         }
     }
@@ -265,16 +467,50 @@ static int parse_args(int argc, char **argv, const char **config, const char **s
     return 0;
 }
 
+/* Room for a full connection table and the workers' sockets. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    rlim_t want = MAX_CONNS + 256;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < want)
+        logmsg("open files limited to %llu (want %llu): fewer connections can be served",
+               (unsigned long long)rl.rlim_cur, (unsigned long long)want);
+}
+
+/* The HTTP endpoint, when [daemon] http is set; its first contents at once. */
+static int start_http(void)
+{
+    char err[512];
+    int port;
+
+    if (!d.cfg.http_host[0])
+        return 0;
+    if (http_start(d.cfg.http_host, d.cfg.http_port, d.cfg.dashboard, &port, err, sizeof(err)) < 0) {
+        logmsg("%s", err);
+        return -1;
+    }
+    publish_metrics();
+    dashboard_tick();
+    logmsg("http: serving /metrics%s on http://%s%s%s:%d/", d.cfg.dashboard ? " and the dashboard" : "",
+           strchr(d.cfg.http_host, ':') ? "[" : "", d.cfg.http_host,
+           strchr(d.cfg.http_host, ':') ? "]" : "", port);
+    return 0;
+}
+
 static int setup(int argc, char **argv)
 {
     const char *config = "/etc/tcgpud.ini", *sock = NULL, *state = NULL;
-    char err[1024];
+    static char err[TCGPUD_CONFIG_ERR_MAX + 64];
     sigset_t mask;
 
     if (parse_args(argc, argv, &config, &sock, &state) < 0)
         return 2;
     if (tcgpud_config_load(&d.cfg, config, err, sizeof(err)) < 0) {
-        fprintf(stderr, "tcgpud: %s\n", err);
+        print_lines(stderr, err);
         return 1;
     }
     if (sock)
@@ -285,6 +521,7 @@ static int setup(int argc, char **argv)
         fprintf(stderr, "tcgpud: cannot build the policy from %s\n", config);
         return 1;
     }
+    raise_fd_limit();
     if (geteuid() != 0)
         logmsg("not running as root: only jobs of uid %u can be suspended and resumed",
                (unsigned)geteuid());
@@ -302,6 +539,8 @@ static int setup(int argc, char **argv)
     relearn();
     d.listen_fd = open_socket(d.cfg.socket);
     if (d.listen_fd < 0)
+        return 1;
+    if (start_http() < 0)
         return 1;
     logmsg("serving %s (config %s, state %s, %d projects, min runtime %.1f s)", d.cfg.socket,
            config, d.cfg.state_file, d.cfg.nprojects, (double)d.cfg.min_runtime_ns / 1e9);
@@ -366,6 +605,7 @@ int main(int argc, char **argv)
     if (r)
         return r;
     loop();
+    http_stop();
     save_state();
     unlink(d.cfg.socket);
     for (int ci = 0; ci < MAX_CONNS; ci++)

@@ -1,97 +1,243 @@
-/* tcgpud's latencies and its node_exporter textfile; see daemon.h. */
+/*
+ * metrics.c - tcgpud's metrics: latency histograms, counters, and the
+ * Prometheus text exposition (version 0.0.4) of them and of the policy's
+ * state, for the node_exporter textfile and for /metrics (docs/tcgpud.md,
+ * "Metrics"); see daemon.h.
+ *
+ * Latencies are histograms, not summaries: buckets add up across nodes
+ * (histogram_quantile(0.99, sum by (le) (rate(..._bucket[5m])))), quantiles
+ * computed on one node do not. Every series is written on every scrape,
+ * zero included, so that rate() and absent() behave. Runs on the loop's
+ * thread only.
+ */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/macros.h"
 #include "daemon.h"
+#include "http.h"
 
-/* ---------------------------------------------------------------------------
- * Latencies
- * ------------------------------------------------------------------------- */
+/* Upper bounds of the latency buckets, seconds (+Inf after the last). */
+static const double bounds[LATENCY_BUCKETS - 1] = {
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
+};
+
+/* The event types counted in tcgpud_events_total (docs/tcgpud.md lists them). */
+static const char *const event_types[] = {
+    "registered", "request", "waiting", "granted", "denied", "suspending", "suspended",
+    "suspend-failed", "resuming", "resumed", "resume-failed", "manual-suspend", "manual-resume",
+    "exited", "relearnt", "refused",
+};
+
+static const char *const job_states[] = { "running", "waiting", "suspending", "suspended", "resuming" };
 
 void latency_add(struct latency *l, double secs)
 {
-    if (l->n == LATENCY_SAMPLES)
-        l->sum -= l->v[l->next];
-    else
-        l->n++;
-    l->v[l->next] = secs;
-    l->next = (l->next + 1) % LATENCY_SAMPLES;
+    size_t k = 0;
+
+    while (k < NELEM(bounds) && secs > bounds[k])
+        k++;
+    l->bucket[k]++;
     l->sum += secs;
     l->count++;
 }
 
-/* ---------------------------------------------------------------------------
- * Metrics
- * ------------------------------------------------------------------------- */
-
-static int cmp_double(const void *a, const void *b)
+void metrics_count_event(const char *type)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    for (size_t i = 0; i < NELEM(event_types) && i < NELEM(d.events_by_type); i++)
+        if (!strcmp(event_types[i], type)) {
+            d.events_by_type[i]++;
+            return;
+        }
 }
 
-static void write_summary(FILE *f, const char *name, const char *help, const struct latency *l)
-{
-    double v[LATENCY_SAMPLES];
-    static const double qs[] = { 0.5, 0.9, 0.99 };
+/* ---------------------------------------------------------------------------
+ * The exposition
+ * ------------------------------------------------------------------------- */
 
-    fprintf(f, "# HELP %s %s\n# TYPE %s summary\n", name, help, name);
-    memcpy(v, l->v, l->n * sizeof(double));
-    qsort(v, l->n, sizeof(double), cmp_double);
-    for (size_t i = 0; i < 3 && l->n; i++)
-        fprintf(f, "%s{quantile=\"%g\"} %.6f\n", name, qs[i], v[(size_t)(qs[i] * (double)(l->n - 1) + 0.5)]);
-    /* sum over the samples kept; count over all time (a summary's count is a counter) */
+static void header(FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value as the format wants it: backslash, quote and newline escaped. */
+static void label_value(FILE *f, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            fprintf(f, "\\%c", *v);
+        else if (*v == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*v, f);
+    }
+}
+
+static void write_histogram(FILE *f, const char *name, const char *help, const struct latency *l)
+{
+    uint64_t cum = 0;
+
+    header(f, name, "histogram", help);
+    for (size_t k = 0; k < LATENCY_BUCKETS; k++) {
+        cum += l->bucket[k];
+        if (k < NELEM(bounds))
+            fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[k], (unsigned long long)cum);
+        else
+            fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    }
     fprintf(f, "%s_sum %.6f\n%s_count %llu\n", name, l->sum, name, (unsigned long long)l->count);
 }
 
-static void write_metrics_to(FILE *f)
+static void write_devices(FILE *f)
 {
-    static const char *const states[] = { "running", "waiting", "suspending", "suspended", "resuming" };
-    unsigned long counts[5] = { 0 };
+    int n = policy_device_count(d.pol);
 
-    fprintf(f, "# HELP tcgpud_device_memory_capacity_bytes GPU memory tcgpud manages.\n"
-               "# TYPE tcgpud_device_memory_capacity_bytes gauge\n");
-    for (int dev = 0; dev < policy_device_count(d.pol); dev++)
+    header(f, "tcgpud_device_memory_capacity_bytes", "gauge", "GPU memory tcgpud manages.");
+    for (int dev = 0; dev < n; dev++)
         fprintf(f, "tcgpud_device_memory_capacity_bytes{device=\"%d\"} %llu\n", dev,
                 (unsigned long long)policy_device_capacity(d.pol, dev));
-    fprintf(f, "# HELP tcgpud_device_memory_used_bytes GPU memory held by managed jobs that are not suspended.\n"
-               "# TYPE tcgpud_device_memory_used_bytes gauge\n");
-    for (int dev = 0; dev < policy_device_count(d.pol); dev++)
+    header(f, "tcgpud_device_memory_used_bytes", "gauge",
+           "GPU memory held by managed jobs that are not suspended.");
+    for (int dev = 0; dev < n; dev++)
         fprintf(f, "tcgpud_device_memory_used_bytes{device=\"%d\"} %llu\n", dev,
                 (unsigned long long)policy_device_used(d.pol, dev));
+}
+
+/* Jobs by state, on the whole and per project. */
+static void write_jobs(FILE *f)
+{
+    int np = policy_project_count(d.pol);
+    unsigned long *counts = calloc((size_t)(np + 1) * NELEM(job_states), sizeof(*counts));
+
+    if (!counts)
+        return;
     for (size_t i = 0; i < d.njobs; i++) {
         const struct pol_job *pj = policy_job(d.pol, (uint64_t)d.jobs[i].pid);
         const char *s = pj ? display_state(pj) : "";
-        for (int k = 0; k < 5; k++)
-            counts[k] += !strcmp(s, states[k]);
+        for (size_t k = 0; k < NELEM(job_states); k++)
+            if (!strcmp(s, job_states[k]) && pj->project >= 0 && pj->project < np) {
+                counts[k]++;                                        /* all: row 0 */
+                counts[(size_t)(pj->project + 1) * NELEM(job_states) + k]++;
+            }
     }
-    fprintf(f, "# HELP tcgpud_jobs Managed jobs by state.\n# TYPE tcgpud_jobs gauge\n");
-    for (int k = 0; k < 5; k++)
-        fprintf(f, "tcgpud_jobs{state=\"%s\"} %lu\n", states[k], counts[k]);
-    fprintf(f, "# HELP tcgpud_preemptions_total Jobs suspended to make room for others.\n"
-               "# TYPE tcgpud_preemptions_total counter\ntcgpud_preemptions_total %llu\n",
-            (unsigned long long)d.preemptions_total);
-    fprintf(f, "# HELP tcgpud_refused_requests_total Requests refused for lack of permission.\n"
-               "# TYPE tcgpud_refused_requests_total counter\ntcgpud_refused_requests_total %llu\n",
-            (unsigned long long)d.refused_total);
-    write_summary(f, "tcgpud_suspend_latency_seconds", "Time to suspend a job (GPU memory freed).",
-                  &d.suspend_lat);
-    write_summary(f, "tcgpud_resume_latency_seconds", "Time to resume a job.", &d.resume_lat);
+    header(f, "tcgpud_jobs", "gauge", "Managed jobs by state.");
+    for (size_t k = 0; k < NELEM(job_states); k++)
+        fprintf(f, "tcgpud_jobs{state=\"%s\"} %lu\n", job_states[k], counts[k]);
+    header(f, "tcgpud_project_jobs", "gauge", "Managed jobs of a project by state.");
+    for (int p = 0; p < np; p++)
+        for (size_t k = 0; k < NELEM(job_states); k++) {
+            fputs("tcgpud_project_jobs{project=\"", f);
+            label_value(f, policy_project(d.pol, p)->name);
+            fprintf(f, "\",state=\"%s\"} %lu\n", job_states[k],
+                    counts[(size_t)(p + 1) * NELEM(job_states) + k]);
+        }
+    free(counts);
+}
+
+/* name{project="P",device="D"} V */
+static void project_device_line(FILE *f, const char *name, int p, int dev, uint64_t v)
+{
+    fprintf(f, "%s{project=\"", name);
+    label_value(f, policy_project(d.pol, p)->name);
+    fprintf(f, "\",device=\"%d\"} %llu\n", dev, (unsigned long long)v);
+}
+
+/* Per project and GPU: memory used, reserved, and borrowed beyond the reservation. */
+static void write_projects(FILE *f)
+{
+    int np = policy_project_count(d.pol), nd = policy_device_count(d.pol);
+
+    header(f, "tcgpud_project_memory_used_bytes", "gauge",
+           "GPU memory held by a project's jobs that are not suspended.");
+    for (int p = 0; p < np; p++)
+        for (int dev = 0; dev < nd; dev++)
+            project_device_line(f, "tcgpud_project_memory_used_bytes", p, dev,
+                                policy_project_used(d.pol, p, dev));
+    header(f, "tcgpud_project_reservation_bytes", "gauge", "GPU memory reserved for a project.");
+    for (int p = 0; p < np; p++)
+        for (int dev = 0; dev < nd; dev++)
+            project_device_line(f, "tcgpud_project_reservation_bytes", p, dev,
+                                policy_reserved(d.pol, p, dev));
+    header(f, "tcgpud_project_memory_borrowed_bytes", "gauge",
+           "GPU memory a project's jobs hold beyond its reservation (borrowed idle memory).");
+    for (int p = 0; p < np; p++)
+        for (int dev = 0; dev < nd; dev++) {
+            uint64_t used = policy_project_used(d.pol, p, dev), res = policy_reserved(d.pol, p, dev);
+            project_device_line(f, "tcgpud_project_memory_borrowed_bytes", p, dev,
+                                used > res ? used - res : 0);
+        }
+}
+
+static void write_counters(FILE *f)
+{
+    header(f, "tcgpud_preemptions_total", "counter", "Jobs suspended to make room for others.");
+    fprintf(f, "tcgpud_preemptions_total %llu\n", (unsigned long long)d.preemptions_total);
+    header(f, "tcgpud_refused_requests_total", "counter", "Requests refused for lack of permission.");
+    fprintf(f, "tcgpud_refused_requests_total %llu\n", (unsigned long long)d.refused_total);
+    header(f, "tcgpud_events_total", "counter",
+           "Events by type (denied and waiting requests, failed suspends and resumes...).");
+    for (size_t i = 0; i < NELEM(event_types); i++)
+        fprintf(f, "tcgpud_events_total{type=\"%s\"} %llu\n", event_types[i],
+                (unsigned long long)d.events_by_type[i]);
+}
+
+static void write_daemon(FILE *f)
+{
+    header(f, "tcgpud_build_info", "gauge", "tcgpud's version, as a label; always 1.");
+    fputs("tcgpud_build_info{version=\"", f);
+    label_value(f, TCGPU_VERSION_STRING);
+    fputs("\"} 1\n", f);
+    header(f, "tcgpud_start_time_seconds", "gauge", "When tcgpud started, seconds since the epoch.");
+    fprintf(f, "tcgpud_start_time_seconds %.3f\n",
+            (double)wall_ms() / 1e3 - (double)(now_ns() - d.start_ns) / 1e9);
+    header(f, "tcgpud_last_update_timestamp_seconds", "gauge",
+           "When these values were computed, seconds since the epoch (a stale textfile shows).");
+    fprintf(f, "tcgpud_last_update_timestamp_seconds %.3f\n", (double)wall_ms() / 1e3);
+}
+
+static void write_all(FILE *f)
+{
+    write_daemon(f);
+    write_devices(f);
+    write_jobs(f);
+    write_projects(f);
+    write_counters(f);
+    write_histogram(f, "tcgpud_suspend_latency_seconds",
+                    "Time to suspend a job (until its GPU memory is freed).", &d.suspend_lat);
+    write_histogram(f, "tcgpud_resume_latency_seconds", "Time to resume a job.", &d.resume_lat);
+    write_histogram(f, "tcgpud_grant_wait_seconds",
+                    "Time from a job's memory request to its grant (preemptions included).",
+                    &d.grant_wait);
+}
+
+char *metrics_text(size_t *len)
+{
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+
+    if (!f)
+        return NULL;
+    write_all(f);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }
 
 /* The textfile, written whole to a temporary name and renamed (node_exporter
  * must never read half a file). */
-void write_metrics(void)
+static void write_textfile(const char *text, size_t len)
 {
     char tmp[PATH_MAX + 16];
     FILE *f;
 
-    if (!d.cfg.metrics[0])
-        return;
     snprintf(tmp, sizeof(tmp), "%s.tmp", d.cfg.metrics);
     f = fopen(tmp, "we");
     if (!f) {
@@ -100,9 +246,26 @@ void write_metrics(void)
             logmsg("cannot write metrics to %s: %s", tmp, strerror(errno));
         return;
     }
-    write_metrics_to(f);
-    if (fclose(f) != 0 || rename(tmp, d.cfg.metrics) < 0) {
+    if (fwrite(text, 1, len, f) != len || fclose(f) != 0 || rename(tmp, d.cfg.metrics) < 0) {
         logmsg("cannot write metrics to %s: %s", d.cfg.metrics, strerror(errno));
         unlink(tmp);
     }
+}
+
+void publish_metrics(void)
+{
+    size_t len;
+    char *text;
+
+    if (!d.cfg.metrics[0] && !d.cfg.http_host[0])
+        return;
+    if (!(text = metrics_text(&len))) {
+        logmsg("out of memory writing the metrics");
+        return;
+    }
+    if (d.cfg.metrics[0])
+        write_textfile(text, len);
+    if (d.cfg.http_host[0])
+        http_publish(HTTP_METRICS, text, len);
+    free(text);
 }

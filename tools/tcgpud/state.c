@@ -22,7 +22,7 @@ _Static_assert(sizeof(pid_t) == sizeof(int32_t) && sizeof(uid_t) == sizeof(uint3
     CTL_FIELD(struct tcgpud_saved_job, member, key, kind, .required = 1, __VA_ARGS__)
 
 /* A job's line after its word "job", in this order. Every field is required
- * but dev_capacity and uuid, which came later. */
+ * but dev_capacity, uuid, since, queued, job and compute, which came later. */
 static const struct ctl_field_desc job_fields[] = {
     JOB_FIELD(pid, "pid", CTL_I32, .min = 1, .max = INT_MAX),
     JOB_FIELD(start_ticks, "start", CTL_U64),
@@ -40,6 +40,10 @@ static const struct ctl_field_desc job_fields[] = {
     JOB_FIELD(auto_resume, "auto_resume", CTL_FLAG),
     JOB_FIELD(preemptions, "preemptions", CTL_U32),
     JOB_FIELD(run_ns, "run_ns", CTL_U64),
+    CTL_FIELD(struct tcgpud_saved_job, since_ns, "since", CTL_U64),
+    CTL_FIELD(struct tcgpud_saved_job, queued_ns, "queued", CTL_U64),
+    CTL_FIELD(struct tcgpud_saved_job, job, "job", CTL_TEXT),
+    CTL_FIELD(struct tcgpud_saved_job, compute, "compute", CTL_U32),
 };
 
 static void put_job(struct ctl_buf *b, const struct tcgpud_saved_job *j)

@@ -27,11 +27,16 @@ struct tcgpud_saved_job {
     uint64_t dev_capacity;        /* the device's capacity as tcgpud knew it */
     char uuid[48];                /* the device's UUID ("": not known) */
     uint64_t mem;
-    char state[16];               /* pol_state_name() */
+    char state[16];               /* pol_state_name(): running, suspending, suspended, resuming */
     char suspended_by[16];        /* pol_by_name() */
     int auto_resume;
     unsigned preemptions;
-    uint64_t run_ns;
+    uint64_t run_ns;              /* time it ran: up to since_ns when that is given, else all */
+    uint64_t since_ns;            /* CLOCK_MONOTONIC (one boot, as the job's pid is): its last
+                                     start or resume; 0: not known (older files) */
+    uint64_t queued_ns;           /* CLOCK_MONOTONIC: when it was suspended; 0: not suspended */
+    char job[64];                 /* the gang (multi-GPU job) it is a task of, "" none */
+    unsigned compute;             /* its compute share, permille, 0: none */
 };
 
 /* Write n jobs to path atomically. 0 or -errno (message in err). */

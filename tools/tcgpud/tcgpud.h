@@ -16,9 +16,14 @@
 
 #include "tcgpu.h"
 
-enum work_kind { WORK_SUSPEND = 1, WORK_RESUME, WORK_POLL };
+/*
+ * SUSPEND, RESUME: one job's operation. POLL: every job's status at once,
+ * bounded by one deadline. RELEARN: the same for a restarted tcgpud, which
+ * waits (longer) for jobs in the middle of an operation to settle.
+ */
+enum work_kind { WORK_SUSPEND = 1, WORK_RESUME, WORK_POLL, WORK_RELEARN };
 
-/* One job's answer to a status poll. */
+/* One job's answer to a status poll (-ETIMEDOUT: none by the deadline). */
 struct poll_item {
     pid_t pid;
     int err;                      /* 0, or -errno of reaching it */
@@ -36,7 +41,7 @@ struct work {
     char msg[512];
     struct tcgpu_status st;       /* after the operation */
     uint64_t ns;                  /* how long it took */
-    /* WORK_POLL */
+    /* WORK_POLL, WORK_RELEARN */
     uint64_t gen;
     size_t n;
     struct poll_item *items;

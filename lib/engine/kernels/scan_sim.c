@@ -4,8 +4,11 @@
  * Built into a shared object and embedded in the library (embed.py), loaded
  * with cuModuleLoadData when the driver is simcuda.
  */
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "devhash.h"
 #include "simcuda_kernel.h"
@@ -32,10 +35,52 @@ static uint32_t any_nonzero(const uint8_t *p, size_t len)
     return len && memcmp(p, zeros, len) != 0;
 }
 
+/* A share of the chunks, scanned by one thread (a GPU scans them all at
+ * once: the twin uses the host's cores, as the device would its SMs). */
+struct share {
+    const uint8_t **views;
+    const struct scan_desc *d;
+    struct scan_result *out;
+    uint32_t from, to, flags;
+};
+
+static void *scan_share(void *arg)
+{
+    struct share *s = arg;
+
+    for (uint32_t i = s->from; i < s->to; i++) {
+        uint32_t nz = 0;
+
+        if (s->flags & 1) {
+            s->out[i].hash = devhash_host(s->views[i], (size_t)s->d[i].len, &nz);
+        } else {
+            s->out[i].hash = 0;
+            nz = any_nonzero(s->views[i], (size_t)s->d[i].len);
+        }
+        s->out[i].nonzero = nz;
+        s->out[i].pad = 0;
+    }
+    return NULL;
+}
+
+/* Threads for `bytes` of work: one per 16 MiB, at most one per CPU (8). */
+static unsigned threads_for(uint64_t bytes)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t t = bytes >> 24;
+
+    if (cpus > 8)
+        cpus = 8;
+    if (t > (uint64_t)cpus)
+        t = (uint64_t)cpus;
+    return t ? (unsigned)t : 1;
+}
+
 /* tcgpu_scan(const scan_desc *desc, uint32_t n, scan_result *out, uint32_t
  * flags): for each of n chunks, whether any byte is non-zero and, with flags
  * bit 0 (SCAN_HASH), its device hash (else hash 0: zero detection stops at
- * the first non-zero byte). */
+ * the first non-zero byte). Device pointers are translated here, on the
+ * stream's worker (which holds the device map), and hashed on the threads. */
 SIMCUDA_KERNEL(tcgpu_scan)
 {
     uint64_t desc_ptr = SIMCUDA_ARG(uint64_t, 0);
@@ -44,24 +89,34 @@ SIMCUDA_KERNEL(tcgpu_scan)
     uint32_t flags = SIMCUDA_ARG(uint32_t, 3);
     const struct scan_desc *d = k->dev(k, desc_ptr, (size_t)n * sizeof(*d));
     struct scan_result *out = k->dev(k, out_ptr, (size_t)n * sizeof(*out));
+    const uint8_t **views = malloc((n ? n : 1) * sizeof(*views));
+    struct share sh[8];
+    pthread_t th[8];
+    unsigned nt, started = 0;
+    uint64_t bytes = 0;
 
-    if (!d || !out)
+    if (!d || !out || !views) {
+        free(views);
         return;
-    for (uint32_t i = 0; i < n; i++) {
-        const void *p = k->dev(k, d[i].va, (size_t)d[i].len);
-        uint32_t nz = 0;
-
-        if (!p)
-            return;
-        if (flags & 1) {
-            out[i].hash = devhash_host(p, (size_t)d[i].len, &nz);
-        } else {
-            out[i].hash = 0;
-            nz = any_nonzero(p, (size_t)d[i].len);
-        }
-        out[i].nonzero = nz;
-        out[i].pad = 0;
     }
+    for (uint32_t i = 0; i < n; i++) {
+        if (!(views[i] = k->dev(k, d[i].va, (size_t)d[i].len))) {
+            free(views);
+            return;
+        }
+        bytes += d[i].len;
+    }
+    nt = threads_for(bytes);
+    for (unsigned t = 0; t < nt; t++)
+        sh[t] = (struct share){ views, d, out, (uint32_t)((uint64_t)n * t / nt),
+                                (uint32_t)((uint64_t)n * (t + 1) / nt), flags };
+    while (started + 1 < nt && pthread_create(&th[started], NULL, scan_share, &sh[started]) == 0)
+        started++;
+    for (unsigned t = started; t < nt; t++)   /* this thread takes the rest */
+        scan_share(&sh[t]);
+    for (unsigned t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    free(views);
 }
 SIMCUDA_KERNEL_PARAMS(tcgpu_scan, sizeof(uint64_t), sizeof(uint32_t), sizeof(uint64_t),
                       sizeof(uint32_t));

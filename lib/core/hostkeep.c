@@ -1,0 +1,257 @@
+/*
+ * hostkeep.c - host memory kept between operations, within a budget,
+ * released under memory pressure; see hostkeep.h.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/units.h"
+#include "driver/gate.h"
+#include "engine/pipeline.h"
+#include "hostkeep.h"
+
+#define DEFAULT_POLL_MS 250u
+#define MIN_FREE_FLOOR (256ull << 20)
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static struct pipe_store *kept_store;     /* guarded by mu */
+static struct pipe *kept_pipe;
+static pid_t owner;                       /* the process the kept objects belong to */
+static int monitor_running;
+
+/* MemTotal or MemAvailable of /proc/meminfo in bytes; 0 when unknown. */
+static uint64_t meminfo(const char *key)
+{
+    char line[256];
+    size_t klen = strlen(key);
+    uint64_t kb = 0;
+    FILE *f = fopen("/proc/meminfo", "re");
+
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (!strncmp(line, key, klen) && line[klen] == ':') {
+            kb = strtoull(line + klen + 1, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return kb << 10;
+}
+
+/* A size from the environment, or `dflt` when unset or malformed. */
+static uint64_t env_size(const char *name, uint64_t dflt)
+{
+    const char *v = getenv(name);
+    uint64_t b;
+
+    if (!v || !*v)
+        return dflt;
+    if (units_parse_size(v, &b) != 0) {
+        log_info("%s=%s is not a size; using the default", name, v);
+        return dflt;
+    }
+    return b;
+}
+
+static uint64_t budget(void)
+{
+    return env_size("TCGPU_HOST_KEEP", meminfo("MemTotal") / 2);
+}
+
+static uint64_t min_free(void)
+{
+    uint64_t d = meminfo("MemTotal") / 20;
+
+    return env_size("TCGPU_HOST_KEEP_MIN_FREE", d > MIN_FREE_FLOOR ? d : MIN_FREE_FLOOR);
+}
+
+/* Whether the machine is short of memory now (MemAvailable unknown: no). */
+static int memory_short(uint64_t *avail, uint64_t *floor)
+{
+    *avail = meminfo("MemAvailable");
+    *floor = min_free();
+    return *avail && *avail < *floor;
+}
+
+/* After a fork the kept objects are the parent's (its threads are not
+ * here): forgotten, not freed (their driver state is not the child's). */
+static void check_owner(void)
+{
+    if (owner == getpid())
+        return;
+    kept_store = NULL;
+    kept_pipe = NULL;
+    monitor_running = 0;
+    owner = getpid();
+}
+
+/* Frees what is kept; mu held. Returns the store bytes freed. */
+static uint64_t release_locked(void)
+{
+    uint64_t bytes = pipe_store_kept_bytes(kept_store);
+
+    pipe_store_free(kept_store);
+    kept_store = NULL;
+    pipe_free(kept_pipe);
+    kept_pipe = NULL;
+    return bytes;
+}
+
+uint64_t hostkeep_release(const char *why)
+{
+    char b[32];
+    uint64_t bytes;
+
+    pthread_mutex_lock(&mu);
+    check_owner();
+    bytes = release_locked();
+    pthread_cond_broadcast(&wake);
+    pthread_mutex_unlock(&mu);
+    if (bytes)
+        log_info("released the host memory kept for the next suspend (%s): %s",
+                 units_format_bytes(bytes, b, sizeof(b)), why);
+    return bytes;
+}
+
+static unsigned poll_ms(void)
+{
+    const char *v = getenv("TCGPU_HOST_KEEP_POLL_MS");
+    unsigned long n = v && *v ? strtoul(v, NULL, 10) : 0;
+
+    return n >= 10 && n <= 60000 ? (unsigned)n : DEFAULT_POLL_MS;
+}
+
+/* Watches the machine's available memory while anything is kept. */
+static void *monitor_main(void *arg)
+{
+    unsigned ms = poll_ms();
+
+    (void)arg;
+    tcgpu_gate_set_exempt(true);
+    pthread_mutex_lock(&mu);
+    while (kept_store || kept_pipe) {
+        struct timespec until;
+        uint64_t avail, floor;
+
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += (long)(ms % 1000) * 1000000L;
+        until.tv_sec += ms / 1000 + until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&wake, &mu, &until);
+        if (!(kept_store || kept_pipe) || !memory_short(&avail, &floor))
+            continue;
+        pthread_mutex_unlock(&mu);
+        char a[32], f[32], why[128];
+        snprintf(why, sizeof(why), "memory available %s, below %s",
+                 units_format_bytes(avail, a, sizeof(a)), units_format_bytes(floor, f, sizeof(f)));
+        hostkeep_release(why);
+        pthread_mutex_lock(&mu);
+    }
+    monitor_running = 0;
+    pthread_mutex_unlock(&mu);
+    return NULL;
+}
+
+/* Starts the monitor when something is kept and it is not running; mu held. */
+static void ensure_monitor(void)
+{
+    pthread_attr_t attr;
+    pthread_t th;
+
+    if (monitor_running || !(kept_store || kept_pipe))
+        return;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &attr, monitor_main, NULL) == 0) {
+        monitor_running = 1;
+        pthread_setname_np(th, "tcgpu-hostkeep");
+    } else {
+        /* No watcher, no keeping: the memory could not be given back. */
+        release_locked();
+    }
+    pthread_attr_destroy(&attr);
+}
+
+struct pipe_store *hostkeep_take_store(void)
+{
+    struct pipe_store *s;
+
+    pthread_mutex_lock(&mu);
+    check_owner();
+    s = kept_store;
+    kept_store = NULL;
+    pthread_mutex_unlock(&mu);
+    return s;
+}
+
+void hostkeep_offer_store(struct pipe_store *s)
+{
+    uint64_t bytes = pipe_store_kept_bytes(s), avail, floor, max = budget();
+    char b[32];
+
+    if (!s)
+        return;
+    if (!bytes || bytes > max || memory_short(&avail, &floor)) {
+        pipe_store_free(s);
+        return;
+    }
+    pipe_store_empty(s);
+    pthread_mutex_lock(&mu);
+    check_owner();
+    pipe_store_free(kept_store);   /* none: take and offer alternate */
+    kept_store = s;
+    ensure_monitor();
+    pthread_mutex_unlock(&mu);
+    log_debug("keeping %s of host memory for the next suspend",
+              units_format_bytes(bytes, b, sizeof(b)));
+}
+
+struct pipe *hostkeep_take_pipe(void)
+{
+    struct pipe *p;
+
+    pthread_mutex_lock(&mu);
+    check_owner();
+    p = kept_pipe;
+    kept_pipe = NULL;
+    pthread_mutex_unlock(&mu);
+    return p;
+}
+
+void hostkeep_offer_pipe(struct pipe *p)
+{
+    uint64_t avail, floor;
+    const char *v = getenv("TCGPU_HOST_KEEP");
+
+    if (!p)
+        return;
+    if ((v && !strcmp(v, "0")) || memory_short(&avail, &floor)) {
+        pipe_free(p);
+        return;
+    }
+    pthread_mutex_lock(&mu);
+    check_owner();
+    pipe_free(kept_pipe);
+    kept_pipe = p;
+    ensure_monitor();
+    pthread_mutex_unlock(&mu);
+}
+
+uint64_t hostkeep_store_bytes(void)
+{
+    uint64_t b;
+
+    pthread_mutex_lock(&mu);
+    check_owner();
+    b = pipe_store_kept_bytes(kept_store);
+    pthread_mutex_unlock(&mu);
+    return b;
+}

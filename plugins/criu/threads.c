@@ -1,0 +1,193 @@
+/*
+ * threads.c - letting a few threads of a task run while CRIU holds it.
+ *
+ * When CRIU calls RESUME_DEVICES_LATE, the restored tasks are complete but
+ * stopped under ptrace (CRIU is their tracer, and so are we: the plugin runs
+ * in CRIU's process); they run only once CRIU detaches. At fini(DUMP) after
+ * a failure or with --leave-running they are stopped the same way. A tcgpu
+ * resume needs threads of the task itself: the driver's restore thread (for
+ * Restore and Unlock), tcgpu's control thread (which takes the request) and
+ * its operations thread (which refills). The application's threads must
+ * stay stopped: the memory is not back yet. So, as NVIDIA's cuda_plugin does
+ * for the driver's restore thread, we let exactly those threads go (their
+ * signals blocked, so that nothing is delivered under CRIU's feet; seccomp
+ * no longer suspended), and afterwards interrupt them and put back the
+ * mask and ptrace options CRIU set. Threads they create (the engine's
+ * workers, the simulated GPU's engines) are not traced and simply run.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "plugin.h"
+
+/* /proc/PID/task/TID/status: its TracerPid and the last NSpid (its tid where it lives). */
+static int thread_status(pid_t pid, pid_t tid, pid_t *tracer, pid_t *nstid)
+{
+    char path[96], line[512];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
+    if (!(f = fopen(path, "re")))
+        return -errno;
+    while (fgets(line, sizeof(line), f)) {
+        if (!strncmp(line, "TracerPid:", 10) && tracer) {
+            *tracer = (pid_t)strtol(line + 10, NULL, 10);
+        } else if (!strncmp(line, "NSpid:", 6) && nstid) {
+            char *p = line + 6, *end;
+            long v;
+            while ((v = strtol(p, &end, 10)), end != p) {
+                *nstid = (pid_t)v;
+                p = end;
+            }
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+pid_t tp_tid_ns(pid_t pid, pid_t tid)
+{
+    pid_t ns = 0;
+
+    return thread_status(pid, tid, NULL, &ns) == 0 ? ns : 0;
+}
+
+/* Calls fn for every thread of pid with its tid as we see it. */
+static void each_thread(pid_t pid, void (*fn)(pid_t pid, pid_t tid, void *arg), void *arg)
+{
+    char path[64];
+    struct dirent *e;
+    DIR *d;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    if (!(d = opendir(path)))
+        return;
+    while ((e = readdir(d)))
+        if (isdigit((unsigned char)e->d_name[0]))
+            fn(pid, (pid_t)strtol(e->d_name, NULL, 10), arg);
+    closedir(d);
+}
+
+struct find_ns {
+    pid_t want, found;
+};
+
+static void match_ns(pid_t pid, pid_t tid, void *arg)
+{
+    struct find_ns *f = arg;
+
+    if (!f->found && tp_tid_ns(pid, tid) == f->want)
+        f->found = tid;
+}
+
+struct collect {
+    pid_t *tids;
+    int n, max;
+};
+
+static void add_tcgpu(pid_t pid, pid_t tid, void *arg)
+{
+    struct collect *c = arg;
+    char path[96], comm[32] = "";
+    FILE *f;
+    pid_t ns;
+
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)pid, (int)tid);
+    if (!(f = fopen(path, "re")))
+        return;
+    if (!fgets(comm, sizeof(comm), f))
+        comm[0] = '\0';
+    fclose(f);
+    if (strncmp(comm, "tcgpu-", 6) || c->n >= c->max || !(ns = tp_tid_ns(pid, tid)))
+        return;
+    for (int i = 0; i < c->n; i++)
+        if (c->tids[i] == ns)
+            return;
+    c->tids[c->n++] = ns;
+}
+
+int tp_threads_tcgpu(pid_t pid, pid_t *tids, int n, int max)
+{
+    struct collect c = { .tids = tids, .n = n, .max = max };
+
+    each_thread(pid, add_tcgpu, &c);
+    return c.n;
+}
+
+static int let_go(pid_t tid, uint64_t *saved)
+{
+    uint64_t block = ~0ull & ~(1ull << (SIGTRAP - 1));
+
+    if (ptrace(PTRACE_GETSIGMASK, tid, sizeof(*saved), saved) < 0 ||
+        ptrace(PTRACE_SETSIGMASK, tid, sizeof(block), &block) < 0 ||
+        ptrace(PTRACE_SETOPTIONS, tid, NULL, 0) < 0 || ptrace(PTRACE_CONT, tid, NULL, 0) < 0)
+        return -errno;
+    return 0;
+}
+
+int tp_threads_run(pid_t pid, const pid_t *tids, int n, struct tp_running *run)
+{
+    memset(run, 0, sizeof(*run));
+    run->pid = pid;
+    for (int i = 0; i < n && run->n < TP_MAX_TIDS; i++) {
+        struct find_ns f = { .want = tids[i] };
+        pid_t tracer = 0;
+        int r;
+
+        each_thread(pid, match_ns, &f);
+        if (!f.found || thread_status(pid, f.found, &tracer, NULL) < 0)
+            continue;           /* gone: whatever needed it will say so */
+        if (tracer != getpid())
+            continue;           /* not held by us: it runs already */
+        if ((r = let_go(f.found, &run->sigmask[run->n])) < 0) {
+            tp_err("process %d: cannot let thread %d run: %s", (int)pid, (int)f.found, strerror(-r));
+            tp_threads_hold(run);
+            return r;
+        }
+        run->tid[run->n++] = f.found;
+    }
+    return 0;
+}
+
+/* Stops tid again where CRIU can go on with it: in a ptrace stop, with
+ * CRIU's signal mask and options back. */
+static int hold_one(pid_t tid, uint64_t mask)
+{
+    int st;
+
+    if (ptrace(PTRACE_INTERRUPT, tid, NULL, 0) < 0)
+        return -errno;
+    while (waitpid(tid, &st, __WALL) < 0)
+        if (errno != EINTR)
+            return -errno;
+    if (!WIFSTOPPED(st))
+        return -ESRCH;          /* it died */
+    if (ptrace(PTRACE_SETOPTIONS, tid, NULL, PTRACE_O_SUSPEND_SECCOMP | PTRACE_O_TRACESYSGOOD) < 0 ||
+        ptrace(PTRACE_SETSIGMASK, tid, sizeof(mask), &mask) < 0)
+        return -errno;
+    return 0;
+}
+
+int tp_threads_hold(struct tp_running *run)
+{
+    int bad = 0;
+
+    for (int i = 0; i < run->n; i++) {
+        int r = hold_one(run->tid[i], run->sigmask[i]);
+        if (r < 0) {
+            tp_err("process %d: thread %d: cannot stop it again for CRIU: %s", (int)run->pid,
+                   (int)run->tid[i], strerror(-r));
+            bad = r;
+        }
+    }
+    run->n = 0;
+    return bad;
+}

@@ -1,0 +1,135 @@
+/*
+ * test_engine.c - the device's compute engine is shared by processes in
+ * turns, as a GPU time-slices between contexts: two processes that both
+ * keep the device busy never run kernels at the same time and get about
+ * half of it each; one process's own streams still overlap; simcuda-smi
+ * reports each process's kernel time.
+ */
+#include "procs.h"
+
+#include <time.h>
+
+#define KERNEL_MS 5
+#define SECONDS 1
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* simcuda-smi's kernel_time_ns of pid on device 0 (-1 if absent). */
+static long long smi_kernel_ns(pid_t pid)
+{
+    char cmd[512], line[512];
+    long long k = -1;
+    FILE *f;
+
+    snprintf(cmd, sizeof(cmd), "%s --query-compute-apps=pid,gpu_index,kernel_time_ns "
+             "--format=csv,noheader", getenv("SIMCUDA_SMI"));
+    CHECK_TRUE((f = popen(cmd, "r")) != NULL);
+    while (fgets(line, sizeof(line), f)) {
+        int p, d;
+        long long v;
+        if (sscanf(line, "%d, %d, %lld", &p, &d, &v) == 3 && p == pid && d == 0)
+            k = v;
+    }
+    CHECK_EQ(pclose(f), 0);
+    return k;
+}
+
+/* Launch `mark` kernels of ms on `nstreams` streams until `until_ns`. */
+static void keep_busy(CUfunction f, CUdeviceptr log, int nstreams, uint32_t ms, uint64_t until_ns)
+{
+    CUstream s[4];
+
+    for (int i = 0; i < nstreams; i++)
+        CHECK(cuStreamCreate(&s[i], CU_STREAM_NON_BLOCKING));
+    while (mono_ns() < until_ns) {
+        for (int i = 0; i < nstreams; i++) {
+            uint32_t id = 1;
+            void *args[] = { &log, &id, &ms };
+            CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s[i], args, NULL));
+        }
+        for (int i = 0; i < nstreams; i++)
+            CHECK(cuStreamSynchronize(s[i]));
+    }
+}
+
+static CUfunction mark_kernel(CUdeviceptr *log)
+{
+    CUmodule m;
+    CUfunction f;
+
+    CHECK(cuModuleLoad(&m, t_module_path()));
+    CHECK(cuModuleGetFunction(&f, m, "mark"));
+    CHECK(cuMemAlloc(log, 64 * sizeof(uint32_t)));
+    return f;
+}
+
+/* Child: on 'G', keep the device busy for SECONDS, answer 'D', wait for 'X'. */
+static int hog(void)
+{
+    CUdeviceptr log;
+    CUfunction f;
+
+    t_init();
+    f = mark_kernel(&log);
+    send_byte(4, 'R');
+    CHECK_EQ(recv_byte(3), 'G');
+    keep_busy(f, log, 1, KERNEL_MS, mono_ns() + SECONDS * 1000000000ull);
+    send_byte(4, 'D');
+    recv_byte(3);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct child a, b;
+    CUdeviceptr log;
+    CUfunction f;
+    uint64_t t0, wall;
+    long long ka, kb, k0, k1;
+
+    if (argc == 3 && !strcmp(argv[1], "hog"))
+        return hog();
+    sim_test_setup("engine");
+    t_init();
+
+    /* two processes, each always with work queued */
+    a = spawn_role("hog", "-");
+    b = spawn_role("hog", "-");
+    CHECK_EQ(recv_byte(a.from), 'R');
+    CHECK_EQ(recv_byte(b.from), 'R');
+    t0 = mono_ns();
+    send_byte(a.to, 'G');
+    send_byte(b.to, 'G');
+    CHECK_EQ(recv_byte(a.from), 'D');
+    CHECK_EQ(recv_byte(b.from), 'D');
+    wall = mono_ns() - t0;
+    ka = smi_kernel_ns(a.pid);
+    kb = smi_kernel_ns(b.pid);
+    printf("two processes over %.0f ms: %.0f ms and %.0f ms of kernels\n", wall / 1e6, ka / 1e6,
+           kb / 1e6);
+    CHECK_TRUE(ka > 0 && kb > 0);
+    CHECK_TRUE((uint64_t)(ka + kb) <= wall + wall / 50);          /* never both at once */
+    CHECK_TRUE(ka > (ka + kb) * 3 / 10 && kb > (ka + kb) * 3 / 10); /* in turns */
+    send_byte(a.to, 'X');
+    send_byte(b.to, 'X');
+    CHECK_EQ(wait_child(a.pid), 0);
+    CHECK_EQ(wait_child(b.pid), 0);
+
+    /* one process, two streams of 20 ms kernels: they overlap */
+    f = mark_kernel(&log);
+    k0 = smi_kernel_ns(getpid());
+    t0 = mono_ns();
+    keep_busy(f, log, 2, 20, t0 + 400000000ull);
+    k1 = smi_kernel_ns(getpid());
+    wall = mono_ns() - t0;
+    printf("one process, two streams over %.0f ms: %.0f ms of kernels\n", wall / 1e6, (k1 - k0) / 1e6);
+    CHECK_TRUE(k1 - k0 > 0 && (uint64_t)(k1 - k0) <= wall + wall / 50);
+    printf("ok\n");
+    return 0;
+}

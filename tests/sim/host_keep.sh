@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The host memory a suspend copies into is kept for the next one
+# (docs/engine.md, "Warm host store"): a job suspended and resumed twice
+# copies into the pages of the first suspend the second time (they are
+# MADV_FREE while kept: LazyFree in smaps_rollup); memory pressure (the
+# machine's available memory below TCGPU_HOST_KEEP_MIN_FREE) releases them
+# within a poll; a budget smaller than the store keeps nothing. The second
+# job's final checksum equals an uninterrupted run's (the first runs until
+# the test kills it: a slow machine must not end it before the pressure).
+. "$(dirname "$0")/lib.sh"
+
+args=(--mb 128 --steps 250 --print-every 50)
+"$TRAIN" "${args[@]}" >"$WORK/ref.out" 2>&1 || fail "reference run failed: $(tail -n 3 "$WORK/ref.out")"
+ref=$(checksum_of "$WORK/ref.out")
+[ -n "$ref" ] || fail "no checksum in the reference run"
+
+lazyfree_kb() { awk '$1 == "LazyFree:" { print $2 }' "/proc/$1/smaps_rollup"; }
+avail_kb() { awk '$1 == "MemAvailable:" { print $2 }' /proc/meminfo; }
+cycle() { # pid : one suspend to host memory and resume
+    "$GPUCKPT" suspend "$1" -q || fail "suspend of $1 failed"
+    "$GPUCKPT" resume "$1" -q || fail "resume of $1 failed"
+}
+finish() { # pid out : the job runs to its end with the reference checksum
+    wait "$1" || fail "the job failed: $(tail -n 3 "$2")"
+    [ "$(checksum_of "$2")" = "$ref" ] || fail "checksum $(checksum_of "$2") after the cycles, want $ref"
+}
+
+# --- kept, reused, released under pressure --------------------------------------------
+# Pressure is "available memory below the floor": the floor sits 2 GiB under
+# what is available now, and a hog of 3 GiB crosses it.
+floor_kb=$(( $(avail_kb) - (2 << 20) ))
+[ "$floor_kb" -gt $((1 << 20)) ] || { echo "skipped: less than 3 GiB of memory available"; exit 77; }
+TCGPU_LOG=debug TCGPU_HOST_KEEP_MIN_FREE=$((floor_kb * 1024)) TCGPU_HOST_KEEP_POLL_MS=50 \
+    start_bg "$WORK/run.out" "$GPUCKPT" run -- "$TRAIN" --mb 128 --steps 1000000 --print-every 100 --sleep-ms 30
+pid=$BG
+# The same job beside it, with a budget smaller than its store (checked below).
+TCGPU_LOG=debug TCGPU_HOST_KEEP=64M start_bg "$WORK/small.out" "$GPUCKPT" run -- "$TRAIN" "${args[@]}" --sleep-ms 30
+small=$BG
+wait_for_socket "$pid"
+wait_for_line "$WORK/run.out" '^step'
+wait_for_socket "$small"
+wait_for_line "$WORK/small.out" '^step'
+cycle "$small"
+cycle "$small"
+
+cycle "$pid"
+grep -q 'host copy .* into fresh host memory' "$WORK/run.out" || fail "first suspend: no fresh store logged"
+lf=$(lazyfree_kb "$pid")
+[ "$lf" -gt $((100 << 10)) ] || fail "after the resume only ${lf} kB are kept (LazyFree), want the store's ~128 MiB"
+cycle "$pid"
+[ "$(grep -c 'into the pages kept from the last suspend' "$WORK/run.out")" -eq 1 ] ||
+    fail "second suspend did not copy into the kept pages: $(grep 'host copy' "$WORK/run.out")"
+
+python3 -c 'import sys, time; b = bytearray(b"\1") * (3 << 30); print("ready", flush=True); time.sleep(30)' \
+    >"$WORK/hog.out" 2>&1 &
+hog=$!
+BG_PIDS+=("$hog")
+for _ in $(seq 600); do grep -q ready "$WORK/hog.out" && break; sleep 0.1; done
+grep -q ready "$WORK/hog.out" || fail "the memory hog did not start: $(cat "$WORK/hog.out")"
+wait_for_line "$WORK/run.out" 'released the host memory kept for the next suspend.*below'
+lf=$(lazyfree_kb "$pid")
+[ "$lf" -lt $((16 << 10)) ] || fail "${lf} kB still kept (LazyFree) after the release"
+kill "$hog"; wait "$hog" 2>/dev/null || true
+
+cycle "$pid"
+[ "$(grep -c 'into fresh host memory' "$WORK/run.out")" -eq 2 ] ||
+    fail "after the release the suspend should copy into fresh memory: $(grep 'host copy' "$WORK/run.out")"
+kill "$pid"
+
+# --- a budget smaller than the store keeps nothing ---------------------------------------
+[ "$(grep -c 'into fresh host memory' "$WORK/small.out")" -eq 2 ] ||
+    fail "a 64 MiB budget kept a 128 MiB store: $(grep 'host copy' "$WORK/small.out")"
+finish "$small" "$WORK/small.out"
+echo "ok: host store kept, reused, released under pressure, bounded by its budget"
