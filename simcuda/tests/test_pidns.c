@@ -110,27 +110,25 @@ static int32_t ready(const struct boxed *b)
     return nspid;
 }
 
-/* simcuda-smi -q: used= and parked= of host pid `pid` on device 0 (-1: not listed). */
+/* simcuda-smi's used and parked bytes and nspid of host pid `pid` on device 0 (-1: not listed). */
 static void smi_of(pid_t pid, long long *used, long long *parked, int *nspid)
 {
-    char cmd[512], line[512], want[48];
+    char cmd[512], line[512];
     FILE *f;
 
     *used = *parked = -1;
     *nspid = 0;
-    snprintf(cmd, sizeof(cmd), "%s -q", getenv("SIMCUDA_SMI"));
-    snprintf(want, sizeof(want), "process pid=%d device=0 ", (int)pid);
+    snprintf(cmd, sizeof(cmd), "%s --query-compute-apps=pid,gpu_index,used_memory_bytes,"
+             "parked_memory_bytes,nspid --format=csv,noheader", getenv("SIMCUDA_SMI"));
     CHECK_TRUE((f = popen(cmd, "r")) != NULL);
     while (fgets(line, sizeof(line), f)) {
-        char *p;
-        if (strncmp(line, want, strlen(want)))
-            continue;
-        if ((p = strstr(line, " used=")))
-            *used = strtoll(p + 6, NULL, 10);
-        if ((p = strstr(line, " parked=")))
-            *parked = strtoll(p + 8, NULL, 10);
-        if ((p = strstr(line, " nspid=")))
-            *nspid = (int)strtol(p + 7, NULL, 10);
+        long long u, pk;
+        int p, d, ns;
+        if (sscanf(line, "%d, %d, %lld, %lld, %d", &p, &d, &u, &pk, &ns) == 5 && p == pid && d == 0) {
+            *used = u;
+            *parked = pk;
+            *nspid = ns;
+        }
     }
     pclose(f);
 }
