@@ -5,7 +5,8 @@
 #
 #   privileged.sh roundtrip   nobody's training job saved and restored by nobody:
 #                             the checksum of an uninterrupted run, the restored tree
-#                             runs as nobody, the save is root's but for gpu/
+#                             runs as nobody, the save is root's (nobody's
+#                             only its GPU image, in the stage the plugin made)
 #   privileged.sh refusals    nobody cannot save root's job, a tree with a root
 #                             process, into a directory it does not own, nor restore a
 #                             directory of its own making or another user's save; every
@@ -77,11 +78,11 @@ roundtrip)
         fail "tcgpud did not log the save: $(tail -n 3 "$WORK/tcgpud.log")"
     wait_gone "$pid" 10
     grep -q '^checksum' "$JOB/run.out" && fail "the job finished before it was saved: make it longer"
-    # root's save, which nobody cannot change but for its own GPU images
+    # root's save, which nobody cannot change but for its own GPU image
     [ "$(stat -c '%U %a' "$JOB/save")" = "root 711" ] || fail "save dir: $(stat -c '%U %a' "$JOB/save")"
     [ "$(stat -c '%U %a' "$JOB/save/criu")" = "root 700" ] || fail "criu/: $(stat -c '%U %a' "$JOB/save/criu")"
     [ "$(stat -c %U "$JOB/save/tree")" = root ] || fail "the manifest is not root's"
-    [ "$(stat -c %u "$JOB/save/gpu")" = 65534 ] || fail "gpu/ is not nobody's"
+    [ "$(stat -c '%U %a' "$JOB/save/gpu")" = "root 711" ] || fail "gpu/: $(stat -c '%U %a' "$JOB/save/gpu")"
     grep -q ' owner=65534' "$JOB/save/tree" || fail "the manifest does not name its owner"
     as_nobody touch "$JOB/save/criu/x" 2>/dev/null && fail "nobody could write into CRIU's images"
     rm -rf "$NRUN"                           # as after a reboot

@@ -370,8 +370,9 @@ static int parse_save_args(const struct gpuckpt_command *self, int argc, char **
 
 /*
  * The uid every tcgpu process of the tree runs as, when that is one user
- * other than root: its processes write their GPU images themselves, so
- * gpu/ is theirs while the rest of the save stays root's. -1 otherwise.
+ * other than root: its processes write their GPU images themselves, into
+ * stages of their own the plugin makes in gpu/, so they may pass through
+ * DIR and gpu/ (0711); all of it stays root's. -1 otherwise.
  */
 static long long images_owner(const struct tree *t)
 {
@@ -405,10 +406,10 @@ static int prepare_dirs(struct save_opts *o, const struct tree *t, char *err, si
         return -e;
     }
     /* images hold model weights: private to the user (who may only pass
-     * through to gpu/, its own, when the tree is not root's) */
+     * through to its stages in gpu/ when the tree is not root's) */
     chmod(o->tmp, img_uid >= 0 ? 0711 : 0700);
     snprintf(sub, sizeof(sub), "%s/gpu", o->tmp);
-    if (tree_mkdir(sub) == 0 && (img_uid < 0 || chown(sub, (uid_t)img_uid, (gid_t)-1) == 0)) {
+    if (tree_mkdir(sub) == 0 && (img_uid < 0 || chmod(sub, 0711) == 0)) {
         snprintf(sub, sizeof(sub), "%s/criu", o->tmp);
         if (tree_mkdir(sub) == 0)
             return 0;

@@ -15,9 +15,9 @@
  *     saved and filesystem uid), and records the owner in the save. DIR's
  *     parent must be a real directory (no symlink on the way) of the caller's
  *     that nobody else may write to, or a sticky one like /tmp. The save is
- *     root's (0711; criu/ 0700) but for gpu/, where the processes write
- *     their GPU images themselves: the caller cannot alter what CRIU will
- *     restore.
+ *     root's (0711; criu/ 0700; gpu/ 0711, where each process writes its
+ *     GPU image itself into a stage of its own the plugin makes): the caller
+ *     cannot alter what CRIU will restore.
  *   - restore: DIR must be such a save (a root-owned 0711 directory, not a
  *     symlink); gpuckpt refuses it unless the save's owner and every process
  *     in it is UID (and, as always, verifies every GPU image against the
@@ -134,7 +134,7 @@ static int check_save_dir(const char *dir, uid_t uid, char *why, size_t len)
 }
 
 /* A save this path made: a root-owned directory nobody else may write to
- * (0711: the user passes through to gpu/, its GPU images), not a symlink. */
+ * (0711: the user passes through to its GPU images in gpu/), not a symlink. */
 static int check_restore_dir(const char *dir, char *why, size_t len)
 {
     struct stat st;
