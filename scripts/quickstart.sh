@@ -2,8 +2,9 @@
 # The README's two commands:
 #   scripts/quickstart.sh demo   set up, build, run the tcgpud demo on a simulated GPU
 #   scripts/quickstart.sh test   set up, build, run the whole test suite
-#                                (unit, sim, criu, web and containers suites;
-#                                then unit and sim again under ASan+UBSan)
+#                                (unit, sim, criu, web, containers and slurm
+#                                suites; then unit and sim again under
+#                                ASan+UBSan)
 # Set-up needs root (apt, CRIU); as a user it re-runs scripts/setup.sh with sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,13 +37,14 @@ summarize() { # build dirs...
 import json, sys
 counts = {'OK': 0, 'FAIL': 0, 'SKIP': 0, 'TIMEOUT': 0, 'ERROR': 0, 'EXPECTEDFAIL': 0, 'UNEXPECTEDPASS': 0}
 for d in sys.argv[1:]:
-    try:
-        with open(d + '/meson-logs/testlog.json') as f:
-            for line in f:
-                r = json.loads(line)['result']
-                counts[r] = counts.get(r, 0) + 1
-    except FileNotFoundError:
-        pass
+    for log in ('testlog.json', 'testlog-slurm.json'):   # one per meson test run
+        try:
+            with open(d + '/meson-logs/' + log) as f:
+                for line in f:
+                    r = json.loads(line)['result']
+                    counts[r] = counts.get(r, 0) + 1
+        except FileNotFoundError:
+            pass
 passed = counts['OK'] + counts['EXPECTEDFAIL']
 failed = counts['FAIL'] + counts['TIMEOUT'] + counts['ERROR'] + counts['UNEXPECTEDPASS']
 print('tests: %d passed, %d failed, %d skipped' % (passed, failed, counts['SKIP']))
@@ -58,6 +60,10 @@ run_tests() {
     log "tests: unit, sim, criu, web, containers"
     meson test -C "$BUILD" --suite unit --suite sim --suite criu --suite web --suite containers \
         --print-errorlogs --num-processes 2 || rc=1
+    # a real Slurm on loopback, one test at a time (docs/slurm.md): it fails, not skips,
+    # when Slurm cannot start
+    log "tests: slurm"
+    meson test -C "$BUILD" --suite slurm --print-errorlogs --num-processes 1 --logbase testlog-slurm || rc=1
     log "build with ASan+UBSan ($ASAN_BUILD)"
     configure "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false
     log "tests under ASan+UBSan: unit, sim"

@@ -28,6 +28,9 @@ BUILD_PKGS=(gcc make pkg-config meson ninja-build python3 xz-utils curl ca-certi
             libjansson-dev libmicrohttpd-dev scdoc bash-completion python3-yaml)
 # /usr/bin/time: the memory bound of a verify (tests/sim/images.sh)
 BUILD_PKGS+=(time)
+# tcgpu-slurm builds against libslurm; the suite slurm runs a real Slurm
+# (slurmctld, slurmd, munged) on loopback (docs/slurm.md)
+SLURM_PKGS=(slurm-wlm munge libslurm-dev util-linux)
 # What the tests start for real: Prometheus scraping tcgpud (promtool checks
 # the exposition format), a headless browser loading its dashboard.
 TEST_PKGS=(prometheus chromium)
@@ -156,6 +159,7 @@ main() {
         esac
     done
     apt_install "${BUILD_PKGS[@]}"
+    apt_install "${SLURM_PKGS[@]}"
     if [ "$want_tests" -eq 1 ]; then
         apt_install "${TEST_PKGS[@]}"
     fi

@@ -130,6 +130,81 @@ CUresult sim_ckpt_unpark_all(void)
     return r;
 }
 
+/* ---- moving to another simulated machine ----------------------------------- */
+
+/* The physical device of machine `name` whose UUID is u, or -1. */
+static int phys_by_uuid(const char *name, int ndev, const uint8_t u[16])
+{
+    for (int d = 0; d < ndev; d++) {
+        CUuuid x;
+        sim_device_uuid_phys_of(name, d, &x);
+        if (!memcmp(x.bytes, u, 16))
+            return d;
+    }
+    return -1;
+}
+
+/*
+ * Restore on another node: the process, checkpointed (it holds nothing on
+ * any device), leaves its machine for the restorer's, p->move_to. Each of
+ * its devices goes to the one the restorer's GPU pairs name (old UUID ->
+ * new UUID), else to the device of the same index. Its parked bytes go
+ * with it; the caller then unparks them there. 0 or a CUresult; on failure
+ * it stays where it was.
+ */
+static struct sim_shm *left_behind;     /* the machine a migration left */
+static uint32_t moved_seen;             /* the new slot's cmd_seq when we took it */
+
+static CUresult migrate(struct sim_shm_proc *p)
+{
+    struct sim_shm *to;
+    struct sim_shm_proc *slot;
+    const char *name;
+    int phys[SIM_MAX_DEVICES];
+    uint64_t parked[SIM_MAX_DEVICES] = { 0 };
+    char moving_to[64];
+
+    snprintf(moving_to, sizeof(moving_to), "%s", p->move_to);
+    if (sim_shm_open_name(moving_to, &to, &name))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int v = 0; v < sim_device_count(); v++) {
+        int old = sim_device_phys(v), now = -1;
+        CUuuid u;
+        sim_device_uuid_phys(old, &u);
+        for (int i = 0; i < p->npairs && i < SIM_MAX_DEVICES && now < 0; i++)
+            if (!memcmp(p->pairs[i][0], u.bytes, 16))
+                now = phys_by_uuid(moving_to, to->ndev, p->pairs[i][1]);
+        if (now < 0)
+            now = old < to->ndev ? old : -1;
+        if (now < 0)
+            return CUDA_ERROR_INVALID_DEVICE;   /* the new machine has fewer GPUs */
+        phys[v] = now;
+        parked[now] += self.parked[old];
+    }
+    sim_shm_lock(to);
+    sim_shm_reap(to);
+    slot = sim_shm_claim(to, &self.id, self.comm);
+    if (slot) {
+        slot->state = CU_PROCESS_STATE_CHECKPOINTED;
+        memcpy(slot->parked, parked, sizeof(parked));
+        /* Serve the new slot from now on, before the Restore's answer: the
+         * restorer's next command (Unlock) may come at once, and one posted
+         * before the service thread looked would be acknowledged unrun. */
+        moved_seen = __atomic_load_n(&slot->cmd_seq, __ATOMIC_ACQUIRE);
+        __atomic_store_n(&slot->ack_seq, moved_seen, __ATOMIC_RELEASE);
+        __atomic_store_n(&slot->restore_tid, (int32_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+    }
+    sim_shm_unlock(to);
+    if (!slot)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(self.parked, parked, sizeof(parked));     /* by the new machine's indexes */
+    sim_visible_remap(phys);
+    left_behind = sim_shm;
+    sim_set_machine(to, moving_to);
+    sim_self = slot;
+    return CUDA_SUCCESS;
+}
+
 /* ---- the service thread (in the target process) ---------------------------- */
 
 static void set_state(int state)
@@ -161,6 +236,9 @@ static CUresult do_command(uint32_t cmd, uint32_t arg)
     case SIM_CMD_RESTORE:
         if (self.state != CU_PROCESS_STATE_CHECKPOINTED)
             return CUDA_ERROR_ILLEGAL_STATE;
+        if (sim_self->move_to[0] && strcmp(sim_self->move_to, sim_shm_name()) &&
+            (r = migrate(sim_self)))
+            return r;                       /* still CHECKPOINTED, where it was */
         if ((r = sim_ckpt_unpark_all()))
             return r;                       /* still CHECKPOINTED */
         if (sim_attach_resources() || sim_streams_unpark()) {
@@ -239,6 +317,17 @@ static void *service(void *unused)
         p->result = (int32_t)do_command(p->cmd, p->arg);
         __atomic_store_n(&p->ack_seq, cur, __ATOMIC_RELEASE);
         futex(&p->ack_seq, FUTEX_WAKE, INT_MAX, NULL);
+        if (p != sim_self) {
+            /* moved to another machine: leave the old slot, serve the new one */
+            struct sim_shm *old = left_behind;
+            if (old) {
+                sim_shm_lock(old);
+                sim_shm_release(old, p);
+                sim_shm_unlock(old);
+            }
+            p = sim_self;
+            seen = moved_seen;          /* commands after it are new (migrate()) */
+        }
     }
     return NULL;
 }
@@ -268,23 +357,44 @@ int sim_service_start(void)
 /* How long a caller waits for a restored process to register again. */
 #define REGISTER_WAIT_MS 3000
 
-static struct sim_shm_proc *lookup(int pid)
+static struct sim_shm_proc *lookup(struct sim_shm *s, int pid)
 {
     struct sim_shm_proc *p;
 
-    sim_shm_lock(sim_shm);
-    sim_shm_reap(sim_shm);
-    p = sim_shm_find(sim_shm, pid);
-    sim_shm_unlock(sim_shm);
+    sim_shm_lock(s);
+    sim_shm_reap(s);
+    p = sim_shm_find(s, pid);
+    sim_shm_unlock(s);
     return p;
 }
 
+/* pid's slot on the other machine it is attached to (*mapped: it is): a
+ * process restored here from another node's save still maps its old
+ * machine until its Restore moves it; a real driver finds it on any GPU. */
+static struct sim_shm_proc *lookup_elsewhere(int pid, bool *mapped)
+{
+    static struct sim_shm *other;
+    static char other_name[64];
+    char name[64];
+
+    if (sim_shm_of_pid(pid, name, sizeof(name)) < 0 || !strcmp(name, sim_shm_name()))
+        return NULL;
+    *mapped = true;
+    if (!other || strcmp(name, other_name)) {
+        if (sim_shm_open_name(name, &other, NULL))
+            return NULL;
+        snprintf(other_name, sizeof(other_name), "%s", name);
+    }
+    return lookup(other, pid);
+}
+
 /*
- * The slot of process pid. A process that has the device mapped but no slot
- * may be a copy CRIU just restored, whose service thread is about to register
- * it (checkpoint.c's header): wait for that, bounded.
+ * The slot of process pid: on our machine, or on another it is attached to
+ * (*foreign: 1). A process that has a device mapped but no slot may be a
+ * copy CRIU just restored, whose service thread is about to register it
+ * (checkpoint.c's header): wait for that, bounded.
  */
-static CUresult find_proc(int pid, struct sim_shm_proc **out)
+static CUresult find_proc_any(int pid, struct sim_shm_proc **out, int *foreign)
 {
     struct timespec ts = { 0, 2000000 };
 
@@ -292,13 +402,26 @@ static CUresult find_proc(int pid, struct sim_shm_proc **out)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (pid <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    *out = lookup(pid);
-    for (int waited = 0; !*out && waited < REGISTER_WAIT_MS && sim_pid_maps_device(pid, sim_shm_name());
-         waited += 2) {
+    *foreign = 0;
+    for (int waited = 0;; waited += 2) {
+        bool elsewhere = false;
+        if ((*out = lookup(sim_shm, pid)))
+            return CUDA_SUCCESS;
+        if ((*out = lookup_elsewhere(pid, &elsewhere))) {
+            *foreign = 1;
+            return CUDA_SUCCESS;
+        }
+        if (waited >= REGISTER_WAIT_MS || !(elsewhere || sim_pid_maps_device(pid, sim_shm_name())))
+            return CUDA_ERROR_INVALID_VALUE;
         nanosleep(&ts, NULL);
-        *out = lookup(pid);
     }
-    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult find_proc(int pid, struct sim_shm_proc **out)
+{
+    int foreign;
+
+    return find_proc_any(pid, out, &foreign);
 }
 
 static void cmd_lock(struct sim_shm_proc *p)
@@ -307,20 +430,36 @@ static void cmd_lock(struct sim_shm_proc *p)
         pthread_mutex_consistent(&p->cmd_lock);   /* a previous caller died mid-command */
 }
 
-/* Send cmd to pid's service thread and wait for its answer. */
-static CUresult send_command(int pid, uint32_t cmd, uint32_t arg)
+/* Send cmd to pid's service thread and wait for its answer. A Restore
+ * carries the GPU pairs, and our machine when the process is on another. */
+static CUresult send_command(int pid, uint32_t cmd, uint32_t arg, const CUcheckpointRestoreArgs *ra)
 {
     struct sim_shm_proc *p;
     struct sim_ident id;
     uint32_t seq;
+    int foreign;
     CUresult r;
 
-    if ((r = find_proc(pid, &p)))
+    if ((r = find_proc_any(pid, &p, &foreign)))
         return r;
     cmd_lock(p);
     if (!sim_slot_used(p) || sim_ident_of(pid, &id) < 0 || !sim_ident_same(&p->id, &id)) {
         pthread_mutex_unlock(&p->cmd_lock);     /* it went while we took the lock */
         return CUDA_ERROR_INVALID_VALUE;
+    }
+    p->move_to[0] = '\0';
+    p->npairs = 0;
+    if (cmd == SIM_CMD_RESTORE) {
+        if (foreign)
+            snprintf(p->move_to, sizeof(p->move_to), "%s", sim_shm_name());
+        for (unsigned i = 0; ra && i < ra->gpuPairsCount; i++) {
+            memcpy(p->pairs[i][0], ra->gpuPairs[i].oldUuid.bytes, 16);
+            memcpy(p->pairs[i][1], ra->gpuPairs[i].newUuid.bytes, 16);
+            p->npairs++;
+        }
+    } else if (foreign) {
+        pthread_mutex_unlock(&p->cmd_lock);
+        return CUDA_ERROR_INVALID_VALUE;    /* only a Restore brings it here */
     }
     p->cmd = cmd;
     p->arg = arg;
@@ -377,7 +516,7 @@ CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
     if (args && (args->reserved0 || !sim_zeroed(args->reserved1, sizeof(args->reserved1))))
         return CUDA_ERROR_INVALID_VALUE;
-    return send_command(pid, SIM_CMD_LOCK, args ? args->timeoutMs : 0);
+    return send_command(pid, SIM_CMD_LOCK, args ? args->timeoutMs : 0, NULL);
 }
 SIM_EXPORT(cuCheckpointProcessLock);
 
@@ -385,25 +524,24 @@ CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args
 {
     if (args && !sim_zeroed(args->reserved, sizeof(args->reserved)))
         return CUDA_ERROR_INVALID_VALUE;
-    return send_command(pid, SIM_CMD_CHECKPOINT, 0);
+    return send_command(pid, SIM_CMD_CHECKPOINT, 0, NULL);
 }
 SIM_EXPORT(cuCheckpointProcessCheckpoint);
 
 CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
-    if (args && (args->gpuPairs || args->gpuPairsCount))
-        return CUDA_ERROR_NOT_SUPPORTED;    /* GPU remapping is not simulated */
+    if (args && ((args->gpuPairsCount && !args->gpuPairs) || args->gpuPairsCount > SIM_MAX_DEVICES))
+        return CUDA_ERROR_INVALID_VALUE;
     if (args && (!sim_zeroed(args->reserved, sizeof(args->reserved)) || args->reserved1))
         return CUDA_ERROR_INVALID_VALUE;
-    return send_command(pid, SIM_CMD_RESTORE, 0);
+    return send_command(pid, SIM_CMD_RESTORE, 0, args);
 }
 SIM_EXPORT(cuCheckpointProcessRestore);
-SIM_PARTIAL(cuCheckpointProcessRestore, "GPU remapping (gpuPairs): CUDA_ERROR_NOT_SUPPORTED");
 
 CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
     if (args && !sim_zeroed(args->reserved, sizeof(args->reserved)))
         return CUDA_ERROR_INVALID_VALUE;
-    return send_command(pid, SIM_CMD_UNLOCK, 0);
+    return send_command(pid, SIM_CMD_UNLOCK, 0, NULL);
 }
 SIM_EXPORT(cuCheckpointProcessUnlock);

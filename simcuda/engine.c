@@ -88,8 +88,9 @@ void sim_engine_acquire(int dev)
     bool waited = false;
     int32_t me;
 
-    if (!sim_shm || !sim_self || dev < 0 || dev >= SIM_MAX_DEVICES)
+    if (!sim_shm || !sim_self || dev < 0 || dev >= sim_device_count())
         return;
+    dev = sim_device_phys(dev);         /* the engine is the machine's GPU's, not the ordinal's */
     me = slot_no(sim_shm, sim_self);
     sim_shm_lock(sim_shm);
     while (!try_take(sim_shm, dev, me, mono_ns())) {
@@ -116,8 +117,9 @@ void sim_engine_release(int dev)
     struct sim_engine *e;
     bool wake = false;
 
-    if (!sim_shm || !sim_self || dev < 0 || dev >= SIM_MAX_DEVICES)
+    if (!sim_shm || !sim_self || dev < 0 || dev >= sim_device_count())
         return;
+    dev = sim_device_phys(dev);         /* the engine is the machine's GPU's, not the ordinal's */
     e = &sim_shm->engine[dev];
     sim_shm_lock(sim_shm);
     if (e->owner == slot_no(sim_shm, sim_self) && --e->running <= 0) {

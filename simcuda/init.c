@@ -160,10 +160,14 @@ static CUresult attach(void)
     int rc;
 
     if ((rc = sim_shm_open(&sim_shm, &shm_name))) {
-        sim_log("cannot open shm %s: %s", getenv("SIMCUDA_SHM") ? getenv("SIMCUDA_SHM") : "/simcuda",
-                strerror(-rc));
+        const char *name = getenv("SIMCUDA_SHM") ? getenv("SIMCUDA_SHM") : "/simcuda";
+        sim_log("cannot open shm %s: %s%s%s", name, strerror(-rc),
+                rc == -EPROTO ? ": a machine of another simcuda build; remove /dev/shm" : "",
+                rc == -EPROTO ? name : "");
         return CUDA_ERROR_OPERATING_SYSTEM;
     }
+    if (sim_visible_init(sim_shm->ndev) == 0)
+        return CUDA_ERROR_NO_DEVICE;        /* CUDA_VISIBLE_DEVICES hides them all */
     if ((rc = sim_vmem_init())) {
         sim_log("cannot reserve the device address space: %s", strerror(-rc));
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -226,14 +230,19 @@ SIM_EXPORT(cuDriverGetVersion);
 
 /* ---- devices ------------------------------------------------------------- */
 
-int sim_device_count(void)
+void sim_set_machine(struct sim_shm *s, const char *name)
 {
-    return sim_shm ? sim_shm->ndev : 0;
+    static char moved[64];
+
+    snprintf(moved, sizeof(moved), "%s", name);
+    sim_shm = s;
+    shm_name = moved;
 }
 
+/* The machine's capacity of the device this process calls dev. */
 uint64_t sim_device_capacity(int dev)
 {
-    return sim_shm->capacity[dev];
+    return sim_shm->capacity[sim_device_phys(dev)];
 }
 
 static bool dev_ok(CUdevice d)
@@ -320,7 +329,7 @@ static int attribute_value(CUdevice_attribute a, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: return CU_COMPUTEMODE_DEFAULT;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: return 1;
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: return 1;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x10 + dev;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x10 + sim_device_phys(dev);
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: return 0;
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: return 0;
     case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: return 0;
@@ -335,7 +344,7 @@ static int attribute_value(CUdevice_attribute a, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: return 1;
     case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: return 0;
-    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID: return dev;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID: return sim_device_phys(dev);
     case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: return 2;
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: return 0;
@@ -382,7 +391,7 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    sim_device_uuid(shm_name, dev, (unsigned char *)uuid->bytes);
+    sim_device_uuid_phys(sim_device_phys(dev), uuid);
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuDeviceGetUuid);
@@ -400,7 +409,7 @@ CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", 0x10 + dev);
+    snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", 0x10 + sim_device_phys(dev));
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuDeviceGetPCIBusId);
@@ -415,10 +424,15 @@ CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
     if (sscanf(pciBusId, "%x:%x:%x.%x", &dom, &bus, &slot, &fn) != 4 &&
         (dom = 0, sscanf(pciBusId, "%x:%x.%x", &bus, &slot, &fn) != 3))
         return CUDA_ERROR_INVALID_VALUE;
-    if (dom || slot || fn || !dev_ok((int)bus - 0x10))
+    if (dom || slot || fn)
         return CUDA_ERROR_INVALID_DEVICE;
-    *dev = (int)bus - 0x10;
-    return CUDA_SUCCESS;
+    /* the bus id is the physical device's: a hidden one is not found */
+    for (int d = 0; d < sim_device_count(); d++)
+        if (sim_device_phys(d) == (int)bus - 0x10) {
+            *dev = d;
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_INVALID_DEVICE;
 }
 SIM_EXPORT(cuDeviceGetByPCIBusId);
 

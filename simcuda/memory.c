@@ -547,8 +547,8 @@ CUresult cuMemGetInfo_v2(size_t *free_, size_t *total)
         return CUDA_ERROR_INVALID_VALUE;
     sim_shm_lock(sim_shm);
     sim_shm_reap(sim_shm);
-    *total = sim_shm->capacity[c->dev];
-    *free_ = sim_shm->capacity[c->dev] - sim_shm->used[c->dev];
+    *total = sim_shm->capacity[sim_device_phys(c->dev)];
+    *free_ = *total - sim_shm->used[sim_device_phys(c->dev)];
     sim_shm_unlock(sim_shm);
     return CUDA_SUCCESS;
 }

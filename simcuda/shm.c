@@ -175,11 +175,17 @@ static int shm_map(int fd, bool created, struct sim_shm **out)
 int sim_shm_open(struct sim_shm **out, const char **name_out)
 {
     const char *name = getenv("SIMCUDA_SHM");
-    bool created = false;
-    int fd, rc;
 
     if (!name || !*name)
         name = "/simcuda";
+    return sim_shm_open_name(name, out, name_out);
+}
+
+int sim_shm_open_name(const char *name, struct sim_shm **out, const char **name_out)
+{
+    bool created = false;
+    int fd, rc;
+
     fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0) {
         created = true;
@@ -294,6 +300,41 @@ struct sim_shm_proc *sim_shm_claim(struct sim_shm *s, const struct sim_ident *id
     p->id.start = id->start;
     __atomic_store_n(&p->id.nspid, id->nspid, __ATOMIC_RELEASE);
     return p;
+}
+
+int sim_shm_of_pid(pid_t pid, char *name, size_t len)
+{
+    char path[64], line[1024];
+    FILE *f;
+    int found = -ENOENT;
+
+    snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+    if (!(f = fopen(path, "re")))
+        return -errno;
+    while (found && fgets(line, sizeof(line), f)) {
+        char *dev = strstr(line, " /dev/shm/");
+        size_t n;
+        if (!dev)
+            continue;
+        dev += 9;                           /* "/name" */
+        n = strcspn(dev, " \n");
+        if (n + 1 > len || strstr(dev, "(deleted)"))
+            continue;
+        memcpy(name, dev, n);
+        name[n] = '\0';
+        int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+        struct stat st;
+        uint32_t magic = 0;
+        if (fd < 0)
+            continue;
+        /* the machine is the one object of the right size and magic */
+        if (fstat(fd, &st) == 0 && (size_t)st.st_size == sizeof(struct sim_shm) &&
+            pread(fd, &magic, sizeof(magic), 0) == sizeof(magic) && magic == SIM_SHM_MAGIC)
+            found = 0;
+        close(fd);
+    }
+    fclose(f);
+    return found;
 }
 
 /* Release our slot (lock held): used at exit. */

@@ -134,6 +134,12 @@ struct sim_shm_proc {
     uint32_t arg;                /* lock timeout in ms */
     int32_t result;              /* CUresult of the last command */
     int32_t _pad2;
+    /* Restore onto another simulated machine (a restore on another node):
+     * its shm name, and the GPUs remapped (old UUID -> new UUID). */
+    char move_to[64];
+    int32_t npairs;
+    int32_t _pad3;
+    uint8_t pairs[SIM_MAX_DEVICES][2][16];
     /* The compute engine (engine.c): */
     uint64_t kernel_ns[SIM_MAX_DEVICES];  /* time its kernels held the device's engine */
     int32_t engine_waiting[SIM_MAX_DEVICES];  /* its kernels waiting for their turn */
@@ -163,9 +169,13 @@ struct sim_shm {
     struct sim_shm_proc procs[SIM_MAX_PROCS];
 };
 
-/* Open (creating and initialising if needed) the shm named by SIMCUDA_SHM.
- * Returns 0 or -errno; the mapping lives until process exit. */
+/* Open (creating and initialising if needed) the shm named by SIMCUDA_SHM,
+ * or by name. Returns 0 or -errno; the mapping lives until process exit. */
 int sim_shm_open(struct sim_shm **out, const char **name_out);
+int sim_shm_open_name(const char *name, struct sim_shm **out, const char **name_out);
+/* The simulated machine pid is attached to (its mapping of a simcuda shm):
+ * its name into name. 0, -ENOENT, or -errno reading /proc/pid/maps. */
+int sim_shm_of_pid(pid_t pid, char *name, size_t len);
 void sim_shm_lock(struct sim_shm *s);
 void sim_shm_unlock(struct sim_shm *s);
 /* Free the slots of dead processes and their device bytes. Lock held. */
@@ -294,7 +304,18 @@ struct sim_ctx {
     struct sim_coredump coredump;
 };
 
-int sim_device_count(void);
+/* --- devices this process sees (visible.c) ---------------------------------
+ * A CUdevice is the process's ordinal among the devices CUDA_VISIBLE_DEVICES
+ * lets it see; the machine (shm) counts by physical index. */
+int sim_visible_init(int ndev);          /* at cuInit: the number visible */
+int sim_device_count(void);              /* visible devices */
+int sim_device_phys(CUdevice dev);       /* a valid ordinal's physical index */
+void sim_device_uuid_phys(int phys, CUuuid *u);   /* of this machine */
+void sim_device_uuid_phys_of(const char *machine, int phys, CUuuid *u);
+/* The process moves to another machine (checkpoint.c, at Restore): its
+ * mapping, name and the new physical index of each visible ordinal. */
+void sim_set_machine(struct sim_shm *s, const char *name);
+void sim_visible_remap(const int *phys_of_ordinal);
 uint64_t sim_device_capacity(int dev);
 /* Current context of the thread, checked: CUDA_SUCCESS, INVALID_CONTEXT, or the sticky error. */
 CUresult sim_ctx_current(struct sim_ctx **out);

@@ -355,8 +355,9 @@ void sim_backing_free(void *p, size_t len)
         munmap(p, len);
 }
 
-CUresult sim_capacity_charge(int dev, uint64_t bytes)
+CUresult sim_capacity_charge(int ord, uint64_t bytes)
 {
+    int dev = sim_device_phys(ord);
     CUresult r = CUDA_SUCCESS;
 
     sim_shm_lock(sim_shm);
@@ -372,8 +373,10 @@ CUresult sim_capacity_charge(int dev, uint64_t bytes)
     return r;
 }
 
-void sim_capacity_release(int dev, uint64_t bytes)
+void sim_capacity_release(int ord, uint64_t bytes)
 {
+    int dev = sim_device_phys(ord);
+
     sim_shm_lock(sim_shm);
     /* Never underflow: the accounting is shared with other processes. */
     sim_shm->used[dev] -= bytes <= sim_shm->used[dev] ? bytes : sim_shm->used[dev];

@@ -56,14 +56,19 @@ int ctl_socket_connect(const char *path)
     return socket_connect(path, 0);
 }
 
-/* The server end must be the target process itself. */
+/*
+ * The server end must be the target process itself, of uid or of root: CRIU
+ * binds and listens on a restored process's socket before it gives the
+ * process its own credentials, and SO_PEERCRED keeps the listener's
+ * (docs/save-restore.md, "Ordinary users"). Root can act as anyone anyway.
+ */
 static int check_peer(int fd, const char *path, pid_t pid, uid_t uid, char *err, size_t errlen)
 {
     struct ucred cred;
     socklen_t clen = sizeof(cred);
 
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 || cred.uid != uid ||
-        cred.pid != pid) {
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
+        (cred.uid != uid && cred.uid != 0) || cred.pid != pid) {
         set_err(err, errlen, "%s is served by pid %d uid %u, not by process %d uid %u: "
                 "refusing to talk to it", path, (int)cred.pid, (unsigned)cred.uid, (int)pid,
                 (unsigned)uid);

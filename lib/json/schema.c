@@ -43,6 +43,7 @@ const struct tc_json_schema tc_json_job_schema = { .name = "job", .fields = job_
 
 static const struct tc_json_field device_fields[] = {
     { "id", TC_JSON_INT },
+    { "uuid", TC_JSON_STRING },
     { "capacity", TC_JSON_INT },
     { "used", TC_JSON_INT },
     { NULL, 0 },

@@ -85,6 +85,18 @@ static inline void sim_test_setup(const char *name)
     atexit(t_unlink_shm);
 }
 
+/* simcuda-smi (SIMCUDA_SMI) of our machine with args (a query), to read line
+ * by line; pclose() it. */
+static inline FILE *t_smi_query(const char *args)
+{
+    char cmd[512];
+    FILE *f;
+
+    snprintf(cmd, sizeof(cmd), "%s %s", getenv("SIMCUDA_SMI"), args);
+    CHECK_TRUE((f = popen(cmd, "r")) != NULL);
+    return f;
+}
+
 static inline void t_sleep_ms(unsigned ms)
 {
     struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };

@@ -36,13 +36,11 @@ static int hog(const char *mib)
  * MiB (nvidia-smi's used_memory) must agree with the bytes. */
 static long long smi_used(pid_t pid)
 {
-    char cmd[512], line[512];
+    char line[512];
     long long used = -1;
-    FILE *f;
+    FILE *f = t_smi_query("--query-compute-apps=pid,gpu_index,used_memory_bytes,used_memory "
+                          "--format=csv,noheader,nounits");
 
-    snprintf(cmd, sizeof(cmd), "%s --query-compute-apps=pid,gpu_index,used_memory_bytes,used_memory "
-             "--format=csv,noheader,nounits", getenv("SIMCUDA_SMI"));
-    CHECK_TRUE((f = popen(cmd, "r")) != NULL);
     while (fgets(line, sizeof(line), f)) {
         int p, dev;
         long long u, m;

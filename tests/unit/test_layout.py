@@ -8,7 +8,8 @@
   same folder (or tcgpu.h, or a header generated into that folder);
 - the tools include only the libraries they link (gpuckpt: common, ctl, image,
   json; tcgpud: common, ctl, policy, json; tcgpu-replay (tools/replay): common,
-  policy, json; the CRIU plugin: common, ctl, image and gpuckpt's driver client);
+  policy, json; the CRIU plugin: common, ctl, image and gpuckpt's driver client;
+  tcgpu-slurm and its defer library: common);
 - a library's meson.build depends only on the libraries it may include;
 - no meson.build compiles a source file of another folder.
 """
@@ -33,6 +34,7 @@ TOOLS = {
     'tools/replay': {'common', 'policy', 'json'},
     # the CRIU plugin drives the checkpoint API through gpuckpt's driver client
     'plugins/criu': {'common', 'ctl', 'image', 'gpuckpt'},
+    'slurm': {'common'},
 }
 GENERATED = {'driver': {'driver_table.h'}}
 # Headers of other trees a folder is built against (include_directories in its meson.build).

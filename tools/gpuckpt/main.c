@@ -88,7 +88,7 @@ static const struct gpuckpt_command commands[] = {
       "  --json, -o json the result as one JSON object on stdout\n" },
     { "save", gpuckpt_cmd_save,
       "save the process tree under PID with CRIU",
-      "PID -D DIR [--leave-running] [--tcp-established] [--shell-job] [--json]",
+      "PID -D DIR [--leave-running] [--tcp-established] [--shell-job] [--owner UID] [--json]",
       "Save the whole process tree under PID to DIR (which must not exist) with CRIU: every\n"
       "process under tcgpu is suspended to an image in DIR/gpu/<pid> and its CUDA context\n"
       "released to the driver, then CRIU dumps the tree into DIR/criu. DIR is written as\n"
@@ -96,22 +96,27 @@ static const struct gpuckpt_command commands[] = {
       "is resumed and nothing is left behind. Refused before anything is touched: a process\n"
       "in the tree that uses the GPU without tcgpu, a tcgpu process that is not running.\n"
       "CRIU is $TCGPU_CRIU, else criu on PATH or in /usr/local/sbin, /usr/sbin.\n"
+      "CRIU needs root: for another user, tcgpud (root) saves the user's own trees.\n"
       "\n"
       "  -D, --dir DIR       the save directory\n"
       "  --leave-running     resume the tree after the dump (default: CRIU ends it)\n"
       "  --tcp-established   dump established TCP connections (CRIU's option)\n"
       "  --shell-job         the tree is a shell job (CRIU's option; restore repeats it)\n"
+      "  --owner UID         (root) refuse unless every process is UID's; record it (tcgpud)\n"
       "  --json, -o json     the result as one JSON object on stdout\n" },
     { "restore", gpuckpt_cmd_restore,
       "restore a saved tree and put it back on the GPU",
-      "-D DIR [-d] [--json]",
+      "-D DIR [-d] [--owner UID] [--json]",
       "Restore a tree saved by gpuckpt save: verify the whole save first (every checksum, the\n"
       "GPU model, the pids free), then CRIU restores the tree, and every tcgpu process takes\n"
       "its context back and is resumed from DIR/gpu/<pid> at the same device addresses.\n"
       "Without -d, gpuckpt stays the tree's parent and exits with the root's exit status.\n"
+      "Another user than root restores through tcgpud, which restores only saves it made\n"
+      "for that user; without -d, ending gpuckpt then ends the restored tree.\n"
       "\n"
       "  -D, --dir DIR   the save directory\n"
       "  -d, --detach    return once the tree runs\n"
+      "  --owner UID     (root) refuse unless the save is UID's alone (tcgpud)\n"
       "  --json, -o json the result as one JSON object on stdout (once the tree runs)\n" },
     { "inspect", gpuckpt_cmd_inspect,
       "show an image's manifest",

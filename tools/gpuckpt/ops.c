@@ -319,7 +319,8 @@ static int build_request(struct op *op)
 static int op_start(const struct gpuckpt_command *self, int argc, char **argv, enum dir_arg dir,
                     struct op **out)
 {
-    struct op *op = malloc(sizeof(*op));
+    /* zeroed: a resume with nothing to resume reports an empty reply */
+    struct op *op = calloc(1, sizeof(*op));
     int r;
 
     *out = NULL;

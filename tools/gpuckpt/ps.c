@@ -155,7 +155,8 @@ static void jobs_text(const struct list *l)
     for (size_t i = 0; i < l->n; i++) {
         const struct ctl_msg *m = l->v[i];
         if (!strcmp(m->word, "device"))
-            printf("GPU %s: %s used of %s by managed jobs\n", get(m, "id"),
+            printf("GPU %s%s%s%s: %s used of %s by managed jobs\n", get(m, "id"),
+                   *get(m, "uuid") ? " (" : "", get(m, "uuid"), *get(m, "uuid") ? ")" : "",
                    gpuckpt_mib(get_u64(m, "used"), a, sizeof(a)),
                    gpuckpt_mib(get_u64(m, "capacity"), b, sizeof(b)));
     }

@@ -39,6 +39,7 @@
 #include "driver.h"
 #include "filesums.h"
 #include "tree.h"
+#include "tcgpud.h"
 #include "json/json.h"
 #include "util.h"
 #include "image/image.h"
@@ -349,11 +350,13 @@ static int wait_root(pid_t root)
 }
 
 static int parse_restore_args(const struct gpuckpt_command *self, int argc, char **argv,
-                              char *dir, size_t len, int *detach)
+                              char *dir, size_t len, int *detach, long long *owner)
 {
+    enum { OPT_OWNER = 1000 };
     static const struct option longopts[] = {
         { "dir", required_argument, NULL, 'D' },
         { "detach", no_argument, NULL, 'd' },
+        { "owner", required_argument, NULL, OPT_OWNER },
         { "json", no_argument, NULL, 'j' },
         { "output", required_argument, NULL, 'o' },
         { "help", no_argument, NULL, 'h' },
@@ -363,6 +366,7 @@ static int parse_restore_args(const struct gpuckpt_command *self, int argc, char
     int ch;
 
     *detach = 0;
+    *owner = -1;
     optind = 1;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "hdD:o:", longopts, NULL)) != -1) {
@@ -370,6 +374,10 @@ static int parse_restore_args(const struct gpuckpt_command *self, int argc, char
         case 'h': gpuckpt_command_help(self); return -1;
         case 'D': d = optarg; break;
         case 'd': *detach = 1; break;
+        case OPT_OWNER:
+            if ((*owner = tree_parse_uid(optarg)) < 0)
+                return gpuckpt_usage_error("restore", "--owner takes a uid");
+            break;
         case 'j': gpuckpt_set_json(); break;
         case 'o':
             if ((ch = gpuckpt_set_format("restore", optarg)) != 0)
@@ -387,12 +395,15 @@ static int parse_restore_args(const struct gpuckpt_command *self, int argc, char
     return 0;
 }
 
-/* Everything before CRIU runs: nothing is touched if this fails. */
-static int preflight(const char *dir, struct tree *t, char *err, size_t len)
+/* Everything before CRIU runs: nothing is touched if this fails. With an
+ * owner (tcgpud, for that user), the save must be that user's alone. */
+static int preflight(const char *dir, struct tree *t, long long owner, char *err, size_t len)
 {
     int r, ntc = 0;
 
     if ((r = verify_save_dir(dir, t, err, len)) < 0)
+        return r;
+    if (owner >= 0 && (r = tree_check_saved_owner(t, (uid_t)owner, err, len)) < 0)
         return r;
     for (int i = 0; i < t->nproc; i++)
         ntc += t->proc[i].tcgpu;
@@ -408,17 +419,23 @@ int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **arg
     struct tree *t = calloc(1, sizeof(*t));
     char dir[PATH_MAX], err[16384];
     uint64_t t0 = now_ns();
+    long long owner;
     double secs;
     int detach, r;
 
     if (!t)
         return CTL_EXIT_FAILED;
-    if ((r = parse_restore_args(self, argc, argv, dir, sizeof(dir), &detach)) != 0 ||
-        (r = gpuckpt_needs_root("restore", "CRIU restores a process tree only as root")) != 0) {
+    if ((r = parse_restore_args(self, argc, argv, dir, sizeof(dir), &detach, &owner)) != 0) {
         free(t);
         return r < 0 ? CTL_EXIT_OK : r;
     }
-    if ((r = preflight(dir, t, err, sizeof(err))) < 0) {
+    if (geteuid() != 0) {
+        /* CRIU needs root: tcgpud does it for a user's own save */
+        free(t);
+        return gpuckpt_tcgpud_privileged("restore", 0, dir, detach,
+                                         "CRIU restores a process tree only as root");
+    }
+    if ((r = preflight(dir, t, owner, err, sizeof(err))) < 0) {
         gpuckpt_error("restore %s: %s", dir, err);
         free(t);
         return r == -ENODEV ? CTL_EXIT_FAILED : tree_exit_code(r);

@@ -36,6 +36,7 @@
 #include "driver.h"
 #include "filesums.h"
 #include "tree.h"
+#include "tcgpud.h"
 #include "util.h"
 #include "image/image.h"
 #include "json/json.h"
@@ -50,6 +51,7 @@ struct save_opts {
     char criu[PATH_MAX];
     char plugins[PATH_MAX];     /* tcgpu's CRIU plugin directory */
     int leave_running, tcp_established, shell_job;
+    long long owner;            /* --owner UID (tcgpud, for that user), else -1 */
     double t_gpu, t_criu, t_sums, t_sync;   /* seconds in each phase, for the summary */
 };
 
@@ -196,9 +198,11 @@ static int record_images(struct tree *t, const struct save_opts *o, char *err, s
  * the plugin's reason when it failed (a GPU image that did not fit), CRIU's
  * otherwise; *gpu_side says which.
  */
-static int criu_dump(const struct save_opts *o, int *gpu_side, char *err, size_t len)
+static int criu_dump(const struct tree *t, const struct save_opts *o, int *gpu_side, char *err,
+                     size_t len)
 {
     char imgdir[PATH_MAX], log[PATH_MAX], gpudir[PATH_MAX], pid[16], why[4096];
+    char preload[PATH_MAX];
     char *argv[20];
     int n = 0, r;
 
@@ -226,10 +230,16 @@ static int criu_dump(const struct save_opts *o, int *gpu_side, char *err, size_t
     if (o->shell_job)
         argv[n++] = "--shell-job";
     argv[n] = NULL;
+    /* another user's processes, without CAP_SYS_RESOURCE (tree.h) */
+    if (criu_dump_preload(t, preload, sizeof(preload)) < 0) {
+        snprintf(err, len, "CRIU cannot read the resource limits of another user's processes "
+                 "without CAP_SYS_RESOURCE, and libtcgpu-criu-rlimits.so is not installed");
+        return -ENOTSUP;
+    }
     setenv("TCGPU_CRIU_GPU_DIR", gpudir, 1);
     setenv("TCGPU_CRIU_LEAVE_RUNNING", o->leave_running ? "1" : "0", 1);
     snprintf(log, sizeof(log), "%s/criu/dump.out", o->tmp);
-    r = criu_run(argv, log);
+    r = criu_run_preloaded(argv, log, preload);
     unsetenv("TCGPU_CRIU_GPU_DIR");
     unsetenv("TCGPU_CRIU_LEAVE_RUNNING");
     snprintf(log, sizeof(log), "%s/criu/dump.log", o->tmp);
@@ -312,12 +322,13 @@ static void keep_log(const struct save_opts *o, char *kept, size_t len)
 static int parse_save_args(const struct gpuckpt_command *self, int argc, char **argv,
                            struct save_opts *o)
 {
-    enum { OPT_LEAVE = 1000, OPT_TCP, OPT_SHELL };
+    enum { OPT_LEAVE = 1000, OPT_TCP, OPT_SHELL, OPT_OWNER };
     static const struct option longopts[] = {
         { "dir", required_argument, NULL, 'D' },
         { "leave-running", no_argument, NULL, OPT_LEAVE },
         { "tcp-established", no_argument, NULL, OPT_TCP },
         { "shell-job", no_argument, NULL, OPT_SHELL },
+        { "owner", required_argument, NULL, OPT_OWNER },
         { "json", no_argument, NULL, 'j' },
         { "output", required_argument, NULL, 'o' },
         { "help", no_argument, NULL, 'h' },
@@ -326,6 +337,7 @@ static int parse_save_args(const struct gpuckpt_command *self, int argc, char **
     const char *dir = NULL;
     int ch;
 
+    o->owner = -1;
     optind = 1;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "hD:o:", longopts, NULL)) != -1) {
@@ -340,6 +352,10 @@ static int parse_save_args(const struct gpuckpt_command *self, int argc, char **
         case OPT_LEAVE: o->leave_running = 1; break;
         case OPT_TCP: o->tcp_established = 1; break;
         case OPT_SHELL: o->shell_job = 1; break;
+        case OPT_OWNER:
+            if ((o->owner = tree_parse_uid(optarg)) < 0)
+                return gpuckpt_usage_error("save", "--owner takes a uid");
+            break;
         default: return gpuckpt_option_error("save", argc, argv, "hD:o:", longopts);
         }
     }
@@ -354,8 +370,29 @@ static int parse_save_args(const struct gpuckpt_command *self, int argc, char **
     return 0;
 }
 
-static int prepare_dirs(struct save_opts *o, char *err, size_t len)
+/*
+ * The uid every tcgpu process of the tree runs as, when that is one user
+ * other than root: its processes write their GPU images themselves, into
+ * stages of their own the plugin makes in gpu/, so they may pass through
+ * DIR and gpu/ (0711); all of it stays root's. -1 otherwise.
+ */
+static long long images_owner(const struct tree *t)
 {
+    long long uid = -1;
+
+    for (int i = 0; i < t->nproc; i++) {
+        if (!t->proc[i].tcgpu)
+            continue;
+        if (uid >= 0 && uid != (long long)t->proc[i].uid)
+            return -1;
+        uid = t->proc[i].uid;
+    }
+    return uid > 0 ? uid : -1;
+}
+
+static int prepare_dirs(struct save_opts *o, const struct tree *t, char *err, size_t len)
+{
+    long long img_uid = images_owner(t);
     char sub[PATH_MAX + 16];
     struct stat st;
 
@@ -370,10 +407,11 @@ static int prepare_dirs(struct save_opts *o, char *err, size_t len)
         o->tmp[0] = '\0';
         return -e;
     }
-    /* images hold model weights: private to the user */
-    chmod(o->tmp, 0700);
+    /* images hold model weights: private to the user (who may only pass
+     * through to its stages in gpu/ when the tree is not root's) */
+    chmod(o->tmp, img_uid >= 0 ? 0711 : 0700);
     snprintf(sub, sizeof(sub), "%s/gpu", o->tmp);
-    if (tree_mkdir(sub) == 0) {
+    if (tree_mkdir(sub) == 0 && (img_uid < 0 || chmod(sub, 0711) == 0)) {
         snprintf(sub, sizeof(sub), "%s/criu", o->tmp);
         if (tree_mkdir(sub) == 0)
             return 0;
@@ -388,6 +426,7 @@ static void fill_header(struct tree *t, const struct save_opts *o)
     int n = gdrv_devices(d, TREE_MAX_DEVICES, NULL, 0);
 
     t->created = (uint64_t)time(NULL);
+    t->owner = o->owner;
     gethostname(t->host, sizeof(t->host) - 1);
     t->driver = gdrv_driver_version();
     snprintf(t->criu_flags, sizeof(t->criu_flags), "%s%s%s", o->shell_job ? "shell-job" : "",
@@ -428,7 +467,7 @@ static int save_tree(struct tree *t, struct save_opts *o, int *dumped, int *gpu_
     char log[PATH_MAX];
     int r;
 
-    r = criu_dump(o, gpu_side, err, len);
+    r = criu_dump(t, o, gpu_side, err, len);
     snprintf(log, sizeof(log), "%s/criu/dump.log", o->tmp);
     o->t_gpu = criu_plugin_gpu_seconds(log);
     o->t_criu = now_s() - t0 - o->t_gpu;
@@ -492,10 +531,15 @@ int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
 
     if (!t)
         return CTL_EXIT_FAILED;
-    if ((r = parse_save_args(self, argc, argv, &o)) != 0 ||
-        (r = gpuckpt_needs_root("save", "CRIU dumps a process tree only as root")) != 0) {
+    if ((r = parse_save_args(self, argc, argv, &o)) != 0) {
         free(t);
         return r < 0 ? CTL_EXIT_OK : r;
+    }
+    if (geteuid() != 0) {
+        /* CRIU needs root: tcgpud does it for a user's own tree */
+        free(t);
+        return gpuckpt_tcgpud_privileged("save", o.root, o.dir, 0,
+                                         "CRIU dumps a process tree only as root");
     }
     if (criu_find(o.criu, sizeof(o.criu)) < 0) {
         gpuckpt_error("save %d: CRIU not found (set TCGPU_CRIU, or put criu on PATH)", (int)o.root);
@@ -516,7 +560,8 @@ int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
     }
     /* refusals first: nothing is touched yet */
     if ((r = classify(t, err, sizeof(err))) < 0 || (r = check_running(t, err, sizeof(err))) < 0 ||
-        (r = prepare_dirs(&o, err, sizeof(err))) < 0) {
+        (o.owner >= 0 && (r = tree_check_owner(t, (uid_t)o.owner, err, sizeof(err))) < 0) ||
+        (r = prepare_dirs(&o, t, err, sizeof(err))) < 0) {
         gpuckpt_error("save %d: %s", (int)o.root, err);
         free(t);
         return tree_exit_code(r);

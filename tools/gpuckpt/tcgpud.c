@@ -138,3 +138,55 @@ out:
     return r;
 }
 
+/* A "line" of gpuckpt's output on tcgpud's side, where it would have gone. */
+static void print_line(const struct ctl_msg *m, void *arg)
+{
+    const char *text = ctl_get(m, "text"), *stream = ctl_get(m, "stream");
+
+    (void)arg;
+    if (strcmp(m->word, "line") || !text)
+        return;
+    fprintf(stream && !strcmp(stream, "out") ? stdout : stderr, "%s\n", text);
+    fflush(NULL);
+}
+
+int gpuckpt_tcgpud_privileged(const char *word, pid_t pid, const char *dir, int detach,
+                              const char *root_why)
+{
+    char why[512];
+    struct ctl_buf *req = malloc(sizeof(*req));
+    struct ctl_msg *rep = malloc(sizeof(*rep));
+    uint64_t code = CTL_EXIT_FAILED;
+    int r = CTL_EXIT_FAILED;
+
+    if (!req || !rep)
+        goto out;
+    ctl_buf_request(req, word);
+    if (pid)
+        ctl_buf_put_u64(req, "pid", (uint64_t)pid);
+    ctl_buf_put(req, "dir", dir);
+    if (detach)
+        ctl_buf_put(req, "detach", "1");
+    /* no deadline: a save takes as long as the GPU images, a restore as the tree runs */
+    r = gpuckpt_daemon_call(word, req, rep, -1, print_line, NULL, 1);
+    if (r == CTL_EXIT_NOPROC) {
+        snprintf(why, sizeof(why), "%s, and no tcgpud (at %s) does it for this user", root_why,
+                 tcgpud_socket_path());
+        r = gpuckpt_needs_root(word, why);
+        goto out;
+    }
+    if (r != CTL_EXIT_OK)
+        goto out;
+    if (rep->err) {
+        gpuckpt_error("%s: tcgpud: %s", word, rep->err_text);
+        r = ctl_exit_code(rep->err, 1);
+        goto out;
+    }
+    if (ctl_get_u64(rep, "exit", &code) < 0 || code > 255)
+        code = CTL_EXIT_FAILED;
+    r = (int)code;
+out:
+    free(req);
+    free(rep);
+    return r;
+}

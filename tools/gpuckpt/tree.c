@@ -115,6 +115,57 @@ static int add_children(struct tree *t, int i)
     return r;
 }
 
+long long tree_parse_uid(const char *s)
+{
+    char *end;
+    unsigned long long v;
+
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    return errno || *end || v >= UINT32_MAX ? -1 : (long long)v;
+}
+
+int tree_check_owner(const struct tree *t, uid_t uid, char *err, size_t len)
+{
+    for (int i = 0; i < t->nproc; i++) {
+        char path[64], line[256];
+        unsigned u[4] = { 0, 0, 0, 0 };
+        int found = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)t->proc[i].pid);
+        if ((f = fopen(path, "re"))) {
+            while (!found && fgets(line, sizeof(line), f))
+                found = sscanf(line, "Uid: %u %u %u %u", &u[0], &u[1], &u[2], &u[3]) == 4;
+            fclose(f);
+        }
+        if (!found || u[0] != uid || u[1] != uid || u[2] != uid || u[3] != uid) {
+            snprintf(err, len, "process %d (%s) is not uid %u's (uids %u %u %u %u): only a "
+                     "tree of the caller's own processes is saved for it", (int)t->proc[i].pid,
+                     t->proc[i].comm, (unsigned)uid, u[0], u[1], u[2], u[3]);
+            return -EACCES;
+        }
+    }
+    return 0;
+}
+
+int tree_check_saved_owner(const struct tree *t, uid_t uid, char *err, size_t len)
+{
+    if (t->owner >= 0 && t->owner != (long long)uid) {
+        snprintf(err, len, "the save was made for uid %lld, not %u", t->owner, (unsigned)uid);
+        return -EACCES;
+    }
+    for (int i = 0; i < t->nproc; i++)
+        if (t->proc[i].uid != uid) {
+            snprintf(err, len, "process %d (%s) of the save was uid %u's, not %u's",
+                     (int)t->proc[i].pid, t->proc[i].comm, (unsigned)t->proc[i].uid, (unsigned)uid);
+            return -EACCES;
+        }
+    return 0;
+}
+
 int tree_walk(struct tree *t, pid_t root)
 {
     int r;
@@ -152,6 +203,8 @@ static int format_tree(const struct tree *t, struct recfile_writer *w)
     ctl_buf_put(b, "host", t->host);
     ctl_buf_put_i64(b, "driver", t->driver);
     ctl_buf_put(b, "criu_flags", t->criu_flags);
+    if (t->owner >= 0)
+        ctl_buf_put_u64(b, "owner", (uint64_t)t->owner);
     if ((r = recfile_put(w)) < 0)
         return r;
     for (int i = 0; i < t->ndev; i++) {
@@ -325,6 +378,12 @@ static int parse_header(struct tree *t, const struct ctl_msg *m, char *why, size
     }
     t->root = (pid_t)root;
     t->created = created;
+    /* owner: only in saves made through tcgpud for a user */
+    t->owner = ctl_get(m, "owner") ? tree_parse_uid(ctl_get(m, "owner")) : -1;
+    if (ctl_get(m, "owner") && t->owner < 0) {
+        snprintf(why, len, "header record: bad owner");
+        return -EBADMSG;
+    }
     t->driver = (int)drv;
     snprintf(t->host, sizeof(t->host), "%s", host);
     snprintf(t->criu_flags, sizeof(t->criu_flags), "%s", flags);
@@ -423,7 +482,54 @@ int criu_find(char *path, size_t len)
     return -ENOENT;
 }
 
-int criu_run(char *const argv[], const char *log)
+#ifndef TCGPU_INSTALL_LIBDIR
+#define TCGPU_INSTALL_LIBDIR "/usr/local/lib"
+#endif
+#define RLIMITS_SHIM "libtcgpu-criu-rlimits.so"
+
+/* Does this process have CAP_SYS_RESOURCE (bit 24 of CapEff)? */
+static int has_sys_resource(void)
+{
+    char line[256];
+    unsigned long long eff = 0;
+    FILE *f = fopen("/proc/self/status", "re");
+
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "CapEff: %llx", &eff) == 1)
+            break;
+    fclose(f);
+    return (eff >> 24) & 1;
+}
+
+int criu_dump_preload(const struct tree *t, char *path, size_t len)
+{
+    char exe[PATH_MAX];
+    int foreign = 0;
+    ssize_t n;
+
+    path[0] = '\0';
+    for (int i = 0; i < t->nproc; i++)
+        foreign |= t->proc[i].uid != geteuid();
+    if (!foreign || has_sys_resource())
+        return 0;
+    /* beside gpuckpt (the build tree), else where it is installed */
+    if ((n = readlink("/proc/self/exe", exe, sizeof(exe) - 1)) > 0) {
+        exe[n] = '\0';
+        *strrchr(exe, '/') = '\0';
+        snprintf(path, len, "%.3800s/" RLIMITS_SHIM, exe);
+        if (access(path, R_OK) == 0)
+            return 0;
+    }
+    snprintf(path, len, "%s/tcgpu/" RLIMITS_SHIM, TCGPU_INSTALL_LIBDIR);
+    if (access(path, R_OK) == 0)
+        return 0;
+    path[0] = '\0';
+    return -ENOENT;
+}
+
+static int run_criu(char *const argv[], const char *log, const char *preload)
 {
     int st, fd;
     pid_t pid;
@@ -443,6 +549,8 @@ int criu_run(char *const argv[], const char *log)
             dup2(null, 0);
         dup2(fd, 1);
         dup2(fd, 2);
+        if (preload && *preload)
+            setenv("LD_PRELOAD", preload, 1);
         execv(argv[0], argv);
         dprintf(2, "gpuckpt: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -454,6 +562,16 @@ int criu_run(char *const argv[], const char *log)
     if (WIFEXITED(st))
         return WEXITSTATUS(st);
     return 128 + WTERMSIG(st);
+}
+
+int criu_run(char *const argv[], const char *log)
+{
+    return run_criu(argv, log, NULL);
+}
+
+int criu_run_preloaded(char *const argv[], const char *log, const char *preload)
+{
+    return run_criu(argv, log, preload);
 }
 
 void criu_log_errors(const char *log, int n, char *out, size_t len)

@@ -68,6 +68,7 @@ struct tree_file {
 
 struct tree {
     pid_t root;
+    long long owner;            /* the user a privileged save was made for (tcgpud), or -1 */
     uint64_t created;           /* seconds since the epoch */
     char host[256];
     int driver;                 /* driver version at save */
@@ -101,6 +102,19 @@ int tree_write(const struct tree *t, const char *dir, char *err, size_t len);
  */
 int tree_read(struct tree *t, const char *dir, char *err, size_t len);
 
+/* A uid in decimal (0 to 2^32-2), or -1. */
+long long tree_parse_uid(const char *s);
+
+/*
+ * Every process of t belongs to uid. tree_check_owner: a walked tree, its
+ * processes' real, effective, saved and filesystem uids (from /proc).
+ * tree_check_saved_owner: a read manifest, its owner (when recorded) and
+ * every process's recorded uid. 0, or -EACCES with the first process that is
+ * not uid's in err.
+ */
+int tree_check_owner(const struct tree *t, uid_t uid, char *err, size_t len);
+int tree_check_saved_owner(const struct tree *t, uid_t uid, char *err, size_t len);
+
 /* 1 when DIR holds a tree manifest (a save directory rather than one image). */
 int tree_is_save_dir(const char *dir);
 
@@ -113,6 +127,19 @@ int criu_find(char *path, size_t len);
  * (0 ok), or -errno when it could not be run.
  */
 int criu_run(char *const argv[], const char *log);
+
+/*
+ * The library CRIU needs preloaded to dump t, in path (PATH_MAX bytes), or
+ * "" when it needs none: libtcgpu-criu-rlimits.so (criu_rlimits.c), when t
+ * has processes of another user and gpuckpt lacks CAP_SYS_RESOURCE, so that
+ * the kernel would refuse CRIU their resource limits. -ENOENT when it is
+ * needed and cannot be found (next to gpuckpt, or in the install's
+ * libdir/tcgpu).
+ */
+int criu_dump_preload(const struct tree *t, char *path, size_t len);
+
+/* criu_run with LD_PRELOAD=preload for CRIU ("" or NULL: as criu_run). */
+int criu_run_preloaded(char *const argv[], const char *log, const char *preload);
 
 /* CRIU's own reason: the last `n` "Error" lines of its log, joined by "\n  ". */
 void criu_log_errors(const char *log, int n, char *out, size_t len);

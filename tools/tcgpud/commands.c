@@ -67,7 +67,7 @@ struct command {
     void (*handle)(int ci, const struct ctl_msg *m, struct djob *j);
 };
 
-static void refuse(int ci, const char *what, const char *why)
+void refuse(int ci, const char *what, const char *why)
 {
     const struct ucred *p = &d.conns[ci].peer;
     char uid[24], pid[24], more[24];
@@ -452,8 +452,12 @@ static void list_jobs(int ci, const struct ctl_msg *m, struct djob *unused)
     (void)m;
     (void)unused;
     for (int dev = 0; dev < policy_device_count(d.pol); dev++) {
+        char uuid[DEVICE_UUID_TEXT_LEN];
         ctl_buf_request(&b, "device");
         ctl_buf_put_u64(&b, "id", (uint64_t)dev);
+        device_uuid_text(dev, uuid);
+        if (uuid[0])
+            ctl_buf_put(&b, "uuid", uuid);
         ctl_buf_put_u64(&b, "capacity", policy_device_capacity(d.pol, dev));
         ctl_buf_put_u64(&b, "used", policy_device_used(d.pol, dev));
         send_msg(ci, &b);
@@ -639,9 +643,18 @@ static const struct command cmd_status = {
     .word = "status", .access = ACCESS_ANY_PROCESS, .handle = report_status,
 };
 
+/* A user's own process trees through CRIU, which needs root (save.c checks the rest). */
+static const struct command cmd_save = {
+    .word = "save", .access = ACCESS_ANY_PROCESS, .handle = priv_save,
+};
+
+static const struct command cmd_restore = {
+    .word = "restore", .access = ACCESS_ANY_PROCESS, .handle = priv_restore,
+};
+
 static const struct command *const commands[] = {
     &cmd_register, &cmd_request, &cmd_compute, &cmd_ps, &cmd_events, &cmd_suspend, &cmd_resume,
-    &cmd_status,
+    &cmd_status, &cmd_save, &cmd_restore,
 };
 
 /* The peer's own registered job. Replies and returns NULL otherwise. */

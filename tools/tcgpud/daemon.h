@@ -6,7 +6,8 @@
  *   main.c      start-up, the tick, the event loop
  *   conns.c     connections: the socket, who may hold how many, replies,
  *               events pushed to followers
- *   devices.c   the GPUs, learnt from the configuration and the driver
+ *   devices.c   the GPUs, learnt from the configuration and the driver; a
+ *               job's by its UUID
  *   jobs.c      jobs: carrying out the policy's actions, status polls,
  *               finished operations, the state file
  *   commands.c  the requests: a handler each, and the table that dispatches them
@@ -15,6 +16,7 @@
  *   dashboard.c the dashboard's state (/api/state) and its memory history
  *   http.c      the HTTP endpoint (libmicrohttpd), on its own thread: it
  *               serves what the loop publishes and touches nothing else
+ *   save.c      save and restore of a user's own process trees, by gpuckpt as root
  *
  * All of it runs on the loop's one thread; the workers (work.c, tcgpud.h)
  * touch none of it.
@@ -190,9 +192,21 @@ int learn_devices(void);
  * -ENODEV (not a GPU tcgpud manages), with why.
  */
 int job_device(const struct ctl_msg *m, int *dev, char *why, size_t len);
+/* GPU idx's UUID as nvidia-smi writes it ("GPU-xxxxxxxx-xxxx-..."), for ps
+ * and the state file; "" when the driver did not show tcgpud that GPU. */
+#define DEVICE_UUID_TEXT_LEN 41
+void device_uuid_text(int idx, char out[DEVICE_UUID_TEXT_LEN]);
+/* The GPU whose UUID text that is, or -ENODEV. */
+int device_of_uuid_text(const char *text);
 
 /* commands.c: answer the request m on connection ci. */
 void handle(int ci, const struct ctl_msg *m);
+/* Refuse `what` to the peer of ci (EACCES), logged, counted and recorded as an event. */
+void refuse(int ci, const char *what, const char *why);
+
+/* save.c: the requests save and restore (the job argument is unused). */
+void priv_save(int ci, const struct ctl_msg *m, struct djob *unused);
+void priv_restore(int ci, const struct ctl_msg *m, struct djob *unused);
 
 /* commands.c: a "job" message of ps, as ps and the dashboard show a job */
 void put_job(struct ctl_buf *b, const struct djob *j, const struct pol_job *pj, uint64_t now);

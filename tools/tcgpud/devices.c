@@ -311,3 +311,39 @@ int job_device(const struct ctl_msg *m, int *dev, char *why, size_t len)
     *dev = idx;
     return 0;
 }
+
+static void uuid_text(const uint8_t u[16], char out[DEVICE_UUID_TEXT_LEN])
+{
+    static const char hex[] = "0123456789abcdef";
+    char *o = out + 4;
+
+    memcpy(out, "GPU-", 4);
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            *o++ = '-';
+        *o++ = hex[u[i] >> 4];
+        *o++ = hex[u[i] & 15];
+    }
+    *o = '\0';
+}
+
+void device_uuid_text(int idx, char out[DEVICE_UUID_TEXT_LEN])
+{
+    const struct tcgpud_gpu *g = probed(idx);
+
+    out[0] = '\0';
+    if (g)
+        uuid_text(g->uuid, out);
+}
+
+int device_of_uuid_text(const char *text)
+{
+    char u[DEVICE_UUID_TEXT_LEN];
+
+    for (int i = 0; i < d.nprobed; i++) {
+        uuid_text(d.gpus[i].uuid, u);
+        if (!strcmp(u, text))
+            return d.gpus[i].index;
+    }
+    return -ENODEV;
+}

@@ -460,6 +460,7 @@ void save_state(void)
         s->limit = pj->limit;
         s->device = pj->device;
         s->dev_capacity = policy_device_capacity(d.pol, pj->device);
+        device_uuid_text(pj->device, s->uuid);
         s->mem = pj->mem;
         /* In between as such: the next tcgpud asks the job and believes it,
          * and only a job saved as not running and found suspended is resumed

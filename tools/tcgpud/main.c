@@ -45,14 +45,9 @@ struct pol_actions acts;
 void logmsg(const char *fmt, ...)
 {
     va_list ap;
-    struct timespec ts;
-    struct tm tm;
-    char when[32];
+    char when[16];
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    localtime_r(&ts.tv_sec, &tm);
-    strftime(when, sizeof(when), "%H:%M:%S", &tm);
-    fprintf(stderr, "tcgpud %s.%03ld: ", when, ts.tv_nsec / 1000000);
+    fprintf(stderr, "tcgpud %s: ", wall_hms(when));
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -261,6 +256,19 @@ static uint64_t relearnt_since(const struct tcgpud_saved_job *s, struct pol_job_
     return now;
 }
 
+/* The job's GPU by the UUID saved with it: the driver may number the GPUs
+ * otherwise since (a reload, a GPU gone); the saved number when it does not
+ * show that UUID, or the file has none. */
+static int relearnt_device(const struct tcgpud_saved_job *s)
+{
+    int idx = s->uuid[0] ? device_of_uuid_text(s->uuid) : -ENODEV;
+
+    if (idx < 0 || idx == s->device)
+        return s->device;
+    logmsg("pid %d: its GPU %s is GPU %d now (was %d)", (int)s->pid, s->uuid, idx, s->device);
+    return idx;
+}
+
 static void relearn_one(const struct tcgpud_saved_job *s, const struct poll_item *it)
 {
     struct pol_job_spec spec = { .id = (uint64_t)s->pid, .priority = s->priority,
@@ -278,8 +286,9 @@ static void relearn_one(const struct tcgpud_saved_job *s, const struct poll_item
         logmsg("pid %d: project %s is no longer configured; not managing it", (int)s->pid, s->project);
         return;
     }
-    if (s->device < 0 || policy_device_capacity(d.pol, s->device) == 0) {
-        logmsg("pid %d: tcgpud no longer manages its GPU %d; not managing it", (int)s->pid, s->device);
+    spec.device = relearnt_device(s);
+    if (spec.device < 0 || policy_device_capacity(d.pol, spec.device) == 0) {
+        logmsg("pid %d: tcgpud no longer manages its GPU %d; not managing it", (int)s->pid, spec.device);
         return;
     }
     if (r < 0 && r != -ETIMEDOUT) {

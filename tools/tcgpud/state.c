@@ -22,7 +22,7 @@ _Static_assert(sizeof(pid_t) == sizeof(int32_t) && sizeof(uid_t) == sizeof(uint3
     CTL_FIELD(struct tcgpud_saved_job, member, key, kind, .required = 1, __VA_ARGS__)
 
 /* A job's line after its word "job", in this order. Every field is required
- * but dev_capacity, since, queued, job and compute, which came later. */
+ * but dev_capacity, uuid, since, queued, job and compute, which came later. */
 static const struct ctl_field_desc job_fields[] = {
     JOB_FIELD(pid, "pid", CTL_I32, .min = 1, .max = INT_MAX),
     JOB_FIELD(start_ticks, "start", CTL_U64),
@@ -33,6 +33,7 @@ static const struct ctl_field_desc job_fields[] = {
     JOB_FIELD(limit, "limit", CTL_U64),
     JOB_FIELD(device, "device", CTL_I32, .min = -1, .max = 4095),
     CTL_FIELD(struct tcgpud_saved_job, dev_capacity, "dev_capacity", CTL_U64),
+    CTL_FIELD(struct tcgpud_saved_job, uuid, "uuid", CTL_TEXT),
     JOB_FIELD(mem, "mem", CTL_U64),
     JOB_FIELD(state, "state", CTL_TEXT),
     JOB_FIELD(suspended_by, "suspended_by", CTL_TEXT),

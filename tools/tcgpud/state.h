@@ -25,6 +25,7 @@ struct tcgpud_saved_job {
     uint64_t limit;
     int device;
     uint64_t dev_capacity;        /* the device's capacity as tcgpud knew it */
+    char uuid[48];                /* the device's UUID ("": not known) */
     uint64_t mem;
     char state[16];               /* pol_state_name(): running, suspending, suspended, resuming */
     char suspended_by[16];        /* pol_by_name() */

@@ -25,38 +25,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../common/progs.h"
+
 struct result {
     uint32_t worker;
     uint64_t hash;
 };
 
-static void die(const char *what, CUresult rc)
-{
-    const char *name = "?";
-
-    cuGetErrorName(rc, &name);
-    fprintf(stderr, "gpu_tree[%d]: %s failed: %s\n", (int)getpid(), what, name);
-    exit(1);
-}
-
-#define CK(call) do { CUresult rc_ = (call); if (rc_ != CUDA_SUCCESS) die(#call, rc_); } while (0)
-
-static uint64_t fnv(const void *p, size_t n, uint64_t h)
-{
-    const unsigned char *b = p;
-
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-    while (ms > 0 && nanosleep(&ts, &ts) != 0)
-        ;
-}
+#define CK(call) do { CUresult rc_ = (call); if (rc_ != CUDA_SUCCESS) progs_die("gpu_tree", #call, rc_); } while (0)
 
 static int worker(uint32_t id, int steps, size_t mb, int sleep, int fd)
 {
@@ -78,10 +54,10 @@ static int worker(uint32_t id, int steps, size_t mb, int sleep, int fd)
         for (size_t i = 0; i < words; i++)
             h[i] = h[i] * 2654435761u + (uint32_t)(s * 7 + i + id);
         CK(cuMemcpyHtoD(d, h, n));
-        sleep_ms(sleep);
+        progs_sleep_ms((unsigned)sleep);
     }
     CK(cuMemcpyDtoH(h, d, n));
-    res.hash = fnv(h, n, res.hash);
+    res.hash = progs_fnv(h, n, res.hash);
     free(h);
     return write(fd, &res, sizeof(res)) == sizeof(res) ? 0 : 1;
 }
@@ -154,9 +130,9 @@ int main(int argc, char **argv)
     for (int w = 0; w < 2; w++)
         if (waitpid(kids[w], &status, 0) != kids[w] || !WIFEXITED(status) || WEXITSTATUS(status))
             bad = 1;
-    all = fnv(hashes, sizeof(hashes), all);
+    all = progs_fnv(hashes, sizeof(hashes), all);
     if (ball)
-        all = fnv(ball, 64, all);
+        all = progs_fnv(ball, 64, all);
     printf("checksum: %016" PRIx64 "\n", all);
     free(ball);
     return bad;

@@ -1,0 +1,75 @@
+/*
+ * tcgpu_slurm.h - what the files of tcgpu-slurm share (docs/slurm.md).
+ *
+ *   main.c      the command line: the task wrapper (srun tcgpu-slurm -- CMD) and
+ *               the controller's epilog (tcgpu-slurm epilog)
+ *   task.c      one task's life: started or restored, its signals, its save
+ *   saves.c     where a job's saves live, and whether a set of them is whole
+ *   slurmapi.c  what tcgpu-slurm asks slurmctld (libslurm): preempted? requeue;
+ *               is the job over?
+ *   defer.c     libtcgpu-slurm-defer.so, preloaded into the program: holds back
+ *               the signals Slurm sends every process until the wrapper says what
+ *               they mean
+ *
+ * tcgpu-slurm is single-threaded; nothing here is thread-safe. Functions
+ * return 0 or -errno and say what failed on stderr ("tcgpu-slurm: ...").
+ */
+#ifndef TCGPU_SLURM_H
+#define TCGPU_SLURM_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define TS_DEFAULT_DIR       "/var/lib/tcgpu/slurm"
+#define TS_RELEASE_SIGNAL    "RTMIN+5"      /* defer.c's: "do what the program would" */
+#define TS_DEFERRED_SIGNALS  "TERM,TSTP"
+
+/* The job and task this wrapper is, from Slurm's environment. */
+struct ts_job {
+    uint32_t job_id, step_id;
+    unsigned task, ntasks;      /* SLURM_PROCID, SLURM_NTASKS */
+    unsigned restarts;          /* SLURM_RESTART_COUNT */
+    char root[PATH_MAX];        /* TCGPU_SLURM_DIR */
+    char dir[PATH_MAX];         /* root/<job id>: this job's saves, the user's */
+};
+
+/* main.c */
+void ts_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ts_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A helper binary next to tcgpu-slurm (build tree or install), or $env. */
+int ts_find_helper(const char *env, const char *const *rel, char *out, size_t len);
+
+/* saves.c */
+/* Fills j from the environment; -EINVAL (not in a Slurm step) said. */
+int ts_job_from_env(struct ts_job *j);
+/* Creates j->dir (0700) or checks it is the user's own directory. */
+int ts_job_dir(const struct ts_job *j);
+/* The save of task `task` made during run `run` (its restart count): path. */
+void ts_save_path(const struct ts_job *j, unsigned task, unsigned run, char *out, size_t len);
+/* The output file of task `task` (the program's stdout and stderr). */
+void ts_output_path(const struct ts_job *j, unsigned task, char *out, size_t len);
+/*
+ * The latest run whose save every task of the step has: 0 with *run set;
+ * -ENOENT when no task has any save (start afresh); -EBADMSG when some
+ * tasks have one and others not (the set is broken: refuse), said in why.
+ */
+int ts_latest_whole_set(const struct ts_job *j, unsigned *run, char *why, size_t len);
+/* 1 when every task has a save of run `run`. */
+int ts_set_whole(const struct ts_job *j, unsigned run);
+/* rm -rf of a job's directory under root, without following symlinks. */
+int ts_remove_job(const char *root, uint32_t job_id);
+
+/* slurmapi.c */
+/* 1: the job has been told it is preempted (its grace time runs); 0: not; -errno. */
+int ts_job_preempted(uint32_t job_id);
+/* Requeue the job now (its owner may). 0 or -errno, said. */
+int ts_job_requeue(uint32_t job_id);
+/* 1: the job is over for good (completed, cancelled, failed, timed out...) or
+ * unknown to slurmctld; 0: it will run again (pending, requeued) or runs; -errno. */
+int ts_job_over(uint32_t job_id);
+
+/* task.c: the wrapper of one task; returns its exit status. */
+int ts_run_task(const struct ts_job *j, char *const argv[]);
+
+#endif

@@ -1,0 +1,258 @@
+# tests/slurm/cluster.sh - a real Slurm cluster on loopback for one test
+# (sourced by tests/slurm/*.sh; docs/slurm.md, "Testing").
+#
+# munged, slurmctld and two slurmd (nodes na on 127.0.0.2 and nb on
+# 127.0.0.3, `slurmd -N`), in the foreground, with a generated slurm.conf:
+# private state, spool and log directories, ports from $SLURM_PORT_BASE, a
+# munge key and socket of their own. Each node is its own simulated machine
+# (SIMCUDA_SHM) of two GPUs, with its own tcgpud (root); a TaskProlog gives
+# a task its node's machine and tcgpud. Partitions: low (preemptable,
+# PreemptMode=REQUEUE, GraceTime 30 s) and high, over both nodes. Jobs run as
+# nobody. Everything is stopped and removed at exit. Slurm that cannot start
+# is a failure, not a skip.
+. "$(dirname "$0")/../common/lib.sh"
+set -euo pipefail
+
+B=${TCGPU_BUILD_ROOT:?run through meson test}
+GPUCKPT=$B/tools/gpuckpt/gpuckpt
+TCGPUD=$B/tools/tcgpud/tcgpud
+TCGPU_SLURM=$B/slurm/tcgpu-slurm
+PAIR=$B/tests/slurm/pair_train
+SLURM_PORT_BASE=${SLURM_PORT_BASE:-16817}
+NODES=(na nb)
+declare -A NODE_ADDR=([na]=127.0.0.2 [nb]=127.0.0.3)
+NOBODY=65534
+
+if [ "$(id -u)" -ne 0 ]; then
+    # CI runs as root; a developer's own account cannot start slurmd
+    [ -n "${CI:-}" ] && fail "the slurm suite needs root"
+    echo "skipped: the slurm suite needs root (slurmd, munged, CRIU)"; exit 77
+fi
+for c in munged slurmctld slurmd sbatch squeue scontrol scancel setpriv; do
+    command -v "$c" >/dev/null || fail "$c not found: scripts/setup.sh installs slurm-wlm and munge"
+done
+[ -x "$TCGPU_SLURM" ] || fail "tcgpu-slurm was not built (libslurm-dev missing: scripts/setup.sh)"
+CRIU=${TCGPU_CRIU:-$(command -v criu || echo /usr/local/sbin/criu)}
+[ -x "$CRIU" ] || fail "criu not found (scripts/setup.sh builds CRIU 4.1.1)"
+
+W=$(mktemp -d /tmp/tcgpu-slurm-XXXXXX)
+chmod 711 "$W"
+SAVES=$W/saves                     # TCGPU_SLURM_DIR: writable by all, sticky, as /tmp
+HOME_N=$W/nobody                   # the jobs' working directory
+mkdir -m 1777 "$SAVES"
+mkdir -m 700 "$HOME_N"
+chown "$NOBODY:$NOBODY" "$HOME_N"
+DAEMONS=()
+SHM_PREFIX=/tcgpu-slurm-$$
+export SLURM_CONF=$W/slurm.conf
+export TCGPU_SLURM_DIR=$SAVES
+export TCGPU_CRIU=$CRIU
+export TCGPU_REAL_LIBCUDA=$B/simcuda/libcuda.so.1
+export SIMCUDA_DEVICES=2 SIMCUDA_DEVICE_MEM=256M
+
+cluster_cleanup() {
+    local p j
+    set +e
+    for j in $(squeue -h -o %i 2>/dev/null); do scancel "$j" 2>/dev/null; done
+    for p in "${DAEMONS[@]}"; do kill "$p" 2>/dev/null; done
+    sleep 0.5
+    for p in "${DAEMONS[@]}"; do kill -9 "$p" 2>/dev/null; done
+    # slurmstepd and the jobs' processes (restored ones are tcgpud's, gone with it)
+    pkill_tree_of_dir
+    kill_bg
+    wait 2>/dev/null
+    rm -f /dev/shm"$SHM_PREFIX"* /dev/shm/tcgpu-pair-* 2>/dev/null
+    # TCGPU_KEEP=1 keeps the logs and saves for a look after a failure
+    [ -n "${TCGPU_KEEP:-}" ] && echo "kept $W" >&2 || rm -rf "$W"
+}
+trap cluster_cleanup EXIT
+
+# Processes that still have a file open under $W (slurmstepd, leftovers of a
+# failed test): their pids, found through /proc, never by name.
+pkill_tree_of_dir() {
+    local pid
+    for pid in /proc/[0-9]*; do
+        pid=${pid#/proc/}
+        [ "$pid" = $$ ] && continue
+        if ls -l /proc/"$pid"/fd 2>/dev/null | grep -q -- "$W/"; then
+            kill -9 "$pid" 2>/dev/null || true
+        fi
+    done
+}
+
+as_nobody() { setpriv --reuid=$NOBODY --regid=$NOBODY --clear-groups "$@"; }
+
+write_conf() {
+    local host
+    host=$(hostname)
+    cat >"$W/slurm.conf" <<EOF
+ClusterName=tcgputest
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$SLURM_PORT_BASE
+SlurmdPort=$((SLURM_PORT_BASE + 1))
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+# cred_expire: a requeued job waits this long (plus a little) before it may
+# run again; Slurm's default is 120 s (docs/slurm.md)
+AuthInfo=socket=$W/munge/munge.sock,cred_expire=10
+StateSaveLocation=$W/ctld
+SlurmdSpoolDir=$W/spool-%n
+SlurmctldPidFile=$W/ctld/slurmctld.pid
+SlurmdPidFile=$W/spool-%n/slurmd.pid
+SlurmctldLogFile=$W/log/slurmctld.log
+SlurmdLogFile=$W/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+TaskProlog=$W/task_prolog.sh
+# every job's end, a job cancelled while it waits included, runs this: the
+# saves of a job that will not run again go (docs/slurm.md)
+JobCompType=jobcomp/script
+JobCompLoc=$W/jobcomp.sh
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/backfill
+# sched_interval: a requeued job that becomes eligible (cred_expire) is
+# started by the next pass of the main scheduler, which runs on events and
+# every sched_interval (Slurm's default: 60 s); backfill passes skip it
+# when nothing changed (docs/slurm.md)
+SchedulerParameters=preempt_send_user_signal,bf_interval=1,sched_interval=2
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+JobRequeue=1
+KillWait=5
+MinJobAge=600
+InactiveLimit=0
+Waittime=0
+MailProg=/bin/true
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+NodeName=na NodeHostname=$host NodeAddr=${NODE_ADDR[na]} Port=$((SLURM_PORT_BASE + 1)) CPUs=2 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
+NodeName=nb NodeHostname=$host NodeAddr=${NODE_ADDR[nb]} Port=$((SLURM_PORT_BASE + 2)) CPUs=2 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
+PartitionName=low Nodes=na,nb Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=30 OverSubscribe=NO
+PartitionName=high Nodes=na,nb PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
+EOF
+    # GPUs: Slurm wants device files; character devices that are /dev/null
+    mkdir -p "$W/dev"
+    for i in 0 1 2 3; do mknod "$W/dev/gpu$i" c 1 3; done
+    cat >"$W/gres.conf" <<EOF
+NodeName=na Name=gpu File=$W/dev/gpu[0-1]
+NodeName=nb Name=gpu File=$W/dev/gpu[2-3]
+EOF
+    # a task's node: its simulated machine and its tcgpud
+    cat >"$W/task_prolog.sh" <<EOF
+#!/bin/sh
+echo "export SIMCUDA_SHM=$SHM_PREFIX-\$SLURMD_NODENAME"
+echo "export TCGPU_DAEMON_SOCKET=$W/node-\$SLURMD_NODENAME/tcgpud.sock"
+EOF
+    cat >"$W/jobcomp.sh" <<EOF
+#!/bin/sh
+SLURM_CONF=$W/slurm.conf TCGPU_SLURM_DIR=$SAVES exec $TCGPU_SLURM epilog >>$W/log/epilog.log 2>&1
+EOF
+    chmod 755 "$W/task_prolog.sh" "$W/jobcomp.sh"
+}
+
+start_munge() {
+    mkdir -p "$W/munge"
+    dd if=/dev/urandom of="$W/munge/munge.key" bs=1024 count=1 2>/dev/null
+    chmod 600 "$W/munge/munge.key"
+    munged -F --key-file="$W/munge/munge.key" --socket="$W/munge/munge.sock" \
+        --pid-file="$W/munge/munged.pid" --log-file="$W/munge/munged.log" \
+        --seed-file="$W/munge/seed" --force >/dev/null 2>&1 &
+    DAEMONS+=("$!")
+    local i
+    for i in $(seq 1 100); do [ -S "$W/munge/munge.sock" ] && return 0; sleep 0.05; done
+    fail "munged did not start: $(tail_of "$W/munge/munged.log")"
+}
+
+# One tcgpud per node (root), on that node's simulated machine.
+start_tcgpuds() {
+    local n
+    for n in "${NODES[@]}"; do
+        mkdir -p "$W/node-$n"
+        chmod 711 "$W/node-$n"
+        cat >"$W/node-$n/tcgpud.ini" <<EOF
+[daemon]
+socket = $W/node-$n/tcgpud.sock
+state_file = $W/node-$n/tcgpud.state
+EOF
+        SIMCUDA_SHM=$SHM_PREFIX-$n "$TCGPUD" --config "$W/node-$n/tcgpud.ini" \
+            >>"$W/log/tcgpud-$n.log" 2>&1 &
+        DAEMONS+=("$!")
+    done
+    for n in "${NODES[@]}"; do
+        local i
+        for i in $(seq 1 100); do [ -S "$W/node-$n/tcgpud.sock" ] && break; sleep 0.05; done
+        [ -S "$W/node-$n/tcgpud.sock" ] || fail "tcgpud of $n did not start: $(tail_of "$W/log/tcgpud-$n.log")"
+    done
+}
+
+start_slurm() {
+    mkdir -p "$W/ctld" "$W/log" "$W/spool-na" "$W/spool-nb"
+    slurmctld -D -i -f "$SLURM_CONF" >>"$W/log/slurmctld.out" 2>&1 &
+    DAEMONS+=("$!")
+    local n i
+    for n in "${NODES[@]}"; do
+        slurmd -D -N "$n" -f "$SLURM_CONF" >>"$W/log/slurmd-$n.out" 2>&1 &
+        DAEMONS+=("$!")
+    done
+    for i in $(seq 1 200); do
+        [ "$(sinfo -h -o '%t' -p low 2>/dev/null | sort -u | tr -d '\n')" = idle ] && return 0
+        sleep 0.1
+    done
+    fail "Slurm did not start: sinfo: $(sinfo 2>&1 | tail -n 3 | tr '\n' ' ') slurmctld: $(tail_of "$W/log/slurmctld.log" 5)"
+}
+
+start_cluster() {
+    write_conf
+    start_munge
+    mkdir -p "$W/log"
+    start_tcgpuds
+    start_slurm
+    note "cluster up: slurmctld on 127.0.0.1:$SLURM_PORT_BASE, slurmd na and nb"
+}
+
+# job_field JOB KEY : a field of scontrol show job (e.g. JobState, Restarts, NodeList).
+job_field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1; }
+
+# wait_job_state JOB STATE SECONDS
+wait_job_state() {
+    local i s=""
+    for i in $(seq 1 $(( $3 * 5 ))); do
+        s=$(job_field "$1" JobState)
+        [ "$s" = "$2" ] && return 0
+        sleep 0.2
+    done
+    fail "job $1 is $s, not $2, after $3 s: $(scontrol show job -o "$1" | tr ' ' '\n' | grep -E 'Reason|Restarts|NodeList' | tr '\n' ' ')"
+}
+
+# wait_file_line FILE PATTERN SECONDS
+wait_file_line() {
+    wait_line "$1" "$2" "$3" || fail "'$2' never appeared in $1 in $3 s: $(tail_of "$1" 6)"
+}
+
+# The pair program's uninterrupted checksums (both ranks), on a machine of its own.
+pair_reference() { # ARGS...
+    local shm=$SHM_PREFIX-ref
+    SIMCUDA_SHM=$shm CUDA_VISIBLE_DEVICES=0 "$PAIR" --rank 0 --shm /tcgpu-pair-ref-$$ "$@" >"$W/ref0.out" 2>&1 &
+    local p0=$!
+    SIMCUDA_SHM=$shm CUDA_VISIBLE_DEVICES=1 "$PAIR" --rank 1 --shm /tcgpu-pair-ref-$$ "$@" >"$W/ref1.out" 2>&1 ||
+        fail "reference rank 1 failed: $(tail_of "$W/ref1.out")"
+    wait "$p0" || fail "reference rank 0 failed: $(tail_of "$W/ref0.out")"
+    rm -f /dev/shm"$shm"
+    REF0=$(sed -n 's/^rank 0 checksum: //p' "$W/ref0.out")
+    REF1=$(sed -n 's/^rank 1 checksum: //p' "$W/ref1.out")
+    [ -n "$REF0" ] && [ -n "$REF1" ] || fail "no reference checksums"
+}
+
+# stamp LINE_PATTERN FILE : the HH:MM:SS.mmm of tcgpu-slurm's first line matching it, in seconds.
+stamp() {
+    grep -m1 -- "$1" "$2" | sed -n 's/^tcgpu-slurm[^ ]* \([0-9:.]*\):.*/\1/p' |
+        awk -F: '{ printf "%.3f\n", $1 * 3600 + $2 * 60 + $3 }'
+}

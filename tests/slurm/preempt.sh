@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Preemption on a real Slurm (docs/slurm.md), jobs of an ordinary user (nobody)
+# under tcgpu-slurm, on tests/slurm/cluster.sh's two-node cluster.
+#
+#   preempt.sh requeue   nobody's two-task job (one GPU per task, the tasks in
+#                        lockstep through shared memory) fills a node's GPUs; a
+#                        high-priority job arrives there; the low job is saved,
+#                        requeued and restored (on the other node, which is free:
+#                        its own simulated machine); both jobs end with the checksums
+#                        of uninterrupted runs, the restart count is 1, and the
+#                        saves are gone once the job completes. Prints the
+#                        preemption's timeline and the save's size.
+#   preempt.sh cancel    a job saved and requeued, then cancelled while it waits:
+#                        its saves are removed
+#   preempt.sh corrupt   a job saved and requeued whose save is damaged while it
+#                        waits: the restore refuses it and the job fails, saying
+#                        so, instead of starting again from the beginning
+#   preempt.sh suspend   scontrol suspend: the job's GPU memory is released before
+#                        Slurm stops it (SIGTSTP, then SIGSTOP), and given back on
+#                        scontrol resume; the job ends with the uninterrupted checksum
+. "$(dirname "$0")/cluster.sh"
+
+mode=${1:?mode}
+PAIR_ARGS=(--mb 8 --steps 160 --sleep-ms 60)
+
+# submit_low NAME TASKS : nobody's job under tcgpu-slurm, on one node; prints its id.
+submit_low() {
+    local name=$1 tasks=$2
+    cat >"$HOME_N/$name.sh" <<EOF
+#!/bin/bash
+srun tcgpu-slurm -- $PAIR ${PAIR_ARGS[*]}
+EOF
+    chmod 755 "$HOME_N/$name.sh"
+    chown "$NOBODY" "$HOME_N/$name.sh"
+    as_nobody env PATH="$B/slurm:$PATH" TCGPU_RUN_DIR="$HOME_N/run" \
+        sbatch --parsable -p low -N1 -n"$tasks" --gpus-per-task=1 --requeue --open-mode=append \
+        -J "$name" -D "$HOME_N" -o "$HOME_N/$name-%j.out" "$HOME_N/$name.sh"
+}
+
+# submit_high NODE : a high-priority job that wants NODE's two GPUs; prints its id.
+# It computes what the low job does, only slower (the pause between steps
+# changes no result): it still holds NODE when the low job may run again, so
+# that one comes back on the other node.
+submit_high() {
+    sbatch --parsable -p high -w "$1" -N1 -n2 --gpus-per-task=1 -J high -D "$W" \
+        -o "$W/high-%j.out" --wrap "srun $PAIR ${PAIR_ARGS[*]} --sleep-ms 150"
+}
+
+# preempt LOW TASKS : LOW is mid-run; a high job takes its node; LOW saves and
+# is requeued. Sets HIGH, SAVE_BYTES.
+preempt() {
+    local low=$1 tasks=$2 out
+    out=$HOME_N/$(job_field "$low" JobName)-$low.out
+    wait_job_state "$low" RUNNING 30
+    wait_file_line "$out" "rank 0 step 25" 60
+    LOW_NODE=$(job_field "$low" NodeList)
+    HIGH=$(submit_high "$LOW_NODE")
+    note "high-priority job $HIGH arrives on $LOW_NODE, where job $low runs"
+    wait_file_line "$out" "every task saved: requeued job $low" 60
+    SAVE_BYTES=$(du -scb "$SAVES/$low"/step*.run0 | tail -n 1 | cut -f1)
+    SAVE_GPU=$(du -scb "$SAVES/$low"/step*.run0/gpu | tail -n 1 | cut -f1)
+    SAVE_CRIU=$(du -scb "$SAVES/$low"/step*.run0/criu | tail -n 1 | cut -f1)
+    local r
+    for r in $(seq 0 $((tasks - 1))); do
+        [ -d "$SAVES/$low/step0.task$r.run0" ] || fail "task $r has no save: $(ls "$SAVES/$low")"
+    done
+    wait_job_state "$low" PENDING 20
+}
+
+case "$mode" in
+requeue)
+    start_cluster
+    pair_reference "${PAIR_ARGS[@]}"
+    note "uninterrupted: rank 0 $REF0, rank 1 $REF1"
+    low=$(submit_low low 2)
+    out=$HOME_N/low-$low.out
+    preempt "$low" 2
+    [ "$(job_field "$low" Restarts)" = 1 ] || fail "restart count $(job_field "$low" Restarts) after the preemption"
+    # the node is drained (say, for maintenance): the job comes back on the
+    # other, another simulated machine, and the restore moves it there
+    scontrol update NodeName="$LOW_NODE" State=DRAIN Reason=tcgpu-test
+    if [ -n "${TCGPU_DEBUG_SCHED:-}" ]; then
+        for i in $(seq 1 15); do squeue -h -o '%i %T %R %N' | tr '\n' ';' >&2; echo >&2; sleep 2; done
+    fi
+    wait_job_state "$HIGH" COMPLETED 120
+    for r in 0 1; do
+        got=$(sed -n "s/^rank $r checksum: //p" "$W/high-$HIGH.out")
+        want=REF$r
+        [ "$got" = "${!want}" ] || fail "high job rank $r: checksum '$got', uninterrupted ${!want}: $(tail_of "$W/high-$HIGH.out")"
+    done
+    wait_job_state "$low" COMPLETED 120
+    grep -q "restored from its save" "$out" || fail "the low job was not restored: $(tail_of "$out" 8)"
+    again=$(job_field "$low" NodeList)
+    note "saved on $LOW_NODE, restored on $again"
+    [ "$again" != "$LOW_NODE" ] || fail "the job came back on $LOW_NODE, which is drained"
+    grep -q "starting from the beginning" "$out" && fail "the low job started again from the beginning"
+    for r in 0 1; do
+        got=$(sed -n "s/^rank $r checksum: //p" "$out")
+        want=REF$r
+        [ "$got" = "${!want}" ] || fail "low job rank $r: checksum '$got', uninterrupted ${!want}: $(tail_of "$out" 8)"
+    done
+    [ "$(job_field "$low" Restarts)" = 1 ] || fail "restart count $(job_field "$low" Restarts), want 1"
+    [ "$(job_field "$low" ExitCode)" = 0:0 ] || fail "low job exit code $(job_field "$low" ExitCode)"
+    for i in $(seq 1 50); do [ -e "$SAVES/$low" ] || break; sleep 0.2; done
+    [ -e "$SAVES/$low" ] && fail "the saves of completed job $low are still there: $(ls "$SAVES/$low")"
+    # the timeline, from the job's own log (tcgpu-slurm's lines carry the time)
+    t_sig=$(stamp "preempted: saving" "$out")
+    t_saved=$(stamp "saved in" "$out")
+    t_requeued=$(stamp "every task saved: requeued" "$out")
+    t_again=$(stamp "restoring from" "$out")
+    t_running=$(stamp "restored from its save" "$out")
+    gpu_bytes=$(( 2 * ${PAIR_ARGS[1]} << 20 ))
+    awk -v s="$t_sig" -v a="$t_saved" -v q="$t_requeued" -v g="$t_again" -v r="$t_running" 'BEGIN {
+        printf "timeline: signal -> saved %.2f s -> requeued %.2f s -> running again %.2f s " \
+               "(restored %.2f s later, on the other node)\n", a - s, q - s, g - s, r - g }'
+    echo "save: $SAVE_BYTES bytes (GPU images $SAVE_GPU, CRIU images $SAVE_CRIU) for $gpu_bytes bytes of GPU memory in 2 tasks"
+    echo "ok: two-task job saved at preemption, requeued, restored; both jobs' checksums right; restarts 1; saves removed"
+    ;;
+cancel)
+    PAIR_ARGS=(--mb 4 --steps 400 --sleep-ms 60)
+    start_cluster
+    low=$(submit_low cancel 1)
+    preempt "$low" 1
+    scancel "$low"
+    wait_job_state "$low" CANCELLED 20
+    for i in $(seq 1 50); do [ -e "$SAVES/$low" ] || break; sleep 0.2; done
+    [ -e "$SAVES/$low" ] && fail "a cancelled job's saves stay: $(ls "$SAVES/$low"; tail_of "$W/log/epilog.log")"
+    grep -q "job $low is over: removed its saves" "$W/log/epilog.log" || fail "the epilog did not say so"
+    echo "ok: a saved, requeued job cancelled while pending leaves no save"
+    ;;
+corrupt)
+    PAIR_ARGS=(--mb 4 --steps 400 --sleep-ms 60)
+    start_cluster
+    low=$(submit_low corrupt 1)
+    out=$HOME_N/corrupt-$low.out
+    preempt "$low" 1
+    # one byte of the GPU image's data, in the middle
+    img=$(ls -d "$SAVES/$low"/step0.task0.run0/gpu/*/ | head -n 1)
+    data=$(ls "$img"data* | head -n 1)
+    size=$(stat -c %s "$data")
+    printf '\xa5' | dd of="$data" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+    wait_job_state "$HIGH" COMPLETED 60
+    wait_job_state "$low" FAILED 120
+    grep -q "could not be restored (above): the job fails rather than start again" "$out" ||
+        fail "no clear message: $(tail_of "$out" 8)"
+    grep -q "stored checksum mismatch" "$out" || fail "the reason is not said: $(tail_of "$out" 8)"
+    [ "$(job_field "$low" ExitCode)" = 7:0 ] || fail "exit code $(job_field "$low" ExitCode), want 7 (corrupt)"
+    grep -q "started .* as pid" <(sed -n '/restoring from/,$p' "$out") &&
+        fail "the job started again from the beginning after a refused restore"
+    grep -q "rank 0 checksum" "$out" && fail "the job ran to the end: $(tail_of "$out" 8)"
+    echo "ok: a damaged save is refused at restore and the job fails saying why"
+    ;;
+suspend)
+    PAIR_ARGS=(--mb 32 --steps 200 --sleep-ms 40)
+    start_cluster
+    SIMCUDA_SHM=$SHM_PREFIX-ref "$PAIR" --peers 1 --shm /tcgpu-pair-ref1-$$ "${PAIR_ARGS[@]}" >"$W/ref.out" 2>&1 ||
+        fail "reference run failed: $(tail_of "$W/ref.out")"
+    rm -f /dev/shm"$SHM_PREFIX"-ref
+    ref=$(sed -n 's/^rank 0 checksum: //p' "$W/ref.out")
+    low=$(submit_low susp 1)
+    out=$HOME_N/susp-$low.out
+    wait_job_state "$low" RUNNING 30
+    wait_file_line "$out" "rank 0 step 25" 60
+    pid=$(sed -n 's/.*started .* as pid \([0-9]*\).*/\1/p' "$out" | head -n 1)
+    node=$(job_field "$low" NodeList)
+    # the job's rows: "PID, USED_BYTES, STATE" per GPU it is on
+    smi() {
+        SIMCUDA_SHM=$SHM_PREFIX-$node "$B/simcuda/simcuda-smi" \
+            --query-compute-apps=pid,used_memory_bytes,checkpoint_state --format=csv,noheader,nounits |
+            awk -F', ' -v p="$pid" '$1 == p'
+    }
+    held=$(smi | awk -F', ' '{ s += $2 } END { print s + 0 }')
+    [ "${held:-0}" -ge $((32 << 20)) ] || fail "the job holds ${held:-nothing} on its GPU before the suspend: $(smi)"
+    scontrol suspend "$low"
+    wait_job_state "$low" SUSPENDED 10
+    # srun is stopped too, so the job's log says nothing until the resume: ask the GPU
+    for i in $(seq 1 100); do
+        smi | grep -v -q ", 0, checkpointed$" || break
+        sleep 0.1
+    done
+    smi | grep -v -q ", 0, checkpointed$" && fail "the suspended job still holds GPU memory: $(smi)"
+    # Slurm's SIGSTOP follows its SIGTSTP
+    for i in $(seq 1 100); do grep -q "^State:.*T (stopped)" /proc/"$pid"/status && break; sleep 0.1; done
+    grep -q "^State:.*T (stopped)" /proc/"$pid"/status || fail "Slurm did not stop the program: $(grep State /proc/$pid/status)"
+    scontrol resume "$low"
+    wait_file_line "$out" "resumed by Slurm: back on the GPU" 20
+    grep -q "suspended by Slurm: GPU memory released" "$out" || fail "no suspend line: $(tail_of "$out" 6)"
+    note "$(grep -m1 'GPU memory released' "$out" | sed 's/^[^:]*: //')"
+    wait_job_state "$low" COMPLETED 60
+    got=$(sed -n 's/^rank 0 checksum: //p' "$out")
+    [ "$got" = "$ref" ] || fail "checksum after suspend/resume '$got', uninterrupted $ref"
+    echo "ok: scontrol suspend released the job's GPU memory, resume gave it back; checksum $got"
+    ;;
+*) fail "unknown mode $mode" ;;
+esac
