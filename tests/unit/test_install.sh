@@ -139,12 +139,18 @@ if [ -r /usr/share/bash-completion/bash_completion ]; then
         grep -qx "$c" <<<"$got" || fail "bash does not complete the command '$c': $got"
     done
     [ "$(complete_words gpuckpt ch | sort | tr '\n' ' ')" = "check checkpoint " ] || fail "gpuckpt ch: $(complete_words gpuckpt ch)"
-    complete_words gpuckpt suspend 4243 --k | grep -qx -- --keep-context || fail "gpuckpt suspend PID --k"
-    complete_words gpuckpt ps -o "" | grep -qx json || fail "gpuckpt ps -o"
-    complete_words gpuckpt run -a "" | grep -qx checkpoint || fail "gpuckpt run -a"
+    # (the words are taken first: grep -q may leave early, and a completion
+    # still writing would then die of SIGPIPE and fail the pipeline)
+    got=$(complete_words gpuckpt suspend 4243 --k)
+    grep -qx -- --keep-context <<<"$got" || fail "gpuckpt suspend PID --k: $got"
+    got=$(complete_words gpuckpt ps -o "")
+    grep -qx json <<<"$got" || fail "gpuckpt ps -o: $got"
+    got=$(complete_words gpuckpt run -a "")
+    grep -qx checkpoint <<<"$got" || fail "gpuckpt run -a: $got"
     got=$(complete_words gpuckpt resume "")
     grep -qx 4243 <<<"$got" && ! grep -qx 4242 <<<"$got" ||
         fail "gpuckpt resume: the pids of control sockets (not of other files), not '$got'"
-    complete_words tcgpud --ch | grep -qx -- --check-config || fail "tcgpud --ch"
+    got=$(complete_words tcgpud --ch)
+    grep -qx -- --check-config <<<"$got" || fail "tcgpud --ch: $got"
 fi
 echo "installed to a staging prefix, moved, and run from there: all checks passed"
