@@ -8,8 +8,9 @@
 # message naming the parent.
 . "$(dirname "$0")/lib.sh"
 
-# 2 s between steps: a loaded machine still takes the second checkpoint
-# before the step after next (at 500 ms, CI once saw three steps between them)
+# 2 s between steps, so that a loaded machine still takes the second
+# checkpoint before the step after next (at 500 ms a fresh-clone run once
+# measured 0.32 of the full size, most likely over more than one step)
 start_bg "$WORK/run.out" "$GPUCKPT" run -- "$TRAIN" --mb 128 --steps 100000 --sleep-ms 2000 --print-every 1
 pid=$BG
 wait_for_socket "$pid"
