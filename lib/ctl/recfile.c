@@ -232,3 +232,13 @@ int recfile_unhex16(const char *s, uint8_t out[16])
     }
     return 0;
 }
+
+int recfile_get_pid(const struct ctl_msg *m, const char *key, pid_t *out)
+{
+    uint64_t v;
+
+    if (ctl_get_u64(m, key, &v) < 0 || v == 0 || v > INT32_MAX)
+        return -1;
+    *out = (pid_t)v;
+    return 0;
+}

@@ -79,16 +79,6 @@ int tp_index_write(int imgdir, const struct tp_index *idx)
     return r;
 }
 
-static int get_pid(const struct ctl_msg *m, const char *key, pid_t *out)
-{
-    uint64_t v;
-
-    if (ctl_get_u64(m, key, &v) < 0 || v == 0 || v > INT32_MAX)
-        return -1;
-    *out = (pid_t)v;
-    return 0;
-}
-
 static int get_flag(const struct ctl_msg *m, const char *key, int *out)
 {
     uint64_t v;
@@ -127,7 +117,7 @@ static int parse_proc(struct tp_index *idx, const struct ctl_msg *m)
         return -1;
     p = &idx->proc[idx->n];
     memset(p, 0, sizeof(*p));
-    if (get_pid(m, "pid", &p->pid) || get_pid(m, "vpid", &p->vpid) ||
+    if (recfile_get_pid(m, "pid", &p->pid) || recfile_get_pid(m, "vpid", &p->vpid) ||
         ctl_get_u64(m, "uid", &uid) || uid > UINT32_MAX || !comm ||
         get_flag(m, "suspended", &p->suspended_by_us) || get_flag(m, "released", &p->released_by_us) ||
         recfile_unhex16(ctl_get(m, "image_csum"), p->image_csum) || parse_tids(ctl_get(m, "tids"), p))

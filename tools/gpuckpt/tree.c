@@ -272,11 +272,6 @@ int tree_write(const struct tree *t, const char *dir, char *err, size_t len)
     return r;
 }
 
-static int get_u64(const struct ctl_msg *m, const char *key, uint64_t *v)
-{
-    return ctl_get_u64(m, key, v);
-}
-
 static int parse_device(struct tree *t, const struct ctl_msg *m)
 {
     struct tree_device *d;
@@ -286,7 +281,7 @@ static int parse_device(struct tree *t, const struct ctl_msg *m)
     if (t->ndev >= TREE_MAX_DEVICES)
         return -1;
     d = &t->dev[t->ndev];
-    if (get_u64(m, "ordinal", &v) || v > 64 || get_u64(m, "total_mem", &d->total_mem) || !name ||
+    if (ctl_get_u64(m, "ordinal", &v) || v > 64 || ctl_get_u64(m, "total_mem", &d->total_mem) || !name ||
         recfile_unhex16(ctl_get(m, "uuid"), d->uuid))
         return -1;
     d->ordinal = (int)v;
@@ -298,20 +293,19 @@ static int parse_device(struct tree *t, const struct ctl_msg *m)
 static int parse_process(struct tree *t, const struct ctl_msg *m)
 {
     struct tree_proc *p;
-    uint64_t pid, ppid, tc, uid;
+    uint64_t ppid, tc, uid;
     const char *comm = ctl_get(m, "comm"), *image = ctl_get(m, "image"), *sock = ctl_get(m, "socket");
 
     if (t->nproc >= TREE_MAX_PROCS)
         return -1;
     p = &t->proc[t->nproc];
     memset(p, 0, sizeof(*p));
-    if (get_u64(m, "pid", &pid) || !pid || pid > INT32_MAX || get_u64(m, "ppid", &ppid) ||
-        ppid > INT32_MAX || get_u64(m, "tcgpu", &tc) || tc > 1 || !comm)
+    if (recfile_get_pid(m, "pid", &p->pid) || ctl_get_u64(m, "ppid", &ppid) ||
+        ppid > INT32_MAX || ctl_get_u64(m, "tcgpu", &tc) || tc > 1 || !comm)
         return -1;
-    p->pid = (pid_t)pid;
     p->ppid = (pid_t)ppid;
     /* uid is optional (the first saves lacked it): absent means root */
-    if (get_u64(m, "uid", &uid) == 0 && uid <= UINT32_MAX)
+    if (ctl_get_u64(m, "uid", &uid) == 0 && uid <= UINT32_MAX)
         p->uid = (uid_t)uid;
     p->tcgpu = (int)tc;
     snprintf(p->comm, sizeof(p->comm), "%s", comm);
@@ -342,7 +336,7 @@ static int parse_file(struct tree *t, const struct ctl_msg *m)
     f = &t->file[t->nfiles];
     if (strncmp(path, "criu/", 5) || !path[5] || strchr(path + 5, '/') ||
         !strcmp(path + 5, ".") || !strcmp(path + 5, "..") || strlen(path) >= sizeof(f->path) ||
-        get_u64(m, "size", &f->size))
+        ctl_get_u64(m, "size", &f->size))
         return -1;
     errno = 0;
     f->xxh3 = strtoull(sum, &end, 16);
@@ -358,11 +352,11 @@ static int parse_file(struct tree *t, const struct ctl_msg *m)
 
 static int parse_header(struct tree *t, const struct ctl_msg *m, char *why, size_t len)
 {
-    uint64_t v, root, created;
+    uint64_t v, created;
     int64_t drv;
     const char *host = ctl_get(m, "host"), *flags = ctl_get(m, "criu_flags");
 
-    if (strcmp(m->word, "tcgpu_tree") || get_u64(m, "version", &v)) {
+    if (strcmp(m->word, "tcgpu_tree") || ctl_get_u64(m, "version", &v)) {
         snprintf(why, len, "not a tcgpu tree manifest");
         return -EBADMSG;
     }
@@ -371,12 +365,11 @@ static int parse_header(struct tree *t, const struct ctl_msg *m, char *why, size
                  TREE_VERSION);
         return -EPROTONOSUPPORT;
     }
-    if (get_u64(m, "root", &root) || !root || root > INT32_MAX || get_u64(m, "created", &created) ||
+    if (recfile_get_pid(m, "root", &t->root) || ctl_get_u64(m, "created", &created) ||
         ctl_get_i64(m, "driver", &drv) || !host || !flags) {
         snprintf(why, len, "header record incomplete");
         return -EBADMSG;
     }
-    t->root = (pid_t)root;
     t->created = created;
     /* owner: only in saves made through tcgpud for a user */
     t->owner = ctl_get(m, "owner") ? tree_parse_uid(ctl_get(m, "owner")) : -1;
