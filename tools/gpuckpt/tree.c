@@ -508,7 +508,7 @@ int criu_dump_preload(const struct tree *t, char *path, size_t len)
     if (!foreign || has_sys_resource())
         return 0;
     /* beside gpuckpt (the build tree), else where it is installed */
-    if ((n = readlink("/proc/self/exe", exe, sizeof(exe) - 1)) > 0) {
+    if ((n = readlink("/proc/self/exe", exe, sizeof(exe) - 1)) > 0 && memchr(exe, '/', (size_t)n)) {
         exe[n] = '\0';
         *strrchr(exe, '/') = '\0';
         snprintf(path, len, "%.3800s/" RLIMITS_SHIM, exe);
