@@ -12,7 +12,14 @@ low_then_high 5
 wait_state "$low" suspended
 held=$(device_bytes_of "$low")
 [ "$held" -le "$SLACK" ] || fail "the suspended low job still holds $held bytes"
-by=$(job_field "$low" suspended_by) why=$(job_field "$low" why) for=$(job_field "$low" for)
+# one snapshot of tcgpud's view, taken at once: separate ps calls, each
+# slow on a loaded machine, saw the fields change under them
+read -r state by why for < <("$GPUCKPT" ps --daemon --json 2>/dev/null | python3 -c '
+import json, sys
+for j in json.load(sys.stdin)["jobs"]:
+    if j["pid"] == int(sys.argv[1]):
+        print(*(j.get(k, "-") for k in ("state", "suspended_by", "why", "for")))' "$low")
+[ "$state" = suspended ] || fail "the victim is $state, not suspended, just after it was seen suspended"
 [ "$by" = policy ] || fail "suspended_by: '$by', want policy"
 [ "$why" = priority ] || fail "why: '$why', want priority"
 [ "$for" = "$high" ] || fail "for: '$for', want $high"
