@@ -8,7 +8,7 @@
 
 low_args=(--mb 500 --steps 400 --print-every 100 --seed 3)
 high_args=(--mb 500 --steps 150 --print-every 50 --seed 4)
-low_then_high 5
+low_then_high 20        # 150 steps of 20 ms: the high job still runs when its victim is looked at
 wait_state "$low" suspended
 held=$(device_bytes_of "$low")
 [ "$held" -le "$SLACK" ] || fail "the suspended low job still holds $held bytes"
