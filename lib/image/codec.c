@@ -452,47 +452,49 @@ static void split_planes(const uint8_t *src, size_t n, unsigned esize, int rot, 
     }
 }
 
-static void join_planes(const uint8_t *planes, size_t n, unsigned esize, int rot, uint8_t *dst)
+static void join_planes(const uint8_t *const pl[], size_t n, unsigned esize, int rot,
+                        uint8_t *dst)
 {
     for (size_t i = 0; i < n; i++) {
         uint64_t v = 0;
 
         for (unsigned b = 0; b < esize; b++)
-            v |= (uint64_t)planes[b * n + i] << (8 * b);
+            v |= (uint64_t)pl[b][i] << (8 * b);
         if (rot)
             v = rotr(v, 8 * esize);
         store_le(dst + i * esize, v, esize);
     }
 }
 
-static void join2(const uint8_t *planes, size_t n, int rot, uint8_t *dst)
+static void join2(const uint8_t *const pl[], size_t n, int rot, uint8_t *dst)
 {
     size_t done = 0;
 
 #if defined(__x86_64__)
-    done = join2_sse2(planes, planes + n, n, rot, dst);
+    done = join2_sse2(pl[0], pl[1], n, rot, dst);
 #endif
-    join2_scalar(planes, planes + n, done, n, rot, dst);
+    join2_scalar(pl[0], pl[1], done, n, rot, dst);
 }
 
-static void join4(const uint8_t *planes, size_t n, int rot, uint8_t *dst)
+static void join4(const uint8_t *const pl[], size_t n, int rot, uint8_t *dst)
 {
     size_t done = 0;
 
 #if defined(__x86_64__)
-    done = join4_sse2(planes, planes + n, planes + 2 * n, planes + 3 * n, n, rot, dst);
+    done = join4_sse2(pl[0], pl[1], pl[2], pl[3], n, rot, dst);
 #endif
-    join4_scalar(planes, planes + n, planes + 2 * n, planes + 3 * n, done, n, rot, dst);
+    join4_scalar(pl[0], pl[1], pl[2], pl[3], done, n, rot, dst);
 }
 
-static void join_any(const uint8_t *planes, size_t n, unsigned esize, int rot, uint8_t *dst)
+/* Interleaves the planes pl[0..esize) (each n bytes, anywhere) into dst. */
+static void join_any(const uint8_t *const pl[], size_t n, unsigned esize, int rot, uint8_t *dst)
 {
     if (esize == 2)
-        join2(planes, n, rot, dst);
+        join2(pl, n, rot, dst);
     else if (esize == 4)
-        join4(planes, n, rot, dst);
+        join4(pl, n, rot, dst);
     else
-        join_planes(planes, n, esize, rot, dst);
+        join_planes(pl, n, esize, rot, dst);
 }
 
 /* ---- encoder ---------------------------------------------------------------- */
@@ -749,20 +751,25 @@ static int decode_bytegroup(struct codec_ctx *ctx, const uint8_t *src, size_t st
     rc = ensure_scratch(ctx, raw_len);
     if (rc)
         return rc;
+    /* zstd planes are decoded into the scratch; stored planes are joined
+     * from where they lie in src, not copied first. */
+    const uint8_t *pl[8];
+
     for (unsigned p = 0; p < es; p++) {
         size_t z = get_u32(src + 4 + 4 * p);
 
+        pl[p] = ctx->scratch + p * n;
         if (zmask & (1u << p))
             rc = zstd_exact(ctx, ctx->scratch + p * n, n, src + pos, z);
         else if (z == n)
-            memcpy(ctx->scratch + p * n, src + pos, n);
+            pl[p] = src + pos;
         else
             rc = -EBADMSG;
         if (rc)
             return rc;
         pos += z;
     }
-    join_any(ctx->scratch, n, es, flags & TCGPU_BG_ROTATE, dst);
+    join_any(pl, n, es, flags & TCGPU_BG_ROTATE, dst);
     memcpy(dst + n * es, src + pos, tail);
     return 0;
 }
