@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,9 +41,32 @@ static long sys_membarrier(int cmd)
     return syscall(SYS_membarrier, cmd, 0, 0);
 }
 
-static long futex(_Atomic unsigned *addr, int op, unsigned val)
+static long futex(_Atomic unsigned *addr, int op, unsigned val, const struct timespec *timeout)
 {
-    return syscall(SYS_futex, (unsigned *)addr, op, val, NULL, NULL, 0);
+    return syscall(SYS_futex, (unsigned *)addr, op, val, timeout, NULL, 0);
+}
+
+/*
+ * Sleeps while the gate word is still w (or less: a wake, a signal).
+ *
+ * Under ThreadSanitizer a signal's handler runs only at the edge of a call
+ * TSan intercepts, and a raw futex wait is none. A thread parked here is
+ * often the only one a process-directed signal can reach while the gate is
+ * closed (tcgpu's own threads block them all), so the trigger signal that
+ * toggles a suspend (signal_trigger.c) would wait for the gate it is meant
+ * to open. There the thread sleeps in slices and passes through poll(),
+ * which TSan intercepts, after each.
+ */
+static void park(unsigned w)
+{
+#ifdef TCGPU_GATE_TSAN
+    const struct timespec slice = { 0, 20 * 1000 * 1000 };
+
+    futex(&tcgpu_gate_word, FUTEX_WAIT_PRIVATE, w, &slice);
+    poll(NULL, 0, 0);
+#else
+    futex(&tcgpu_gate_word, FUTEX_WAIT_PRIVATE, w, NULL);
+#endif
 }
 
 static bool membarrier_register(void)
@@ -158,7 +182,7 @@ void tcgpu_gate_enter_slow(struct tcgpu_gate_thread *t)
         atomic_store_explicit(&t->depth, 0, memory_order_release);
         atomic_fetch_add_explicit(&parked, 1, memory_order_relaxed);
         while ((w = atomic_load_explicit(&tcgpu_gate_word, memory_order_acquire)) & TCGPU_GATE_CLOSED)
-            futex(&tcgpu_gate_word, FUTEX_WAIT_PRIVATE, w);
+            park(w);
         atomic_fetch_sub_explicit(&parked, 1, memory_order_relaxed);
 
         atomic_store_explicit(&t->depth, 1, TCGPU_GATE_ORDER_STORE);
@@ -244,7 +268,7 @@ int tcgpu_gate_open(void)
         return -EINVAL;
     atomic_store(&closer, NULL);
     atomic_fetch_and_explicit(&tcgpu_gate_word, ~TCGPU_GATE_CLOSED, memory_order_seq_cst);
-    futex(&tcgpu_gate_word, FUTEX_WAKE_PRIVATE, INT_MAX);
+    futex(&tcgpu_gate_word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
     return 0;
 }
 
