@@ -194,12 +194,21 @@ struct pipe_store *hostkeep_take_store(void)
 
 void hostkeep_offer_store(struct pipe_store *s)
 {
-    uint64_t bytes = pipe_store_kept_bytes(s), avail, floor, max = budget();
+    uint64_t bytes = pipe_store_kept_bytes(s), avail = 0, floor = 0, max = budget();
     char b[32];
 
     if (!s)
         return;
     if (!bytes || bytes > max || memory_short(&avail, &floor)) {
+        char a[32], f[32];
+
+        if (bytes > max)
+            log_debug("not keeping %s of host memory: over the budget of %s (TCGPU_HOST_KEEP)",
+                      units_format_bytes(bytes, b, sizeof(b)), units_format_bytes(max, f, sizeof(f)));
+        else if (bytes)
+            log_debug("not keeping %s of host memory: memory available %s, below %s",
+                      units_format_bytes(bytes, b, sizeof(b)),
+                      units_format_bytes(avail, a, sizeof(a)), units_format_bytes(floor, f, sizeof(f)));
         pipe_store_free(s);
         return;
     }

@@ -41,7 +41,8 @@
 #   SC_STAYS=BYTES         device memory a suspend leaves in place (managed
 #                          memory: docs/architecture.md), held while the
 #                          process keeps its context (0)
-#   SC_TIME=SEC            how long one run may take (120)
+#   SC_TIME=SEC            how long one run may take (120, times TCGPU_TEST_TIME_FACTOR,
+#                          which sanitizer builds set: meson.build)
 #   SC_RUNS=("LABEL:MODE..." ...)  modes applied to one job in turn, one job
 #                          a run (default: a run per mode, labelled by it);
 #                          save-restore ends its run
@@ -84,7 +85,7 @@ sc_program() {
     shift
     SC_CMD=("$@")
     SC_ENV=() SC_SLOW=() SC_READY='^step ' SC_MODES=("${SC_ALL_MODES[@]}")
-    SC_REFUSES=() SC_REFUSAL="" SC_STAYS=0 SC_TIME=120 SC_RUNS=()
+    SC_REFUSES=() SC_REFUSAL="" SC_STAYS=0 SC_TIME=$((120 * ${TCGPU_TEST_TIME_FACTOR:-1})) SC_RUNS=()
 }
 
 # --- results ------------------------------------------------------------------
@@ -364,6 +365,11 @@ sc_refused() {
 sc_runs_on() {
     local state
     state=$(status_of "$SC_PID" state)
+    if [ -z "$state" ]; then
+        # No answer: a job at its last steps has closed its control socket
+        # and is on its way out; give it 5 s to be gone.
+        for _ in $(seq 50); do kill -0 "$SC_PID" 2>/dev/null || return 0; sleep 0.1; done
+    fi
     if [ "$state" != running ] && kill -0 "$SC_PID" 2>/dev/null; then
         sc_fail "$1, the job is '$state', not running"
         return 1

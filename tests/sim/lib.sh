@@ -32,7 +32,9 @@ cleanup() {
     kill_bg
     wait 2>/dev/null || true
     rm -f "/dev/shm$SIMCUDA_SHM"
-    rm -rf "$TCGPU_RUN_DIR" "$WORK"
+    rm -rf "$TCGPU_RUN_DIR"
+    # TCGPU_TEST_KEEP=1: the programs' outputs stay, for a failure's post-mortem
+    if [ -n "${TCGPU_TEST_KEEP:-}" ]; then echo "-- kept $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 
