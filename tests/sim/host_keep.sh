@@ -27,10 +27,10 @@ finish() { # pid out : the job runs to its end with the reference checksum
 
 # --- kept, reused, released under pressure --------------------------------------------
 # Pressure is "available memory below the floor": the floor sits 2 GiB under
-# what is available now, and a hog of 1 GiB more crosses it. Under a
-# sanitizer the jobs' own shadow memory takes gigabytes: 6 GiB there.
+# what is available now, and a hog of 1 GiB more crosses it. Under
+# ThreadSanitizer the jobs' own shadow memory takes gigabytes: 6 GiB there.
 margin_gib=2
-[ -n "${TCGPU_TEST_TIME_FACTOR:-}" ] && margin_gib=6
+[ "${TCGPU_TEST_TIME_FACTOR:-1}" -ge 10 ] && margin_gib=6     # TSan
 floor_kb=$(( $(avail_kb) - (margin_gib << 20) ))
 [ "$floor_kb" -gt $((1 << 20)) ] || { echo "skipped: less than $((margin_gib + 1)) GiB of memory available"; exit 77; }
 TCGPU_LOG=debug TCGPU_HOST_KEEP_MIN_FREE=$((floor_kb * 1024)) TCGPU_HOST_KEEP_POLL_MS=50 \
