@@ -47,7 +47,8 @@ static long futex(_Atomic unsigned *addr, int op, unsigned val, const struct tim
 }
 
 /*
- * Sleeps while the gate word is still w (or less: a wake, a signal).
+ * Sleeps while the gate word is still w; a wake or a signal ends it early
+ * (the caller loads the word again).
  *
  * Under ThreadSanitizer a signal's handler runs only at the edge of a call
  * TSan intercepts, and a raw futex wait is none. A thread parked here is
