@@ -44,7 +44,9 @@ pid=$!
 PIDS+=("$pid")
 for _ in $(seq 1 6000); do grep -q '^step 3 ' "$WORK/train.out" 2>/dev/null && break; sleep 0.05; done
 grep -q '^step 3 ' "$WORK/train.out" || fail "train did not start: $(tail -n 3 "$WORK/train.out")"
-device_bytes=$("$B/simcuda/simcuda-smi" -q | awk -v w="pid=$pid" '$2 == w { for (i = 3; i <= NF; i++) if ($i ~ /^used=/) { sub(/^used=/, "", $i); print $i } }')
+device_bytes=$("$B/simcuda/simcuda-smi" --query-compute-apps=pid,used_memory_bytes --format=csv,noheader,nounits |
+    awk -F', ' -v w="$pid" '$1 == w { sum += $2 } END { print sum + 0 }')
+[ "$device_bytes" -gt 0 ] || fail "simcuda-smi shows no device memory of train ($pid)"
 
 # the same bytes, for the baseline: a checkpoint image, decoded by host_hold
 "$B/tools/gpuckpt/gpuckpt" checkpoint "$pid" -D "$WORK/dev.img" -q || fail "checkpoint failed"
