@@ -65,7 +65,9 @@ kill "$c"
 kill "$DAEMON"
 wait "$DAEMON" 2>/dev/null || true
 start_tcgpud
-[ "$(job_field "$a" device)" = 1 ] || fail "after a restart the job on GPU 1 is on $(job_field "$a" device)"
+wait_for_line "$WORK/tcgpud.log" "re-learnt [0-9]* of the"   # ps answers while it asks the jobs
+dev=$(job_field "$a" device)                                # one read: the failure says what was seen
+[ "$dev" = 1 ] || fail "after a restart the job on GPU 1 is on '$dev'"
 [ "$(device_field 1 uuid)" = "$u1" ] || fail "after a restart GPU 1 is '$(device_field 1 uuid)', not $u1"
 job_on "$u0" 16
 [ "$(job_field "$BG" device)" = 0 ] || fail "after a restart $u0 is accounted to GPU $(job_field "$BG" device)"
