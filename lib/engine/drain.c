@@ -281,7 +281,7 @@ static int stage_for_encoding(struct drain *d, unsigned slot_index, struct job *
         pool_submit(p, &job->t);
     }
     slot->fill += piece->len;
-    slot->enc_fill += piece->len;
+    slot->enc_fill += ENC_ROOM(piece->len);
     slot->pending++;
     return 0;
 }
@@ -322,7 +322,7 @@ static int stage_patch(struct drain *d, unsigned slot_index, struct job *job,
     }
     job->state = J_WAITING_COPY;
     slot->fill += bytes;
-    slot->enc_fill += job->dst_cap;
+    slot->enc_fill += ENC_ROOM(job->dst_cap);
     slot->pending++;
     p->st.patched_chunks++;
     return 0;
@@ -407,6 +407,12 @@ static int fill_slot(struct drain *d, unsigned slot_index)
     struct slot *slot = &p->slots[slot_index];
     int rc;
 
+    /* The writer may still be sending the slot's last chunks from it. */
+    if (slot->io_ticket && (rc = chunk_sink_wait(d->sink, slot->io_ticket)) != 0) {
+        pipe_say(p, "%s", chunk_sink_error(d->sink));
+        return rc;
+    }
+    slot->io_ticket = 0;
     slot->fill = 0;
     slot->enc_fill = 0;
     slot->pending = 0;
@@ -425,14 +431,16 @@ static int fill_slot(struct drain *d, unsigned slot_index)
             size_t bytes = changed_bytes(p, piece);
 
             if (slot->fill + bytes > p->slot_size ||
-                slot->enc_fill + codec_patch_bound(piece->nchanged, bytes) > p->slot_size)
+                slot->enc_fill + ENC_ROOM(codec_patch_bound(piece->nchanged, bytes)) >
+                    ENC_SIZE(p->slot_size))
                 break;            /* the next slot takes it */
             if ((rc = stage_patch(d, slot_index, job, parent, bytes)) != 0) {
                 abandon_slot(d, slot_index);
                 return rc;
             }
         } else {
-            if (slot->fill + piece->len > p->slot_size || slot->enc_fill + piece->len > p->slot_size)
+            if (slot->fill + piece->len > p->slot_size ||
+                slot->enc_fill + ENC_ROOM(piece->len) > ENC_SIZE(p->slot_size))
                 break;            /* the next slot takes it */
             if ((rc = stage_for_encoding(d, slot_index, job, parent)) != 0) {
                 abandon_slot(d, slot_index);
@@ -461,6 +469,38 @@ static void dispatch_slot(struct drain *d, unsigned si)
     p->slots[si].state = S_WORKING;
 }
 
+/*
+ * How many bytes at the job's stored bytes the writer may write: to the end
+ * of the job's room in the encode buffer, or just them where they are
+ * elsewhere (a RAW chunk's stored bytes are its source, and what follows
+ * them is the next chunk's).
+ */
+static size_t stored_room(const struct job *j)
+{
+    const uint8_t *s = j->stored;
+
+    if (s && j->dst && s >= j->dst && s < j->dst + ENC_ROOM(j->dst_cap))
+        return (size_t)(j->dst + ENC_ROOM(j->dst_cap) - s);
+    return j->c.stored_len;
+}
+
+/* Appends one encoded job to the image: its stored bytes are written from
+ * the slot (no copy), which stays the writer's until that write is done. */
+static int add_to_sink(struct drain *d, struct job *j)
+{
+    struct pipe *p = d->p;
+    uint64_t ticket = 0;
+    int rc;
+
+    /* (The cast: stored bytes are the slot's or the store's memory, and
+     * the writer writes only inside stored_room.) */
+    rc = chunk_sink_add_ref(d->sink, &j->c, (void *)j->stored, stored_room(j), p->block,
+                            j->pc->bh_valid ? j->pc->bh : NULL, &ticket);
+    if (rc == 0 && ticket && j->slot >= 0)
+        p->slots[j->slot].io_ticket = ticket;
+    return rc;
+}
+
 /* Appends ready jobs in order; frees their slots. Returns 1 if any. */
 static int write_ready(struct drain *d)
 {
@@ -480,8 +520,7 @@ static int write_ready(struct drain *d)
             d->err = j->t.rc;
         }
         if (!d->err) {
-            rc = chunk_sink_add_blocks(d->sink, &j->c, j->stored, p->block,
-                                       j->pc->bh_valid ? j->pc->bh : NULL);
+            rc = add_to_sink(d, j);
             if (rc) {
                 pipe_say(p, "%s", chunk_sink_error(d->sink));
                 d->err = rc;
@@ -559,6 +598,11 @@ static int run_drain(struct drain *d)
                 pool_task_wait(p, &j->t);
             }
         }
+    }
+    /* Nothing reads the slots (or a store) once the drain returns. */
+    if ((rc = chunk_sink_wait(d->sink, UINT64_MAX)) != 0 && !d->err) {
+        pipe_say(p, "%s", chunk_sink_error(d->sink));
+        d->err = rc;
     }
     return d->err;
 }

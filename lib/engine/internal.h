@@ -122,13 +122,25 @@ enum slot_mem { SLOT_NONE = 0, SLOT_PINNED, SLOT_REGISTERED, SLOT_PLAIN };
 struct slot {
     uint8_t *mem;                 /* staging memory, enum slot_mem */
     enum slot_mem mem_kind;
-    uint8_t *enc;                 /* encode output, slot_size bytes (drain) */
+    uint8_t *enc;                 /* encode output, ENC_SIZE(slot_size) bytes (drain) */
     CUevent ev;
     enum slot_state state;
     size_t fill;                  /* bytes used */
     size_t enc_fill;              /* bytes of `enc` promised to jobs */
     size_t pending;               /* jobs not yet written / uploaded */
+    uint64_t io_ticket;           /* drain: the writer reads mem/enc until this write is done */
 };
+
+/*
+ * A slot's encode buffer: every job's output starts aligned and has room
+ * to the next multiple of IMAGE_WRITE_ALIGN, so the writer sends it to the
+ * file from there, padded, without a copy (image_writer_add_encoded_ref).
+ * The slack is that rounding for 64 jobs; a slot that runs out of it takes
+ * fewer jobs.
+ */
+#define ENC_ALIGN 4096u
+#define ENC_ROOM(len) (((len) + ENC_ALIGN - 1) & ~(size_t)(ENC_ALIGN - 1))
+#define ENC_SIZE(slot_size) (ENC_ROOM(slot_size) + 64 * (size_t)ENC_ALIGN)
 
 /* Where a job is (drain). */
 enum job_state { J_EMPTY = 0, J_READY, J_QUEUED, J_WAITING_COPY };
@@ -141,7 +153,7 @@ struct job {
     struct piece *pc;             /* drain: the chunk */
     const uint8_t *src;           /* drain: raw bytes */
     uint8_t *dst;                 /* encode output / decode target */
-    size_t dst_cap;               /* drain: room at dst */
+    size_t dst_cap;               /* drain: room at dst for the encoder */
     int slot;                     /* -1: none */
     enum job_state state;
     const struct image_chunk *parent;  /* drain: the parent's chunk here, or NULL */

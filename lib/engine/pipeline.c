@@ -322,9 +322,10 @@ int pipe_make_ring(struct pipe *p, int with_enc, int with_mem)
 
         s->state = S_FREE;
         s->fill = s->pending = 0;
+        s->io_ticket = 0;
         if (with_mem && !s->mem && alloc_slot_mem(p, s))
             goto oom;
-        if (with_enc && !s->enc && !(s->enc = malloc(p->slot_size)))
+        if (with_enc && !s->enc && !(s->enc = aligned_alloc(ENC_ALIGN, ENC_SIZE(p->slot_size))))
             goto oom;
         if (with_mem && !s->ev) {
             cr = TCGPU_REAL(cuEventCreate)(&s->ev, CU_EVENT_DISABLE_TIMING);

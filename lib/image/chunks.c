@@ -92,15 +92,15 @@ int chunk_sink_parent_has_dev_hash(const struct chunk_sink *s)
     return 0;
 }
 
-int chunk_sink_add(struct chunk_sink *s, const struct image_chunk *c, const void *stored)
+int chunk_sink_add_ref(struct chunk_sink *s, const struct image_chunk *c, void *stored,
+                       size_t room, uint32_t block_size, const uint64_t *hashes, uint64_t *ticket)
 {
-    return image_writer_add_encoded(s->writer, c, stored);
+    return image_writer_add_encoded_ref(s->writer, c, stored, room, block_size, hashes, ticket);
 }
 
-int chunk_sink_add_blocks(struct chunk_sink *s, const struct image_chunk *c, const void *stored,
-                          uint32_t block_size, const uint64_t *hashes)
+int chunk_sink_wait(struct chunk_sink *s, uint64_t ticket)
 {
-    return image_writer_add_encoded_blocks(s->writer, c, stored, block_size, hashes);
+    return image_writer_wait(s->writer, ticket);
 }
 
 /* The parent's index of a chunk chunk_sink_parent returned. */

@@ -49,7 +49,7 @@ struct image_chunk {
 /* ---- chunk records: what a drain hands to the sink --------------------------- */
 
 /*
- * Encodes `len` raw bytes for chunk_sink_add (any thread). `parent` (may be
+ * Encodes `len` raw bytes for chunk_sink_add_ref (any thread). `parent` (may be
  * NULL) is the parent's chunk at the same position and of the same length
  * (chunk_sink_parent): when the bytes' XXH3_64 equals its raw checksum, c
  * becomes a PARENT chunk and *stored NULL, nothing encoded. Otherwise as
@@ -66,7 +66,7 @@ int chunk_encode_hashed(struct codec_ctx *ctx, const void *src, size_t len, enum
                         size_t dst_cap, struct image_chunk *c, const void **stored);
 
 /*
- * Encodes a PATCH chunk for chunk_sink_add (any thread): `pt` says which
+ * Encodes a PATCH chunk for chunk_sink_add_ref (any thread): `pt` says which
  * blocks of the parent's chunk `parent` (chunk_sink_parent) are replaced
  * and by what (codec.h; pt->base_csum is taken from `parent`). Fills c
  * (codec, lengths, checksums); *stored points into dst (cap >=
@@ -130,19 +130,24 @@ int chunk_sink_parent_decode(const struct chunk_sink *s, const struct image_chun
                              struct codec_ctx *ctx, void *dst, char *errbuf, size_t errlen);
 
 /*
- * Appends a chunk made by chunk_encode, chunk_set_zero or chunk_set_parent
- * (`stored`: its stored bytes, NULL when it stores none). Errors as
- * image_writer_add_encoded, with chunk_sink_error naming the problem; after
- * an I/O error every later call fails the same way.
+ * Appends a chunk made by chunk_encode, chunk_encode_patch, chunk_set_zero
+ * or chunk_set_parent, with the device hashes of its blocks (NULL: none;
+ * image_writer_add_encoded_blocks). Its stored bytes (`stored`, NULL when
+ * it stores none) are written from where they are, not copied
+ * (image_writer_add_encoded_ref): they stay the writer's until
+ * chunk_sink_wait(s, *ticket) (0: copied after all), and `room` bytes at
+ * `stored` are the writer's to pad into. Errors as
+ * image_writer_add_encoded, with chunk_sink_error naming the problem;
+ * after an I/O error every later call fails the same way.
  */
-int chunk_sink_add(struct chunk_sink *s, const struct image_chunk *c, const void *stored);
+int chunk_sink_add_ref(struct chunk_sink *s, const struct image_chunk *c, void *stored,
+                       size_t room, uint32_t block_size, const uint64_t *hashes, uint64_t *ticket);
 
-/* chunk_sink_add with the device hashes of the chunk's blocks (NULL: none;
- * image_writer_add_encoded_blocks). */
-int chunk_sink_add_blocks(struct chunk_sink *s, const struct image_chunk *c, const void *stored,
-                          uint32_t block_size, const uint64_t *hashes);
+/* Waits until the bytes of chunk_sink_add_ref calls up to `ticket`
+ * (UINT64_MAX: all) are written. 0 or the sink's I/O error. */
+int chunk_sink_wait(struct chunk_sink *s, uint64_t ticket);
 
-/* Message for the last failure of chunk_sink_add ("" if none). */
+/* Message for the last failure of chunk_sink_add_ref or chunk_sink_wait ("" if none). */
 const char *chunk_sink_error(const struct chunk_sink *s);
 
 /* ---- the source: an image being read back ------------------------------------ */

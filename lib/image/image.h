@@ -164,6 +164,29 @@ int image_writer_add_encoded_blocks(struct image_writer *w, const struct image_c
                                     const uint64_t *hashes);
 
 /*
+ * image_writer_add_encoded_blocks without a copy of the stored bytes: they
+ * are written from `stored` itself, which must stay unchanged until
+ * image_writer_wait(w, *ticket) returns (or commit / free). `room` is how
+ * many bytes at `stored` the writer may write (>= stored_len; 0: just
+ * those): when `stored` is aligned to IMAGE_WRITE_ALIGN and `room` reaches
+ * the next multiple of it, the write is padded with zeros there, so it
+ * can go to an O_DIRECT file as it is (the padding is not the chunk's,
+ * and is in the data file). Otherwise the bytes are copied as by
+ * image_writer_add_encoded_blocks and *ticket is 0. Same errors.
+ */
+#define IMAGE_WRITE_ALIGN 4096u
+int image_writer_add_encoded_ref(struct image_writer *w, const struct image_chunk *c,
+                                 void *stored, size_t room, uint32_t block_size,
+                                 const uint64_t *hashes, uint64_t *ticket);
+
+/*
+ * Waits until the stored bytes of image_writer_add_encoded_ref calls up to
+ * `ticket` (UINT64_MAX: all) are written: their memory may be reused.
+ * Returns 0 or the writer's I/O error (sticky, as the adds).
+ */
+int image_writer_wait(struct image_writer *w, uint64_t ticket);
+
+/*
  * Finishes the data file (fsync), checks the chunk table (no overlaps),
  * writes and fsyncs the manifest and the directory, and renames it to DIR.
  * If DIR exists: -EEXIST unless IMAGE_OVERWRITE, in which case an existing

@@ -6,21 +6,26 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define ALIGN         4096u
+#define ALIGN         IOWRITER_ALIGN
 #define DEFAULT_BUF   (4u << 20)
 #define DEFAULT_DEPTH 4u
 #define MAX_DEPTH     64u
+#define REF_DEPTH     32u        /* zero-copy writes in flight */
+#define REF_TAG       (1ull << 63) /* user_data: a ref write, not a buffer */
 
+/* A write in flight: one of the writer's buffers, or the caller's memory. */
 struct iobuf {
     uint8_t *mem;
     size_t fill;
     uint64_t off; /* file offset of mem[0] */
     int busy;     /* submitted, completion not yet reaped */
+    uint64_t seq; /* refs: the ticket */
 };
 
 struct iowriter {
@@ -29,6 +34,8 @@ struct iowriter {
     int have_ring;
     struct io_uring ring;
     struct iobuf *bufs;
+    struct iobuf refs[REF_DEPTH];
+    uint64_t ref_seq; /* last ticket given */
     unsigned depth, cur, inflight;
     size_t buf_size;
     uint64_t offset; /* logical size */
@@ -65,10 +72,15 @@ static void close_ring(struct iowriter *w)
     w->have_ring = 0;
 }
 
+static int reap_one(struct iowriter *w);
+
 void iowriter_free(struct iowriter *w)
 {
     if (!w)
         return;
+    /* The kernel may still read buffers, the caller's among them. */
+    while (w->have_ring && w->inflight && !w->ring_broken)
+        reap_one(w);
     close_ring(w);
     if (w->fd >= 0)
         close(w->fd);
@@ -121,7 +133,7 @@ int iowriter_open(struct iowriter **out, int dirfd, const char *name, mode_t mod
     if (rc)
         goto err;
     if (!o.no_uring && !env_off("TCGPU_IO_URING") &&
-        io_uring_queue_init(w->depth, &w->ring, 0) == 0)
+        io_uring_queue_init(w->depth + REF_DEPTH, &w->ring, 0) == 0)
         w->have_ring = 1;
     *out = w;
     return 0;
@@ -174,6 +186,7 @@ static int reap_one(struct iowriter *w)
 {
     struct io_uring_cqe *cqe;
     struct iobuf *b;
+    uint64_t tag;
     int rc;
 
     do
@@ -183,7 +196,8 @@ static int reap_one(struct iowriter *w)
         w->ring_broken = 1;
         return rc;
     }
-    b = &w->bufs[io_uring_cqe_get_data64(cqe)];
+    tag = io_uring_cqe_get_data64(cqe);
+    b = tag & REF_TAG ? &w->refs[tag & ~REF_TAG] : &w->bufs[tag];
     rc = cqe->res;
     io_uring_cqe_seen(&w->ring, cqe);
     b->busy = 0;
@@ -200,16 +214,16 @@ static int reap_one(struct iowriter *w)
     return 0;
 }
 
-static int submit_uring(struct iowriter *w, unsigned i)
+/* Submits b's write; `tag` says which it is when it completes. */
+static int submit_uring(struct iowriter *w, struct iobuf *b, uint64_t tag)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
-    struct iobuf *b = &w->bufs[i];
     int rc;
 
     if (!sqe)
-        return -EBUSY; /* cannot happen: depth sqes, at most depth in flight */
+        return -EBUSY; /* cannot happen: an sqe per buffer and per ref */
     io_uring_prep_write(sqe, w->fd, b->mem, (unsigned)b->fill, b->off);
-    io_uring_sqe_set_data64(sqe, i);
+    io_uring_sqe_set_data64(sqe, tag);
     rc = io_uring_submit(&w->ring);
     if (rc < 0)
         return rc;
@@ -232,7 +246,7 @@ static int flush_buf(struct iowriter *w, unsigned i)
             return rc;
     }
     if (w->have_ring)
-        return submit_uring(w, i);
+        return submit_uring(w, b, i);
     return pwrite_all(w->fd, b->mem, b->fill, b->off);
 }
 
@@ -273,6 +287,98 @@ int iowriter_append(struct iowriter *w, const void *data, size_t len)
         set_err(w, rc);
     }
     return w->err;
+}
+
+/*
+ * Sends the partly filled buffer, padded with zeros to the alignment
+ * O_DIRECT needs: a zero-copy write goes at the offset after it.
+ */
+static int flush_partial(struct iowriter *w)
+{
+    struct iobuf *b = &w->bufs[w->cur];
+    int rc;
+
+    if (b->fill == 0)
+        return 0;
+    if (w->direct && b->fill % ALIGN) {
+        size_t pad = ALIGN - b->fill % ALIGN;   /* fits: buf_size is a multiple of ALIGN */
+
+        memset(b->mem + b->fill, 0, pad);
+        b->fill += pad;
+        w->offset += pad;
+    }
+    rc = flush_buf(w, w->cur);
+    w->cur = (w->cur + 1) % w->depth;
+    if (!rc)
+        rc = wait_free(w, w->cur);
+    w->bufs[w->cur].fill = 0;
+    return rc;
+}
+
+/* A ref entry not in flight, reaping completions until there is one. */
+static struct iobuf *free_ref(struct iowriter *w, int *rc)
+{
+    for (;;) {
+        for (unsigned i = 0; i < REF_DEPTH; i++)
+            if (!w->refs[i].busy)
+                return &w->refs[i];
+        if (w->ring_broken) {
+            *rc = -EIO;
+            return NULL;
+        }
+        if ((*rc = reap_one(w)) != 0)
+            return NULL;
+    }
+}
+
+int iowriter_append_ref(struct iowriter *w, void *data, size_t len, size_t cap, uint64_t *at,
+                        uint64_t *ticket)
+{
+    size_t padded = w->direct ? (len + ALIGN - 1) & ~(size_t)(ALIGN - 1) : len;
+    struct iobuf *b;
+    int rc;
+
+    *ticket = 0;
+    *at = w->offset;
+    if (w->err || len == 0)
+        return w->err;
+    if (padded > cap || padded > UINT_MAX || (w->direct && (uintptr_t)data % ALIGN))
+        return iowriter_append(w, data, len);
+    if ((rc = flush_partial(w)) != 0) {
+        set_err(w, rc);
+        return w->err;
+    }
+    *at = w->offset;
+    memset((uint8_t *)data + len, 0, padded - len);
+    if (!w->have_ring) {
+        set_err(w, pwrite_all(w->fd, data, padded, w->offset));
+        w->offset += padded;
+        return w->err;
+    }
+    if (!(b = free_ref(w, &rc))) {
+        set_err(w, rc);
+        return w->err;
+    }
+    *b = (struct iobuf){ .mem = data, .fill = padded, .off = w->offset, .seq = ++w->ref_seq };
+    set_err(w, submit_uring(w, b, REF_TAG | (uint64_t)(b - w->refs)));
+    w->offset += padded;
+    if (!w->err)
+        *ticket = b->seq;
+    return w->err;
+}
+
+int iowriter_wait(struct iowriter *w, uint64_t ticket)
+{
+    while (!w->ring_broken) {
+        int pending = 0;
+
+        for (unsigned i = 0; i < REF_DEPTH && !pending; i++)
+            pending = w->refs[i].busy && w->refs[i].seq <= ticket;
+        if (!pending)
+            break;
+        set_err(w, reap_one(w));
+    }
+    return w->ring_broken ? (w->err ? w->err : -EIO) : w->err;
 }
 
 int iowriter_finish(struct iowriter *w)

@@ -5,8 +5,10 @@
  *
  * Appended bytes are copied into `depth` aligned buffers of `buf_size`
  * bytes; a full buffer is submitted at its file offset while the next one
- * fills. The file is opened O_DIRECT when the filesystem allows it (tmpfs
- * does not: then the page cache is used).
+ * fills. iowriter_append_ref writes from the caller's memory instead, with
+ * no copy, and says when that memory is free again. The file is opened
+ * O_DIRECT when the filesystem allows it (tmpfs does not: then the page
+ * cache is used).
  *
  * The ring exists only while a file is being written: iowriter_finish and
  * iowriter_free tear it down, because a process holding an io_uring cannot be
@@ -24,6 +26,10 @@
 #include <sys/types.h>
 
 struct iowriter;
+
+/* What a zero-copy append needs for O_DIRECT: memory aligned to this, and
+ * room after the bytes up to the next multiple of it. */
+#define IOWRITER_ALIGN 4096u
 
 struct iowriter_opts {
     size_t buf_size; /* bytes per write; 0 = 4 MiB; rounded up to 4 KiB */
@@ -46,6 +52,29 @@ int iowriter_open(struct iowriter **out, int dirfd, const char *name, mode_t mod
  * Returns 0 or -errno (e.g. -ENOSPC) of this or an earlier write.
  */
 int iowriter_append(struct iowriter *w, const void *data, size_t len);
+
+/*
+ * Appends `len` bytes written from `data` itself, not copied, at file
+ * offset *at (iowriter_offset before the call, or past the padding of
+ * what was buffered: see below). The memory
+ * must stay as it is until iowriter_wait(w, *ticket) returns (or
+ * iowriter_finish / iowriter_free). On an O_DIRECT file the write is padded
+ * with zeros to a multiple of IOWRITER_ALIGN: `data` must be aligned to it
+ * and `cap` (the bytes at `data` the writer may write, >= len) reach the
+ * padded end; the padding becomes part of the file (iowriter_offset moves
+ * past it). Where that does not hold, the bytes are copied as by
+ * iowriter_append and *ticket is 0 (nothing to wait for). Bytes buffered by
+ * earlier appends are sent first, padded the same way.
+ * Returns 0 or -errno as iowriter_append.
+ */
+int iowriter_append_ref(struct iowriter *w, void *data, size_t len, size_t cap, uint64_t *at,
+                        uint64_t *ticket);
+
+/*
+ * Waits until every zero-copy append up to `ticket` (UINT64_MAX: all) is
+ * written, so their memory may be reused. Returns 0 or the sticky error.
+ */
+int iowriter_wait(struct iowriter *w, uint64_t ticket);
 
 /* Bytes appended so far (the logical file size). */
 uint64_t iowriter_offset(const struct iowriter *w);

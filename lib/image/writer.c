@@ -527,16 +527,19 @@ int image_writer_add_encoded(struct image_writer *w, const struct image_chunk *c
     return image_writer_add_encoded_blocks(w, c, stored, 0, NULL);
 }
 
-int image_writer_add_encoded_blocks(struct image_writer *w, const struct image_chunk *c,
-                                    const void *stored, uint32_t block_size,
-                                    const uint64_t *hashes)
+_Static_assert(IMAGE_WRITE_ALIGN == IOWRITER_ALIGN, "image.h and iowriter.h agree");
+
+/* Appends a chunk record; its stored bytes are copied (room 0) or written
+ * from `stored` itself (image_writer_add_encoded_ref). */
+static int add_encoded(struct image_writer *w, const struct image_chunk *c, const void *stored,
+                       size_t room, uint32_t block_size, const uint64_t *hashes, uint64_t *ticket)
 {
     struct image_chunk rec;
     int rc;
 
     if (w->err)
         return w->err;
-    if (w->committed || !c || (c->stored_len && !stored))
+    if (w->committed || !c || (c->stored_len && !stored) || (room && room < c->stored_len))
         return -EINVAL;
     rc = check_chunk(w, c);
     if (rc)
@@ -553,9 +556,12 @@ int image_writer_add_encoded_blocks(struct image_writer *w, const struct image_c
     if ((rc = add_blocks(w, &rec, block_size, hashes)) != 0)
         return rc;
     rec.file = 0;
-    rec.file_offset = c->stored_len ? iowriter_offset(w->data) : 0;
+    rec.file_offset = 0;
     if (c->stored_len) {
-        rc = iowriter_append(w->data, stored, c->stored_len);
+        rec.file_offset = iowriter_offset(w->data);
+        rc = room ? iowriter_append_ref(w->data, (void *)stored, c->stored_len, room,
+                                        &rec.file_offset, ticket)
+                  : iowriter_append(w->data, stored, c->stored_len);
         if (rc)
             return fail_io(w, rc,
                            "cannot write "
@@ -565,6 +571,31 @@ int image_writer_add_encoded_blocks(struct image_writer *w, const struct image_c
     w->raw_bytes += rec.raw_len;
     w->stored_bytes += rec.stored_len;
     return 0;
+}
+
+int image_writer_add_encoded_blocks(struct image_writer *w, const struct image_chunk *c,
+                                    const void *stored, uint32_t block_size,
+                                    const uint64_t *hashes)
+{
+    return add_encoded(w, c, stored, 0, block_size, hashes, NULL);
+}
+
+int image_writer_add_encoded_ref(struct image_writer *w, const struct image_chunk *c,
+                                 void *stored, size_t room, uint32_t block_size,
+                                 const uint64_t *hashes, uint64_t *ticket)
+{
+    *ticket = 0;
+    return add_encoded(w, c, stored, room ? room : c->stored_len, block_size, hashes, ticket);
+}
+
+int image_writer_wait(struct image_writer *w, uint64_t ticket)
+{
+    int rc;
+
+    if (!w->data)
+        return w->err;
+    rc = iowriter_wait(w->data, ticket);
+    return rc ? fail_io(w, rc, "cannot write data.0") : 0;
 }
 
 int image_writer_add_chunk(struct image_writer *w, uint64_t alloc_id, uint64_t offset,

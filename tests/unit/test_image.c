@@ -19,6 +19,7 @@
 #include <xxhash.h>
 
 #include "image/image.h"
+#include "image/iowriter.h"
 #include "../common/check.h"
 #include "testdata.h"
 
@@ -92,7 +93,8 @@ static int write_image(const char *dir, unsigned flags, int *uring_fds_during)
     struct image_alloc a = {.kind = TCGPU_ALLOC_DEVICE};
     struct image_writer *w;
     struct codec_ctx *worker;
-    uint8_t *enc = malloc(2 * MIB);
+    /* aligned, with room to pad: the ZSTD chunk goes without a copy */
+    uint8_t *enc = aligned_alloc(IMAGE_WRITE_ALIGN, 2 * MIB + IMAGE_WRITE_ALIGN);
     char err[512];
     int rc;
 
@@ -115,7 +117,9 @@ static int write_image(const char *dir, unsigned flags, int *uring_fds_during)
     REQUIRE(image_writer_add_allocation(w, &a) == -EEXIST, "duplicate id");
     REQUIRE(image_writer_add_data(w, A_WEIGHTS, 0, content[0], sizes[0]) == 0, "weights: %s",
           image_writer_error(w));
-    /* MIXED as a worker pipeline would: encoded elsewhere, appended out of order */
+    /* MIXED as a worker pipeline would: encoded elsewhere, appended out of
+     * order, the ZSTD one written from `enc` itself (waited for before
+     * `enc` is encoded into again) */
     REQUIRE(codec_ctx_new(&worker, NULL) == 0, "worker ctx");
     for (int k = 2; k >= 0; k--) {
         struct image_chunk c = {.alloc_id = A_MIXED, .alloc_offset = (uint64_t)k * 2 * MIB};
@@ -128,7 +132,17 @@ static int write_image(const char *dir, unsigned flags, int *uring_fds_during)
                           : k == 1 ? TCGPU_CODEC_RAW
                                    : TCGPU_CODEC_ZSTD),
               "mixed chunk %d chose %s", k, codec_name(c.codec));
-        REQUIRE(image_writer_add_encoded(w, &c, stored) == 0, "add encoded");
+        if (stored == enc) {
+            uint64_t ticket;
+
+            REQUIRE(image_writer_add_encoded_ref(w, &c, enc, 2 * MIB + IMAGE_WRITE_ALIGN, 0, NULL,
+                                                 &ticket) == 0,
+                    "add encoded, no copy: %s", image_writer_error(w));
+            REQUIRE(image_writer_wait(w, ticket) == 0, "wait");
+            memset(enc, 0xa5, 2 * MIB + IMAGE_WRITE_ALIGN);   /* written: ours again */
+        } else {
+            REQUIRE(image_writer_add_encoded(w, &c, stored) == 0, "add encoded");
+        }
     }
     codec_ctx_free(worker);
     REQUIRE(image_writer_add_chunk(w, A_GAPPY, 2 * MIB, content[2] + 2 * MIB, MIB) == 0, "gappy 2");
@@ -200,6 +214,94 @@ static int test_roundtrip(void)
         REQUIRE(stat(sub, &st) == 0 && (st.st_mode & 07777) == 0600, "data mode %o", st.st_mode);
         REQUIRE(check_image(dir) == 0, "check pass %d", pass);
     }
+    return 0;
+}
+
+static int read_whole(const char *path, uint8_t **buf, size_t *len);
+
+static int zero_between(const uint8_t *b, size_t from, size_t to)
+{
+    for (size_t k = from; k < to; k++)
+        if (b[k])
+            return 0;
+    return 1;
+}
+
+/*
+ * iowriter_append_ref between copied appends, in each I/O mode: every
+ * piece lands where the writer said, padding is zeros, memory that cannot
+ * go without a copy (misaligned, no room to pad) is copied (ticket 0), and
+ * a ticket is done after iowriter_wait.
+ */
+static int check_ref_mode(int no_uring, int no_direct)
+{
+    enum { P = 4, LEN0 = 1000, LEN1 = 5000, LEN2 = 3, LEN3 = 7000, LEN4 = 8192 };
+    const size_t lens[P + 1] = {LEN0, LEN1, LEN2, LEN3, LEN4};
+    uint8_t *mem = aligned_alloc(IOWRITER_ALIGN, 4 * 8192);
+    uint8_t *piece[P + 1], *back = NULL;
+    uint64_t at[P + 1], t1 = 0, t3 = 0, t4 = 0;
+    struct iowriter *w;
+    char dir[300];
+    size_t len;
+    int dfd, rc;
+
+    snprintf(dir, sizeof(dir), "%s/ref-%d%d", base, no_uring, no_direct);
+    REQUIRE(mem && mkdir(dir, 0700) == 0 && (dfd = open(dir, O_DIRECTORY | O_RDONLY)) >= 0,
+            "setup");
+    piece[0] = malloc(LEN0);
+    piece[1] = mem;                   /* aligned, room to pad: no copy */
+    piece[2] = malloc(LEN2);
+    piece[3] = mem + 8192 + 1;        /* misaligned: copied */
+    piece[4] = mem + 2 * 8192;        /* aligned, exactly 8192: no copy */
+    for (int i = 0; i <= P; i++)
+        td_random(piece[i], lens[i], 100u + (unsigned)i);
+    rc = iowriter_open(&w, dfd, "data", 0600,
+                       &(struct iowriter_opts){.no_uring = no_uring, .no_direct = no_direct});
+    REQUIRE(rc == 0, "open: %d", rc);
+    at[0] = iowriter_offset(w);
+    REQUIRE(iowriter_append(w, piece[0], LEN0) == 0, "append 0");
+    REQUIRE(iowriter_append_ref(w, piece[1], LEN1, 8192, &at[1], &t1) == 0, "ref 1");
+    at[2] = iowriter_offset(w);
+    REQUIRE(iowriter_append(w, piece[2], LEN2) == 0, "append 2");
+    REQUIRE(iowriter_append_ref(w, piece[3], LEN3, 8192 - 1, &at[3], &t3) == 0, "ref 3");
+    REQUIRE(iowriter_append_ref(w, piece[4], LEN4, LEN4, &at[4], &t4) == 0, "ref 4");
+    CHECK((t1 != 0) == !no_uring && (t4 != 0) == !no_uring, "tickets %llu %llu",
+          (unsigned long long)t1, (unsigned long long)t4);
+    CHECK(t3 == 0 || iowriter_uses_direct(w) == 0, "a misaligned buffer was not copied");
+    CHECK(!iowriter_uses_direct(w) || (at[1] % IOWRITER_ALIGN == 0 && at[4] % IOWRITER_ALIGN == 0),
+          "zero-copy writes at %llu, %llu", (unsigned long long)at[1], (unsigned long long)at[4]);
+    REQUIRE(iowriter_wait(w, t4) == 0, "wait");
+    /* ours again: what was written is not what is in memory now */
+    memset(piece[1], 0x5a, LEN1);
+    REQUIRE(iowriter_finish(w) == 0, "finish");
+    snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/data");
+    REQUIRE(read_whole(dir, &back, &len) == 0, "read back");
+    CHECK(len == iowriter_offset(w), "file %zu bytes, writer says %llu", len,
+          (unsigned long long)iowriter_offset(w));
+    for (int i = 0; i <= P; i++) {
+        uint8_t *want = malloc(lens[i]);
+
+        td_random(want, lens[i], 100u + (unsigned)i);
+        CHECK(at[i] + lens[i] <= len && !memcmp(back + at[i], want, lens[i]), "piece %d at %llu",
+              i, (unsigned long long)at[i]);
+        free(want);
+    }
+    CHECK(zero_between(back, at[0] + LEN0, at[1]) && zero_between(back, at[1] + LEN1, at[2]),
+          "padding that is not zero");
+    iowriter_free(w);
+    close(dfd);
+    free(back);
+    free(piece[0]);
+    free(piece[2]);
+    free(mem);
+    return 0;
+}
+
+static int test_zero_copy(void)
+{
+    for (int m = 0; m < 4; m++)
+        if (check_ref_mode(m & 1, m >> 1) != 0)
+            return T_EXIT_FAIL;
     return 0;
 }
 
@@ -473,12 +575,40 @@ static int test_fuzz_manifest(void)
 }
 
 /* ENOSPC in a private mount namespace on a 1 MiB tmpfs (root only). */
+/* Random 1 MiB chunks of `buf` (RAW: stored where they are), no copy. */
+static int add_by_ref(struct image_writer *w, uint8_t *buf, size_t len)
+{
+    struct codec_ctx *ctx;
+    uint8_t *scratch = malloc(codec_bound(MIB));
+    int rc = 0;
+
+    if (!scratch || codec_ctx_new(&ctx, NULL) != 0) {
+        free(scratch);
+        return -ENOMEM;
+    }
+    for (size_t at = 0; at < len && rc == 0; at += MIB) {
+        struct image_chunk c = {.alloc_id = 1, .alloc_offset = at};
+        const void *stored;
+        uint64_t ticket;
+
+        rc = image_chunk_encode(ctx, buf + at, MIB, TCGPU_DTYPE_UNKNOWN, scratch, codec_bound(MIB),
+                                &c, &stored);
+        if (rc == 0 && stored != buf + at)
+            rc = -EPROTO;         /* random bytes are stored as they are */
+        if (rc == 0)
+            rc = image_writer_add_encoded_ref(w, &c, (void *)stored, MIB, 0, NULL, &ticket);
+    }
+    codec_ctx_free(ctx);
+    free(scratch);
+    return rc;
+}
+
 static int enospc_child(void)
 {
     char mnt[] = "/tmp/tcgpu-enospc-XXXXXX", dir[300], err[512];
     struct image_writer *w;
     struct image_alloc a = {.id = 1, .addr = 0x1000, .size = 8 * MIB};
-    uint8_t *buf = malloc(8 * MIB);
+    uint8_t *buf = aligned_alloc(IMAGE_WRITE_ALIGN, 8 * MIB);
     int rc;
 
     if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
@@ -489,14 +619,20 @@ static int enospc_child(void)
           strerror(errno));
     td_random(buf, 8 * MIB, 5);
     snprintf(dir, sizeof(dir), "%s/img", mnt);
-    for (int pass = 0; pass < 2; pass++) {
+    /* passes 0, 1: copied appends; 2, 3: written from `buf` itself */
+    for (int pass = 0; pass < 4; pass++) {
         rc = image_writer_begin(
             &w, dir,
-            &(struct image_writer_opts){.flags = pass ? IMAGE_NO_URING : 0, .chunk_size = MIB}, err,
-            sizeof(err));
+            &(struct image_writer_opts){.flags = pass & 1 ? IMAGE_NO_URING : 0, .chunk_size = MIB},
+            err, sizeof(err));
         REQUIRE(rc == 0, "begin: %s", err);
         REQUIRE(image_writer_add_allocation(w, &a) == 0, "alloc");
-        rc = image_writer_add_data(w, 1, 0, buf, 8 * MIB);
+        if (pass < 2)
+            rc = image_writer_add_data(w, 1, 0, buf, 8 * MIB);
+        else
+            rc = add_by_ref(w, buf, 8 * MIB);
+        if (rc == 0)
+            rc = image_writer_wait(w, UINT64_MAX);
         if (rc == 0)
             rc = image_writer_commit(w);
         fprintf(stderr, "  pass %d: rc %d: %s\n", pass, rc, image_writer_error(w));
@@ -544,6 +680,7 @@ int main(int argc, char **argv)
         return 1;
     make_content();
     RUN(test_roundtrip);
+    RUN(test_zero_copy);
     RUN(test_describe);
     RUN(test_existing_and_abort);
     RUN(test_corruption);
