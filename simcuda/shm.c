@@ -230,6 +230,7 @@ static void slot_clear(struct sim_shm *s, struct sim_shm_proc *p)
         p->used[d] = 0;
         p->parked[d] = 0;
         p->kernel_ns[d] = 0;
+        p->device_cpu_ns[d] = 0;
         s->engine[d].waiters -= p->engine_waiting[d];
         p->engine_waiting[d] = 0;
     }

@@ -143,6 +143,10 @@ struct sim_shm_proc {
     /* The compute engine (engine.c): */
     uint64_t kernel_ns[SIM_MAX_DEVICES];  /* time its kernels held the device's engine */
     int32_t engine_waiting[SIM_MAX_DEVICES];  /* its kernels waiting for their turn */
+    /* CPU time its stream threads spent on what a GPU's copy and compute
+     * engines do (copies, memsets, kernels, graphs): host CPU here, not on
+     * a real GPU (stream.c). */
+    uint64_t device_cpu_ns[SIM_MAX_DEVICES];
 };
 
 /* One device's compute engine: the process whose kernels run on it now. */

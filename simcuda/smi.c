@@ -16,7 +16,9 @@
  * field): gpu_index, used_memory_bytes, parked_memory_bytes (held in host
  * memory while checkpointed), checkpoint_state (running, locked,
  * checkpointed, failed: the driver checkpoint API's state), kernel_time_ns
- * (how long its kernels have held the GPU's engine), nspid (its pid in its
+ * (how long its kernels have held the GPU's engine), device_cpu_ns (CPU
+ * time simcuda's stream threads spent on its copies, memsets and kernels:
+ * the simulated GPU's work, which a real GPU does without the host), nspid (its pid in its
  * own pid namespace; pid is the host's, as the driver's). --query-gpu's own:
  * memory.used_bytes (exact). Sizes are MiB
  * (with " MiB" unless nounits), as nvidia-smi's. An unknown field is an
@@ -249,6 +251,7 @@ static const struct field app_fields[] = {
     { "parked_memory_bytes", "parked_memory_bytes", NONE },
     { "checkpoint_state", "checkpoint_state", NONE },
     { "kernel_time_ns", "kernel_time_ns", NONE },
+    { "device_cpu_ns", "device_cpu_ns", NONE },
     { "nspid", "nspid", NONE },
     { NULL, NULL, NONE },
 };
@@ -391,6 +394,8 @@ static void print_apps(const struct smi *m, const struct field *const *f, int n)
                     snprintf(v, sizeof(v), "%d", p->id.nspid);
                 else if (!strcmp(name, "kernel_time_ns"))
                     snprintf(v, sizeof(v), "%llu", (unsigned long long)p->kernel_ns[d]);
+                else if (!strcmp(name, "device_cpu_ns"))
+                    snprintf(v, sizeof(v), "%llu", (unsigned long long)p->device_cpu_ns[d]);
                 csv_value(m, f[i], i == 0, p->used[d], v);
             }
             printf("\n");
@@ -417,7 +422,8 @@ static void usage(FILE *f)
                "                       simcuda's own: memory.used_bytes\n"
                "  --query-compute-apps=...  pid, process_name, gpu_uuid, gpu_name, gpu_bus_id,\n"
                "                       used_memory; simcuda's own: gpu_index, used_memory_bytes,\n"
-               "                       parked_memory_bytes, checkpoint_state, kernel_time_ns, nspid\n"
+               "                       parked_memory_bytes, checkpoint_state, kernel_time_ns,\n"
+               "                       device_cpu_ns, nspid\n"
                "  --format=csv[,noheader][,nounits]   what --query-* print\n");
 }
 

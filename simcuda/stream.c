@@ -209,6 +209,40 @@ static void stream_leave_ctx(struct sim_stream *s)
     pthread_mutex_unlock(&c->lock);
 }
 
+/* Whether an operation is the device's work (a GPU's engines do it), not
+ * the host's (host functions, callbacks, bookkeeping). */
+static bool is_device_work(enum sim_op_kind k)
+{
+    return k == SIM_OP_COPY || k == SIM_OP_MEMSET || k == SIM_OP_KERNEL || k == SIM_OP_GRAPH ||
+           k == SIM_OP_PREFETCH;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Runs op, charging the CPU time of device work to the process's slot
+ * (simcuda-smi's device_cpu_ns), so that a benchmark can tell the host's
+ * CPU from the simulated GPU's. Threads a kernel starts are not counted. */
+static int exec_accounted(struct sim_op *op, struct sim_stream *s)
+{
+    int dev = s->ctx ? s->ctx->dev : -1;
+    uint64_t t0;
+    int res;
+
+    if (!sim_self || dev < 0 || dev >= SIM_MAX_DEVICES || !is_device_work(op->kind))
+        return sim_exec_op(op, s);
+    t0 = thread_cpu_ns();
+    res = sim_exec_op(op, s);
+    __atomic_add_fetch(&sim_self->device_cpu_ns[sim_device_phys(dev)], thread_cpu_ns() - t0,
+                       __ATOMIC_RELAXED);
+    return res;
+}
+
 static void *worker(void *arg)
 {
     struct sim_stream *s = arg;
@@ -220,7 +254,7 @@ static void *worker(void *arg)
 
         for (int i = 0; i < op->ndeps; i++)
             sim_stream_wait_seq(op->deps[i].s, op->deps[i].seq);
-        res = sim_exec_op(op, s);
+        res = exec_accounted(op, s);
         if (res && op->kind != SIM_OP_CALLBACK && op->kind != SIM_OP_HOSTFN)
             sim_ctx_fault(s->ctx, (CUresult)res);
         if (op->result)

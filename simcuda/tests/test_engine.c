@@ -3,10 +3,12 @@
  * turns, as a GPU time-slices between contexts: two processes that both
  * keep the device busy never run kernels at the same time and get about
  * half of it each; one process's own streams still overlap; simcuda-smi
- * reports each process's kernel time.
+ * reports each process's kernel time, and the CPU time its stream threads
+ * spent on device work (copies: yes; host functions: no).
  */
 #include "procs.h"
 
+#include <sys/resource.h>
 #include <time.h>
 
 #define KERNEL_MS 5
@@ -20,15 +22,15 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* simcuda-smi's kernel_time_ns of pid on device 0 (-1 if absent). */
-static long long smi_kernel_ns(pid_t pid)
+/* simcuda-smi's `field` (a count) of pid on device 0 (-1 if absent). */
+static long long smi_app_value(pid_t pid, const char *field)
 {
     char cmd[512], line[512];
     long long k = -1;
     FILE *f;
 
-    snprintf(cmd, sizeof(cmd), "%s --query-compute-apps=pid,gpu_index,kernel_time_ns "
-             "--format=csv,noheader", getenv("SIMCUDA_SMI"));
+    snprintf(cmd, sizeof(cmd), "%s --query-compute-apps=pid,gpu_index,%s "
+             "--format=csv,noheader", getenv("SIMCUDA_SMI"), field);
     CHECK_TRUE((f = popen(cmd, "r")) != NULL);
     while (fgets(line, sizeof(line), f)) {
         int p, d;
@@ -38,6 +40,67 @@ static long long smi_kernel_ns(pid_t pid)
     }
     CHECK_EQ(pclose(f), 0);
     return k;
+}
+
+static long long smi_kernel_ns(pid_t pid)
+{
+    return smi_app_value(pid, "kernel_time_ns");
+}
+
+static uint64_t process_cpu_ns(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
+           ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
+}
+
+static void burn_cpu(void *arg)
+{
+    uint64_t until = process_cpu_ns() + *(uint64_t *)arg;
+    volatile uint64_t x = 0;
+
+    while (process_cpu_ns() < until)
+        x++;
+}
+
+/*
+ * device_cpu_ns: 5 async D2H copies of 256 MiB on a stream are the device's
+ * work (charged, at most the process's CPU time); 100 ms of CPU in a host
+ * function on the stream is the host's (not charged).
+ */
+static void device_cpu_accounting(void)
+{
+    const size_t len = 256u << 20;
+    uint64_t burn = 100000000ull, c0, c1;
+    long long d0, d1, d2;
+    CUdeviceptr dev;
+    CUstream s;
+    void *host;
+
+    CHECK(cuMemAlloc(&dev, len));
+    CHECK(cuMemsetD8(dev, 7, len));
+    CHECK(cuMemHostAlloc(&host, len, 0));
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    d0 = smi_app_value(getpid(), "device_cpu_ns");
+    c0 = process_cpu_ns();
+    for (int i = 0; i < 5; i++)
+        CHECK(cuMemcpyDtoHAsync(host, dev, len, s));
+    CHECK(cuStreamSynchronize(s));
+    c1 = process_cpu_ns();
+    d1 = smi_app_value(getpid(), "device_cpu_ns");
+    CHECK(cuLaunchHostFunc(s, burn_cpu, &burn));
+    CHECK(cuStreamSynchronize(s));
+    d2 = smi_app_value(getpid(), "device_cpu_ns");
+    printf("device CPU: 1.25 GiB of copies %.1f ms (process %.1f ms), a 100 ms host function "
+           "%.1f ms\n", (d1 - d0) / 1e6, (c1 - c0) / 1e6, (d2 - d1) / 1e6);
+    CHECK_TRUE(d0 >= 0 && d1 - d0 >= 10000000);           /* a memmove is not 125 GB/s */
+    CHECK_TRUE((uint64_t)(d1 - d0) <= c1 - c0 + 2000000);  /* part of the process's CPU */
+    CHECK_TRUE(d2 - d1 < 50000000);                        /* a host function is the host's */
+    CHECK(cuStreamDestroy(s));
+    CHECK(cuMemFreeHost(host));
+    CHECK(cuMemFree(dev));
 }
 
 /* Launch `mark` kernels of ms on `nstreams` streams until `until_ns`. */
@@ -130,6 +193,8 @@ int main(int argc, char **argv)
     wall = mono_ns() - t0;
     printf("one process, two streams over %.0f ms: %.0f ms of kernels\n", wall / 1e6, (k1 - k0) / 1e6);
     CHECK_TRUE(k1 - k0 > 0 && (uint64_t)(k1 - k0) <= wall + wall / 50);
+
+    device_cpu_accounting();
     printf("ok\n");
     return 0;
 }
