@@ -83,6 +83,7 @@ struct pipe_store {
     int registered;               /* cuMemHostRegister'ed, in reg_ctx */
     CUcontext reg_ctx;
     int reused;                   /* the arena came from an emptied store */
+    int faulted;                  /* its pages are in (fault_in_parallel) */
     /* background compression */
     pthread_t *th;
     unsigned nth;

@@ -17,11 +17,15 @@
  * (cuMemHostRegister, TCGPU_HOST_REGISTER=0 to disable) once and stays
  * registered while it is kept.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "dev.h"
 #include "driver/driver.h"
@@ -73,6 +77,57 @@ static void arena_free(struct pipe_store *s)
     s->cap = 0;
 }
 
+/*
+ * Whether the guest gives free memory back to its hypervisor: a virtio
+ * balloon with free page reporting (VIRTIO_BALLOON_F_REPORTING, feature
+ * bit 5) reports free blocks of page_reporting_order (a huge page's) and
+ * up, and the host drops them. A huge page faulted from such a block then
+ * costs the hypervisor hundreds of faults of its own: on this project's VMs
+ * touching 512 MiB of fresh huge pages took 510-950 ms, the same again at
+ * once 75-105 ms, 4 KiB pages (from the guest's recently used ones) 230-260 ms.
+ */
+static int guest_reports_free_pages(void)
+{
+    const char *dir = "/sys/bus/virtio/drivers/virtio_balloon";
+    char path[PATH_MAX], bits[128] = "";
+    struct dirent *d;
+    int found = 0;
+    DIR *dp;
+    FILE *f;
+
+    if (access("/sys/module/page_reporting/parameters/page_reporting_order", F_OK) != 0 ||
+        !(dp = opendir(dir)))
+        return 0;
+    while (!found && (d = readdir(dp))) {
+        if (strncmp(d->d_name, "virtio", 6))
+            continue;
+        snprintf(path, sizeof(path), "%s/%s/features", dir, d->d_name);
+        if ((f = fopen(path, "re"))) {
+            found = fgets(bits, sizeof(bits), f) && strlen(bits) > 5 && bits[5] == '1';
+            fclose(f);
+        }
+    }
+    closedir(dp);
+    return found;
+}
+
+/* Whether a fresh arena asks for transparent huge pages: TCGPU_STORE_THP
+ * (1/0), by default unless the guest reports free pages (above). */
+static int arena_wants_thp(void)
+{
+    static int wanted = -1;
+    const char *v = getenv("TCGPU_STORE_THP");
+    int w;
+
+    if (v && *v)
+        return strcmp(v, "0") != 0;
+    if ((w = __atomic_load_n(&wanted, __ATOMIC_RELAXED)) < 0) {
+        w = !guest_reports_free_pages();
+        __atomic_store_n(&wanted, w, __ATOMIC_RELAXED);
+    }
+    return w;
+}
+
 /* Makes the arena `need` bytes: keeps what it has (its pages stay warm),
  * grows it in place when it can. 0 or -ENOMEM (the arena is then gone). */
 static int arena_fit(struct pipe_store *s, size_t need)
@@ -96,7 +151,8 @@ static int arena_fit(struct pipe_store *s, size_t need)
     s->mem = m;
     s->cap = need;
     /* Fewer faults on the way in; zero chunks never touch their pages. */
-    madvise(s->mem, s->cap, MADV_HUGEPAGE);
+    if (arena_wants_thp())
+        madvise(s->mem, s->cap, MADV_HUGEPAGE);
     return 0;
 }
 
@@ -151,8 +207,10 @@ int pipe_store_register(struct pipe *p, struct pipe_store *s)
         return 0;
     /* A real GPU's registration pins (and so faults) the pages: do it on
      * every core first. simcuda's does not: its copies fault them. */
-    if (!s->reused && pdev_kind(p->dev) == PDEV_CUBIN)
+    if (!s->reused && pdev_kind(p->dev) == PDEV_CUBIN) {
         fault_in_parallel(s, p->nw ? p->nw : 1);
+        s->faulted = 1;
+    }
     if (TCGPU_REAL(cuCtxGetCurrent)(&s->reg_ctx) != CUDA_SUCCESS || !s->reg_ctx)
         return 0;
     cr = TCGPU_REAL(cuMemHostRegister)(s->mem, s->cap, CU_MEMHOSTREGISTER_PORTABLE);
