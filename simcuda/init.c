@@ -161,9 +161,10 @@ static CUresult attach(void)
 
     if ((rc = sim_shm_open(&sim_shm, &shm_name))) {
         const char *name = getenv("SIMCUDA_SHM") ? getenv("SIMCUDA_SHM") : "/simcuda";
-        sim_log("cannot open shm %s: %s%s%s", name, strerror(-rc),
-                rc == -EPROTO ? ": a machine of another simcuda build; remove /dev/shm" : "",
-                rc == -EPROTO ? name : "");
+        sim_log("cannot open shm %s: %s%s%s%s", name, strerror(-rc),
+                rc == -EPROTO ? ": a machine of another simcuda build, which a process still maps "
+                                "(stop it, or name another SIMCUDA_SHM than " : "",
+                rc == -EPROTO ? name : "", rc == -EPROTO ? ")" : "");
         return CUDA_ERROR_OPERATING_SYSTEM;
     }
     if (sim_visible_init(sim_shm->ndev) == 0)

@@ -10,12 +10,14 @@
 #include "sim.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -181,7 +183,66 @@ int sim_shm_open(struct sim_shm **out, const char **name_out)
     return sim_shm_open_name(name, out, name_out);
 }
 
-int sim_shm_open_name(const char *name, struct sim_shm **out, const char **name_out)
+/* Whether any process we can see maps the shm object `name` ("/x"). */
+static bool shm_mapped_by_anyone(const char *name)
+{
+    char path[300], line[1024], want[300];
+    bool found = false;
+    struct dirent *d;
+    DIR *proc = opendir("/proc");
+
+    if (!proc)
+        return true;                        /* cannot tell: keep it */
+    snprintf(want, sizeof(want), " /dev/shm%s", name);
+    while (!found && (d = readdir(proc))) {
+        FILE *f;
+
+        if (!isdigit((unsigned char)d->d_name[0]))
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/maps", d->d_name);
+        if (!(f = fopen(path, "re")))
+            continue;
+        while (!found && fgets(line, sizeof(line), f)) {
+            char *at = strstr(line, want);
+
+            found = at && (at[strlen(want)] == '\n' || at[strlen(want)] == ' ');
+        }
+        fclose(f);
+    }
+    closedir(proc);
+    return found;
+}
+
+/*
+ * The object `fd` (open as `name`) is of another simcuda build's layout.
+ * When no process maps it, it is a leftover (a build directory reused
+ * after simcuda changed): it is removed so that a fresh machine can be
+ * made in its place. One that is in use stays, and the open fails (two
+ * machines under one name would split the processes that share it). The
+ * flock makes one of several openers do it; the inode check, that nobody
+ * has made the new one already. 0 when removed, -EPROTO when not.
+ */
+static int replace_stale(int fd, const char *name)
+{
+    char path[300];
+    struct stat a, b;
+    int rc = -EPROTO;
+
+    snprintf(path, sizeof(path), "/dev/shm%s", name);
+    if (flock(fd, LOCK_EX) != 0)
+        return -EPROTO;
+    if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino &&
+        !shm_mapped_by_anyone(name) && shm_unlink(name) == 0) {
+        sim_log("removed %s: a machine of another simcuda build that no process uses", path);
+        rc = 0;
+    }
+    flock(fd, LOCK_UN);
+    return rc;
+}
+
+/* One try: -EAGAIN when a stale object was removed (try again). */
+static int shm_open_once(const char *name, struct sim_shm **out, const char **name_out,
+                         bool may_replace)
 {
     bool created = false;
     int fd, rc;
@@ -196,12 +257,22 @@ int sim_shm_open_name(const char *name, struct sim_shm **out, const char **name_
     if (fd < 0)
         return -errno;
     rc = shm_map(fd, created, out);
+    if (rc == -EPROTO && !created && may_replace && replace_stale(fd, name) == 0)
+        rc = -EAGAIN;
     close(fd);
     if (rc && created)
         shm_unlink(name);
     if (!rc && name_out)
         *name_out = name;
     return rc;
+}
+
+int sim_shm_open_name(const char *name, struct sim_shm **out, const char **name_out)
+{
+    int rc = shm_open_once(name, out, name_out, true);
+
+    /* a leftover of another build was removed: make the machine anew */
+    return rc == -EAGAIN ? shm_open_once(name, out, name_out, false) : rc;
 }
 
 void sim_shm_lock(struct sim_shm *s)
