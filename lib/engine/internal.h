@@ -134,12 +134,12 @@ struct slot {
 
 /*
  * A slot's encode buffer: every job's output starts aligned and has room
- * to the next multiple of IMAGE_WRITE_ALIGN, so the writer sends it to the
- * file from there, padded, without a copy (image_writer_add_encoded_ref).
- * The slack is that rounding for 64 jobs; a slot that runs out of it takes
- * fewer jobs.
+ * to the next multiple of CHUNK_WRITE_ALIGN, so the writer sends it to the
+ * file from there, padded, without a copy (chunk_sink_add_ref). The slack
+ * is that rounding for 64 jobs; a slot that runs out of it takes fewer
+ * jobs.
  */
-#define ENC_ALIGN 4096u
+#define ENC_ALIGN CHUNK_WRITE_ALIGN
 #define ENC_ROOM(len) (((len) + ENC_ALIGN - 1) & ~(size_t)(ENC_ALIGN - 1))
 #define ENC_SIZE(slot_size) (ENC_ROOM(slot_size) + 64 * (size_t)ENC_ALIGN)
 

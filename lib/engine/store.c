@@ -4,7 +4,8 @@
  * chunk by chunk).
  *
  * A store's bytes live in one *arena*: an anonymous mapping with transparent
- * huge pages, each extent at a 4 KiB-aligned place in it. The arena can
+ * huge pages (unless the guest reports free pages to its hypervisor:
+ * arena_wants_thp), each extent at a 4 KiB-aligned place in it. The arena can
  * outlive the store's contents (pipe_store_empty): its pages are marked
  * MADV_FREE, so the kernel takes them back whenever memory runs short, and
  * those it did not take are written again without a fault or a page of

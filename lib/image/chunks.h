@@ -129,6 +129,10 @@ int chunk_sink_parent_has_blocks(const struct chunk_sink *s, uint32_t block_size
 int chunk_sink_parent_decode(const struct chunk_sink *s, const struct image_chunk *parent,
                              struct codec_ctx *ctx, void *dst, char *errbuf, size_t errlen);
 
+/* Stored bytes aligned to this, with room to its next multiple, are
+ * written without a copy (chunk_sink_add_ref). */
+#define CHUNK_WRITE_ALIGN 4096u
+
 /*
  * Appends a chunk made by chunk_encode, chunk_encode_patch, chunk_set_zero
  * or chunk_set_parent, with the device hashes of its blocks (NULL: none;
@@ -136,7 +140,8 @@ int chunk_sink_parent_decode(const struct chunk_sink *s, const struct image_chun
  * it stores none) are written from where they are, not copied
  * (image_writer_add_encoded_ref): they stay the writer's until
  * chunk_sink_wait(s, *ticket) (0: copied after all), and `room` bytes at
- * `stored` are the writer's to pad into. Errors as
+ * `stored` are the writer's to pad into (to the next multiple of
+ * CHUNK_WRITE_ALIGN). Errors as
  * image_writer_add_encoded, with chunk_sink_error naming the problem;
  * after an I/O error every later call fails the same way.
  */

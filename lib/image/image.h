@@ -174,7 +174,7 @@ int image_writer_add_encoded_blocks(struct image_writer *w, const struct image_c
  * and is in the data file). Otherwise the bytes are copied as by
  * image_writer_add_encoded_blocks and *ticket is 0. Same errors.
  */
-#define IMAGE_WRITE_ALIGN 4096u
+#define IMAGE_WRITE_ALIGN CHUNK_WRITE_ALIGN
 int image_writer_add_encoded_ref(struct image_writer *w, const struct image_chunk *c,
                                  void *stored, size_t room, uint32_t block_size,
                                  const uint64_t *hashes, uint64_t *ticket);
