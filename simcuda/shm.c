@@ -186,29 +186,15 @@ int sim_shm_open(struct sim_shm **out, const char **name_out)
 /* Whether any process we can see maps the shm object `name` ("/x"). */
 static bool shm_mapped_by_anyone(const char *name)
 {
-    char path[300], line[1024], want[300];
     bool found = false;
     struct dirent *d;
     DIR *proc = opendir("/proc");
 
     if (!proc)
         return true;                        /* cannot tell: keep it */
-    snprintf(want, sizeof(want), " /dev/shm%s", name);
-    while (!found && (d = readdir(proc))) {
-        FILE *f;
-
-        if (!isdigit((unsigned char)d->d_name[0]))
-            continue;
-        snprintf(path, sizeof(path), "/proc/%s/maps", d->d_name);
-        if (!(f = fopen(path, "re")))
-            continue;
-        while (!found && fgets(line, sizeof(line), f)) {
-            char *at = strstr(line, want);
-
-            found = at && (at[strlen(want)] == '\n' || at[strlen(want)] == ' ');
-        }
-        fclose(f);
-    }
+    while (!found && (d = readdir(proc)))
+        found = isdigit((unsigned char)d->d_name[0]) &&
+                sim_pid_maps_device((pid_t)atoi(d->d_name), name);
     closedir(proc);
     return found;
 }

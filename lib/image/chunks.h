@@ -136,7 +136,7 @@ int chunk_sink_parent_decode(const struct chunk_sink *s, const struct image_chun
 /*
  * Appends a chunk made by chunk_encode, chunk_encode_patch, chunk_set_zero
  * or chunk_set_parent, with the device hashes of its blocks (NULL: none;
- * image_writer_add_encoded_blocks). Its stored bytes (`stored`, NULL when
+ * image_writer_add_encoded_ref). Its stored bytes (`stored`, NULL when
  * it stores none) are written from where they are, not copied
  * (image_writer_add_encoded_ref): they stay the writer's until
  * chunk_sink_wait(s, *ticket) (0: copied after all), and `room` bytes at

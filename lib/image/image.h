@@ -156,23 +156,16 @@ int image_writer_add_encoded(struct image_writer *w, const struct image_chunk *c
 /*
  * image_writer_add_encoded with the device hashes of the chunk's blocks
  * (ceil(raw_len / block_size) of them, copied; NULL: none), for the next
- * incremental image (BLOCKHASH section). Every chunk of an image uses one
- * block size (a power of two, TCGPU_PATCH_MIN_BLOCK .. MAX): -EINVAL else.
- */
-int image_writer_add_encoded_blocks(struct image_writer *w, const struct image_chunk *c,
-                                    const void *stored, uint32_t block_size,
-                                    const uint64_t *hashes);
-
-/*
- * image_writer_add_encoded_blocks without a copy of the stored bytes: they
- * are written from `stored` itself, which must stay unchanged until
- * image_writer_wait(w, *ticket) returns (or commit / free). `room` is how
- * many bytes at `stored` the writer may write (>= stored_len; 0: just
- * those): when `stored` is aligned to IMAGE_WRITE_ALIGN and `room` reaches
- * the next multiple of it, the write is padded with zeros there, so it
- * can go to an O_DIRECT file as it is (the padding is not the chunk's,
- * and is in the data file). Otherwise the bytes are copied as by
- * image_writer_add_encoded_blocks and *ticket is 0. Same errors.
+ * incremental image (BLOCKHASH section; every chunk of an image uses one
+ * block size, a power of two, TCGPU_PATCH_MIN_BLOCK .. MAX: -EINVAL else),
+ * and without a copy of the stored bytes: they are written from `stored`
+ * itself, which must stay unchanged until image_writer_wait(w, *ticket)
+ * returns (or commit / free). `room` is how many bytes at `stored` the
+ * writer may write (>= stored_len; 0: just those): when `stored` is
+ * aligned to IMAGE_WRITE_ALIGN and `room` reaches the next multiple of it,
+ * the write is padded with zeros there, so it can go to an O_DIRECT file
+ * as it is (the padding is not the chunk's, and is in the data file).
+ * Otherwise the bytes are copied and *ticket is 0. Same errors.
  */
 #define IMAGE_WRITE_ALIGN CHUNK_WRITE_ALIGN
 int image_writer_add_encoded_ref(struct image_writer *w, const struct image_chunk *c,

@@ -262,10 +262,22 @@ static int wait_free(struct iowriter *w, unsigned i)
     return 0;
 }
 
+/* Sends the current buffer and makes the next one current (and empty),
+ * once the kernel is done with it. */
+static int send_and_advance(struct iowriter *w)
+{
+    int rc = flush_buf(w, w->cur);
+
+    w->cur = (w->cur + 1) % w->depth;
+    if (!rc)
+        rc = wait_free(w, w->cur);
+    w->bufs[w->cur].fill = 0;
+    return rc;
+}
+
 int iowriter_append(struct iowriter *w, const void *data, size_t len)
 {
     const uint8_t *p = data;
-    int rc;
 
     while (len && !w->err) {
         struct iobuf *b = &w->bufs[w->cur];
@@ -279,12 +291,7 @@ int iowriter_append(struct iowriter *w, const void *data, size_t len)
         b->fill += n, w->offset += n, p += n, len -= n;
         if (b->fill < w->buf_size)
             break;
-        rc = flush_buf(w, w->cur);
-        w->cur = (w->cur + 1) % w->depth;
-        if (!rc)
-            rc = wait_free(w, w->cur);
-        w->bufs[w->cur].fill = 0;
-        set_err(w, rc);
+        set_err(w, send_and_advance(w));
     }
     return w->err;
 }
@@ -296,7 +303,6 @@ int iowriter_append(struct iowriter *w, const void *data, size_t len)
 static int flush_partial(struct iowriter *w)
 {
     struct iobuf *b = &w->bufs[w->cur];
-    int rc;
 
     if (b->fill == 0)
         return 0;
@@ -307,12 +313,7 @@ static int flush_partial(struct iowriter *w)
         b->fill += pad;
         w->offset += pad;
     }
-    rc = flush_buf(w, w->cur);
-    w->cur = (w->cur + 1) % w->depth;
-    if (!rc)
-        rc = wait_free(w, w->cur);
-    w->bufs[w->cur].fill = 0;
-    return rc;
+    return send_and_advance(w);
 }
 
 /* A ref entry not in flight, reaping completions until there is one. */

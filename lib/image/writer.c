@@ -521,12 +521,6 @@ static int add_blocks(struct image_writer *w, struct image_chunk *rec, uint32_t 
     return 0;
 }
 
-int image_writer_add_encoded(struct image_writer *w, const struct image_chunk *c,
-                             const void *stored)
-{
-    return image_writer_add_encoded_blocks(w, c, stored, 0, NULL);
-}
-
 _Static_assert(IMAGE_WRITE_ALIGN == IOWRITER_ALIGN, "image.h and iowriter.h agree");
 
 /* Appends a chunk record; its stored bytes are copied (room 0) or written
@@ -573,11 +567,10 @@ static int add_encoded(struct image_writer *w, const struct image_chunk *c, cons
     return 0;
 }
 
-int image_writer_add_encoded_blocks(struct image_writer *w, const struct image_chunk *c,
-                                    const void *stored, uint32_t block_size,
-                                    const uint64_t *hashes)
+int image_writer_add_encoded(struct image_writer *w, const struct image_chunk *c,
+                             const void *stored)
 {
-    return add_encoded(w, c, stored, 0, block_size, hashes, NULL);
+    return add_encoded(w, c, stored, 0, 0, NULL, NULL);
 }
 
 int image_writer_add_encoded_ref(struct image_writer *w, const struct image_chunk *c,
