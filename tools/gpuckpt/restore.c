@@ -295,6 +295,19 @@ static int criu_restore(const char *dir, const struct tree *t, char *err, size_t
 }
 
 /*
+ * A restored process that does not answer on its control socket, but whose
+ * GPU came back, may have run on to its end: tcgpu removes the socket on
+ * the way out, a moment before the process is gone (a suspended one always
+ * answers). Whether it is gone within a second.
+ */
+static int ended_meanwhile(pid_t pid)
+{
+    for (int i = 0; i < 50 && tree_proc_live(pid); i++)
+        usleep(20000);
+    return !tree_proc_live(pid);
+}
+
+/*
  * Every restored tcgpu process should be running: the plugin gave it its GPU
  * back inside the restore. One that is not (no room on the device now) stays
  * suspended, safely; the plugin said why in CRIU's log. Returns the worst
@@ -303,7 +316,7 @@ static int criu_restore(const char *dir, const struct tree *t, char *err, size_t
 static int check_resumed(const char *dir, const struct tree *t)
 {
     char log[PATH_MAX], why[4096];
-    int worst = CTL_EXIT_OK, said = 0;
+    int worst = CTL_EXIT_OK, said = 0, r;
 
     snprintf(log, sizeof(log), "%.4000s/criu/restore.log", dir);
     for (int i = 0; i < t->nproc; i++) {
@@ -311,9 +324,10 @@ static int check_resumed(const char *dir, const struct tree *t)
         struct tcgpu_status st;
         int state = GDRV_NONE;
 
-        if (!p->tcgpu || kill(p->pid, 0) < 0)
+        if (!p->tcgpu || !tree_proc_live(p->pid))
             continue;           /* not ours, or it ran on and has ended already */
-        if (gpuckpt_call("status", p->pid, NULL, &st) == CTL_EXIT_OK && st.state == TCGPU_STATE_RUNNING)
+        r = gpuckpt_call("status", p->pid, NULL, &st);
+        if (r == CTL_EXIT_OK ? st.state == TCGPU_STATE_RUNNING : ended_meanwhile(p->pid))
             continue;
         if (!said++ && criu_plugin_errors(log, why, sizeof(why)) > 0)
             gpuckpt_error("restore: %s", why);
