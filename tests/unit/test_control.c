@@ -594,7 +594,7 @@ static int test_e2e(void)
     int held[9];
     for (int i = 0; i < 9; i++)
         held[i] = send_raw("checkpoint dir=/x/q\n");
-    CHECK(wait_for(one_queued_full, 2000));
+    CHECK(wait_for(one_queued_full, 10000));
     CHECK(request("checkpoint", "/x/r", 5000) == CTL_EXIT_REFUSED && reply.err == -EBUSY &&
           strstr(reply.err_text, "already wait behind the running checkpoint"),
           "%s", reply.err_text);
