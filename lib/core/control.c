@@ -410,6 +410,20 @@ static void send_reply(int fd, struct ctl_buf *b)
         log_debug("control: reply not delivered: %s", strerror(errno));
 }
 
+/* service_threads=T,T,...: the threads a resume needs while the rest of
+ * the process is held (the CRIU plugin lets these run; thread.h). */
+static void put_service_threads(struct ctl_buf *b)
+{
+    pid_t tids[CORE_MAX_SERVICE_THREADS];
+    char list[CORE_MAX_SERVICE_THREADS * 12] = "";
+    int n = core_thread_tids(tids, CORE_MAX_SERVICE_THREADS);
+    size_t at = 0;
+
+    for (int i = 0; i < n; i++)
+        at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%d", i ? "," : "", (int)tids[i]);
+    ctl_buf_put(b, "service_threads", list);
+}
+
 static void put_extras(struct ctl_buf *b)
 {
     char sname[32];
@@ -419,6 +433,7 @@ static void put_extras(struct ctl_buf *b)
     ctl_buf_put(b, "trigger_signal", tcgpu_signal_name(ctl.sig, sname, sizeof(sname)));
     ctl_buf_put(b, "trigger_action", tcgpu_sigaction_name(ctl.action));
     ctl_buf_put_u64(b, "trigger_installed", (uint64_t)(ctl.sig > 0 && tcgpu_signal_trigger_in_place()));
+    put_service_threads(b);
     put_progress(b);
 }
 

@@ -31,6 +31,7 @@
 #include "common/units.h"
 #include "common/clock.h"
 #include "ctl/daemon_io.h"
+#include "thread.h"
 
 #define REGISTER_TIMEOUT_MS   5000
 #define DEFAULT_TIMEOUT_MS    120000
@@ -251,20 +252,14 @@ static void *reporter(void *arg)
 /* Start the reporter once, after the first registration. Lock held. */
 static void start_reporter(void)
 {
-    pthread_attr_t a;
-    pthread_t t;
-
     if (dc.reporter)
         return;
     atomic_store(&tcgpu_throttle_counting, 1);
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &a, reporter, NULL) == 0)
+    if (core_thread_start(NULL, reporter, "tcgpu-report", 0) == 0)
         dc.reporter = 1;
     else
         log_err("cannot start the compute reporter: the compute share stays at %u%%",
                 throttle_share() / 10);
-    pthread_attr_destroy(&a);
 }
 
 /* Register now. Lock held. Returns 0 or -errno (logged once). */

@@ -15,6 +15,7 @@
 #include "driver/gate.h"
 #include "engine/pipeline.h"
 #include "hostkeep.h"
+#include "thread.h"
 
 #define DEFAULT_POLL_MS 250u
 #define MIN_FREE_FLOOR (256ull << 20)
@@ -129,7 +130,28 @@ static unsigned poll_ms(void)
     return n >= 10 && n <= 60000 ? (unsigned)n : DEFAULT_POLL_MS;
 }
 
-/* Watches the machine's available memory while anything is kept. */
+/* Releases what is kept when the machine is short of memory; mu held,
+ * dropped while /proc/meminfo is read and while releasing. */
+static void release_if_short(void)
+{
+    uint64_t avail, floor;
+    char a[32], f[32], why[128];
+    int is_short;
+
+    pthread_mutex_unlock(&mu);
+    is_short = memory_short(&avail, &floor);
+    if (is_short) {
+        snprintf(why, sizeof(why), "memory available %s, below %s",
+                 units_format_bytes(avail, a, sizeof(a)), units_format_bytes(floor, f, sizeof(f)));
+        hostkeep_release(why);
+    }
+    pthread_mutex_lock(&mu);
+}
+
+/* Watches the machine's available memory while anything is kept, and waits
+ * for something to be kept otherwise. It never ends: it is a service thread
+ * (core/thread.h), which the CRIU plugin lets run for a resume, and a
+ * thread that ended in between would fail the restore. */
 static void *monitor_main(void *arg)
 {
     unsigned ms = poll_ms();
@@ -137,47 +159,50 @@ static void *monitor_main(void *arg)
     (void)arg;
     tcgpu_gate_set_exempt(true);
     pthread_mutex_lock(&mu);
-    while (kept_store || kept_pipe) {
+    for (;;) {
         struct timespec until;
-        uint64_t avail, floor;
 
+        if (!(kept_store || kept_pipe)) {
+            pthread_cond_wait(&wake, &mu);
+            continue;
+        }
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += (long)(ms % 1000) * 1000000L;
         until.tv_sec += ms / 1000 + until.tv_nsec / 1000000000L;
         until.tv_nsec %= 1000000000L;
         pthread_cond_timedwait(&wake, &mu, &until);
-        if (!(kept_store || kept_pipe) || !memory_short(&avail, &floor))
-            continue;
-        pthread_mutex_unlock(&mu);
-        char a[32], f[32], why[128];
-        snprintf(why, sizeof(why), "memory available %s, below %s",
-                 units_format_bytes(avail, a, sizeof(a)), units_format_bytes(floor, f, sizeof(f)));
-        hostkeep_release(why);
-        pthread_mutex_lock(&mu);
+        if (kept_store || kept_pipe)
+            release_if_short();
     }
-    monitor_running = 0;
-    pthread_mutex_unlock(&mu);
     return NULL;
 }
 
-/* Starts the monitor when something is kept and it is not running; mu held. */
+/* In a fork child: the parent's monitor may have held mu or waited on wake
+ * at the fork; the child's copies start afresh (check_owner then forgets
+ * what was kept). Not a lock across fork: that would hold up the program's
+ * forks (a data loader's) behind a release of gigabytes. */
+static void atfork_child(void)
+{
+    pthread_mutex_init(&mu, NULL);
+    pthread_cond_init(&wake, NULL);
+}
+
+/* Starts the monitor the first time something is kept, wakes it after; mu
+ * held. */
 static void ensure_monitor(void)
 {
-    pthread_attr_t attr;
-    pthread_t th;
+    static int atfork_set;
 
-    if (monitor_running || !(kept_store || kept_pipe))
+    if (monitor_running) {
+        pthread_cond_broadcast(&wake);
         return;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&th, &attr, monitor_main, NULL) == 0) {
-        monitor_running = 1;
-        pthread_setname_np(th, "tcgpu-hostkeep");
-    } else {
-        /* No watcher, no keeping: the memory could not be given back. */
-        release_locked();
     }
-    pthread_attr_destroy(&attr);
+    if (!atfork_set)
+        atfork_set = pthread_atfork(NULL, NULL, atfork_child) == 0;
+    if (core_thread_start(NULL, monitor_main, "tcgpu-hostkeep", 0) == 0)
+        monitor_running = 1;
+    else
+        release_locked();       /* no watcher, no keeping: the memory could not be given back */
 }
 
 struct pipe_store *hostkeep_take_store(void)

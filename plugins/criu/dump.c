@@ -209,6 +209,23 @@ out:
     return r;
 }
 
+/* The threads of p a resume will need, after the driver's: the ones its
+ * library lists, or for an older library, the ones named tcgpu-*. */
+static int service_threads(struct tp_proc *p)
+{
+    char err[1024];
+    int r = tp_job_service_threads(p->pid, p->tids, &p->ntids, TP_MAX_TIDS, d.cfg->timeout_ms,
+                                   err, sizeof(err));
+
+    if (r == -ENOENT) {
+        p->ntids = tp_threads_tcgpu(p->pid, p->tids, p->ntids, TP_MAX_TIDS);
+        return 0;
+    }
+    if (r < 0)
+        tp_err("process %d (%s): %s", (int)p->pid, p->comm, err);
+    return r;
+}
+
 /* Its context to the driver (Lock + Checkpoint), and the threads a resume will need. */
 static int release_context(struct tp_proc *p)
 {
@@ -223,7 +240,8 @@ static int release_context(struct tp_proc *p)
     }
     if (tid && (tid = tp_tid_ns(p->pid, tid)))
         p->tids[p->ntids++] = tid;
-    p->ntids = tp_threads_tcgpu(p->pid, p->tids, p->ntids, TP_MAX_TIDS);
+    if ((r = service_threads(p)) < 0)
+        return r;
     if (state == GDRV_CHECKPOINTED)
         return 0;               /* released by whoever suspended it: theirs to take back */
     if (state != GDRV_RUNNING) {

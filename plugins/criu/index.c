@@ -89,24 +89,6 @@ static int get_flag(const struct ctl_msg *m, const char *key, int *out)
     return 0;
 }
 
-static int parse_tids(const char *s, struct tp_proc *p)
-{
-    p->ntids = 0;
-    if (!s)
-        return -1;
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v <= 0 || v > INT32_MAX || p->ntids >= TP_MAX_TIDS)
-            return -1;
-        p->tids[p->ntids++] = (pid_t)v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',')
-            return -1;
-    }
-    return 0;
-}
-
 static int parse_proc(struct tp_index *idx, const struct ctl_msg *m)
 {
     struct tp_proc *p;
@@ -120,7 +102,8 @@ static int parse_proc(struct tp_index *idx, const struct ctl_msg *m)
     if (recfile_get_pid(m, "pid", &p->pid) || recfile_get_pid(m, "vpid", &p->vpid) ||
         ctl_get_u64(m, "uid", &uid) || uid > UINT32_MAX || !comm ||
         get_flag(m, "suspended", &p->suspended_by_us) || get_flag(m, "released", &p->released_by_us) ||
-        recfile_unhex16(ctl_get(m, "image_csum"), p->image_csum) || parse_tids(ctl_get(m, "tids"), p))
+        recfile_unhex16(ctl_get(m, "image_csum"), p->image_csum) ||
+        tp_tids_parse(ctl_get(m, "tids"), p->tids, &p->ntids, TP_MAX_TIDS))
         return -1;
     for (int i = 0; i < idx->n; i++)
         if (idx->proc[i].vpid == p->vpid)

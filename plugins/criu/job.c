@@ -21,19 +21,19 @@
 #include "ctl/proto.h"
 #include "ctl/rundir.h"
 
-int tp_job_call(pid_t pid, const char *cmd, int dirfd, const char *name, int timeout_ms,
-                struct tcgpu_status *st, char *err, size_t len)
+/* tp_job_call's exchange: the reply in *rep (the caller's), its error as
+ * the return value with the message in err. */
+static int job_request(pid_t pid, const char *cmd, int dirfd, const char *name, int timeout_ms,
+                       struct ctl_msg *rep, char *err, size_t len)
 {
     struct ctl_buf *req = malloc(sizeof(*req));
-    struct ctl_msg *rep = malloc(sizeof(*rep));
     struct ctl_conn c;
     long n;
     int r;
 
-    if (!req || !rep) {
+    if (!req) {
         snprintf(err, len, "out of memory");
-        r = -ENOMEM;
-        goto out;
+        return -ENOMEM;
     }
     if ((r = ctl_connect(pid, &c, err, len)) < 0)
         goto out;
@@ -56,14 +56,54 @@ int tp_job_call(pid_t pid, const char *cmd, int dirfd, const char *name, int tim
                  "without a reply" : strerror(-r));
         goto out;
     }
-    if (st && ctl_get_status(rep, st) < 0)
-        memset(st, 0, sizeof(*st));
     if (rep->err) {
         snprintf(err, len, "%s: %s: %s", cmd, rep->err_name, rep->err_text);
         r = rep->err;
     }
 out:
     free(req);
+    return r;
+}
+
+int tp_job_call(pid_t pid, const char *cmd, int dirfd, const char *name, int timeout_ms,
+                struct tcgpu_status *st, char *err, size_t len)
+{
+    struct ctl_msg *rep = calloc(1, sizeof(*rep));   /* no reply: no status, no error */
+    int r;
+
+    if (!rep) {
+        snprintf(err, len, "out of memory");
+        return -ENOMEM;
+    }
+    r = job_request(pid, cmd, dirfd, name, timeout_ms, rep, err, len);
+    if (st && ((r < 0 && !rep->err) || ctl_get_status(rep, st) < 0))
+        memset(st, 0, sizeof(*st));
+    free(rep);
+    return r;
+}
+
+int tp_job_service_threads(pid_t pid, pid_t *tids, int *n, int max, int timeout_ms, char *err,
+                           size_t len)
+{
+    struct ctl_msg *rep = malloc(sizeof(*rep));
+    const char *list;
+    int r;
+
+    if (!rep) {
+        snprintf(err, len, "out of memory");
+        return -ENOMEM;
+    }
+    if ((r = job_request(pid, "status", -1, NULL, timeout_ms, rep, err, len)) < 0)
+        goto out;
+    if (!(list = ctl_get(rep, "service_threads"))) {
+        r = -ENOENT;            /* an older libtcgpu.so does not list them */
+        goto out;
+    }
+    if (tp_tids_parse(list, tids, n, max) < 0) {
+        snprintf(err, len, "status: bad service_threads '%.64s'", list);
+        r = -EBADMSG;
+    }
+out:
     free(rep);
     return r;
 }

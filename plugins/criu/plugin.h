@@ -19,8 +19,8 @@
  *   init(RESTORE)               the index and every GPU image verified whole,
  *                               and the device model, before anything is restored
  *   RESUME_DEVICES_LATE(pid)    tasks restored but held by CRIU: the driver's
- *                               restore thread and tcgpu's own threads are let
- *                               run, the context comes back and the memory is
+ *                               restore thread and tcgpu's service threads are
+ *                               let run, the context comes back and the memory is
  *                               refilled at the same addresses; then CRIU lets
  *                               the tasks go
  *
@@ -44,7 +44,8 @@
 #define TP_GPU_SUBDIR "tcgpu"           /* the GPU images, <images>/tcgpu/<vpid> */
 #define TP_HELPER "tcgpu-criu-helper"  /* the helper program, beside the plugin */
 #define TP_MAX_PROCS 256
-#define TP_MAX_TIDS 8                   /* service threads recorded per process */
+#define TP_MAX_TIDS 24                  /* threads recorded per process: the driver's,
+                                           libtcgpu's service threads (at most 16) */
 
 /* ---- log.c: into CRIU's log ---------------------------------------------------- */
 
@@ -123,8 +124,14 @@ struct tp_running {
 int tp_threads_run(pid_t pid, const pid_t *tids, int n, struct tp_running *run);
 int tp_threads_hold(struct tp_running *run);
 
-/* The ns pids of task pid's threads named tcgpu-* (tcgpu's own), appended to tids. */
+/* The ns pids of task pid's threads named tcgpu-* (tcgpu's own), appended to
+ * tids: what an older libtcgpu.so, which does not list its service threads,
+ * is asked for instead. Threads those start inherit the name. */
 int tp_threads_tcgpu(pid_t pid, pid_t *tids, int n, int max);
+
+/* Appends the comma-separated tids of s to tids[*n] (at most max in all,
+ * none twice). Returns 0, or -1 when s is malformed or holds too many. */
+int tp_tids_parse(const char *s, pid_t *tids, int *n, int max);
 
 /* A thread's pid where it lives (its NSpid's last), from the caller's tid; 0 if gone. */
 pid_t tp_tid_ns(pid_t pid, pid_t tid);
@@ -168,6 +175,16 @@ void tp_driver_remap(const uint8_t (*old_uuid)[16], const uint8_t (*new_uuid)[16
  */
 int tp_job_call(pid_t pid, const char *cmd, int dirfd, const char *name, int timeout_ms,
                 struct tcgpu_status *st, char *err, size_t len);
+
+/*
+ * Appends to tids[*n] (at most max in all, none twice) the threads process
+ * pid says a resume needs (its status' service_threads: its own threads,
+ * which never end by themselves; by their pids where they live). Returns 0;
+ * -ENOENT when its library does not say (an older libtcgpu.so); or -errno
+ * with the message in err.
+ */
+int tp_job_service_threads(pid_t pid, pid_t *tids, int *n, int max, int timeout_ms, char *err,
+                           size_t len);
 
 /* Its pid where it lives (NSpid's last); pid itself outside namespaces. */
 pid_t tp_job_vpid(pid_t pid);

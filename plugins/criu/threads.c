@@ -6,9 +6,14 @@
  * in CRIU's process); they run only once CRIU detaches. At fini(DUMP) after
  * a failure or with --leave-running they are stopped the same way. A tcgpu
  * resume needs threads of the task itself: the driver's restore thread (for
- * Restore and Unlock), tcgpu's control thread (which takes the request) and
- * its operations thread (which refills). The application's threads must
- * stay stopped: the memory is not back yet. So, as NVIDIA's cuda_plugin does
+ * Restore and Unlock) and the service threads libtcgpu lists in its status
+ * (its control thread, which takes the request, the operation threads,
+ * which refill, and the ones whose locks those may wait for). None of them
+ * ends by itself: one that ended while it ran here would fail CRIU's
+ * detach, and the restore with it. That is why the list comes from the
+ * library, not from the threads' names, which the threads they start
+ * inherit. The application's threads must stay stopped: the memory is not
+ * back yet. So, as NVIDIA's cuda_plugin does
  * for the driver's restore thread, we let exactly those threads go (their
  * signals blocked, so that nothing is delivered under CRIU's feet; seccomp
  * no longer suspended), and afterwards interrupt them and put back the
@@ -18,6 +23,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +118,29 @@ static void add_tcgpu(pid_t pid, pid_t tid, void *arg)
         if (c->tids[i] == ns)
             return;
     c->tids[c->n++] = ns;
+}
+
+int tp_tids_parse(const char *s, pid_t *tids, int *n, int max)
+{
+    if (!s)
+        return -1;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        int seen = 0;
+
+        if (end == s || v <= 0 || v > INT32_MAX || (*end && *end != ','))
+            return -1;
+        for (int i = 0; i < *n; i++)
+            seen |= tids[i] == (pid_t)v;
+        if (!seen) {
+            if (*n >= max)
+                return -1;
+            tids[(*n)++] = (pid_t)v;
+        }
+        s = *end ? end + 1 : end;
+    }
+    return 0;
 }
 
 int tp_threads_tcgpu(pid_t pid, pid_t *tids, int n, int max)

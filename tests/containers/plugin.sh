@@ -2,7 +2,7 @@
 # criu dump / restore of a tcgpu process with tcgpu's CRIU plugin, no
 # container runtime in between.
 #
-#   plugin.sh dump-restore|leave-running|watcher|failed-dump|corrupt|ownership
+#   plugin.sh dump-restore|leave-running|watcher|failed-dump|corrupt|ownership|ending-thread
 #
 # dump-restore   the training job dumped mid-run: its GPU image and the
 #                plugin's index in CRIU's images directory, its GPU memory
@@ -22,6 +22,10 @@
 #                restored, naming it; the intact dump then restores right
 # ownership      a tree of a plain process and a tcgpu one, with a probe
 #                plugin after ours: the probe sees only the plain process
+# ending-thread  the job has a thread named like tcgpu's (tcgpu-ops) that
+#                ends by itself as soon as it runs after the restore: the
+#                plugin lets only the threads tcgpu lists run, so the thread
+#                ends once CRIU has let the task go, and the restore holds
 . "$(dirname "$0")/lib.sh"
 
 mode=${1:?mode}
@@ -236,6 +240,27 @@ ownership)
     pid=$tpid
     finish_right "the tree"
     echo "ok: the tcgpu process was ours alone, the plain one went on to the next plugin; checksum $got"
+    ;;
+ending-thread)
+    ref=$(reference)
+    export ENDING_THREAD_FILE=$WORK/end-now
+    LD_PRELOAD=$B/tests/containers/ending_thread.so start_job "$WORK/run.out"
+    # no operation ran yet: the one tcgpu-ops is the planted thread
+    planted=$(grep -l '^tcgpu-ops$' /proc/"$pid"/task/*/comm | cut -d/ -f5)
+    [ -n "$planted" ] || fail "no thread named tcgpu-ops in the job"
+    dump "$WORK/img" --file-locks
+    [ "$rc" -eq 0 ] || fail "dump failed ($rc): $(grep -a Error "$WORK/img/dump.log" | tail -n 3)"
+    wait_gone "$pid" 10
+    touch "$ENDING_THREAD_FILE"
+    restore "$WORK/img"
+    [ "$rc" -eq 0 ] || fail "restore failed ($rc): $(grep -a -E 'Error|cannot stop' "$WORK/img/restore.log" | tail -n 3)"
+    grep -aq "tcgpu_plugin: process $pid (train): back on the GPU" "$WORK/img/restore.log" ||
+        fail "the plugin did not bring it back: $(plugin_lines "$WORK/img/restore.log")"
+    assert_running "after restore"
+    for i in $(seq 1 100); do [ -d "/proc/$pid/task/$planted" ] || break; sleep 0.05; done
+    [ -d "/proc/$pid/task/$planted" ] && fail "the planted thread $planted did not end after the restore"
+    finish_right "after a restore whose thread ended"
+    echo "ok: a tcgpu-named thread that ended at the restore did not fail it; checksum $got"
     ;;
 *) fail "unknown mode $mode" ;;
 esac

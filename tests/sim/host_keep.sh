@@ -7,6 +7,7 @@
 # within a poll; a budget smaller than the store keeps nothing. The second
 # job's final checksum equals an uninterrupted run's (the first runs until
 # the test kills it: a slow machine must not end it before the pressure).
+# The monitor thread outlives the release, among the threads status lists.
 . "$(dirname "$0")/lib.sh"
 
 args=(--mb 128 --steps 250 --print-every 50)
@@ -80,9 +81,25 @@ lf=$(lazyfree_kb "$pid")
 [ "$lf" -lt $((16 << 10)) ] || fail "${lf} kB still kept (LazyFree) after the release"
 kill "$hog"; wait "$hog" 2>/dev/null || true
 
+# The monitor stays once nothing is kept (the CRIU plugin lets the threads
+# status lists run for a resume: one that ended meanwhile would fail the
+# restore), and every thread listed is alive.
+service_threads() { "$GPUCKPT" status "$pid" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["service_threads"].replace(",", " "))'; }
+sleep 0.5                                  # ten polls of nothing kept
+listed=$(service_threads) || fail "no service_threads in the status"
+names=""
+for t in $listed; do
+    [ -r "/proc/$pid/task/$t/comm" ] || fail "service thread $t of $listed is not a thread of the job"
+    names="$names $(cat "/proc/$pid/task/$t/comm")"
+done
+for want in tcgpu-control tcgpu-ctl-ops tcgpu-ops tcgpu-hostkeep; do
+    [[ " $names " == *" $want "* ]] || fail "no $want among the service threads ($listed:$names)"
+done
+
 cycle "$pid"
 [ "$(grep -c 'into fresh host memory' "$WORK/run.out")" -eq 2 ] ||
     fail "after the release the suspend should copy into fresh memory: $(grep 'host copy' "$WORK/run.out")"
+[ "$(service_threads)" = "$listed" ] || fail "the service threads changed over a suspend and resume: $listed, now $(service_threads)"
 kill "$pid"
 
 # --- a budget smaller than the store keeps nothing ---------------------------------------

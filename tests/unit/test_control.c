@@ -33,6 +33,7 @@
 #include "core/ops.h"
 #include "ctl/rundir.h"
 #include "core/signal_trigger.h"
+#include "core/thread.h"
 
 #include "../common/check.h"
 #include "common/errmsg.h"
@@ -761,6 +762,47 @@ static int test_signal(void)
  * fork
  * ------------------------------------------------------------------------- */
 
+/* The name of this process's thread tid, "" when there is none. */
+static void thread_comm(pid_t tid, char *out, size_t len)
+{
+    char path[64];
+    FILE *f;
+
+    out[0] = '\0';
+    snprintf(path, sizeof(path), "/proc/self/task/%d/comm", (int)tid);
+    if ((f = fopen(path, "re"))) {
+        if (fgets(out, (int)len, f))
+            out[strcspn(out, "\n")] = '\0';
+        fclose(f);
+    }
+}
+
+/* status' service_threads: live threads of ours, the control's two among them. */
+static int status_lists_service_threads(void)
+{
+    int control = 0, ops = 0, n = 0;
+    const char *list;
+    char comm[32];
+
+    if (request("status", NULL, 5000) != 0 || !(list = ctl_get(&reply, "service_threads")))
+        return 0;
+    for (const char *p = list; *p; p += *p == ',') {
+        char *end;
+        long tid = strtol(p, &end, 10);
+        if (end == p)
+            return 0;
+        thread_comm((pid_t)tid, comm, sizeof(comm));
+        if (!comm[0])
+            return 0;           /* not a thread of this process */
+        control += !strcmp(comm, "tcgpu-control");
+        ops += !strcmp(comm, "tcgpu-ctl-ops");
+        n++;
+        p = end;
+    }
+    return control == 1 && ops == 1 && n == core_thread_tids((pid_t[CORE_MAX_SERVICE_THREADS]){ 0 },
+                                                                CORE_MAX_SERVICE_THREADS);
+}
+
 static int test_fork(void)
 {
     char parent_sock[PATH_MAX], child_sock[PATH_MAX], d[PATH_MAX];
@@ -783,12 +825,27 @@ static int test_fork(void)
         /* our signal reaches no one (the parent's thread must not see it) */
         raise(SIGUSR2);
         /* the child's own channel when it starts one */
+        /* none of the parent's service threads is ours */
+        pid_t tids[CORE_MAX_SERVICE_THREADS];
+        if (core_thread_tids(tids, CORE_MAX_SERVICE_THREADS) != 0)
+            bad |= 4;
         if (tcgpu_control_start() != 0 || !*tcgpu_control_socket_path() ||
             !strcmp(tcgpu_control_socket_path(), parent_sock))
             bad |= 2;
+        /* our own are, once started */
+        int n = core_thread_tids(tids, CORE_MAX_SERVICE_THREADS);
+        char comm[32];
+        for (int i = 0; i < n; i++) {
+            thread_comm(tids[i], comm, sizeof(comm));
+            bad |= strncmp(comm, "tcgpu-", 6) ? 8 : 0;
+        }
+        bad |= n == 2 ? 0 : 16;
         exit(bad);              /* runs atexit: removes the child's socket only */
     }
-    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status));
+    if (WEXITSTATUS(status))
+        fprintf(stderr, "fork: the child's checks failed: %#x\n", WEXITSTATUS(status));
+    CHECK(WEXITSTATUS(status) == 0);
     usleep(300000);
     CHECK(calls(TCGPU_OP_SUSPEND) == before);
     CHECK(access(parent_sock, F_OK) == 0);
@@ -796,10 +853,13 @@ static int test_fork(void)
     tcgpu_rundir_socket_path(d, child, child_sock, sizeof(child_sock));
     CHECK(access(child_sock, F_OK) < 0);
     CHECK(request("status", NULL, 5000) == 0);
+    CHECK(status_lists_service_threads());
     /* and the parent's trigger still works */
     raise(SIGUSR2);
     CHECK(wait_for(one_suspend, 5000));
     tcgpu_control_stop();
+    /* joined: no longer listed */
+    CHECK(core_thread_tids((pid_t[CORE_MAX_SERVICE_THREADS]){ 0 }, CORE_MAX_SERVICE_THREADS) == 0);
     return 0;
 }
 
