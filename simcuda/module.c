@@ -676,6 +676,15 @@ static void *kernel_dev(const simcuda_kernel_ctx *k, uint64_t ptr, size_t bytes)
     return v;
 }
 
+static void kernel_charge_cpu(const simcuda_kernel_ctx *k, uint64_t cpu_ns)
+{
+    struct launch_state *st = k->priv;
+
+    if (sim_self && st->ctx)
+        __atomic_add_fetch(&sim_self->device_cpu_ns[sim_device_phys(st->ctx->dev)], cpu_ns,
+                           __ATOMIC_RELAXED);
+}
+
 /* Runs on the worker. The map read lock is held for the whole kernel, so the
  * views it gets stay valid until it returns. */
 int sim_exec_kernel(struct sim_op *op, struct sim_ctx *c)
@@ -686,6 +695,7 @@ int sim_exec_kernel(struct sim_op *op, struct sim_ctx *c)
         .shared_bytes = op->u.kernel.shared,
         .dev = kernel_dev,
         .priv = &st,
+        .charge_cpu = kernel_charge_cpu,
     };
 
     memcpy(k.grid, op->u.kernel.grid, sizeof(k.grid));

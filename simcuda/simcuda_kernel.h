@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SIMCUDA_KERNEL_ABI 1
+#define SIMCUDA_KERNEL_ABI 2          /* 2: charge_cpu */
 
 typedef struct simcuda_kernel_ctx simcuda_kernel_ctx;
 
@@ -43,6 +43,10 @@ struct simcuda_kernel_ctx {
     /* Host view of [ptr, ptr + bytes) in device memory, or NULL (see above). */
     void *(*dev)(const simcuda_kernel_ctx *k, uint64_t ptr, size_t bytes);
     void *priv;                    /* simcuda's own */
+    /* Since ABI 2: adds cpu_ns to the device's CPU time (simcuda-smi's
+     * device_cpu_ns). The launch's own thread is counted already; a kernel
+     * that runs part of its work on threads of its own charges theirs. */
+    void (*charge_cpu)(const simcuda_kernel_ctx *k, uint64_t cpu_ns);
 };
 
 typedef void (*simcuda_kernel_fn)(const simcuda_kernel_ctx *k, void **params);

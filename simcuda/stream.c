@@ -227,7 +227,8 @@ static uint64_t thread_cpu_ns(void)
 
 /* Runs op, charging the CPU time of device work to the process's slot
  * (simcuda-smi's device_cpu_ns), so that a benchmark can tell the host's
- * CPU from the simulated GPU's. Threads a kernel starts are not counted. */
+ * CPU from the simulated GPU's. Threads a kernel starts it charges itself
+ * (simcuda_kernel_ctx.charge_cpu). */
 static int exec_accounted(struct sim_op *op, struct sim_stream *s)
 {
     int dev = s->ctx ? s->ctx->dev : -1;

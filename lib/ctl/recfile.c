@@ -7,10 +7,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "recfile.h"
 #include "common/fileio.h"
+#include "common/xxh.h"
 
 #define CHECKSUM_LINE_LEN 30    /* "checksum xxh3=" + 16 hex digits */
 

@@ -9,12 +9,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 #include "dev.h"
 #include "internal.h"
 #include "kernels/devhash.h"
+#define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
+#include "common/xxh.h"
 
 #define DEFAULT_BLOCK (64u << 10)
 
@@ -86,6 +86,8 @@ int pipe_scan_blocks(struct pipe *p, struct piece *pc, size_t from, size_t to)
                 i++, b = 0;
         }
         rc = pdev_scan(p->dev, p->stream, d, n, PDEV_SCAN_HASH, r, err, sizeof(err));
+        if (rc == 0)
+            p->st.device_hashed += n;
         for (size_t k = 0; k < n && rc == 0; k++) {
             struct piece *q = &pc[fi];
 

@@ -648,18 +648,21 @@ static int parent_blocks_usable(const struct pipe *p, const struct chunk_sink *s
  * What the scan computes. A GPU hashes at memory speed, so always (block
  * hashes, for the next incremental image); the simcuda twin hashes on the
  * CPU, so only when the parent's hashes can save copies (blocks, or chunks
- * for an older parent); else zero flags alone.
+ * for an older parent); else zero flags alone, and the workers hash the
+ * blocks as they encode. "Always" (TCGPU_DEVICE_HASH=1) takes the GPU's
+ * path on simcuda too.
  */
 static enum scan_mode scan_mode(const struct pipe *p, const struct chunk_sink *sink)
 {
     const char *v = getenv("TCGPU_DEVICE_HASH");
     int mode = v && *v ? (strcmp(v, "0") ? 1 : -1) : p->o.device_hash;
+    int always = mode > 0 || pdev_kind(p->dev) == PDEV_CUBIN;
 
     if (!p->dev || mode < 0)
         return SCAN_ZEROS;
-    if (p->block && (pdev_kind(p->dev) == PDEV_CUBIN || parent_blocks_usable(p, sink)))
+    if (p->block && (always || parent_blocks_usable(p, sink)))
         return SCAN_BLOCK_HASHES;
-    if (mode > 0 || pdev_kind(p->dev) == PDEV_CUBIN || chunk_sink_parent_has_dev_hash(sink))
+    if (always || chunk_sink_parent_has_dev_hash(sink))
         return SCAN_CHUNKS;
     return SCAN_ZEROS;
 }

@@ -17,12 +17,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "driver/driver.h"
 #include "dev.h"
 #include "internal.h"
 #include "common/bigbuf.h"
+#include "common/xxh.h"
 
 void pipe_say(struct pipe *p, const char *fmt, ...)
 {

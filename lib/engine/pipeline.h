@@ -70,10 +70,11 @@ struct pipe_opts {
                                      -1: also the simcuda twin (tests); 0: the
                                      GPU's kernels only ($TCGPU_DEVICE_HELPERS:
                                      0 never, 1 the twin too) */
-    int device_hash;              /* drain to an image: 0 = hash chunks on the
-                                     device when the helpers are a real GPU's, or
-                                     the parent has device hashes; 1 = always;
-                                     -1 = never (TCGPU_DEVICE_HASH=1/0) */
+    int device_hash;              /* drain to an image: 0 = hash blocks (or
+                                     chunks) on the device when the helpers are a
+                                     real GPU's, or the parent has device hashes;
+                                     1 = always, as a GPU; -1 = never
+                                     (TCGPU_DEVICE_HASH=1/0) */
     /* Makes a context of `device` current (push) / pops it. */
     int (*ctx_enter)(int device, void *arg);
     void (*ctx_leave)(void *arg);
@@ -93,6 +94,7 @@ struct pipe_stats {
     uint64_t device_skipped;      /* chunks the device helpers kept on the device */
     uint64_t stored_bytes;        /* encoded bytes written or held */
     uint64_t encoded_chunks;      /* chunks the workers encoded */
+    uint64_t device_hashed;       /* blocks the device hashed (the scan kernel) */
     int helpers;                  /* 0 none, 1 simcuda twin, 2 cubin */
     int store_reused;             /* host drain: into the pages of an emptied store */
 };

@@ -4,10 +4,10 @@
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <xxhash.h>
 
 #include "chunks.h"
 #include "image.h"
+#include "common/xxh.h"
 
 int chunk_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dtype,
                  const struct image_chunk *parent, void *dst, size_t dst_cap,

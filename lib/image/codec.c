@@ -16,6 +16,7 @@
 #define SAMPLE_SLICES  4u
 /* Smaller than this, compression cannot pay for its header and its time. */
 #define MIN_COMPRESS_LEN 128u
+#define MAX_ESIZE 8u        /* the widest element codec_dtype_esize gives */
 
 struct codec_ctx {
     struct codec_params p;
@@ -412,44 +413,52 @@ static size_t join4_sse2(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2
 }
 #endif
 
-static void split2(const uint8_t *src, size_t n, int rot, uint8_t *planes)
+static void split2(const uint8_t *src, size_t n, int rot, uint8_t *const pl[])
 {
-    uint8_t *p0 = planes, *p1 = planes + n;
     size_t done = 0;
 
 #if defined(__x86_64__)
-    done = __builtin_cpu_supports("avx2") ? split2_avx2(src, n, rot, p0, p1)
-                                          : split2_sse2(src, n, rot, p0, p1);
+    done = __builtin_cpu_supports("avx2") ? split2_avx2(src, n, rot, pl[0], pl[1])
+                                          : split2_sse2(src, n, rot, pl[0], pl[1]);
 #endif
-    split2_scalar(src, done, n, rot, p0, p1);
+    split2_scalar(src, done, n, rot, pl[0], pl[1]);
 }
 
-static void split4(const uint8_t *src, size_t n, int rot, uint8_t *planes)
+static void split4(const uint8_t *src, size_t n, int rot, uint8_t *const pl[])
 {
-    uint8_t *p0 = planes, *p1 = planes + n, *p2 = planes + 2 * n, *p3 = planes + 3 * n;
     size_t done = 0;
 
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("ssse3"))
-        done = split4_ssse3(src, n, rot, p0, p1, p2, p3);
+        done = split4_ssse3(src, n, rot, pl[0], pl[1], pl[2], pl[3]);
 #endif
-    split4_scalar(src, done, n, rot, p0, p1, p2, p3);
+    split4_scalar(src, done, n, rot, pl[0], pl[1], pl[2], pl[3]);
 }
 
-static void split_planes(const uint8_t *src, size_t n, unsigned esize, int rot, uint8_t *planes)
+/* The n elements of esize bytes at src as esize planes: byte b of every
+ * element to pl[b]. */
+static void split_planes(const uint8_t *src, size_t n, unsigned esize, int rot,
+                         uint8_t *const pl[])
 {
     if (esize == 2)
-        return split2(src, n, rot, planes);
+        return split2(src, n, rot, pl);
     if (esize == 4)
-        return split4(src, n, rot, planes);
+        return split4(src, n, rot, pl);
     for (size_t i = 0; i < n; i++) {
         uint64_t v = load_le(src + i * esize, esize);
 
         if (rot)
             v = rotl(v, 8 * esize);
         for (unsigned b = 0; b < esize; b++)
-            planes[b * n + i] = (uint8_t)(v >> (8 * b));
+            pl[b][i] = (uint8_t)(v >> (8 * b));
     }
+}
+
+/* Planes of n bytes one after the other from base. */
+static void planes_at(uint8_t *base, size_t n, unsigned esize, uint8_t *pl[])
+{
+    for (unsigned b = 0; b < esize; b++)
+        pl[b] = base + b * n;
 }
 
 static void join_planes(const uint8_t *const pl[], size_t n, unsigned esize, int rot,
@@ -575,7 +584,10 @@ static void probe_bytegroup(struct codec_ctx *ctx, const uint8_t *s, size_t slen
 {
     size_t n = slen / esize, cost = TCGPU_BG_HDR_LEN(esize) + slen % esize;
 
-    split_planes(s, n, esize, rot, ctx->sample_planes);
+    uint8_t *pl[MAX_ESIZE];
+
+    planes_at(ctx->sample_planes, n, esize, pl);
+    split_planes(s, n, esize, rot, pl);
     plan->codec = TCGPU_CODEC_BYTEGROUP;
     plan->esize = esize;
     plan->zmask = plan->mmask = 0;
@@ -646,25 +658,35 @@ static uint32_t get_u32(const uint8_t *p)
 static size_t encode_bytegroup(struct codec_ctx *ctx, const uint8_t *src, size_t len,
                                const struct plan *plan, int rot, uint8_t *dst, size_t cap)
 {
-    unsigned es = plan->esize, zmask = 0;
+    unsigned es = plan->esize, zmask = 0, lead = 0;
     size_t n = len / es, tail = len % es, pos = TCGPU_BG_HDR_LEN(es);
+    uint8_t *pl[MAX_ESIZE];
 
     if (cap > len - 1)
         cap = len - 1; /* must beat RAW */
-    if (pos + tail >= cap)
+    /* The planes before the first one worth compressing are stored as they
+     * are, at places known now: split straight into dst, not copied there. */
+    while (lead < es && !(plan->zmask & (1u << lead)))
+        lead++;
+    if (lead == es || pos + lead * n + tail >= cap)
         return 0;
-    split_planes(src, n, es, rot, ctx->scratch);
+    planes_at(ctx->scratch, n, es, pl);
+    for (unsigned p = 0; p < lead; p++)
+        pl[p] = dst + pos + p * n;
+    split_planes(src, n, es, rot, pl);
     for (unsigned p = 0; p < es; p++) {
-        const uint8_t *plane = ctx->scratch + p * n;
+        const uint8_t *plane = pl[p];
         size_t room = cap - pos - tail, z = 0;
 
-        if (plan->mmask & plan->zmask & (1u << p))
+        if (p < lead)
+            z = n;                              /* in place already */
+        else if (plan->mmask & plan->zmask & (1u << p))
             z = zstd_plane_matches(ctx, dst + pos, room < n ? room : n - 1, plane, n);
         else if (plan->zmask & (1u << p))
             z = zstd_plane(ctx, dst + pos, room < n ? room : n - 1, plane, n);
-        if (z) {
+        if (z && p >= lead) {
             zmask |= 1u << p;
-        } else {
+        } else if (!z) {
             if (n > room)
                 return 0;
             memcpy(dst + pos, plane, n);

@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "codec.h"
+#include "common/xxh.h"
 
 static void put_le(uint8_t *p, uint64_t v, unsigned n)
 {

@@ -14,10 +14,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "internal.h"
 #include "common/bigbuf.h"
+#include "common/xxh.h"
 
 struct datafile {
     char name[32];

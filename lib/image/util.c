@@ -2,6 +2,7 @@
  * util.c - id map, chunk ordering, directory removal (internal.h).
  */
 #include "internal.h"
+#include "common/xxh.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -10,7 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 uint64_t image_xxh64(const void *p, size_t len)
 {

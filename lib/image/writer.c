@@ -16,13 +16,13 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "common/clock.h"
 #include "common/fileio.h"
 #include "common/pathtrust.h"
 #include "internal.h"
 #include "iowriter.h"
+#include "common/xxh.h"
 
 #define DEFAULT_CHUNK (4u << 20)
 

@@ -103,6 +103,35 @@ static void device_cpu_accounting(void)
     CHECK(cuMemFree(dev));
 }
 
+/* A kernel's own threads: charged to the device when it says so
+ * (charge_cpu), the host's otherwise. */
+static void kernel_threads_accounting(void)
+{
+    CUmodule m;
+    CUfunction f;
+    CUstream s;
+    long long d0, d1 = 0, d2 = 0;
+
+    CHECK(cuModuleLoad(&m, t_module_path()));
+    CHECK(cuModuleGetFunction(&f, m, "burn_threaded"));
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    for (uint32_t charge = 0; charge < 2; charge++) {
+        uint32_t ms = 100;
+        void *args[] = { &ms, &charge };
+
+        d0 = smi_app_value(getpid(), "device_cpu_ns");
+        CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+        CHECK(cuStreamSynchronize(s));
+        *(charge ? &d2 : &d1) = smi_app_value(getpid(), "device_cpu_ns") - d0;
+    }
+    printf("device CPU: a kernel's 100 ms thread %.1f ms uncharged, %.1f ms charged\n", d1 / 1e6,
+           d2 / 1e6);
+    CHECK_TRUE(d1 < 50000000);                     /* its thread is not the launch's */
+    CHECK_TRUE(d2 >= 100000000 && d2 < 150000000); /* charged: all of it, once */
+    CHECK(cuStreamDestroy(s));
+    CHECK(cuModuleUnload(m));
+}
+
 /* Launch `mark` kernels of ms on `nstreams` streams until `until_ns`. */
 static void keep_busy(CUfunction f, CUdeviceptr log, int nstreams, uint32_t ms, uint64_t until_ns)
 {
@@ -195,6 +224,7 @@ int main(int argc, char **argv)
     CHECK_TRUE(k1 - k0 > 0 && (uint64_t)(k1 - k0) <= wall + wall / 50);
 
     device_cpu_accounting();
+    kernel_threads_accounting();
     printf("ok\n");
     return 0;
 }

@@ -3,6 +3,7 @@
  */
 #include "simcuda_kernel.h"
 
+#include <pthread.h>
 #include <time.h>
 
 /* p[i] = v for i < n */
@@ -73,3 +74,39 @@ SIMCUDA_KERNEL(add_one_nometa)
     if (a)
         a[0] += 1;
 }
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void *burn(void *arg)
+{
+    uint64_t *ns = arg, t0 = thread_cpu_ns();
+    volatile uint64_t x = 0;
+
+    while (thread_cpu_ns() - t0 < *ns)
+        x++;
+    *ns = thread_cpu_ns() - t0;
+    return NULL;
+}
+
+/* Burns ms of CPU on a thread of its own, and charges it to the device
+ * when `charge` (simcuda_kernel_ctx.charge_cpu). */
+SIMCUDA_KERNEL(burn_threaded)
+{
+    uint32_t ms = SIMCUDA_ARG(uint32_t, 0);
+    uint32_t charge = SIMCUDA_ARG(uint32_t, 1);
+    uint64_t ns = (uint64_t)ms * 1000000u;
+    pthread_t th;
+
+    if (pthread_create(&th, NULL, burn, &ns))
+        return;
+    pthread_join(th, NULL);
+    if (charge && k->abi >= 2 && k->charge_cpu)
+        k->charge_cpu(k, ns);
+}
+SIMCUDA_KERNEL_PARAMS(burn_threaded, sizeof(uint32_t), sizeof(uint32_t));

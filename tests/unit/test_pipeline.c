@@ -808,6 +808,67 @@ static uint64_t alloc_stored(const char *dir, uint64_t id, unsigned codec, size_
     return n;
 }
 
+/* Whether the images at a and b hold the same block hashes, chunk by chunk. */
+static int same_block_hashes(const char *a, const char *b, size_t *chunks_with)
+{
+    struct image *ia = NULL, *ib = NULL;
+    int same;
+
+    *chunks_with = 0;
+    if (image_open(&ia, a, IMAGE_OPEN_NO_PARENT, NULL, 0) ||
+        image_open(&ib, b, IMAGE_OPEN_NO_PARENT, NULL, 0)) {
+        image_close(ia);
+        return 0;
+    }
+    same = image_chunk_count(ia) == image_chunk_count(ib);
+    for (size_t i = 0; same && i < image_chunk_count(ia); i++) {
+        uint32_t na = 0, nb = 0, bsa = 0, bsb = 0;
+        const uint64_t *ha = image_chunk_blocks(ia, i, &na, &bsa);
+        const uint64_t *hb = image_chunk_blocks(ib, i, &nb, &bsb);
+
+        same = !ha == !hb && na == nb && bsa == bsb && (!ha || !memcmp(ha, hb, na * sizeof(*ha)));
+        *chunks_with += ha != NULL;
+    }
+    image_close(ia);
+    image_close(ib);
+    return same;
+}
+
+/* A full image's block hashes, computed by the device's scan (what a GPU
+ * always does, TCGPU_DEVICE_HASH=1 on simcuda) or by the workers as they
+ * encode (simcuda's default without a parent): the same, and the device's
+ * serve an incremental just as well. */
+static int device_block_hashes(void)
+{
+    struct pipe *dev = new_pipe(2, 0, 0, 0), *host = new_pipe(2, 0, 0, 1);
+    char a[300], h[300], b[300];
+    struct pipe_stats st;
+    size_t with;
+
+    snprintf(a, sizeof(a), "%s/DA", tmpdir);
+    snprintf(h, sizeof(h), "%s/DH", tmpdir);
+    snprintf(b, sizeof(b), "%s/DB", tmpdir);
+    if (upload_all() || write_image(dev, a, NULL, &st))
+        return 1;
+    REQUIRE(st.helpers == 1 && st.device_hashed > 0, "the device hashed %llu blocks (helpers %d)",
+            (unsigned long long)st.device_hashed, st.helpers);
+    if (write_image(host, h, NULL, &st))
+        return 1;
+    REQUIRE(st.device_hashed == 0, "the device hashed %llu blocks without helpers",
+            (unsigned long long)st.device_hashed);
+    REQUIRE(same_block_hashes(a, h, &with) && with > 0,
+            "the device's block hashes differ from the workers' (%zu chunks with hashes)", with);
+    if (touch(4, 100) || write_image(dev, b, a, &st))
+        return 1;
+    REQUIRE(st.patched_chunks == 1, "%llu PATCH chunks after one changed byte, from the device's hashes",
+            (unsigned long long)st.patched_chunks);
+    if (scribble() || refill_image(dev, b, 0, NULL) || compare("patch on the device's hashes"))
+        return 1;
+    pipe_free(dev);
+    pipe_free(host);
+    return 0;
+}
+
 static int test_patch(void)
 {
     struct pipe *p = new_pipe(2, 0, 0, 0);
@@ -823,7 +884,7 @@ static int test_patch(void)
     snprintf(c, sizeof(c), "%s/PC", tmpdir);
     snprintf(x, sizeof(x), "%s/PX", tmpdir);
     snprintf(moved, sizeof(moved), "%s/PA-moved", tmpdir);
-    if (upload_all() || write_image(p, a, NULL, &st))
+    if (device_block_hashes() || upload_all() || write_image(p, a, NULL, &st))
         return 1;
     /* B: one byte in fp32's first chunk, one in bf16's second */
     if (touch(4, 100) || touch(3, 5 * MiB + 3) || write_image(p, b, a, &st))

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "filesums.h"
+#include "common/xxh.h"
 
 #define CRIU_SUBDIR "criu"
 #define READ_CHUNK (1u << 20)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "devhash.h"
@@ -42,11 +43,19 @@ struct share {
     const struct scan_desc *d;
     struct scan_result *out;
     uint32_t from, to, flags;
+    uint64_t cpu_ns;              /* its thread's CPU time, when it ran on one of its own */
 };
 
-static void *scan_share(void *arg)
+static uint64_t thread_cpu_ns(void)
 {
-    struct share *s = arg;
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void scan_range(struct share *s)
+{
 
     for (uint32_t i = s->from; i < s->to; i++) {
         uint32_t nz = 0;
@@ -60,6 +69,17 @@ static void *scan_share(void *arg)
         s->out[i].nonzero = nz;
         s->out[i].pad = 0;
     }
+}
+
+/* A share on a thread of its own, which simcuda does not see: its CPU time
+ * is charged to the device after the join, as the launch's thread's is. */
+static void *scan_share(void *arg)
+{
+    struct share *s = arg;
+    uint64_t t0 = thread_cpu_ns();
+
+    scan_range(s);
+    s->cpu_ns = thread_cpu_ns() - t0;
     return NULL;
 }
 
@@ -109,13 +129,16 @@ SIMCUDA_KERNEL(tcgpu_scan)
     nt = threads_for(bytes);
     for (unsigned t = 0; t < nt; t++)
         sh[t] = (struct share){ views, d, out, (uint32_t)((uint64_t)n * t / nt),
-                                (uint32_t)((uint64_t)n * (t + 1) / nt), flags };
+                                (uint32_t)((uint64_t)n * (t + 1) / nt), flags, 0 };
     while (started + 1 < nt && pthread_create(&th[started], NULL, scan_share, &sh[started]) == 0)
         started++;
     for (unsigned t = started; t < nt; t++)   /* this thread takes the rest */
-        scan_share(&sh[t]);
-    for (unsigned t = 0; t < started; t++)
+        scan_range(&sh[t]);
+    for (unsigned t = 0; t < started; t++) {
         pthread_join(th[t], NULL);
+        if (k->abi >= 2 && k->charge_cpu)
+            k->charge_cpu(k, sh[t].cpu_ns);
+    }
     free(views);
 }
 SIMCUDA_KERNEL_PARAMS(tcgpu_scan, sizeof(uint64_t), sizeof(uint32_t), sizeof(uint64_t),
