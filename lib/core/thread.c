@@ -38,6 +38,8 @@ static void reg_unlock(void)
     pthread_mutex_unlock(&reg.mu);
 }
 
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+
 static void reg_atfork(void)
 {
     pthread_atfork(reg_lock, reg_unlock, reg_unlock);
@@ -94,9 +96,7 @@ int core_thread_start(pthread_t *th, void *(*fn)(void *), const char *name, size
     pthread_t id;
     int rc;
 
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-    pthread_once(&once, reg_atfork);
+    pthread_once(&reg_once, reg_atfork);
     snprintf(st.name, sizeof(st.name), "%s", name);
     if ((rc = pthread_attr_init(&attr)))
         return -rc;

@@ -23,8 +23,8 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <stdint.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -317,6 +317,12 @@ static int is_suspended(void)
     return s;
 }
 
+/* The server says one operation runs. */
+static int one_running(void)
+{
+    return request("status", NULL, 5000) == 0 && ctl_get(&reply, "op_running");
+}
+
 /* The server says one operation runs and 8 wait. */
 static int one_queued_full(void)
 {
@@ -593,7 +599,12 @@ static int test_e2e(void)
     pthread_mutex_unlock(&fk_lock);
     r = calls(TCGPU_OP_CHECKPOINT);
     int held[9];
-    for (int i = 0; i < 9; i++)
+    /* The first must be running before the others come: were all nine to
+     * arrive before the operation thread took the first, the ninth would
+     * find eight waiting and be refused (a loaded machine did that). */
+    held[0] = send_raw("checkpoint dir=/x/q\n");
+    CHECK(wait_for(one_running, 10000));
+    for (int i = 1; i < 9; i++)
         held[i] = send_raw("checkpoint dir=/x/q\n");
     CHECK(wait_for(one_queued_full, 10000));
     CHECK(request("checkpoint", "/x/r", 5000) == CTL_EXIT_REFUSED && reply.err == -EBUSY &&
