@@ -56,7 +56,6 @@ static uint64_t thread_cpu_ns(void)
 
 static void scan_range(struct share *s)
 {
-
     for (uint32_t i = s->from; i < s->to; i++) {
         uint32_t nz = 0;
 
