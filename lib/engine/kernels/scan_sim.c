@@ -8,9 +8,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "devhash.h"
 #include "simcuda_kernel.h"
 
@@ -46,14 +46,6 @@ struct share {
     uint64_t cpu_ns;              /* its thread's CPU time, when it ran on one of its own */
 };
 
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void scan_range(struct share *s)
 {
     for (uint32_t i = s->from; i < s->to; i++) {
@@ -75,10 +67,10 @@ static void scan_range(struct share *s)
 static void *scan_share(void *arg)
 {
     struct share *s = arg;
-    uint64_t t0 = thread_cpu_ns();
+    uint64_t t0 = clock_ns_of(CLOCK_THREAD_CPUTIME_ID);
 
     scan_range(s);
-    s->cpu_ns = thread_cpu_ns() - t0;
+    s->cpu_ns = clock_ns_of(CLOCK_THREAD_CPUTIME_ID) - t0;
     return NULL;
 }
 
