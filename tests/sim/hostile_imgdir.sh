@@ -9,7 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/users_lib.sh"
 needs_users
-mallory=$(throwaway_user m)
+throwaway_user mallory m
 args=(--mb 16 --steps 300 --print-every 100 --seed 22)
 ref=$(SIMCUDA_SHM=$SIMCUDA_SHM-ref "$TRAIN" "${args[@]}" | sed -n 's/^checksum: *\([0-9a-f]*\).*/\1/p')
 rm -f "/dev/shm$SIMCUDA_SHM-ref"

@@ -10,8 +10,8 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/users_lib.sh"
 needs_users
-mallory=$(throwaway_user m)
-victim=$(throwaway_user v)
+throwaway_user mallory m
+throwaway_user victim v
 vuid=$(id -u "$victim")
 args=(--mb 16 --steps 300 --print-every 100 --seed 21)
 ref=$(SIMCUDA_SHM=$SIMCUDA_SHM-ref "$TRAIN" "${args[@]}" | sed -n 's/^checksum: *\([0-9a-f]*\).*/\1/p')

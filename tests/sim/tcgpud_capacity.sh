@@ -9,7 +9,7 @@ export SIMCUDA_DEVICE_MEM=512M             # small jobs: the preemption is what 
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tcgpud_lib.sh"
 needs_users
-mallory=$(throwaway_user m)
+throwaway_user mallory m
 
 capacity() {
     "$GPUCKPT" ps --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["devices"][0]["capacity"])'

@@ -9,8 +9,8 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tcgpud_lib.sh"
 needs_users
-mallory=$(throwaway_user m)
-alice=$(throwaway_user a)
+throwaway_user mallory m
+throwaway_user alice a
 
 write_config "
 [project batch]

@@ -1,10 +1,11 @@
 # Other users, for the hostile-user tests (sourced after lib.sh; tcgpud_lib.sh
 # sources it too).
 #
-# throwaway_user TAG : a user made for this test with useradd (no home, no
-# login; uid chosen by useradd), removed at exit with what it owns in /tmp. Prints
-# its name. Needs root and useradd (callers skip otherwise: needs_users).
-# Their processes must be in BG_PIDS (or ended) by then: cleanup kills those.
+# throwaway_user VAR TAG : a user made for this test with useradd (no home, no
+# login; uid chosen by useradd), removed at exit with what it owns in /tmp. Sets
+# VAR to its name (not printed: the list of users to remove lives in this shell,
+# and a $(...) would add to a subshell's copy). Needs root and useradd (callers
+# skip otherwise: needs_users).
 THROWAWAY_USERS=()
 THROWAWAY_DIRS=()
 CLIENT=$(dirname "${BASH_SOURCE[0]}")/tcgpud_client.py
@@ -19,12 +20,16 @@ needs_users() {
 }
 
 throwaway_user() {
-    local name="tc$1$$"
+    local -n name_of=$1
+    # The pid alone is not unique across runs: pids wrap (pid_max 32768 in CI),
+    # and a run killed past its cleanup leaves its users behind. Never reuse one.
+    local name="tc$2$$"
+    while getent passwd "$name" >/dev/null; do name="tc$2$$r$RANDOM"; done
     useradd -M -N -s /usr/sbin/nologin "$name" >/dev/null || fail "useradd $name failed"
     THROWAWAY_USERS+=("$name")
     # what an earlier user of this (free) uid left behind is not this one's
     rm -rf "/tmp/tcgpu-$(id -u "$name")" "/tmp/tcgpu-$(id -u "$name")".*
-    echo "$name"
+    name_of=$name
 }
 
 remove_throwaway_users() {
