@@ -12,6 +12,9 @@
  *                                 of tcgpu's codec vs zstd -1 (libzstd, 1 thread),
  *                                 compress and decompress, and of a memcpy; prints
  *                                 "codec NAME ratio_tcgpu ratio_zstd c_tcgpu c_zstd d_tcgpu d_zstd copy"
+ *   bench_engine bound NAME FILE DTYPE  the order-0 entropy of FILE's byte planes
+ *                                 per 128 KiB and 32 KiB block: the best any
+ *                                 table-per-block byte coder can reach
  *   bench_engine delta NAME A B DTYPE  B (one training step after A) encoded alone
  *                                 and as the XOR with A (PATCH chunks)
  *   bench_engine mixfile OUT MB   writes the bench mix (a caching allocator's
@@ -25,6 +28,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -487,6 +491,71 @@ static int cmd_codec(const char *name, const char *path, const char *dt)
 }
 
 /*
+ * The order-0 entropy of FILE's byte planes: what any coder of bytes that
+ * builds one table per block of a plane could reach at best, table costs not
+ * counted. Planes as the codec makes them (4 MiB chunks, elements of DTYPE,
+ * the sign rotated below the mantissa); blocks of 128 KiB (zstd's and so the
+ * codec's table size) and of 32 KiB of a plane. Prints
+ * "bound NAME stored128/raw stored32/raw". It says how far below ZipNN a
+ * target may be set at all: ZipNN's Huffman and ours code the same planes.
+ */
+static double plane_block_bits(const uint8_t *p, size_t n)
+{
+    uint32_t count[256] = { 0 };
+    double bits = 0;
+
+    for (size_t i = 0; i < n; i++)
+        count[p[i]]++;
+    for (int v = 0; v < 256; v++)
+        if (count[v])
+            bits += count[v] * log2((double)n / count[v]);
+    return bits;
+}
+
+static double planes_bits(const uint8_t *chunk, size_t len, unsigned es, size_t block,
+                          uint8_t *plane)
+{
+    size_t n = len / es;
+    double bits = 8.0 * (len % es);      /* a tail that is not an element stays raw */
+
+    for (unsigned b = 0; b < es; b++) {
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v = 0;
+
+            memcpy(&v, chunk + i * es, es);
+            v = ((v << 1) | (v >> (8 * es - 1))) & (es == 8 ? ~0ull : (1ull << (8 * es)) - 1);
+            plane[i] = (uint8_t)(v >> (8 * b));
+        }
+        for (size_t at = 0; at < n; at += block) {
+            size_t m = n - at < block ? n - at : block;
+            double h = plane_block_bits(plane + at, m);
+
+            bits += h < 8.0 * m ? h : 8.0 * m;      /* a block stored raw costs 8 bits a byte */
+        }
+    }
+    return bits;
+}
+
+static int cmd_bound(const char *name, const char *path, const char *dt)
+{
+    unsigned es = codec_dtype_esize(parse_dtype(dt));
+    size_t len = 0;
+    uint8_t *raw = input_bytes(path, &len), *plane = malloc(CHUNK);
+    double b128 = 0, b32 = 0;
+
+    if (!raw || !plane || es < 2 || !len)
+        die("bound: needs a file of 2-, 4- or 8-byte floats");
+    for (size_t at = 0; at < len; at += CHUNK) {
+        size_t n = len - at < CHUNK ? len - at : CHUNK;
+
+        b128 += planes_bits(raw + at, n, es, 128 << 10, plane);
+        b32 += planes_bits(raw + at, n, es, 32 << 10, plane);
+    }
+    printf("bound %s %.4f %.4f\n", name, b128 / 8 / len, b32 / 8 / len);
+    return 0;
+}
+
+/*
  * What encoding the difference from the parent's bytes buys: FILE_B (a
  * tensor one training step after FILE_A) in 4 MiB chunks, each encoded on
  * its own (a full image) and as a PATCH of all its 64 KiB blocks, the XOR
@@ -664,6 +733,8 @@ int main(int argc, char **argv)
         return cmd_free(strtoul(argv[2], NULL, 10));
     if (argc >= 5 && !strcmp(argv[1], "codec"))
         return cmd_codec(argv[2], argv[3], argv[4]);
+    if (argc >= 5 && !strcmp(argv[1], "bound"))
+        return cmd_bound(argv[2], argv[3], argv[4]);
     if (argc >= 6 && !strcmp(argv[1], "delta"))
         return cmd_delta(argv[2], argv[3], argv[4], argv[5]);
     if (argc >= 4 && !strcmp(argv[1], "mixfile"))
@@ -672,7 +743,8 @@ int main(int argc, char **argv)
         return cmd_image(strtoul(argv[2], NULL, 10), argv[3]);
     if (argc >= 4 && !strcmp(argv[1], "refill"))
         return cmd_refill(strtoul(argv[2], NULL, 10), argv[3]);
-    fprintf(stderr, "usage: bench_engine free MB | codec NAME FILE DTYPE | mixfile OUT MB | "
+    fprintf(stderr, "usage: bench_engine free MB | codec NAME FILE DTYPE | bound NAME FILE DTYPE | "
+                    "mixfile OUT MB | "
                     "image MB DIR | refill MB DIR | delta NAME FILE_A FILE_B DTYPE\n");
     return 2;
 }

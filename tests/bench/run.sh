@@ -131,6 +131,7 @@ else
     say "MiniLM weights not available: skipped"
 fi
 inputs+=("mix:$W/mix256.bin:unknown" "zeros:zeros:u8" "random:random:u8")
+bounds=()
 row "$(printf '%-22s %7s %7s %7s | %7s %7s %7s | %7s %7s %7s' input tcgpu zstd-1 zipnn 'c MB/s' zstd zipnn 'd MB/s' zstd zipnn)"
 row "(stored/raw; MB per CPU-second of one thread, medians of 5 interleaved rounds; ZipNN 3 rounds on fresh copies)"
 for in in "${inputs[@]}"; do
@@ -163,7 +164,18 @@ for in in "${inputs[@]}"; do
         esac
         fig "compress_speed_vs_zipnn_${name}" "$(ratio "$ct" "$cn")"
     fi
+    # the order-0 entropy of its byte planes: how low any per-block table coder can go
+    case "$dt" in
+        bf16|fp16|fp32)
+            read -r _ _ b128 b32 < <("$BE" bound "$name" "$path" "$dt")
+            bounds+=("$(printf '%-22s %7s %7s' "$name" "$b128" "$b32")")
+            fig "codec_order0_bound_${name}" "$b32"
+            if [ "$rn" != - ]; then fig "codec_order0_bound_vs_zipnn_${name}" "$(ratio "$b32" "$rn")"; fi ;;
+    esac
 done
+row "$(printf '%-22s %7s %7s' 'order-0 bound' '128 KiB' '32 KiB')"
+row "(entropy of the byte planes, sign rotated, one table per block of a plane, tables free: stored/raw)"
+for b in "${bounds[@]}"; do row "$b"; done
 fi
 
 # --- 3. the difference from the parent's bytes (two consecutive steps) ------------------------
