@@ -5,7 +5,8 @@
 # login; uid chosen by useradd), removed at exit with what it owns in /tmp. Sets
 # VAR to its name (not printed: the list of users to remove lives in this shell,
 # and a $(...) would add to a subshell's copy). Needs root and useradd (callers
-# skip otherwise: needs_users).
+# skip otherwise: needs_users). Their processes must be in BG_PIDS (or ended)
+# by then: cleanup kills those.
 THROWAWAY_USERS=()
 THROWAWAY_DIRS=()
 CLIENT=$(dirname "${BASH_SOURCE[0]}")/tcgpud_client.py
