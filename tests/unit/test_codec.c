@@ -1,8 +1,9 @@
 /*
  * test_codec.c - the chunk codec: every codec path is taken and round-trips
  * bit-exactly, corrupt input is an error and never a crash, contexts work
- * from several threads, and on the shared bench data byte grouping beats
- * plain zstd on bf16 weights.
+ * from several threads, an exponent plane gets a table per 32 KiB where its
+ * statistics change that fast, and on the shared bench data byte grouping
+ * beats plain zstd on bf16 weights.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -12,7 +13,11 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#define ZSTD_STATIC_LINKING_ONLY   /* ZSTD_frameHeaderSize */
+#include <zstd.h>
+
 #include "image/codec.h"
+#include "image/format.h"
 #include "../common/check.h"
 #include "testdata.h"
 
@@ -405,6 +410,86 @@ static int test_bench_data(void)
     return 0;
 }
 
+/*
+ * An exponent plane's Huffman tables: per 32 KiB of the plane when its
+ * statistics change that fast, per 128 KiB (zstd's block) when they do not.
+ * bf16 elements: random sign and mantissa, exponents drawn from 4 values
+ * that change every 32 Ki elements (2 bits each: 0.625 of raw at best with
+ * tables per 32 KiB, 0.6875 with one table per 128 KiB), or from all 8
+ * throughout (3 bits either way: more tables only cost headers).
+ */
+static void bf16_exponent_runs(uint8_t *buf, size_t len, int changing, uint64_t seed)
+{
+    uint64_t st = seed;
+
+    for (size_t i = 0; i < len / 2; i++) {
+        uint64_t r = td_next(&st);
+        unsigned base = changing ? 0x70u + 4u * ((i >> 15) & 1u) : 0x70u;
+        unsigned exp = base + (unsigned)(r % (changing ? 4u : 8u));
+        uint16_t v = (uint16_t)(((r >> 8) & 1u) << 15 | exp << 7 | ((r >> 16) & 0x7fu));
+
+        memcpy(buf + 2 * i, &v, 2);
+    }
+}
+
+/* The number of blocks in a zstd frame (headers only, as RFC 8878 lays them out). */
+static unsigned zstd_blocks(const uint8_t *f, size_t len)
+{
+    size_t at = ZSTD_frameHeaderSize(f, len);
+    unsigned blocks = 0, last = 0;
+
+    while (!ZSTD_isError(at) && !last && at + 3 <= len) {
+        uint32_t h = f[at] | (uint32_t)f[at + 1] << 8 | (uint32_t)f[at + 2] << 16;
+        unsigned type = (h >> 1) & 3u;
+
+        last = h & 1u;
+        at += 3 + (type == 1 ? 1 : h >> 3);     /* an RLE block holds one byte */
+        blocks++;
+    }
+    return blocks;
+}
+
+static int test_plane_tables(void)
+{
+    struct codec_ctx *ctx;
+    size_t len = 4 * MIB, plane = len / 2;
+    uint8_t *buf = malloc(len), *dst = malloc(len);
+    struct codec_out o;
+
+    REQUIRE(buf && dst && codec_ctx_new(&ctx, NULL) == 0, "setup");
+    for (int changing = 1; changing >= 0; changing--) {
+        const uint8_t *st, *exp_frame;
+        uint32_t sizes[2];
+        unsigned blocks;
+
+        bf16_exponent_runs(buf, len, changing, 77);
+        REQUIRE(roundtrip(ctx, buf, len, TCGPU_DTYPE_BF16, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
+                "round trip");
+        REQUIRE(codec_encode(ctx, buf, len, TCGPU_DTYPE_BF16, dst, len, &o) == 0 &&
+                o.codec == TCGPU_CODEC_BYTEGROUP, "encode");
+        st = o.data;
+        memcpy(&sizes[0], st + 4, 4);      /* little-endian hosts: the stored order */
+        memcpy(&sizes[1], st + 8, 4);
+        REQUIRE(st[2] == 2u, "only the exponent plane is coded (zmask %u)", st[2]);
+        exp_frame = st + TCGPU_BG_HDR_LEN(2) + sizes[0];
+        blocks = zstd_blocks(exp_frame, sizes[1]);
+        fprintf(stderr, "  exponents %s: %.4f of raw, %u blocks in the exponent plane\n",
+                changing ? "changing every 32 KiB" : "steady", (double)o.stored_len / len, blocks);
+        if (changing) {
+            REQUIRE(blocks == plane / (32u << 10), "changing: %u blocks, want one per 32 KiB", blocks);
+            /* below what any coder with one table per 128 KiB could reach (0.6875) */
+            REQUIRE((double)o.stored_len / len < 0.64, "changing: %.4f of raw",
+                    (double)o.stored_len / len);
+        } else {
+            REQUIRE(blocks == plane / (128u << 10), "steady: %u blocks, want one per 128 KiB", blocks);
+        }
+    }
+    codec_ctx_free(ctx);
+    free(buf);
+    free(dst);
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_zero_and_random);
@@ -412,6 +497,7 @@ int main(void)
     RUN(test_text_and_forced_paths);
     RUN(test_mixed_and_sizes);
     RUN(test_split_tails);
+    RUN(test_plane_tables);
     RUN(test_corrupt);
     RUN(test_threads);
     RUN(test_bench_data);
