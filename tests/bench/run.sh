@@ -164,7 +164,7 @@ for in in "${inputs[@]}"; do
         esac
         fig "compress_speed_vs_zipnn_${name}" "$(ratio "$ct" "$cn")"
     fi
-    # the order-0 entropy of its byte planes: how low any per-block table coder can go
+    # the order-0 entropy of its byte planes: how low any per-block table coder can go (matches aside)
     case "$dt" in
         bf16|fp16|fp32)
             read -r _ _ b128 b32 < <("$BE" bound "$name" "$path" "$dt")
