@@ -468,8 +468,9 @@ static int test_plane_tables(void)
         REQUIRE(codec_encode(ctx, buf, len, TCGPU_DTYPE_BF16, dst, len, &o) == 0 &&
                 o.codec == TCGPU_CODEC_BYTEGROUP, "encode");
         st = o.data;
-        memcpy(&sizes[0], st + 4, 4);      /* little-endian hosts: the stored order */
-        memcpy(&sizes[1], st + 8, 4);
+        for (unsigned p = 0; p < 2; p++)   /* the planes' stored sizes, little-endian */
+            sizes[p] = st[4 + 4 * p] | (uint32_t)st[5 + 4 * p] << 8 |
+                       (uint32_t)st[6 + 4 * p] << 16 | (uint32_t)st[7 + 4 * p] << 24;
         REQUIRE(st[2] == 2u, "only the exponent plane is coded (zmask %u)", st[2]);
         exp_frame = st + TCGPU_BG_HDR_LEN(2) + sizes[0];
         blocks = zstd_blocks(exp_frame, sizes[1]);
