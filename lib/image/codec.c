@@ -123,8 +123,9 @@ void codec_ctx_free(struct codec_ctx *ctx)
  * matches): no match search at all, every block Huffman-coded (or raw when
  * that does not pay), decoded by any zstd. Measured on the bench bf16
  * weights, 128 KiB blocks: 0.6585 of raw at 1.6x zstd -1's speed per
- * CPU-second, against 0.6603 at 1.0x with a minimal match finder (below). Some planes do hold matches (gradients with runs, squared
- * moments): the probe rates both on the sample and keeps the smaller.
+ * CPU-second, against 0.6603 at 1.0x with a minimal match finder (below).
+ * Some planes do hold matches (gradients with runs, squared moments): the
+ * probe rates both on the sample and keeps the smaller.
  */
 static int plane_params(ZSTD_CCtx *lits, ZSTD_CCtx *match, int level)
 {
@@ -738,6 +739,18 @@ static uint32_t get_u32(const uint8_t *p)
     return (uint32_t)load_le(p, 4);
 }
 
+/* Plane p of the chunk as `plan` says (matches or literals only) into at
+ * most cap bytes; 0 when the plan stores it as it is, or coding does not fit. */
+static size_t code_plane(struct codec_ctx *ctx, const struct plan *plan, unsigned p, void *dst,
+                         size_t cap, const uint8_t *plane, size_t n)
+{
+    if (!(plan->zmask & (1u << p)))
+        return 0;
+    if (plan->mmask & (1u << p))
+        return zstd_plane_matches(ctx, dst, cap, plane, n);
+    return zstd_plane(ctx, dst, cap, plane, n);
+}
+
 /* Stores the chunk as byte planes per `plan`; returns the stored length or 0
  * when that would not be smaller than the raw bytes. */
 static size_t encode_bytegroup(struct codec_ctx *ctx, const uint8_t *src, size_t len,
@@ -760,22 +773,17 @@ static size_t encode_bytegroup(struct codec_ctx *ctx, const uint8_t *src, size_t
         pl[p] = dst + pos + p * n;
     split_planes(src, n, es, rot, pl);
     for (unsigned p = 0; p < es; p++) {
-        const uint8_t *plane = pl[p];
-        size_t room = cap - pos - tail, z = 0;
+        size_t room = cap - pos - tail, z;
 
-        if (p < lead)
-            z = n;                              /* in place already */
-        else if (plan->mmask & plan->zmask & (1u << p))
-            z = zstd_plane_matches(ctx, dst + pos, room < n ? room : n - 1, plane, n);
-        else if (plan->zmask & (1u << p))
-            z = zstd_plane(ctx, dst + pos, room < n ? room : n - 1, plane, n);
-        if (z && p >= lead) {
+        if (p < lead) {
+            z = n;                              /* split in place already */
+        } else if ((z = code_plane(ctx, plan, p, dst + pos, room < n ? room : n - 1, pl[p], n))) {
             zmask |= 1u << p;
-        } else if (!z) {
-            if (n > room)
-                return 0;
-            memcpy(dst + pos, plane, n);
+        } else if (n <= room) {
+            memcpy(dst + pos, pl[p], n);        /* did not shrink: as it is */
             z = n;
+        } else {
+            return 0;
         }
         put_u32(dst + 4 + 4 * p, (uint32_t)z);
         pos += z;

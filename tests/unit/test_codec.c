@@ -477,12 +477,14 @@ static int test_plane_tables(void)
         fprintf(stderr, "  exponents %s: %.4f of raw, %u blocks in the exponent plane\n",
                 changing ? "changing every 32 KiB" : "steady", (double)o.stored_len / len, blocks);
         if (changing) {
-            REQUIRE(blocks == plane / (32u << 10), "changing: %u blocks, want one per 32 KiB", blocks);
+            REQUIRE(blocks == plane / (32u << 10), "changing: %u blocks, want one per 32 KiB",
+                    blocks);
             /* below what any coder with one table per 128 KiB could reach (0.6875) */
             REQUIRE((double)o.stored_len / len < 0.64, "changing: %.4f of raw",
                     (double)o.stored_len / len);
         } else {
-            REQUIRE(blocks == plane / (128u << 10), "steady: %u blocks, want one per 128 KiB", blocks);
+            REQUIRE(blocks == plane / (128u << 10), "steady: %u blocks, want one per 128 KiB",
+                    blocks);
         }
     }
     codec_ctx_free(ctx);
