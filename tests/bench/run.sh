@@ -76,6 +76,11 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.4f", a / b; else
 PARTS=" ${BENCH_PARTS:-free codec delta ckpt incr restore refill scale} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 wait_ready() { for _ in $(seq 1200); do grep -q ready "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+# hold_start OUT CMD... : starts CMD in the background with its output in
+# OUT and sets hp. OUT is emptied here, before the fork: the child's own
+# redirection may run after wait_ready's first look, which would then find
+# the "ready" of the hold before it and go on with a job not yet started.
+hold_start() { local out=$1; shift; : >"$out"; "$@" >"$out" 2>&1 </dev/null & hp=$!; PIDS+=("$hp"); }
 now_s() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", b - a }'; }
 med() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
@@ -211,8 +216,7 @@ ck_t=() ck_sz=() ck_cpu=() ck_host=() ck_dh=() cr_t=() cr_sz=()
 # ck_once : one checkpoint of a fresh job holding the mix on the device,
 # in the environment given (VAR=value...); sets t, cpu, host, size
 ck_once() {
-    env "$@" "$GPUCKPT" run -- "$HOLD" device "$W/mix.bin" >"$W/hold.out" 2>&1 &
-    hp=$!; PIDS+=("$hp")
+    hold_start "$W/hold.out" env "$@" "$GPUCKPT" run -- "$HOLD" device "$W/mix.bin"
     wait_ready "$W/hold.out" || { say "bench_hold did not start: $(cat "$W/hold.out")"; exit 1; }
     g0=$(device_cpu_of "$hp"); c0=$(cpu_of "$hp"); t0=$(now_s)
     "$GPUCKPT" checkpoint "$hp" -D "$W/img" -q || exit 1
@@ -233,8 +237,7 @@ for rep in $(seq "$REPS"); do
     ck_once TCGPU_DEVICE_HELPERS=1 TCGPU_DEVICE_HASH=1
     ck_dh+=("$host")
     if is_root; then           # the baseline, interleaved
-        setsid "$HOLD" host "$W/mix.bin" >"$W/hold.out" 2>&1 </dev/null &
-        hp=$!; PIDS+=("$hp")
+        hold_start "$W/hold.out" setsid "$HOLD" host "$W/mix.bin"
         wait_ready "$W/hold.out" || exit 1
         mkdir -p "$W/criu-$rep"
         t0=$(now_s)
@@ -342,8 +345,7 @@ for s in "${sizes[@]}"; do
     export SIMCUDA_DEVICE_MEM=$(( s * 2 + 1024 ))M
     SIMCUDA_SHM=/tcgpu-bench-scale-$$-$s
     "$BE" mixfile "$W/scale.bin" "$s" || exit 1
-    SIMCUDA_SHM=$SIMCUDA_SHM "$GPUCKPT" run -- "$HOLD" device "$W/scale.bin" >"$W/hold.out" 2>&1 &
-    hp=$!; PIDS+=("$hp")
+    hold_start "$W/hold.out" env SIMCUDA_SHM="$SIMCUDA_SHM" "$GPUCKPT" run -- "$HOLD" device "$W/scale.bin"
     wait_ready "$W/hold.out" || { say "bench_hold $s MiB did not start"; continue; }
     f=() r=() c=() i=()
     for rep in $(seq "$REPS"); do
