@@ -11,7 +11,9 @@
 . "$(dirname "$0")/users_lib.sh"
 needs_users
 child="$WORK/child.sh"
-# child.sh HOW : makes two users, prints their names, then ends as HOW says
+# child.sh HOW : makes two users, prints their names and the first one's uid,
+# then ends as HOW says. The uid comes from the child: once it has exited
+# its users are gone, and the parent may only look after that.
 cat >"$child" <<CHILD
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/users_lib.sh"
@@ -19,7 +21,7 @@ needs_users
 throwaway_user one m
 throwaway_user two v
 as_user "\$one" mkdir /tmp/tcgpu-\$(id -u "\$one").leftover
-echo "users: \$one \$two"
+echo "users: \$one \$two \$(id -u "\$one")"
 case \$1 in
     exit) exit 0 ;;
     fail) fail "on purpose" ;;
@@ -32,8 +34,7 @@ for how in exit fail term; do
     start_bg "$out" setsid bash "$child" "$how"
     pid=$BG
     wait_for_line "$out" "^users: "
-    read -r _ one two < <(grep "^users: " "$out")
-    uid=$(id -u "$one")
+    read -r _ one two uid < <(grep "^users: " "$out")
     [ "$how" = term ] && kill -TERM -- "-$pid"
     rc=0; wait "$pid" || rc=$?
     case $how in exit) want=0 ;; fail) want=1 ;; term) want=143 ;; esac

@@ -117,7 +117,10 @@ requeue)
     echo "ok: two-task job saved at preemption, requeued, restored; both jobs' checksums right; restarts 1; saves removed"
     ;;
 cancel)
-    PAIR_ARGS=(--mb 4 --steps 400 --sleep-ms 60)
+    # Long enough to outlast preempt()'s wait for the save (60 s): at 400
+    # steps (24 s) a slow preemption once let the job finish first, and the
+    # test failed on what it does not test. It is cancelled once saved.
+    PAIR_ARGS=(--mb 4 --steps 2000 --sleep-ms 60)
     start_cluster
     low=$(submit_low cancel 1)
     preempt "$low" 1
