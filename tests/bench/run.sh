@@ -47,9 +47,9 @@ export SIMCUDA_SHM=/tcgpu-bench-$$
 W=$(mktemp -d /var/tmp/tcgpu-bench.XXXXXX)
 export TCGPU_RUN_DIR=$W/run
 mkdir -p -m 0700 "$TCGPU_RUN_DIR"
-PIDS=()
+. "$SRC/tests/common/lib.sh"        # start_bg, kill_bg, wait_line, json_field
 cleanup() {
-    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+    kill_bg
     rm -f "/dev/shm$SIMCUDA_SHM"
     rm -rf "$W"
 }
@@ -75,12 +75,8 @@ fig() {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.4f", a / b; else print "nan" }'; }
 PARTS=" ${BENCH_PARTS:-free codec delta ckpt incr restore refill scale} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
-wait_ready() { for _ in $(seq 1200); do grep -q ready "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
-# hold_start OUT CMD... : starts CMD in the background with its output in
-# OUT and sets hp. OUT is emptied here, before the fork: the child's own
-# redirection may run after wait_ready's first look, which would then find
-# the "ready" of the hold before it and go on with a job not yet started.
-hold_start() { local out=$1; shift; : >"$out"; "$@" >"$out" 2>&1 </dev/null & hp=$!; PIDS+=("$hp"); }
+# wait_ready : the hold started last ($hp) has its bytes in place (or it died)
+wait_ready() { wait_line "$W/hold.out" ready 120 "$hp"; }
 now_s() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", b - a }'; }
 med() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
@@ -96,7 +92,6 @@ device_cpu_of() {
     "$BUILD/simcuda/simcuda-smi" --query-compute-apps=pid,device_cpu_ns --format=csv,noheader,nounits |
         awk -F', *' -v p="$1" '$1 == p { s += $2 } END { printf "%.6f\n", s / 1e9 }'
 }
-json_field() { sed -n "s/.*\"$2\": *\\([0-9]*\\).*/\\1/p" <<<"$1"; }
 
 export SIMCUDA_DEVICE_MEM=$(( MB * 3 + 1024 ))M
 "$BE" mixfile "$W/mix.bin" "$MB" || exit 1
@@ -216,8 +211,8 @@ ck_t=() ck_sz=() ck_cpu=() ck_host=() ck_dh=() cr_t=() cr_sz=()
 # ck_once : one checkpoint of a fresh job holding the mix on the device,
 # in the environment given (VAR=value...); sets t, cpu, host, size
 ck_once() {
-    hold_start "$W/hold.out" env "$@" "$GPUCKPT" run -- "$HOLD" device "$W/mix.bin"
-    wait_ready "$W/hold.out" || { say "bench_hold did not start: $(cat "$W/hold.out")"; exit 1; }
+    start_bg "$W/hold.out" env "$@" "$GPUCKPT" run -- "$HOLD" device "$W/mix.bin"; hp=$BG
+    wait_ready || { say "bench_hold did not start: $(cat "$W/hold.out")"; exit 1; }
     g0=$(device_cpu_of "$hp"); c0=$(cpu_of "$hp"); t0=$(now_s)
     "$GPUCKPT" checkpoint "$hp" -D "$W/img" -q || exit 1
     t1=$(now_s); c1=$(cpu_of "$hp"); g1=$(device_cpu_of "$hp")
@@ -237,8 +232,8 @@ for rep in $(seq "$REPS"); do
     ck_once TCGPU_DEVICE_HELPERS=1 TCGPU_DEVICE_HASH=1
     ck_dh+=("$host")
     if is_root; then           # the baseline, interleaved
-        hold_start "$W/hold.out" setsid "$HOLD" host "$W/mix.bin"
-        wait_ready "$W/hold.out" || exit 1
+        start_bg "$W/hold.out" setsid "$HOLD" host "$W/mix.bin" </dev/null; hp=$BG
+        wait_ready || exit 1
         mkdir -p "$W/criu-$rep"
         t0=$(now_s)
         if "$CRIU" dump -t "$hp" -D "$W/criu-$rep" --shell-job -o dump.log >/dev/null 2>&1; then
@@ -270,8 +265,7 @@ fi
 # --- 5. incremental checkpoint after one training step --------------------------------------
 if want incr; then
 say "incremental after one step of examples/train"
-"$GPUCKPT" run -- "$TRAIN" --mb "$MB" --steps 100000 --sleep-ms 2000 --print-every 1 >"$W/train.out" 2>&1 &
-tp=$!; PIDS+=("$tp")
+start_bg "$W/train.out" "$GPUCKPT" run -- "$TRAIN" --mb "$MB" --steps 100000 --sleep-ms 2000 --print-every 1; tp=$BG
 for _ in $(seq 600); do grep -q '^step 1 ' "$W/train.out" && break; sleep 0.1; done
 step_after() {   # waits for a step line after the n-th
     local n=$1
@@ -345,8 +339,8 @@ for s in "${sizes[@]}"; do
     export SIMCUDA_DEVICE_MEM=$(( s * 2 + 1024 ))M
     SIMCUDA_SHM=/tcgpu-bench-scale-$$-$s
     "$BE" mixfile "$W/scale.bin" "$s" || exit 1
-    hold_start "$W/hold.out" env SIMCUDA_SHM="$SIMCUDA_SHM" "$GPUCKPT" run -- "$HOLD" device "$W/scale.bin"
-    wait_ready "$W/hold.out" || { say "bench_hold $s MiB did not start"; continue; }
+    start_bg "$W/hold.out" env SIMCUDA_SHM="$SIMCUDA_SHM" "$GPUCKPT" run -- "$HOLD" device "$W/scale.bin"; hp=$BG
+    wait_ready || { say "bench_hold $s MiB did not start"; continue; }
     f=() r=() c=() i=()
     for rep in $(seq "$REPS"); do
         "$GPUCKPT" suspend "$hp" -q || break

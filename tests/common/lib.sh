@@ -60,9 +60,12 @@ device_bytes_of() {
 }
 
 # start_bg OUTFILE CMD...: CMD in the background, its output in OUTFILE;
-# sets BG (its pid) and adds it to BG_PIDS.
+# sets BG (its pid) and adds it to BG_PIDS. OUTFILE is emptied before the
+# fork: the child's own redirection may come after the caller's first
+# wait_line, which would then match what an earlier job left there.
 start_bg() {
     local out=$1; shift
+    : >"$out"
     "$@" >"$out" 2>&1 &
     BG=$!
     BG_PIDS+=("$BG")
