@@ -12,6 +12,8 @@
 #include <zstd.h>
 
 #include "common/bigbuf.h"
+#define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
+#include "common/xxh.h"
 
 #define DEFAULT_SAMPLE (64u * 1024u)
 #define SAMPLE_SLICES  4u
@@ -373,6 +375,38 @@ __attribute__((target("ssse3"))) static size_t split4_ssse3(const uint8_t *src, 
     return i;
 }
 
+/* 32 elements a round: split4_ssse3 in both lanes, whose 4-element groups
+ * come out as 0 2 4 6 | 1 3 5 7 and are put back in order across lanes. */
+__attribute__((target("avx2"))) static size_t split4_avx2(const uint8_t *src, size_t n, int rot,
+                                                           uint8_t *p0, uint8_t *p1,
+                                                           uint8_t *p2, uint8_t *p3)
+{
+    const __m256i group = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                           0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    size_t i = 0;
+
+    for (; i + 32 <= n; i += 32) {
+        __m256i v[4];
+
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_si256((const __m256i *)(src + 4 * i + 32 * k));
+            if (rot)
+                v[k] = _mm256_or_si256(_mm256_slli_epi32(v[k], 1), _mm256_srli_epi32(v[k], 31));
+            v[k] = _mm256_shuffle_epi8(v[k], group);
+        }
+        __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpacklo_epi32(v[2], v[3]);
+        __m256i t2 = _mm256_unpackhi_epi32(v[0], v[1]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+        __m256i b[4] = { _mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1),
+                         _mm256_unpacklo_epi64(t2, t3), _mm256_unpackhi_epi64(t2, t3) };
+        uint8_t *p[4] = { p0, p1, p2, p3 };
+
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_si256((__m256i *)(p[k] + i), _mm256_permutevar8x32_epi32(b[k], order));
+    }
+    return i;
+}
+
 /* 16 elements a round: the planes' bytes interleaved again. */
 static size_t join2_sse2(const uint8_t *p0, const uint8_t *p1, size_t n, int rot, uint8_t *dst)
 {
@@ -431,7 +465,9 @@ static void split4(const uint8_t *src, size_t n, int rot, uint8_t *const pl[])
     size_t done = 0;
 
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("ssse3"))
+    if (__builtin_cpu_supports("avx2"))
+        done = split4_avx2(src, n, rot, pl[0], pl[1], pl[2], pl[3]);
+    else if (__builtin_cpu_supports("ssse3"))
         done = split4_ssse3(src, n, rot, pl[0], pl[1], pl[2], pl[3]);
 #endif
     split4_scalar(src, done, n, rot, pl[0], pl[1], pl[2], pl[3]);
@@ -453,6 +489,30 @@ static void split_planes(const uint8_t *src, size_t n, unsigned esize, int rot,
             v = rotl(v, 8 * esize);
         for (unsigned b = 0; b < esize; b++)
             pl[b][i] = (uint8_t)(v >> (8 * b));
+    }
+}
+
+/* Split so many source bytes at a time when hashing on the way: each slice
+ * is hashed just before it is split, so one of the two passes over it reads
+ * the cache and the chunk comes from memory once, not twice. */
+#define HASH_SLICE (64u * 1024u)
+
+/* split_planes, and the n * esize source bytes into `h` when not NULL. */
+static void split_hashing(const uint8_t *src, size_t n, unsigned esize, int rot,
+                          uint8_t *const pl[], XXH3_state_t *h)
+{
+    size_t step = HASH_SLICE / esize;
+
+    if (!h)
+        return split_planes(src, n, esize, rot, pl);
+    for (size_t at = 0; at < n; at += step) {
+        size_t k = n - at < step ? n - at : step;
+        uint8_t *sp[MAX_ESIZE];
+
+        for (unsigned b = 0; b < esize; b++)
+            sp[b] = pl[b] + at;
+        XXH3_64bits_update(h, src + at * esize, k * esize);
+        split_planes(src + at * esize, k, esize, rot, sp);
     }
 }
 
@@ -754,7 +814,8 @@ static size_t code_plane(struct codec_ctx *ctx, const struct plan *plan, unsigne
 /* Stores the chunk as byte planes per `plan`; returns the stored length or 0
  * when that would not be smaller than the raw bytes. */
 static size_t encode_bytegroup(struct codec_ctx *ctx, const uint8_t *src, size_t len,
-                               const struct plan *plan, int rot, uint8_t *dst, size_t cap)
+                               const struct plan *plan, int rot, uint8_t *dst, size_t cap,
+                               XXH3_state_t *h, int *hashed)
 {
     unsigned es = plan->esize, zmask = 0, lead = 0;
     size_t n = len / es, tail = len % es, pos = TCGPU_BG_HDR_LEN(es);
@@ -771,7 +832,11 @@ static size_t encode_bytegroup(struct codec_ctx *ctx, const uint8_t *src, size_t
     planes_at(ctx->scratch, n, es, pl);
     for (unsigned p = 0; p < lead; p++)
         pl[p] = dst + pos + p * n;
-    split_planes(src, n, es, rot, pl);
+    split_hashing(src, n, es, rot, pl, h);
+    if (h) {
+        XXH3_64bits_update(h, src + n * es, tail);
+        *hashed = 1;   /* whatever is stored now: the raw bytes are hashed */
+    }
     for (unsigned p = 0; p < es; p++) {
         size_t room = cap - pos - tail, z;
 
@@ -798,8 +863,11 @@ static size_t encode_bytegroup(struct codec_ctx *ctx, const uint8_t *src, size_t
     return pos + tail;
 }
 
-int codec_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dtype,
-                 void *dst, size_t dst_cap, struct codec_out *out)
+/* codec_encode; with `h`, the raw bytes go into it on the way when the
+ * chosen codec reads them all (*hashed set), else *hashed is left alone. */
+static int encode_chunk(struct codec_ctx *ctx, const void *src, size_t len,
+                        enum tcgpu_dtype dtype, void *dst, size_t dst_cap, struct codec_out *out,
+                        XXH3_state_t *h, int *hashed)
 {
     struct plan plan;
     size_t stored = 0;
@@ -822,11 +890,32 @@ int codec_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_
         rc = ensure_scratch(ctx, len);
         if (rc)
             return rc;
-        stored = encode_bytegroup(ctx, src, len, &plan, rot, dst, dst_cap);
+        stored = encode_bytegroup(ctx, src, len, &plan, rot, dst, dst_cap, h, hashed);
     }
     if (stored)
         *out = (struct codec_out){.codec = (uint8_t)plan.codec, .stored_len = stored, .data = dst};
     return 0;
+}
+
+int codec_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dtype,
+                 void *dst, size_t dst_cap, struct codec_out *out)
+{
+    return encode_chunk(ctx, src, len, dtype, dst, dst_cap, out, NULL, NULL);
+}
+
+int codec_encode_and_hash(struct codec_ctx *ctx, const void *src, size_t len,
+                          enum tcgpu_dtype dtype, void *dst, size_t dst_cap,
+                          struct codec_out *out, uint64_t *raw_csum)
+{
+    XXH3_state_t h;
+    int hashed = 0, rc;
+
+    if (!raw_csum || XXH3_64bits_reset(&h) != XXH_OK)
+        return -EINVAL;
+    rc = encode_chunk(ctx, src, len, dtype, dst, dst_cap, out, &h, &hashed);
+    if (rc == 0)
+        *raw_csum = hashed ? XXH3_64bits_digest(&h) : XXH3_64bits(src, len);
+    return rc;
 }
 
 /* ---- decoder ---------------------------------------------------------------- */

@@ -68,6 +68,16 @@ int codec_encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_
                  void *dst, size_t dst_cap, struct codec_out *out);
 
 /*
+ * codec_encode, and XXH3_64 of the `len` raw bytes into *raw_csum: hashed
+ * slice by slice on the way when the codec splits byte planes (the slice is
+ * in the cache for the split), in a pass of its own otherwise. The same
+ * errors, and -EINVAL for a NULL raw_csum; *raw_csum is set only on success.
+ */
+int codec_encode_and_hash(struct codec_ctx *ctx, const void *src, size_t len,
+                          enum tcgpu_dtype dtype, void *dst, size_t dst_cap,
+                          struct codec_out *out, uint64_t *raw_csum);
+
+/*
  * Decodes `stored_len` bytes at `src`, stored with `codec`, into exactly
  * `raw_len` bytes at `dst`. Safe on untrusted input: it never reads beyond
  * src + stored_len nor writes beyond dst + raw_len. Returns 0, -EBADMSG

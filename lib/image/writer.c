@@ -417,13 +417,17 @@ static int encode(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu
 
     if (!c || !stored || len == 0)
         return -EINVAL;
-    rc = codec_encode(ctx, src, len, dtype, dst, dst_cap, &o);
+    if (raw_csum) {
+        rc = codec_encode(ctx, src, len, dtype, dst, dst_cap, &o);
+        c->raw_csum = *raw_csum;
+    } else {
+        rc = codec_encode_and_hash(ctx, src, len, dtype, dst, dst_cap, &o, &c->raw_csum);
+    }
     if (rc)
         return rc;
     c->raw_len = (uint32_t)len;
     c->stored_len = (uint32_t)o.stored_len;
     c->codec = o.codec;
-    c->raw_csum = raw_csum ? *raw_csum : XXH3_64bits(src, len);
     /* RAW stores the raw bytes: same checksum, no second pass. */
     c->stored_csum = o.codec == TCGPU_CODEC_RAW ? c->raw_csum : XXH3_64bits(o.data, o.stored_len);
     *stored = o.data;

@@ -3,7 +3,8 @@
  * bit-exactly, corrupt input is an error and never a crash, contexts work
  * from several threads, an exponent plane gets a table per 32 KiB where its
  * statistics change that fast, and on the shared bench data byte grouping
- * beats plain zstd on bf16 weights.
+ * beats plain zstd on bf16 weights; the hashing encoder stores the same
+ * bytes and the XXH3 of the raw ones on every path.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -15,6 +16,7 @@
 
 #define ZSTD_STATIC_LINKING_ONLY   /* ZSTD_frameHeaderSize */
 #include <zstd.h>
+#include <xxhash.h>
 
 #include "image/codec.h"
 #include "image/format.h"
@@ -25,6 +27,32 @@
 
 /* first stored byte of the calling thread's last BYTEGROUP round trip */
 static _Thread_local unsigned last_esize;
+
+/* codec_encode_and_hash stores what codec_encode stored (`o`, whose bytes
+ * are still in place) and hashes the raw bytes as XXH3_64bits does, on
+ * every path: zero, raw, zstd, byte planes hashed slice by slice, tails. */
+static int hashed_matches(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dt,
+                          const struct codec_out *o)
+{
+    uint8_t *dst = malloc(codec_bound(len) + 1);
+    uint64_t csum = ~XXH3_64bits(src, len);
+    struct codec_out h;
+    int rc;
+
+    REQUIRE(dst, "malloc");
+    rc = codec_encode_and_hash(ctx, src, len, dt, dst, codec_bound(len), &h, &csum);
+    REQUIRE(rc == 0, "encode_hashed %zu bytes: %d", len, rc);
+    REQUIRE(csum == XXH3_64bits(src, len), "%s: raw checksum %016llx, XXH3 says %016llx",
+            codec_name(h.codec), (unsigned long long)csum,
+            (unsigned long long)XXH3_64bits(src, len));
+    REQUIRE(h.codec == o->codec && h.stored_len == o->stored_len &&
+                (h.stored_len == 0 || memcmp(h.data, o->data, h.stored_len) == 0),
+            "%s: hashing changed what is stored", codec_name(h.codec));
+    REQUIRE(codec_encode_and_hash(ctx, src, len, dt, dst, codec_bound(len), &h, NULL) == -EINVAL,
+            "no checksum pointer must be -EINVAL");
+    free(dst);
+    return 0;
+}
 
 /* Encodes, checks the chosen codec (`want` < 0: any), decodes, compares. */
 static int roundtrip(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dt,
@@ -40,6 +68,7 @@ static int roundtrip(struct codec_ctx *ctx, const void *src, size_t len, enum tc
     REQUIRE(want < 0 || o.codec == want, "len %zu dtype %s: chose %s, want %s", len,
           codec_dtype_name(dt), codec_name(o.codec), codec_name((unsigned)want));
     REQUIRE(o.stored_len <= len, "stored %zu > raw %zu", o.stored_len, len);
+    REQUIRE(hashed_matches(ctx, src, len, dt, &o) == 0, "codec_encode_and_hash, %zu bytes", len);
     if (o.codec == TCGPU_CODEC_RAW)
         REQUIRE(o.data == src && o.stored_len == len, "RAW must point at src, not copy");
     if (o.codec == TCGPU_CODEC_ZERO)
