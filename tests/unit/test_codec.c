@@ -3,8 +3,9 @@
  * bit-exactly, corrupt input is an error and never a crash, contexts work
  * from several threads, an exponent plane gets a table per 32 KiB where its
  * statistics change that fast, and on the shared bench data byte grouping
- * beats plain zstd on bf16 weights; the hashing encoder stores the same
- * bytes and the XXH3 of the raw ones on every path.
+ * beats plain zstd on bf16 weights, a plane the sample rates flat still
+ * codes a skewed stretch the sample missed; the hashing encoder stores the
+ * same bytes and the XXH3 of the raw ones on every path.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -230,6 +231,72 @@ static int test_split_tails(void)
     }
     codec_ctx_free(ctx);
     codec_ctx_free(nr);
+    free(buf);
+    return 0;
+}
+
+/*
+ * A stretch the sample does not see: fp32 noise with 512 KiB between the
+ * sample's slices (at 0, 1, 2 and 3 MiB) whose elements keep fewer bits,
+ * `mask` of them. The planes that stretch makes skewed are coded, the flat
+ * ones stay raw; the stretch's bytes of a coded plane lose a tenth, those
+ * of the planes in `quarter` (all zero there, or a sign) shrink to under a
+ * quarter. With a tail: the planes after a coded one move down.
+ */
+static int skewed_stretch(struct codec_ctx *ctx, uint8_t *buf, size_t len, uint32_t mask,
+                          unsigned want_zmask, unsigned quarter, const char *what)
+{
+    size_t from = 5 * MIB / 4 + 4096, n = len / 4, stretch = (512u << 10) / 4;
+    uint8_t *dst = malloc(codec_bound(len));
+    struct codec_out o;
+
+    REQUIRE(dst, "malloc");
+    td_weights(buf, len, TD_FP32, 0.02, 61);
+    for (size_t at = from; at < from + 4 * stretch; at += 4) {
+        uint32_t v;
+
+        memcpy(&v, buf + at, 4);
+        v &= mask;
+        memcpy(buf + at, &v, 4);
+    }
+    REQUIRE(roundtrip(ctx, buf, len, TCGPU_DTYPE_FP32, TCGPU_CODEC_BYTEGROUP, NULL) == 0,
+            "%s: round trip", what);
+    REQUIRE(codec_encode(ctx, buf, len, TCGPU_DTYPE_FP32, dst, codec_bound(len), &o) == 0, "encode");
+    const uint8_t *st = o.data;
+
+    REQUIRE(st[2] == want_zmask, "%s: planes coded %#x, want %#x", what, st[2], want_zmask);
+    for (unsigned p = 0; p < 4; p++) {
+        uint32_t z = st[4 + 4 * p] | (uint32_t)st[5 + 4 * p] << 8 | (uint32_t)st[6 + 4 * p] << 16 |
+                     (uint32_t)st[7 + 4 * p] << 24;
+
+        if (quarter & (1u << p))
+            REQUIRE(z < n - stretch + stretch / 4, "%s: plane %u stored %u of %zu", what, p, z, n);
+        else if (p < 3 && (want_zmask & (1u << p)))
+            REQUIRE(z < n - stretch / 10, "%s: plane %u stored %u of %zu", what, p, z, n);
+    }
+    fprintf(stderr, "  %s: %.4f of raw, planes coded %#x\n", what, (double)o.stored_len / len, st[2]);
+    free(dst);
+    return 0;
+}
+
+static int test_skewed_stretch(void)
+{
+    struct codec_ctx *ctx;
+    size_t len = 4 * MIB + 3;
+    uint8_t *buf = malloc(len);
+
+    REQUIRE(buf && codec_ctx_new(&ctx, NULL) == 0, "setup");
+    /* Rotated (the sign to bit 0), plane p holds bits 8p-1 .. 8p+6 of the
+     * element: 0 the sign and the low byte's, 3 the exponent. Upcast bf16:
+     * plane 0 the sign alone, 1 zero, 2 seven random bits of eight. */
+    REQUIRE(skewed_stretch(ctx, buf, len, ~0u, 0x8, 0, "noise alone") == 0, "noise");
+    REQUIRE(skewed_stretch(ctx, buf, len, 0xffff0000u, 0xf, 0x3, "bf16 upcast to fp32") == 0,
+            "bf16");
+    REQUIRE(skewed_stretch(ctx, buf, len, 0xffff00ffu, 0xe, 0x2, "second byte zero") == 0, "byte 1");
+    /* the low byte's top bit alone: plane 0 the sign alone, 1 and 2 raw and moved down */
+    REQUIRE(skewed_stretch(ctx, buf, len, 0xffffff80u, 0x9, 0x1, "low seven bits zero") == 0,
+            "low bits");
+    codec_ctx_free(ctx);
     free(buf);
     return 0;
 }
@@ -529,6 +596,7 @@ int main(void)
     RUN(test_text_and_forced_paths);
     RUN(test_mixed_and_sizes);
     RUN(test_split_tails);
+    RUN(test_skewed_stretch);
     RUN(test_plane_tables);
     RUN(test_corrupt);
     RUN(test_threads);
