@@ -515,6 +515,7 @@ struct sim_stream {
     bool dying;
     bool parked;                    /* no worker: the process is checkpointed */
     pthread_t worker;               /* joinable; it detaches itself when the stream goes */
+    pid_t worker_tid;               /* its task, written by the worker as it starts */
     /* Stream capture (capture.c, under its lock): the sequence the stream
      * belongs to and the nodes its next captured operation depends on. */
     struct sim_capture *cap;

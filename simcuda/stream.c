@@ -15,9 +15,11 @@
 #include "sim.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -249,6 +251,7 @@ static void *worker(void *arg)
     struct sim_stream *s = arg;
     bool exit_ = false;
 
+    __atomic_store_n(&s->worker_tid, gettid(), __ATOMIC_RELEASE);
     for (;;) {
         struct sim_op *op = next_op(s);
         int res;
@@ -287,6 +290,27 @@ static int start_worker(struct sim_stream *s)
 }
 
 /* ---- parking: the checkpointed process holds no engine ---------------------- */
+
+/*
+ * pthread_join returns when the kernel clears the thread's tid, early in its
+ * exit; the task is listed in /proc/self/task until the exit is over. A
+ * checkpoint that returned in between would hand CRIU a thread that vanishes
+ * while it is seized ("Can't dump threads"): wait until it is out of the
+ * list too (tgkill's signal 0 looks without sending), at most a second.
+ */
+static void wait_task_gone(pid_t tid)
+{
+    struct timespec nap = { 0, 50000 };
+
+    for (int i = 0; tid > 0 && i < 20000; i++) {
+        if (syscall(SYS_tgkill, getpid(), tid, 0) != 0 && errno == ESRCH)
+            return;
+        if (i < 64)
+            sched_yield();
+        else
+            nanosleep(&nap, NULL);
+    }
+}
 
 struct park_list {
     struct sim_stream **s;
@@ -336,8 +360,11 @@ void sim_streams_park(void)
         pthread_mutex_unlock(&s->lock);
         if (parked || s->dying || !(op = sim_op_new(SIM_OP_PARK)))
             continue;
-        if (sim_submit(s, op, NULL, 0, NULL) == CUDA_SUCCESS)
-            pthread_join(s->worker, NULL);  /* gone before CRIU looks at our threads */
+        if (sim_submit(s, op, NULL, 0, NULL) == CUDA_SUCCESS) {
+            /* gone before CRIU looks at our threads */
+            pthread_join(s->worker, NULL);
+            wait_task_gone(__atomic_load_n(&s->worker_tid, __ATOMIC_ACQUIRE));
+        }
     }
     release_list(&l);
 }

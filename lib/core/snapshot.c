@@ -28,6 +28,8 @@
 #include "driver/unsupported.h"
 #include "common/clock.h"
 #include "common/errmsg.h"
+#include "common/helper_thread.h"
+#include "driver/gate.h"
 
 #define MAX_CTX 64
 
@@ -949,7 +951,7 @@ static int remember_identity(struct snap *s)
     return 0;
 }
 
-int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void *arg)
+static int save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void *arg)
 {
     struct progress prog = { fn, arg, 0, s->bytes, TCGPU_PHASE_WRITE };
     struct image_writer *w = NULL;
@@ -1003,6 +1005,50 @@ int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void 
     if (rc == 0)
         free_host_copies(s);          /* the image holds the bytes now */
     return rc;
+}
+
+/*
+ * The image is written on a thread of its own, gone before the operation
+ * ends. The kernel gives an io_uring submitter worker threads (iou-wrk, in
+ * our thread group) for the writes it cannot do without blocking (a file
+ * that grows, a buffered one); they end on their own, some time later.
+ * CRIU cannot dump a process while one ends: it vanishes when seized
+ * ("Can't dump threads"), and the CRIU plugin's checkpoint comes right
+ * before the dump (a third to a half of the saves of a mostly idle job
+ * failed). A submitter's exit waits for its workers to end.
+ */
+struct save_job {
+    struct snap *s;
+    const char *dir;
+    tcgpu_progress_fn fn;
+    void *arg;
+    int rc;
+    char err[512];
+};
+
+static void *save_image_main(void *arg)
+{
+    struct save_job *j = arg;
+
+    tcgpu_gate_set_exempt(true);
+    j->rc = save_image(j->s, j->dir, j->fn, j->arg);
+    snprintf(j->err, sizeof(j->err), "%s", errmsg_get());
+    return NULL;
+}
+
+int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void *arg)
+{
+    struct save_job j = { .s = s, .dir = dir, .fn = fn, .arg = arg };
+    struct helper_thread h;
+
+    if (helper_thread_start(&h, save_image_main, &j) != 0)
+        return save_image(s, dir, fn, arg);       /* on this thread, workers and all */
+    helper_thread_join(&h);
+    if (j.rc)
+        errmsg_set("%s", j.err);
+    else
+        errmsg_clear();
+    return j.rc;
 }
 
 /* --- taking memory down and putting it back ------------------------------ */

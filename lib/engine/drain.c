@@ -39,8 +39,7 @@ static int prefault_wanted(const struct pipe_store *s)
 
 struct prefault {
     struct pipe_store *s;
-    pthread_t th;
-    int started;
+    struct helper_thread th;
 };
 
 static void *prefault_main(void *arg)
@@ -91,9 +90,9 @@ int pipe_drain_host_reuse(struct pipe *p, const struct pipe_ext *e, size_t n,
         for (size_t k = i; k < end; k++)
             if (piece_found_zero(&s->pc[k]))
                 s->pc[k].state = P_ZERO;
-        if (!pf.started && prefault_wanted(s)) {
+        if (!pf.th.started && prefault_wanted(s)) {
             pf.s = s;
-            pf.started = pthread_create(&pf.th, NULL, prefault_main, &pf) == 0;
+            helper_thread_start(&pf.th, prefault_main, &pf);
         }
         while (i < end && rc == 0) {
             struct piece *q = &s->pc[i];
@@ -128,8 +127,7 @@ int pipe_drain_host_reuse(struct pipe *p, const struct pipe_ext *e, size_t n,
         rc = pipe_leave_device(p);
     else
         pipe_leave_device(p);
-    if (pf.started)
-        pthread_join(pf.th, NULL);
+    helper_thread_join(&pf.th);
     if (rc) {
         pipe_store_free(s);
         return rc;

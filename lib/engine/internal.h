@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <cuda.h>
 
+#include "common/helper_thread.h"
 #include "pipeline.h"
 
 #define DEFAULT_CHUNK (4u << 20)
@@ -85,11 +86,12 @@ struct pipe_store {
     int reused;                   /* the arena came from an emptied store */
     int faulted;                  /* its pages are in (fault_in_parallel) */
     /* background compression */
-    pthread_t *th;
+    struct helper_thread *th;
     unsigned nth;
     size_t next;                  /* guarded by mu */
-    int stop;
+    int stop;                     /* guarded by mu */
     pthread_mutex_t mu;
+    pthread_cond_t stopping;      /* stop was set */
 };
 
 /* --- the worker pool --------------------------------------------------------- */
@@ -106,7 +108,7 @@ struct task {
 
 struct worker {
     struct pipe *p;
-    pthread_t th;
+    struct helper_thread th;
     struct codec_ctx *ctx;
     uint8_t *buf;                 /* stored bytes of a chunk being read */
     size_t buf_cap;

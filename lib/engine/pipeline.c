@@ -126,7 +126,7 @@ int pipe_new(struct pipe **out, const struct pipe_opts *o)
         }
     }
     for (unsigned i = 0; i < p->nw; i++) {
-        if (pthread_create(&p->w[i].th, NULL, pool_worker_main, &p->w[i])) {
+        if (helper_thread_start(&p->w[i].th, pool_worker_main, &p->w[i])) {
             rc = -EAGAIN;
             p->nw = i;
             goto err;
@@ -148,7 +148,7 @@ void pipe_free(struct pipe *p)
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
     for (unsigned i = 0; p->w && i < p->nw; i++)
-        pthread_join(p->w[i].th, NULL);
+        helper_thread_join(&p->w[i].th);
     for (unsigned i = 0; p->w && i < p->nw_alloc; i++) {
         codec_ctx_free(p->w[i].ctx);
         bigbuf_free(p->w[i].buf, p->w[i].buf_cap);

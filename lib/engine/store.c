@@ -161,8 +161,7 @@ static int arena_fit(struct pipe_store *s, size_t need)
 struct fault_slice {
     uint8_t *at;
     size_t len;
-    pthread_t th;
-    int started;
+    struct helper_thread th;
 };
 
 static void *fault_main(void *arg)
@@ -190,13 +189,11 @@ static void fault_in_parallel(struct pipe_store *s, unsigned n)
     for (unsigned i = 0; i < n && (size_t)i * step < s->cap; i++) {
         f[i].at = s->mem + (size_t)i * step;
         f[i].len = s->cap - (size_t)i * step < step ? s->cap - (size_t)i * step : step;
-        f[i].started = pthread_create(&f[i].th, NULL, fault_main, &f[i]) == 0;
-        if (!f[i].started)
+        if (helper_thread_start(&f[i].th, fault_main, &f[i]) != 0)
             fault_main(&f[i]);
     }
     for (unsigned i = 0; i < n; i++)
-        if (f[i].started)
-            pthread_join(f[i].th, NULL);
+        helper_thread_join(&f[i].th);
 }
 
 int pipe_store_register(struct pipe *p, struct pipe_store *s)
@@ -240,6 +237,7 @@ void pipe_store_free(struct pipe_store *s)
         return;
     store_clear(s);
     arena_free(s);
+    pthread_cond_destroy(&s->stopping);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -263,8 +261,10 @@ static struct pipe_store *store_alloc(void)
 {
     struct pipe_store *s = calloc(1, sizeof(*s));
 
-    if (s)
+    if (s) {
         pthread_mutex_init(&s->mu, NULL);
+        pthread_cond_init(&s->stopping, NULL);
+    }
     return s;
 }
 
@@ -371,16 +371,14 @@ static void keep_encoded(struct piece *q, const struct codec_out *o)
         madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
-static void *compress_main(void *arg)
+static void compress_pieces(struct pipe_store *s)
 {
-    struct pipe_store *s = arg;
     struct codec_ctx *ctx = NULL;
     uint8_t *buf = NULL;
     size_t cap = 0;
 
-    tcgpu_gate_set_exempt(true);
     if (codec_ctx_new(&ctx, NULL))
-        return NULL;
+        return;
     for (;;) {
         struct piece *q;
         struct codec_out o;
@@ -406,6 +404,21 @@ static void *compress_main(void *arg)
     }
     free(buf);
     codec_ctx_free(ctx);
+}
+
+/* Out of work, a compression thread waits to be stopped: one that ended on
+ * its own could be in its exit while a CRIU dump of the suspended process
+ * lists the threads. */
+static void *compress_main(void *arg)
+{
+    struct pipe_store *s = arg;
+
+    tcgpu_gate_set_exempt(true);
+    compress_pieces(s);
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop)
+        pthread_cond_wait(&s->stopping, &s->mu);
+    pthread_mutex_unlock(&s->mu);
     return NULL;
 }
 
@@ -420,7 +433,7 @@ int pipe_store_compress_start(struct pipe_store *s, unsigned threads)
     s->stop = 0;
     s->next = 0;
     for (unsigned i = 0; i < s->nth; i++) {
-        if (pthread_create(&s->th[i], NULL, compress_main, s)) {
+        if (helper_thread_start(&s->th[i], compress_main, s)) {
             s->nth = i;
             pipe_store_compress_stop(s);
             return -EAGAIN;
@@ -435,9 +448,10 @@ void pipe_store_compress_stop(struct pipe_store *s)
         return;
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
+    pthread_cond_broadcast(&s->stopping);
     pthread_mutex_unlock(&s->mu);
     for (unsigned i = 0; i < s->nth; i++)
-        pthread_join(s->th[i], NULL);
+        helper_thread_join(&s->th[i]);
     free(s->th);
     s->th = NULL;
     s->nth = 0;

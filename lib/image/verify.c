@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/helper_thread.h"
 #include "image.h"
 
 #define MAX_VERIFY_THREADS 64u
@@ -109,7 +110,7 @@ static void *verify_main(void *arg)
 int image_verify_stored(const struct image *img, unsigned threads, char *errbuf, size_t errlen)
 {
     struct verify v = { .img = img, .n = image_chunk_count(img) };
-    pthread_t th[MAX_VERIFY_THREADS];
+    struct helper_thread th[MAX_VERIFY_THREADS];
     unsigned started = 0;
 
     if (!threads) {
@@ -122,11 +123,11 @@ int image_verify_stored(const struct image *img, unsigned threads, char *errbuf,
         threads = v.n ? (unsigned)v.n : 1;
     v.bad = v.n;
     pthread_mutex_init(&v.mu, NULL);
-    while (started + 1 < threads && pthread_create(&th[started], NULL, verify_main, &v) == 0)
+    while (started + 1 < threads && helper_thread_start(&th[started], verify_main, &v) == 0)
         started++;
     verify_main(&v);              /* the caller's thread is one of them */
     for (unsigned k = 0; k < started; k++)
-        pthread_join(th[k], NULL);
+        helper_thread_join(&th[k]);
     pthread_mutex_destroy(&v.mu);
     if (v.bad < v.n && errbuf && errlen)
         snprintf(errbuf, errlen, "%s", v.msg);

@@ -9,6 +9,10 @@
 # tree           a parent and two GPU workers sharing a pipe (tests/criu/progs):
 #                saved, restored, all three finish with the right results
 # cycles         save -> restore three times (restore -d), checksum still right
+# repeat         a job that mostly sleeps: five checkpoints leave no io_uring
+#                worker thread (iou-wrk) behind, then three saves and restores in
+#                a row succeed (a worker of the plugin's image write, ending as
+#                CRIU seized it, made a third of the saves fail)
 . "$(dirname "$0")/lib.sh"
 
 mode=${1:?mode}
@@ -146,6 +150,37 @@ cycles)
     got=$(checksum_of "$WORK/run.out")
     [ "$got" = "$ref" ] || fail "checksum after 3 save/restore cycles: $got, uninterrupted: $ref"
     echo "ok: 3 save/restore cycles, checksum $got"
+    ;;
+repeat)
+    # a job that mostly waits, as one on a GPU does: a third of its saves failed
+    args=(--mb 4 --steps 300 --print-every 25)
+    ref=$(reference "$WORK/ref.out" "$TRAIN" "${args[@]}")
+    start_job "$WORK/run.out" "$TRAIN" "${args[@]}" --sleep-ms 60
+    pid=$BG
+    wait_for_socket "$pid"
+    wait_for_line "$WORK/run.out" '^step 25 '
+    # what the plugin's checkpoint leaves for the dump that follows it
+    for c in 1 2 3 4 5; do
+        "$GPUCKPT" checkpoint "$pid" -D "$WORK/ckpt-$c" >"$WORK/ckpt.out" 2>&1 ||
+            fail "checkpoint $c failed: $(cat "$WORK/ckpt.out")"
+        workers=$( (grep -l '^iou-' /proc/"$pid"/task/*/comm 2>/dev/null || true) | wc -l)
+        [ "$workers" -eq 0 ] || fail "checkpoint $c left $workers io_uring worker thread(s) in the job"
+        rm -rf "$WORK/ckpt-$c"
+    done
+    for c in 1 2 3; do
+        "$GPUCKPT" save "$pid" -D "$WORK/save-$c" >"$WORK/save.out" 2>&1 ||
+            fail "save $c of 3 failed: $(cat "$WORK/save.out")"
+        [ "$c" -eq 1 ] && { wait "$pid" 2>/dev/null || true; }
+        wait_gone "$pid" 10
+        "$GPUCKPT" restore -D "$WORK/save-$c" -d >"$WORK/restore.out" 2>&1 ||
+            fail "restore $c failed: $(cat "$WORK/restore.out")"
+        rm -rf "$WORK/save-$c"
+    done
+    grep -q '^checksum' "$WORK/run.out" && fail "the job finished before its last save: make it longer"
+    wait_gone "$pid" 60
+    got=$(checksum_of "$WORK/run.out")
+    [ "$got" = "$ref" ] || fail "checksum after five checkpoints and three saves: $got, uninterrupted: $ref"
+    echo "ok: five checkpoints left no io_uring worker; three saves and restores in a row; checksum $got"
     ;;
 *) fail "unknown mode $mode" ;;
 esac
