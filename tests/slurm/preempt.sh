@@ -56,7 +56,11 @@ preempt() {
     LOW_NODE=$(job_field "$low" NodeList)
     HIGH=$(submit_high "$LOW_NODE")
     note "high-priority job $HIGH arrives on $LOW_NODE, where job $low runs"
-    wait_file_line "$out" "every task saved: requeued job $low" 60
+    # a failed save says why (gpuckpt's and CRIU's lines), and the job runs on
+    wait_line "$out" "every task saved: requeued job $low\|the save failed" 60 ||
+        fail "'every task saved: requeued job $low' never appeared in $out in 60 s: $(tail_of "$out" 6)"
+    grep -q "the save failed" "$out" &&
+        fail "the save at preemption failed: $(grep -E '^(gpuckpt|  \()' "$out" | head -n 8)"
     SAVE_BYTES=$(du -scb "$SAVES/$low"/step*.run0 | tail -n 1 | cut -f1)
     SAVE_GPU=$(du -scb "$SAVES/$low"/step*.run0/gpu | tail -n 1 | cut -f1)
     SAVE_CRIU=$(du -scb "$SAVES/$low"/step*.run0/criu | tail -n 1 | cut -f1)
