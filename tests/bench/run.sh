@@ -75,6 +75,26 @@ fig() {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.4f", a / b; else print "nan" }'; }
 PARTS=" ${BENCH_PARTS:-free codec delta ckpt incr restore refill scale} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
+# start_detached OUT CMD... : CMD in the background, its output in OUT, its
+# pid in hp, but not as a job of this shell: `criu dump` kills what it dumps,
+# and bash would report each such job as "Killed" amid the bench's output.
+start_detached() {
+    local out=$1; shift
+    : >"$out"
+    ( "$@" >"$out" 2>&1 & echo $! >"$W/detached.pid" )
+    hp=$(cat "$W/detached.pid")
+    BG_PIDS+=("$hp")
+}
+# end_detached : kills $hp and waits until it is gone (a zombie of init's counts)
+end_detached() {
+    local i
+    kill -9 "$hp" 2>/dev/null
+    for i in $(seq 1 200); do
+        [ -e "/proc/$hp" ] || return 0
+        [ "$(cut -d' ' -f3 "/proc/$hp/stat" 2>/dev/null)" = Z ] && return 0
+        sleep 0.05
+    done
+}
 # wait_ready : the hold started last ($hp) has its bytes in place (or it died)
 wait_ready() { wait_line "$W/hold.out" ready 120 "$hp"; }
 now_s() { date +%s.%N; }
@@ -232,7 +252,7 @@ for rep in $(seq "$REPS"); do
     ck_once TCGPU_DEVICE_HELPERS=1 TCGPU_DEVICE_HASH=1
     ck_dh+=("$host")
     if is_root; then           # the baseline, interleaved
-        start_bg "$W/hold.out" setsid "$HOLD" host "$W/mix.bin" </dev/null; hp=$BG
+        start_detached "$W/hold.out" setsid "$HOLD" host "$W/mix.bin" </dev/null
         wait_ready || exit 1
         mkdir -p "$W/criu-$rep"
         t0=$(now_s)
@@ -244,7 +264,7 @@ for rep in $(seq "$REPS"); do
         else
             say "criu dump failed: $(tail -3 "$W/criu-$rep/dump.log")"
         fi
-        kill -9 "$hp" 2>/dev/null; wait "$hp" 2>/dev/null
+        end_detached
         rm -rf "$W/criu-$rep"
     fi
 done
