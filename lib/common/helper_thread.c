@@ -2,7 +2,6 @@
  * helper_thread.c - threads that are gone once joined (helper_thread.h).
  */
 #include <errno.h>
-#include <signal.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>

@@ -1,10 +1,13 @@
 /*
  * test_checkpoint.c - the driver checkpoint API from another process: the
  * state machine, wrong transitions, the lock timeout, device memory released
- * while checkpointed (seen through cuMemGetInfo here), restore OOM.
+ * while checkpointed (seen through cuMemGetInfo here) and its stream workers
+ * gone from /proc, restore OOM.
  */
 #include "procs.h"
 
+#include <dirent.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #define MiB (1ull << 20)
@@ -57,6 +60,26 @@ static CUprocessState state(pid_t pid)
 
     CHECK(cuCheckpointProcessGetState(pid, &s));
     return s;
+}
+
+/* Tasks of pid other than its main thread and its restore thread: its
+ * streams' workers, which a checkpoint parks (a checkpointed process holds
+ * no engine, and CRIU lists its threads next). */
+static int other_tasks(pid_t pid, int restore_tid)
+{
+    char path[64];
+    struct dirent *e;
+    DIR *d;
+    int n = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    if (!(d = opendir(path)))
+        return -1;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.' && atoi(e->d_name) != (int)pid && atoi(e->d_name) != restore_tid)
+            n++;
+    closedir(d);
+    return n;
 }
 
 static size_t used_now(void)
@@ -115,9 +138,11 @@ int main(int argc, char **argv)
     send_byte(c.to, 'V');
     CHECK_EQ(used_now(), 512 * MiB + 4096);
 
+    CHECK_TRUE(other_tasks(c.pid, tid) > 0);  /* its streams' workers */
     CHECK(cuCheckpointProcessCheckpoint(c.pid, NULL));
     CHECK_EQ(state(c.pid), CU_PROCESS_STATE_CHECKPOINTED);
     CHECK_EQ(used_now(), 0);            /* its device memory is released */
+    CHECK_EQ(other_tasks(c.pid, tid), 0);     /* and no engine thread is left */
     CHECK_RES(cuCheckpointProcessUnlock(c.pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
     CHECK_RES(cuCheckpointProcessCheckpoint(c.pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
     CHECK_RES(cuCheckpointProcessLock(c.pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
