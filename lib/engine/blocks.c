@@ -122,7 +122,7 @@ int pipe_hash_blocks(const struct pipe *p, struct piece *q, const uint8_t *src, 
     for (uint32_t b = 0; b < q->nblocks; b++) {
         size_t at = (size_t)b * p->block, n = q->len - at < p->block ? q->len - at : p->block;
 
-        q->bh[b] = devhash_host(src + at, n, NULL);
+        q->bh[b] = devhash_fast(src + at, n, NULL);
         XXH3_64bits_update(&st, src + at, n);
     }
     q->bh_valid = 1;

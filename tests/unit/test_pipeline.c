@@ -507,15 +507,38 @@ static int test_chain(void)
     return 0;
 }
 
+/* Scans every desc with the twin and checks its hashes and zero flags
+ * against the host reference; even entries are random bytes, odd ones zero. */
+static int check_twin_hashes(struct pdev *d, CUstream s, const struct pdev_desc *desc, size_t n,
+                             const uint8_t *h, CUdeviceptr dbuf, const char *form)
+{
+    struct pdev_result res[2 * 16];
+    char err[256];
+
+    REQUIRE(pdev_scan(d, s, desc, n, PDEV_SCAN_HASH, res, err, sizeof(err)) == 0, "scan: %s", err);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t nz;
+        uint64_t want = devhash_host(h + (desc[i].va - dbuf), desc[i].len, &nz);
+        REQUIRE(res[i].hash == want, "%s: chunk %zu (len %llu): device hash %#llx, host %#llx",
+                form, i, (unsigned long long)desc[i].len, (unsigned long long)res[i].hash,
+                (unsigned long long)want);
+        REQUIRE(res[i].nonzero == nz && nz == (i % 2 == 0), "%s: chunk %zu: nonzero %u", form, i,
+                res[i].nonzero);
+    }
+    return 0;
+}
+
 static int test_devhash(void)
 {
-    static const size_t lens[] = { 1, 7, 8, 15, 16, 17, 31, 4096, 65537, 4 * MiB };
+    /* around the vector form's eight pairs (128 bytes), and the usual sizes */
+    static const size_t lens[] = { 1, 7, 8, 15, 16, 17, 31, 127, 128, 129, 143, 4096, 65537,
+                                   4 * MiB - 1, 4 * MiB, 4 * MiB + 61 };
     struct pdev *d = NULL;
     CUstream s;
     CUdeviceptr dbuf;
     uint8_t *h = malloc(4 * MiB + 64);
-    struct pdev_desc desc[2 * 10];
-    struct pdev_result res[2 * 10];
+    struct pdev_desc desc[2 * 16];
+    struct pdev_result res[2 * 16];
     char err[256];
     size_t n = 0;
 
@@ -529,20 +552,19 @@ static int test_devhash(void)
         h[i] = (uint8_t)t_rand();
     memset(h + 3 * MiB, 0, MiB + 64);
     CU(TCGPU_REAL(cuMemcpyHtoD)(dbuf, h, 4 * MiB + 64));
-    for (size_t i = 0; i < 10; i++) {
-        desc[n++] = (struct pdev_desc){ dbuf + 3, lens[i] };           /* unaligned, random */
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        /* unaligned, random (the longest end in the zero tail: the buffer's end) */
+        desc[n++] = (struct pdev_desc){ dbuf + 3, lens[i] };
         desc[n++] = (struct pdev_desc){ dbuf + 3 * MiB, lens[i] < MiB ? lens[i] : MiB };
     }
-    REQUIRE(pdev_scan(d, s, desc, n, PDEV_SCAN_HASH, res, err, sizeof(err)) == 0, "scan: %s", err);
-    for (size_t i = 0; i < n; i++) {
-        uint32_t nz;
-        uint64_t want = devhash_host(h + (desc[i].va - dbuf), desc[i].len, &nz);
-        REQUIRE(res[i].hash == want, "chunk %zu (len %llu): device hash %#llx, host %#llx", i,
-              (unsigned long long)desc[i].len, (unsigned long long)res[i].hash,
-              (unsigned long long)want);
-        REQUIRE(res[i].nonzero == nz && nz == (i % 2 == 0), "chunk %zu: nonzero %u", i,
-              res[i].nonzero);
-    }
+    /* The twin's vector form where the host has one, then its scalar form. */
+    if (check_twin_hashes(d, s, desc, n, h, dbuf, "default"))
+        return 1;
+    setenv("TCGPU_SCAN_SCALAR", "1", 1);
+    int scalar_failed = check_twin_hashes(d, s, desc, n, h, dbuf, "scalar");
+    unsetenv("TCGPU_SCAN_SCALAR");
+    if (scalar_failed)
+        return 1;
     /* A single non-zero byte at the very end is seen; one bit flip changes the hash. */
     uint8_t one = 1;
     CU(TCGPU_REAL(cuMemcpyHtoD)(dbuf + 3 * MiB + 4095, &one, 1));
@@ -555,6 +577,20 @@ static int test_devhash(void)
         REQUIRE(z[0].nonzero == 1 && z[0].hash == 0, "zero-only scan: nonzero %u", z[0].nonzero);
     }
     REQUIRE(res[0].hash != devhash_host(h + 3 * MiB, 4096, NULL), "hash ignores a change");
+    /* The library's own fast form (the workers' block hashes) agrees too,
+     * at every alignment and around its 128-byte steps. */
+    for (size_t len = 0; len < 3000; len += len < 300 ? 1 : 97) {
+        for (size_t off = 0; off < 16; off += 5) {
+            uint32_t nz_fast = 2, nz_ref = 3;
+
+            REQUIRE(devhash_fast(h + off, len, &nz_fast) == devhash_host(h + off, len, &nz_ref) &&
+                        nz_fast == nz_ref,
+                    "devhash_fast (vector form %d) differs at length %zu, offset %zu",
+                    devhash_fast_is_vector(), len, off);
+        }
+    }
+    REQUIRE(devhash_fast(h + 3 * MiB, MiB, NULL) == devhash_host(h + 3 * MiB, MiB, NULL),
+            "devhash_fast differs on zeros");
     /* Known answer: pins the definition (devhash.h) across builds. */
     {
         uint8_t k[40];

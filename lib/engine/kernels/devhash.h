@@ -1,7 +1,8 @@
 /*
  * devhash.h - the device hash of a chunk: what the scan kernel computes on
- * the device (scan.cu), its simcuda twin (scan_sim.c) and the host reference
- * (tests), from this one definition.
+ * the device (scan.cu), its simcuda twin (scan_sim.c), the host reference
+ * (tests) and its vector form (devhash_fast: the twin, and the workers that
+ * hash blocks on the host), from this one definition.
  *
  * XXH3 is a sequential hash over stripes; a GPU wants a hash whose terms are
  * independent and combine by addition, so every thread can take its own
@@ -113,6 +114,120 @@ static inline uint64_t devhash_host(const void *p, size_t len, uint32_t *nonzero
     if (nonzero)
         *nonzero = any != 0;
     return devhash_final(sum, len);
+}
+#endif
+
+
+/*
+ * devhash_fast: devhash_host's value, eight pairs at a time with AVX-512F
+ * where the CPU has it: the same terms summed in another order, which the
+ * sum allows. The scalar form is bound by the core's one 64 x 64
+ * multiplier: it hashed 512 MiB in 130 ms where a load alone takes 37; the
+ * vector form, its 128-bit products made from 32-bit halves and a prefetch
+ * 4 KiB ahead (the hardware's alone left it at half the load speed), takes
+ * 60. Hosts: the scan kernel's simcuda twin, and the workers that hash the
+ * blocks of a full image for the next incremental one.
+ */
+#if !defined(__CUDACC__) && !defined(DEVHASH_NO_HOST) && defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define DEVHASH_AVX512 __attribute__((target("avx512f")))
+#define DEVHASH_PREFETCH 4096
+
+/* lo ^ hi of the 128-bit products of eight lanes; no carry is lost in `mid`:
+ * p01 plus two 32-bit values is at most 2^64 - 1. */
+DEVHASH_AVX512 static inline __m512i devhash_mul_fold8(__m512i x, __m512i y)
+{
+    const __m512i m32 = _mm512_set1_epi64(0xffffffffll);
+    __m512i xh = _mm512_srli_epi64(x, 32), yh = _mm512_srli_epi64(y, 32);
+    __m512i p00 = _mm512_mul_epu32(x, y), p01 = _mm512_mul_epu32(x, yh);
+    __m512i p10 = _mm512_mul_epu32(xh, y), p11 = _mm512_mul_epu32(xh, yh);
+    __m512i mid = _mm512_add_epi64(_mm512_add_epi64(p01, _mm512_srli_epi64(p00, 32)),
+                                   _mm512_and_si512(p10, m32));
+    __m512i lo = _mm512_or_si512(_mm512_slli_epi64(mid, 32), _mm512_and_si512(p00, m32));
+    __m512i hi = _mm512_add_epi64(_mm512_add_epi64(p11, _mm512_srli_epi64(mid, 32)),
+                                  _mm512_srli_epi64(p10, 32));
+
+    return _mm512_xor_si512(lo, hi);
+}
+
+DEVHASH_AVX512 static inline uint64_t devhash_avx512(const void *p, size_t len, uint32_t *nonzero)
+{
+    /* after the unpacks, lane i holds pair ord[i] of the eight */
+    static const unsigned ord[8] = { 0, 4, 1, 5, 2, 6, 3, 7 };
+    const uint8_t *b = (const uint8_t *)p;
+    const __m512i step_a = _mm512_set1_epi64((long long)(8 * DEVHASH_K2));
+    const __m512i step_c = _mm512_set1_epi64((long long)(8 * DEVHASH_K4));
+    size_t pairs = len / 16, j = 0;
+    uint64_t ka[8], kc[8], sum, any;
+    __m512i va, vc, vsum = _mm512_setzero_si512(), vany = _mm512_setzero_si512();
+
+    for (int i = 0; i < 8; i++) {
+        ka[i] = DEVHASH_K1 + ord[i] * DEVHASH_K2;
+        kc[i] = DEVHASH_K3 + ord[i] * DEVHASH_K4;
+    }
+    va = _mm512_loadu_si512(ka);
+    vc = _mm512_loadu_si512(kc);
+    for (; j + 8 <= pairs; j += 8) {
+        const uint8_t *at = b + 16 * j;
+        __m512i v0, v1, a, c, t;
+
+        _mm_prefetch((const char *)at + DEVHASH_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)at + DEVHASH_PREFETCH + 64, _MM_HINT_T0);
+        v0 = _mm512_loadu_si512(at);
+        v1 = _mm512_loadu_si512(at + 64);
+        a = _mm512_unpacklo_epi64(v0, v1);
+        c = _mm512_unpackhi_epi64(v0, v1);
+        t = devhash_mul_fold8(_mm512_xor_si512(a, va), _mm512_xor_si512(c, vc));
+        t = _mm512_add_epi64(t, _mm512_xor_si512(a, _mm512_rol_epi64(c, 29)));
+        vsum = _mm512_add_epi64(vsum, t);
+        vany = _mm512_or_si512(vany, _mm512_or_si512(v0, v1));
+        va = _mm512_add_epi64(va, step_a);
+        vc = _mm512_add_epi64(vc, step_c);
+    }
+    sum = (uint64_t)_mm512_reduce_add_epi64(vsum);
+    any = (uint64_t)_mm512_reduce_or_epi64(vany);
+    for (; j < pairs; j++) {
+        uint64_t x, y;
+        __builtin_memcpy(&x, b + 16 * j, 8);
+        __builtin_memcpy(&y, b + 16 * j + 8, 8);
+        any |= x | y;
+        sum += devhash_term(j, x, y);
+    }
+    if (len % 16) {
+        size_t rest = len - 16 * pairs;
+        uint64_t x = devhash_load(b + 16 * pairs, rest);
+        uint64_t y = rest > 8 ? devhash_load(b + 16 * pairs + 8, rest - 8) : 0;
+
+        any |= x | y;
+        sum += devhash_term(j, x, y);
+    }
+    if (nonzero)
+        *nonzero = any != 0;
+    return devhash_final(sum, len);
+}
+
+/* Whether devhash_fast takes the vector form here. */
+static inline int devhash_fast_is_vector(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+}
+
+static inline uint64_t devhash_fast(const void *p, size_t len, uint32_t *nonzero)
+{
+    return devhash_fast_is_vector() ? devhash_avx512(p, len, nonzero)
+                                    : devhash_host(p, len, nonzero);
+}
+#elif !defined(__CUDA_ARCH__) && !defined(DEVHASH_NO_HOST)
+static inline int devhash_fast_is_vector(void)
+{
+    return 0;
+}
+
+static inline uint64_t devhash_fast(const void *p, size_t len, uint32_t *nonzero)
+{
+    return devhash_host(p, len, nonzero);
 }
 #endif
 

@@ -43,6 +43,7 @@ struct share {
     const struct scan_desc *d;
     struct scan_result *out;
     uint32_t from, to, flags;
+    int wide;                     /* devhash_fast, else the scalar reference */
     uint64_t cpu_ns;              /* its thread's CPU time, when it ran on one of its own */
 };
 
@@ -52,7 +53,8 @@ static void scan_range(struct share *s)
         uint32_t nz = 0;
 
         if (s->flags & 1) {
-            s->out[i].hash = devhash_host(s->views[i], (size_t)s->d[i].len, &nz);
+            s->out[i].hash = s->wide ? devhash_fast(s->views[i], (size_t)s->d[i].len, &nz)
+                                     : devhash_host(s->views[i], (size_t)s->d[i].len, &nz);
         } else {
             s->out[i].hash = 0;
             nz = any_nonzero(s->views[i], (size_t)s->d[i].len);
@@ -105,6 +107,7 @@ SIMCUDA_KERNEL(tcgpu_scan)
     pthread_t th[8];
     unsigned nt, started = 0;
     uint64_t bytes = 0;
+    int wide = !getenv("TCGPU_SCAN_SCALAR");
 
     if (!d || !out || !views) {
         free(views);
@@ -120,7 +123,7 @@ SIMCUDA_KERNEL(tcgpu_scan)
     nt = threads_for(bytes);
     for (unsigned t = 0; t < nt; t++)
         sh[t] = (struct share){ views, d, out, (uint32_t)((uint64_t)n * t / nt),
-                                (uint32_t)((uint64_t)n * (t + 1) / nt), flags, 0 };
+                                (uint32_t)((uint64_t)n * (t + 1) / nt), flags, wide, 0 };
     while (started + 1 < nt && pthread_create(&th[started], NULL, scan_share, &sh[started]) == 0)
         started++;
     for (unsigned t = started; t < nt; t++)   /* this thread takes the rest */
