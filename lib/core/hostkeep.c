@@ -82,6 +82,31 @@ static int memory_short(uint64_t *avail, uint64_t *floor)
     return *avail && *avail < *floor;
 }
 
+/*
+ * Whether memory is getting short: less than twice the floor available.
+ * From there a burst may cross the floor within a poll, so the kept pages
+ * are handed to the kernel (pipe_store_make_reclaimable) to take at once if
+ * it needs them; above it they stay plain, and the next suspend writes them
+ * at a memcpy's speed.
+ */
+static int memory_tight(uint64_t avail, uint64_t floor)
+{
+    return avail && avail / 2 < floor;
+}
+
+/* Marks the kept store reclaimable when memory is tight; mu held. */
+static void reclaimable_if_tight(uint64_t avail, uint64_t floor)
+{
+    char a[32], f[32];
+
+    if (!kept_store || pipe_store_is_reclaimable(kept_store) || !memory_tight(avail, floor))
+        return;
+    pipe_store_make_reclaimable(kept_store);
+    log_debug("the host memory kept for the next suspend is the kernel's to take (MADV_FREE): "
+              "memory available %s, under twice %s", units_format_bytes(avail, a, sizeof(a)),
+              units_format_bytes(floor, f, sizeof(f)));
+}
+
 /* After a fork the kept objects are the parent's (its threads are not
  * here): forgotten, not freed (their driver state is not the child's). */
 static void check_owner(void)
@@ -130,8 +155,9 @@ static unsigned poll_ms(void)
     return n >= 10 && n <= 60000 ? (unsigned)n : DEFAULT_POLL_MS;
 }
 
-/* Releases what is kept when the machine is short of memory; mu held,
- * dropped while /proc/meminfo is read and while releasing. */
+/* Releases what is kept when the machine is short of memory, and makes it
+ * reclaimable when memory is tight; mu held, dropped while /proc/meminfo is
+ * read and while releasing. */
 static void release_if_short(void)
 {
     uint64_t avail, floor;
@@ -146,6 +172,8 @@ static void release_if_short(void)
         hostkeep_release(why);
     }
     pthread_mutex_lock(&mu);
+    if (!is_short)
+        reclaimable_if_tight(avail, floor);
 }
 
 /* Watches the machine's available memory while anything is kept, and waits
@@ -242,6 +270,7 @@ void hostkeep_offer_store(struct pipe_store *s)
     check_owner();
     pipe_store_free(kept_store);   /* none: take and offer alternate */
     kept_store = s;
+    reclaimable_if_tight(avail, floor);
     ensure_monitor();
     pthread_mutex_unlock(&mu);
     log_debug("keeping %s of host memory for the next suspend",

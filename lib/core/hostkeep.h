@@ -14,8 +14,10 @@
  *                             least 256 MiB); checked by a thread of its own
  *                             every TCGPU_HOST_KEEP_POLL_MS (250) while
  *                             anything is kept
- * Besides, the store's pages are MADV_FREE while kept: the kernel reclaims
- * them first when memory runs short, whoever asks.
+ * Besides, once available memory is under twice that floor the store's
+ * pages are MADV_FREE (at the offer, or at the poll that sees it): the
+ * kernel reclaims them first when memory runs short, whoever asks. Not
+ * before: the next suspend's copy into MADV_FREE pages took twice as long.
  *
  * Ownership moves: *_take hands the kept object to the caller (NULL when
  * there is none), *_offer takes it back (or frees it when it does not fit).

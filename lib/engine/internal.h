@@ -85,6 +85,7 @@ struct pipe_store {
     CUcontext reg_ctx;
     int reused;                   /* the arena came from an emptied store */
     int faulted;                  /* its pages are in (fault_in_parallel) */
+    int reclaimable;              /* emptied and MADV_FREE (pipe_store_make_reclaimable) */
     /* background compression */
     struct helper_thread *th;
     unsigned nth;

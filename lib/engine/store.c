@@ -6,10 +6,11 @@
  * A store's bytes live in one *arena*: an anonymous mapping with transparent
  * huge pages (unless the guest reports free pages to its hypervisor:
  * arena_wants_thp), each extent at a 4 KiB-aligned place in it. The arena can
- * outlive the store's contents (pipe_store_empty): its pages are marked
- * MADV_FREE, so the kernel takes them back whenever memory runs short, and
- * those it did not take are written again without a fault or a page of
- * zeroing by the next drain that reuses the arena (pipe_drain_host_reuse).
+ * outlive the store's contents (pipe_store_empty): its pages are written
+ * again without a fault or a page of zeroing by the next drain that reuses
+ * the arena (pipe_drain_host_reuse), and when memory grows short they are
+ * marked MADV_FREE (pipe_store_make_reclaimable), so the kernel takes them
+ * back before it would swap or kill anything.
  * docs/engine.md ("Warm host store") explains why: fresh pages cost more
  * than the copy itself.
  *
@@ -245,11 +246,22 @@ void pipe_store_free(struct pipe_store *s)
 uint64_t pipe_store_empty(struct pipe_store *s)
 {
     store_clear(s);
-    /* The contents are garbage now: the kernel may take the pages back
-     * under memory pressure instead of swapping anything. */
-    if (s->mem)
-        madvise(s->mem, s->cap, MADV_FREE);
     return s->cap;
+}
+
+void pipe_store_make_reclaimable(struct pipe_store *s)
+{
+    if (!s || !s->mem || s->reclaimable)
+        return;
+    /* The contents are garbage: pages the kernel takes read as zero, and
+     * the next drain writes every page it keeps. */
+    if (madvise(s->mem, s->cap, MADV_FREE) == 0)
+        s->reclaimable = 1;
+}
+
+int pipe_store_is_reclaimable(const struct pipe_store *s)
+{
+    return s && s->reclaimable;
 }
 
 uint64_t pipe_store_kept_bytes(const struct pipe_store *s)
@@ -308,6 +320,7 @@ int pipe_store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pi
         return -ENOMEM;
     }
     s->reused = spare != NULL;
+    s->reclaimable = 0;           /* the drain writes its pages now */
     store_place(s, e, n);
     *out = s;
     return 0;

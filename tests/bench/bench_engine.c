@@ -236,16 +236,17 @@ static struct pipe *pipe_with(int no_helpers)
     return p;
 }
 
-enum { F_FRESH, F_WARM, F_FIRST, F_AGAIN, F_TWIN, F_STEPS };
+enum { F_FRESH, F_WARM, F_FIRST, F_AGAIN, F_TIGHT, F_TWIN, F_STEPS };
 
 /*
- * Time to free `bytes` at d, REPS rounds of five steps in an order that
+ * Time to free `bytes` at d, REPS rounds of six steps in an order that
  * rotates from round to round (so no step always runs right after a large
  * free): a program's cuMemcpyDtoH into fresh malloc'ed memory and into a
  * warm buffer; the suspend's drain into a fresh store (the first suspend)
- * and into the kept store of an earlier one (every later suspend); the
- * drain with the simcuda twin of the device helpers (zero chunks not
- * copied). On simcuda the default drain loads no helpers: "default" and
+ * and into the kept store of an earlier one (every later suspend), also
+ * when that store was made reclaimable (MADV_FREE, as when memory is
+ * tight); the drain with the simcuda twin of the device helpers (zero
+ * chunks not copied). On simcuda the default drain loads no helpers: "default" and
  * "no helpers" are the same code.
  */
 static void bench_free_one(const char *name, CUdeviceptr d, size_t bytes)
@@ -286,6 +287,11 @@ static void bench_free_one(const char *name, CUdeviceptr d, size_t bytes)
                 pipe_store_free(s);
                 break;
             case F_AGAIN:
+            case F_TIGHT:
+                if (step == F_TIGHT) {
+                    pipe_store_make_reclaimable(spare);
+                    t = now();
+                }
                 if (pipe_drain_host_reuse(p, &e, 1, spare, &s))
                     die(pipe_error(p));
                 t_[step][r] = now() - t;
@@ -302,11 +308,13 @@ static void bench_free_one(const char *name, CUdeviceptr d, size_t bytes)
         msr(t_[k], REPS, b[k], sizeof(b[k]));
     }
     printf("free %s %zu MiB: cuMemcpyDtoH into fresh memory %s, into warm memory %s; drain into "
-           "a fresh store (first suspend) %s, into the kept store (later suspends) %s, with the "
-           "simcuda twin scan %s (default = no helpers on simcuda)\n", name, bytes >> 20,
-           b[F_FRESH], b[F_WARM], b[F_FIRST], b[F_AGAIN], b[F_TWIN]);
+           "a fresh store (first suspend) %s, into the kept store (later suspends) %s, into it "
+           "made reclaimable (MADV_FREE: memory tight) %s, with the simcuda twin scan %s "
+           "(default = no helpers on simcuda)\n", name, bytes >> 20,
+           b[F_FRESH], b[F_WARM], b[F_FIRST], b[F_AGAIN], b[F_TIGHT], b[F_TWIN]);
     printf("free_first_vs_memcpy_fresh_%s %.3f\n", name, m[F_FIRST] / m[F_FRESH]);
     printf("free_again_vs_memcpy_warm_%s %.3f\n", name, m[F_AGAIN] / m[F_WARM]);
+    printf("free_again_reclaimable_vs_memcpy_warm_%s %.3f\n", name, m[F_TIGHT] / m[F_WARM]);
     printf("free_twin_vs_default_%s %.3f\n", name, m[F_TWIN] / m[F_FIRST]);
     pipe_store_free(spare);
     pipe_free(p);

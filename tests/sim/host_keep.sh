@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The host memory a suspend copies into is kept for the next one
 # (docs/engine.md, "Warm host store"): a job suspended and resumed twice
-# copies into the pages of the first suspend the second time (they are
-# MADV_FREE while kept: LazyFree in smaps_rollup); memory pressure (the
-# machine's available memory below TCGPU_HOST_KEEP_MIN_FREE) releases them
-# within a poll; a budget smaller than the store keeps nothing. The second
+# copies into the pages of the first suspend the second time; while memory
+# is plentiful they stay plain pages (no LazyFree in smaps_rollup: MADV_FREE
+# would cost the next copy), once it is tight (available under twice
+# TCGPU_HOST_KEEP_MIN_FREE) they are MADV_FREE, the kernel's to take; memory
+# pressure (available below TCGPU_HOST_KEEP_MIN_FREE) releases them within
+# a poll; a budget smaller than the store keeps nothing. The second
 # job's final checksum equals an uninterrupted run's (the first runs until
 # the test kills it: a slow machine must not end it before the pressure).
 # The monitor thread outlives the release, among the threads status lists.
@@ -40,12 +42,30 @@ pid=$BG
 # The same job beside it, with a budget smaller than its store (checked below).
 TCGPU_LOG=debug TCGPU_HOST_KEEP=64M start_bg "$WORK/small.out" "$GPUCKPT" run -- "$TRAIN" "${args[@]}" --sleep-ms 30
 small=$BG
+# And one with the default floor, which this machine's memory is far above
+# (checked below): its kept pages stay plain.
+TCGPU_LOG=debug start_bg "$WORK/plain.out" "$GPUCKPT" run -- "$TRAIN" "${args[@]}" --sleep-ms 30
+plain=$BG
 wait_for_socket "$pid"
 wait_for_line "$WORK/run.out" '^step'
 wait_for_socket "$small"
 wait_for_line "$WORK/small.out" '^step'
 cycle "$small"
 cycle "$small"
+wait_for_socket "$plain"
+wait_for_line "$WORK/plain.out" '^step'
+cycle "$plain"
+total_kb=$(awk '$1 == "MemTotal:" { print $2 }' /proc/meminfo)
+default_floor_kb=$(( total_kb / 20 > (256 << 10) ? total_kb / 20 : (256 << 10) ))
+if [ "$(avail_kb)" -gt $((4 * default_floor_kb)) ]; then
+    lf=$(lazyfree_kb "$plain")
+    [ "$lf" -lt $((16 << 10)) ] ||
+        fail "with $(( $(avail_kb) >> 10 )) MiB available the kept store is MADV_FREE (${lf} kB LazyFree): the next suspend pays for it"
+    grep -q 'kernel.s to take' "$WORK/plain.out" && fail "plentiful memory, yet: $(grep 'kernel.s to take' "$WORK/plain.out")"
+fi
+cycle "$plain"
+[ "$(grep -c 'into the pages kept from the last suspend' "$WORK/plain.out")" -eq 1 ] ||
+    fail "the default job's second suspend did not copy into the kept pages: $(grep 'host copy' "$WORK/plain.out")"
 
 # others_pressed : whether the kept pages went because the machine's
 # memory fell below the floor before the hog (other processes' doing, not
@@ -62,8 +82,10 @@ others_pressed() {
 cycle "$pid"
 grep -q 'host copy .* into fresh host memory' "$WORK/run.out" || fail "first suspend: no fresh store logged"
 others_pressed && exit 77
+# Its floor is 2 GiB under what was available: under half of it, tight.
 lf=$(lazyfree_kb "$pid")
-[ "$lf" -gt $((100 << 10)) ] || fail "after the resume only ${lf} kB are kept (LazyFree), want the store's ~128 MiB"
+[ "$lf" -gt $((100 << 10)) ] || fail "memory tight, yet only ${lf} kB of the kept store are MADV_FREE (LazyFree), want the store's ~128 MiB"
+grep -q 'kernel.s to take (MADV_FREE)' "$WORK/run.out" || fail "no 'the kernel's to take' logged with memory tight"
 cycle "$pid"
 others_pressed && exit 77
 [ "$(grep -c 'into the pages kept from the last suspend' "$WORK/run.out")" -eq 1 ] ||
@@ -101,6 +123,8 @@ cycle "$pid"
     fail "after the release the suspend should copy into fresh memory: $(grep 'host copy' "$WORK/run.out")"
 [ "$(service_threads)" = "$listed" ] || fail "the service threads changed over a suspend and resume: $listed, now $(service_threads)"
 kill "$pid"
+
+finish "$plain" "$WORK/plain.out"
 
 # --- a budget smaller than the store keeps nothing ---------------------------------------
 [ "$(grep -c 'into fresh host memory' "$WORK/small.out")" -eq 2 ] ||

@@ -674,10 +674,17 @@ static int test_reuse(void)
             (unsigned long long)st.raw_bytes);
     REQUIRE(pipe_store_bytes(s) == 0, "an emptied store holds %llu bytes",
             (unsigned long long)pipe_store_bytes(s));
-    /* The program ran on: new contents, drained into the same pages. */
+    /* Plain pages while kept; reclaimable (MADV_FREE) only when asked, once. */
+    REQUIRE(!pipe_store_is_reclaimable(s), "an emptied store is reclaimable by itself");
+    pipe_store_make_reclaimable(s);
+    REQUIRE(pipe_store_is_reclaimable(s), "pipe_store_make_reclaimable did nothing");
+    pipe_store_make_reclaimable(s);
+    /* The program ran on: new contents, drained into the same pages (the
+     * ones the kernel may have taken read as zero and are written too). */
     if (touch(3, 12345) || touch(4, 4 * MiB + 7))
         return 1;
     REQUIRE(pipe_drain_host_reuse(p, e, n, s, &again) == 0, "drain: %s", pipe_error(p));
+    REQUIRE(!pipe_store_is_reclaimable(again), "a store drained into is still reclaimable");
     pipe_get_stats(p, &st);
     REQUIRE(again == s && st.store_reused, "the spare's arena was not reused");
     REQUIRE(pipe_store_kept_bytes(again) == kept, "arena %llu bytes, was %llu",
