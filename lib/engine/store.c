@@ -254,7 +254,8 @@ void pipe_store_make_reclaimable(struct pipe_store *s)
     if (!s || !s->mem || s->reclaimable)
         return;
     /* The contents are garbage: pages the kernel takes read as zero, and
-     * the next drain writes every page it keeps. */
+     * the next drain writes those of every chunk it keeps (a zero chunk's
+     * are never read: a refill clears it on the device). */
     if (madvise(s->mem, s->cap, MADV_FREE) == 0)
         s->reclaimable = 1;
 }
