@@ -89,28 +89,36 @@ DEVHASH_QUAL uint64_t devhash_load(const uint8_t *p, size_t avail)
 }
 
 #if !defined(__CUDA_ARCH__) && !defined(DEVHASH_NO_HOST)
-/* The host reference: H of len bytes at p (any alignment), and whether all
- * are zero (*nonzero = 0). Assumes a little-endian host. */
-static inline uint64_t devhash_host(const void *p, size_t len, uint32_t *nonzero)
+/* Adds the terms of pairs j.. of the len bytes at b (the last pair padded
+ * with zeros) to *sum, and ORs their words into *any. Little-endian host. */
+static inline void devhash_add_pairs(const uint8_t *b, size_t len, size_t j, uint64_t *sum,
+                                     uint64_t *any)
 {
-    const uint8_t *b = (const uint8_t *)p;
-    size_t full = len / 16, j;
-    uint64_t sum = 0, any = 0;
+    size_t full = len / 16;
 
-    for (j = 0; j < full; j++) {
+    for (; j < full; j++) {
         uint64_t a, c;
         __builtin_memcpy(&a, b + 16 * j, 8);
         __builtin_memcpy(&c, b + 16 * j + 8, 8);
-        any |= a | c;
-        sum += devhash_term(j, a, c);
+        *any |= a | c;
+        *sum += devhash_term(j, a, c);
     }
     if (len % 16) {
         size_t at = 16 * full, rest = len - at;
         uint64_t a = devhash_load(b + at, rest);
         uint64_t c = rest > 8 ? devhash_load(b + at + 8, rest - 8) : 0;
-        any |= a | c;
-        sum += devhash_term(j, a, c);
+        *any |= a | c;
+        *sum += devhash_term(j, a, c);
     }
+}
+
+/* The host reference: H of len bytes at p (any alignment), and whether all
+ * are zero (*nonzero = 0). */
+static inline uint64_t devhash_host(const void *p, size_t len, uint32_t *nonzero)
+{
+    uint64_t sum = 0, any = 0;
+
+    devhash_add_pairs((const uint8_t *)p, len, 0, &sum, &any);
     if (nonzero)
         *nonzero = any != 0;
     return devhash_final(sum, len);
@@ -187,21 +195,7 @@ DEVHASH_AVX512 static inline uint64_t devhash_avx512(const void *p, size_t len, 
     }
     sum = (uint64_t)_mm512_reduce_add_epi64(vsum);
     any = (uint64_t)_mm512_reduce_or_epi64(vany);
-    for (; j < pairs; j++) {
-        uint64_t x, y;
-        __builtin_memcpy(&x, b + 16 * j, 8);
-        __builtin_memcpy(&y, b + 16 * j + 8, 8);
-        any |= x | y;
-        sum += devhash_term(j, x, y);
-    }
-    if (len % 16) {
-        size_t rest = len - 16 * pairs;
-        uint64_t x = devhash_load(b + 16 * pairs, rest);
-        uint64_t y = rest > 8 ? devhash_load(b + 16 * pairs + 8, rest - 8) : 0;
-
-        any |= x | y;
-        sum += devhash_term(j, x, y);
-    }
+    devhash_add_pairs(b, len, j, &sum, &any);   /* the last < 8 pairs */
     if (nonzero)
         *nonzero = any != 0;
     return devhash_final(sum, len);
