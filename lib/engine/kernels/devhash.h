@@ -125,7 +125,6 @@ static inline uint64_t devhash_host(const void *p, size_t len, uint32_t *nonzero
 }
 #endif
 
-
 /*
  * devhash_fast: devhash_host's value, eight pairs at a time with AVX-512F
  * where the CPU has it: the same terms summed in another order, which the
