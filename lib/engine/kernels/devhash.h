@@ -192,8 +192,15 @@ DEVHASH_AVX512 static inline uint64_t devhash_avx512(const void *p, size_t len, 
         va = _mm512_add_epi64(va, step_a);
         vc = _mm512_add_epi64(vc, step_c);
     }
-    sum = (uint64_t)_mm512_reduce_add_epi64(vsum);
-    any = (uint64_t)_mm512_reduce_or_epi64(vany);
+    /* lanes added as unsigned words (the intrinsic _mm512_reduce_add_epi64
+     * adds signed ones, whose wrap-around is undefined) */
+    _mm512_storeu_si512(ka, vsum);
+    _mm512_storeu_si512(kc, vany);
+    sum = any = 0;
+    for (int i = 0; i < 8; i++) {
+        sum += ka[i];
+        any |= kc[i];
+    }
     devhash_add_pairs(b, len, j, &sum, &any);   /* the last < 8 pairs */
     if (nonzero)
         *nonzero = any != 0;
