@@ -166,7 +166,7 @@ DEVHASH_AVX512 static inline uint64_t devhash_avx512(const void *p, size_t len, 
     const __m512i step_a = _mm512_set1_epi64((long long)(8 * DEVHASH_K2));
     const __m512i step_c = _mm512_set1_epi64((long long)(8 * DEVHASH_K4));
     size_t pairs = len / 16, j = 0;
-    uint64_t ka[8], kc[8], sum, any;
+    uint64_t ka[8], kc[8], lane_sum[8], lane_any[8], sum = 0, any = 0;
     __m512i va, vc, vsum = _mm512_setzero_si512(), vany = _mm512_setzero_si512();
 
     for (int i = 0; i < 8; i++) {
@@ -194,12 +194,11 @@ DEVHASH_AVX512 static inline uint64_t devhash_avx512(const void *p, size_t len, 
     }
     /* lanes added as unsigned words (the intrinsic _mm512_reduce_add_epi64
      * adds signed ones, whose wrap-around is undefined) */
-    _mm512_storeu_si512(ka, vsum);
-    _mm512_storeu_si512(kc, vany);
-    sum = any = 0;
+    _mm512_storeu_si512(lane_sum, vsum);
+    _mm512_storeu_si512(lane_any, vany);
     for (int i = 0; i < 8; i++) {
-        sum += ka[i];
-        any |= kc[i];
+        sum += lane_sum[i];
+        any |= lane_any[i];
     }
     devhash_add_pairs(b, len, j, &sum, &any);   /* the last < 8 pairs */
     if (nonzero)
