@@ -43,6 +43,22 @@ int image_dir_replaceable(const char *path);
 
 uint64_t image_xxh64(const void *p, size_t len);
 
+/* The n low bytes at p as a little-endian number (n <= 8), and back. */
+static inline uint64_t le_load(const uint8_t *p, unsigned n)
+{
+    uint64_t v = 0;
+
+    for (unsigned b = 0; b < n; b++)
+        v |= (uint64_t)p[b] << (8 * b);
+    return v;
+}
+
+static inline void le_store(uint8_t *p, uint64_t v, unsigned n)
+{
+    for (unsigned b = 0; b < n; b++)
+        p[b] = (uint8_t)(v >> (8 * b));
+}
+
 struct stat;
 /* Opens `name` in the directory dfd for reading without blocking and
  * without following a link, only when it is a regular file (a FIFO named

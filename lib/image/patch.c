@@ -11,22 +11,8 @@
 #include <string.h>
 
 #include "codec.h"
+#include "internal.h"
 #include "common/xxh.h"
-
-static void put_le(uint8_t *p, uint64_t v, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, unsigned n)
-{
-    uint64_t v = 0;
-
-    for (unsigned i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 /* dst = a ^ b over n bytes, eight at a time (the compiler vectorises it). */
 static void xor_bytes(uint8_t *dst, const uint8_t *a, const uint8_t *b, size_t n)
@@ -87,8 +73,8 @@ int codec_patch_encode(struct codec_ctx *ctx, const struct codec_patch *pt, enum
     for (uint32_t i = 0; i < pt->k; i++) {
         size_t n = block_len(pt->idx[i], pt->block_size, pt->raw_len);
 
-        put_le(meta + 4 * i, pt->idx[i], 4);
-        put_le(meta + 4 * pt->k + 8 * i, XXH3_64bits(pt->blocks + at, n), 8);
+        le_store(meta + 4 * i, pt->idx[i], 4);
+        le_store(meta + 4 * pt->k + 8 * i, XXH3_64bits(pt->blocks + at, n), 8);
         if (pt->base) {           /* XOR with the base's bytes of the same block */
             const uint8_t *b = pt->base + (size_t)pt->idx[i] * pt->block_size;
 
@@ -104,13 +90,13 @@ int codec_patch_encode(struct codec_ctx *ctx, const struct codec_patch *pt, enum
         return rc;
     if (o.codec == TCGPU_CODEC_RAW)
         memcpy(d + TCGPU_PATCH_HDR_LEN + meta_len, o.data, o.stored_len);
-    put_le(d, pt->block_size, 4);
-    put_le(d + 4, pt->k, 4);
+    le_store(d, pt->block_size, 4);
+    le_store(d + 4, pt->k, 4);
     d[8] = pt->base ? TCGPU_PATCH_XOR : TCGPU_PATCH_NEW;
     d[9] = o.codec;
-    put_le(d + 10, 0, 2);
-    put_le(d + 12, o.stored_len, 4);
-    put_le(d + 16, pt->base_csum, 8);
+    le_store(d + 10, 0, 2);
+    le_store(d + 12, o.stored_len, 4);
+    le_store(d + 16, pt->base_csum, 8);
     *stored_len = TCGPU_PATCH_HDR_LEN + meta_len + o.stored_len;
     *raw_csum = XXH3_64bits(d + 16, 8 + meta_len);
     return 0;
@@ -120,7 +106,7 @@ int codec_patch_base_csum(const void *stored, size_t stored_len, uint64_t *base_
 {
     if (stored_len < TCGPU_PATCH_HDR_LEN)
         return -EBADMSG;
-    *base_csum = get_le((const uint8_t *)stored + 16, 8);
+    *base_csum = le_load((const uint8_t *)stored + 16, 8);
     return 0;
 }
 
@@ -133,10 +119,10 @@ static int parse_header(const uint8_t *s, size_t stored_len, size_t raw_len, uin
 
     if (stored_len < TCGPU_PATCH_HDR_LEN)
         return -EBADMSG;
-    *bs = (uint32_t)get_le(s, 4);
-    *k = (uint32_t)get_le(s + 4, 4);
-    inner = (uint32_t)get_le(s + 12, 4);
-    if (!block_size_ok(*bs) || s[8] > TCGPU_PATCH_XOR || get_le(s + 10, 2) ||
+    *bs = (uint32_t)le_load(s, 4);
+    *k = (uint32_t)le_load(s + 4, 4);
+    inner = (uint32_t)le_load(s + 12, 4);
+    if (!block_size_ok(*bs) || s[8] > TCGPU_PATCH_XOR || le_load(s + 10, 2) ||
         (s[9] != TCGPU_CODEC_ZERO && s[9] != TCGPU_CODEC_RAW && s[9] != TCGPU_CODEC_ZSTD &&
          s[9] != TCGPU_CODEC_BYTEGROUP))
         return -EBADMSG;
@@ -148,9 +134,9 @@ static int parse_header(const uint8_t *s, size_t stored_len, size_t raw_len, uin
         return -EBADMSG;
     *blocks_len = 0;
     for (uint32_t i = 0; i < *k; i++) {
-        uint32_t idx = (uint32_t)get_le(s + TCGPU_PATCH_HDR_LEN + 4 * i, 4);
+        uint32_t idx = (uint32_t)le_load(s + TCGPU_PATCH_HDR_LEN + 4 * i, 4);
 
-        if (idx >= nblocks || (i && idx <= get_le(s + TCGPU_PATCH_HDR_LEN + 4 * (i - 1), 4)))
+        if (idx >= nblocks || (i && idx <= le_load(s + TCGPU_PATCH_HDR_LEN + 4 * (i - 1), 4)))
             return -EBADMSG;
         *blocks_len += block_len(idx, *bs, raw_len);
     }
@@ -170,9 +156,9 @@ int codec_patch_apply(struct codec_ctx *ctx, const void *stored, size_t stored_l
         return rc;
     if (!(blocks = malloc(len ? len : 1)))
         return -ENOMEM;
-    rc = codec_decode(ctx, s[9], meta + 12u * (size_t)k, get_le(s + 12, 4), blocks, len);
+    rc = codec_decode(ctx, s[9], meta + 12u * (size_t)k, le_load(s + 12, 4), blocks, len);
     for (uint32_t i = 0; i < k && rc == 0; i++) {
-        uint32_t idx = (uint32_t)get_le(meta + 4 * i, 4);
+        uint32_t idx = (uint32_t)le_load(meta + 4 * i, 4);
         size_t n = block_len(idx, bs, raw_len);
         uint8_t *b = d + (size_t)idx * bs;
 
@@ -180,7 +166,7 @@ int codec_patch_apply(struct codec_ctx *ctx, const void *stored, size_t stored_l
             xor_bytes(b, b, blocks + at, n);
         else
             memcpy(b, blocks + at, n);
-        if (XXH3_64bits(b, n) != get_le(meta + 4 * k + 8 * i, 8))
+        if (XXH3_64bits(b, n) != le_load(meta + 4 * k + 8 * i, 8))
             rc = -EBADMSG;
         at += n;
     }

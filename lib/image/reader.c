@@ -107,12 +107,11 @@ static int cur_need(struct cur *c, size_t n)
 
 static uint64_t cur_int(struct cur *c, unsigned n)
 {
-    uint64_t v = 0;
+    uint64_t v;
 
     if (!cur_need(c, n))
         return 0;
-    for (unsigned i = 0; i < n; i++)
-        v |= (uint64_t)c->p[c->off + i] << (8 * i);
+    v = le_load(c->p + c->off, n);
     c->off += n;
     return v;
 }

@@ -88,12 +88,6 @@ static void mb_put(struct mbuf *b, const void *src, size_t n)
     b->len += n;
 }
 
-static void le_store(uint8_t *p, uint64_t v, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static void mb_int(struct mbuf *b, uint64_t v, unsigned n)
 {
     uint8_t t[8];
