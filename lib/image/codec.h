@@ -87,6 +87,15 @@ int codec_encode_and_hash(struct codec_ctx *ctx, const void *src, size_t len,
 int codec_decode(struct codec_ctx *ctx, unsigned codec, const void *src, size_t stored_len,
                  void *dst, size_t raw_len);
 
+/*
+ * codec_decode, and XXH3_64 of the `raw_len` bytes written into *raw_csum:
+ * BYTEGROUP chunks are hashed a slice at a time as their planes are joined
+ * (the slice still in the cache), the others after decoding. The same
+ * errors, and -EINVAL for a NULL raw_csum; *raw_csum is set only on success.
+ */
+int codec_decode_and_hash(struct codec_ctx *ctx, unsigned codec, const void *src,
+                          size_t stored_len, void *dst, size_t raw_len, uint64_t *raw_csum);
+
 /* ---- PATCH chunks (patch.c; payload in format.h) ---------------------------- */
 
 /* What a PATCH chunk replaces in its base. */

@@ -10,6 +10,30 @@
 
 #include <string.h>
 
+/* The widest form planes_limit lets run (tests: every form on one machine). */
+static _Atomic int isa_limit = PLANES_AVX2;
+
+void planes_limit(enum planes_isa widest)
+{
+    isa_limit = widest;
+}
+
+/* Whether the form `isa` may run: the CPU has it and planes_limit allows it. */
+static int can(enum planes_isa isa)
+{
+    if ((int)isa > isa_limit)
+        return 0;
+#if defined(__x86_64__)
+    switch (isa) {
+    case PLANES_SCALAR:
+    case PLANES_SSE2: return 1;
+    case PLANES_SSSE3: return __builtin_cpu_supports("ssse3");
+    case PLANES_AVX2: return __builtin_cpu_supports("avx2");
+    }
+#endif
+    return isa == PLANES_SCALAR;
+}
+
 static uint64_t rotl(uint64_t v, unsigned bits)
 {
     return ((v << 1) | (v >> (bits - 1))) & (bits == 64 ? ~0ull : (1ull << bits) - 1);
@@ -231,6 +255,59 @@ static size_t join4_sse2(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2
     }
     return i;
 }
+
+/* 32 elements a round: join2_sse2 in both lanes, whose halves come out as
+ * 0-7 16-23 | 8-15 24-31 and are put back in order across lanes. */
+__attribute__((target("avx2"))) static size_t join2_avx2(const uint8_t *p0, const uint8_t *p1,
+                                                          size_t n, int rot, uint8_t *dst)
+{
+    size_t i = 0;
+
+    for (; i + 32 <= n; i += 32) {
+        __m256i l = _mm256_loadu_si256((const __m256i *)(p0 + i));
+        __m256i h = _mm256_loadu_si256((const __m256i *)(p1 + i));
+        __m256i a = _mm256_unpacklo_epi8(l, h), b = _mm256_unpackhi_epi8(l, h);
+
+        if (rot) {
+            a = _mm256_or_si256(_mm256_srli_epi16(a, 1), _mm256_slli_epi16(a, 15));
+            b = _mm256_or_si256(_mm256_srli_epi16(b, 1), _mm256_slli_epi16(b, 15));
+        }
+        _mm256_storeu_si256((__m256i *)(dst + 2 * i), _mm256_permute2x128_si256(a, b, 0x20));
+        _mm256_storeu_si256((__m256i *)(dst + 2 * i + 32), _mm256_permute2x128_si256(a, b, 0x31));
+    }
+    return i;
+}
+
+/* 32 elements a round: join4_sse2 in both lanes; e[k] holds elements
+ * 4k..4k+3 in its low lane and 16+4k.. in its high one. */
+__attribute__((target("avx2"))) static size_t join4_avx2(const uint8_t *p0, const uint8_t *p1,
+                                                          const uint8_t *p2, const uint8_t *p3,
+                                                          size_t n, int rot, uint8_t *dst)
+{
+    size_t i = 0;
+
+    for (; i + 32 <= n; i += 32) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(p0 + i));
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(p1 + i));
+        __m256i b2 = _mm256_loadu_si256((const __m256i *)(p2 + i));
+        __m256i b3 = _mm256_loadu_si256((const __m256i *)(p3 + i));
+        __m256i l01 = _mm256_unpacklo_epi8(b0, b1), h01 = _mm256_unpackhi_epi8(b0, b1);
+        __m256i l23 = _mm256_unpacklo_epi8(b2, b3), h23 = _mm256_unpackhi_epi8(b2, b3);
+        __m256i e[4] = { _mm256_unpacklo_epi16(l01, l23), _mm256_unpackhi_epi16(l01, l23),
+                         _mm256_unpacklo_epi16(h01, h23), _mm256_unpackhi_epi16(h01, h23) };
+        __m256i o[4] = { _mm256_permute2x128_si256(e[0], e[1], 0x20),
+                         _mm256_permute2x128_si256(e[2], e[3], 0x20),
+                         _mm256_permute2x128_si256(e[0], e[1], 0x31),
+                         _mm256_permute2x128_si256(e[2], e[3], 0x31) };
+
+        for (int k = 0; k < 4; k++) {
+            if (rot)
+                o[k] = _mm256_or_si256(_mm256_srli_epi32(o[k], 1), _mm256_slli_epi32(o[k], 31));
+            _mm256_storeu_si256((__m256i *)(dst + 4 * i + 32 * k), o[k]);
+        }
+    }
+    return i;
+}
 #endif
 
 static void split2(const uint8_t *src, size_t n, int rot, uint8_t *const pl[])
@@ -238,8 +315,10 @@ static void split2(const uint8_t *src, size_t n, int rot, uint8_t *const pl[])
     size_t done = 0;
 
 #if defined(__x86_64__)
-    done = __builtin_cpu_supports("avx2") ? split2_avx2(src, n, rot, pl[0], pl[1])
-                                          : split2_sse2(src, n, rot, pl[0], pl[1]);
+    if (can(PLANES_AVX2))
+        done = split2_avx2(src, n, rot, pl[0], pl[1]);
+    else if (can(PLANES_SSE2))
+        done = split2_sse2(src, n, rot, pl[0], pl[1]);
 #endif
     split2_scalar(src, done, n, rot, pl[0], pl[1]);
 }
@@ -249,9 +328,9 @@ static void split4(const uint8_t *src, size_t n, int rot, uint8_t *const pl[])
     size_t done = 0;
 
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2"))
+    if (can(PLANES_AVX2))
         done = split4_avx2(src, n, rot, pl[0], pl[1], pl[2], pl[3]);
-    else if (__builtin_cpu_supports("ssse3"))
+    else if (can(PLANES_SSSE3))
         done = split4_ssse3(src, n, rot, pl[0], pl[1], pl[2], pl[3]);
 #endif
     split4_scalar(src, done, n, rot, pl[0], pl[1], pl[2], pl[3]);
@@ -323,7 +402,10 @@ static void join2(const uint8_t *const pl[], size_t n, int rot, uint8_t *dst)
     size_t done = 0;
 
 #if defined(__x86_64__)
-    done = join2_sse2(pl[0], pl[1], n, rot, dst);
+    if (can(PLANES_AVX2))
+        done = join2_avx2(pl[0], pl[1], n, rot, dst);
+    else if (can(PLANES_SSE2))
+        done = join2_sse2(pl[0], pl[1], n, rot, dst);
 #endif
     join2_scalar(pl[0], pl[1], done, n, rot, dst);
 }
@@ -333,7 +415,10 @@ static void join4(const uint8_t *const pl[], size_t n, int rot, uint8_t *dst)
     size_t done = 0;
 
 #if defined(__x86_64__)
-    done = join4_sse2(pl[0], pl[1], pl[2], pl[3], n, rot, dst);
+    if (can(PLANES_AVX2))
+        done = join4_avx2(pl[0], pl[1], pl[2], pl[3], n, rot, dst);
+    else if (can(PLANES_SSE2))
+        done = join4_sse2(pl[0], pl[1], pl[2], pl[3], n, rot, dst);
 #endif
     join4_scalar(pl[0], pl[1], pl[2], pl[3], done, n, rot, dst);
 }

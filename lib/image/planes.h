@@ -20,6 +20,16 @@
 
 #define PLANES_MAX_ESIZE 8u       /* the widest element codec_dtype_esize gives */
 
+/* The forms, narrowest first. */
+enum planes_isa { PLANES_SCALAR, PLANES_SSE2, PLANES_SSSE3, PLANES_AVX2 };
+
+/*
+ * Lets only forms up to `widest` run (default: all the CPU has), so that a
+ * test can check each against the scalar one on a machine that has them
+ * all. Process-wide; not for use while other threads split or join.
+ */
+void planes_limit(enum planes_isa widest);
+
 /* pl[b] = base + b * n: planes of n bytes one after the other. */
 void planes_at(uint8_t *base, size_t n, unsigned esize, uint8_t *pl[]);
 

@@ -1151,6 +1151,7 @@ int image_decode_chunk(const struct image *img, size_t i, struct codec_ctx *ctx,
     const struct image_chunk *k, *s;
     const struct image *o;
     char label[160];
+    uint64_t raw_csum;
     size_t j;
     int rc;
 
@@ -1162,7 +1163,7 @@ int image_decode_chunk(const struct image *img, size_t i, struct codec_ctx *ctx,
     chunk_label(img, i, label, sizeof(label));
     if (s->codec == TCGPU_CODEC_PATCH)   /* checked block by block, not by XXH3 of all */
         return decode_patch(o, j, ctx, stored, dst, label, errbuf, errlen);
-    rc = codec_decode(ctx, s->codec, stored, s->stored_len, dst, k->raw_len);
+    rc = codec_decode_and_hash(ctx, s->codec, stored, s->stored_len, dst, k->raw_len, &raw_csum);
     if (rc == -EOPNOTSUPP) {
         put_err(errbuf, errlen, "%s: stored in the parent image %s, which is not open", label,
                 img->parent_path);
@@ -1173,7 +1174,7 @@ int image_decode_chunk(const struct image *img, size_t i, struct codec_ctx *ctx,
                 codec_name(s->codec), strerror(-rc), o->dir, o->files[s->file].name);
         return rc;
     }
-    if (XXH3_64bits(dst, k->raw_len) != k->raw_csum) {
+    if (raw_csum != k->raw_csum) {
         put_err(errbuf, errlen, "%s: raw checksum mismatch after decoding from %s/%s", label,
                 o->dir, o->files[s->file].name);
         return -EBADMSG;

@@ -5,7 +5,8 @@
  * statistics change that fast, and on the shared bench data byte grouping
  * beats plain zstd on bf16 weights, a plane the sample rates flat still
  * codes a skewed stretch the sample missed; the hashing encoder stores the
- * same bytes and the XXH3 of the raw ones on every path.
+ * same bytes and the XXH3 of the raw ones on every path, and so does the
+ * hashing decoder.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -55,6 +56,30 @@ static int hashed_matches(struct codec_ctx *ctx, const void *src, size_t len, en
     return 0;
 }
 
+/* codec_decode_and_hash writes what codec_decode wrote and hashes it as
+ * XXH3_64bits does, on every path (byte planes joined and hashed slice by
+ * slice: lengths that end inside a slice, tails). */
+static int decoded_hash_matches(struct codec_ctx *ctx, const struct codec_out *o, const void *src,
+                                size_t len)
+{
+    uint8_t *back = malloc(len + 1);
+    uint64_t csum = ~XXH3_64bits(src, len);
+    int rc;
+
+    REQUIRE(back, "malloc");
+    rc = codec_decode_and_hash(ctx, o->codec, o->data, o->stored_len, back, len, &csum);
+    REQUIRE(rc == 0, "decode_and_hash %s: %d", codec_name(o->codec), rc);
+    REQUIRE(len == 0 || memcmp(back, src, len) == 0, "%s: decode_and_hash wrote other bytes",
+            codec_name(o->codec));
+    REQUIRE(csum == XXH3_64bits(src, len), "%s: raw checksum %016llx, XXH3 says %016llx",
+            codec_name(o->codec), (unsigned long long)csum,
+            (unsigned long long)XXH3_64bits(src, len));
+    REQUIRE(codec_decode_and_hash(ctx, o->codec, o->data, o->stored_len, back, len, NULL) ==
+                -EINVAL, "no checksum pointer must be -EINVAL");
+    free(back);
+    return 0;
+}
+
 /* Encodes, checks the chosen codec (`want` < 0: any), decodes, compares. */
 static int roundtrip(struct codec_ctx *ctx, const void *src, size_t len, enum tcgpu_dtype dt,
                      int want, struct codec_out *out_copy)
@@ -78,6 +103,8 @@ static int roundtrip(struct codec_ctx *ctx, const void *src, size_t len, enum tc
     REQUIRE(rc == 0, "decode %s: %d", codec_name(o.codec), rc);
     REQUIRE(len == 0 || memcmp(back, src, len) == 0, "%s round trip differs (len %zu)",
           codec_name(o.codec), len);
+    REQUIRE(decoded_hash_matches(ctx, &o, src, len) == 0, "codec_decode_and_hash, %zu bytes",
+            len);
     if (o.codec == TCGPU_CODEC_BYTEGROUP)
         last_esize = ((const uint8_t *)o.data)[0];
     if (out_copy)
@@ -308,7 +335,7 @@ static int test_corrupt(void)
     struct codec_ctx *ctx;
     size_t len = 1 * MIB;
     uint8_t *src = malloc(len), *enc = malloc(len), *dst = malloc(len + 64), *bad = malloc(len);
-    uint64_t s = 77;
+    uint64_t s = 77, csum;
     struct codec_out o;
     int rc;
 
@@ -328,6 +355,9 @@ static int test_corrupt(void)
         for (size_t cut = 0; cut < o.stored_len; cut += 1 + cut / 3) {
             rc = codec_decode(ctx, o.codec, enc, cut, dst, len);
             REQUIRE(rc == -EBADMSG, "%s truncated to %zu: %d", codec_name(o.codec), cut, rc);
+            rc = codec_decode_and_hash(ctx, o.codec, enc, cut, dst, len, &csum);
+            REQUIRE(rc == -EBADMSG, "%s truncated to %zu, hashing: %d", codec_name(o.codec),
+                    cut, rc);
         }
         for (int i = 0; i < 300; i++) {
             memcpy(bad, enc, o.stored_len);
@@ -335,6 +365,10 @@ static int test_corrupt(void)
                 bad[td_next(&s) % (i % 2 ? 64 : o.stored_len)] ^= (uint8_t)(1 + td_next(&s) % 255);
             rc = codec_decode(ctx, o.codec, bad, o.stored_len, dst, len);
             REQUIRE(rc == 0 || rc == -EBADMSG, "flipped: %d", rc);
+            rc = codec_decode_and_hash(ctx, o.codec, bad, o.stored_len, dst, len, &csum);
+            REQUIRE(rc == 0 || rc == -EBADMSG, "flipped, hashing: %d", rc);
+            REQUIRE(rc != 0 || csum == XXH3_64bits(dst, len), "flipped: the checksum is not "
+                    "that of the bytes written");
         }
     }
     for (int i = 0; i < 2000; i++) {
