@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 static struct {
     const struct tp_config *cfg;
     int enabled;
+    int verified;               /* gpuckpt restore checked the images' chunks already */
     int gpudir;
     struct tp_index idx;
     int ndev;                   /* the devices here, asked once: -1 until then */
@@ -95,6 +97,16 @@ static int check_devices(const struct tp_proc *p, const struct image *img)
     return 0;
 }
 
+/* gpuckpt restore's word that it checked every GPU image's stored
+ * checksums just before it ran CRIU (its preflight): criu restore run by
+ * anything else (podman, CRI-O) gets the check here. */
+static int images_verified_before(void)
+{
+    const char *env = getenv("TCGPU_CRIU_IMAGES_VERIFIED");
+
+    return env && !strcmp(env, "1");
+}
+
 /* One process's image: there, a directory, the one the dump wrote, whole. */
 static int verify_image(const struct tp_proc *p)
 {
@@ -123,8 +135,11 @@ static int verify_image(const struct tp_proc *p)
      * here, before CRIU restores anything. Decoding every chunk as well
      * (image_verify_all) took a third of a 512 MiB restore on one thread;
      * the raw checksums are checked by the refill, and a chunk that fails
-     * them leaves its process suspended (tp_restore_resume), not wrong. */
-    if (r == 0)
+     * them leaves its process suspended (tp_restore_resume), not wrong.
+     * gpuckpt restore has checked them just before, on every core
+     * (rs.verified); the manifest, which holds every chunk's raw checksum,
+     * is still checked here. */
+    if (r == 0 && !rs.verified)
         r = image_verify_stored(img, 1, err, sizeof(err));
     if (r == 0)
         r = check_devices(p, img);
@@ -142,6 +157,7 @@ int tp_restore_init(const struct tp_config *c)
 
     rs.cfg = c;
     rs.enabled = 0;
+    rs.verified = images_verified_before();
     rs.ndev = -1;
     rs.nremap = 0;
     if ((r = tp_index_read(imgdir, &rs.idx)) == -ENOENT)
@@ -156,7 +172,8 @@ int tp_restore_init(const struct tp_config *c)
     for (int i = 0; i < rs.idx.n; i++)
         if ((r = verify_image(&rs.idx.proc[i])) < 0)
             return r;
-    tp_info("%d GPU images verified", rs.idx.n);
+    tp_info("%d GPU images verified%s", rs.idx.n, rs.verified ? " (their chunks by gpuckpt restore)"
+                                                              : "");
     rs.enabled = 1;
     return 0;
 }

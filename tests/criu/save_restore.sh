@@ -8,7 +8,9 @@
 # leave-running  saved with --leave-running: the original runs on and finishes right
 # tree           a parent and two GPU workers sharing a pipe (tests/criu/progs):
 #                saved, restored, all three finish with the right results
-# cycles         save -> restore three times (restore -d), checksum still right
+# cycles         save -> restore three times (restore -d), checksum still right;
+#                restore prints its phases, and the plugin does not read every
+#                chunk again after gpuckpt's own check
 # repeat         a job that mostly sleeps: five checkpoints leave no io_uring
 #                worker thread (iou-wrk) behind, then three saves and restores in
 #                a row succeed (a worker of the plugin's image write, ending as
@@ -138,10 +140,18 @@ cycles)
         if [ "$c" -eq 2 ]; then
             "$GPUCKPT" restore -D "$WORK/save-$c" -d --json >"$WORK/restore.json" || fail "restore $c failed"
             json restore "$WORK/restore.json"
+            python3 -c 'import json, sys; p = json.load(sys.stdin)["phase_seconds"]; sys.exit(not (p["gpu"] > 0 and p["criu"] >= p["gpu"]))' \
+                <"$WORK/restore.json" || fail "restore $c: phase_seconds: $(cat "$WORK/restore.json")"
         else
             "$GPUCKPT" restore -D "$WORK/save-$c" -d >"$WORK/restore.out" || fail "restore $c failed"
             grep -q "restored the tree under $pid" "$WORK/restore.out" || fail "restore $c said: $(cat "$WORK/restore.out")"
+            # its phases (cycle 2's JSON: the time back on the GPU is there, within CRIU's)
+            grep -Eq "\(checks [0-9.]+ s, CRIU restore [0-9.]+ s, of which GPU back [0-9.]+ s\)" "$WORK/restore.out" ||
+                fail "restore $c: no phases: $(cat "$WORK/restore.out")"
         fi
+        # the plugin took gpuckpt's word for the chunks it had just checked
+        grep -q "GPU images verified (their chunks by gpuckpt restore)" "$WORK/save-$c/criu/restore.log" ||
+            fail "restore $c: the plugin read every chunk again: $(grep -a tcgpu_plugin "$WORK/save-$c/criu/restore.log" | head -n 3)"
         "$GPUCKPT" status "$pid" | grep -q ': running' || fail "not running after restore $c"
         [ "$(smi_state "$pid")" = running ] || fail "driver state after restore $c: $(smi_state "$pid")"
         note "cycle $c ok"
