@@ -22,6 +22,10 @@
  *   bench_engine refill MB        refill from an image and from host memory vs
  *                                 cuMemcpyHtoD of the same bytes
  *   bench_engine image MB DIR     streams MB of the mix to an image (time, size)
+ *   bench_engine fresh MB         the machine's own cost of MB of fresh memory:
+ *                                 seconds per GiB to fault in and zero it (a
+ *                                 memset of a new mapping), and to write it again;
+ *                                 the scale part's baseline
  *
  * Runs on simcuda through the driver table (TCGPU_REAL_LIBCUDA). Each timing
  * is the median of REPS runs.
@@ -732,6 +736,28 @@ static int cmd_refill(size_t mb, const char *dir)
     return 0;
 }
 
+/* Fresh anonymous memory: what the kernel (and under a VM, the hypervisor,
+ * which backs guest memory on first touch) charges per GiB before the first
+ * write lands, against a second write of the same pages. */
+static int cmd_fresh(size_t mb)
+{
+    size_t bytes = mb * MiB;
+    uint8_t *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    double t, fresh, warm, gib = (double)mb / 1024;
+
+    if (p == MAP_FAILED)
+        die("fresh: mmap");
+    t = now();
+    memset(p, 1, bytes);
+    fresh = now() - t;
+    t = now();
+    memset(p, 2, bytes);
+    warm = now() - t;
+    munmap(p, bytes);
+    printf("fresh %zu %.4f %.4f\n", mb, fresh / gib, warm / gib);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     shared_dir = getenv("TCGPU_SHARED_DIR");
@@ -751,8 +777,10 @@ int main(int argc, char **argv)
         return cmd_image(strtoul(argv[2], NULL, 10), argv[3]);
     if (argc >= 4 && !strcmp(argv[1], "refill"))
         return cmd_refill(strtoul(argv[2], NULL, 10), argv[3]);
+    if (argc >= 3 && !strcmp(argv[1], "fresh"))
+        return cmd_fresh(strtoul(argv[2], NULL, 10));
     fprintf(stderr, "usage: bench_engine free MB | codec NAME FILE DTYPE | bound NAME FILE DTYPE | "
                     "mixfile OUT MB | "
-                    "image MB DIR | refill MB DIR | delta NAME FILE_A FILE_B DTYPE\n");
+                    "image MB DIR | refill MB DIR | delta NAME FILE_A FILE_B DTYPE | fresh MB\n");
     return 2;
 }
