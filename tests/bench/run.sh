@@ -361,7 +361,7 @@ for s in ${BENCH_SCALE_MB:-256 1024 4096 8192}; do
     # the job's device memory, its host copy and the image's page cache
     if [ "$(avail_mb)" -gt $(( s * 5 / 2 + 1024 )) ]; then sizes+=("$s"); else say "scale: $s MiB does not fit in $(avail_mb) MiB available: skipped"; fi
 done
-row "$(printf '%-10s %12s %12s %12s %12s %12s   (s per GiB: free, resume, checkpoint, restore = resume from an image; fresh = the machine writing that much new memory, before the job starts)' size free resume checkpoint restore fresh)"
+row "$(printf '%-10s %12s %12s %12s %12s %12s %12s   (s per GiB: free = a later suspend, into the store an earlier one left; free_first = a first suspend; resume; checkpoint; restore = resume from an image; fresh = the machine writing that much new memory, before the job starts)' size free free_first resume checkpoint restore fresh)"
 declare -A T
 done_sizes=()
 for s in "${sizes[@]}"; do
@@ -377,11 +377,17 @@ for s in "${sizes[@]}"; do
     # crowd the larger sizes (device memory and the kept host store fill
     # two thirds of the machine at 8 GiB)
     rm -f "$W/scale.bin"
-    f=() r=() c=() i=()
+    f=() f1=() r=() c=() i=()
+    freed_s() { awk -v n="$(json_field "$("$GPUCKPT" status "$hp" --json)" last_free_ns)" 'BEGIN { printf "%.4f", n / 1e9 }'; }
     for rep in $(seq "$REPS"); do
+        # a first suspend (a fresh store: the suspend to an image below keeps
+        # none), then a later one, into the store the first left: tcgpud's
+        # repeated preemption, the figure
         "$GPUCKPT" suspend "$hp" -q || break
-        st=$("$GPUCKPT" status "$hp" --json)
-        f+=("$(awk -v n="$(json_field "$st" last_free_ns)" 'BEGIN { printf "%.4f", n / 1e9 }')")
+        f1+=("$(freed_s)")
+        "$GPUCKPT" resume "$hp" -q || break
+        "$GPUCKPT" suspend "$hp" -q || break
+        f+=("$(freed_s)")
         t0=$(now_s); "$GPUCKPT" resume "$hp" -q || break; t1=$(now_s); r+=("$(secs "$t0" "$t1")")
         t0=$(now_s); "$GPUCKPT" checkpoint "$hp" -D "$W/sc-$rep" -q || break; t1=$(now_s); c+=("$(secs "$t0" "$t1")")
         rm -rf "$W/sc-$rep"
@@ -394,17 +400,17 @@ for s in "${sizes[@]}"; do
     [ "${#i[@]}" -gt 0 ] || { say "scale $s MiB: an operation failed"; continue; }
     g=$(awk -v s="$s" 'BEGIN { print s / 1024 }')
     pg() { awk -v t="$1" -v g="$g" 'BEGIN { printf "%.3f", t / g }'; }
-    T[free,$s]=$(med "${f[@]}"); T[resume,$s]=$(med "${r[@]}")
+    T[free,$s]=$(med "${f[@]}"); T[free_first,$s]=$(med "${f1[@]}"); T[resume,$s]=$(med "${r[@]}")
     T[checkpoint,$s]=$(med "${c[@]}"); T[restore,$s]=$(med "${i[@]}")
     T[fresh,$s]=$(awk -v f="$fresh_pg" -v g="$g" 'BEGIN { printf "%.4f", f * g }')
     done_sizes+=("$s")
-    row "$(printf '%-10s %12s %12s %12s %12s %12s' "$s MiB" "$(pg "${T[free,$s]}")" "$(pg "${T[resume,$s]}")" "$(pg "${T[checkpoint,$s]}")" "$(pg "${T[restore,$s]}")" "$fresh_pg")"
+    row "$(printf '%-10s %12s %12s %12s %12s %12s %12s' "$s MiB" "$(pg "${T[free,$s]}")" "$(pg "${T[free_first,$s]}")" "$(pg "${T[resume,$s]}")" "$(pg "${T[checkpoint,$s]}")" "$(pg "${T[restore,$s]}")" "$fresh_pg")"
 done
 export SIMCUDA_SHM=/tcgpu-bench-$$
 # Linear growth: the cost of each further GiB, between consecutive sizes
 # (the fixed part of an operation cancels out), within 25% of its median.
 if [ "${#done_sizes[@]}" -ge 3 ]; then
-    for op in free resume checkpoint restore fresh; do
+    for op in free free_first resume checkpoint restore fresh; do
         slopes=()
         for ((k = 1; k < ${#done_sizes[@]}; k++)); do
             a=${done_sizes[k-1]} b=${done_sizes[k]}
@@ -416,6 +422,8 @@ if [ "${#done_sizes[@]}" -ge 3 ]; then
         row "scale $op: s per further GiB between sizes ${slopes[*]} (median $m)"
         if [ "$op" = fresh ]; then
             fig "scale_fresh_memory_slope_deviation" "$dev"    # the machine's, no target
+        elif [ "$op" = free_first ]; then
+            fig "scale_free_first_slope_deviation" "$dev"      # fresh memory's: no target
         else
             fig "scale_${op}_slope_deviation" "$dev" "<=" 0.25
         fi
