@@ -8,8 +8,6 @@
 
 #include "internal.h"
 
-#include <string.h>
-
 /* The widest form planes_limit lets run (tests: every form on one machine). */
 static _Atomic int isa_limit = PLANES_AVX2;
 
