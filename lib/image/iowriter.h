@@ -8,7 +8,10 @@
  * fills. iowriter_append_ref writes from the caller's memory instead, with
  * no copy, and says when that memory is free again. The file is opened
  * O_DIRECT when the filesystem allows it (tmpfs does not: then the page
- * cache is used).
+ * cache is used), and then extended ahead of the writes (fallocate, where
+ * the filesystem has it and there is room), so that they do not wait on
+ * one another for the inode's lock; iowriter_finish cuts it back to the
+ * bytes appended, and until then it may be longer.
  *
  * The ring exists only while a file is being written: iowriter_finish and
  * iowriter_free tear it down, because a process holding an io_uring cannot be
@@ -80,9 +83,9 @@ int iowriter_wait(struct iowriter *w, uint64_t ticket);
 uint64_t iowriter_offset(const struct iowriter *w);
 
 /*
- * Writes what is buffered, waits for every write, closes the ring and
- * fsyncs the file. The fd stays open until iowriter_free. Returns 0 or
- * -errno of any write or of fsync.
+ * Writes what is buffered, waits for every write, closes the ring, cuts
+ * the file to iowriter_offset and fsyncs it. The fd stays open until
+ * iowriter_free. Returns 0 or -errno of any write, of the cut or of fsync.
  */
 int iowriter_finish(struct iowriter *w);
 
