@@ -18,7 +18,7 @@
 #define MAX_DEPTH     64u
 #define REF_DEPTH     32u        /* zero-copy writes in flight */
 #define REF_TAG       (1ull << 63) /* user_data: a ref write, not a buffer */
-#define EXTEND_MIN    (16ull << 20) /* the least the file is extended by ahead of writes */
+#define RESERVE_MIN   (16ull << 20) /* the least reserved ahead of the writes at a time */
 
 /* A write in flight: one of the writer's buffers, or the caller's memory. */
 struct iobuf {
@@ -40,9 +40,9 @@ struct iowriter {
     unsigned depth, cur, inflight;
     size_t buf_size;
     uint64_t offset; /* logical size */
-    uint64_t sized;  /* the file's size as extend_ahead left it */
-    int extend;      /* extend the file ahead of the writes: until fallocate fails */
-    int extended;    /* fallocate was called: the file may reach past `offset` */
+    uint64_t sized;  /* the file's size as reserve_ahead left it */
+    int reserve;     /* reserve room ahead of the writes: until fallocate fails */
+    int reserved;    /* fallocate was called: the file may reach past `offset` */
     int err;         /* first error, sticky */
     int ring_broken; /* waiting for completions failed: stop waiting */
 };
@@ -136,7 +136,7 @@ int iowriter_open(struct iowriter **out, int dirfd, const char *name, mode_t mod
     rc = open_file(w, dirfd, name, mode, o.no_direct || env_off("TCGPU_IO_DIRECT"));
     if (rc)
         goto err;
-    w->extend = w->direct;   /* buffered writes take the lock exclusively anyway */
+    w->reserve = w->direct;   /* buffered writes take the lock exclusively anyway */
     if (!o.no_uring && !env_off("TCGPU_IO_URING") &&
         io_uring_queue_init(w->depth + REF_DEPTH, &w->ring, 0) == 0)
         w->have_ring = 1;
@@ -153,24 +153,24 @@ err:
  * another in io_uring's worker threads, which spin for the lock (a tenth of
  * both CPUs during an incremental checkpoint, perf). Aligned writes inside
  * space fallocate reserved take it shared and are issued without a worker.
- * So the file is extended ahead of the writes, by half its size at a time
- * (EXTEND_MIN at least), and cut back to what was written by
+ * So room is reserved ahead of the writes, half the file's size at a time
+ * (RESERVE_MIN at least), and the file is cut back to what was written by
  * iowriter_finish. Where fallocate fails (not supported, or no room for the
  * step: then it may have reserved part of it) the writes go on as before:
  * only a write that does not fit fails.
  */
-static void extend_ahead(struct iowriter *w, uint64_t end)
+static void reserve_ahead(struct iowriter *w, uint64_t end)
 {
     uint64_t step;
 
-    if (!w->extend || end <= w->sized)
+    if (!w->reserve || end <= w->sized)
         return;
-    step = w->sized / 2 > EXTEND_MIN ? w->sized / 2 : EXTEND_MIN;
-    w->extended = 1;   /* even a failed call may have extended it (ext4: ENOSPC part way) */
+    step = w->sized / 2 > RESERVE_MIN ? w->sized / 2 : RESERVE_MIN;
+    w->reserved = 1;   /* even a failed call may have extended it (ext4: ENOSPC part way) */
     if (fallocate(w->fd, 0, (off_t)w->sized, (off_t)(end + step - w->sized)) == 0)
         w->sized = end + step;
     else
-        w->extend = 0;
+        w->reserve = 0;
 }
 
 /* Writes all of it, however short the writes. */
@@ -253,7 +253,7 @@ static int submit_uring(struct iowriter *w, struct iobuf *b, uint64_t tag)
 
     if (!sqe)
         return -EBUSY; /* cannot happen: an sqe per buffer and per ref */
-    extend_ahead(w, b->off + b->fill);
+    reserve_ahead(w, b->off + b->fill);
     io_uring_prep_write(sqe, w->fd, b->mem, (unsigned)b->fill, b->off);
     io_uring_sqe_set_data64(sqe, tag);
     rc = io_uring_submit(&w->ring);
@@ -423,8 +423,8 @@ int iowriter_finish(struct iowriter *w)
     while (w->have_ring && w->inflight && !w->ring_broken)
         set_err(w, reap_one(w));
     close_ring(w);
-    if (!w->err && w->extended && ftruncate(w->fd, (off_t)w->offset) < 0)
-        set_err(w, -errno);   /* what extend_ahead reserved beyond the last write */
+    if (!w->err && w->reserved && ftruncate(w->fd, (off_t)w->offset) < 0)
+        set_err(w, -errno);   /* what reserve_ahead reserved beyond the last write */
     if (!w->err && fsync(w->fd) < 0)
         set_err(w, -errno);
     return w->err;

@@ -324,7 +324,6 @@ static int check_resumed(const char *dir, const struct tree *t, double *gpu_secs
     int worst = CTL_EXIT_OK, said = 0, r;
 
     *gpu_secs = 0;
-
     snprintf(log, sizeof(log), "%.4000s/criu/restore.log", dir);
     for (int i = 0; i < t->nproc; i++) {
         const struct tree_proc *p = &t->proc[i];
