@@ -420,13 +420,11 @@ if [ "${#done_sizes[@]}" -ge 3 ]; then
         m=$(med "${slopes[@]}")
         dev=$(printf '%s\n' "${slopes[@]}" | awk -v m="$m" '{ d = m ? ($1 - m) / m : 1; if (d < 0) d = -d; if (d > x) x = d } END { printf "%.3f", x }')
         row "scale $op: s per further GiB between sizes ${slopes[*]} (median $m)"
-        if [ "$op" = fresh ]; then
-            fig "scale_fresh_memory_slope_deviation" "$dev"    # the machine's, no target
-        elif [ "$op" = free_first ]; then
-            fig "scale_free_first_slope_deviation" "$dev"      # fresh memory's: no target
-        else
-            fig "scale_${op}_slope_deviation" "$dev" "<=" 0.25
-        fi
+        case $op in   # fresh: the machine's own; free_first tracks it: no targets
+            fresh) fig scale_fresh_memory_slope_deviation "$dev" ;;
+            free_first) fig scale_free_first_slope_deviation "$dev" ;;
+            *) fig "scale_${op}_slope_deviation" "$dev" "<=" 0.25 ;;
+        esac
     done
 fi
 fi
