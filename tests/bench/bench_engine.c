@@ -14,7 +14,9 @@
  *                                 "codec NAME ratio_tcgpu ratio_zstd c_tcgpu c_zstd d_tcgpu d_zstd copy"
  *   bench_engine bound NAME FILE DTYPE  the order-0 entropy of FILE's byte planes
  *                                 per 128 KiB and 32 KiB block: the best any
- *                                 table-per-block byte coder can reach
+ *                                 table-per-block byte coder can reach; and
+ *                                 with the lower bytes' tables chosen by the
+ *                                 exponent (exponent_context_bits)
  *   bench_engine delta NAME A B DTYPE  B (one training step after A) encoded alone
  *                                 and as the XOR with A (PATCH chunks)
  *   bench_engine mixfile OUT MB   writes the bench mix (a caching allocator's
@@ -508,8 +510,9 @@ static int cmd_codec(const char *name, const char *path, const char *dt)
  * counted. Planes as the codec makes them (4 MiB chunks, elements of DTYPE,
  * the sign rotated below the mantissa); blocks of 128 KiB (zstd's and so the
  * codec's table size) and of 32 KiB of a plane. Prints
- * "bound NAME stored128/raw stored32/raw". It says how far below ZipNN a
- * target may be set at all: ZipNN's Huffman and ours code the same planes.
+ * "bound NAME stored128/raw stored32/raw exponent/raw", the last from
+ * exponent_context_bits below. It says how far below ZipNN a target may be
+ * set at all: ZipNN's Huffman and ours code the same planes.
  */
 static double plane_block_bits(const uint8_t *p, size_t n)
 {
@@ -524,25 +527,73 @@ static double plane_block_bits(const uint8_t *p, size_t n)
     return bits;
 }
 
+/* The element of es bytes at p, its sign rotated below its mantissa. */
+static uint64_t rotated(const uint8_t *p, unsigned es)
+{
+    uint64_t v = 0;
+
+    memcpy(&v, p, es);
+    return ((v << 1) | (v >> (8 * es - 1))) & (es == 8 ? ~0ull : (1ull << (8 * es)) - 1);
+}
+
+/* Plane b of the n elements at chunk into `plane`; its bits per block. */
+static double planes_bits_one(const uint8_t *chunk, size_t n, unsigned es, unsigned b,
+                              size_t block, uint8_t *plane)
+{
+    double bits = 0;
+
+    for (size_t i = 0; i < n; i++)
+        plane[i] = (uint8_t)(rotated(chunk + i * es, es) >> (8 * b));
+    for (size_t at = 0; at < n; at += block) {
+        size_t m = n - at < block ? n - at : block;
+        double h = plane_block_bits(plane + at, m);
+
+        bits += h < 8.0 * m ? h : 8.0 * m;      /* a block stored raw costs 8 bits a byte */
+    }
+    return bits;
+}
+
 static double planes_bits(const uint8_t *chunk, size_t len, unsigned es, size_t block,
                           uint8_t *plane)
 {
-    size_t n = len / es;
     double bits = 8.0 * (len % es);      /* a tail that is not an element stays raw */
 
-    for (unsigned b = 0; b < es; b++) {
-        for (size_t i = 0; i < n; i++) {
-            uint64_t v = 0;
+    for (unsigned b = 0; b < es; b++)
+        bits += planes_bits_one(chunk, len / es, es, b, block, plane);
+    return bits;
+}
 
-            memcpy(&v, chunk + i * es, es);
-            v = ((v << 1) | (v >> (8 * es - 1))) & (es == 8 ? ~0ull : (1ull << (8 * es)) - 1);
-            plane[i] = (uint8_t)(v >> (8 * b));
-        }
-        for (size_t at = 0; at < n; at += block) {
-            size_t m = n - at < block ? n - at : block;
-            double h = plane_block_bits(plane + at, m);
+/*
+ * A model of more than single bytes: the exponent (the top plane, once the
+ * sign is rotated away) as above, one table per 32 KiB, and every other
+ * byte of an element coded with a table chosen by its element's exponent,
+ * one table per exponent and 4 MiB chunk; tables free, a context's bytes
+ * never above raw. Within a binade a weight's density falls with its
+ * mantissa, so the mantissa of a large exponent is skewed where the plane
+ * as a whole is flat. An arithmetic or ANS coder could come near this with
+ * per-chunk tables; with a table per 32 KiB too, their cost would exceed
+ * what they save (256 contexts of 256 entries).
+ */
+static double exponent_context_bits(const uint8_t *chunk, size_t len, unsigned es,
+                                    uint8_t *expo, uint32_t (*count)[256])
+{
+    size_t n = len / es;
+    double bits = 8.0 * (len % es) + planes_bits_one(chunk, n, es, es - 1, 32 << 10, expo);
 
-            bits += h < 8.0 * m ? h : 8.0 * m;      /* a block stored raw costs 8 bits a byte */
+    for (unsigned b = 0; b + 1 < es; b++) {
+        memset(count, 0, 256 * sizeof(*count));
+        for (size_t i = 0; i < n; i++)
+            count[expo[i]][(uint8_t)(rotated(chunk + i * es, es) >> (8 * b))]++;
+        for (int e = 0; e < 256; e++) {
+            uint64_t total = 0;
+            double h = 0;
+
+            for (int v = 0; v < 256; v++)
+                total += count[e][v];
+            for (int v = 0; v < 256; v++)
+                if (count[e][v])
+                    h += count[e][v] * log2((double)total / count[e][v]);
+            bits += h < 8.0 * total ? h : 8.0 * total;
         }
     }
     return bits;
@@ -553,17 +604,22 @@ static int cmd_bound(const char *name, const char *path, const char *dt)
     unsigned es = codec_dtype_esize(parse_dtype(dt));
     size_t len = 0;
     uint8_t *raw = input_bytes(path, &len), *plane = malloc(CHUNK);
-    double b128 = 0, b32 = 0;
+    uint32_t (*count)[256] = malloc(256 * sizeof(*count));
+    double b128 = 0, b32 = 0, bexp = 0;
 
-    if (!raw || !plane || es < 2 || !len)
+    if (!raw || !plane || !count || es < 2 || !len)
         die("bound: needs a file of 2-, 4- or 8-byte floats");
     for (size_t at = 0; at < len; at += CHUNK) {
         size_t n = len - at < CHUNK ? len - at : CHUNK;
 
         b128 += planes_bits(raw + at, n, es, 128 << 10, plane);
         b32 += planes_bits(raw + at, n, es, 32 << 10, plane);
+        bexp += exponent_context_bits(raw + at, n, es, plane, count);
     }
-    printf("bound %s %.4f %.4f\n", name, b128 / 8 / len, b32 / 8 / len);
+    printf("bound %s %.4f %.4f %.4f\n", name, b128 / 8 / len, b32 / 8 / len, bexp / 8 / len);
+    free(count);
+    free(plane);
+    free(raw);
     return 0;
 }
 

@@ -187,14 +187,19 @@ for in in "${inputs[@]}"; do
     # the order-0 entropy of its byte planes: how low any per-block table coder can go (matches aside)
     case "$dt" in
         bf16|fp16|fp32)
-            read -r _ _ b128 b32 < <("$BE" bound "$name" "$path" "$dt")
-            bounds+=("$(printf '%-22s %7s %7s' "$name" "$b128" "$b32")")
+            read -r _ _ b128 b32 bexp < <("$BE" bound "$name" "$path" "$dt")
+            bounds+=("$(printf '%-22s %7s %7s %9s' "$name" "$b128" "$b32" "$bexp")")
             fig "codec_order0_bound_${name}" "$b32"
-            if [ "$rn" != - ]; then fig "codec_order0_bound_vs_zipnn_${name}" "$(ratio "$b32" "$rn")"; fi ;;
+            fig "codec_exponent_context_bound_${name}" "$bexp"
+            if [ "$rn" != - ]; then
+                fig "codec_order0_bound_vs_zipnn_${name}" "$(ratio "$b32" "$rn")"
+                fig "codec_exponent_context_bound_vs_zipnn_${name}" "$(ratio "$bexp" "$rn")"
+            fi ;;
     esac
 done
-row "$(printf '%-22s %7s %7s' 'order-0 bound' '128 KiB' '32 KiB')"
-row "(entropy of the byte planes, sign rotated, one table per block of a plane, tables free: stored/raw)"
+row "$(printf '%-22s %7s %7s %9s' 'order-0 bound' '128 KiB' '32 KiB' 'exponent')"
+row "(entropy of the byte planes, sign rotated, one table per block of a plane, tables free: stored/raw;"
+row " exponent: the other bytes coded with one table per exponent per 4 MiB chunk)"
 for b in "${bounds[@]}"; do row "$b"; done
 fi
 
