@@ -71,6 +71,8 @@ struct image {
     struct codec_ctx *ctx;
     uint8_t *stored_buf, *raw_buf;
     size_t max_stored, max_raw;
+    void *zeros;           /* a ZERO chunk for image_read_allocation_cb: never written */
+    size_t zeros_len;
     char msg[512];
 };
 
@@ -725,6 +727,7 @@ void image_close(struct image *img)
     codec_ctx_free(img->ctx);
     bigbuf_free(img->stored_buf, img->max_stored);
     bigbuf_free(img->raw_buf, img->max_raw);
+    bigbuf_free(img->zeros, img->zeros_len);
     if (img->dfd >= 0)
         close(img->dfd);
     free(img->dir);
@@ -1205,21 +1208,23 @@ static int ensure_bufs(struct image *img)
     return 0;
 }
 
-/* A raw buffer of at least `len` bytes (a ZERO chunk handed to a callback). */
-static int grow_raw(struct image *img, size_t len)
+/*
+ * len bytes of zeros, for a ZERO chunk handed to a callback: a mapping that
+ * is never written, so that it costs page tables only, however much the
+ * chunk declares (up to 4 GiB). raw_buf, sized for the largest chunk that
+ * holds bytes, is not grown for it.
+ */
+static const void *zeros_of(struct image *img, size_t len)
 {
-    uint8_t *n;
+    if (len > img->zeros_len) {
+        void *z = bigbuf_grow(img->zeros, img->zeros_len, len);
 
-    if (len <= img->max_raw && img->raw_buf)
-        return 0;
-    if (len <= img->max_raw)
-        return ensure_bufs(img);
-    n = realloc(img->raw_buf, len);
-    if (!n)
-        return -ENOMEM;
-    img->raw_buf = n;
-    img->max_raw = len;
-    return 0;
+        if (!z)
+            return NULL;
+        img->zeros = z;
+        img->zeros_len = len;
+    }
+    return img->zeros;
 }
 
 /* Reads, checks and decodes chunk i into dst. */
@@ -1312,12 +1317,17 @@ int image_read_allocation_cb(struct image *img, uint64_t id, image_chunk_cb cb, 
     sp = img->spans[idx];
     for (size_t i = sp.first; i < sp.first + sp.count; i++) {
         const struct image_chunk *k = &img->chunks[i];
-        int rc = grow_raw(img, k->raw_len);
+        const void *data = img->raw_buf;
+        unsigned codec;
+        int rc;
 
-        if (!rc)
+        image_chunk_resolved(img, i, &codec, NULL);
+        if (codec == TCGPU_CODEC_ZERO)
+            rc = (data = zeros_of(img, k->raw_len)) ? 0 : -ENOMEM;
+        else
             rc = load_chunk(img, i, img->raw_buf, 1);
         if (!rc)
-            rc = cb(arg, k->alloc_offset, img->raw_buf, k->raw_len);
+            rc = cb(arg, k->alloc_offset, data, k->raw_len);
         if (rc)
             return rc;
     }
