@@ -288,6 +288,56 @@ static void test_module_data(void)
     CHECK_RES(cuModuleLoadData(&m, "not an elf image"), CUDA_ERROR_INVALID_IMAGE);
 }
 
+/* Bytes of this process's mappings that transparent huge pages may back
+ * (smaps' "THPeligible: 1"), or -1 when the kernel does not say. */
+static long long thp_eligible_bytes(void)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    unsigned long lo, hi, size = 0;
+    long long total = -1;
+    char line[256];
+    int v;
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+            size = hi - lo;
+        else if (sscanf(line, "THPeligible: %d", &v) == 1)
+            total = (total < 0 ? 0 : total) + (v ? (long long)size : 0);
+    }
+    fclose(f);
+    return total;
+}
+
+/* Device memory of 2 MiB and more is backed by memory huge pages may back
+ * (a GPU's pages are 2 MiB: docs/simcuda.md), and gives it back when freed. */
+static void test_huge_pages(void)
+{
+    const size_t len = 16u << 20;
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char mode[128] = "";
+    long long before = thp_eligible_bytes(), held;
+    CUdeviceptr d;
+
+    if (f) {
+        if (!fgets(mode, sizeof(mode), f))
+            mode[0] = '\0';
+        fclose(f);
+    }
+    if (before < 0 || !mode[0] || strstr(mode, "[never]")) {
+        printf("huge pages: none on this kernel (%s), not checked\n", mode[0] ? mode : "?");
+        return;
+    }
+    CHECK(cuMemAlloc(&d, len));
+    CHECK(cuMemsetD8(d, 0x5a, len));
+    held = thp_eligible_bytes();
+    if (held - before < (long long)len)
+        T_FAIL("%zu bytes of device memory, %lld more bytes huge pages may back", len, held - before);
+    CHECK(cuMemFree(d));
+    CHECK_TRUE(thp_eligible_bytes() <= held - (long long)len);
+}
+
 int main(void)
 {
     CUdevice dev;
@@ -312,6 +362,7 @@ int main(void)
     test_pool();
     test_module_data();
     test_kernel_fault();
+    test_huge_pages();
     printf("memory: ok\n");
     return 0;
 }
