@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -727,7 +728,8 @@ void image_close(struct image *img)
     codec_ctx_free(img->ctx);
     bigbuf_free(img->stored_buf, img->max_stored);
     bigbuf_free(img->raw_buf, img->max_raw);
-    bigbuf_free(img->zeros, img->zeros_len);
+    if (img->zeros)
+        munmap(img->zeros, img->zeros_len);
     if (img->dfd >= 0)
         close(img->dfd);
     free(img->dir);
@@ -1209,22 +1211,26 @@ static int ensure_bufs(struct image *img)
 }
 
 /*
- * len bytes of zeros, for a ZERO chunk handed to a callback: a mapping that
- * is never written, so that it costs page tables only, however much the
- * chunk declares (up to 4 GiB). raw_buf, sized for the largest chunk that
- * holds bytes, is not grown for it.
+ * len bytes of zeros, for a ZERO chunk handed to a callback: a read-only
+ * anonymous mapping, which costs neither memory nor commit charge however
+ * much the chunk declares (up to 4 GiB) and which nobody can write to by
+ * mistake. raw_buf, sized for the largest chunk that holds bytes, is not
+ * grown for it.
  */
 static const void *zeros_of(struct image *img, size_t len)
 {
-    if (len > img->zeros_len) {
-        void *z = bigbuf_grow(img->zeros, img->zeros_len, len);
+    void *z;
 
-        if (!z)
-            return NULL;
-        img->zeros = z;
-        img->zeros_len = len;
-    }
-    return img->zeros;
+    if (len <= img->zeros_len)
+        return img->zeros;
+    z = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (z == MAP_FAILED)
+        return NULL;
+    if (img->zeros)
+        munmap(img->zeros, img->zeros_len);
+    img->zeros = z;
+    img->zeros_len = len;
+    return z;
 }
 
 /* Reads, checks and decodes chunk i into dst. */
