@@ -1213,9 +1213,9 @@ static int ensure_bufs(struct image *img)
 /*
  * len bytes of zeros, for a ZERO chunk handed to a callback: a read-only
  * anonymous mapping, which costs neither memory nor commit charge however
- * much the chunk declares (up to 4 GiB) and which nobody can write to by
- * mistake. raw_buf, sized for the largest chunk that holds bytes, is not
- * grown for it.
+ * much the chunk declares (up to TCGPU_IMG_MAX_CHUNK, 1 GiB) and which
+ * nobody can write to by mistake. raw_buf, sized for the largest chunk
+ * that holds bytes, is not grown for it.
  */
 static const void *zeros_of(struct image *img, size_t len)
 {
