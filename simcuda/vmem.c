@@ -353,7 +353,8 @@ void sim_map_foreach(void (*fn)(struct sim_range *, void *), void *arg)
 void *sim_backing_alloc(size_t len)
 {
     size_t over = len >= SIM_GRANULARITY ? SIM_GRANULARITY : 0;
-    uint8_t *p = mmap(NULL, len + over, PROT_READ | PROT_WRITE,
+    size_t span = sim_round_up(len, (uint64_t)sysconf(_SC_PAGESIZE));   /* what mmap maps */
+    uint8_t *p = mmap(NULL, span + over, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), *at;
 
     if (p == MAP_FAILED)
@@ -363,8 +364,8 @@ void *sim_backing_alloc(size_t len)
     at = (uint8_t *)sim_round_up((uintptr_t)p, SIM_GRANULARITY);
     if (at > p)
         munmap(p, (size_t)(at - p));
-    if (at < p + over)
-        munmap(at + len, (size_t)(p + over - at));
+    if (at < p + over)      /* the tail past the aligned span, from a page boundary */
+        munmap(at + span, (size_t)(p + over - at));
     madvise(at, len, MADV_HUGEPAGE);    /* advice: without it, small pages */
     return at;
 }
