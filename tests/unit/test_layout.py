@@ -3,31 +3,25 @@
 
     test_layout.py SOURCE_ROOT
 
-- an #include "folder/x.h" from a file in lib/A is allowed only when lib/README.md's
-  table lets A include that folder; a bare #include "x.h" names a header of the
+- lib/README.md's table is the rule: its rows name every folder of lib/, and
+  its last column says which folders each may include;
+- an #include "folder/x.h" from a file in lib/A is allowed only when that table
+  lets A include that folder; a bare #include "x.h" names a header of the
   same folder (or tcgpu.h, or a header generated into that folder);
-- the tools include only the libraries they link (gpuckpt: common, ctl, image,
-  json; tcgpud: common, ctl, policy, json; tcgpu-replay (tools/replay): common,
-  policy, json; the CRIU plugin: common, ctl, image and gpuckpt's driver client;
-  tcgpu-slurm and its defer library: common);
+- the tools include only the libraries they link (TOOLS below, lib/README.md's
+  "Who links what");
 - a library's meson.build depends only on the libraries it may include;
-- no meson.build compiles a source file of another folder.
+- no meson.build compiles a source file of another folder;
+- docs/architecture.md's folder table names every folder of the tree (lib/'s,
+  tools/'s and plugins/' one by one) and no folder that is gone, and its table
+  of lib/core names every file there and no file that is gone.
 """
 import os
 import re
 import sys
 
-# Keep in step with lib/README.md (the table there is the documentation).
-MAY_INCLUDE = {
-    'common': set(),
-    'policy': {'common'},
-    'driver': {'common'},
-    'image': {'common'},
-    'ctl': {'common'},
-    'engine': {'common', 'driver', 'image'},
-    'core': {'common', 'driver', 'image', 'ctl', 'engine'},
-    'json': {'common', 'ctl'},
-}
+# Filled from lib/README.md's table by read_rules(): folder -> the folders it may include.
+MAY_INCLUDE = {}
 TOOLS = {
     'tools/gpuckpt': {'common', 'ctl', 'image', 'json', 'gpuckpt'},
     'tools/tcgpud': {'common', 'ctl', 'policy', 'json', 'tcgpud'},
@@ -42,6 +36,45 @@ EXTERNAL = {'engine': {'simcuda_kernel.h'}}     # the simcuda twin of the scan k
 PUBLIC = {'tcgpu.h'}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 DEP = re.compile(r'\btcgpu_(\w+?)_dep\b')
+TABLE_ROW = re.compile(r'^\|(.*)\|\s*$', re.M)
+FOLDER = re.compile(r'`([\w./{},-]+)`')
+
+
+def table_rows(text, heading=None):
+    """The cells of a markdown table's body rows: the first table of text, or
+    the first one after the line `heading`."""
+    if heading is not None:
+        at = text.find('\n' + heading + '\n')
+        if at < 0:
+            return None
+        text = text[at + len(heading) + 2:]
+    rows, started = [], False
+    for line in text.split('\n'):
+        m = TABLE_ROW.match(line)
+        if not m:
+            if started:
+                break
+            continue
+        started = True
+        cells = [c.strip() for c in m.group(1).split('|')]
+        if not all(set(c) <= set('-: ') for c in cells):
+            rows.append(cells)
+    return rows[1:]          # the header row is not a rule
+
+
+def read_rules(root, bad):
+    """lib/README.md's table: `folder/` in the first column, the folders it
+    may include in the last (backquoted, `include/tcgpu.h` aside)."""
+    for cells in table_rows(open(os.path.join(root, 'lib', 'README.md')).read()):
+        names = FOLDER.findall(cells[0])
+        if len(names) != 1 or not names[0].endswith('/'):
+            bad.append('lib/README.md: a table row does not start with one `folder/`: %s' % cells[0])
+            continue
+        MAY_INCLUDE[names[0].rstrip('/')] = {n.rstrip('/') for n in FOLDER.findall(cells[-1])
+                                             if n.endswith('/')}
+    for f, allowed in MAY_INCLUDE.items():
+        for other in sorted(allowed - set(MAY_INCLUDE)):
+            bad.append('lib/README.md: %s/ may include %s/, which the table does not name' % (f, other))
 
 
 def sources(top):
@@ -56,7 +89,9 @@ def check_lib(root, bad):
     folders = sorted(f for f in os.listdir(lib) if os.path.isdir(os.path.join(lib, f)))
     for f in folders:
         if f not in MAY_INCLUDE:
-            bad.append('lib/%s is not in lib/README.md\'s table (test_layout.py MAY_INCLUDE)' % f)
+            bad.append('lib/%s is not in lib/README.md\'s table' % f)
+    for f in sorted(set(MAY_INCLUDE) - set(folders)):
+        bad.append('lib/README.md names %s/, which lib/ does not have' % f)
     for f in folders:
         top = os.path.join(lib, f)
         for path in sources(top):
@@ -86,7 +121,7 @@ def check_lib(root, bad):
             continue
         for dep in set(DEP.findall(open(mb).read())):
             lib_of = {'control': 'core'}.get(dep, dep)
-            if lib_of != f and lib_of in MAY_INCLUDE and lib_of not in MAY_INCLUDE[f]:
+            if lib_of != f and lib_of in MAY_INCLUDE and lib_of not in MAY_INCLUDE.get(f, set()):
                 bad.append('lib/%s/meson.build depends on tcgpu_%s_dep, which it may not use'
                            % (f, dep))
 
@@ -125,10 +160,64 @@ def check_preload(root, bad):
         bad.append('lib/core/meson.build: libtcgpu_all takes lib/json (jansson) into libtcgpu.so')
 
 
+def expand(name):
+    """`registry.{h,c}` -> registry.h, registry.c; `tools/gpuckpt/` -> itself."""
+    m = re.match(r'(.*)\{([^}]*)\}(.*)$', name)
+    if not m:
+        return [name]
+    return [m.group(1) + alt + m.group(3) for alt in m.group(2).split(',')]
+
+
+def folders_of(root, top):
+    return sorted(top + '/' + d + '/' for d in os.listdir(os.path.join(root, top))
+                  if os.path.isdir(os.path.join(root, top, d)) and not d.startswith('.'))
+
+
+def check_architecture(root, bad):
+    """docs/architecture.md's two tables against the tree: no folder or file
+    missing from them, none named that is gone."""
+    doc = 'docs/architecture.md'
+    text = open(os.path.join(root, doc)).read()
+    named = set()
+    for cells in table_rows(text, '## The folders') or []:
+        for n in FOLDER.findall(cells[0]):
+            named.update(expand(n))
+    if not named:
+        bad.append('%s: no folder table under "## The folders"' % doc)
+        return
+    want = {d + '/' for d in os.listdir(root)
+            if os.path.isdir(os.path.join(root, d)) and not d.startswith(('.', 'build')) and d != 'docs'}
+    want -= {'lib/', 'tools/', 'plugins/'}
+    for top in ('lib', 'tools', 'plugins'):
+        want.update(folders_of(root, top))
+    covered = named | {os.path.dirname(n) + '/' for n in named if not n.endswith('/')}
+    for n in sorted(want - covered):
+        bad.append('%s: the folder table does not name %s' % (doc, n))
+    for n in sorted(named):
+        if not os.path.exists(os.path.join(root, n)):
+            bad.append('%s: the folder table names %s, which is gone' % (doc, n))
+
+    files = set()
+    for cells in table_rows(text, '## lib/core, one concept per file') or []:
+        for n in FOLDER.findall(cells[0]):
+            files.update(expand(n))
+    if not files:
+        bad.append('%s: no table under "## lib/core, one concept per file"' % doc)
+        return
+    core = os.path.join(root, 'lib', 'core')
+    have = {n for n in os.listdir(core) if n.endswith(('.c', '.h'))}
+    for n in sorted(have - files):
+        bad.append('%s: the lib/core table does not name %s' % (doc, n))
+    for n in sorted(files - have):
+        bad.append('%s: the lib/core table names %s, which lib/core does not have' % (doc, n))
+
+
 def main(argv):
     root = argv[1]
     bad = []
+    read_rules(root, bad)
     check_lib(root, bad)
+    check_architecture(root, bad)
     check_preload(root, bad)
     check_tools(root, bad)
     check_meson(root, bad)
