@@ -1,14 +1,11 @@
 #!/usr/bin/env bash
 # A training step captured once into a CUDA graph (graph memory inside it,
-# a workspace allocated in relaxed capture mode) and replayed many times
-# under tcgpu, suspended and resumed at random moments: between replays and
-# while a replay runs, to host memory and to an image, with and without the
-# context; checkpointed once. Its checksum equals an uninterrupted run's
-# (which equals the same step run without a graph), and while suspended it
-# holds no device memory but its context: the graph's memory was released
-# and came back at the same addresses.
+# a workspace allocated in relaxed capture mode) and replayed under tcgpu,
+# in the situations only this program makes; every mode of
+# tests/common/scenario.sh is applied to it by progs/graph_train.desc. Each
+# case first checks that the graph computes what the same step run eagerly
+# does, and ends with the checksum of an uninterrupted run.
 #
-#   graph_suspend.sh cycles CYCLES   the scenario above
 #   graph_suspend.sh self            the job suspends and resumes itself right
 #                                    after launching a replay, every few replays:
 #                                    the replay's result, in graph memory it
@@ -17,11 +14,12 @@
 #                                    capture is refused (it would invalidate
 #                                    the capture), naming it; the job finishes
 #                                    with the right checksum
+#   graph_suspend.sh explicit        after a graph with explicit memory nodes
+#                                    (cuGraphAddMemAllocNode), checkpoint and
+#                                    suspend are refused, naming the call
 . "$(dirname "$0")/lib.sh"
 
 GRAPH_TRAIN=$PROGS/graph_train
-slack=$((4 << 20))
-context=$((32 << 20))          # SIMCUDA_CONTEXT_MEM (lib.sh)
 
 reference() { # ARGS... : sets ref (and checks that the eager step agrees)
     "$GRAPH_TRAIN" "$@" >"$WORK/ref.out" 2>&1 || fail "reference run failed: $(tail -n 3 "$WORK/ref.out")"
@@ -38,40 +36,7 @@ finish() {
     [ "$got" = "$ref" ] || fail "checksum $got, uninterrupted $ref"
 }
 
-case "${1:?cycles|self|capture|explicit}" in
-cycles)
-    cycles=${2:-12}
-    args=(--mb 8 --replays 120 --print-every 20)
-    reference "${args[@]}"
-    start_bg "$WORK/run.out" "$GPUCKPT" run -- "$GRAPH_TRAIN" "${args[@]}" --sleep-ms 12
-    pid=$BG
-    wait_for_socket "$pid"
-    wait_for_line "$WORK/run.out" '^captured'
-    for i in $(seq 1 "$cycles"); do
-        sleep_ms "$(random_ms 0 60)"
-        kill -0 "$pid" 2>/dev/null || fail "the job ended after $((i - 1)) cycles: make it longer"
-        opts=()
-        [ $((i % 4)) -eq 2 ] && opts+=(-D "$WORK/img-$i")
-        [ $((i % 3)) -ne 0 ] && opts+=(--keep-context)
-        "$GPUCKPT" suspend "$pid" "${opts[@]}" || fail "suspend $i failed"
-        held=$(device_bytes_of "$pid")
-        if [[ " ${opts[*]} " == *" --keep-context "* ]]; then
-            [ "$held" -le $((context + slack)) ] ||
-                fail "suspended with its context kept, the job holds $held bytes (context: $context)"
-        else
-            [ "$held" -le "$slack" ] || fail "the suspended job still holds $held bytes of device memory"
-        fi
-        sleep_ms "$(random_ms 0 30)"
-        "$GPUCKPT" resume "$pid" || fail "resume $i failed"
-        if [ "$i" -eq 5 ]; then
-            "$GPUCKPT" checkpoint "$pid" -D "$WORK/ckpt" || fail "a checkpoint of the graph job was refused"
-            "$GPUCKPT" verify "$WORK/ckpt" >/dev/null || fail "the checkpoint does not verify"
-        fi
-        note "cycle $i ok (held $held bytes while suspended)"
-    done
-    finish
-    echo "ok: $cycles cycles, checksum $got"
-    ;;
+case "${1:?self|capture|explicit}" in
 self)
     args=(--mb 4 --replays 40 --print-every 10)
     reference "${args[@]}"
