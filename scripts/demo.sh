@@ -30,6 +30,10 @@ export SIMCUDA_SHM=/simcuda-demo-$$
 export TCGPU_RUN_DIR=$work/run
 export TCGPU_DAEMON_SOCKET=$work/tcgpud.sock
 export TCGPU_LOG=quiet
+# The driver tcgpud learns the GPUs from, and gpuckpt checkpoints through: the
+# simulated one (the jobs link it; tcgpud and gpuckpt load libcuda.so.1 by name,
+# and this machine has no other).
+export TCGPU_REAL_LIBCUDA=$build/simcuda/libcuda.so.1
 mkdir -m 700 "$TCGPU_RUN_DIR"
 pids=()
 cleanup() {
