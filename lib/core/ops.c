@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "devmem.h"
+#include "devsync.h"
 #include "hostkeep.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
