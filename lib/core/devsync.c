@@ -19,14 +19,15 @@
 #include "driver/driver.h"
 #include "graphmem.h"
 #include "objects.h"
-#include "snap_internal.h"
 #include "thread.h"
 #include "common/clock.h"
 #include "common/errmsg.h"
 
+#define MAX_CTX 64
+
 /* --- contexts ------------------------------------------------------------ */
 
-/* The device whose primary context ctx_enter retained on this thread, or -1. */
+/* The device whose primary context devsync_ctx_enter retained on this thread, or -1. */
 static __thread int retained_primary = -1;
 
 /*
@@ -50,14 +51,14 @@ static int enter_primary(int device)
     return 0;
 }
 
-/* Makes a context of `device` current on this thread (push); pop with ctx_leave. */
-int ctx_enter(int device)
+int devsync_ctx_enter(int device, void *unused)
 {
     CUcontext ctxs[MAX_CTX];
     CUdevice devs[MAX_CTX];
     size_t n = objects_contexts(ctxs, devs, MAX_CTX);
     CUresult rc;
 
+    (void)unused;
     for (size_t i = 0; i < n && i < MAX_CTX; i++) {
         if (devs[i] != device)
             continue;
@@ -71,15 +72,28 @@ int ctx_enter(int device)
     return enter_primary(device);
 }
 
-void ctx_leave(void)
+void devsync_ctx_leave(void *unused)
 {
     CUcontext ignored;
 
+    (void)unused;
     TCGPU_REAL(cuCtxPopCurrent)(&ignored);
     if (retained_primary >= 0) {
         TCGPU_REAL(cuDevicePrimaryCtxRelease)(retained_primary);
         retained_primary = -1;
     }
+}
+
+int devsync_ctx_live(CUcontext ctx)
+{
+    CUcontext ctxs[MAX_CTX];
+    CUdevice devs[MAX_CTX];
+    size_t n = objects_contexts(ctxs, devs, MAX_CTX);
+
+    for (size_t i = 0; i < n && i < MAX_CTX; i++)
+        if (ctxs[i] == ctx)
+            return 1;
+    return 0;
 }
 
 /* --- waiting for the device, with a bound ----------------------------------
@@ -302,7 +316,7 @@ static int refuse_during_capture(void)
     return -EBUSY;
 }
 
-int snap_sync(unsigned timeout_ms)
+int devsync_wait(unsigned timeout_ms)
 {
     CUcontext ctxs[MAX_CTX];
     CUdevice devs[MAX_CTX];
@@ -319,7 +333,7 @@ int snap_sync(unsigned timeout_ms)
             return -EIO;
         }
         r = wait_streams(ctxs[i], (int)devs[i], deadline, timeout_ms);
-        ctx_leave();
+        devsync_ctx_leave(NULL);
         if (r == 0)
             r = sync_bounded(ctxs[i], (int)devs[i], deadline, timeout_ms);
         if (r)

@@ -117,7 +117,7 @@ static int quiesce(struct op_run *r)
         errmsg_set("the API gate is already closed");
         return rc;
     }
-    rc = snap_sync(gate_timeout_ms());
+    rc = devsync_wait(gate_timeout_ms());
     if (rc)
         tcgpu_gate_open();      /* the program goes on as before */
     r->t_quiesced = now_ns();

@@ -1,7 +1,7 @@
 /*
- * snap_internal.h - private to lib/core/snapshot.c, windows.c and devsync.c:
- * the snapshot's own structs and the calls between those three files. No
- * other file includes it; the rest of tcgpu sees snapshot.h and devsync.h.
+ * snap_internal.h - private to lib/core/snapshot.c and windows.c: the
+ * snapshot's own structs and the calls between the two. No other file
+ * includes it; the rest of tcgpu sees snapshot.h (and devsync.h).
  *
  * The regions and the snapshot are snapshot.c's; windows.c maps them for the
  * copies, so it needs their layout. They are here, not in snapshot.h, so
@@ -16,8 +16,6 @@
 
 #include "engine/pipeline.h"
 #include "registry.h"
-
-#define MAX_CTX 64
 
 /*
  * A range whose contents a snapshot saves. `va` is its identity (the

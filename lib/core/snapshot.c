@@ -3,6 +3,8 @@
  * snapshot.h. The bytes move through the pipelined engine (pipeline.h:
  * pinned staging ring, chunk workers, io_uring writer, parallel refill);
  * this file decides what is saved, where, and when memory is released.
+ * The contexts the copies run in and the wait for the device are devsync.c's;
+ * the windows onto memory the program cannot reach are windows.c's.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -17,7 +19,6 @@
 #include "driver/driver.h"
 #include "image/image.h"
 #include "common/log.h"
-#include "objects.h"
 #include "engine/pipeline.h"
 #include "hostkeep.h"
 #include "registry.h"
@@ -202,18 +203,6 @@ int snap_collect(struct snap **out, unsigned flags)
 
 /* --- saving -------------------------------------------------------------- */
 
-static int pipe_ctx_enter(int device, void *arg)
-{
-    (void)arg;
-    return ctx_enter(device);
-}
-
-static void pipe_ctx_leave(void *arg)
-{
-    (void)arg;
-    ctx_leave();
-}
-
 static void pipe_progress(uint64_t bytes, void *arg)
 {
     struct progress *p = arg;
@@ -227,14 +216,9 @@ static void pipe_progress(uint64_t bytes, void *arg)
  * pinned memory was made in is one of the program's live contexts. */
 static int pipe_still_good(const struct pipe *p)
 {
-    CUcontext ctxs[MAX_CTX], ring = pipe_ring_context(p);
-    CUdevice devs[MAX_CTX];
-    size_t n = objects_contexts(ctxs, devs, MAX_CTX);
+    CUcontext ring = pipe_ring_context(p);
 
-    for (size_t i = 0; i < n && i < MAX_CTX; i++)
-        if (ctxs[i] == ring)
-            return 1;
-    return ring == NULL;
+    return ring == NULL || devsync_ctx_live(ring);
 }
 
 /* A pipe for one operation: the one kept from the last (its workers,
@@ -242,7 +226,7 @@ static int pipe_still_good(const struct pipe *p)
 static int open_pipe(struct pipe **out, struct progress *prog)
 {
     struct pipe_opts o = {
-        .ctx_enter = pipe_ctx_enter, .ctx_leave = pipe_ctx_leave,
+        .ctx_enter = devsync_ctx_enter, .ctx_leave = devsync_ctx_leave,
         .progress = pipe_progress, .progress_arg = prog,
     };
     struct pipe *p = hostkeep_take_pipe();
@@ -835,28 +819,11 @@ static int open_verified(struct snap *s, struct image **out)
     return 0;
 }
 
-static size_t count_phys(void)
-{
-    size_t n = 0;
-
-    for (struct tc_phys *p = reg_phys_first(); p; p = p->next)
-        n++;
-    return n;
-}
-
-static size_t count_maps(void)
-{
-    size_t n = 0;
-
-    for (struct tc_map *m = reg_map_first(); m; m = m->next)
-        n++;
-    return n;
-}
-
 int snap_rebuild(struct snap *s, tcgpu_progress_fn fn, void *arg)
 {
     struct progress prog = { fn, arg, 0, s->bytes, TCGPU_PHASE_REFILL };
     struct image *img = NULL;
+    struct reg_counts held;
     struct pass p = { 0 };
     int rc;
 
@@ -867,8 +834,9 @@ int snap_rebuild(struct snap *s, tcgpu_progress_fn fn, void *arg)
     }
     progress_start(&prog, TCGPU_PHASE_REFILL, s->bytes);
     reg_lock();
-    p.phys = calloc(count_phys() + 1, sizeof(*p.phys));
-    p.maps = calloc(count_maps() + 1, sizeof(*p.maps));
+    reg_counts(&held);
+    p.phys = calloc(held.phys + 1, sizeof(*p.phys));
+    p.maps = calloc(held.maps + 1, sizeof(*p.maps));
     if (!p.phys || !p.maps) {
         errmsg_set("out of host memory");
         rc = -ENOMEM;
@@ -923,7 +891,7 @@ static void managed_prefetch(int to_host)
                               to_host ? 0 : v[i].device };
         CUresult rc;
 
-        if (ctx_enter(v[i].device) != 0)
+        if (devsync_ctx_enter(v[i].device, NULL) != 0)
             continue;
         rc = TCGPU_REAL(cuMemPrefetchAsync)(v[i].va, v[i].size, loc, 0, NULL);
         if (rc == CUDA_ERROR_NOT_FOUND)       /* a driver older than 12.2 */
@@ -935,7 +903,7 @@ static void managed_prefetch(int to_host)
             log_info("managed memory at %#llx (%zu bytes) stays where it is: prefetch to %s: %s",
                      (unsigned long long)v[i].va, v[i].size, to_host ? "the host" : "its device",
                      cu_error_name(rc));
-        ctx_leave();
+        devsync_ctx_leave(NULL);
     }
     if (n && !v)
         log_info("out of host memory: managed memory is not prefetched");
