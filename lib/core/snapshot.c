@@ -594,8 +594,7 @@ struct save_job {
     const char *dir;
     tcgpu_progress_fn fn;
     void *arg;
-    int rc;
-    char err[512];
+    struct errmsg_record *err;        /* the operation's: result and message land there */
 };
 
 static void *save_image_main(void *arg)
@@ -603,24 +602,20 @@ static void *save_image_main(void *arg)
     struct save_job *j = arg;
 
     tcgpu_gate_set_exempt(true);
-    j->rc = save_image(j->s, j->dir, j->fn, j->arg);
-    snprintf(j->err, sizeof(j->err), "%s", errmsg_get());
+    errmsg_carry(j->err);
+    errmsg_result(save_image(j->s, j->dir, j->fn, j->arg));
     return NULL;
 }
 
 int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void *arg)
 {
-    struct save_job j = { .s = s, .dir = dir, .fn = fn, .arg = arg };
+    struct save_job j = { .s = s, .dir = dir, .fn = fn, .arg = arg, .err = errmsg_record() };
     struct helper_thread h;
 
     if (helper_thread_start(&h, save_image_main, &j) != 0)
-        return save_image(s, dir, fn, arg);       /* on this thread, workers and all */
+        return errmsg_result(save_image(s, dir, fn, arg));  /* on this thread, workers and all */
     helper_thread_join(&h);
-    if (j.rc)
-        errmsg_set("%s", j.err);
-    else
-        errmsg_clear();
-    return j.rc;
+    return j.err->rc;
 }
 
 /* --- taking memory down and putting it back ------------------------------ */
