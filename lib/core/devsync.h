@@ -16,7 +16,7 @@
  * program that destroyed every context there still holds its VMM memory).
  * 0, or -EIO with the message set. Pop with devsync_ctx_leave. The
  * signatures are the engine's context callbacks (struct pipe_opts), so that
- * they are handed to it as they are; `unused` is.
+ * they are handed to it as they are; their last argument is not used.
  */
 int devsync_ctx_enter(int device, void *unused);
 void devsync_ctx_leave(void *unused);
