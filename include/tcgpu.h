@@ -195,8 +195,15 @@ enum tcgpu_event {
 };
 
 /*
- * Called on the library's service thread, never from a signal handler. It
- * must not call CUDA (the gate may be closed) and should return quickly.
+ * Called on the thread that asked for the operation, and waited for: the
+ * program's own thread inside tcgpu_checkpoint(), tcgpu_suspend() or
+ * tcgpu_resume(), with whatever locks it holds there (a lock the callback
+ * takes must be one the caller does not hold, or a recursive one, such as
+ * Python's GIL through PyGILState_Ensure); a thread of the library's for an
+ * operation asked from outside the program (gpuckpt, the trigger signal,
+ * tcgpud). Never from a signal handler. It must not call CUDA (the gate may
+ * be closed) nor start an operation (BEFORE_QUIESCE comes while the
+ * operation holds the operations' lock), and should return quickly.
  * One callback per process: setting a new one replaces the old; NULL removes
  * it. `arg` is passed through.
  */

@@ -4,7 +4,6 @@
  * events.c, the version in common/version.c.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "common/errmsg.h"
@@ -12,29 +11,46 @@
 #include "registry.h"
 #include "tcgpu.h"
 
-static __thread char last_error[512];
+/*
+ * What tcgpu_last_error() shows: while an operation of this file runs, it is
+ * the calling thread's record (errmsg.h), so that the threads the operation
+ * crosses leave its result and message there; the other functions never
+ * touch it (tcgpu.h).
+ */
+static __thread struct errmsg_record last_op;
 
-/* Keeps the operation's message for tcgpu_last_error() on this thread:
- * the failure's, or "" after a success (tcgpu.h). */
-static int finish(int rc)
+static struct errmsg_record *op_begin(void)
 {
-    snprintf(last_error, sizeof(last_error), "%s", rc ? errmsg_get() : "");
+    return errmsg_carry(&last_op);
+}
+
+/* A success leaves "" (tcgpu.h). */
+static int op_end(struct errmsg_record *before, int rc)
+{
+    errmsg_result(rc);
+    errmsg_carry(before);
     return rc;
 }
 
 TCGPU_API int tcgpu_checkpoint(const char *dir)
 {
-    return finish(tcgpu_op_checkpoint(dir, NULL));
+    struct errmsg_record *before = op_begin();
+
+    return op_end(before, tcgpu_op_checkpoint(dir, NULL));
 }
 
 TCGPU_API int tcgpu_suspend(const char *dir)
 {
-    return finish(tcgpu_op_suspend(dir, NULL));
+    struct errmsg_record *before = op_begin();
+
+    return op_end(before, tcgpu_op_suspend(dir, NULL));
 }
 
 TCGPU_API int tcgpu_resume(void)
 {
-    return finish(tcgpu_op_resume(NULL));
+    struct errmsg_record *before = op_begin();
+
+    return op_end(before, tcgpu_op_resume(NULL));
 }
 
 TCGPU_API int tcgpu_get_status(struct tcgpu_status *st, size_t size)
@@ -61,7 +77,7 @@ TCGPU_API int tcgpu_status(struct tcgpu_status *st)
 
 TCGPU_API const char *tcgpu_last_error(void)
 {
-    return last_error;
+    return last_op.text;
 }
 
 static int valid_range(uint64_t ptr, size_t len)

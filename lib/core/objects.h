@@ -38,7 +38,7 @@ size_t objects_contexts(CUcontext *ctxs, CUdevice *devs, size_t max);
 /* --- streams and the work last put on them --------------------------------
  * So that an operation can wait for the device with a bound, querying each
  * stream instead of blocking in cuCtxSynchronize, and say what is still
- * running when the bound is reached (lib/core/snapshot.c, snap_sync). */
+ * running when the bound is reached (lib/core/devsync.c, devsync_wait). */
 
 enum obj_stream_kind {
     OBJ_STREAM_CREATED = 1,       /* cuStreamCreate/WithPriority: queryable by handle */

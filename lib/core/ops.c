@@ -12,10 +12,12 @@
  * Every operation runs on one worker thread of the library's, which closes
  * the API gate (the gate lets its closer call the driver freely). So the
  * thread that *asked* (a program thread calling tcgpu_suspend(), or the
- * control service thread) is an ordinary thread to the gate and parks at its
- * next CUDA call while the process is suspended. The worker lives as long as
- * the process: the gate remembers its closer, and a suspended process keeps
- * the gate closed between two operations.
+ * control server's operation thread) is an ordinary thread to the gate and
+ * parks at its next CUDA call while the process is suspended. The worker
+ * lives as long as the process: the gate remembers its closer, and a
+ * suspended process keeps the gate closed between two operations. The
+ * asking thread hands the worker its error record and fires the program's
+ * events itself (docs/architecture.md, "The threads an operation crosses").
  */
 #include <unistd.h>
 #include <errno.h>
@@ -28,6 +30,7 @@
 #include <time.h>
 
 #include "devmem.h"
+#include "devsync.h"
 #include "hostkeep.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
@@ -74,8 +77,7 @@ struct op_run {
     const char *who;                  /* for the log line */
     tcgpu_progress_fn progress;
     void *arg;
-    int result;
-    char error[512];
+    struct errmsg_record *err;        /* the asking thread's: the result and message land there */
     uint64_t t_start, t_quiesced, t_freed, t_image, t_end;
 };
 
@@ -116,7 +118,7 @@ static int quiesce(struct op_run *r)
         errmsg_set("the API gate is already closed");
         return rc;
     }
-    rc = snap_sync(gate_timeout_ms());
+    rc = devsync_wait(gate_timeout_ms());
     if (rc)
         tcgpu_gate_open();      /* the program goes on as before */
     r->t_quiesced = now_ns();
@@ -307,13 +309,16 @@ static int do_resume(struct op_run *r)
 
 static void op_thread(struct op_run *r)
 {
+    struct errmsg_record *own = errmsg_carry(r->err);
+    int rc;
+
     errmsg_clear();
     r->t_start = now_ns();
     switch (r->op) {
-    case TCGPU_OP_CHECKPOINT: r->result = do_checkpoint(r); break;
-    case TCGPU_OP_SUSPEND:    r->result = do_suspend(r); break;
-    case TCGPU_OP_RESUME:     r->result = do_resume(r); break;
-    default:                  r->result = -EINVAL; break;
+    case TCGPU_OP_CHECKPOINT: rc = do_checkpoint(r); break;
+    case TCGPU_OP_SUSPEND:    rc = do_suspend(r); break;
+    case TCGPU_OP_RESUME:     rc = do_resume(r); break;
+    default:                  rc = -EINVAL; break;
     }
     /* The drain's and the refill's buffers were freed, but glibc keeps freed
      * memory in its arenas: give it back, or a process CRIU dumps next (a
@@ -321,19 +326,20 @@ static void op_thread(struct op_run *r)
      * tens of MiB of dead pages in its images. */
     malloc_trim(0);
     r->t_end = now_ns();
-    snprintf(r->error, sizeof(r->error), "%s", r->result ? errmsg_get() : "");
+    errmsg_result(rc);
+    errmsg_carry(own);
 }
 
 static void record(const struct op_run *r)
 {
     pthread_mutex_lock(&status_mutex);
     last.last_op = r->op;
-    last.last_result = r->result;
+    last.last_result = r->err->rc;
     last.last_quiesce_ns = r->t_quiesced ? r->t_quiesced - r->t_start : 0;
     last.last_free_ns = r->t_freed ? r->t_freed - r->t_start : 0;
     last.last_image_ns = r->t_image ? r->t_image - r->t_start : 0;
     last.last_total_ns = r->t_end - r->t_start;
-    snprintf(last.last_error, sizeof(last.last_error), "%.255s", r->error);
+    snprintf(last.last_error, sizeof(last.last_error), "%.255s", r->err->text);
     pthread_mutex_unlock(&status_mutex);
 }
 
@@ -410,24 +416,24 @@ static void log_op(const struct op_run *r, uint64_t held)
     char t[32], b[32];
     const char *who = r->who ? r->who : "the program";
 
-    if (r->result == 0 && r->op == TCGPU_OP_SUSPEND)
+    if (r->err->rc == 0 && r->op == TCGPU_OP_SUSPEND)
         log_info("%s (%s): done in %s, %s of GPU memory freed%s%s", tcgpu_op_name(r->op), who,
                  units_format_ns(r->t_end - r->t_start, t, sizeof(t)), units_format_bytes(held, b, sizeof(b)),
                  r->dir ? ", image " : "", r->dir ? r->dir : "");
-    else if (r->result == 0)
+    else if (r->err->rc == 0)
         log_info("%s (%s): done in %s%s%s", tcgpu_op_name(r->op), who,
                  units_format_ns(r->t_end - r->t_start, t, sizeof(t)),
                  r->dir && r->op == TCGPU_OP_CHECKPOINT ? ", image " : "",
                  r->dir && r->op == TCGPU_OP_CHECKPOINT ? r->dir : "");
     else
-        log_info("%s (%s): failed: %s%s%s", tcgpu_op_name(r->op), who, errno_name(r->result),
-                 r->error[0] ? ": " : "", r->error);
+        log_info("%s (%s): failed: %s%s%s", tcgpu_op_name(r->op), who, errno_name(r->err->rc),
+                 r->err->text[0] ? ": " : "", r->err->text);
 }
 
 static int run_op_parent(enum tcgpu_op op, const char *dir, const char *parent,
                          const struct tcgpu_op_caller *by)
 {
-    struct op_run r = { .op = op, .dir = dir, .parent = parent };
+    struct op_run r = { .op = op, .dir = dir, .parent = parent, .err = errmsg_record() };
     struct reg_counts before;
     int rc;
 
@@ -448,25 +454,21 @@ static int run_op_parent(enum tcgpu_op op, const char *dir, const char *parent,
     rc = worker_run(&r);
     if (rc) {
         pthread_mutex_unlock(&op_mutex);
-        r.result = rc;
-        snprintf(r.error, sizeof(r.error), "%s", errmsg_get());
+        errmsg_result(rc);
         log_op(&r, before.phys_bytes);
         return rc;
     }
     record(&r);
     pthread_mutex_unlock(&op_mutex);
 
-    /* The worker's message becomes the caller's (the thread that asked). */
-    if (r.result)
-        errmsg_set("%s", r.error);
-    else
-        errmsg_clear();
+    /* The worker wrote the result and message into this thread's record. */
+    rc = r.err->rc;
     log_op(&r, before.phys_bytes);
-    if (r.result == 0)
+    if (rc == 0)
         tcgpu_emit_event(success_event(op), op, 0);
     else
-        tcgpu_emit_event(TCGPU_EVENT_FAILED, op, r.result);
-    return r.result;
+        tcgpu_emit_event(TCGPU_EVENT_FAILED, op, rc);
+    return rc;
 }
 
 static int run_op(enum tcgpu_op op, const char *dir, const struct tcgpu_op_caller *by)

@@ -3,13 +3,15 @@
  *
  * The public C API (api.c), the control socket (control.c) and the signal
  * trigger all end up here. Operations are serialised by an internal mutex:
- * one runs at a time, a second caller waits for it. They run on the calling
- * thread, which must not be inside a CUDA call (it is made exempt from the
- * API gate for the duration).
+ * one runs at a time, a second caller waits for it. They run on the
+ * library's operation worker, which closes the API gate, while the calling
+ * thread waits; the calling thread must not be inside a CUDA call. The
+ * program's event callback (tcgpu.h) is called on the calling thread.
  *
  * Each returns 0 or -errno (codes as documented in tcgpu.h). On failure the
  * calling thread's message (common/errmsg.h) says what and where, e.g.
- * "cuIpcGetMemHandle: IPC memory handles cannot be checkpointed".
+ * "cuIpcGetMemHandle: IPC memory handles cannot be checkpointed": the worker
+ * and the threads it starts write into the calling thread's record.
  */
 #ifndef TCGPU_OPS_H
 #define TCGPU_OPS_H

@@ -3,10 +3,10 @@
  * snapshot.h. The bytes move through the pipelined engine (pipeline.h:
  * pinned staging ring, chunk workers, io_uring writer, parallel refill);
  * this file decides what is saved, where, and when memory is released.
+ * The contexts the copies run in and the wait for the device are devsync.c's;
+ * the windows onto memory the program cannot reach are windows.c's.
  */
 #include <errno.h>
-#include <limits.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,60 +15,19 @@
 #include <unistd.h>
 
 #include "devmem.h"
+#include "devsync.h"
 #include "driver/driver.h"
-#include "graphmem.h"
 #include "image/image.h"
 #include "common/log.h"
-#include "objects.h"
 #include "engine/pipeline.h"
 #include "hostkeep.h"
 #include "registry.h"
 #include "snapshot.h"
-#include "thread.h"
+#include "snap_internal.h"
 #include "driver/unsupported.h"
-#include "common/clock.h"
 #include "common/errmsg.h"
 #include "common/helper_thread.h"
 #include "driver/gate.h"
-
-#define MAX_CTX 64
-
-/*
- * A range whose contents a snapshot saves. `va` is its identity (the
- * program's address; for a physical allocation of the program's that no
- * mapping shows whole, the address of a mapping at its start, or 0 when it
- * has none), and where hints apply. The bytes are copied at `copy_va`: va
- * itself, or a window of tcgpu's own onto the physical allocation
- * (docs/save-restore.md, "Memory the program cannot reach").
- */
-struct region {
-    CUdeviceptr va;
-    size_t size;
-    uint64_t id;                      /* allocation id in the image */
-    uint32_t kind;                    /* enum tcgpu_alloc_kind */
-    uint32_t dtype;
-    int device;
-    const char *site;
-    struct tc_phys *phys;             /* windowed: the program's physical allocation */
-    CUdeviceptr copy_va;              /* where the engine copies it */
-    CUdeviceptr win_va;               /* windowed: our reserved VA (0: not reserved yet) */
-    int windowed, win_mapped;
-};
-
-struct snap {
-    struct region *r;
-    size_t n, cap;
-    uint64_t bytes;
-    uint64_t stored;
-    struct pipe_store *store;         /* host copy (host mode, or before an image) */
-    int keep_store;                   /* its memory serves the next suspend (hostkeep.h) */
-    char *image_dir;                  /* saved to this image (image mode) */
-    char *written_dir;                /* ... where it was written (image_dir may move) */
-    uint8_t image_id[16];             /* its manifest checksum: the image's identity */
-    uint64_t image_created_ns;        /* when it was committed */
-    char *parent_dir;                 /* incremental: the parent image */
-    struct pipe_stats stats;          /* of the last drain or refill */
-};
 
 /* --- progress ------------------------------------------------------------ */
 
@@ -87,310 +46,6 @@ static void progress_start(struct progress *p, enum tcgpu_phase phase, uint64_t 
     p->total = total;
     if (p->fn)
         p->fn(phase, 0, total, p->arg);
-}
-
-/* --- contexts ------------------------------------------------------------ */
-
-/* The device whose primary context ctx_enter retained on this thread, or -1. */
-static __thread int retained_primary = -1;
-
-/*
- * A program that destroyed every context of a device still holds its VMM
- * memory there (that memory belongs to no context): copy it with the
- * device's primary context, retained for the copy only.
- */
-static int enter_primary(int device)
-{
-    CUcontext ctx;
-    CUresult rc = TCGPU_REAL(cuDevicePrimaryCtxRetain)(&ctx, device);
-
-    if (rc == CUDA_SUCCESS && (rc = TCGPU_REAL(cuCtxPushCurrent)(ctx)) != CUDA_SUCCESS)
-        TCGPU_REAL(cuDevicePrimaryCtxRelease)(device);
-    if (rc != CUDA_SUCCESS) {
-        errmsg_set("device %d: the program has no context left there, and its primary "
-                   "context cannot be made current: %s", device, cu_error_name(rc));
-        return -EIO;
-    }
-    retained_primary = device;
-    return 0;
-}
-
-/* Makes a context of `device` current on this thread (push); pop with ctx_leave. */
-static int ctx_enter(int device)
-{
-    CUcontext ctxs[MAX_CTX];
-    CUdevice devs[MAX_CTX];
-    size_t n = objects_contexts(ctxs, devs, MAX_CTX);
-    CUresult rc;
-
-    for (size_t i = 0; i < n && i < MAX_CTX; i++) {
-        if (devs[i] != device)
-            continue;
-        rc = TCGPU_REAL(cuCtxPushCurrent)(ctxs[i]);
-        if (rc != CUDA_SUCCESS) {
-            errmsg_set("cuCtxPushCurrent(device %d): %s", device, cu_error_name(rc));
-            return -EIO;
-        }
-        return 0;
-    }
-    return enter_primary(device);
-}
-
-static void ctx_leave(void)
-{
-    CUcontext ignored;
-
-    TCGPU_REAL(cuCtxPopCurrent)(&ignored);
-    if (retained_primary >= 0) {
-        TCGPU_REAL(cuDevicePrimaryCtxRelease)(retained_primary);
-        retained_primary = -1;
-    }
-}
-
-/* --- waiting for the device, with a bound ----------------------------------
- *
- * cuCtxSynchronize waits for ever when device work never ends while no
- * thread is inside a driver call (a kernel the program polls with
- * cuStreamQuery, a host function waiting for one of its threads): the
- * program would stay parked at the gate and the operation would never end.
- * So every stream tcgpu can name is polled with cuStreamQuery until the
- * deadline, and what is left (the per-thread default streams, which only
- * their thread can name) is waited for by cuCtxSynchronize on a thread of
- * ours, up to the deadline. On timeout the operation fails naming the stream
- * and its last work; the caller reopens the gate. (docs/interposition.md,
- * "Waiting for the device") */
-
-#define SYNC_MAX_STREAMS 256
-
-static void nap_us(unsigned us)
-{
-    struct timespec ts = { 0, (long)us * 1000 };
-
-    nanosleep(&ts, NULL);
-}
-
-/* The device is stuck: name the first busy stream (and how many more). */
-static int device_timeout(unsigned timeout_ms, const struct obj_stream *busy, size_t more)
-{
-    char what[320], also[48] = "";
-
-    objects_describe_stream(busy, what, sizeof(what));
-    if (more)
-        snprintf(also, sizeof(also), " (and %zu more stream%s)", more, more > 1 ? "s" : "");
-    errmsg_set("device work did not finish within %u ms (TCGPU_GATE_TIMEOUT_MS): %s%s",
-               timeout_ms, what, also);
-    return -ETIMEDOUT;
-}
-
-/* Polls the queryable streams of ctx (current) until idle, a sticky error or
- * the deadline. */
-static int wait_streams(CUcontext ctx, int device, uint64_t deadline, unsigned timeout_ms)
-{
-    static struct obj_stream st[SYNC_MAX_STREAMS + 1];   /* the op thread's only */
-    size_t n = objects_streams_of(ctx, st, SYNC_MAX_STREAMS), legacy = SIZE_MAX;
-    unsigned nap = 100;
-
-    if (n > SYNC_MAX_STREAMS)
-        n = SYNC_MAX_STREAMS;
-    for (size_t i = 0; i < n; i++)
-        if (st[i].kind == OBJ_STREAM_LEGACY)
-            legacy = i;
-    if (legacy == SIZE_MAX) {
-        /* the legacy stream is there whether or not work was noted on it */
-        st[n] = (struct obj_stream){ .kind = OBJ_STREAM_LEGACY, .ctx = ctx };
-        legacy = n++;
-    }
-    for (;;) {
-        size_t busy = 0, first = 0;
-
-        for (size_t i = 0; i < n; i++) {
-            CUresult rc;
-            if (st[i].kind == OBJ_STREAM_PER_THREAD)
-                continue;
-            rc = TCGPU_REAL(cuStreamQuery)(i == legacy ? CU_STREAM_LEGACY : st[i].handle);
-            if (rc == CUDA_SUCCESS) {
-                st[i].kind = OBJ_STREAM_PER_THREAD;         /* done: skip it from now on */
-                continue;
-            }
-            if (rc != CUDA_ERROR_NOT_READY) {
-                /* A sticky error (a kernel faulted): the device state is
-                 * not trustworthy, so saving it would save garbage. */
-                errmsg_set("device %d: %s", device, cu_error_name(rc));
-                return -EIO;
-            }
-            if (!busy++)
-                first = i;
-        }
-        if (!busy)
-            return 0;
-        if (now_ns() >= deadline)
-            return device_timeout(timeout_ms, &st[first], busy - 1);
-        nap_us(nap);
-        nap = nap < 5000 ? nap * 2 : 5000;
-    }
-}
-
-/* The thread that runs cuCtxSynchronize for the bounded wait. It may stay
- * inside the driver after a timeout until the work ends; the next wait then
- * waits for it first. */
-static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cv;            /* CLOCK_MONOTONIC */
-    pid_t pid;                    /* the process it runs in; a fork child starts its own */
-    CUcontext ctx;
-    int asked, busy;
-    CUresult result;
-} waiter = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-static void *waiter_main(void *arg)
-{
-    (void)arg;
-    pthread_mutex_lock(&waiter.lock);
-    for (;;) {
-        while (!waiter.asked)
-            pthread_cond_wait(&waiter.cv, &waiter.lock);
-        CUcontext ctx = waiter.ctx;
-        waiter.asked = 0;
-        pthread_mutex_unlock(&waiter.lock);
-        CUresult rc = TCGPU_REAL(cuCtxPushCurrent)(ctx);
-        if (rc == CUDA_SUCCESS) {
-            CUcontext ignored;
-            rc = TCGPU_REAL(cuCtxSynchronize)();
-            TCGPU_REAL(cuCtxPopCurrent)(&ignored);
-        }
-        pthread_mutex_lock(&waiter.lock);
-        waiter.result = rc;
-        waiter.busy = 0;
-        pthread_cond_broadcast(&waiter.cv);
-    }
-    return NULL;
-}
-
-/* Starts the waiter once per process (lock held). */
-static int waiter_ensure(void)
-{
-    pthread_condattr_t ca;
-    int rc;
-
-    if (waiter.pid == getpid())
-        return 0;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&waiter.cv, &ca);
-    pthread_condattr_destroy(&ca);
-    waiter.asked = waiter.busy = 0;
-    if ((rc = core_thread_start(NULL, waiter_main, "tcgpu-devwait", 0)))
-        return rc;
-    waiter.pid = getpid();
-    return 0;
-}
-
-/* Waits until !waiter.busy or the deadline (lock held); 1 when still busy. */
-static int waiter_busy_until(uint64_t deadline)
-{
-    while (waiter.busy) {
-        struct timespec ts = { (time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u) };
-        if (now_ns() >= deadline)
-            return 1;
-        pthread_cond_timedwait(&waiter.cv, &waiter.lock, &ts);
-    }
-    return 0;
-}
-
-/* What cuCtxSynchronize still waits for when no queryable stream is busy. */
-static void describe_unqueryable(CUcontext ctx, char *buf, size_t len)
-{
-    static struct obj_stream st[SYNC_MAX_STREAMS];
-    size_t n = objects_streams_of(ctx, st, SYNC_MAX_STREAMS);
-
-    for (size_t i = 0; i < n && i < SYNC_MAX_STREAMS; i++) {
-        if (st[i].kind == OBJ_STREAM_PER_THREAD) {
-            objects_describe_stream(&st[i], buf, len);
-            return;
-        }
-    }
-    snprintf(buf, len, "work of context %p on no stream tcgpu can query", (void *)ctx);
-}
-
-static int sync_bounded(CUcontext ctx, int device, uint64_t deadline, unsigned timeout_ms)
-{
-    char what[320];
-    CUresult rc;
-    int r;
-
-    if (waiter.pid != getpid())               /* a fork child: the parent's state is stale */
-        pthread_mutex_init(&waiter.lock, NULL);
-    pthread_mutex_lock(&waiter.lock);
-    if ((r = waiter_ensure()) != 0) {
-        pthread_mutex_unlock(&waiter.lock);
-        errmsg_set("cannot start the device wait thread: %s", strerror(-r));
-        return r;
-    }
-    if (waiter_busy_until(deadline)) {
-        pthread_mutex_unlock(&waiter.lock);
-        errmsg_set("device work did not finish within %u ms (TCGPU_GATE_TIMEOUT_MS): an "
-                   "earlier operation's wait for it still has not ended", timeout_ms);
-        return -ETIMEDOUT;
-    }
-    waiter.ctx = ctx;
-    waiter.asked = waiter.busy = 1;
-    pthread_cond_broadcast(&waiter.cv);
-    if (waiter_busy_until(deadline)) {
-        pthread_mutex_unlock(&waiter.lock);
-        describe_unqueryable(ctx, what, sizeof(what));
-        errmsg_set("device work did not finish within %u ms (TCGPU_GATE_TIMEOUT_MS): %s",
-                   timeout_ms, what);
-        return -ETIMEDOUT;
-    }
-    rc = waiter.result;
-    pthread_mutex_unlock(&waiter.lock);
-    if (rc != CUDA_SUCCESS) {
-        errmsg_set("cuCtxSynchronize on device %d: %s", device, cu_error_name(rc));
-        return -EIO;
-    }
-    return 0;
-}
-
-/*
- * A stream capture in progress: synchronising the context now would be an
- * error that invalidates the program's capture (the driver's rule), so the
- * operation is refused and the program carries on; a later try succeeds
- * once the capture has ended.
- */
-static int refuse_during_capture(void)
-{
-    char what[160];
-
-    if (!graphmem_capture_describe(what, sizeof(what)))
-        return 0;
-    errmsg_set("%s: the device cannot be synchronised until it ends (try again later)", what);
-    return -EBUSY;
-}
-
-int snap_sync(unsigned timeout_ms)
-{
-    CUcontext ctxs[MAX_CTX];
-    CUdevice devs[MAX_CTX];
-    size_t n = objects_contexts(ctxs, devs, MAX_CTX);
-    uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
-    CUresult rc;
-    int r;
-
-    if ((r = refuse_during_capture()) != 0)
-        return r;
-    for (size_t i = 0; i < n && i < MAX_CTX; i++) {
-        if ((rc = TCGPU_REAL(cuCtxPushCurrent)(ctxs[i])) != CUDA_SUCCESS) {
-            errmsg_set("cuCtxPushCurrent: %s", cu_error_name(rc));
-            return -EIO;
-        }
-        r = wait_streams(ctxs[i], (int)devs[i], deadline, timeout_ms);
-        ctx_leave();
-        if (r == 0)
-            r = sync_bounded(ctxs[i], (int)devs[i], deadline, timeout_ms);
-        if (r)
-            return r;
-    }
-    return 0;
 }
 
 /* --- collecting regions -------------------------------------------------- */
@@ -546,85 +201,7 @@ int snap_collect(struct snap **out, unsigned flags)
     return 0;
 }
 
-/* --- windows: our own mappings of the program's physical memory ----------
- *
- * A window reserves VA of our own the size of the physical allocation, maps
- * it there and gives its device read/write access, for the copies only; the
- * program's mappings are never touched. The reservation is kept while the
- * snapshot lives (a host copy refills at the addresses it was drained from)
- * and freed with it; the mapping is taken down after each drain or refill,
- * before the physical memory is released. */
-
-static int window_map(struct region *r)
-{
-    CUmemAccessDesc acc = { .location = r->phys->prop.location,
-                            .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-    CUresult rc = CUDA_SUCCESS;
-
-    if (!r->win_va)
-        rc = TCGPU_REAL(cuMemAddressReserve)(&r->win_va, r->size, 0, 0, 0);
-    if (rc == CUDA_SUCCESS && (rc = TCGPU_REAL(cuMemMap)(r->win_va, r->size, 0, r->phys->real, 0))
-        == CUDA_SUCCESS) {
-        if ((rc = TCGPU_REAL(cuMemSetAccess)(r->win_va, r->size, &acc, 1)) == CUDA_SUCCESS) {
-            r->win_mapped = 1;
-            r->copy_va = r->win_va;
-            return 0;
-        }
-        TCGPU_REAL(cuMemUnmap)(r->win_va, r->size);
-    }
-    errmsg_set("cannot map physical allocation %#llx (%zu bytes) for the copy: %s",
-               (unsigned long long)r->id, r->size, cu_error_name(rc));
-    return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
-}
-
-static void windows_close(struct snap *s)
-{
-    for (size_t i = 0; i < s->n; i++) {
-        struct region *r = &s->r[i];
-        if (r->win_mapped) {
-            TCGPU_REAL(cuMemUnmap)(r->win_va, r->size);
-            r->win_mapped = 0;
-        }
-    }
-}
-
-/* Maps every window (the physical memory must exist). All or none. */
-static int windows_open(struct snap *s)
-{
-    for (size_t i = 0; i < s->n; i++) {
-        int rc = s->r[i].windowed && !s->r[i].win_mapped ? window_map(&s->r[i]) : 0;
-        if (rc) {
-            windows_close(s);
-            return rc;
-        }
-    }
-    return 0;
-}
-
-static void windows_free(struct snap *s)
-{
-    windows_close(s);
-    for (size_t i = 0; i < s->n; i++) {
-        if (s->r[i].win_va) {
-            TCGPU_REAL(cuMemAddressFree)(s->r[i].win_va, s->r[i].size);
-            s->r[i].win_va = 0;
-        }
-    }
-}
-
 /* --- saving -------------------------------------------------------------- */
-
-static int pipe_ctx_enter(int device, void *arg)
-{
-    (void)arg;
-    return ctx_enter(device);
-}
-
-static void pipe_ctx_leave(void *arg)
-{
-    (void)arg;
-    ctx_leave();
-}
 
 static void pipe_progress(uint64_t bytes, void *arg)
 {
@@ -639,14 +216,9 @@ static void pipe_progress(uint64_t bytes, void *arg)
  * pinned memory was made in is one of the program's live contexts. */
 static int pipe_still_good(const struct pipe *p)
 {
-    CUcontext ctxs[MAX_CTX], ring = pipe_ring_context(p);
-    CUdevice devs[MAX_CTX];
-    size_t n = objects_contexts(ctxs, devs, MAX_CTX);
+    CUcontext ring = pipe_ring_context(p);
 
-    for (size_t i = 0; i < n && i < MAX_CTX; i++)
-        if (ctxs[i] == ring)
-            return 1;
-    return ring == NULL;
+    return ring == NULL || devsync_ctx_live(ring);
 }
 
 /* A pipe for one operation: the one kept from the last (its workers,
@@ -654,7 +226,7 @@ static int pipe_still_good(const struct pipe *p)
 static int open_pipe(struct pipe **out, struct progress *prog)
 {
     struct pipe_opts o = {
-        .ctx_enter = pipe_ctx_enter, .ctx_leave = pipe_ctx_leave,
+        .ctx_enter = devsync_ctx_enter, .ctx_leave = devsync_ctx_leave,
         .progress = pipe_progress, .progress_arg = prog,
     };
     struct pipe *p = hostkeep_take_pipe();
@@ -1022,8 +594,7 @@ struct save_job {
     const char *dir;
     tcgpu_progress_fn fn;
     void *arg;
-    int rc;
-    char err[512];
+    struct errmsg_record *err;        /* the operation's: result and message land there */
 };
 
 static void *save_image_main(void *arg)
@@ -1031,24 +602,20 @@ static void *save_image_main(void *arg)
     struct save_job *j = arg;
 
     tcgpu_gate_set_exempt(true);
-    j->rc = save_image(j->s, j->dir, j->fn, j->arg);
-    snprintf(j->err, sizeof(j->err), "%s", errmsg_get());
+    errmsg_carry(j->err);
+    errmsg_result(save_image(j->s, j->dir, j->fn, j->arg));
     return NULL;
 }
 
 int snap_save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void *arg)
 {
-    struct save_job j = { .s = s, .dir = dir, .fn = fn, .arg = arg };
+    struct save_job j = { .s = s, .dir = dir, .fn = fn, .arg = arg, .err = errmsg_record() };
     struct helper_thread h;
 
     if (helper_thread_start(&h, save_image_main, &j) != 0)
-        return save_image(s, dir, fn, arg);       /* on this thread, workers and all */
+        return errmsg_result(save_image(s, dir, fn, arg));  /* on this thread, workers and all */
     helper_thread_join(&h);
-    if (j.rc)
-        errmsg_set("%s", j.err);
-    else
-        errmsg_clear();
-    return j.rc;
+    return j.err->rc;
 }
 
 /* --- taking memory down and putting it back ------------------------------ */
@@ -1247,28 +814,11 @@ static int open_verified(struct snap *s, struct image **out)
     return 0;
 }
 
-static size_t count_phys(void)
-{
-    size_t n = 0;
-
-    for (struct tc_phys *p = reg_phys_first(); p; p = p->next)
-        n++;
-    return n;
-}
-
-static size_t count_maps(void)
-{
-    size_t n = 0;
-
-    for (struct tc_map *m = reg_map_first(); m; m = m->next)
-        n++;
-    return n;
-}
-
 int snap_rebuild(struct snap *s, tcgpu_progress_fn fn, void *arg)
 {
     struct progress prog = { fn, arg, 0, s->bytes, TCGPU_PHASE_REFILL };
     struct image *img = NULL;
+    struct reg_counts held;
     struct pass p = { 0 };
     int rc;
 
@@ -1279,8 +829,9 @@ int snap_rebuild(struct snap *s, tcgpu_progress_fn fn, void *arg)
     }
     progress_start(&prog, TCGPU_PHASE_REFILL, s->bytes);
     reg_lock();
-    p.phys = calloc(count_phys() + 1, sizeof(*p.phys));
-    p.maps = calloc(count_maps() + 1, sizeof(*p.maps));
+    reg_counts(&held);
+    p.phys = calloc(held.phys + 1, sizeof(*p.phys));
+    p.maps = calloc(held.maps + 1, sizeof(*p.maps));
     if (!p.phys || !p.maps) {
         errmsg_set("out of host memory");
         rc = -ENOMEM;
@@ -1335,7 +886,7 @@ static void managed_prefetch(int to_host)
                               to_host ? 0 : v[i].device };
         CUresult rc;
 
-        if (ctx_enter(v[i].device) != 0)
+        if (devsync_ctx_enter(v[i].device, NULL) != 0)
             continue;
         rc = TCGPU_REAL(cuMemPrefetchAsync)(v[i].va, v[i].size, loc, 0, NULL);
         if (rc == CUDA_ERROR_NOT_FOUND)       /* a driver older than 12.2 */
@@ -1347,7 +898,7 @@ static void managed_prefetch(int to_host)
             log_info("managed memory at %#llx (%zu bytes) stays where it is: prefetch to %s: %s",
                      (unsigned long long)v[i].va, v[i].size, to_host ? "the host" : "its device",
                      cu_error_name(rc));
-        ctx_leave();
+        devsync_ctx_leave(NULL);
     }
     if (n && !v)
         log_info("out of host memory: managed memory is not prefetched");

@@ -40,14 +40,6 @@ struct snap;
 #define SNAP_MANAGED 0x1u
 int snap_collect(struct snap **out, unsigned flags);
 
-/*
- * Waits for the device work of every context to finish, at most timeout_ms
- * (polling each stream it can name; docs/interposition.md, "Waiting for the
- * device"). -ETIMEDOUT names a stream still busy and its last work; -EIO is
- * a sticky device error (nothing worth saving).
- */
-int snap_sync(unsigned timeout_ms);
-
 /* Copies every region to host memory (the suspend-to-RAM path). */
 int snap_save_host(struct snap *s, tcgpu_progress_fn progress, void *arg);
 

@@ -348,24 +348,43 @@ static size_t changed_bytes(const struct pipe *p, const struct piece *q)
     return n;
 }
 
+/* What becomes of a piece in the image. */
+enum piece_plan {
+    PLAN_WHOLE,                   /* copied and encoded whole */
+    PLAN_ZERO,                    /* all zero: a ZERO chunk, never copied */
+    PLAN_PARENT,                  /* unchanged since the parent image: a PARENT chunk */
+    PLAN_PATCH,                   /* the parent's chunk with its changed blocks patched */
+};
+
 /*
- * How a piece with a parent chunk goes, by the block hashes: 0 unchanged
- * (PARENT), 1 a patch of its changed blocks, -1 whole (no comparable
+ * How a piece with a parent chunk goes, by the block hashes: PLAN_PARENT
+ * unchanged, PLAN_PATCH its changed blocks, PLAN_WHOLE (no comparable
  * hashes, or every block changed and no XOR to gain from).
  */
-static int patch_plan(struct drain *d, struct piece *q, const struct image_chunk *parent)
+static enum piece_plan patch_plan(struct drain *d, struct piece *q, const struct image_chunk *parent)
 {
     uint32_t n = 0, bs = 0;
     const uint64_t *pbh = chunk_sink_parent_blocks(d->sink, parent, &n, &bs);
     const char *v = getenv("TCGPU_PATCH_XOR");
 
     if (!d->from_device || !parent || pipe_blocks_changed(d->p, q, pbh, n, bs) != 0)
-        return -1;
+        return PLAN_WHOLE;
     if (q->nchanged == 0)
-        return 0;
+        return PLAN_PARENT;
     if (q->nchanged == q->nblocks && v && !strcmp(v, "0"))
-        return -1;
-    return 1;
+        return PLAN_WHOLE;
+    return PLAN_PATCH;
+}
+
+/* Zero pieces and pieces the device hash found unchanged are never copied;
+ * the others go by the block hashes. */
+static enum piece_plan plan_piece(struct drain *d, struct piece *q, const struct image_chunk *parent)
+{
+    if (is_zero(d, q))
+        return PLAN_ZERO;
+    if (unchanged_on_device(q, parent))
+        return PLAN_PARENT;
+    return patch_plan(d, q, parent);
 }
 
 /* A filled slot: its copies get the event that tells when they landed
@@ -429,13 +448,13 @@ static int fill_slot(struct drain *d, unsigned slot_index)
         struct job *job = next_job(d, piece);
         const struct image_chunk *parent =
             chunk_sink_parent(d->sink, piece->alloc_id, piece->offset, piece->len);
-        int plan = is_zero(d, piece) ? -1 : patch_plan(d, piece, parent);
+        enum piece_plan plan = plan_piece(d, piece, parent);
 
-        if (is_zero(d, piece)) {
+        if (plan == PLAN_ZERO) {
             ready_as_zero(d, job);
-        } else if (unchanged_on_device(piece, parent) || plan == 0) {
+        } else if (plan == PLAN_PARENT) {
             ready_as_parent(d, job, parent);
-        } else if (plan == 1) {
+        } else if (plan == PLAN_PATCH) {
             size_t bytes = changed_bytes(p, piece);
 
             if (slot->fill + bytes > p->slot_size ||

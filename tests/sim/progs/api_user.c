@@ -7,14 +7,16 @@
  *
  * Preloaded, it checks what a framework relies on: suspend from its own
  * thread releases the device memory (status says so, the event callback
- * fires), resume brings every byte back at the same address except ranges
- * hinted as not worth saving, a checkpoint writes an image, and errors come
- * back as documented (-EALREADY, -EEXIST with a message). Without the
+ * fires on the thread that asked, as tcgpu.h says), resume brings every byte
+ * back at the same address except ranges hinted as not worth saving, a
+ * checkpoint writes an image (asked from a second thread too), and errors
+ * come back as documented (-EALREADY, -EEXIST with a message). Without the
  * library it only computes, and says that tcgpu is absent.
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,14 +60,35 @@ static int load_api(struct api *a)
 }
 
 static int events_seen[8];
+/* tcgpu.h: the callback runs on the thread that asked for the operation
+ * (set before each one); counted here, checked on the main thread. */
+static pthread_t asker;
+static int events_elsewhere;
 
 static void on_event(enum tcgpu_event ev, enum tcgpu_op op, int result, void *arg)
 {
     (void)op;
     (void)result;
-    CHECK(arg == (void *)events_seen);
+    if (arg != (void *)events_seen || !pthread_equal(pthread_self(), asker))
+        events_elsewhere++;
     if ((unsigned)ev < 8)
         events_seen[ev]++;
+}
+
+struct checkpoint_job {
+    struct api *a;
+    const char *dir;
+    int rc;
+};
+
+/* A checkpoint asked by a thread of the program that is not its main one. */
+static void *checkpoint_main(void *arg)
+{
+    struct checkpoint_job *j = arg;
+
+    asker = pthread_self();
+    j->rc = j->a->checkpoint(j->dir);
+    return NULL;
 }
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -86,7 +109,7 @@ int main(int argc, char **argv)
 {
     unsigned char *want = malloc(N), *got = malloc(N);
     struct tcgpu_status st;
-    char tmp[] = "/tmp/tcgpu-api-XXXXXX", image[64];
+    char tmp[] = "/tmp/tcgpu-api-XXXXXX", image[64], image2[64];
     struct api a;
     CUcontext ctx;
     CUdeviceptr p;
@@ -97,6 +120,7 @@ int main(int argc, char **argv)
         return 2;
     }
     snprintf(image, sizeof(image), "%s/image", tmp);
+    snprintf(image2, sizeof(image2), "%s/image2", tmp);
     cu(cuInit(0), "cuInit");
     cu(cuDevicePrimaryCtxRetain(&ctx, 0), "cuDevicePrimaryCtxRetain");
     cu(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
@@ -112,6 +136,7 @@ int main(int argc, char **argv)
         return failures ? 1 : 0;
     }
 
+    asker = pthread_self();
     CHECK(a.set_callback(on_event, events_seen) == 0);
     CHECK(a.hint_skip(p + SKIP_OFF, SKIP_LEN, 1) == 0);
     CHECK(a.hint_dtype(p, SKIP_OFF, TCGPU_DTYPE_BF16) == 0);
@@ -162,6 +187,17 @@ int main(int argc, char **argv)
         memset(&st, 0xa5, sizeof(st));
         CHECK(a.status(&st) == 0 && st.last_image_ns == big.st.last_image_ns);
     }
+    {
+        /* Events come on the thread that asked, whichever it is (tcgpu.h). */
+        struct checkpoint_job j = { .a = &a, .dir = image2, .rc = 1 };
+        pthread_t th;
+
+        CHECK(pthread_create(&th, NULL, checkpoint_main, &j) == 0 && pthread_join(th, NULL) == 0);
+        CHECK(j.rc == 0 && events_seen[TCGPU_EVENT_CHECKPOINTED] == 2);
+        asker = pthread_self();
+    }
+    CHECK(events_elsewhere == 0, "%d events on another thread than the one that asked",
+          events_elsewhere);
     /* A successful operation clears the thread's message (tcgpu.h). */
     CHECK(a.suspend(NULL) == 0 && a.last_error()[0] == '\0');
     CHECK(a.resume() == 0);
