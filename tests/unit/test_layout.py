@@ -200,7 +200,10 @@ def check_architecture(root, bad):
     files = set()
     for cells in table_rows(text, '## lib/core, one concept per file') or []:
         for n in FOLDER.findall(cells[0]):
-            files.update(expand(n))
+            for f in expand(n):
+                if f in files:
+                    bad.append('%s: the lib/core table names %s twice' % (doc, f))
+                files.add(f)
     if not files:
         bad.append('%s: no table under "## lib/core, one concept per file"' % doc)
         return
