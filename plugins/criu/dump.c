@@ -37,7 +37,7 @@
 #include "criu-plugin.h"
 #include "ctl/rundir.h"
 #include "common/clock.h"
-#include "gpuckpt/driver.h"     /* the GDRV_* states */
+#include "ckptapi/ckptapi.h"     /* the GDRV_* states */
 #include "image/image.h"
 
 static struct {

@@ -31,7 +31,7 @@
 #include "plugin.h"
 #include "ctl/proto.h"
 #include "ctl/recfile.h"
-#include "gpuckpt/driver.h"
+#include "ckptapi/ckptapi.h"
 
 #define WATCH_LIMIT_MS (24 * 3600 * 1000)
 #define POLL_MS 100

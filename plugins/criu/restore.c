@@ -27,7 +27,7 @@
 
 #include "plugin.h"
 #include "criu-plugin.h"
-#include "gpuckpt/driver.h"
+#include "ckptapi/ckptapi.h"
 #include "image/image.h"
 
 static struct {

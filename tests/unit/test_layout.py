@@ -7,9 +7,9 @@
   table lets A include that folder; a bare #include "x.h" names a header of the
   same folder (or tcgpu.h, or a header generated into that folder);
 - the tools include only the libraries they link (gpuckpt: common, ctl, image,
-  json; tcgpud: common, ctl, policy, json; tcgpu-replay (tools/replay): common,
-  policy, json; the CRIU plugin: common, ctl, image and gpuckpt's driver client;
-  tcgpu-slurm and its defer library: common);
+  json, ckptapi; tcgpud: common, ctl, policy, json; tcgpu-replay
+  (tools/replay): common, policy, json; the CRIU plugin: common, ctl, image,
+  ckptapi; tcgpu-slurm and its defer library: common);
 - a library's meson.build depends only on the libraries it may include;
 - no meson.build compiles a source file of another folder.
 """
@@ -22,6 +22,7 @@ MAY_INCLUDE = {
     'common': set(),
     'policy': {'common'},
     'driver': {'common'},
+    'ckptapi': {'common'},
     'image': {'common'},
     'ctl': {'common'},
     'engine': {'common', 'driver', 'image'},
@@ -29,11 +30,10 @@ MAY_INCLUDE = {
     'json': {'common', 'ctl'},
 }
 TOOLS = {
-    'tools/gpuckpt': {'common', 'ctl', 'image', 'json', 'gpuckpt'},
+    'tools/gpuckpt': {'common', 'ctl', 'image', 'json', 'ckptapi', 'gpuckpt'},
     'tools/tcgpud': {'common', 'ctl', 'policy', 'json', 'tcgpud'},
     'tools/replay': {'common', 'policy', 'json'},
-    # the CRIU plugin drives the checkpoint API through gpuckpt's driver client
-    'plugins/criu': {'common', 'ctl', 'image', 'gpuckpt'},
+    'plugins/criu': {'common', 'ctl', 'image', 'ckptapi'},
     'slurm': {'common'},
 }
 GENERATED = {'driver': {'driver_table.h'}}
@@ -116,13 +116,17 @@ def check_meson(root, bad):
 
 def check_preload(root, bad):
     """libtcgpu.so takes lib/'s archives whole (libtcgpu_all): never json's,
-    which would bring jansson into every program it is preloaded into."""
+    which would bring jansson into every program it is preloaded into, nor
+    ckptapi's, a second door to the driver beside lib/driver."""
     text = open(os.path.join(root, 'lib', 'core', 'meson.build')).read()
     m = re.search(r'libtcgpu_all\s*=\s*\[([^\]]*)\]', text)
     if not m:
         bad.append('lib/core/meson.build: no libtcgpu_all list')
-    elif 'json' in m.group(1):
-        bad.append('lib/core/meson.build: libtcgpu_all takes lib/json (jansson) into libtcgpu.so')
+        return
+    for name, why in (('json', 'jansson'), ('ckptapi', 'the driver from outside a process')):
+        if name in m.group(1):
+            bad.append('lib/core/meson.build: libtcgpu_all takes lib/%s (%s) into libtcgpu.so'
+                       % (name, why))
 
 
 def main(argv):

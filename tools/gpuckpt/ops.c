@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "driver.h"
+#include "ckptapi/ckptapi.h"
 #include "ops.h"
 #include "tcgpud.h"
 #include "util.h"

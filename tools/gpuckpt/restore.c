@@ -36,7 +36,7 @@
 #include "commands.h"
 #include "ops.h"
 #include "restore.h"
-#include "driver.h"
+#include "ckptapi/ckptapi.h"
 #include "filesums.h"
 #include "tree.h"
 #include "tcgpud.h"

@@ -33,7 +33,7 @@
 #include "ctl/client.h"
 #include "commands.h"
 #include "ops.h"
-#include "driver.h"
+#include "ckptapi/ckptapi.h"
 #include "filesums.h"
 #include "tree.h"
 #include "tcgpud.h"

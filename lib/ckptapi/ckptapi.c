@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver.h"
+#include "ckptapi.h"
 
 #define MIN_DRIVER_VERSION 12080    /* the checkpoint API appeared in CUDA 12.8 (r570) */
 
