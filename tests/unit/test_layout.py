@@ -7,7 +7,7 @@
   table lets A include that folder; a bare #include "x.h" names a header of the
   same folder (or tcgpu.h, or a header generated into that folder);
 - the tools include only the libraries they link (gpuckpt: common, ctl, image,
-  json, ckptapi; tcgpud: common, ctl, policy, json; tcgpu-replay
+  json, ckptapi; tcgpud: common, ctl, policy, json, ckptapi; tcgpu-replay
   (tools/replay): common, policy, json; the CRIU plugin: common, ctl, image,
   ckptapi; tcgpu-slurm and its defer library: common);
 - a library's meson.build depends only on the libraries it may include;
@@ -31,7 +31,7 @@ MAY_INCLUDE = {
 }
 TOOLS = {
     'tools/gpuckpt': {'common', 'ctl', 'image', 'json', 'ckptapi', 'gpuckpt'},
-    'tools/tcgpud': {'common', 'ctl', 'policy', 'json', 'tcgpud'},
+    'tools/tcgpud': {'common', 'ctl', 'policy', 'json', 'ckptapi', 'tcgpud'},
     'tools/replay': {'common', 'policy', 'json'},
     'plugins/criu': {'common', 'ctl', 'image', 'ckptapi'},
     'slurm': {'common'},
