@@ -11,7 +11,8 @@
   (tools/replay): common, policy, json; the CRIU plugin: common, ctl, image,
   ckptapi; tcgpu-slurm and its defer library: common);
 - a library's meson.build depends only on the libraries it may include;
-- no meson.build compiles a source file of another folder.
+- no meson.build compiles a source file of another folder;
+- /proc is read in lib/common/proc.c only (PROC_READERS: the exceptions and why).
 """
 import os
 import re
@@ -36,6 +37,17 @@ TOOLS = {
     'plugins/criu': {'common', 'ctl', 'image', 'ckptapi'},
     'slurm': {'common'},
 }
+# The files of the products (not simcuda/, a product of its own, nor tests/)
+# that may name a /proc path; every other goes through lib/common/proc.h.
+PROC_READERS = {
+    'lib/common/proc.c': 'the home of process facts and tree walks',
+    'lib/common/pathtrust.c': 'recognises /proc/self/fd/N/ paths; reads nothing',
+    'lib/core/hostkeep.c': '/proc/meminfo, the machine\'s memory, not a process\'s',
+    'tools/gpuckpt/criu_rlimits.c': 'a shim preloaded into CRIU that links nothing of ours',
+}
+PRODUCTS = ('lib', 'interpose', 'tools', 'plugins', 'slurm')
+PROC_PATH = re.compile(r'"/proc[/"]')
+COMMENT = re.compile(r'/\*.*?\*/|//[^\n]*', re.S)
 GENERATED = {'driver': {'driver_table.h'}}
 # Headers of other trees a folder is built against (include_directories in its meson.build).
 EXTERNAL = {'engine': {'simcuda_kernel.h'}}     # the simcuda twin of the scan kernel
@@ -114,6 +126,16 @@ def check_meson(root, bad):
                        % (os.path.relpath(os.path.join(d, 'meson.build'), root), m.group(1)))
 
 
+def check_proc(root, bad):
+    for top in PRODUCTS:
+        for path in sources(os.path.join(root, top)):
+            rel = os.path.relpath(path, root)
+            code = COMMENT.sub('', open(path, errors='replace').read())
+            if rel not in PROC_READERS and PROC_PATH.search(code):
+                bad.append('%s reads /proc itself: use lib/common/proc.h (test_layout.py '
+                           'PROC_READERS)' % rel)
+
+
 def check_preload(root, bad):
     """libtcgpu.so takes lib/'s archives whole (libtcgpu_all): never json's,
     which would bring jansson into every program it is preloaded into, nor
@@ -136,6 +158,7 @@ def main(argv):
     check_preload(root, bad)
     check_tools(root, bad)
     check_meson(root, bad)
+    check_proc(root, bad)
     for b in bad:
         print('FAIL: ' + b)
     print('%d problems' % len(bad))
