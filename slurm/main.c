@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/proc.h"
 #include "tcgpu_slurm.h"
 #include "tcgpu.h"
 
@@ -57,16 +58,13 @@ int ts_find_helper(const char *env, const char *const *rel, char *out, size_t le
 {
     const char *e = getenv(env);
     char exe[PATH_MAX];
-    ssize_t n;
 
     if (e && *e) {
         snprintf(out, len, "%s", e);
         return access(out, R_OK) == 0 ? 0 : -ENOENT;
     }
-    if ((n = readlink("/proc/self/exe", exe, sizeof(exe) - 1)) <= 0)
+    if (tcgpu_proc_self_dir(exe, sizeof(exe)) < 0)
         return -ENOENT;
-    exe[n] = '\0';
-    *strrchr(exe, '/') = '\0';
     for (; *rel; rel++) {
         snprintf(out, len, "%.3800s%s", exe, *rel);
         if (access(out, R_OK) == 0)

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/proc.h"
 #include "common/signals.h"
 #include "tcgpu_slurm.h"
 
@@ -157,29 +158,9 @@ static int gpuckpt(struct task *t, const char *const args[])
 /* pid and its descendants (every thread's children), at most max, parents first. */
 static int tree_pids(pid_t root, pid_t *out, int max)
 {
-    int n = 0;
+    int n = tcgpu_proc_tree(root, out, max);
 
-    if (root <= 0 || kill(root, 0) < 0)
-        return 0;
-    out[n++] = root;
-    for (int i = 0; i < n; i++) {
-        char path[96], buf[4096];
-        FILE *f;
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)out[i], (int)out[i]);
-        if (!(f = fopen(path, "re")))
-            continue;
-        size_t k = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[k] = '\0';
-        for (char *s = buf, *end; *s && n < max; s = end) {
-            long c = strtol(s, &end, 10);
-            if (end == s)
-                break;
-            if (c > 0)
-                out[n++] = (pid_t)c;
-        }
-    }
-    return n;
+    return n == -E2BIG ? max : n < 0 ? 0 : n;
 }
 
 static void signal_tree(pid_t root, int sig)

@@ -25,6 +25,7 @@
 #include "common/errmsg.h"
 #include "common/units.h"
 #include "common/macros.h"
+#include "common/proc.h"
 
 #define REQUEST_WAIT_MS   5000      /* a client that connects must send within this */
 #define REPLY_SEND_SEC    10        /* a client that stops reading is given up on */
@@ -498,8 +499,7 @@ static int dir_in_passed(const struct request *rq, const char *name, char *out, 
         ctl_buf_error(b, -EINVAL, "dir must name an entry of the directory sent with the request");
         return -EINVAL;
     }
-    if (snprintf(out, len, "/proc/self/fd/%d%s%s", rq->dirfd, strcmp(name, ".") ? "/" : "",
-                 strcmp(name, ".") ? name : "") >= (int)len) {
+    if (tcgpu_proc_fd_path(rq->dirfd, name, out, len) < 0) {
         ctl_buf_error(b, -ENAMETOOLONG, "dir name too long");
         return -ENAMETOOLONG;
     }

@@ -27,6 +27,7 @@
 #include "driver/unsupported.h"
 #include "common/errmsg.h"
 #include "common/helper_thread.h"
+#include "common/proc.h"
 #include "driver/gate.h"
 
 /* --- progress ------------------------------------------------------------ */
@@ -364,14 +365,10 @@ int snap_save_host(struct snap *s, tcgpu_progress_fn fn, void *arg)
 
 static void fill_process(struct image_process *p)
 {
-    ssize_t n;
-
     memset(p, 0, sizeof(*p));
     p->pid = (uint32_t)getpid();
     gethostname(p->hostname, sizeof(p->hostname) - 1);
-    n = readlink("/proc/self/exe", p->exe, sizeof(p->exe) - 1);
-    if (n < 0)
-        p->exe[0] = '\0';
+    tcgpu_proc_self_exe(p->exe, sizeof(p->exe));
 }
 
 static int describe_device(int ordinal, struct image_device *d)

@@ -15,6 +15,7 @@
 
 #include "client.h"
 #include "common/clock.h"
+#include "common/proc.h"
 #include "rundir.h"
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -156,7 +157,7 @@ static int connect_in_root(pid_t pid, uid_t uid, const char *dir, const char *so
         close(sfd);
         return -EPERM;
     }
-    snprintf(via, sizeof(via), "/proc/self/fd/%d", sfd);
+    tcgpu_proc_fd_path(sfd, NULL, via, sizeof(via));
     fd = socket_connect(via, flags & CTL_CONNECT_NONBLOCK);
     close(sfd);
     if (fd == -ECONNREFUSED) {

@@ -7,13 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/openat2.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "rundir.h"
+#include "common/proc.h"
 
 #define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
@@ -215,27 +214,6 @@ static char *proc_getenv(char *env, size_t envlen, const char *name)
     return NULL;
 }
 
-static size_t read_environ(pid_t pid, char *buf, size_t cap)
-{
-    char path[64];
-    size_t n = 0;
-    int fd;
-
-    snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    while (n < cap - 1) {
-        ssize_t r = read(fd, buf + n, cap - 1 - n);
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-    }
-    close(fd);
-    buf[n] = '\0';
-    return n;
-}
-
 /* Append "<a><suffix>" unless it is already there or does not fit. */
 static void add_candidate(char dirs[][PATH_MAX], int *n, int max, const char *a, const char *suffix)
 {
@@ -278,7 +256,7 @@ int tcgpu_rundir_candidates(pid_t pid, uid_t uid, char dirs[][PATH_MAX], int max
 {
     static const size_t cap = 1 << 20;
     char *env = malloc(cap);
-    size_t envlen = env ? read_environ(pid, env, cap) : 0;
+    size_t envlen = env ? tcgpu_proc_environ(pid, env, cap) : 0;
     const char *v;
     char u[32];
     int n = 0;
@@ -299,103 +277,4 @@ int tcgpu_rundir_candidates(pid_t pid, uid_t uid, char dirs[][PATH_MAX], int max
     add_fallbacks(dirs, &n, max, uid);
     free(env);
     return n;
-}
-
-int tcgpu_proc_uid(pid_t pid, uid_t *uid)
-{
-    char path[64], line[256];
-    FILE *f;
-    int r = -ESRCH;
-
-    if (pid <= 0)
-        return -ESRCH;
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    f = fopen(path, "re");
-    if (!f)
-        return errno == ENOENT ? -ESRCH : -errno;
-    while (fgets(line, sizeof(line), f)) {
-        unsigned real, eff;
-        if (sscanf(line, "Uid: %u %u", &real, &eff) == 2) {
-            *uid = (uid_t)eff;
-            r = 0;
-            break;
-        }
-    }
-    fclose(f);
-    return r;
-}
-
-/* ---- processes in other namespaces (containers) ------------------------------ */
-
-/* The last pid of /proc/PID/status's NSpid: the pid in its own namespace. */
-static int proc_nspid(pid_t pid, pid_t *nspid)
-{
-    char path[64], line[512];
-    FILE *f;
-    int r = -ENOENT;
-
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    if (!(f = fopen(path, "re")))
-        return errno == ENOENT ? -ESRCH : -errno;
-    while (fgets(line, sizeof(line), f)) {
-        char *p = line + 6, *end;
-        long v;
-
-        if (strncmp(line, "NSpid:", 6))
-            continue;
-        /* the pids from our namespace's view down to its own: keep the last */
-        while ((v = strtol(p, &end, 10)), end != p) {
-            *nspid = (pid_t)v;
-            p = end;
-        }
-        r = 0;
-        break;
-    }
-    fclose(f);
-    return r;
-}
-
-static int same_ns(pid_t pid, const char *kind)
-{
-    char a[64], b[64];
-    struct stat sa, sb;
-
-    snprintf(a, sizeof(a), "/proc/self/ns/%s", kind);
-    snprintf(b, sizeof(b), "/proc/%d/ns/%s", (int)pid, kind);
-    /* unreadable (not ours to look at): assume ours, as before namespaces */
-    if (stat(a, &sa) < 0 || stat(b, &sb) < 0)
-        return 1;
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
-int tcgpu_proc_ns(pid_t pid, struct tcgpu_proc_ns *ns)
-{
-    int r;
-
-    ns->nspid = pid;
-    ns->foreign_mounts = 0;
-    r = proc_nspid(pid, &ns->nspid);
-    if (r < 0 && r != -ENOENT)
-        return r;               /* -ENOENT: a kernel without NSpid, no namespaces either */
-    ns->foreign_mounts = !same_ns(pid, "mnt");
-    return 0;
-}
-
-int tcgpu_proc_open_in_root(pid_t pid, const char *path, int extra_flags)
-{
-    struct open_how how = {
-        .flags = (uint64_t)(O_PATH | O_NOFOLLOW | O_CLOEXEC | extra_flags),
-        .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
-    };
-    char root[64];
-    int rfd, fd;
-
-    snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
-    if ((rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
-        return errno == ENOENT ? -ESRCH : -errno;
-    fd = (int)syscall(SYS_openat2, rfd, path, &how, sizeof(how));
-    if (fd < 0)
-        fd = -errno;
-    close(rfd);
-    return fd;
 }

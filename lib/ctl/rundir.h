@@ -68,33 +68,8 @@ int tcgpu_rundir_socket_path(const char *dir, pid_t pid, char *buf, size_t len);
  */
 int tcgpu_rundir_candidates(pid_t pid, uid_t uid, char dirs[][PATH_MAX], int max);
 
-/* The effective uid of process pid from /proc/PID/status: 0 or -ESRCH, -EACCES... */
-int tcgpu_proc_uid(pid_t pid, uid_t *uid);
-
-/*
- * Where process pid (as the caller's /proc numbers it) lives, for a client
- * outside its namespaces (docs/kubernetes.md, "tcgpu inside containers"):
- * nspid is its pid in its own pid namespace, the number in its socket's
- * name; foreign_mounts says its mount namespace is not the caller's (a
- * container), and then the run dirs tcgpu_rundir_candidates() returns are
- * paths inside its root, to open with tcgpu_proc_open_in_root(). Returns 0,
- * or -ESRCH / -errno.
- */
-struct tcgpu_proc_ns {
-    pid_t nspid;
-    int foreign_mounts;
-};
-int tcgpu_proc_ns(pid_t pid, struct tcgpu_proc_ns *ns);
-
-/*
- * Opens `path` as process pid's root resolves it (openat2 RESOLVE_IN_ROOT:
- * absolute symlinks and ".." stay inside it, magic links are refused), with
- * O_PATH | O_NOFOLLOW | O_CLOEXEC | extra_flags (e.g. O_DIRECTORY). Returns
- * the descriptor or -errno.
- */
-int tcgpu_proc_open_in_root(pid_t pid, const char *path, int extra_flags);
-
-/* tcgpu_rundir_check for a directory opened with tcgpu_proc_open_in_root;
+/* tcgpu_rundir_check for a directory opened with tcgpu_proc_open_in_root
+ * (common/proc.h);
  * `shown` names it in the message. */
 int tcgpu_rundir_check_fd(int fd, const char *shown, uid_t uid, char *err, size_t errlen);
 

@@ -25,7 +25,7 @@
 #include "common/clock.h"
 #include "ctl/proto.h"
 #include "ctl/recfile.h"
-#include "gpuckpt/driver.h"
+#include "ckptapi/ckptapi.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)

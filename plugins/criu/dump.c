@@ -17,8 +17,6 @@
  * and containerd use it) a watcher process (helper.c) waits, and gives back
  * what the tasks need if they are still alive once CRIU has let them go.
  */
-#include <ctype.h>
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,9 +33,9 @@
 #include "plugin.h"
 #include "rmtree.h"
 #include "criu-plugin.h"
-#include "ctl/rundir.h"
+#include "common/proc.h"
 #include "common/clock.h"
-#include "gpuckpt/driver.h"     /* the GDRV_* states */
+#include "ckptapi/ckptapi.h"     /* the GDRV_* states */
 #include "image/image.h"
 
 static struct {
@@ -60,34 +58,21 @@ int tp_dump_init(const struct tp_config *c)
 
 /* ---- before the first freeze ---------------------------------------------------- */
 
-/* Whether pid or one of its descendants is a tcgpu process (depth-first, bounded). */
-static int tree_has_tcgpu(pid_t pid, int depth)
+/* Whether root or one of its descendants is a tcgpu process (bounded: the
+ * first TP_MAX_PROCS of the tree, parents first). */
+static int tree_has_tcgpu(pid_t root)
 {
-    char path[64], buf[4096];
+    pid_t pids[TP_MAX_PROCS];
+    char buf[4096];
     struct tcgpu_status st;
-    struct dirent *e;
-    DIR *dir;
-    int found;
+    int n = tcgpu_proc_tree(root, pids, TP_MAX_PROCS);
 
-    found = tp_job_call(pid, "status", -1, NULL, 5000, &st, buf, sizeof(buf)) == 0;
-    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-    if (found || depth > 64 || !(dir = opendir(path)))
-        return found;
-    while (!found && (e = readdir(dir))) {
-        char cpath[96];
-        FILE *f;
-
-        if (!isdigit((unsigned char)e->d_name[0]))
-            continue;
-        snprintf(cpath, sizeof(cpath), "/proc/%d/task/%.16s/children", (int)pid, e->d_name);
-        if (!(f = fopen(cpath, "re")))
-            continue;
-        while (!found && fscanf(f, "%63s", buf) == 1)
-            found = tree_has_tcgpu((pid_t)strtol(buf, NULL, 10), depth + 1);
-        fclose(f);
-    }
-    closedir(dir);
-    return found;
+    if (n == -E2BIG)
+        n = TP_MAX_PROCS;
+    for (int i = 0; i < n; i++)
+        if (tp_job_call(pids[i], "status", -1, NULL, 5000, &st, buf, sizeof(buf)) == 0)
+            return 1;
+    return 0;
 }
 
 /*
@@ -102,7 +87,7 @@ static void prefer_ptrace_stop(pid_t root)
     void (*interrupt_only)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "set_compel_interrupt_only_mode");
 
     d.looked = 1;
-    if (!tree_has_tcgpu(root, 0))
+    if (!tree_has_tcgpu(root))
         return;
     if (interrupt_only)
         interrupt_only();
@@ -129,20 +114,12 @@ static void join_inventory(void)
 
 static void proc_identity(struct tp_proc *p, pid_t pid)
 {
-    char path[64];
-    FILE *f;
-
     memset(p, 0, sizeof(*p));
     p->pid = pid;
     p->vpid = tp_job_vpid(pid);
     if (tcgpu_proc_uid(pid, &p->uid) < 0)
         p->uid = 0;
-    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
-    if ((f = fopen(path, "re"))) {
-        if (fgets(p->comm, sizeof(p->comm), f))
-            p->comm[strcspn(p->comm, "\n")] = '\0';
-        fclose(f);
-    }
+    tcgpu_proc_comm(pid, 0, p->comm, sizeof(p->comm));
 }
 
 /* A directory for the process to write its image in, its own (it may be another user). */
@@ -170,7 +147,7 @@ static int image_checksum(const struct tp_proc *p, const char *name, uint8_t out
     char path[64], err[512];
     int r;
 
-    snprintf(path, sizeof(path), "/proc/self/fd/%d/%s", d.gpudir, name);
+    tcgpu_proc_fd_path(d.gpudir, name, path, sizeof(path));
     r = image_open(&img, path, IMAGE_OPEN_MANIFEST_ONLY, err, sizeof(err));
     if (r == 0)
         image_manifest_csum(img, out);
@@ -350,20 +327,14 @@ static int leave_running_asked(void)
 {
     const char *env = getenv("TCGPU_CRIU_LEAVE_RUNNING");
     char buf[8192];
-    ssize_t n;
-    int fd;
+    size_t n;
 
     if (env && !strcmp(env, "1"))
         return 1;
-    if ((fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC)) < 0)
-        return 0;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(buf + i) + 1) {
-        buf[n] = '\0';
+    n = tcgpu_proc_cmdline(0, buf, sizeof(buf));
+    for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
         if (!strcmp(buf + i, "-R") || !strcmp(buf + i, "--leave-running"))
             return 1;
-    }
     return 0;
 }
 

@@ -31,25 +31,19 @@
 #include "plugin.h"
 #include "ctl/proto.h"
 #include "ctl/recfile.h"
-#include "gpuckpt/driver.h"
+#include "ckptapi/ckptapi.h"
+#include "common/proc.h"
 
 #define WATCH_LIMIT_MS (24 * 3600 * 1000)
 #define POLL_MS 100
 
 static int traced(pid_t pid)
 {
-    char path[64], line[256];
-    long tracer = -1;
-    FILE *f;
+    struct tcgpu_proc_status st;
 
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    if (!(f = fopen(path, "re")))
+    if (tcgpu_proc_status(pid, 0, &st) < 0)
         return -1;
-    while (fgets(line, sizeof(line), f))
-        if (!strncmp(line, "TracerPid:", 10))
-            tracer = strtol(line + 10, NULL, 10);
-    fclose(f);
-    return tracer > 0;
+    return st.tracer > 0;
 }
 
 static int exited(int pidfd)

@@ -19,7 +19,7 @@
 #include "plugin.h"
 #include "ctl/client.h"
 #include "ctl/proto.h"
-#include "ctl/rundir.h"
+#include "common/proc.h"
 
 /* tp_job_call's exchange: the reply in *rep (the caller's), its error as
  * the return value with the message in err. */
@@ -118,13 +118,11 @@ pid_t tp_job_vpid(pid_t pid)
 /* Where an image is, for the message a person reads: the directory's path here. */
 static void image_path(int gpudir, pid_t vpid, char *out, size_t len)
 {
-    char link[64], dir[PATH_MAX];
-    ssize_t n;
+    char dir[PATH_MAX];
 
-    snprintf(link, sizeof(link), "/proc/self/fd/%d", gpudir);
-    n = readlink(link, dir, sizeof(dir) - 1);
-    dir[n > 0 ? n : 0] = '\0';
-    snprintf(out, len, "%s/%d", n > 0 ? dir : "?", (int)vpid);
+    if (tcgpu_proc_fd_target(gpudir, dir, sizeof(dir)) <= 0)
+        snprintf(dir, sizeof(dir), "?");
+    snprintf(out, len, "%s/%d", dir, (int)vpid);
 }
 
 int tp_job_give_back(const struct tp_proc *p, pid_t pid, int gpudir, int timeout_ms,

@@ -27,7 +27,8 @@
 
 #include "plugin.h"
 #include "criu-plugin.h"
-#include "gpuckpt/driver.h"
+#include "ckptapi/ckptapi.h"
+#include "common/proc.h"
 #include "image/image.h"
 
 static struct {
@@ -122,7 +123,7 @@ static int verify_image(const struct tp_proc *p)
                name, errno == ENOENT ? "missing" : "not a directory");
         return r;
     }
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    tcgpu_proc_fd_path(fd, NULL, path, sizeof(path));
     r = image_open(&img, path, 0, err, sizeof(err));
     if (r == 0) {
         image_manifest_csum(img, csum);

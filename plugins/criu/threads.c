@@ -20,8 +20,6 @@
  * mask and ptrace options CRIU set. Threads they create (the engine's
  * workers, the simulated GPU's engines) are not traced and simply run.
  */
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -33,65 +31,26 @@
 #include <unistd.h>
 
 #include "plugin.h"
-
-/* /proc/PID/task/TID/status: its TracerPid and the last NSpid (its tid where it lives). */
-static int thread_status(pid_t pid, pid_t tid, pid_t *tracer, pid_t *nstid)
-{
-    char path[96], line[512];
-    FILE *f;
-
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
-    if (!(f = fopen(path, "re")))
-        return -errno;
-    while (fgets(line, sizeof(line), f)) {
-        if (!strncmp(line, "TracerPid:", 10) && tracer) {
-            *tracer = (pid_t)strtol(line + 10, NULL, 10);
-        } else if (!strncmp(line, "NSpid:", 6) && nstid) {
-            char *p = line + 6, *end;
-            long v;
-            while ((v = strtol(p, &end, 10)), end != p) {
-                *nstid = (pid_t)v;
-                p = end;
-            }
-        }
-    }
-    fclose(f);
-    return 0;
-}
+#include "common/proc.h"
 
 pid_t tp_tid_ns(pid_t pid, pid_t tid)
 {
-    pid_t ns = 0;
+    struct tcgpu_proc_status st;
 
-    return thread_status(pid, tid, NULL, &ns) == 0 ? ns : 0;
-}
-
-/* Calls fn for every thread of pid with its tid as we see it. */
-static void each_thread(pid_t pid, void (*fn)(pid_t pid, pid_t tid, void *arg), void *arg)
-{
-    char path[64];
-    struct dirent *e;
-    DIR *d;
-
-    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-    if (!(d = opendir(path)))
-        return;
-    while ((e = readdir(d)))
-        if (isdigit((unsigned char)e->d_name[0]))
-            fn(pid, (pid_t)strtol(e->d_name, NULL, 10), arg);
-    closedir(d);
+    return tcgpu_proc_status(pid, tid, &st) == 0 ? st.nspid : 0;
 }
 
 struct find_ns {
     pid_t want, found;
 };
 
-static void match_ns(pid_t pid, pid_t tid, void *arg)
+static int match_ns(pid_t pid, pid_t tid, void *arg)
 {
     struct find_ns *f = arg;
 
     if (!f->found && tp_tid_ns(pid, tid) == f->want)
         f->found = tid;
+    return 0;
 }
 
 struct collect {
@@ -99,25 +58,20 @@ struct collect {
     int n, max;
 };
 
-static void add_tcgpu(pid_t pid, pid_t tid, void *arg)
+static int add_tcgpu(pid_t pid, pid_t tid, void *arg)
 {
     struct collect *c = arg;
-    char path[96], comm[32] = "";
-    FILE *f;
+    char comm[32] = "";
     pid_t ns;
 
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)pid, (int)tid);
-    if (!(f = fopen(path, "re")))
-        return;
-    if (!fgets(comm, sizeof(comm), f))
-        comm[0] = '\0';
-    fclose(f);
-    if (strncmp(comm, "tcgpu-", 6) || c->n >= c->max || !(ns = tp_tid_ns(pid, tid)))
-        return;
+    if (tcgpu_proc_comm(pid, tid, comm, sizeof(comm)) < 0 || strncmp(comm, "tcgpu-", 6) ||
+        c->n >= c->max || !(ns = tp_tid_ns(pid, tid)))
+        return 0;
     for (int i = 0; i < c->n; i++)
         if (c->tids[i] == ns)
-            return;
+            return 0;
     c->tids[c->n++] = ns;
+    return 0;
 }
 
 int tp_tids_parse(const char *s, pid_t *tids, int *n, int max)
@@ -147,7 +101,7 @@ int tp_threads_tcgpu(pid_t pid, pid_t *tids, int n, int max)
 {
     struct collect c = { .tids = tids, .n = n, .max = max };
 
-    each_thread(pid, add_tcgpu, &c);
+    tcgpu_proc_each_thread(pid, add_tcgpu, &c);
     return c.n;
 }
 
@@ -168,13 +122,13 @@ int tp_threads_run(pid_t pid, const pid_t *tids, int n, struct tp_running *run)
     run->pid = pid;
     for (int i = 0; i < n && run->n < TP_MAX_TIDS; i++) {
         struct find_ns f = { .want = tids[i] };
-        pid_t tracer = 0;
+        struct tcgpu_proc_status st;
         int r;
 
-        each_thread(pid, match_ns, &f);
-        if (!f.found || thread_status(pid, f.found, &tracer, NULL) < 0)
+        tcgpu_proc_each_thread(pid, match_ns, &f);
+        if (!f.found || tcgpu_proc_status(pid, f.found, &st) < 0)
             continue;           /* gone: whatever needed it will say so */
-        if (tracer != getpid())
+        if (st.tracer != getpid())
             continue;           /* not held by us: it runs already */
         if ((r = let_go(f.found, &run->sigmask[run->n])) < 0) {
             tp_err("process %d: cannot let thread %d run: %s", (int)pid, (int)f.found, strerror(-r));

@@ -12,6 +12,7 @@
   "Who links what");
 - a library's meson.build depends only on the libraries it may include;
 - no meson.build compiles a source file of another folder;
+- /proc is read in lib/common/proc.c only (PROC_READERS: the exceptions and why);
 - docs/architecture.md's folder table names every folder of the tree (lib/'s,
   tools/'s and plugins/' one by one) and no folder that is gone, and its table
   of lib/core names every file there and no file that is gone.
@@ -23,13 +24,23 @@ import sys
 # Filled from lib/README.md's table by read_rules(): folder -> the folders it may include.
 MAY_INCLUDE = {}
 TOOLS = {
-    'tools/gpuckpt': {'common', 'ctl', 'image', 'json', 'gpuckpt'},
-    'tools/tcgpud': {'common', 'ctl', 'policy', 'json', 'tcgpud'},
+    'tools/gpuckpt': {'common', 'ctl', 'image', 'json', 'ckptapi', 'gpuckpt'},
+    'tools/tcgpud': {'common', 'ctl', 'policy', 'json', 'ckptapi', 'tcgpud'},
     'tools/replay': {'common', 'policy', 'json'},
-    # the CRIU plugin drives the checkpoint API through gpuckpt's driver client
-    'plugins/criu': {'common', 'ctl', 'image', 'gpuckpt'},
+    'plugins/criu': {'common', 'ctl', 'image', 'ckptapi'},
     'slurm': {'common'},
 }
+# The files of the products (not simcuda/, a product of its own, nor tests/)
+# that may name a /proc path; every other goes through lib/common/proc.h.
+PROC_READERS = {
+    'lib/common/proc.c': 'the home of process facts and tree walks',
+    'lib/common/pathtrust.c': 'recognises /proc/self/fd/N/ paths; reads nothing',
+    'lib/core/hostkeep.c': '/proc/meminfo, the machine\'s memory, not a process\'s',
+    'tools/gpuckpt/criu_rlimits.c': 'a shim preloaded into CRIU that links nothing of ours',
+}
+PRODUCTS = ('lib', 'interpose', 'tools', 'plugins', 'slurm')
+PROC_PATH = re.compile(r'"/proc[/"]')
+COMMENT = re.compile(r'/\*.*?\*/|//[^\n]*', re.S)
 GENERATED = {'driver': {'driver_table.h'}}
 # Headers of other trees a folder is built against (include_directories in its meson.build).
 EXTERNAL = {'engine': {'simcuda_kernel.h'}}     # the simcuda twin of the scan kernel
@@ -149,15 +160,29 @@ def check_meson(root, bad):
                        % (os.path.relpath(os.path.join(d, 'meson.build'), root), m.group(1)))
 
 
+def check_proc(root, bad):
+    for top in PRODUCTS:
+        for path in sources(os.path.join(root, top)):
+            rel = os.path.relpath(path, root)
+            code = COMMENT.sub('', open(path, errors='replace').read())
+            if rel not in PROC_READERS and PROC_PATH.search(code):
+                bad.append('%s reads /proc itself: use lib/common/proc.h (test_layout.py '
+                           'PROC_READERS)' % rel)
+
+
 def check_preload(root, bad):
     """libtcgpu.so takes lib/'s archives whole (libtcgpu_all): never json's,
-    which would bring jansson into every program it is preloaded into."""
+    which would bring jansson into every program it is preloaded into, nor
+    ckptapi's, a second door to the driver beside lib/driver."""
     text = open(os.path.join(root, 'lib', 'core', 'meson.build')).read()
     m = re.search(r'libtcgpu_all\s*=\s*\[([^\]]*)\]', text)
     if not m:
         bad.append('lib/core/meson.build: no libtcgpu_all list')
-    elif 'json' in m.group(1):
-        bad.append('lib/core/meson.build: libtcgpu_all takes lib/json (jansson) into libtcgpu.so')
+        return
+    for name, why in (('json', 'jansson'), ('ckptapi', 'the driver from outside a process')):
+        if name in m.group(1):
+            bad.append('lib/core/meson.build: libtcgpu_all takes lib/%s (%s) into libtcgpu.so'
+                       % (name, why))
 
 
 def expand(name):
@@ -224,6 +249,7 @@ def main(argv):
     check_preload(root, bad)
     check_tools(root, bad)
     check_meson(root, bad)
+    check_proc(root, bad)
     for b in bad:
         print('FAIL: ' + b)
     print('%d problems' % len(bad))

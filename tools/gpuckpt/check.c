@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "driver.h"
+#include "ckptapi/ckptapi.h"
 #include "library.h"
 #include "tcgpud.h"
 #include "tree.h"

@@ -12,6 +12,7 @@
 
 #include "library.h"
 #include "common/macros.h"
+#include "common/proc.h"
 
 #ifndef TCGPU_INSTALL_LIBDIR
 #define TCGPU_INSTALL_LIBDIR "/usr/local/lib"
@@ -123,7 +124,6 @@ int gpuckpt_find_library(char out[PATH_MAX], char *err, size_t errlen)
     };
     const char *env = getenv("TCGPU_LIB");
     char exe[PATH_MAX], looked[4 * PATH_MAX] = "";
-    ssize_t n;
 
     if (env && *env) {
         char why[128];
@@ -137,12 +137,7 @@ int gpuckpt_find_library(char out[PATH_MAX], char *err, size_t errlen)
         }
         return 0;
     }
-    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        char *slash;
-        exe[n] = '\0';
-        if ((slash = strrchr(exe, '/')))
-            *slash = '\0';
+    if (tcgpu_proc_self_dir(exe, sizeof(exe)) == 0) {
         for (size_t i = 0; i < NELEM(rel); i++)
             if (try_at(exe, rel[i], out, looked, sizeof(looked)))
                 return 0;

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "driver.h"
+#include "ckptapi/ckptapi.h"
 #include "ops.h"
 #include "tcgpud.h"
 #include "util.h"
@@ -28,6 +28,7 @@
 #include "ctl/proto.h"
 #include "common/clock.h"
 #include "common/names.h"
+#include "common/proc.h"
 #include "common/units.h"
 #include "json/schema.h"
 #include "tcgpu.h"
@@ -671,17 +672,12 @@ static int lock_process(pid_t pid)
 
 static void unlock_process(int fd)
 {
-    char link[64], path[PATH_MAX];
-    ssize_t n;
+    char path[PATH_MAX];
 
     if (fd < 0)
         return;
-    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-    n = readlink(link, path, sizeof(path) - 1);
-    if (n > 0) {
-        path[n] = '\0';
+    if (tcgpu_proc_fd_target(fd, path, sizeof(path)) > 0)
         unlink(path);           /* while holding it: waiters see a new file */
-    }
     close(fd);
 }
 

@@ -8,8 +8,6 @@
  * then each is asked its status over its control socket, which checks who
  * serves it (ctl_connect).
  */
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <pwd.h>
@@ -23,8 +21,8 @@
 #include "util.h"
 #include "ctl/client.h"
 #include "ctl/proto.h"
-#include "ctl/rundir.h"
 #include "common/names.h"
+#include "common/proc.h"
 #include "common/units.h"
 #include "json/schema.h"
 
@@ -250,36 +248,12 @@ struct proc {
     struct tcgpu_status st;
 };
 
-/* Does process pid have libtcgpu.so mapped? (0 also when its maps cannot be read.) */
-static int has_libtcgpu(pid_t pid)
-{
-    char path[64], line[4096];
-    FILE *f;
-    int found = 0;
-
-    snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-    if (!(f = fopen(path, "re")))
-        return 0;
-    while (!found && fgets(line, sizeof(line), f)) {
-        const char *slash = strrchr(line, '/');
-        found = slash && !strncmp(slash, "/libtcgpu.so", 12);
-    }
-    fclose(f);
-    return found;
-}
-
 static void proc_identity(struct proc *p)
 {
-    char path[64], buf[4096];
+    char buf[4096];
     struct passwd pw, *pwp = NULL;
-    FILE *f;
 
-    snprintf(path, sizeof(path), "/proc/%d/comm", (int)p->pid);
-    if ((f = fopen(path, "re"))) {
-        if (fgets(p->comm, sizeof(p->comm), f))
-            p->comm[strcspn(p->comm, "\n")] = '\0';
-        fclose(f);
-    }
+    tcgpu_proc_comm(p->pid, 0, p->comm, sizeof(p->comm));
     if (tcgpu_proc_uid(p->pid, &p->uid) < 0)
         p->uid = (uid_t)-1;
     if (getpwuid_r(p->uid, &pw, buf, sizeof(buf), &pwp) == 0 && pwp)
@@ -328,38 +302,45 @@ static int by_pid(const void *a, const void *b)
     return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
+struct found {
+    struct proc *v;
+    size_t n, cap;
+};
+
+/* Adds pid to the list when it has libtcgpu.so mapped; -ENOMEM stops the walk. */
+static int add_if_tcgpu(pid_t pid, void *arg)
+{
+    struct found *f = arg;
+    struct proc *nv;
+
+    if (pid == getpid() || !tcgpu_proc_maps_file(pid, "libtcgpu.so"))
+        return 0;
+    if (f->n == f->cap) {
+        f->cap = f->cap ? 2 * f->cap : 16;
+        if (!(nv = realloc(f->v, f->cap * sizeof(*nv))))
+            return -ENOMEM;
+        f->v = nv;
+    }
+    memset(&f->v[f->n], 0, sizeof(f->v[f->n]));
+    f->v[f->n++].pid = pid;
+    return 0;
+}
+
 /* Every process with libtcgpu.so mapped that this user may look at, by pid. */
 static int find_processes(struct proc **out, size_t *n)
 {
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    struct proc *v = NULL, *nv;
-    size_t cap = 0;
+    struct found f = { 0 };
+    int r = tcgpu_proc_each(add_if_tcgpu, &f);
 
     *n = 0;
-    if (!d)
-        return -errno;
-    while ((e = readdir(d))) {
-        pid_t pid;
-        if (!isdigit((unsigned char)e->d_name[0]) || gpuckpt_parse_pid(e->d_name, &pid) < 0 ||
-            pid == getpid() || !has_libtcgpu(pid))
-            continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 16;
-            if (!(nv = realloc(v, cap * sizeof(*v)))) {
-                closedir(d);
-                free(v);
-                return -ENOMEM;
-            }
-            v = nv;
-        }
-        memset(&v[*n], 0, sizeof(v[*n]));
-        v[(*n)++].pid = pid;
+    if (r < 0) {
+        free(f.v);
+        return r;
     }
-    closedir(d);
-    if (*n)
-        qsort(v, *n, sizeof(*v), by_pid);
-    *out = v;
+    if (f.n)
+        qsort(f.v, f.n, sizeof(*f.v), by_pid);
+    *out = f.v;
+    *n = f.n;
     return 0;
 }
 

@@ -36,7 +36,7 @@
 #include "commands.h"
 #include "ops.h"
 #include "restore.h"
-#include "driver.h"
+#include "ckptapi/ckptapi.h"
 #include "filesums.h"
 #include "tree.h"
 #include "tcgpud.h"
@@ -44,6 +44,7 @@
 #include "util.h"
 #include "image/image.h"
 #include "common/clock.h"
+#include "common/proc.h"
 
 /* ---- checks ----------------------------------------------------------------------- */
 
@@ -179,16 +180,10 @@ static int check_pids_free(const struct tree *t, char *err, size_t len)
 
     err[0] = '\0';
     for (int i = 0; i < t->nproc; i++) {
-        char path[64], comm[64] = "?";
-        FILE *f;
+        char comm[64] = "?";
         if (kill(t->proc[i].pid, 0) < 0 && errno == ESRCH)
             continue;
-        snprintf(path, sizeof(path), "/proc/%d/comm", (int)t->proc[i].pid);
-        if ((f = fopen(path, "r"))) {
-            if (fgets(comm, sizeof(comm), f))
-                comm[strcspn(comm, "\n")] = '\0';
-            fclose(f);
-        }
+        tcgpu_proc_comm(t->proc[i].pid, 0, comm, sizeof(comm));
         used = strlen(err);
         snprintf(err + used, len - used, "%spid %d (%s) is in use by %s", used ? "; " : "",
                  (int)t->proc[i].pid, t->proc[i].comm, comm);
@@ -306,9 +301,9 @@ static int criu_restore(const char *dir, const struct tree *t, char *err, size_t
  */
 static int ended_meanwhile(pid_t pid)
 {
-    for (int i = 0; i < 50 && tree_proc_live(pid); i++)
+    for (int i = 0; i < 50 && tcgpu_proc_live(pid); i++)
         usleep(20000);
-    return !tree_proc_live(pid);
+    return !tcgpu_proc_live(pid);
 }
 
 /*
@@ -330,7 +325,7 @@ static int check_resumed(const char *dir, const struct tree *t, double *gpu_secs
         struct tcgpu_status st;
         int state = GDRV_NONE;
 
-        if (!p->tcgpu || !tree_proc_live(p->pid))
+        if (!p->tcgpu || !tcgpu_proc_live(p->pid))
             continue;           /* not ours, or it ran on and has ended already */
         r = gpuckpt_call("status", p->pid, NULL, &st);
         if (r == CTL_EXIT_OK && st.state == TCGPU_STATE_RUNNING && st.last_op == TCGPU_OP_RESUME &&

@@ -17,7 +17,6 @@
  * images it wrote.
  */
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -33,7 +32,7 @@
 #include "ctl/client.h"
 #include "commands.h"
 #include "ops.h"
-#include "driver.h"
+#include "ckptapi/ckptapi.h"
 #include "filesums.h"
 #include "tree.h"
 #include "tcgpud.h"
@@ -43,6 +42,7 @@
 #include "tcgpu.h"
 #include "common/clock.h"
 #include "common/fileio.h"
+#include "common/proc.h"
 
 struct save_opts {
     pid_t root;
@@ -61,30 +61,6 @@ static double now_s(void)
 }
 
 /* ---- classification ---------------------------------------------------------- */
-
-/* Does pid hold an NVIDIA device file open (a real GPU process, whatever the driver says)? */
-static int holds_nvidia_fd(pid_t pid)
-{
-    char path[64], target[PATH_MAX], link[PATH_MAX];
-    struct dirent *e;
-    DIR *d;
-    int found = 0;
-
-    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-    if (!(d = opendir(path)))
-        return 0;
-    while (!found && (e = readdir(d))) {
-        ssize_t n;
-        snprintf(link, sizeof(link), "%s/%.16s", path, e->d_name);
-        n = readlink(link, target, sizeof(target) - 1);
-        if (n > 0) {
-            target[n] = '\0';
-            found = !strncmp(target, "/dev/nvidia", 11);
-        }
-    }
-    closedir(d);
-    return found;
-}
 
 /*
  * The rule (docs/save-restore.md): a process holds the GPU when the driver's
@@ -116,7 +92,8 @@ static int classify(struct tree *t, char *err, size_t len)
             snprintf(err, len, "process %d (%s): %s", (int)p->pid, p->comm, why);
             return r;
         }
-        gpu = gdrv_get_state(p->pid, &state, NULL, 0) == 0 || holds_nvidia_fd(p->pid);
+        gpu = gdrv_get_state(p->pid, &state, NULL, 0) == 0 ||
+              tcgpu_proc_holds_file(p->pid, "/dev/nvidia");
         if (gpu) {
             snprintf(err, len, "process %d (%s) uses the GPU but is not under tcgpu (no control "
                      "socket): its GPU state cannot be saved; run it with gpuckpt run, or leave it "
@@ -260,7 +237,7 @@ static int criu_dump(const struct tree *t, const struct save_opts *o, int *gpu_s
 static int tree_gone(const struct tree *t)
 {
     for (int i = 0; i < t->nproc; i++)
-        if (tree_proc_live(t->proc[i].pid))
+        if (tcgpu_proc_live(t->proc[i].pid))
             return 0;
     return 1;
 }
@@ -274,12 +251,12 @@ static int tcgpu_still_suspended(const struct tree *t)
     for (int i = 0; i < t->nproc; i++) {
         struct tcgpu_status st;
 
-        if (!t->proc[i].tcgpu || !tree_proc_live(t->proc[i].pid))
+        if (!t->proc[i].tcgpu || !tcgpu_proc_live(t->proc[i].pid))
             continue;
         /* given back, it runs on and may finish at any moment: one that no
          * longer answers because it has exited is not suspended */
         if (gpuckpt_call("status", t->proc[i].pid, NULL, &st) != CTL_EXIT_OK ?
-                tree_proc_live(t->proc[i].pid) : st.state != TCGPU_STATE_RUNNING) {
+                tcgpu_proc_live(t->proc[i].pid) : st.state != TCGPU_STATE_RUNNING) {
             gpuckpt_error("process %d (%s) stays suspended (retry: gpuckpt resume %d)",
                           (int)t->proc[i].pid, t->proc[i].comm, (int)t->proc[i].pid);
             bad++;

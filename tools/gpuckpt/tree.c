@@ -17,102 +17,25 @@
 #include "ctl/proto.h"
 #include "ctl/recfile.h"
 #include "tree.h"
-#include "ctl/rundir.h"
 #include "common/fileio.h"
+#include "common/proc.h"
 
 /* ---- the process tree ---------------------------------------------------- */
 
-static int read_small(const char *path, char *buf, size_t len)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t n;
-
-    if (fd < 0)
-        return -errno;
-    n = read(fd, buf, len - 1);
-    close(fd);
-    if (n < 0)
-        return -EIO;
-    buf[n] = '\0';
-    return (int)n;
-}
-
-/* comm and ppid of pid from /proc. */
+/* ppid, comm and uid of pid from /proc. */
 static int proc_identity(pid_t pid, struct tree_proc *p)
 {
-    char path[64], buf[1024], *rp;
-    int r;
+    struct tcgpu_proc_stat st;
 
+    memset(p, 0, sizeof(*p));
     p->pid = pid;
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if ((r = read_small(path, buf, sizeof(buf))) < 0)
-        return r;
-    /* "pid (comm) S ppid ...": comm may hold spaces and parentheses */
-    rp = strrchr(buf, ')');
-    if (!rp || sscanf(rp + 1, " %*c %d", &p->ppid) != 1)
-        return -EPROTO;
-    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
-    if (read_small(path, p->comm, sizeof(p->comm)) > 0)
-        p->comm[strcspn(p->comm, "\n")] = '\0';
+    if (tcgpu_proc_stat(pid, &st) < 0)
+        return -ESRCH;
+    p->ppid = st.ppid;
+    tcgpu_proc_comm(pid, 0, p->comm, sizeof(p->comm));
     if (tcgpu_proc_uid(pid, &p->uid) < 0)
         p->uid = 0;
     return 0;
-}
-
-int tree_proc_live(pid_t pid)
-{
-    char path[64], buf[1024], *rp;
-
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if (read_small(path, buf, sizeof(buf)) < 0)
-        return 0;
-    /* "pid (comm) S ...": the state follows the last ')' */
-    rp = strrchr(buf, ')');
-    return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
-}
-
-static int already_listed(const struct tree *t, pid_t pid)
-{
-    for (int i = 0; i < t->nproc; i++)
-        if (t->proc[i].pid == pid)
-            return 1;
-    return 0;
-}
-
-/* Appends the children of every thread of t->proc[i]. */
-static int add_children(struct tree *t, int i)
-{
-    char path[64], buf[8192];
-    struct dirent *e;
-    DIR *d;
-    int r = 0;
-
-    snprintf(path, sizeof(path), "/proc/%d/task", (int)t->proc[i].pid);
-    if (!(d = opendir(path)))
-        return 0;               /* it exited meanwhile: CRIU will say so */
-    while (r == 0 && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof(path), "/proc/%d/task/%.16s/children", (int)t->proc[i].pid, e->d_name);
-        if (read_small(path, buf, sizeof(buf)) <= 0)
-            continue;
-        for (char *s = buf, *end; *s; s = end) {
-            long c = strtol(s, &end, 10);
-            if (end == s)
-                break;
-            if (c <= 0 || already_listed(t, (pid_t)c))
-                continue;
-            if (t->nproc >= TREE_MAX_PROCS) {
-                r = -E2BIG;
-                break;
-            }
-            memset(&t->proc[t->nproc], 0, sizeof(t->proc[0]));
-            if (proc_identity((pid_t)c, &t->proc[t->nproc]) == 0)
-                t->nproc++;
-        }
-    }
-    closedir(d);
-    return r;
 }
 
 long long tree_parse_uid(const char *s)
@@ -130,21 +53,15 @@ long long tree_parse_uid(const char *s)
 int tree_check_owner(const struct tree *t, uid_t uid, char *err, size_t len)
 {
     for (int i = 0; i < t->nproc; i++) {
-        char path[64], line[256];
-        unsigned u[4] = { 0, 0, 0, 0 };
-        int found = 0;
-        FILE *f;
+        struct tcgpu_proc_status st;
+        const uid_t *u = st.uid;
+        int found = tcgpu_proc_status(t->proc[i].pid, 0, &st) == 0;
 
-        snprintf(path, sizeof(path), "/proc/%d/status", (int)t->proc[i].pid);
-        if ((f = fopen(path, "re"))) {
-            while (!found && fgets(line, sizeof(line), f))
-                found = sscanf(line, "Uid: %u %u %u %u", &u[0], &u[1], &u[2], &u[3]) == 4;
-            fclose(f);
-        }
         if (!found || u[0] != uid || u[1] != uid || u[2] != uid || u[3] != uid) {
             snprintf(err, len, "process %d (%s) is not uid %u's (uids %u %u %u %u): only a "
                      "tree of the caller's own processes is saved for it", (int)t->proc[i].pid,
-                     t->proc[i].comm, (unsigned)uid, u[0], u[1], u[2], u[3]);
+                     t->proc[i].comm, (unsigned)uid, (unsigned)u[0], (unsigned)u[1],
+                     (unsigned)u[2], (unsigned)u[3]);
             return -EACCES;
         }
     }
@@ -168,18 +85,18 @@ int tree_check_saved_owner(const struct tree *t, uid_t uid, char *err, size_t le
 
 int tree_walk(struct tree *t, pid_t root)
 {
-    int r;
+    pid_t pids[TREE_MAX_PROCS];
+    int n = tcgpu_proc_tree(root, pids, TREE_MAX_PROCS);
 
-    t->nproc = 0;
     t->root = root;
-    memset(&t->proc[0], 0, sizeof(t->proc[0]));
-    if (proc_identity(root, &t->proc[0]) < 0)
-        return -ESRCH;
-    t->nproc = 1;
-    for (int i = 0; i < t->nproc; i++)
-        if ((r = add_children(t, i)) < 0)
-            return r;
-    return 0;
+    if (n > 0 && proc_identity(root, &t->proc[0]) < 0)
+        n = -ESRCH;
+    t->nproc = n > 0;
+    /* a descendant that exited meanwhile is left out: CRIU will say so if it mattered */
+    for (int i = 1; i < n; i++)
+        if (proc_identity(pids[i], &t->proc[t->nproc]) == 0)
+            t->nproc++;
+    return n < 0 ? n : 0;
 }
 
 /* ---- the manifest ---------------------------------------------------------- */
@@ -483,24 +400,15 @@ int criu_find(char *path, size_t len)
 /* Does this process have CAP_SYS_RESOURCE (bit 24 of CapEff)? */
 static int has_sys_resource(void)
 {
-    char line[256];
-    unsigned long long eff = 0;
-    FILE *f = fopen("/proc/self/status", "re");
+    struct tcgpu_proc_status st;
 
-    if (!f)
-        return 0;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "CapEff: %llx", &eff) == 1)
-            break;
-    fclose(f);
-    return (eff >> 24) & 1;
+    return tcgpu_proc_status(0, 0, &st) == 0 && (st.cap_eff >> 24) & 1;
 }
 
 int criu_dump_preload(const struct tree *t, char *path, size_t len)
 {
     char exe[PATH_MAX];
     int foreign = 0;
-    ssize_t n;
 
     path[0] = '\0';
     for (int i = 0; i < t->nproc; i++)
@@ -508,9 +416,7 @@ int criu_dump_preload(const struct tree *t, char *path, size_t len)
     if (!foreign || has_sys_resource())
         return 0;
     /* beside gpuckpt (the build tree), else where it is installed */
-    if ((n = readlink("/proc/self/exe", exe, sizeof(exe) - 1)) > 0 && memchr(exe, '/', (size_t)n)) {
-        exe[n] = '\0';
-        *strrchr(exe, '/') = '\0';
+    if (tcgpu_proc_self_dir(exe, sizeof(exe)) == 0) {
         snprintf(path, len, "%.3800s/" RLIMITS_SHIM, exe);
         if (access(path, R_OK) == 0)
             return 0;
@@ -615,17 +521,12 @@ int criu_plugin_find(char *dir, size_t len)
 {
     const char *env = getenv("TCGPU_CRIU_PLUGIN_DIR");
     char exe[PATH_MAX], build[PATH_MAX] = "";
-    ssize_t n;
 
     if (env && *env) {
         snprintf(dir, len, "%s", env);
         return holds_plugin(dir) ? 0 : -ENOENT;
     }
-    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        if (strrchr(exe, '/'))
-            *strrchr(exe, '/') = '\0';
+    if (tcgpu_proc_self_dir(exe, sizeof(exe)) == 0) {
         snprintf(build, sizeof(build), "%.4000s/../../plugins/criu", exe);
         if (holds_plugin(build)) {
             snprintf(dir, len, "%s", build);

@@ -88,10 +88,6 @@ struct tree {
  */
 int tree_walk(struct tree *t, pid_t root);
 
-/* 1 while pid exists and has not exited (a zombie, exited but not yet reaped
- * by its parent, is not live: it has no control socket any more), else 0. */
-int tree_proc_live(pid_t pid);
-
 /* Writes t to DIR/tree (0600, fsynced). 0 or -errno with a message in err. */
 int tree_write(const struct tree *t, const char *dir, char *err, size_t len);
 

@@ -3,7 +3,8 @@
  *
  * tcgpud learns the devices itself, never from a job (docs/tcgpud.md,
  * "Threat model"): from [gpu N] capacity in its configuration, and from the
- * driver, which a child process asks once at start-up. The child, not
+ * driver, which a child process asks once at start-up (through
+ * lib/ckptapi, the driver from outside a process). The child, not
  * tcgpud, loads libcuda.so.1: a driver that hangs is killed after
  * PROBE_TIMEOUT_MS, one that crashes takes only the child with it, and
  * tcgpud itself holds no device open. The child sees every GPU (no
@@ -11,10 +12,9 @@
  * each GPU's UUID: a job names its device by UUID, since its own ordinals
  * are remapped by CUDA_VISIBLE_DEVICES.
  */
-#include <cuda.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ckptapi/ckptapi.h"
 #include "common/clock.h"
 #include "daemon.h"
 
@@ -33,61 +34,25 @@
  * The child: load the driver, list the GPUs on fd
  * ------------------------------------------------------------------------- */
 
-struct probe_api {
-    CUresult (*init)(unsigned);
-    CUresult (*count)(int *);
-    CUresult (*get)(CUdevice *, int);
-    CUresult (*total)(size_t *, CUdevice);
-    CUresult (*uuid)(CUuuid *, CUdevice);
-};
-
-static int probe_resolve(void *h, struct probe_api *api)
-{
-    *(void **)&api->init = dlsym(h, "cuInit");
-    *(void **)&api->count = dlsym(h, "cuDeviceGetCount");
-    *(void **)&api->get = dlsym(h, "cuDeviceGet");
-    *(void **)&api->total = dlsym(h, "cuDeviceTotalMem_v2");
-    *(void **)&api->uuid = dlsym(h, "cuDeviceGetUuid");
-    return api->init && api->count && api->get && api->total && api->uuid ? 0 : -1;
-}
-
-/* Writes "gpu I TOTAL UUIDHEX" per GPU, or "error TEXT"; returns the exit status. */
+/* Writes "gpu I TOTAL UUIDHEX" per GPU (a GPU the driver cannot describe is
+ * left out), or "error TEXT"; returns the exit status. */
 static int probe_child(int fd)
 {
-    const char *lib = getenv("TCGPU_REAL_LIBCUDA");
-    struct probe_api api;
-    void *h;
-    int n = 0;
-    CUresult rc;
+    char err[512];
+    int n;
 
     unsetenv("CUDA_VISIBLE_DEVICES");     /* the node's ordinals, every GPU */
-    if (!lib || !*lib)
-        lib = "libcuda.so.1";
-    h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        dprintf(fd, "error cannot load the CUDA driver %s: %s\n", lib, dlerror());
-        return 1;
-    }
-    if (probe_resolve(h, &api) < 0) {
-        dprintf(fd, "error %s lacks cuInit, cuDeviceGetCount, cuDeviceTotalMem_v2 or "
-                "cuDeviceGetUuid\n", lib);
-        return 1;
-    }
-    if ((rc = api.init(0)) != CUDA_SUCCESS || (rc = api.count(&n)) != CUDA_SUCCESS) {
-        dprintf(fd, "error the CUDA driver %s: cuInit/cuDeviceGetCount failed with error %d\n",
-                lib, (int)rc);
+    if ((n = gdrv_device_count(err, sizeof(err))) < 0) {
+        dprintf(fd, "error %s\n", err);
         return 1;
     }
     for (int i = 0; i < n && i < TCGPUD_MAX_GPUS; i++) {
-        CUdevice dev;
-        size_t total = 0;
-        CUuuid u;
-        if (api.get(&dev, i) != CUDA_SUCCESS || api.total(&total, dev) != CUDA_SUCCESS ||
-            api.uuid(&u, dev) != CUDA_SUCCESS)
+        struct gdrv_device dev;
+        if (gdrv_device(i, &dev, NULL, 0) < 0)
             continue;
-        dprintf(fd, "gpu %d %zu ", i, total);
+        dprintf(fd, "gpu %d %" PRIu64 " ", i, dev.total_mem);
         for (int k = 0; k < 16; k++)
-            dprintf(fd, "%02x", (unsigned char)u.bytes[k]);
+            dprintf(fd, "%02x", dev.uuid[k]);
         dprintf(fd, "\n");
     }
     return 0;

@@ -45,8 +45,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/proc.h"
 #include "ctl/daemon_io.h"
 #include "daemon.h"
+
+#define KILL_TREE_MAX 4096        /* processes of an abandoned tree that are killed */
 
 enum priv_kind { PRIV_SAVE, PRIV_RESTORE };
 
@@ -64,32 +67,13 @@ struct priv_req {
  * Checks (on the loop's thread, before anything runs)
  * ------------------------------------------------------------------------- */
 
-/* The real, effective, saved and filesystem uids of pid: 0, or -errno. */
-static int proc_uids(pid_t pid, uid_t uids[4])
-{
-    char path[64], line[256];
-    FILE *f;
-    int found = 0;
-
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    if (!(f = fopen(path, "re")))
-        return -ESRCH;
-    while (!found && fgets(line, sizeof(line), f)) {
-        unsigned a, b, c, e;
-        if (sscanf(line, "Uid: %u %u %u %u", &a, &b, &c, &e) == 4) {
-            uids[0] = a, uids[1] = b, uids[2] = c, uids[3] = e;
-            found = 1;
-        }
-    }
-    fclose(f);
-    return found ? 0 : -EPROTO;
-}
-
 static int owned_by(pid_t pid, uid_t uid)
 {
-    uid_t u[4];
+    struct tcgpu_proc_status st;
+    const uid_t *u = st.uid;
 
-    return proc_uids(pid, u) == 0 && u[0] == uid && u[1] == uid && u[2] == uid && u[3] == uid;
+    return tcgpu_proc_status(pid, 0, &st) == 0 && u[0] == uid && u[1] == uid && u[2] == uid &&
+           u[3] == uid;
 }
 
 /*
@@ -163,7 +147,6 @@ static int find_gpuckpt(char *out, size_t len)
     const char *env = getenv("TCGPU_GPUCKPT");
     char exe[PATH_MAX];
     struct stat st;
-    ssize_t n;
 
     for (int i = -1; i < (int)(sizeof(rel) / sizeof(rel[0])); i++) {
         if (i < 0) {
@@ -171,10 +154,8 @@ static int find_gpuckpt(char *out, size_t len)
                 continue;
             snprintf(out, len, "%s", env);
         } else {
-            if ((n = readlink("/proc/self/exe", exe, sizeof(exe) - 1)) <= 0)
+            if (tcgpu_proc_self_dir(exe, sizeof(exe)) < 0)
                 return -ENOENT;
-            exe[n] = '\0';
-            *strrchr(exe, '/') = '\0';
             snprintf(out, len, "%.3800s%s", exe, rel[i]);
         }
         if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == 0 &&
@@ -217,25 +198,17 @@ static void relay_lines(int fd, const char *stream, char *buf, size_t *n)
     }
 }
 
-/* Every descendant of pid, then pid, killed (the caller of a restore left). */
+/* Every descendant of pid (forked by any of their threads), then pid, killed
+ * (the caller of a restore left). Children go before their parents. */
 static void kill_tree(pid_t pid)
 {
-    char path[96], buf[4096];
-    FILE *f;
+    pid_t tree[KILL_TREE_MAX];
+    int n = tcgpu_proc_tree(pid, tree, KILL_TREE_MAX);
 
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
-    if ((f = fopen(path, "re"))) {
-        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-        buf[n] = '\0';
-        fclose(f);
-        for (char *s = buf, *end; *s; s = end) {
-            long c = strtol(s, &end, 10);
-            if (end == s)
-                break;
-            if (c > 0)
-                kill_tree((pid_t)c);
-        }
-    }
+    if (n == -E2BIG)
+        n = KILL_TREE_MAX;
+    for (int i = n - 1; i > 0; i--)
+        kill(tree[i], SIGKILL);
     kill(pid, SIGKILL);
 }
 

@@ -10,6 +10,7 @@
 
 #include "common/fileio.h"
 #include "common/macros.h"
+#include "common/proc.h"
 #include "ctl/proto.h"
 #include "state.h"
 
@@ -194,30 +195,10 @@ int tcgpud_state_load(const char *path, struct tcgpud_saved_job **jobs, size_t *
 
 uint64_t tcgpud_proc_start_ticks(pid_t pid)
 {
-    char path[64], buf[1024], *p;
-    unsigned long long ticks = 0;
-    FILE *f;
-    size_t n;
+    struct tcgpu_proc_stat st;
 
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    f = fopen(path, "re");
-    if (!f)
-        return 0;
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* The command name may hold spaces and parentheses: count from the last ')'. */
-    p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    /* fields 3.. follow; starttime is field 22, the 20th after ')' */
-    for (int field = 3; field <= 22 && p; field++)
-        p = strchr(p + 1, ' ');
-    if (!p || sscanf(p + 1, "%llu", &ticks) != 1)
-        return 0;
     /* A zombie is gone for our purposes: it holds no GPU memory. */
-    char *st = strrchr(buf, ')');
-    if (st && st[1] == ' ' && st[2] == 'Z')
+    if (tcgpu_proc_stat(pid, &st) < 0 || st.state == 'Z')
         return 0;
-    return ticks;
+    return st.start_ticks;
 }

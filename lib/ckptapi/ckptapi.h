@@ -1,12 +1,15 @@
 /*
- * driver.h - the CUDA driver's own checkpoint API, driven from
- * outside the target process (docs/save-restore.md).
+ * ckptapi.h - the CUDA driver seen from outside a process: its checkpoint
+ * API (cuCheckpointProcess*, docs/save-restore.md) and its device list.
  *
- * gpuckpt is not preloaded with libtcgpu.so: it loads the driver itself with
- * dlopen($TCGPU_REAL_LIBCUDA, else "libcuda.so.1") and looks the functions up
- * with dlsym. The API is "present" when the driver is >= 12.8 (12080) and
- * every cuCheckpointProcess* function resolves. Before any call the driver
- * is initialised (cuInit(0)): it creates no context.
+ * In a process under tcgpu, lib/driver is the door to the driver; this is
+ * the door for the programs that act on other processes: gpuckpt, the CRIU
+ * plugin and its helper, and tcgpud's device probe. None is preloaded with libtcgpu.so: the driver is loaded
+ * here with dlopen($TCGPU_REAL_LIBCUDA, else "libcuda.so.1") and its
+ * functions looked up with dlsym. The driver is "usable" when it loads and
+ * cuInit(0) succeeds (that creates no context); the checkpoint API is
+ * "present" when, besides, the driver is >= 12.8 (12080) and every
+ * cuCheckpointProcess* function resolves.
  *
  * After tcgpu has drained and released a process's device memory, what the
  * process still holds on the GPU is its context, modules and the driver's
@@ -15,17 +18,18 @@
  * Restore + Unlock take them back.
  *
  * Functions return 0 or -errno and, on failure, write a one-line message
- * naming the process, the call and the driver's error into err:
+ * naming the process, the call and the driver's error into err (when err
+ * is not NULL):
  *   -ENODEV     the API is not present (err says why)
  *   -ESRCH      the driver does not know the process (not a CUDA process)
  *   -EALREADY   the process is not in the state the call needs
  *   -ETIMEDOUT  Lock: a CUDA call did not finish in time (still running)
  *   -ENOMEM     Restore: no room on the device now (still checkpointed)
  *   -EIO        any other driver error
- * Not thread-safe (gpuckpt is single-threaded).
+ * Not thread-safe: each of its users calls it from one thread.
  */
-#ifndef GPUCKPT_DRIVER_H
-#define GPUCKPT_DRIVER_H
+#ifndef TCGPU_CKPTAPI_H
+#define TCGPU_CKPTAPI_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -92,7 +96,18 @@ struct gdrv_device {
 /* The driver version (e.g. 12080), or -ENODEV. */
 int gdrv_driver_version(void);
 
-/* Number of devices, filling at most max entries of devs; or -errno. */
+/* Number of devices, filling at most max entries of devs; or -errno
+ * (-ENODEV without the checkpoint API). */
 int gdrv_devices(struct gdrv_device *devs, int max, char *err, size_t len);
+
+/*
+ * The devices one by one, from any usable driver, with or without the
+ * checkpoint API (tcgpud's probe, which also skips a device that cannot be
+ * asked). gdrv_device_count: the number of devices, or -ENODEV (the driver
+ * is not usable: err says why) or another -errno of the list above.
+ * gdrv_device: the identity of device `ordinal` into *dev: 0 or -errno.
+ */
+int gdrv_device_count(char *err, size_t len);
+int gdrv_device(int ordinal, struct gdrv_device *dev, char *err, size_t len);
 
 #endif

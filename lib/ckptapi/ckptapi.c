@@ -1,4 +1,4 @@
-/* driver.c - the driver checkpoint API from outside; see driver.h. */
+/* ckptapi.c - the driver from outside a process: its checkpoint API, its devices; see ckptapi.h. */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver.h"
+#include "ckptapi.h"
 
 #define MIN_DRIVER_VERSION 12080    /* the checkpoint API appeared in CUDA 12.8 (r570) */
 
@@ -96,7 +96,7 @@ static void load(void)
     if (drv.loaded)
         return;
     drv.loaded = -1;
-    /* RTLD_LOCAL: nothing else in gpuckpt should bind to the driver's symbols */
+    /* RTLD_LOCAL: nothing else in the caller should bind to the driver's symbols */
     h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         snprintf(drv.why, sizeof(drv.why), "cannot load the CUDA driver %s: %s", lib, dlerror());
@@ -275,29 +275,59 @@ int gdrv_reacquire(pid_t pid, char *err, size_t len)
     return 0;
 }
 
-int gdrv_devices(struct gdrv_device *devs, int max, char *err, size_t len)
+/* Device listing needs only a driver that loads and initialises. */
+static int need_usable(char *err, size_t len)
+{
+    load();
+    if (drv.usable)
+        return 0;
+    if (err)
+        snprintf(err, len, "%s", drv.why);
+    return -ENODEV;
+}
+
+int gdrv_device_count(char *err, size_t len)
 {
     int n = 0, r;
 
+    if ((r = need_usable(err, len)) < 0)
+        return r;
+    r = check(drv.dev_count(&n), "cuDeviceGetCount", 0, err, len);
+    return r < 0 ? r : n;
+}
+
+int gdrv_device(int ordinal, struct gdrv_device *dev, char *err, size_t len)
+{
+    CUdevice d;
+    size_t mem = 0;
+    CUuuid u;
+    int r;
+
+    if ((r = need_usable(err, len)) < 0)
+        return r;
+    memset(dev, 0, sizeof(*dev));
+    dev->ordinal = ordinal;
+    if ((r = check(drv.dev_get(&d, ordinal), "cuDeviceGet", ordinal, err, len)) < 0 ||
+        (r = check(drv.dev_name(dev->name, (int)sizeof(dev->name), d), "cuDeviceGetName", ordinal,
+                   err, len)) < 0 ||
+        (r = check(drv.dev_mem(&mem, d), "cuDeviceTotalMem", ordinal, err, len)) < 0 ||
+        (r = check(drv.dev_uuid(&u, d), "cuDeviceGetUuid", ordinal, err, len)) < 0)
+        return r;
+    dev->total_mem = mem;
+    memcpy(dev->uuid, u.bytes, 16);
+    return 0;
+}
+
+int gdrv_devices(struct gdrv_device *devs, int max, char *err, size_t len)
+{
+    int n, r;
+
     if ((r = need_driver(err, len)) < 0)
         return r;
-    if ((r = check(drv.dev_count(&n), "cuDeviceGetCount", 0, err, len)) < 0)
-        return r;
-    for (int i = 0; i < n && i < max; i++) {
-        CUdevice d;
-        size_t mem = 0;
-        CUuuid u;
-
-        memset(&devs[i], 0, sizeof(devs[i]));
-        devs[i].ordinal = i;
-        if ((r = check(drv.dev_get(&d, i), "cuDeviceGet", i, err, len)) < 0 ||
-            (r = check(drv.dev_name(devs[i].name, (int)sizeof(devs[i].name), d), "cuDeviceGetName", i,
-                       err, len)) < 0 ||
-            (r = check(drv.dev_mem(&mem, d), "cuDeviceTotalMem", i, err, len)) < 0 ||
-            (r = check(drv.dev_uuid(&u, d), "cuDeviceGetUuid", i, err, len)) < 0)
+    if ((n = gdrv_device_count(err, len)) < 0)
+        return n;
+    for (int i = 0; i < n && i < max; i++)
+        if ((r = gdrv_device(i, &devs[i], err, len)) < 0)
             return r;
-        devs[i].total_mem = mem;
-        memcpy(devs[i].uuid, u.bytes, 16);
-    }
     return n;
 }
