@@ -772,11 +772,12 @@ static int path_in_use(const char *path)
 
 static int open_socket(void)
 {
+    struct tcgpu_rundir_env env = { getenv("TCGPU_RUN_DIR"), getenv("XDG_RUNTIME_DIR") };
     struct sockaddr_un a = { .sun_family = AF_UNIX };
     char dir[PATH_MAX], err[PATH_MAX + 128];
     int fd, r;
 
-    r = tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err));
+    r = tcgpu_rundir_prepare(&env, dir, sizeof(dir), err, sizeof(err));
     if (r < 0) {
         log_err("control socket disabled: %s", err);
         return r;

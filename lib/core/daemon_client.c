@@ -142,11 +142,17 @@ static int physical_device(int ordinal)
     return ordinal;
 }
 
+/* tcgpud's socket; "" when TCGPU_DAEMON_SOCKET=off. */
+static const char *daemon_socket(void)
+{
+    return tcgpud_socket_path(getenv("TCGPU_DAEMON_SOCKET"));
+}
+
 /* One request/reply with tcgpud. Returns 0 with *reply filled (check ->err), or -errno. */
 static int call_daemon(struct ctl_buf *req, struct ctl_msg *reply, int timeout_ms, char *err,
                        size_t errlen)
 {
-    int fd = tcgpud_connect(tcgpud_socket_path(), err, errlen);
+    int fd = tcgpud_connect(daemon_socket(), err, errlen);
     int r;
 
     if (fd < 0)
@@ -154,7 +160,7 @@ static int call_daemon(struct ctl_buf *req, struct ctl_msg *reply, int timeout_m
     r = tcgpud_call(fd, req, reply, timeout_ms, NULL, NULL);
     close(fd);
     if (r < 0)
-        snprintf(err, errlen, "tcgpud at %s: %s", tcgpud_socket_path(), strerror(-r));
+        snprintf(err, errlen, "tcgpud at %s: %s", daemon_socket(), strerror(-r));
     return r;
 }
 
@@ -326,7 +332,7 @@ void tcgpu_daemon_register(void)
 {
     pthread_mutex_lock(&reg_mutex);
     configure();
-    if (dc.project[0] && !dc.registered && tcgpud_socket_path()[0])
+    if (dc.project[0] && !dc.registered && daemon_socket()[0])
         do_register();
     pthread_mutex_unlock(&reg_mutex);
 }
@@ -334,7 +340,7 @@ void tcgpu_daemon_register(void)
 /* Registered (or registered again, at most every 5 s). Lock held. */
 static int ensure_registered(void)
 {
-    if (!dc.project[0] || !tcgpud_socket_path()[0])
+    if (!dc.project[0] || !daemon_socket()[0])
         return 0;
     if (!dc.registered && now_ns() - dc.last_try_ns >= REREGISTER_EVERY_NS)
         do_register();
