@@ -7,7 +7,7 @@
  *      owned by the process's effective uid (systemd's /run/user/UID);
  *   3. /tmp/tcgpu-<euid>.
  * The caller says what the two variables are (struct tcgpu_rundir_env): a
- * program reads its environment and passes them.
+ * program reads its environment, libtcgpu.so its settings.
  * It is created with mode 0700 (only its last component), and before every
  * use it must be a real directory (lstat: not a symlink) owned by the uid
  * with no group or other permission bits; anything else is refused, so no

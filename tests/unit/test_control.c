@@ -31,6 +31,7 @@
 #include "ctl/client.h"
 #include "ctl/proto.h"
 #include "core/ops.h"
+#include "core/settings.h"
 #include "ctl/rundir.h"
 #include "core/signal_trigger.h"
 #include "core/thread.h"
@@ -226,6 +227,14 @@ static const struct tcgpu_rundir_env *rundir_env(void)
     env.run_dir = getenv("TCGPU_RUN_DIR");
     env.xdg_runtime_dir = getenv("XDG_RUNTIME_DIR");
     return &env;
+}
+
+/* The server, with the settings of the environment the test has set now
+ * (libtcgpu.so reads them once, when it is loaded). */
+static int start_control(void)
+{
+    settings_reload();
+    return tcgpu_control_start();
 }
 
 static struct ctl_msg reply;
@@ -508,8 +517,8 @@ static int test_e2e(void)
 
     use_run_dir();
     setenv("TCGPU_SIGNAL", "off", 1);
-    CHECK(tcgpu_control_start() == 0);
-    CHECK(tcgpu_control_start() == 0);         /* idempotent */
+    CHECK(start_control() == 0);
+    CHECK(start_control() == 0);         /* idempotent */
     snprintf(server_path, sizeof(server_path), "%s", tcgpu_control_socket_path());
     CHECK(*tcgpu_control_socket_path());
     CHECK(stat(tcgpu_control_socket_path(), &st) == 0 && S_ISSOCK(st.st_mode) &&
@@ -681,7 +690,7 @@ static int test_e2e(void)
     tcgpu_control_stop();
     CHECK(access(dpath, F_OK) < 0 && errno == ENOENT);
     CHECK(request("status", NULL, 1000) == CTL_EXIT_NOPROC);
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     CHECK(request("status", NULL, 5000) == 0);
     tcgpu_control_stop();
     return 0;
@@ -727,7 +736,7 @@ static int test_signal(void)
     use_run_dir();
     unsetenv("TCGPU_SIGNAL");
     unsetenv("TCGPU_SIGNAL_ACTION");
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     CHECK(tcgpu_signal_trigger_signal() == SIGRTMIN + 4);
     CHECK(sigaction(SIGRTMIN + 4, NULL, &cur) == 0 && (cur.sa_flags & SA_RESTART));
     CHECK(request("status", NULL, 5000) == 0 && !strcmp(ctl_get(&reply, "trigger_signal"), "SIGRTMIN+4"));
@@ -755,7 +764,7 @@ static int test_signal(void)
     pthread_mutex_lock(&fk_lock);
     fk.state = TCGPU_STATE_RUNNING;
     pthread_mutex_unlock(&fk_lock);
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     raise(SIGUSR2);
     CHECK(wait_for(one_checkpoint, 5000));
     snprintf(want, sizeof(want), "%s/ckpt-%d-1", tmpdir, (int)getpid());
@@ -770,7 +779,7 @@ static int test_signal(void)
     CHECK(sigaction(SIGUSR2, NULL, &cur) == 0 && cur.sa_handler == programs_handler);
 
     /* a handler the program installed first is never replaced */
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     CHECK(sigaction(SIGUSR2, NULL, &cur) == 0 && cur.sa_handler == programs_handler);
     CHECK(request("status", NULL, 5000) == 0 && !strcmp(ctl_get(&reply, "trigger_signal"), "off"));
     tcgpu_control_stop();
@@ -778,13 +787,13 @@ static int test_signal(void)
     /* checkpoint action without a directory: trigger off, socket still up */
     signal(SIGUSR2, SIG_DFL);
     unsetenv("TCGPU_CHECKPOINT_DIR");
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     CHECK(request("status", NULL, 5000) == 0 && !strcmp(ctl_get(&reply, "trigger_signal"), "off"));
     tcgpu_control_stop();
     /* a bad signal name: same */
     setenv("TCGPU_SIGNAL", "KILL", 1);
     unsetenv("TCGPU_SIGNAL_ACTION");
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     CHECK(request("status", NULL, 5000) == 0 && !strcmp(ctl_get(&reply, "trigger_signal"), "off"));
     tcgpu_control_stop();
     return 0;
@@ -844,7 +853,7 @@ static int test_fork(void)
     use_run_dir();
     setenv("TCGPU_SIGNAL", "USR2", 1);
     unsetenv("TCGPU_SIGNAL_ACTION");
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     snprintf(parent_sock, sizeof(parent_sock), "%s", tcgpu_control_socket_path());
     before = calls(TCGPU_OP_SUSPEND);
 
@@ -911,7 +920,7 @@ static int test_peercred(void)
     }
     use_run_dir();
     setenv("TCGPU_SIGNAL", "off", 1);
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     snprintf(server_path, sizeof(server_path), "%s", tcgpu_control_socket_path());
     /* Defeat the file permissions on purpose: the peer check must hold alone. */
     snprintf(d, sizeof(d), "%s/run", tmpdir);
@@ -985,7 +994,7 @@ static int test_gpuckpt(const char *exe)
 
     use_run_dir();
     setenv("TCGPU_SIGNAL", "off", 1);
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     snprintf(pid, sizeof(pid), "%d", (int)getpid());
 
     CHECK(run_gpuckpt(exe, out, sizeof(out), "--version", NULL) == 0 && strstr(out, TCGPU_VERSION_STRING));
@@ -1054,6 +1063,7 @@ int main(int argc, char **argv)
     unsetenv("TCGPU_SIGNAL");
     unsetenv("TCGPU_SIGNAL_ACTION");
     unsetenv("TCGPU_CHECKPOINT_DIR");
+    settings_reload();
     make_tmpdir();
     if (!strcmp(argv[1], "rundir"))
         r = test_rundir();
