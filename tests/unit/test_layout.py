@@ -11,7 +11,10 @@
   policy, json; the CRIU plugin: common, ctl, image and gpuckpt's driver client;
   tcgpu-slurm and its defer library: common);
 - a library's meson.build depends only on the libraries it may include;
-- no meson.build compiles a source file of another folder.
+- no meson.build compiles a source file of another folder;
+- nothing in lib/ or interpose/ reads the environment (getenv, secure_getenv,
+  environ) but lib/core/settings.c, where libtcgpu.so's settings are parsed
+  (design decision 19: libraries take options, programs read the environment).
 """
 import os
 import re
@@ -36,6 +39,11 @@ TOOLS = {
     'plugins/criu': {'common', 'ctl', 'image', 'gpuckpt'},
     'slurm': {'common'},
 }
+# The one file of lib/ and interpose/ that reads the environment.
+SETTINGS = 'lib/core/settings.c'
+ENV_READ = re.compile(r'\b(?:secure_getenv|getenv|__environ|environ)\b')
+COMMENT_OR_STRING = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'',
+                               re.S)
 GENERATED = {'driver': {'driver_table.h'}}
 # Headers of other trees a folder is built against (include_directories in its meson.build).
 EXTERNAL = {'engine': {'simcuda_kernel.h'}}     # the simcuda twin of the scan kernel
@@ -114,6 +122,18 @@ def check_meson(root, bad):
                        % (os.path.relpath(os.path.join(d, 'meson.build'), root), m.group(1)))
 
 
+def check_environment(root, bad):
+    for top in ('lib', 'interpose'):
+        for path in sources(os.path.join(root, top)):
+            rel = os.path.relpath(path, root)
+            if rel == SETTINGS:
+                continue
+            code = COMMENT_OR_STRING.sub('""', open(path, errors='replace').read())
+            for m in ENV_READ.finditer(code):
+                bad.append('%s: reads the environment (%s): take an option, and let %s read it '
+                           '(lib/README.md)' % (rel, m.group(0), SETTINGS))
+
+
 def check_preload(root, bad):
     """libtcgpu.so takes lib/'s archives whole (libtcgpu_all): never json's,
     which would bring jansson into every program it is preloaded into."""
@@ -129,6 +149,7 @@ def main(argv):
     root = argv[1]
     bad = []
     check_lib(root, bad)
+    check_environment(root, bad)
     check_preload(root, bad)
     check_tools(root, bad)
     check_meson(root, bad)
