@@ -1,5 +1,7 @@
 /*
- * track_init.c - cuInit: where a process becomes a tcgpu process.
+ * track_init.c - where libtcgpu.so starts: its settings when it is loaded
+ * (core/settings.h: the environment, parsed once, and again in a forked
+ * child), and cuInit, where a process becomes a tcgpu process.
  *
  * The control channel (socket, signal trigger, service thread) starts at the
  * first successful cuInit, not when the library is loaded: `gpuckpt run`
@@ -12,8 +14,16 @@
 
 #include "core/control.h"
 #include "core/daemon_client.h"
+#include "core/settings.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
+
+/* Before the program's main (and so, as a rule, before its first CUDA call,
+ * which needs the driver's path, the log's level and the gate's mode). */
+__attribute__((constructor)) static void libtcgpu_start(void)
+{
+    settings_load();
+}
 
 CUresult CUDAAPI cuInit(unsigned int Flags)
 {

@@ -78,11 +78,16 @@ static int resolve_checkpoint(void *h)
            RESOLVE(h, unlock, "cuCheckpointProcessUnlock") ? -1 : 0;
 }
 
+static const char *library_path;
+
+void gdrv_set_library(const char *path)
+{
+    library_path = path;
+}
+
 static const char *library_name(void)
 {
-    const char *lib = getenv("TCGPU_REAL_LIBCUDA");
-
-    return lib && *lib ? lib : "libcuda.so.1";
+    return library_path && *library_path ? library_path : "libcuda.so.1";
 }
 
 /* Loads the driver once: usable (drv.usable) when it loads and cuInit works,

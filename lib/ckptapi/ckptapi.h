@@ -4,8 +4,9 @@
  *
  * In a process under tcgpu, lib/driver is the door to the driver; this is
  * the door for the programs that act on other processes: gpuckpt, the CRIU
- * plugin and its helper, and tcgpud's device probe. None is preloaded with libtcgpu.so: the driver is loaded
- * here with dlopen($TCGPU_REAL_LIBCUDA, else "libcuda.so.1") and its
+ * plugin and its helper, and tcgpud's device probe. None is preloaded with
+ * libtcgpu.so: the driver is loaded here with dlopen (the library the
+ * program named with gdrv_set_library, else "libcuda.so.1") and its
  * functions looked up with dlsym. The driver is "usable" when it loads and
  * cuInit(0) succeeds (that creates no context); the checkpoint API is
  * "present" when, besides, the driver is >= 12.8 (12080) and every
@@ -43,6 +44,11 @@ enum gdrv_state {
     GDRV_FAILED = 3,
     GDRV_NONE = -1,             /* not a CUDA process (or the API is absent) */
 };
+
+/* The driver library to load (the programs pass $TCGPU_REAL_LIBCUDA); NULL
+ * or "" for "libcuda.so.1". Call it before anything here loads the driver:
+ * it is loaded once. path must stay valid (an environment string does). */
+void gdrv_set_library(const char *path);
 
 /* 1 when the checkpoint API is present, else 0 with the reason in why. Loads once. */
 int gdrv_available(char *why, size_t len);

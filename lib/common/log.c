@@ -2,36 +2,30 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "log.h"
 
-static int log_level = -1;
+static int log_level = TCGPU_LOG_INFO;
 
-static int level_from_env(void)
+enum tcgpu_log_level tcgpu_log_level_named(const char *name)
 {
-    const char *v = getenv("TCGPU_LOG");
-
-    if (!v || !*v || !strcmp(v, "info"))
-        return TCGPU_LOG_INFO;
-    if (!strcmp(v, "quiet") || !strcmp(v, "error"))
+    if (name && (!strcmp(name, "quiet") || !strcmp(name, "error")))
         return TCGPU_LOG_ERROR;
-    if (!strcmp(v, "debug"))
+    if (name && !strcmp(name, "debug"))
         return TCGPU_LOG_DEBUG;
     return TCGPU_LOG_INFO;
 }
 
+void tcgpu_log_set_level(enum tcgpu_log_level level)
+{
+    __atomic_store_n(&log_level, (int)level, __ATOMIC_RELAXED);
+}
+
 int tcgpu_log_enabled(enum tcgpu_log_level level)
 {
-    int cur = __atomic_load_n(&log_level, __ATOMIC_RELAXED);
-
-    if (cur < 0) {
-        cur = level_from_env();
-        __atomic_store_n(&log_level, cur, __ATOMIC_RELAXED);
-    }
-    return (int)level <= cur;
+    return (int)level <= __atomic_load_n(&log_level, __ATOMIC_RELAXED);
 }
 
 void tcgpu_log(enum tcgpu_log_level level, const char *fmt, ...)

@@ -1,7 +1,8 @@
 /*
  * log.h - the library's log: stderr, one line per event, "tcgpu[PID]: ...".
  *
- * TCGPU_LOG=quiet|info|debug (default info) chooses what is printed. Logging
+ * The level chooses what is printed: info until tcgpu_log_set_level says
+ * otherwise (libtcgpu.so sets it from TCGPU_LOG, core/settings.h). Logging
  * happens when something happens (an operation, a refusal, an error), never
  * on the API fast path. Not async-signal-safe: never log from a handler.
  */
@@ -13,6 +14,13 @@ enum tcgpu_log_level { TCGPU_LOG_ERROR = 0, TCGPU_LOG_INFO = 1, TCGPU_LOG_DEBUG 
 void tcgpu_log(enum tcgpu_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 int tcgpu_log_enabled(enum tcgpu_log_level level);
+
+/* The level a name says: "quiet" (or "error"), "info", "debug"; info for
+ * NULL, "" and any other name. */
+enum tcgpu_log_level tcgpu_log_level_named(const char *name);
+
+/* What is printed from now on: lines of this level and the ones above it. */
+void tcgpu_log_set_level(enum tcgpu_log_level level);
 
 #define log_err(...)   tcgpu_log(TCGPU_LOG_ERROR, __VA_ARGS__)
 #define log_info(...)  tcgpu_log(TCGPU_LOG_INFO, __VA_ARGS__)

@@ -9,8 +9,6 @@
 
 #include <stddef.h>
 
-#define TCGPU_SIGNAL_DEFAULT_SPEC "RTMIN+4"
-
 enum tcgpu_sigaction_kind {
     TCGPU_SIGACT_TOGGLE = 0,    /* suspend (to host memory) if running, resume if suspended */
     TCGPU_SIGACT_SUSPEND,       /* suspend to host memory */

@@ -13,26 +13,9 @@
 #include <string.h>
 
 #include "callsite.h"
+#include "settings.h"
 
 #define CALLSITE_FRAMES 6
-
-static int trace_state = -1;          /* -1 unknown, 0 off, 1 on */
-static size_t trace_min = 1u << 20;
-
-static int tracing(void)
-{
-    int st = __atomic_load_n(&trace_state, __ATOMIC_RELAXED);
-
-    if (st < 0) {
-        const char *v = getenv("TCGPU_TRACE_ALLOC");
-        const char *m = getenv("TCGPU_TRACE_ALLOC_MIN");
-        st = v && *v && strcmp(v, "0") != 0;
-        if (m && *m)
-            trace_min = strtoull(m, NULL, 0);
-        __atomic_store_n(&trace_state, st, __ATOMIC_RELAXED);
-    }
-    return st;
-}
 
 static int in_this_library(void *ip)
 {
@@ -69,12 +52,13 @@ static int append_frame(char *buf, size_t cap, size_t *len, void *ip)
 
 char *callsite_capture(size_t bytes)
 {
+    const struct tcgpu_settings *set = settings_get();
     void *ips[CALLSITE_FRAMES + 16];
     char buf[512];
     size_t len = 0;
     int n, shown = 0;
 
-    if (!tracing() || bytes < trace_min)
+    if (set->trace_alloc <= 0 || bytes < set->trace_alloc_min)
         return NULL;
     n = unw_backtrace(ips, (int)(sizeof(ips) / sizeof(ips[0])));
     for (int i = 0; i < n && shown < CALLSITE_FRAMES; i++) {

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "ops.h"
 #include "ctl/rundir.h"
+#include "settings.h"
 #include "signal_trigger.h"
 #include "thread.h"
 #include "common/clock.h"
@@ -772,11 +773,13 @@ static int path_in_use(const char *path)
 
 static int open_socket(void)
 {
+    const struct tcgpu_settings *set = settings_get();
+    struct tcgpu_rundir_env env = { set->run_dir, set->xdg_runtime_dir };
     struct sockaddr_un a = { .sun_family = AF_UNIX };
     char dir[PATH_MAX], err[PATH_MAX + 128];
     int fd, r;
 
-    r = tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err));
+    r = tcgpu_rundir_prepare(&env, dir, sizeof(dir), err, sizeof(err));
     if (r < 0) {
         log_err("control socket disabled: %s", err);
         return r;
@@ -819,13 +822,12 @@ err:
 
 static void read_trigger_config(void)
 {
-    const char *s = getenv("TCGPU_SIGNAL");
-    const char *a = getenv("TCGPU_SIGNAL_ACTION");
-    const char *d = getenv("TCGPU_CHECKPOINT_DIR");
+    const struct tcgpu_settings *set = settings_get();
+    const char *s = set->signal, *a = set->signal_action, *d = set->checkpoint_dir;
     char sname[32];
     int r;
 
-    ctl.sig = tcgpu_signal_parse(s ? s : TCGPU_SIGNAL_DEFAULT_SPEC);
+    ctl.sig = tcgpu_signal_parse(s);
     if (ctl.sig < 0) {
         log_err("TCGPU_SIGNAL=%s: unknown or unusable signal; signal trigger disabled", s);
         ctl.sig = 0;
@@ -840,9 +842,9 @@ static void read_trigger_config(void)
         return;
     }
     ctl.ckpt_dir[0] = '\0';
-    if (d && *d)
+    if (*d)
         snprintf(ctl.ckpt_dir, sizeof(ctl.ckpt_dir), "%s", d);
-    if (ctl.sig > 0 && ctl.action == TCGPU_SIGACT_CHECKPOINT && d && *d != '/') {
+    if (ctl.sig > 0 && ctl.action == TCGPU_SIGACT_CHECKPOINT && *d && *d != '/') {
         log_err("TCGPU_CHECKPOINT_DIR=%s must be an absolute path; signal trigger disabled", d);
         ctl.sig = 0;
         return;

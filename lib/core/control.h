@@ -13,12 +13,11 @@
  * own, both block every signal (the program's handlers run on the program's
  * threads), and neither takes a lock the program's threads hold.
  *
- * Environment, read by tcgpu_control_start():
- *   TCGPU_RUN_DIR          where the socket goes (see rundir.h)
+ * Settings (settings.h), read by tcgpu_control_start():
+ *   TCGPU_RUN_DIR          where the socket goes (see rundir.h; XDG_RUNTIME_DIR too)
  *   TCGPU_SIGNAL           trigger signal: "RTMIN+4" (default), "USR2", "SIGUSR2", "38", "off"
  *   TCGPU_SIGNAL_ACTION    toggle (default) | suspend | resume | checkpoint
  *   TCGPU_CHECKPOINT_DIR   where the checkpoint action writes ckpt-<pid>-<n>
- *   TCGPU_LOG              quiet | info (default) | debug  (log.h)
  */
 #ifndef TCGPU_CONTROL_H
 #define TCGPU_CONTROL_H

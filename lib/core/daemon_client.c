@@ -31,6 +31,7 @@
 #include "common/units.h"
 #include "common/clock.h"
 #include "ctl/daemon_io.h"
+#include "settings.h"
 #include "thread.h"
 
 #define REGISTER_TIMEOUT_MS   5000
@@ -47,7 +48,7 @@
 static _Atomic uint64_t job_limit;            /* bytes; 0: none */
 static pthread_mutex_t reg_mutex = PTHREAD_MUTEX_INITIALIZER;
 static struct {
-    int configured;                           /* environment read */
+    int configured;                           /* settings read */
     int registered;
     int ever_registered;                      /* tcgpud has known this job once */
     int away;                                 /* the last try found tcgpud there but not answering */
@@ -70,45 +71,39 @@ uint64_t tcgpu_daemon_limit(void)
     return atomic_load_explicit(&job_limit, memory_order_relaxed);
 }
 
-/* Read the environment once. Lock held. */
+/* Read the settings once. Lock held. */
 static void configure(void)
 {
-    const char *p = getenv("TCGPU_PROJECT");
-    const char *prio = getenv("TCGPU_PRIORITY");
-    const char *mem = getenv("TCGPU_GPU_MEM");
-    const char *wait = getenv("TCGPU_WAIT_TIMEOUT");
-    const char *to = getenv("TCGPU_DAEMON_TIMEOUT");
+    const struct tcgpu_settings *s = settings_get();
+    const char *mem = s->gpu_mem, *wait = s->wait_timeout, *to = s->daemon_timeout;
     uint64_t v;
 
     if (dc.configured)
         return;
     dc.configured = 1;
     dc.timeout_ms = DEFAULT_TIMEOUT_MS;
-    if (p && *p)
-        snprintf(dc.project, sizeof(dc.project), "%s", p);
+    snprintf(dc.project, sizeof(dc.project), "%s", s->project);
     /* the tasks of one job: its name, or Slurm's job id (every task of a step has it) */
-    const char *job = getenv("TCGPU_JOB"), *slurm = getenv("SLURM_JOB_ID");
-    if (job && *job)
-        snprintf(dc.job, sizeof(dc.job), "%s", job);
-    else if (slurm && *slurm)
-        snprintf(dc.job, sizeof(dc.job), "slurm:%s", slurm);
+    if (*s->job)
+        snprintf(dc.job, sizeof(dc.job), "%s", s->job);
+    else if (*s->slurm_job_id)
+        snprintf(dc.job, sizeof(dc.job), "slurm:%s", s->slurm_job_id);
     throttle_configure();
-    if (prio && *prio)
-        snprintf(dc.priority, sizeof(dc.priority), "%s", prio);
-    if (mem && *mem) {
+    snprintf(dc.priority, sizeof(dc.priority), "%s", s->priority);
+    if (*mem) {
         if (units_parse_size(mem, &dc.gpu_mem) < 0 || dc.gpu_mem == 0) {
             log_err("TCGPU_GPU_MEM=%s is not a size (e.g. 8G); no memory limit", mem);
             dc.gpu_mem = 0;
         }
         atomic_store(&job_limit, dc.gpu_mem);
     }
-    if (wait && *wait) {
+    if (*wait) {
         if (units_parse_duration(wait, &v) < 0)
             log_err("TCGPU_WAIT_TIMEOUT=%s is not a duration (e.g. 60s); not waiting", wait);
         else
             dc.wait_ms = v / 1000000;
     }
-    if (to && *to) {
+    if (*to) {
         if (units_parse_duration(to, &v) < 0 || v / 1000000 > 86400000)
             log_err("TCGPU_DAEMON_TIMEOUT=%s is not a duration; using 120s", to);
         else
@@ -124,10 +119,10 @@ static void configure(void)
  */
 static int physical_device(int ordinal)
 {
-    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    const char *v = settings_get()->cuda_visible_devices;
     int i = 0;
 
-    if (!v || !*v || ordinal < 0)
+    if (!*v || ordinal < 0)
         return ordinal;
     for (const char *s = v; *s; i++) {
         char *end;
@@ -142,11 +137,17 @@ static int physical_device(int ordinal)
     return ordinal;
 }
 
+/* tcgpud's socket; "" when TCGPU_DAEMON_SOCKET=off. */
+static const char *daemon_socket(void)
+{
+    return tcgpud_socket_path(settings_get()->daemon_socket);
+}
+
 /* One request/reply with tcgpud. Returns 0 with *reply filled (check ->err), or -errno. */
 static int call_daemon(struct ctl_buf *req, struct ctl_msg *reply, int timeout_ms, char *err,
                        size_t errlen)
 {
-    int fd = tcgpud_connect(tcgpud_socket_path(), err, errlen);
+    int fd = tcgpud_connect(daemon_socket(), err, errlen);
     int r;
 
     if (fd < 0)
@@ -154,7 +155,7 @@ static int call_daemon(struct ctl_buf *req, struct ctl_msg *reply, int timeout_m
     r = tcgpud_call(fd, req, reply, timeout_ms, NULL, NULL);
     close(fd);
     if (r < 0)
-        snprintf(err, errlen, "tcgpud at %s: %s", tcgpud_socket_path(), strerror(-r));
+        snprintf(err, errlen, "tcgpud at %s: %s", daemon_socket(), strerror(-r));
     return r;
 }
 
@@ -326,7 +327,7 @@ void tcgpu_daemon_register(void)
 {
     pthread_mutex_lock(&reg_mutex);
     configure();
-    if (dc.project[0] && !dc.registered && tcgpud_socket_path()[0])
+    if (dc.project[0] && !dc.registered && daemon_socket()[0])
         do_register();
     pthread_mutex_unlock(&reg_mutex);
 }
@@ -334,7 +335,7 @@ void tcgpu_daemon_register(void)
 /* Registered (or registered again, at most every 5 s). Lock held. */
 static int ensure_registered(void)
 {
-    if (!dc.project[0] || !tcgpud_socket_path()[0])
+    if (!dc.project[0] || !daemon_socket()[0])
         return 0;
     if (!dc.registered && now_ns() - dc.last_try_ns >= REREGISTER_EVERY_NS)
         do_register();

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 /* ---------------------------------------------------------------------------
- * Environment (set by `gpuckpt run --project P ...`):
+ * Settings (settings.h; set by `gpuckpt run --project P ...`):
  *   TCGPU_PROJECT         the project; without it the job does not register
  *   TCGPU_PRIORITY        its priority (default: the project's)
  *   TCGPU_GPU_MEM         its memory limit (e.g. 8G); enforced even without tcgpud
@@ -21,7 +21,7 @@
 
 /*
  * Register with tcgpud (after the control socket is up, at cuInit). Reads
- * the environment; without TCGPU_PROJECT it only applies TCGPU_GPU_MEM.
+ * the settings; without TCGPU_PROJECT it only applies TCGPU_GPU_MEM.
  * Never fails the program: problems are logged once and the job runs on
  * without policy. Idempotent.
  */

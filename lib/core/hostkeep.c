@@ -15,6 +15,7 @@
 #include "driver/gate.h"
 #include "engine/pipeline.h"
 #include "hostkeep.h"
+#include "settings.h"
 #include "thread.h"
 
 #define DEFAULT_POLL_MS 250u
@@ -47,13 +48,13 @@ static uint64_t meminfo(const char *key)
     return kb << 10;
 }
 
-/* A size from the environment, or `dflt` when unset or malformed. */
-static uint64_t env_size(const char *name, uint64_t dflt)
+/* The size setting `name` says (its value v), or `dflt` when v is empty or
+ * malformed. */
+static uint64_t size_setting(const char *name, const char *v, uint64_t dflt)
 {
-    const char *v = getenv(name);
     uint64_t b;
 
-    if (!v || !*v)
+    if (!*v)
         return dflt;
     if (units_parse_size(v, &b) != 0) {
         log_info("%s=%s is not a size; using the default", name, v);
@@ -64,14 +65,15 @@ static uint64_t env_size(const char *name, uint64_t dflt)
 
 static uint64_t budget(void)
 {
-    return env_size("TCGPU_HOST_KEEP", meminfo("MemTotal") / 2);
+    return size_setting("TCGPU_HOST_KEEP", settings_get()->host_keep, meminfo("MemTotal") / 2);
 }
 
 static uint64_t min_free(void)
 {
     uint64_t d = meminfo("MemTotal") / 20;
 
-    return env_size("TCGPU_HOST_KEEP_MIN_FREE", d > MIN_FREE_FLOOR ? d : MIN_FREE_FLOOR);
+    return size_setting("TCGPU_HOST_KEEP_MIN_FREE", settings_get()->host_keep_min_free,
+                        d > MIN_FREE_FLOOR ? d : MIN_FREE_FLOOR);
 }
 
 /* Whether the machine is short of memory now (MemAvailable unknown: no). */
@@ -149,8 +151,7 @@ uint64_t hostkeep_release(const char *why)
 
 static unsigned poll_ms(void)
 {
-    const char *v = getenv("TCGPU_HOST_KEEP_POLL_MS");
-    unsigned long n = v && *v ? strtoul(v, NULL, 10) : 0;
+    unsigned long long n = settings_get()->host_keep_poll_ms;
 
     return n >= 10 && n <= 60000 ? (unsigned)n : DEFAULT_POLL_MS;
 }
@@ -292,11 +293,10 @@ struct pipe *hostkeep_take_pipe(void)
 void hostkeep_offer_pipe(struct pipe *p)
 {
     uint64_t avail, floor;
-    const char *v = getenv("TCGPU_HOST_KEEP");
 
     if (!p)
         return;
-    if ((v && !strcmp(v, "0")) || memory_short(&avail, &floor)) {
+    if (!strcmp(settings_get()->host_keep, "0") || memory_short(&avail, &floor)) {
         pipe_free(p);
         return;
     }

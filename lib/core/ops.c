@@ -38,6 +38,7 @@
 #include "objects.h"
 #include "ops.h"
 #include "registry.h"
+#include "settings.h"
 #include "snapshot.h"
 #include "thread.h"
 #include "common/clock.h"
@@ -45,8 +46,6 @@
 #include "common/names.h"
 #include "common/units.h"
 #include "events.h"
-
-#define DEFAULT_GATE_TIMEOUT_MS 10000
 
 static pthread_mutex_t op_mutex = PTHREAD_MUTEX_INITIALIZER;     /* one op at a time */
 static pthread_mutex_t status_mutex = PTHREAD_MUTEX_INITIALIZER; /* the fields below */
@@ -63,9 +62,7 @@ static void set_state(enum tcgpu_state s)
 
 static unsigned gate_timeout_ms(void)
 {
-    const char *v = getenv("TCGPU_GATE_TIMEOUT_MS");
-
-    return v && *v ? (unsigned)strtoul(v, NULL, 10) : DEFAULT_GATE_TIMEOUT_MS;
+    return (unsigned)settings_get()->gate_timeout_ms;
 }
 
 /* --- one operation ------------------------------------------------------- */
@@ -88,9 +85,7 @@ static char *last_checkpoint_dir;     /* for --parent auto (op_mutex) */
  * raw, which frees the GPU as fast and resumes faster). */
 static int host_compress_wanted(void)
 {
-    const char *v = getenv("TCGPU_HOST_COMPRESS");
-
-    return v && !strcmp(v, "1");
+    return settings_get()->host_compress > 0;
 }
 
 /* The phase starts (snapshot.h's contract: done 0; total 0 without a byte count). */

@@ -22,6 +22,7 @@
 #include "engine/pipeline.h"
 #include "hostkeep.h"
 #include "registry.h"
+#include "settings.h"
 #include "snapshot.h"
 #include "snap_internal.h"
 #include "driver/unsupported.h"
@@ -239,6 +240,7 @@ static int open_pipe(struct pipe **out, struct progress *prog)
         return 0;
     }
     pipe_free(p);
+    settings_pipe_opts(&o);
     rc = pipe_new(out, &o);
     if (rc)
         errmsg_set("cannot start the copy engine: %s", strerror(-rc));
@@ -523,6 +525,7 @@ static int remember_identity(struct snap *s)
 static int save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, void *arg)
 {
     struct progress prog = { fn, arg, 0, s->bytes, TCGPU_PHASE_WRITE };
+    struct image_writer_opts wo = { .flags = settings_image_flags() };
     struct image_writer *w = NULL;
     struct image *parent = NULL;
     struct pipe *p = NULL;
@@ -530,7 +533,7 @@ static int save_image(struct snap *s, const char *dir, tcgpu_progress_fn fn, voi
     uint64_t raw, stored, chunks;
     int rc;
 
-    rc = image_writer_begin(&w, dir, NULL, err, sizeof(err));
+    rc = image_writer_begin(&w, dir, &wo, err, sizeof(err));
     if (rc) {
         errmsg_set("%s", err[0] ? err : strerror(-rc));
         image_writer_free(w);
@@ -801,7 +804,7 @@ static int open_verified(struct snap *s, struct image **out)
         image_close(img);
         return rc;
     }
-    rc = image_verify_stored(img, pipe_default_workers(), err, sizeof(err));
+    rc = image_verify_stored(img, pipe_worker_count(settings_get()->workers), err, sizeof(err));
     if (rc) {
         errmsg_set("%s", err[0] ? err : strerror(-rc));
         image_close(img);
@@ -955,7 +958,9 @@ int snap_set_image_dir(struct snap *s, const char *dir)
 
 void snap_compress_host(struct snap *s)
 {
-    if (s->store && pipe_store_compress_start(s->store, 0) != 0)
+    unsigned threads = pipe_worker_count(settings_get()->workers);
+
+    if (s->store && pipe_store_compress_start(s->store, threads) != 0)
         log_info("host copy stays uncompressed (cannot start the compression threads)");
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "settings.h"
 #include "throttle.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
@@ -85,12 +86,12 @@ static unsigned parse_share(const char *s)
 
 void throttle_configure(void)
 {
-    const char *e = getenv("TCGPU_GPU_COMPUTE");
+    const char *e = settings_get()->gpu_compute;
 
     pthread_mutex_lock(&th.lock);
     if (!th.configured) {
         th.configured = 1;
-        if (e && *e) {
+        if (*e) {
             unsigned share = parse_share(e);
             if (!share)
                 log_err("TCGPU_GPU_COMPUTE=%s is not a percentage (1%%..100%%); no compute share", e);

@@ -51,10 +51,10 @@ struct throttle_ticket {
     int per_thread;               /* the _ptsz flavour: events on the per-thread stream */
 };
 
-/* Read TCGPU_GPU_COMPUTE (once; at cuInit). */
+/* Take TCGPU_GPU_COMPUTE from the settings (once; at cuInit). */
 void throttle_configure(void);
 /* The job's share (permille, 0: none; tcgpud's answer at registration
- * when the environment gave none) and the cap that applies now. */
+ * when the settings gave none) and the cap that applies now. */
 void throttle_set_share(unsigned permille);
 void throttle_set_cap(unsigned permille);
 unsigned throttle_share(void);

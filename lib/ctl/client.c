@@ -187,7 +187,8 @@ static void note_looked(char *looked, size_t len, const char *dir)
         snprintf(looked + l, len - l, "%s%s", l ? ", " : "", dir);
 }
 
-int ctl_connect_flags(pid_t pid, struct ctl_conn *c, int flags, char *err, size_t errlen)
+int ctl_connect_flags(pid_t pid, const char *own_run_dir, struct ctl_conn *c, int flags,
+                      char *err, size_t errlen)
 {
     char dirs[TCGPU_RUNDIR_MAX_CANDIDATES][PATH_MAX];
     char path[PATH_MAX], looked[2048] = "", refused[PATH_MAX + 160] = "";
@@ -209,7 +210,7 @@ int ctl_connect_flags(pid_t pid, struct ctl_conn *c, int flags, char *err, size_
     }
     /* A candidate that is not the target user's private dir (another user
      * planted it, say) is passed over: the process fell back to another. */
-    n = tcgpu_rundir_candidates(pid, uid, dirs, TCGPU_RUNDIR_MAX_CANDIDATES);
+    n = tcgpu_rundir_candidates(own_run_dir, pid, uid, dirs, TCGPU_RUNDIR_MAX_CANDIDATES);
     for (int i = 0; i < n; i++) {
         struct stat st;
         char why[PATH_MAX + 160];
@@ -255,9 +256,10 @@ int ctl_connect_flags(pid_t pid, struct ctl_conn *c, int flags, char *err, size_
     return -ENOENT;
 }
 
-int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen)
+int ctl_connect(pid_t pid, const char *own_run_dir, struct ctl_conn *c, char *err,
+                size_t errlen)
 {
-    return ctl_connect_flags(pid, c, 0, err, errlen);
+    return ctl_connect_flags(pid, own_run_dir, c, 0, err, errlen);
 }
 
 /* The request, with c->pass_fd attached when there is one. -1 with errno. */

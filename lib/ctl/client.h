@@ -24,7 +24,8 @@ struct ctl_conn {
 
 /*
  * Connect to process pid's control socket (rundir.h says where it is looked
- * for). pid is the caller's: a process in a container is found under its
+ * for; own_run_dir is the caller's $TCGPU_RUN_DIR, looked in first, NULL or
+ * "" for none). pid is the caller's: a process in a container is found under its
  * own pid in its own root (docs/kubernetes.md). Checks, before trusting it:
  * the run dir belongs to the target's uid and is private, and the server end
  * (SO_PEERCRED) is the target's pid and uid. Returns 0 with *c open, or
@@ -37,12 +38,14 @@ struct ctl_conn {
  *   -EACCES/-EPERM  not allowed (another user's process, an unsafe run
  *                 dir or socket, a server that is not the target process)
  */
-int ctl_connect(pid_t pid, struct ctl_conn *c, char *err, size_t errlen);
+int ctl_connect(pid_t pid, const char *own_run_dir, struct ctl_conn *c, char *err,
+                size_t errlen);
 
 /* ctl_connect with flags: CTL_CONNECT_NONBLOCK gives a non-blocking socket
  * and never waits to connect (-EAGAIN: the process's backlog is full). */
 #define CTL_CONNECT_NONBLOCK 0x1
-int ctl_connect_flags(pid_t pid, struct ctl_conn *c, int flags, char *err, size_t errlen);
+int ctl_connect_flags(pid_t pid, const char *own_run_dir, struct ctl_conn *c, int flags,
+                      char *err, size_t errlen);
 
 /*
  * The socket under both channels: a close-on-exec AF_UNIX SOCK_SEQPACKET

@@ -13,13 +13,11 @@
 #include "common/clock.h"
 #include "daemon_io.h"
 
-const char *tcgpud_socket_path(void)
+const char *tcgpud_socket_path(const char *setting)
 {
-    const char *s = getenv("TCGPU_DAEMON_SOCKET");
-
-    if (s && !strcmp(s, "off"))
+    if (setting && !strcmp(setting, "off"))
         return "";
-    return s && *s ? s : TCGPUD_SOCKET_DEFAULT;
+    return setting && *setting ? setting : TCGPUD_SOCKET_DEFAULT;
 }
 
 int tcgpud_connect(const char *path, char *err, size_t errlen)

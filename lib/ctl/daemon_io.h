@@ -4,7 +4,8 @@
  * globals, no output: errors come back as -errno and a message.
  *
  * tcgpud's socket is AF_UNIX SOCK_SEQPACKET at $TCGPU_DAEMON_SOCKET (default
- * /run/tcgpud.sock), mode 0666: anyone may connect; tcgpud decides what each
+ * /run/tcgpud.sock; the programs read the variable, libtcgpu.so its
+ * settings), mode 0666: anyone may connect; tcgpud decides what each
  * caller may do from its peer credentials. Messages are those of ctl/proto.h
  * (a command word and key=value pairs, percent-encoded). A client sends one
  * request and reads messages until the final "ok" or "error"; `ps` and
@@ -21,8 +22,9 @@
 
 #define TCGPUD_SOCKET_DEFAULT "/run/tcgpud.sock"
 
-/* $TCGPU_DAEMON_SOCKET, else the default; "" when the variable says "off". */
-const char *tcgpud_socket_path(void);
+/* The socket TCGPU_DAEMON_SOCKET=setting names: setting itself, the default
+ * when it is NULL or "", "" (no tcgpud) when it is "off". */
+const char *tcgpud_socket_path(const char *setting);
 
 /*
  * Connect to tcgpud at path. Returns the descriptor, or -errno: -ENOENT (no

@@ -87,15 +87,15 @@ static int dir_owned_by(const char *dir, uid_t uid)
     return stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == uid;
 }
 
-int tcgpu_rundir_choose(char *dir, size_t dirlen, uid_t uid)
+int tcgpu_rundir_choose(const struct tcgpu_rundir_env *env, char *dir, size_t dirlen, uid_t uid)
 {
-    const char *v = getenv("TCGPU_RUN_DIR");
+    const char *v = env->run_dir, *xdg = env->xdg_runtime_dir;
     int n;
 
     if (v && *v)
         n = snprintf(dir, dirlen, "%s", v);
-    else if ((v = getenv("XDG_RUNTIME_DIR")) && *v == '/' && dir_owned_by(v, uid))
-        n = snprintf(dir, dirlen, "%s/tcgpu", v);
+    else if (xdg && *xdg == '/' && dir_owned_by(xdg, uid))
+        n = snprintf(dir, dirlen, "%s/tcgpu", xdg);
     else
         n = snprintf(dir, dirlen, "/tmp/tcgpu-%u", (unsigned)uid);
     if (n < 0 || (size_t)n >= dirlen)
@@ -159,13 +159,14 @@ static int fall_back(char *dir, size_t dirlen, uid_t uid)
     return tcgpu_rundir_check(dir, uid, NULL, 0);
 }
 
-int tcgpu_rundir_prepare(char *dir, size_t dirlen, char *err, size_t errlen)
+int tcgpu_rundir_prepare(const struct tcgpu_rundir_env *env, char *dir, size_t dirlen, char *err,
+                         size_t errlen)
 {
     char refused[PATH_MAX + 160], wanted[PATH_MAX];
     uid_t uid = geteuid();
     int r, made;
 
-    r = tcgpu_rundir_choose(dir, dirlen, uid);
+    r = tcgpu_rundir_choose(env, dir, dirlen, uid);
     if (r < 0) {
         set_err(err, errlen, "run dir path is too long (TCGPU_RUN_DIR, XDG_RUNTIME_DIR)");
         return r;
@@ -252,7 +253,8 @@ static void add_fallbacks(char dirs[][PATH_MAX], int *n, int max, uid_t uid)
     closedir(tmp);
 }
 
-int tcgpu_rundir_candidates(pid_t pid, uid_t uid, char dirs[][PATH_MAX], int max)
+int tcgpu_rundir_candidates(const char *own_run_dir, pid_t pid, uid_t uid, char dirs[][PATH_MAX],
+                            int max)
 {
     static const size_t cap = 1 << 20;
     char *env = malloc(cap);
@@ -261,9 +263,8 @@ int tcgpu_rundir_candidates(pid_t pid, uid_t uid, char dirs[][PATH_MAX], int max
     char u[32];
     int n = 0;
 
-    v = getenv("TCGPU_RUN_DIR");
-    if (v && *v)
-        add_candidate(dirs, &n, max, v, "");
+    if (own_run_dir && *own_run_dir)
+        add_candidate(dirs, &n, max, own_run_dir, "");
     v = envlen ? proc_getenv(env, envlen, "TCGPU_RUN_DIR") : NULL;
     if (v && *v)
         add_candidate(dirs, &n, max, v, "");

@@ -6,6 +6,8 @@
  *   2. $XDG_RUNTIME_DIR/tcgpu, when XDG_RUNTIME_DIR is set and is a directory
  *      owned by the process's effective uid (systemd's /run/user/UID);
  *   3. /tmp/tcgpu-<euid>.
+ * The caller says what the two variables are (struct tcgpu_rundir_env): a
+ * program reads its environment, libtcgpu.so its settings.
  * It is created with mode 0700 (only its last component), and before every
  * use it must be a real directory (lstat: not a symlink) owned by the uid
  * with no group or other permission bits; anything else is refused, so no
@@ -26,23 +28,31 @@
 /* The most candidate directories tcgpu_rundir_candidates() returns. */
 #define TCGPU_RUNDIR_MAX_CANDIDATES 12
 
-/*
- * The run dir a process of `uid` with the caller's environment would use
- * (rules above), without creating or checking it (gpuckpt check). 0 or
- * -ENAMETOOLONG.
- */
-int tcgpu_rundir_choose(char *dir, size_t dirlen, uid_t uid);
+/* A process's TCGPU_RUN_DIR and XDG_RUNTIME_DIR; NULL or "" when unset. */
+struct tcgpu_rundir_env {
+    const char *run_dir;
+    const char *xdg_runtime_dir;
+};
 
 /*
- * The run dir of the calling process (rules above), created if missing and
- * checked. Writes the path to dir (dirlen bytes). Returns 0; 1 when the
- * preferred dir was refused and dir is the private fallback, with what
- * happened in err ("run dir /tmp/tcgpu-1000 is owned by uid 1001, not 1000:
- * refusing to use it; ... using the private /tmp/tcgpu-1000.Xa3bQ9
- * instead"), for the caller to log; or -errno with a one-line explanation in
- * err (-ENOENT: it cannot be created, e.g. a missing parent).
+ * The run dir a process of `uid` with environment `env` would use (rules
+ * above), without creating or checking it (gpuckpt check). 0 or
+ * -ENAMETOOLONG.
  */
-int tcgpu_rundir_prepare(char *dir, size_t dirlen, char *err, size_t errlen);
+int tcgpu_rundir_choose(const struct tcgpu_rundir_env *env, char *dir, size_t dirlen, uid_t uid);
+
+/*
+ * The run dir of the calling process, whose environment is `env` (rules
+ * above), created if missing and checked. Writes the path to dir (dirlen
+ * bytes). Returns 0; 1 when the preferred dir was refused and dir is the
+ * private fallback, with what happened in err ("run dir /tmp/tcgpu-1000 is
+ * owned by uid 1001, not 1000: refusing to use it; ... using the private
+ * /tmp/tcgpu-1000.Xa3bQ9 instead"), for the caller to log; or -errno with a
+ * one-line explanation in err (-ENOENT: it cannot be created, e.g. a
+ * missing parent).
+ */
+int tcgpu_rundir_prepare(const struct tcgpu_rundir_env *env, char *dir, size_t dirlen, char *err,
+                         size_t errlen);
 
 /*
  * Check that dir is a directory (not a symlink) owned by uid whose mode has
@@ -59,14 +69,16 @@ int tcgpu_rundir_socket_path(const char *dir, pid_t pid, char *buf, size_t len);
 
 /*
  * For a client: the directories in which process `pid` (running as `uid`)
- * may have put its socket, best first, without duplicates: the client's own
- * $TCGPU_RUN_DIR, then the target's TCGPU_RUN_DIR and XDG_RUNTIME_DIR/tcgpu
- * from /proc/PID/environ (readable by the same user and by root), then
- * /run/user/<uid>/tcgpu, then /tmp/tcgpu-<uid>, then the fallback dirs
- * /tmp/tcgpu-<uid>.XXXXXX (whoever owns them: check before trusting).
- * Returns how many were written to dirs (0..max).
+ * may have put its socket, best first, without duplicates: own_run_dir (the
+ * client's own $TCGPU_RUN_DIR; NULL or "": none), then the target's
+ * TCGPU_RUN_DIR and XDG_RUNTIME_DIR/tcgpu from /proc/PID/environ (readable
+ * by the same user and by root), then /run/user/<uid>/tcgpu, then
+ * /tmp/tcgpu-<uid>, then the fallback dirs /tmp/tcgpu-<uid>.XXXXXX (whoever
+ * owns them: check before trusting). Returns how many were written to dirs
+ * (0..max).
  */
-int tcgpu_rundir_candidates(pid_t pid, uid_t uid, char dirs[][PATH_MAX], int max);
+int tcgpu_rundir_candidates(const char *own_run_dir, pid_t pid, uid_t uid, char dirs[][PATH_MAX],
+                            int max);
 
 /* tcgpu_rundir_check for a directory opened with tcgpu_proc_open_in_root
  * (common/proc.h);

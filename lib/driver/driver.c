@@ -62,6 +62,7 @@ _Atomic int tcgpu_driver_state;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static void *handle;
+static const char *_Atomic driver_path;   /* tcgpu_driver_set_path */
 
 struct rev {
     uintptr_t addr;
@@ -120,7 +121,7 @@ static void record_segments(void *h)
 
 static void load(void)
 {
-    const char *path = getenv("TCGPU_REAL_LIBCUDA");
+    const char *path = atomic_load(&driver_path);
     if (!path || !*path)
         path = "libcuda.so.1";
 
@@ -153,6 +154,11 @@ static void load(void)
     log_debug("driver %s: %u of %d entry points (%u missing), %u code segments",
               path, nrev, TCGPU_FN_COUNT, missing, nranges);
     atomic_store_explicit(&tcgpu_driver_state, TCGPU_DRIVER_LOADED, memory_order_release);
+}
+
+void tcgpu_driver_set_path(const char *path)
+{
+    atomic_store(&driver_path, path);
 }
 
 int tcgpu_driver_load(void)

@@ -3,10 +3,11 @@
  *
  * The table (driver_table.h, generated from cuda.h + cudaTypedefs.h by
  * codegen/gen_driver_table.py) has one slot per exported ABI name. It is filled
- * once, by tcgpu_driver_load(): dlopen($TCGPU_REAL_LIBCUDA, default
- * "libcuda.so.1") and glibc's own dlsym (never our dlsym override), so calls
- * made through it never re-enter the interposer's wrappers. Tests point
- * TCGPU_REAL_LIBCUDA at simcuda.
+ * once, by tcgpu_driver_load(): dlopen(the path tcgpu_driver_set_path gave,
+ * default "libcuda.so.1") and glibc's own dlsym (never our dlsym override),
+ * so calls made through it never re-enter the interposer's wrappers.
+ * libtcgpu.so takes the path from TCGPU_REAL_LIBCUDA (core/settings.h); tests
+ * point it at simcuda.
  *
  * Calling the real driver:
  *
@@ -43,6 +44,11 @@ enum tcgpu_driver_state_value {
     TCGPU_DRIVER_FAILED = 2,       /* not found: every slot is a stub */
 };
 extern _Atomic int tcgpu_driver_state;
+
+/* The driver library the load opens (NULL or "": "libcuda.so.1"). Kept,
+ * not copied: it must live until the load. Takes effect only before the
+ * first load. */
+void tcgpu_driver_set_path(const char *path);
 
 /* Load the table (once; later calls wait for the first). Returns 0, or
  * -ENOENT if the driver could not be loaded (the table then holds stubs). */

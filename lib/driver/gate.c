@@ -26,6 +26,7 @@ static pthread_key_t exit_key;
 static _Atomic(struct tcgpu_gate_thread *) closer;         /* record of the closing thread */
 static _Atomic unsigned parked;
 static _Atomic bool use_membarrier;
+static _Atomic bool membarrier_allowed = true;   /* tcgpu_gate_set_membarrier */
 
 /* The full fence of the fallback (no membarrier) mode. Under TSan every gate
  * access is seq_cst already (gate.h), which orders them without it. */
@@ -124,8 +125,7 @@ static void atfork_child(void)
 
 static void gate_init(void)
 {
-    const char *no = getenv("TCGPU_GATE_NO_MEMBARRIER");
-    bool mb = !(no && *no && strcmp(no, "0") != 0) && membarrier_register();
+    bool mb = atomic_load(&membarrier_allowed) && membarrier_register();
     atomic_store(&use_membarrier, mb);
     if (!mb)
         atomic_fetch_or(&tcgpu_gate_word, TCGPU_GATE_FENCE);
@@ -295,6 +295,11 @@ unsigned tcgpu_gate_depth(void)
 unsigned tcgpu_gate_parked(void)
 {
     return atomic_load_explicit(&parked, memory_order_relaxed);
+}
+
+void tcgpu_gate_set_membarrier(bool allowed)
+{
+    atomic_store(&membarrier_allowed, allowed);
 }
 
 bool tcgpu_gate_uses_membarrier(void)

@@ -146,8 +146,12 @@ unsigned tcgpu_gate_depth(void);
 /* Number of threads parked at the gate now (a snapshot). */
 unsigned tcgpu_gate_parked(void);
 
-/* Whether close uses membarrier (true) or fences on both sides (false).
- * TCGPU_GATE_NO_MEMBARRIER=1 in the environment forces fences (tests). */
+/* Whether close may use membarrier (the default) or must fence on both
+ * sides (tests; libtcgpu.so: TCGPU_GATE_NO_MEMBARRIER=1, core/settings.h).
+ * Takes effect only before the gate's first use (the first register). */
+void tcgpu_gate_set_membarrier(bool allowed);
+
+/* Whether close uses membarrier (true) or fences on both sides (false). */
 bool tcgpu_gate_uses_membarrier(void);
 
 /* "thread 1234 still inside cuStreamSynchronize after 5000 ms" into buf. */

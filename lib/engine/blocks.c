@@ -18,14 +18,12 @@
 
 #define DEFAULT_BLOCK (64u << 10)
 
-uint32_t pipe_block_size(size_t chunk)
+uint32_t pipe_block_size(size_t wanted, size_t chunk)
 {
-    const char *v = getenv("TCGPU_BLOCK_KB");
-    unsigned long kb = v && *v ? strtoul(v, NULL, 10) : 0;
-    uint32_t b = kb ? (uint32_t)(kb << 10) : DEFAULT_BLOCK;
+    uint32_t b = DEFAULT_BLOCK;
 
-    if (b & (b - 1))
-        b = DEFAULT_BLOCK;        /* not a power of two */
+    if (wanted && wanted <= UINT32_MAX && !(wanted & (wanted - 1)))
+        b = (uint32_t)wanted;
     while (b > chunk)
         b >>= 1;
     return b >= TCGPU_PATCH_MIN_BLOCK ? b : 0;

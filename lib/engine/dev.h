@@ -6,7 +6,8 @@
  * Kernels (lib/engine/kernels/, semantics in devhash.h):
  *   tcgpu_scan(desc, n, out, flags)  for each of n chunks {va, len}: whether
  *                              every byte is zero, and (flags bit 0) the
- *                              chunk's device hash.
+ *                              chunk's device hash; the twin takes bit 1 too
+ *                              (PDEV_SCAN_SCALAR).
  *
  * Two images carry them, both embedded in the library: a cubin/fatbin built
  * by nvcc from lib/engine/kernels/scan.cu (when nvcc was found), and the simcuda
@@ -54,6 +55,8 @@ int pdev_load(struct pdev **out, size_t max_batch, int allow_twin);
 int pdev_kind(const struct pdev *d);
 
 #define PDEV_SCAN_HASH 0x1u   /* compute the device hash too (else zero detection only) */
+#define PDEV_SCAN_SCALAR 0x2u /* the simcuda twin hashes with the scalar reference, not
+                                 its vector form (tests); a GPU's kernel ignores it */
 
 /*
  * Scans n (<= max_batch) chunks on `stream` and waits: res[i] for desc[i].

@@ -26,15 +26,13 @@ static int copy_d2h(struct pipe *p, void *dst, CUdeviceptr src, size_t len)
  * while the stream copies: fresh pages cost a fault and a page of zeroing
  * each, as much as the copy itself on some machines. Chunks the device
  * found zero are left untouched (no memory at all). For a fresh arena whose
- * pages nothing faulted yet (TCGPU_PREFAULT=0: never): 512 MiB of the bench
- * mix into 4 KiB pages went from 279 ms to 164 ms, into huge pages from 118
- * to 102 ms (2 CPUs, medians of 5).
+ * pages nothing faulted yet (pipe_opts.prefault -1: never): 512 MiB of the
+ * bench mix into 4 KiB pages went from 279 ms to 164 ms, into huge pages
+ * from 118 to 102 ms (2 CPUs, medians of 5).
  */
-static int prefault_wanted(const struct pipe_store *s)
+static int prefault_wanted(const struct pipe *p, const struct pipe_store *s)
 {
-    const char *v = getenv("TCGPU_PREFAULT");
-
-    return !s->reused && !s->faulted && !(v && !strcmp(v, "0"));
+    return !s->reused && !s->faulted && p->o.prefault >= 0;
 }
 
 struct prefault {
@@ -90,7 +88,7 @@ int pipe_drain_host_reuse(struct pipe *p, const struct pipe_ext *e, size_t n,
         for (size_t k = i; k < end; k++)
             if (piece_found_zero(&s->pc[k]))
                 s->pc[k].state = P_ZERO;
-        if (!pf.th.started && prefault_wanted(s)) {
+        if (!pf.th.started && prefault_wanted(p, s)) {
             pf.s = s;
             helper_thread_start(&pf.th, prefault_main, &pf);
         }
@@ -142,16 +140,14 @@ int pipe_drain_host_reuse(struct pipe *p, const struct pipe_ext *e, size_t n,
 
 /*
  * Whether a patch stores its blocks as the XOR with the parent's bytes
- * (TCGPU_PATCH_XOR=1/0; default: when at least half the blocks changed, a
- * dense update such as an optimizer step, where the XOR keeps sign and
+ * (pipe_opts.patch_xor 1/-1; default: when at least half the blocks changed,
+ * a dense update such as an optimizer step, where the XOR keeps sign and
  * exponent zero and decoding the parent's chunk pays for itself).
  */
-static int patch_xor_wanted(const struct piece *q)
+static int patch_xor_wanted(const struct pipe *p, const struct piece *q)
 {
-    const char *v = getenv("TCGPU_PATCH_XOR");
-
-    if (v && *v)
-        return strcmp(v, "0") != 0;
+    if (p->o.patch_xor)
+        return p->o.patch_xor > 0;
     return 2 * q->nchanged >= q->nblocks;
 }
 
@@ -163,7 +159,7 @@ static void encode_patch(struct pipe *p, struct worker *w, struct job *j)
         .blocks = j->src,
     };
 
-    if (patch_xor_wanted(q) && w->base && w->xor_buf &&
+    if (patch_xor_wanted(p, q) && w->base && w->xor_buf &&
         chunk_sink_parent_decode(j->sink, j->parent, w->ctx, w->base, NULL, 0) == 0) {
         pt.base = w->base;
         pt.scratch = w->xor_buf;
@@ -365,13 +361,12 @@ static enum piece_plan patch_plan(struct drain *d, struct piece *q, const struct
 {
     uint32_t n = 0, bs = 0;
     const uint64_t *pbh = chunk_sink_parent_blocks(d->sink, parent, &n, &bs);
-    const char *v = getenv("TCGPU_PATCH_XOR");
 
     if (!d->from_device || !parent || pipe_blocks_changed(d->p, q, pbh, n, bs) != 0)
         return PLAN_WHOLE;
     if (q->nchanged == 0)
         return PLAN_PARENT;
-    if (q->nchanged == q->nblocks && v && !strcmp(v, "0"))
+    if (q->nchanged == q->nblocks && d->p->o.patch_xor < 0)
         return PLAN_WHOLE;
     return PLAN_PATCH;
 }
@@ -656,9 +651,7 @@ enum scan_mode { SCAN_ZEROS, SCAN_CHUNKS, SCAN_BLOCK_HASHES };
  */
 static int parent_blocks_usable(const struct pipe *p, const struct chunk_sink *sink)
 {
-    const char *v = getenv("TCGPU_DEVICE_HASH");
-
-    return p->block && !(v && !strcmp(v, "0")) && chunk_sink_parent_has_blocks(sink, p->block);
+    return p->block && p->o.device_hash >= 0 && chunk_sink_parent_has_blocks(sink, p->block);
 }
 
 /*
@@ -666,13 +659,12 @@ static int parent_blocks_usable(const struct pipe *p, const struct chunk_sink *s
  * hashes, for the next incremental image); the simcuda twin hashes on the
  * CPU, so only when the parent's hashes can save copies (blocks, or chunks
  * for an older parent); else zero flags alone, and the workers hash the
- * blocks as they encode. "Always" (TCGPU_DEVICE_HASH=1) takes the GPU's
+ * blocks as they encode. "Always" (pipe_opts.device_hash 1) takes the GPU's
  * path on simcuda too.
  */
 static enum scan_mode scan_mode(const struct pipe *p, const struct chunk_sink *sink)
 {
-    const char *v = getenv("TCGPU_DEVICE_HASH");
-    int mode = v && *v ? (strcmp(v, "0") ? 1 : -1) : p->o.device_hash;
+    int mode = p->o.device_hash;
     int always = mode > 0 || pdev_kind(p->dev) == PDEV_CUBIN;
 
     if (!p->dev || mode < 0)

@@ -241,9 +241,10 @@ size_t pipe_device_run(const struct piece *pc, size_t n, size_t i);
 
 /* --- blocks.c --------------------------------------------------------------- */
 
-/* The block size for a chunk size: 64 KiB ($TCGPU_BLOCK_KB), at most the
- * chunk, a power of two >= 4 KiB; 0 (no block hashes) when none fits. */
-uint32_t pipe_block_size(size_t chunk);
+/* The block size for a chunk size: `wanted` (pipe_opts.block_size) when it
+ * is a power of two, else 64 KiB; halved until the chunk holds it; 0 (no
+ * block hashes) when that is below 4 KiB. */
+uint32_t pipe_block_size(size_t wanted, size_t chunk);
 /* Room for every piece's block hashes and changed list; freed with blocks_free. */
 int pipe_blocks_alloc(struct pipe *p, struct piece *pc, size_t n, uint64_t **bh, uint32_t **idx);
 /* The device-side scan of pc[from, to) block by block: bh, nonzero. */

@@ -61,22 +61,10 @@ void pipe_add_progress(struct pipe *p, uint64_t bytes)
         p->o.progress(p->progress, p->o.progress_arg);
 }
 
-static unsigned env_uint(const char *name, unsigned dflt)
-{
-    const char *v = getenv(name);
-    char *end;
-    unsigned long n;
-
-    if (!v || !*v)
-        return dflt;
-    n = strtoul(v, &end, 10);
-    return *end || n == 0 ? dflt : (unsigned)n;
-}
-
-unsigned pipe_default_workers(void)
+unsigned pipe_worker_count(unsigned wanted)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned n = env_uint("TCGPU_WORKERS", cpus > 0 ? (unsigned)cpus : 1);
+    unsigned n = wanted ? wanted : cpus > 0 ? (unsigned)cpus : 1;
 
     return n > MAX_WORKERS ? MAX_WORKERS : n;
 }
@@ -91,22 +79,16 @@ int pipe_new(struct pipe **out, const struct pipe_opts *o)
     if (!p)
         return -ENOMEM;
     p->o = *o;
-    p->chunk = o->chunk_size ? o->chunk_size : (size_t)env_uint("TCGPU_CHUNK_KB", 0) << 10;
-    if (!p->chunk)
-        p->chunk = DEFAULT_CHUNK;
-    p->slot_size = o->slot_size ? o->slot_size : (size_t)env_uint("TCGPU_SLOT_MB", 0) << 20;
-    if (!p->slot_size)
-        p->slot_size = DEFAULT_SLOT;
+    p->chunk = o->chunk_size ? o->chunk_size : DEFAULT_CHUNK;
+    p->slot_size = o->slot_size ? o->slot_size : DEFAULT_SLOT;
     if (p->slot_size < p->chunk)
         p->slot_size = p->chunk;
-    p->nslots = o->slots ? o->slots : env_uint("TCGPU_SLOTS", DEFAULT_SLOTS);
+    p->nslots = o->slots ? o->slots : DEFAULT_SLOTS;
     if (p->nslots < 2)
         p->nslots = 2;
-    p->nw = o->workers ? o->workers : pipe_default_workers();
-    if (p->nw > MAX_WORKERS)
-        p->nw = MAX_WORKERS;
+    p->nw = pipe_worker_count(o->workers);
     p->cur_dev = -1;
-    p->block = pipe_block_size(p->chunk);
+    p->block = pipe_block_size(o->block_size, p->chunk);
     if (p->chunk > TCGPU_IMG_MAX_CHUNK) {
         free(p);
         return -EINVAL;
@@ -256,12 +238,9 @@ int pipe_use_device(struct pipe *p, int device, int helpers)
         pipe_say(p, "cuStreamCreate on device %d: %s", device, cu_error_name(cr));
         return -EIO;
     }
-    const char *env = getenv("TCGPU_DEVICE_HELPERS");
     /* helpers 2: the simcuda twin too (its scan saves copies here) */
-    int twin = p->o.no_helpers < 0 || (env && !strcmp(env, "1")) || helpers == 2;
+    int twin = p->o.no_helpers < 0 || helpers == 2;
 
-    if (env && !strcmp(env, "0"))
-        helpers = 0;
     if (helpers && p->o.no_helpers <= 0) {
         if (pdev_load(&p->dev, SCAN_BATCH, twin) != 0)
             p->dev = NULL;

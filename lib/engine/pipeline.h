@@ -35,7 +35,7 @@
  * chunk at the same allocation and offset is stored as a PARENT chunk.
  *
  * Threads: one thread (the operation's) calls the functions of one pipe; it
- * is the only one that calls the driver. Workers (TCGPU_WORKERS, default
+ * is the only one that calls the driver. Workers (pipe_opts.workers, default
  * the online CPUs) only encode and decode; they are gate-exempt.
  *
  * Errors: 0 or -errno; pipe_error() names the extent, chunk or driver call.
@@ -61,20 +61,37 @@ struct pipe_ext {
     int device;                   /* ordinal */
 };
 
+/*
+ * What a pipe does, as its caller wants it (libtcgpu: core/snapshot.c, from
+ * the settings, core/settings.def). Zero is the default of every field; the
+ * engine reads no environment.
+ */
 struct pipe_opts {
-    size_t chunk_size;            /* 0 = $TCGPU_CHUNK_KB KiB, else 4 MiB */
-    unsigned workers;             /* 0 = $TCGPU_WORKERS, else online CPUs */
-    size_t slot_size;             /* staging slot; 0 = 16 MiB ($TCGPU_SLOT_MB) */
-    unsigned slots;               /* staging slots; 0 = 4 ($TCGPU_SLOTS) */
+    size_t chunk_size;            /* 0 = 4 MiB */
+    unsigned workers;             /* 0 = the online CPUs; at most 64 */
+    size_t slot_size;             /* staging slot; 0 = 16 MiB; at least a chunk */
+    unsigned slots;               /* staging slots; 0 = 4; at least 2 */
+    size_t block_size;            /* block of the block hashes; 0 or not a power
+                                     of two = 64 KiB; halved until a chunk holds it */
     int no_helpers;               /* 1: never load the device-side helpers;
-                                     -1: also the simcuda twin (tests); 0: the
-                                     GPU's kernels only ($TCGPU_DEVICE_HELPERS:
-                                     0 never, 1 the twin too) */
+                                     -1: also the simcuda twin, for every drain;
+                                     0: the GPU's kernels, the twin only where
+                                     the parent's block hashes save copies */
     int device_hash;              /* drain to an image: 0 = hash blocks (or
                                      chunks) on the device when the helpers are a
                                      real GPU's, or the parent has device hashes;
-                                     1 = always, as a GPU; -1 = never
-                                     (TCGPU_DEVICE_HASH=1/0) */
+                                     1 = always, as a GPU; -1 = never */
+    int patch_xor;                /* a PATCH chunk's blocks as their XOR with the
+                                     parent's bytes: 1 always, -1 never, 0 when
+                                     half its blocks changed */
+    int prefault;                 /* host drain: fault a fresh store's pages in
+                                     on a thread of its own while the copies run:
+                                     0 or 1 yes, -1 no */
+    int store_thp;                /* a fresh host store asks for huge pages: 1
+                                     yes, -1 no, 0 unless the guest reports free
+                                     pages to its hypervisor */
+    int host_register;            /* register the host store with the driver: 0
+                                     or 1 yes, -1 no */
     /* Makes a context of `device` current (push) / pops it. */
     int (*ctx_enter)(int device, void *arg);
     void (*ctx_leave)(void *arg);
@@ -166,10 +183,11 @@ int pipe_refill_image(struct pipe *p, const struct chunk_source *src,
                       const struct pipe_ext *allocs, size_t n);
 
 /*
- * Compresses a raw store in the background, in memory (TCGPU_HOST_COMPRESS):
- * `threads` threads of its own (0 = as pipe workers would be), each chunk's
- * raw pages released once its encoded form is kept. 0 or -errno (nothing
- * started). pipe_store_compress_stop is implied by refill and free.
+ * Compresses a raw store in the background, in memory (libtcgpu: with
+ * TCGPU_HOST_COMPRESS=1): `threads` threads of its own (0 = as many as
+ * pipe_worker_count(0)), each chunk's raw pages released once its encoded
+ * form is kept. 0 or -errno (nothing started). pipe_store_compress_stop is
+ * implied by refill and free.
  */
 int pipe_store_compress_start(struct pipe_store *s, unsigned threads);
 /* Stops (finishes the chunks in progress) and joins; safe if not started. */
@@ -209,7 +227,8 @@ int pipe_store_is_reclaimable(const struct pipe_store *s);
 /* Bytes of host memory the store's arena holds (0 for NULL). */
 uint64_t pipe_store_kept_bytes(const struct pipe_store *s);
 
-/* The worker count pipe_new would choose (TCGPU_WORKERS, else CPUs). */
-unsigned pipe_default_workers(void);
+/* The workers a pipe of pipe_opts.workers = `wanted` starts: `wanted` (0:
+ * the online CPUs), at most 64. */
+unsigned pipe_worker_count(unsigned wanted);
 
 #endif

@@ -113,16 +113,15 @@ static int guest_reports_free_pages(void)
     return found;
 }
 
-/* Whether a fresh arena asks for transparent huge pages: TCGPU_STORE_THP
- * (1/0), by default unless the guest reports free pages (above). */
-static int arena_wants_thp(void)
+/* Whether a fresh arena asks for transparent huge pages: pipe_opts.store_thp
+ * (1/-1), by default unless the guest reports free pages (above). */
+static int arena_wants_thp(const struct pipe *p)
 {
     static int wanted = -1;
-    const char *v = getenv("TCGPU_STORE_THP");
     int w;
 
-    if (v && *v)
-        return strcmp(v, "0") != 0;
+    if (p->o.store_thp)
+        return p->o.store_thp > 0;
     if ((w = __atomic_load_n(&wanted, __ATOMIC_RELAXED)) < 0) {
         w = !guest_reports_free_pages();
         __atomic_store_n(&wanted, w, __ATOMIC_RELAXED);
@@ -132,7 +131,7 @@ static int arena_wants_thp(void)
 
 /* Makes the arena `need` bytes: keeps what it has (its pages stay warm),
  * grows it in place when it can. 0 or -ENOMEM (the arena is then gone). */
-static int arena_fit(struct pipe_store *s, size_t need)
+static int arena_fit(const struct pipe *p, struct pipe_store *s, size_t need)
 {
     void *m;
 
@@ -153,7 +152,7 @@ static int arena_fit(struct pipe_store *s, size_t need)
     s->mem = m;
     s->cap = need;
     /* Fewer faults on the way in; zero chunks never touch their pages. */
-    if (arena_wants_thp())
+    if (arena_wants_thp(p))
         madvise(s->mem, s->cap, MADV_HUGEPAGE);
     return 0;
 }
@@ -199,10 +198,9 @@ static void fault_in_parallel(struct pipe_store *s, unsigned n)
 
 int pipe_store_register(struct pipe *p, struct pipe_store *s)
 {
-    const char *v = getenv("TCGPU_HOST_REGISTER");
     CUresult cr;
 
-    if (s->registered || !s->mem || (v && !strcmp(v, "0")))
+    if (s->registered || !s->mem || p->o.host_register < 0)
         return 0;
     /* A real GPU's registration pins (and so faults) the pages: do it on
      * every core first. simcuda's does not: its copies fault them. */
@@ -315,7 +313,7 @@ int pipe_store_new(struct pipe *p, const struct pipe_ext *e, size_t n, struct pi
         pipe_store_free(s);
         return rc;
     }
-    if (arena_fit(s, need) != 0) {
+    if (arena_fit(p, s, need) != 0) {
         pipe_say(p, "out of host memory for a host store of %zu bytes", need);
         pipe_store_free(s);
         return -ENOMEM;
@@ -440,7 +438,7 @@ int pipe_store_compress_start(struct pipe_store *s, unsigned threads)
 {
     if (s->th)
         return -EALREADY;
-    s->nth = threads ? threads : pipe_default_workers();
+    s->nth = threads ? threads : pipe_worker_count(0);
     s->th = calloc(s->nth, sizeof(*s->th));
     if (!s->th)
         return -ENOMEM;

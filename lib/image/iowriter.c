@@ -47,13 +47,6 @@ struct iowriter {
     int ring_broken; /* waiting for completions failed: stop waiting */
 };
 
-static int env_off(const char *name)
-{
-    const char *v = getenv(name);
-
-    return v && strcmp(v, "0") == 0;
-}
-
 int iowriter_uses_uring(const struct iowriter *w)
 {
     return w->have_ring;
@@ -133,11 +126,11 @@ int iowriter_open(struct iowriter **out, int dirfd, const char *name, mode_t mod
         if (!w->bufs[i].mem)
             goto err;
     }
-    rc = open_file(w, dirfd, name, mode, o.no_direct || env_off("TCGPU_IO_DIRECT"));
+    rc = open_file(w, dirfd, name, mode, o.no_direct);
     if (rc)
         goto err;
     w->reserve = w->direct;   /* buffered writes take the lock exclusively anyway */
-    if (!o.no_uring && !env_off("TCGPU_IO_URING") &&
+    if (!o.no_uring &&
         io_uring_queue_init(w->depth + REF_DEPTH, &w->ring, 0) == 0)
         w->have_ring = 1;
     *out = w;

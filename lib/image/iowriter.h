@@ -37,8 +37,8 @@ struct iowriter;
 struct iowriter_opts {
     size_t buf_size; /* bytes per write; 0 = 4 MiB; rounded up to 4 KiB */
     unsigned depth;  /* buffers (writes in flight + 1 filling); 0 = 4 */
-    int no_uring;    /* 1: always pwrite (tests, or TCGPU_IO_URING=0 in the env) */
-    int no_direct;   /* 1: never O_DIRECT (or TCGPU_IO_DIRECT=0 in the env) */
+    int no_uring;    /* 1: always pwrite (tests; libtcgpu: TCGPU_IO_URING=0) */
+    int no_direct;   /* 1: never O_DIRECT (libtcgpu: TCGPU_IO_DIRECT=0) */
 };
 
 /*

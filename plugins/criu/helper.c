@@ -200,6 +200,7 @@ static int watch_main(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    gdrv_set_library(getenv("TCGPU_REAL_LIBCUDA"));
     if (argc >= 2 && !strcmp(argv[1], "driver"))
         return driver_main(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "watch"))

@@ -35,7 +35,7 @@ static int job_request(pid_t pid, const char *cmd, int dirfd, const char *name, 
         snprintf(err, len, "out of memory");
         return -ENOMEM;
     }
-    if ((r = ctl_connect(pid, &c, err, len)) < 0)
+    if ((r = ctl_connect(pid, getenv("TCGPU_RUN_DIR"), &c, err, len)) < 0)
         goto out;
     ctl_buf_request(req, cmd);
     if (name) {

@@ -182,7 +182,7 @@ static void init_cuda(void)
 {
     CUdevice dev;
 
-    if (tcgpu_driver_load())
+    if (t_driver_load())
         die("no driver (TCGPU_REAL_LIBCUDA)");
     CU(TCGPU_REAL(cuInit)(0));
     CU(TCGPU_REAL(cuDeviceGet)(&dev, 0));

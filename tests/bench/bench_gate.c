@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -105,7 +106,10 @@ int main(int argc, char **argv)
     long n = argc > 1 ? atol(argv[1]) : 50000000L;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int nthreads = argc > 2 ? atoi(argv[2]) : (int)(cpus < 4 ? (cpus > 0 ? cpus : 1) : 4);
+    const char *fences = getenv("TCGPU_GATE_NO_MEMBARRIER");
 
+    if (fences && *fences && strcmp(fences, "0"))
+        tcgpu_gate_set_membarrier(false);  /* as libtcgpu.so does with it set */
     tcgpu_gate_enter("cuWarmup");            /* register this thread */
     tcgpu_gate_leave();
 

@@ -19,6 +19,7 @@
 #include <cuda.h>
 #include <cudaProfiler.h>
 
+#include "core/settings.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
 #include "driver/unsupported.h"
@@ -92,6 +93,8 @@ static unsigned long total(void)
 int main(void)
 {
     CUdevice dev;
+
+    settings_load();              /* TCGPU_REAL_LIBCUDA, as libtcgpu.so's constructor reads it */
     CU(cuInit(0));
     CU(cuDeviceGet(&dev, 0));
     CU(cuDevicePrimaryCtxRetain(&ctx, dev));

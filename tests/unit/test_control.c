@@ -31,6 +31,7 @@
 #include "ctl/client.h"
 #include "ctl/proto.h"
 #include "core/ops.h"
+#include "core/settings.h"
 #include "ctl/rundir.h"
 #include "core/signal_trigger.h"
 #include "core/thread.h"
@@ -218,6 +219,24 @@ static void use_run_dir(void)
     setenv("TCGPU_RUN_DIR", d, 1);
 }
 
+/* The run dir's variables as the test has set them now. */
+static const struct tcgpu_rundir_env *rundir_env(void)
+{
+    static struct tcgpu_rundir_env env;
+
+    env.run_dir = getenv("TCGPU_RUN_DIR");
+    env.xdg_runtime_dir = getenv("XDG_RUNTIME_DIR");
+    return &env;
+}
+
+/* The server, with the settings of the environment the test has set now
+ * (libtcgpu.so reads them once, when it is loaded). */
+static int start_control(void)
+{
+    settings_reload();
+    return tcgpu_control_start();
+}
+
 static struct ctl_msg reply;
 static struct ctl_buf req;
 
@@ -240,7 +259,7 @@ static int request(const char *word, const char *dir, int timeout_ms)
     char err[1024];
     int r;
 
-    r = ctl_connect(getpid(), &c, err, sizeof(err));
+    r = ctl_connect(getpid(), getenv("TCGPU_RUN_DIR"), &c, err, sizeof(err));
     if (r < 0) {
         fprintf(stderr, "connect: %s\n", err);
         return ctl_exit_code(r, 0);
@@ -371,29 +390,32 @@ static int test_rundir(void)
     /* created 0700 when missing */
     snprintf(p, sizeof(p), "%s/run", tmpdir);
     setenv("TCGPU_RUN_DIR", p, 1);
-    CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == 0);
+    CHECK(tcgpu_rundir_prepare(rundir_env(), dir, sizeof(dir), err, sizeof(err)) == 0);
     CHECK(!strcmp(dir, p));
     CHECK(stat(dir, &st) == 0 && (st.st_mode & 07777) == 0700 && st.st_uid == uid);
     CHECK(tcgpu_rundir_check(dir, uid, err, sizeof(err)) == 0);
     /* a trailing slash is the same dir */
     snprintf(p, sizeof(p), "%s/run//", tmpdir);
     setenv("TCGPU_RUN_DIR", p, 1);
-    CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == 0);
+    CHECK(tcgpu_rundir_prepare(rundir_env(), dir, sizeof(dir), err, sizeof(err)) == 0);
     CHECK(dir[strlen(dir) - 1] != '/');
 
     /* group/other bits: refused, and not silently repaired; the process
      * falls back to a private /tmp/tcgpu-UID.XXXXXX and says so */
     chmod(dir, 0755);
     CHECK(tcgpu_rundir_check(dir, uid, err, sizeof(err)) == -EPERM && strstr(err, "0755"));
-    CHECK(tcgpu_rundir_prepare(fb, sizeof(fb), err, sizeof(err)) == 1 && strstr(err, "0755") &&
+    CHECK(tcgpu_rundir_prepare(rundir_env(), fb, sizeof(fb), err, sizeof(err)) == 1 &&
+          strstr(err, "0755") &&
           strstr(err, fb) && strstr(err, dir), "%s", err);
     snprintf(p, sizeof(p), "/tmp/tcgpu-%u.", (unsigned)uid);
     CHECK(!strncmp(fb, p, strlen(p)) && strlen(fb) == strlen(p) + 6, "fallback %s", fb);
     CHECK(tcgpu_rundir_check(fb, uid, err, sizeof(err)) == 0, "%s", err);
     CHECK(stat(dir, &st) == 0 && (st.st_mode & 07777) == 0755);
     /* ... the same one next time, and clients look there */
-    CHECK(tcgpu_rundir_prepare(p, sizeof(p), err, sizeof(err)) == 1 && !strcmp(p, fb), "%s", p);
-    n = tcgpu_rundir_candidates(getpid(), uid, cand, TCGPU_RUNDIR_MAX_CANDIDATES);
+    CHECK(tcgpu_rundir_prepare(rundir_env(), p, sizeof(p), err, sizeof(err)) == 1 &&
+          !strcmp(p, fb), "%s", p);
+    n = tcgpu_rundir_candidates(getenv("TCGPU_RUN_DIR"), getpid(), uid, cand,
+                                TCGPU_RUNDIR_MAX_CANDIDATES);
     int listed = 0;
     for (int i = 0; i < n; i++)
         listed |= !strcmp(cand[i], fb);
@@ -408,7 +430,7 @@ static int test_rundir(void)
         snprintf(p, sizeof(p), "%s/theirs", tmpdir);
         CHECK(mkdir(p, 0700) == 0 && chown(p, 65534, 65534) == 0);
         setenv("TCGPU_RUN_DIR", p, 1);
-        CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == 1 &&
+        CHECK(tcgpu_rundir_prepare(rundir_env(), dir, sizeof(dir), err, sizeof(err)) == 1 &&
               !strcmp(dir, fb) && strstr(err, "owned by uid 65534"), "%s", err);
     }
 
@@ -418,7 +440,8 @@ static int test_rundir(void)
     CHECK(symlink(dir, p) == 0);
     CHECK(tcgpu_rundir_check(p, uid, err, sizeof(err)) == -ENOTDIR && strstr(err, "symbolic link"));
     setenv("TCGPU_RUN_DIR", p, 1);
-    CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == 1 && !strcmp(dir, fb) &&
+    CHECK(tcgpu_rundir_prepare(rundir_env(), dir, sizeof(dir), err, sizeof(err)) == 1 &&
+          !strcmp(dir, fb) &&
           strstr(err, "symbolic link"), "%s", err);
 
     /* a plain file, a missing dir under a missing parent */
@@ -430,20 +453,21 @@ static int test_rundir(void)
     snprintf(p, sizeof(p), "%s/no/such", tmpdir);
     CHECK(tcgpu_rundir_check(p, uid, err, sizeof(err)) == -ENOENT);
     setenv("TCGPU_RUN_DIR", p, 1);
-    CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == -ENOENT && strstr(err, "cannot create"));
+    CHECK(tcgpu_rundir_prepare(rundir_env(), dir, sizeof(dir), err, sizeof(err)) == -ENOENT &&
+          strstr(err, "cannot create"));
 
     /* XDG_RUNTIME_DIR when it is ours, /tmp/tcgpu-UID otherwise */
     unsetenv("TCGPU_RUN_DIR");
     snprintf(p, sizeof(p), "%s/xdg", tmpdir);
     CHECK(mkdir(p, 0700) == 0);
     setenv("XDG_RUNTIME_DIR", p, 1);
-    CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == 0);
+    CHECK(tcgpu_rundir_prepare(rundir_env(), dir, sizeof(dir), err, sizeof(err)) == 0);
     snprintf(p, sizeof(p), "%s/xdg/tcgpu", tmpdir);
     CHECK(!strcmp(dir, p));
     if (uid == 0) {
         snprintf(p, sizeof(p), "%s/xdg", tmpdir);
         CHECK(chown(p, 65534, 65534) == 0);
-        CHECK(tcgpu_rundir_prepare(dir, sizeof(dir), err, sizeof(err)) == 0);
+        CHECK(tcgpu_rundir_prepare(rundir_env(), dir, sizeof(dir), err, sizeof(err)) == 0);
         snprintf(p, sizeof(p), "/tmp/tcgpu-%u", (unsigned)uid);
         CHECK(!strcmp(dir, p));
     }
@@ -458,7 +482,8 @@ static int test_rundir(void)
 
     /* a client's candidates: its own TCGPU_RUN_DIR first, /tmp/tcgpu-UID last, no duplicates */
     setenv("TCGPU_RUN_DIR", "/somewhere/", 1);
-    n = tcgpu_rundir_candidates(getpid(), uid, cand, TCGPU_RUNDIR_MAX_CANDIDATES);
+    n = tcgpu_rundir_candidates(getenv("TCGPU_RUN_DIR"), getpid(), uid, cand,
+                                TCGPU_RUNDIR_MAX_CANDIDATES);
     CHECK(n >= 2 && !strcmp(cand[0], "/somewhere"));
     snprintf(p, sizeof(p), "/tmp/tcgpu-%u", (unsigned)uid);
     listed = 0;
@@ -487,8 +512,8 @@ static int test_e2e(void)
 
     use_run_dir();
     setenv("TCGPU_SIGNAL", "off", 1);
-    CHECK(tcgpu_control_start() == 0);
-    CHECK(tcgpu_control_start() == 0);         /* idempotent */
+    CHECK(start_control() == 0);
+    CHECK(start_control() == 0);         /* idempotent */
     snprintf(server_path, sizeof(server_path), "%s", tcgpu_control_socket_path());
     CHECK(*tcgpu_control_socket_path());
     CHECK(stat(tcgpu_control_socket_path(), &st) == 0 && S_ISSOCK(st.st_mode) &&
@@ -624,7 +649,8 @@ static int test_e2e(void)
         pause();
         _exit(0);
     }
-    CHECK(ctl_connect(child, &c, err, sizeof(err)) == -ENOENT && strstr(err, "no control socket"));
+    CHECK(ctl_connect(child, getenv("TCGPU_RUN_DIR"), &c, err, sizeof(err)) == -ENOENT &&
+          strstr(err, "no control socket"));
     CHECK(ctl_exit_code(-ENOENT, 0) == CTL_EXIT_NOPROC);
     /* a stale socket file: nobody listening */
     snprintf(d, sizeof(d), "%s/run", tmpdir);
@@ -635,12 +661,13 @@ static int test_e2e(void)
         memcpy(a.sun_path, dpath, sizeof(a.sun_path) - 1);
         CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
         close(fd);
-        CHECK(ctl_connect(child, &c, err, sizeof(err)) == -ECONNREFUSED && strstr(err, "stale"));
+        CHECK(ctl_connect(child, getenv("TCGPU_RUN_DIR"), &c, err, sizeof(err)) == -ECONNREFUSED &&
+              strstr(err, "stale"));
         unlink(dpath);
         /* an impostor: a live socket under the child's name served by us */
         fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
         CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 1) == 0);
-        r = ctl_connect(child, &c, err, sizeof(err));
+        r = ctl_connect(child, getenv("TCGPU_RUN_DIR"), &c, err, sizeof(err));
         CHECK(r == -EPERM && strstr(err, "refusing"));
         CHECK(ctl_exit_code(r, 0) == CTL_EXIT_PERM);
         if (r == 0)
@@ -650,14 +677,15 @@ static int test_e2e(void)
     }
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
-    CHECK(ctl_connect(child, &c, err, sizeof(err)) == -ESRCH && strstr(err, "no such process"));
+    CHECK(ctl_connect(child, getenv("TCGPU_RUN_DIR"), &c, err, sizeof(err)) == -ESRCH &&
+          strstr(err, "no such process"));
 
     /* stop: socket gone, and a restart works */
     snprintf(dpath, sizeof(dpath), "%s", tcgpu_control_socket_path());
     tcgpu_control_stop();
     CHECK(access(dpath, F_OK) < 0 && errno == ENOENT);
     CHECK(request("status", NULL, 1000) == CTL_EXIT_NOPROC);
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     CHECK(request("status", NULL, 5000) == 0);
     tcgpu_control_stop();
     return 0;
@@ -703,7 +731,7 @@ static int test_signal(void)
     use_run_dir();
     unsetenv("TCGPU_SIGNAL");
     unsetenv("TCGPU_SIGNAL_ACTION");
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     CHECK(tcgpu_signal_trigger_signal() == SIGRTMIN + 4);
     CHECK(sigaction(SIGRTMIN + 4, NULL, &cur) == 0 && (cur.sa_flags & SA_RESTART));
     CHECK(request("status", NULL, 5000) == 0 && !strcmp(ctl_get(&reply, "trigger_signal"), "SIGRTMIN+4"));
@@ -731,7 +759,7 @@ static int test_signal(void)
     pthread_mutex_lock(&fk_lock);
     fk.state = TCGPU_STATE_RUNNING;
     pthread_mutex_unlock(&fk_lock);
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     raise(SIGUSR2);
     CHECK(wait_for(one_checkpoint, 5000));
     snprintf(want, sizeof(want), "%s/ckpt-%d-1", tmpdir, (int)getpid());
@@ -746,7 +774,7 @@ static int test_signal(void)
     CHECK(sigaction(SIGUSR2, NULL, &cur) == 0 && cur.sa_handler == programs_handler);
 
     /* a handler the program installed first is never replaced */
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     CHECK(sigaction(SIGUSR2, NULL, &cur) == 0 && cur.sa_handler == programs_handler);
     CHECK(request("status", NULL, 5000) == 0 && !strcmp(ctl_get(&reply, "trigger_signal"), "off"));
     tcgpu_control_stop();
@@ -754,13 +782,13 @@ static int test_signal(void)
     /* checkpoint action without a directory: trigger off, socket still up */
     signal(SIGUSR2, SIG_DFL);
     unsetenv("TCGPU_CHECKPOINT_DIR");
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     CHECK(request("status", NULL, 5000) == 0 && !strcmp(ctl_get(&reply, "trigger_signal"), "off"));
     tcgpu_control_stop();
     /* a bad signal name: same */
     setenv("TCGPU_SIGNAL", "KILL", 1);
     unsetenv("TCGPU_SIGNAL_ACTION");
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     CHECK(request("status", NULL, 5000) == 0 && !strcmp(ctl_get(&reply, "trigger_signal"), "off"));
     tcgpu_control_stop();
     return 0;
@@ -820,7 +848,7 @@ static int test_fork(void)
     use_run_dir();
     setenv("TCGPU_SIGNAL", "USR2", 1);
     unsetenv("TCGPU_SIGNAL_ACTION");
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     snprintf(parent_sock, sizeof(parent_sock), "%s", tcgpu_control_socket_path());
     before = calls(TCGPU_OP_SUSPEND);
 
@@ -887,7 +915,7 @@ static int test_peercred(void)
     }
     use_run_dir();
     setenv("TCGPU_SIGNAL", "off", 1);
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     snprintf(server_path, sizeof(server_path), "%s", tcgpu_control_socket_path());
     /* Defeat the file permissions on purpose: the peer check must hold alone. */
     snprintf(d, sizeof(d), "%s/run", tmpdir);
@@ -961,7 +989,7 @@ static int test_gpuckpt(const char *exe)
 
     use_run_dir();
     setenv("TCGPU_SIGNAL", "off", 1);
-    CHECK(tcgpu_control_start() == 0);
+    CHECK(start_control() == 0);
     snprintf(pid, sizeof(pid), "%d", (int)getpid());
 
     CHECK(run_gpuckpt(exe, out, sizeof(out), "--version", NULL) == 0 && strstr(out, TCGPU_VERSION_STRING));
@@ -1030,6 +1058,7 @@ int main(int argc, char **argv)
     unsetenv("TCGPU_SIGNAL");
     unsetenv("TCGPU_SIGNAL_ACTION");
     unsetenv("TCGPU_CHECKPOINT_DIR");
+    settings_reload();
     make_tmpdir();
     if (!strcmp(argv[1], "rundir"))
         r = test_rundir();

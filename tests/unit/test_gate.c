@@ -264,6 +264,13 @@ static int test_thread_exit(void)
 
 int main(int argc, char **argv)
 {
+    const char *fences = getenv("TCGPU_GATE_NO_MEMBARRIER");
+
+    /* the program reads its environment; the gate takes the option */
+    if (fences && *fences && strcmp(fences, "0")) {
+        tcgpu_gate_set_membarrier(false);
+        REQUIRE(!tcgpu_gate_uses_membarrier(), "membarrier used after all");
+    }
     if (argc > 1 && strcmp(argv[1], "hammer") == 0) {
         RUN(test_hammer);
         return T_EXIT_STATUS();

@@ -14,6 +14,7 @@
 
 #include <cuda.h>
 
+#include "core/settings.h"
 #include "driver/driver.h"
 #include "../common/check.h"
 
@@ -53,6 +54,7 @@ static int test_missing_driver(void)
 int main(void)
 {
     setenv("TCGPU_REAL_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+    settings_load();              /* as libtcgpu.so's constructor does */
     RUN(test_missing_driver);
     return T_EXIT_STATUS();
 }

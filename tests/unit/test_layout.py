@@ -16,6 +16,9 @@
 - docs/architecture.md's folder table names every folder of the tree (lib/'s,
   tools/'s and plugins/' one by one) and no folder that is gone, and its table
   of lib/core names every file there and no file that is gone.
+- nothing in lib/ or interpose/ reads the environment (getenv, secure_getenv,
+  environ) but lib/core/settings.c, where libtcgpu.so's settings are parsed
+  (design decision 19: libraries take options, programs read the environment).
 """
 import os
 import re
@@ -41,6 +44,11 @@ PROC_READERS = {
 PRODUCTS = ('lib', 'interpose', 'tools', 'plugins', 'slurm')
 PROC_PATH = re.compile(r'"/proc[/"]')
 COMMENT = re.compile(r'/\*.*?\*/|//[^\n]*', re.S)
+# The one file of lib/ and interpose/ that reads the environment.
+SETTINGS = 'lib/core/settings.c'
+ENV_READ = re.compile(r'\b(?:secure_getenv|getenv|__environ|environ)\b')
+COMMENT_OR_STRING = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'',
+                               re.S)
 GENERATED = {'driver': {'driver_table.h'}}
 # Headers of other trees a folder is built against (include_directories in its meson.build).
 EXTERNAL = {'engine': {'simcuda_kernel.h'}}     # the simcuda twin of the scan kernel
@@ -170,6 +178,18 @@ def check_proc(root, bad):
                            'PROC_READERS)' % rel)
 
 
+def check_environment(root, bad):
+    for top in ('lib', 'interpose'):
+        for path in sources(os.path.join(root, top)):
+            rel = os.path.relpath(path, root)
+            if rel == SETTINGS:
+                continue
+            code = COMMENT_OR_STRING.sub('""', open(path, errors='replace').read())
+            for m in ENV_READ.finditer(code):
+                bad.append('%s: reads the environment (%s): take an option, and let %s read it '
+                           '(lib/README.md)' % (rel, m.group(0), SETTINGS))
+
+
 def check_preload(root, bad):
     """libtcgpu.so takes lib/'s archives whole (libtcgpu_all): never json's,
     which would bring jansson into every program it is preloaded into, nor
@@ -233,7 +253,7 @@ def check_architecture(root, bad):
         bad.append('%s: no table under "## lib/core, one concept per file"' % doc)
         return
     core = os.path.join(root, 'lib', 'core')
-    have = {n for n in os.listdir(core) if n.endswith(('.c', '.h'))}
+    have = {n for n in os.listdir(core) if n.endswith(('.c', '.h', '.def'))}
     for n in sorted(have - files):
         bad.append('%s: the lib/core table does not name %s' % (doc, n))
     for n in sorted(files - have):
@@ -246,6 +266,7 @@ def main(argv):
     read_rules(root, bad)
     check_lib(root, bad)
     check_architecture(root, bad)
+    check_environment(root, bad)
     check_preload(root, bad)
     check_tools(root, bad)
     check_meson(root, bad)

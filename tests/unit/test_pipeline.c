@@ -29,7 +29,9 @@
  *               missing parent is refused at open, a damaged one (the bytes
  *               a patch applies to) by the stored-checksum check
  *
- *   test_pipeline [name]      (no name: all)
+ *   test_pipeline [name [thp|4k]]   (no name: all; thp / 4k: host stores in
+ *                                   huge pages faulted by the copies / in 4 KiB
+ *                                   pages faulted ahead of them)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -135,11 +137,15 @@ static void fill(struct buf *b)
         }                                                                               \
     } while (0)
 
+/* How the host stores are made (pipe_opts; main's second argument). */
+static int t_store_thp, t_prefault;
+
 static struct pipe *new_pipe(unsigned workers, size_t chunk, size_t slot, int no_helpers)
 {
     struct pipe_opts o = { .chunk_size = chunk, .workers = workers, .slot_size = slot,
                            .slots = slot ? 3 : 0, .no_helpers = no_helpers ? 1 : -1,
-                           .device_hash = no_helpers ? 0 : 1,
+                           .device_hash = no_helpers ? 0 : 1, .store_thp = t_store_thp,
+                           .prefault = t_prefault,
                            .ctx_enter = t_ctx_enter, .ctx_leave = t_ctx_leave };
     struct pipe *p = NULL;
 
@@ -510,12 +516,14 @@ static int test_chain(void)
 /* Scans every desc with the twin and checks its hashes and zero flags
  * against the host reference; even entries are random bytes, odd ones zero. */
 static int check_twin_hashes(struct pdev *d, CUstream s, const struct pdev_desc *desc, size_t n,
-                             const uint8_t *h, CUdeviceptr dbuf, const char *form)
+                             const uint8_t *h, CUdeviceptr dbuf, unsigned form_flag,
+                             const char *form)
 {
     struct pdev_result res[2 * 16];
     char err[256];
 
-    REQUIRE(pdev_scan(d, s, desc, n, PDEV_SCAN_HASH, res, err, sizeof(err)) == 0, "scan: %s", err);
+    REQUIRE(pdev_scan(d, s, desc, n, PDEV_SCAN_HASH | form_flag, res, err, sizeof(err)) == 0,
+            "scan: %s", err);
     for (size_t i = 0; i < n; i++) {
         uint32_t nz;
         uint64_t want = devhash_host(h + (desc[i].va - dbuf), desc[i].len, &nz);
@@ -558,12 +566,8 @@ static int test_devhash(void)
         desc[n++] = (struct pdev_desc){ dbuf + 3 * MiB, lens[i] < MiB ? lens[i] : MiB };
     }
     /* The twin's vector form where the host has one, then its scalar form. */
-    if (check_twin_hashes(d, s, desc, n, h, dbuf, "default"))
-        return 1;
-    setenv("TCGPU_SCAN_SCALAR", "1", 1);
-    int scalar_failed = check_twin_hashes(d, s, desc, n, h, dbuf, "scalar");
-    unsetenv("TCGPU_SCAN_SCALAR");
-    if (scalar_failed)
+    if (check_twin_hashes(d, s, desc, n, h, dbuf, 0, "default") ||
+        check_twin_hashes(d, s, desc, n, h, dbuf, PDEV_SCAN_SCALAR, "scalar"))
         return 1;
     /* A single non-zero byte at the very end is seen; one bit flip changes the hash. */
     uint8_t one = 1;
@@ -997,12 +1001,20 @@ static int test_patch(void)
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
+    const char *store = argc > 2 ? argv[2] : "";
     CUdevice dev;
 
+    if (!strcmp(store, "thp")) {
+        t_store_thp = 1;
+        t_prefault = -1;
+    } else if (!strcmp(store, "4k")) {
+        t_store_thp = -1;
+        t_prefault = 1;
+    }
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/test-pipeline-XXXXXX");
     if (!mkdtemp(tmpdir))
         return 1;
-    if (tcgpu_driver_load() != 0) {
+    if (t_driver_load() != 0) {
         fprintf(stderr, "skip: no driver (set TCGPU_REAL_LIBCUDA to simcuda)\n");
         return T_EXIT_SKIP;
     }

@@ -165,11 +165,12 @@ static void check_criu(struct check *c)
 
 static void check_run_dir(struct check *c)
 {
+    struct tcgpu_rundir_env env = { getenv("TCGPU_RUN_DIR"), getenv("XDG_RUNTIME_DIR") };
     char dir[PATH_MAX], err[PATH_MAX + 256];
     uid_t uid = geteuid();
     int r;
 
-    if (tcgpu_rundir_choose(dir, sizeof(dir), uid) < 0) {
+    if (tcgpu_rundir_choose(&env, dir, sizeof(dir), uid) < 0) {
         set(c, CHECK_FAIL, "shorten TCGPU_RUN_DIR or XDG_RUNTIME_DIR",
             "the run dir's path is too long");
         return;
@@ -189,7 +190,7 @@ static void check_run_dir(struct check *c)
 
 static void check_tcgpud(struct check *c)
 {
-    const char *path = tcgpud_socket_path();
+    const char *path = gpuckpt_daemon_socket();
     struct ctl_buf *req = malloc(sizeof(*req));
     struct ctl_msg *rep = malloc(sizeof(*rep));
     struct ucred peer = { 0 };

@@ -8,11 +8,13 @@
  * (scripts rely on them): enum ctl_exit in lib/ctl/client.h.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
 #include "tcgpud.h"
 #include "util.h"
+#include "ckptapi/ckptapi.h"
 #include "ctl/client.h"
 #include "common/macros.h"
 #include "tcgpu.h"
@@ -217,6 +219,7 @@ int main(int argc, char **argv)
         print_usage(stderr);
         return CTL_EXIT_USAGE;
     }
+    gdrv_set_library(getenv("TCGPU_REAL_LIBCUDA"));
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
         printf("gpuckpt %s\n", TCGPU_VERSION_STRING);
         return CTL_EXIT_OK;

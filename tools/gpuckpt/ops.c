@@ -109,7 +109,7 @@ static int connect_retrying(pid_t pid, struct ctl_conn *c, int wait_ms, char *er
     int r;
 
     for (;;) {
-        r = ctl_connect(pid, c, err, errlen);
+        r = ctl_connect(pid, getenv("TCGPU_RUN_DIR"), c, err, errlen);
         /* only "not there yet" is worth waiting for */
         if (r != -ENOENT || now_ns() >= deadline)
             return r;
@@ -650,7 +650,7 @@ static int lock_process(pid_t pid)
     struct stat a, b;
     int fd;
 
-    if (ctl_connect(pid, &c, err, sizeof(err)) < 0)
+    if (ctl_connect(pid, getenv("TCGPU_RUN_DIR"), &c, err, sizeof(err)) < 0)
         return -1;              /* the operation reports the problem */
     ctl_close(&c);
     snprintf(path, sizeof(path), "%s", c.path);

@@ -275,7 +275,7 @@ static void proc_status(struct proc *p)
         snprintf(p->error, sizeof(p->error), "out of memory");
         goto out;
     }
-    if ((r = ctl_connect(p->pid, &c, p->error, sizeof(p->error))) < 0)
+    if ((r = ctl_connect(p->pid, getenv("TCGPU_RUN_DIR"), &c, p->error, sizeof(p->error))) < 0)
         goto out;
     ctl_buf_request(req, "status");
     len = ctl_buf_finish(req);
@@ -445,7 +445,7 @@ int gpuckpt_cmd_ps(const struct gpuckpt_command *self, int argc, char **argv)
             return r;
         if (!gpuckpt_json())
             printf("tcgpud does not answer at %s: tcgpu processes %s\n",
-                   tcgpud_socket_path()[0] ? tcgpud_socket_path() : "(TCGPU_DAEMON_SOCKET=off)",
+                   gpuckpt_daemon_socket()[0] ? gpuckpt_daemon_socket() : "(TCGPU_DAEMON_SOCKET=off)",
                    geteuid() == 0 ? "of every user" : "of yours");
     }
     return local_processes();

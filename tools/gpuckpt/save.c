@@ -79,7 +79,7 @@ static int classify(struct tree *t, char *err, size_t len)
         char why[1024];
         int state, r, gpu;
 
-        r = ctl_connect(p->pid, &c, why, sizeof(why));
+        r = ctl_connect(p->pid, getenv("TCGPU_RUN_DIR"), &c, why, sizeof(why));
         if (r == 0) {
             p->tcgpu = 1;
             snprintf(p->socket, sizeof(p->socket), "%s", c.path);

@@ -76,11 +76,16 @@ int gpuckpt_tcgpud_run_option(int opt, const char *arg)
  * Talking to tcgpud
  * ------------------------------------------------------------------------- */
 
+const char *gpuckpt_daemon_socket(void)
+{
+    return tcgpud_socket_path(getenv("TCGPU_DAEMON_SOCKET"));
+}
+
 int gpuckpt_daemon_call(const char *cmd, struct ctl_buf *req, struct ctl_msg *rep, int timeout_ms,
                         tcgpud_msg_fn fn, void *arg, int quiet_noent)
 {
     char err[512];
-    int fd = tcgpud_connect(tcgpud_socket_path(), err, sizeof(err));
+    int fd = tcgpud_connect(gpuckpt_daemon_socket(), err, sizeof(err));
     int r;
 
     if (fd < 0) {
@@ -91,7 +96,7 @@ int gpuckpt_daemon_call(const char *cmd, struct ctl_buf *req, struct ctl_msg *re
     r = tcgpud_call(fd, req, rep, timeout_ms, fn, arg);
     close(fd);
     if (r < 0) {
-        gpuckpt_error("%s: tcgpud at %s: %s", cmd, tcgpud_socket_path(),
+        gpuckpt_error("%s: tcgpud at %s: %s", cmd, gpuckpt_daemon_socket(),
                       r == -ETIMEDOUT ? "no reply in time"
                       : r == -ECONNRESET ? "it closed the connection without an answer (is it "
                                            "restarting? see its log)"
@@ -107,7 +112,7 @@ int gpuckpt_tcgpud_op(const char *cmd, pid_t pid, const char *dir, int auto_resu
     struct ctl_buf *req = malloc(sizeof(*req));
     int r = -1;
 
-    if (!req || !tcgpud_socket_path()[0] || access(tcgpud_socket_path(), F_OK) < 0)
+    if (!req || !gpuckpt_daemon_socket()[0] || access(gpuckpt_daemon_socket(), F_OK) < 0)
         goto out;
     ctl_buf_request(req, cmd);
     ctl_buf_put_u64(req, "pid", (uint64_t)pid);
@@ -171,7 +176,7 @@ int gpuckpt_tcgpud_privileged(const char *word, pid_t pid, const char *dir, int 
     r = gpuckpt_daemon_call(word, req, rep, -1, print_line, NULL, 1);
     if (r == CTL_EXIT_NOPROC) {
         snprintf(why, sizeof(why), "%s, and no tcgpud (at %s) does it for this user", root_why,
-                 tcgpud_socket_path());
+                 gpuckpt_daemon_socket());
         r = gpuckpt_needs_root(word, why);
         goto out;
     }

@@ -44,6 +44,10 @@ enum {
     "  --job NAME                a task of multi-GPU job NAME: suspended and resumed with its\n"  \
     "                            other tasks (TCGPU_JOB; default: slurm:$SLURM_JOB_ID)\n"
 
+/* tcgpud's socket: $TCGPU_DAEMON_SOCKET, else /run/tcgpud.sock; "" when it
+ * says "off". */
+const char *gpuckpt_daemon_socket(void);
+
 /*
  * Connects to tcgpud, sends req and waits for the final reply in *rep
  * (check rep->err), giving every message before it to fn (may be NULL).

@@ -42,6 +42,7 @@ static int probe_child(int fd)
     int n;
 
     unsetenv("CUDA_VISIBLE_DEVICES");     /* the node's ordinals, every GPU */
+    gdrv_set_library(getenv("TCGPU_REAL_LIBCUDA"));
     if ((n = gdrv_device_count(err, sizeof(err))) < 0) {
         dprintf(fd, "error %s\n", err);
         return 1;

@@ -100,7 +100,7 @@ static void control_call(struct work *w, const char *word, const char *dir, int 
         snprintf(w->msg, sizeof(w->msg), "out of memory");
         goto out;
     }
-    r = ctl_connect(w->pid, &c, w->msg, sizeof(w->msg));
+    r = ctl_connect(w->pid, getenv("TCGPU_RUN_DIR"), &c, w->msg, sizeof(w->msg));
     if (r < 0) {
         w->err = r;
         goto out;
@@ -156,7 +156,8 @@ static void ask_status(struct asking *a)
     static const char req[] = "status";
     struct ctl_conn c;
     char err[512];
-    int r = ctl_connect_flags(a->it->pid, &c, CTL_CONNECT_NONBLOCK, err, sizeof(err));
+    int r = ctl_connect_flags(a->it->pid, getenv("TCGPU_RUN_DIR"), &c, CTL_CONNECT_NONBLOCK, err,
+                             sizeof(err));
 
     if (r == 0 && send(c.fd, req, sizeof(req) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
         r = errno == EAGAIN ? -ETIMEDOUT : -errno;

@@ -92,7 +92,8 @@ static unsigned threads_for(uint64_t bytes)
 /* tcgpu_scan(const scan_desc *desc, uint32_t n, scan_result *out, uint32_t
  * flags): for each of n chunks, whether any byte is non-zero and, with flags
  * bit 0 (SCAN_HASH), its device hash (else hash 0: zero detection stops at
- * the first non-zero byte). Device pointers are translated here, on the
+ * the first non-zero byte), with bit 1 (SCAN_SCALAR) by the scalar reference
+ * (tests). Device pointers are translated here, on the
  * stream's worker (which holds the device map), and hashed on the threads. */
 SIMCUDA_KERNEL(tcgpu_scan)
 {
@@ -107,7 +108,7 @@ SIMCUDA_KERNEL(tcgpu_scan)
     pthread_t th[8];
     unsigned nt, started = 0;
     uint64_t bytes = 0;
-    int wide = !getenv("TCGPU_SCAN_SCALAR");
+    int wide = !(flags & 2);
 
     if (!d || !out || !views) {
         free(views);
