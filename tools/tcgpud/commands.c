@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/macros.h"
 #include "daemon.h"
 #include "state.h"
@@ -252,11 +253,11 @@ static void reply_registered(int ci, const struct ctl_msg *m, const struct regis
     const struct pol_job_spec *s = &rg->spec;
     char pr[24], lim[24];
 
-    logmsg("pid %d registered: user %s, project %s, priority %d, limit %s%s, compute %u%%%s%s",
-           (int)rg->peer->pid, rg->id.user, rg->proj, s->priority,
-           s->limit ? u64s(s->limit / MiB, lim) : "none", s->limit ? " MiB" : "",
-           s->compute ? s->compute / 10 : 100, rg->job_name ? ", job " : "",
-           rg->job_name ? rg->job_name : "");
+    log_info("pid %d registered: user %s, project %s, priority %d, limit %s%s, compute %u%%%s%s",
+             (int)rg->peer->pid, rg->id.user, rg->proj, s->priority,
+             s->limit ? u64s(s->limit / MiB, lim) : "none", s->limit ? " MiB" : "",
+             s->compute ? s->compute / 10 : 100, rg->job_name ? ", job " : "",
+             rg->job_name ? rg->job_name : "");
     event("registered", rg->peer->pid, "limit", u64s(s->limit, lim), "priority_given",
           ctl_get(m, "priority") ? i64s(s->priority, pr) : "", NULL);
     d.dirty = 1;
@@ -578,8 +579,8 @@ static void manual_op(int ci, const struct ctl_msg *m, struct djob *j, int suspe
                         (int)j->pid);
         return;
     }
-    logmsg("%s of pid %d asked by uid %u pid %d", suspend ? "suspend" : "resume", (int)j->pid,
-           (unsigned)d.conns[ci].peer.uid, (int)d.conns[ci].peer.pid);
+    log_info("%s of pid %d asked by uid %u pid %d", suspend ? "suspend" : "resume", (int)j->pid,
+             (unsigned)d.conns[ci].peer.uid, (int)d.conns[ci].peer.pid);
     event(suspend ? "manual-suspend" : "manual-resume", j->pid, "by_uid",
           u64s(d.conns[ci].peer.uid, who), NULL);
     if (acts.n == 0) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "daemon.h"
 #include "state.h"
 
@@ -25,8 +26,8 @@ void send_msg(int ci, const struct ctl_buf *b)
     if (n < 0 || d.conns[ci].fd < 0)
         return;
     if (send(d.conns[ci].fd, b->data, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-        logmsg("reply to uid %u pid %d not delivered: %s", (unsigned)d.conns[ci].peer.uid,
-               (int)d.conns[ci].peer.pid, strerror(errno));
+        log_info("reply to uid %u pid %d not delivered: %s", (unsigned)d.conns[ci].peer.uid,
+                 (int)d.conns[ci].peer.pid, strerror(errno));
 }
 
 /*
@@ -139,7 +140,7 @@ int open_socket(const char *path)
     int fd, probe;
 
     if (strlen(path) >= sizeof(a.sun_path)) {
-        logmsg("socket path %s is too long", path);
+        log_info("socket path %s is too long", path);
         return -ENAMETOOLONG;
     }
     memcpy(a.sun_path, path, strlen(path) + 1);
@@ -147,7 +148,7 @@ int open_socket(const char *path)
     probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0) {
         close(probe);
-        logmsg("another tcgpud is serving %s", path);
+        log_info("another tcgpud is serving %s", path);
         return -EADDRINUSE;
     }
     if (probe >= 0)
@@ -157,7 +158,7 @@ int open_socket(const char *path)
     if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
         chmod(path, 0666) < 0 || listen(fd, 64) < 0) {
         int e = errno;
-        logmsg("cannot listen on %s: %s", path, strerror(e));
+        log_info("cannot listen on %s: %s", path, strerror(e));
         if (fd >= 0)
             close(fd);
         return -e;
@@ -289,11 +290,11 @@ void accept_all(void)
         fd = accept4(d.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE)
-                logmsg("accept: %s", strerror(errno));
+                log_info("accept: %s", strerror(errno));
             return;
         }
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) < 0) {
-            logmsg("cannot read peer credentials: %s", strerror(errno));
+            log_info("cannot read peer credentials: %s", strerror(errno));
             close(fd);
             continue;
         }

@@ -133,8 +133,6 @@ extern struct daemon d;
 extern struct pol_actions acts;
 
 /* main.c */
-void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
 /* The answers of the state file's jobs are in: admit those still there. */
 void relearn_done(struct work *w);
 

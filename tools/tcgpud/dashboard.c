@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/macros.h"
 #include "daemon.h"
 #include "http.h"
@@ -253,7 +254,7 @@ void dashboard_tick(void)
         return;
     sample(now_ms);
     if (!(text = tc_json_dumps(state_json(now_ms)))) {
-        logmsg("out of memory building the dashboard's state");
+        log_info("out of memory building the dashboard's state");
         return;
     }
     http_publish(HTTP_STATE, text, strlen(text));

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/macros.h"
 #include "daemon.h"
 #include "http.h"
@@ -243,11 +244,11 @@ static void write_textfile(const char *text, size_t len)
     if (!f) {
         static int warned;
         if (!warned++)
-            logmsg("cannot write metrics to %s: %s", tmp, strerror(errno));
+            log_info("cannot write metrics to %s: %s", tmp, strerror(errno));
         return;
     }
     if (fwrite(text, 1, len, f) != len || fclose(f) != 0 || rename(tmp, d.cfg.metrics) < 0) {
-        logmsg("cannot write metrics to %s: %s", d.cfg.metrics, strerror(errno));
+        log_info("cannot write metrics to %s: %s", d.cfg.metrics, strerror(errno));
         unlink(tmp);
     }
 }
@@ -260,7 +261,7 @@ void publish_metrics(void)
     if (!d.cfg.metrics[0] && !d.cfg.http_host[0])
         return;
     if (!(text = metrics_text(&len))) {
-        logmsg("out of memory writing the metrics");
+        log_info("out of memory writing the metrics");
         return;
     }
     if (d.cfg.metrics[0])
