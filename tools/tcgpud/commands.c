@@ -1,4 +1,4 @@
-/* tcgpud's requests: one handler each, and the table that dispatches them; see daemon.h. */
+/* tcgpud's requests: one handler each, and the table that dispatches them; see commands.h. */
 #include <ctype.h>
 #include <errno.h>
 #include <grp.h>
@@ -10,7 +10,12 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/macros.h"
+#include "commands.h"
+#include "conns.h"
 #include "daemon.h"
+#include "devices.h"
+#include "jobs.h"
+#include "save.h"
 #include "state.h"
 
 /* ---------------------------------------------------------------------------
@@ -67,22 +72,6 @@ struct command {
     /* j: the job the access check found (NULL for ACCESS_ANY_PROCESS) */
     void (*handle)(int ci, const struct ctl_msg *m, struct djob *j);
 };
-
-void refuse(int ci, const char *what, const char *why)
-{
-    const struct ucred *p = &d.conns[ci].peer;
-    char uid[24], pid[24], more[24];
-    long held;
-
-    d.refused_total++;
-    held = note_refusal(p->uid, "refused %s from uid %u pid %d: %s", what, (unsigned)p->uid,
-                        (int)p->pid, why);
-    if (held >= 0)
-        event("refused", 0, "what", what, "uid", u64s(p->uid, uid), "from_pid",
-              u64s((uint64_t)p->pid, pid), "why", why, "not_shown", u64s((uint64_t)held, more),
-              NULL);
-    reply_error(ci, -EACCES, "%s: %s", what, why);
-}
 
 /* While a restarted tcgpud re-learns its jobs it decides nothing: come back. */
 static void reply_relearning(int ci)

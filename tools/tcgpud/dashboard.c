@@ -4,7 +4,7 @@
  * borrowing, the jobs (as gpuckpt ps shows them: who suspended whom and
  * why), the memory of every job over the last minutes, and the recent
  * events with their latencies. Built on the loop's thread every tick and
- * published to the HTTP thread (http.h); see daemon.h.
+ * published to the HTTP thread (http.h); see dashboard.h.
  *
  * The history is a ring of samples, one every HISTORY_EVERY_MS and one at
  * the first tick after each event (so that a preemption shows where it
@@ -19,7 +19,9 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/macros.h"
+#include "commands.h"
 #include "daemon.h"
+#include "dashboard.h"
 #include "http.h"
 #include "json/schema.h"
 

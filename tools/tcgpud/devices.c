@@ -1,5 +1,5 @@
 /*
- * devices.c - the GPUs tcgpud manages and their capacities; see daemon.h.
+ * devices.c - the GPUs tcgpud manages and their capacities; see devices.h.
  *
  * tcgpud learns the devices itself, never from a job (docs/tcgpud.md,
  * "Threat model"): from [gpu N] capacity in its configuration, and from the
@@ -26,6 +26,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "daemon.h"
+#include "devices.h"
 
 #define PROBE_TIMEOUT_MS 10000
 #define PROBE_REPORT_MAX 8192     /* "gpu I TOTAL UUID\n" lines of TCGPUD_MAX_GPUS GPUs */

@@ -18,7 +18,6 @@
 
 #include "common/log.h"
 #include "common/macros.h"
-#include "daemon.h"
 #include "http.h"
 
 /*

@@ -1,4 +1,4 @@
-/* tcgpud's jobs and what happens to them; see daemon.h. */
+/* tcgpud's jobs and what happens to them; see jobs.h. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +7,10 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/names.h"
-#include "daemon.h"
+#include "conns.h"
+#include "devices.h"
+#include "jobs.h"
+#include "metrics.h"
 #include "state.h"
 
 #define OP_TIMEOUT_MS    600000   /* a suspend of a very large job to disk takes minutes */
@@ -15,20 +18,6 @@
 /* ---------------------------------------------------------------------------
  * Jobs
  * ------------------------------------------------------------------------- */
-
-struct djob *job_of(pid_t pid)
-{
-    for (size_t i = 0; i < d.njobs; i++)
-        if (d.jobs[i].pid == pid)
-            return &d.jobs[i];
-    return NULL;
-}
-
-const char *project_name(int idx)
-{
-    const struct pol_project *p = policy_project(d.pol, idx);
-    return p ? p->name : "?";
-}
 
 struct djob *add_job(pid_t pid, uid_t uid, const char *user, int project, uint64_t start)
 {
@@ -319,7 +308,7 @@ static void reconcile(struct djob *j, const struct pol_job *pj, const struct tcg
     do_actions(&acts);
 }
 
-static void poll_done(struct work *w)
+void poll_done(struct work *w)
 {
     for (size_t i = 0; i < w->n; i++) {
         const struct poll_item *it = &w->items[i];
@@ -365,7 +354,7 @@ static void reply_waiter(struct djob *j, const struct work *w)
     j->waiter = -1;
 }
 
-static void op_done(struct work *w)
+void op_done(struct work *w)
 {
     struct djob *j = job_of(w->pid);
     int err = w->err;
@@ -404,30 +393,6 @@ static void op_done(struct work *w)
         policy_job_resumed(d.pol, (uint64_t)j->pid, err, now_ns(), &acts);
     }
     do_actions(&acts);
-}
-
-void take_work(void)
-{
-    struct work *w = tcgpud_work_take();
-
-    while (w) {
-        struct work *next = w->next;
-        if (w->kind == WORK_POLL)
-            poll_done(w);
-        else if (w->kind == WORK_RELEARN)
-            relearn_done(w);
-        else
-            op_done(w);
-        tcgpud_work_free(w);
-        w = next;
-    }
-}
-
-const char *display_state(const struct pol_job *pj)
-{
-    if (pj->state == POL_RUNNING && pj->req != POL_REQ_NONE)
-        return "waiting";
-    return pol_state_name(pj->state);
 }
 
 /* ---------------------------------------------------------------------------

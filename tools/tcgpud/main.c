@@ -10,14 +10,13 @@
  * from it and from the jobs themselves when it starts again.
  * docs/tcgpud.md describes the protocol, the policy and the security model.
  *
- * This file: start-up, the tick and the event loop; daemon.h says what the
- * others (connections, jobs, commands, metrics) hold.
+ * This file: start-up, re-learning the state file's jobs, the tick and the
+ * event loop; daemon.h says how the others stand under it.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,71 +28,17 @@
 #include "ctl/client.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "commands.h"
+#include "conns.h"
 #include "daemon.h"
+#include "dashboard.h"
+#include "devices.h"
 #include "http.h"
+#include "jobs.h"
+#include "metrics.h"
 #include "state.h"
 
 #define TICK_MS          500
-
-struct daemon d = { .listen_fd = -1, .sig_fd = -1 };
-
-struct pol_actions acts;
-
-/* ---------------------------------------------------------------------------
- * Refusals
- * ------------------------------------------------------------------------- */
-
-/*
- * Refusals a user can cause at will (a flood of connections, requests it may
- * not make) are logged at most once a second per uid, so that one user can
- * neither fill the log nor push everyone else's events out of the ring.
- */
-#define NOTE_EVERY_NS 1000000000ull
-#define NOTE_UIDS     64
-
-static struct refusal_note {
-    uid_t uid;
-    uint64_t last_ns;             /* 0: a free entry */
-    unsigned long held;           /* refusals not logged since */
-} notes[NOTE_UIDS];
-
-static struct refusal_note *note_of(uid_t uid)
-{
-    struct refusal_note *oldest = &notes[0];
-
-    for (int i = 0; i < NOTE_UIDS; i++) {
-        if (notes[i].last_ns && notes[i].uid == uid)
-            return &notes[i];
-        if (notes[i].last_ns < oldest->last_ns)
-            oldest = &notes[i];
-    }
-    *oldest = (struct refusal_note){ .uid = uid };
-    return oldest;
-}
-
-long note_refusal(uid_t uid, const char *fmt, ...)
-{
-    struct refusal_note *n = note_of(uid);
-    uint64_t now = now_ns();
-    unsigned long held = n->held;
-    char text[640];
-    va_list ap;
-
-    if (n->last_ns && now - n->last_ns < NOTE_EVERY_NS) {
-        n->held++;
-        return -1;
-    }
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    if (held)
-        log_info("%s (and %lu more refusals of uid %u not logged)", text, held, (unsigned)uid);
-    else
-        log_info("%s", text);
-    n->last_ns = now;
-    n->held = 0;
-    return (long)held;
-}
 
 /* ---------------------------------------------------------------------------
  * Tick
@@ -306,7 +251,8 @@ static void relearn_one(const struct tcgpud_saved_job *s, const struct poll_item
 static struct tcgpud_saved_job *saved;
 static size_t nsaved;
 
-void relearn_done(struct work *w)
+/* The answers of the state file's jobs are in: admit those still there. */
+static void relearn_done(struct work *w)
 {
     size_t n = 0;
 
@@ -358,6 +304,28 @@ static void relearn(void)
             w->items[i].err = -ETIMEDOUT;   /* as saved */
         relearn_done(w);
         tcgpud_work_free(w);
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Finished work
+ * ------------------------------------------------------------------------- */
+
+/* Hand each piece of finished work to what waits for it. */
+static void take_work(void)
+{
+    struct work *w = tcgpud_work_take();
+
+    while (w) {
+        struct work *next = w->next;
+        if (w->kind == WORK_POLL)
+            poll_done(w);
+        else if (w->kind == WORK_RELEARN)
+            relearn_done(w);
+        else
+            op_done(w);
+        tcgpud_work_free(w);
+        w = next;
     }
 }
 
@@ -571,9 +539,11 @@ static void loop(void)
             int ci = idx[k - 3];
             if (!p[k].revents || d.conns[ci].kind == C_FREE || d.conns[ci].fd != p[k].fd)
                 continue;
-            if (d.conns[ci].kind == C_READ)
-                read_request(ci);
-            else
+            if (d.conns[ci].kind == C_READ) {
+                const struct ctl_msg *m = read_request(ci);
+                if (m)
+                    handle(ci, m);
+            } else
                 peer_gone(ci);    /* waiting clients send nothing more: readable means gone */
         }
         if (p[0].revents)

@@ -2,7 +2,7 @@
  * metrics.c - tcgpud's metrics: latency histograms, counters, and the
  * Prometheus text exposition (version 0.0.4) of them and of the policy's
  * state, for the node_exporter textfile and for /metrics (docs/tcgpud.md,
- * "Metrics"); see daemon.h.
+ * "Metrics"); see metrics.h.
  *
  * Latencies are histograms, not summaries: buckets add up across nodes
  * (histogram_quantile(0.99, sum by (le) (rate(..._bucket[5m])))), quantiles
@@ -23,6 +23,8 @@
 #include "common/macros.h"
 #include "daemon.h"
 #include "http.h"
+#include "metrics.h"
+#include "tcgpu.h"
 
 /* Upper bounds of the latency buckets, seconds (+Inf after the last). */
 static const double bounds[LATENCY_BUCKETS - 1] = {

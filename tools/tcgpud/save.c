@@ -47,7 +47,9 @@
 
 #include "common/log.h"
 #include "ctl/daemon_io.h"
+#include "conns.h"
 #include "daemon.h"
+#include "save.h"
 
 enum priv_kind { PRIV_SAVE, PRIV_RESTORE };
 
