@@ -32,7 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "plugin.h"
+#include "internal.h"
 
 /* /proc/PID/task/TID/status: its TracerPid and the last NSpid (its tid where it lives). */
 static int thread_status(pid_t pid, pid_t tid, pid_t *tracer, pid_t *nstid)
@@ -177,7 +177,7 @@ int tp_threads_run(pid_t pid, const pid_t *tids, int n, struct tp_running *run)
         if (tracer != getpid())
             continue;           /* not held by us: it runs already */
         if ((r = let_go(f.found, &run->sigmask[run->n])) < 0) {
-            tp_err("process %d: cannot let thread %d run: %s", (int)pid, (int)f.found, strerror(-r));
+            log_err("process %d: cannot let thread %d run: %s", (int)pid, (int)f.found, strerror(-r));
             tp_threads_hold(run);
             return r;
         }
@@ -212,8 +212,8 @@ int tp_threads_hold(struct tp_running *run)
     for (int i = 0; i < run->n; i++) {
         int r = hold_one(run->tid[i], run->sigmask[i]);
         if (r < 0) {
-            tp_err("process %d: thread %d: cannot stop it again for CRIU: %s", (int)run->pid,
-                   (int)run->tid[i], strerror(-r));
+            log_err("process %d: thread %d: cannot stop it again for CRIU: %s", (int)run->pid,
+                    (int)run->tid[i], strerror(-r));
             bad = r;
         }
     }
