@@ -14,6 +14,7 @@
 #include "tcgpud.h"
 #include "util.h"
 #include "ctl/client.h"
+#include "common/log.h"
 #include "common/macros.h"
 #include "tcgpu.h"
 
@@ -213,6 +214,7 @@ int main(int argc, char **argv)
     const struct gpuckpt_command *c;
     int r;
 
+    tcgpu_log_setup(&(struct tcgpu_log_style){ .name = "gpuckpt", .level = TCGPU_LOG_INFO });
     if (argc < 2) {
         print_usage(stderr);
         return CTL_EXIT_USAGE;
