@@ -11,7 +11,7 @@
  *   tcgpud                   "tcgpud HH:MM:SS.mmm: ..." on stderr
  *   tcgpu-slurm              "tcgpu-slurm[JOB.STEP.TASK] HH:MM:SS.mmm: ..." on stderr
  *   the CRIU plugin          "Error (tcgpu_plugin): ...", "tcgpu_plugin: ..." into CRIU's log
- *   gpuckpt                  "gpuckpt: ..." on stderr
+ *   gpuckpt, tcgpu-replay    "gpuckpt: ...", "tcgpu-replay: ..." on stderr
  *
  * Logging happens when something happens (an operation, a refusal, an
  * error), never on the API fast path. Thread-safe once set up; not
