@@ -7,70 +7,26 @@
  *   tcgpu-slurm epilog [--dir DIR]                   EpilogSlurmctld: remove the saves
  *                                                    of a job that ended for good
  *
- * This file: the command line and the messages; task.c is a task's life.
+ * This file: the command line; task.c is a task's life.
  */
 #include <errno.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/clock.h"
-#include "common/proc.h"
+#include "common/log.h"
 #include "tcgpu_slurm.h"
 #include "tcgpu.h"
 
-static char who[64] = "tcgpu-slurm";
-
-static void vsay(const char *fmt, va_list ap)
+/* Lines on stderr, "NAME HH:MM:SS.mmm: ...": the wall clock with milliseconds,
+ * as the job's log is its preemption timeline. */
+static void log_as(const char *name)
 {
-    char when[16];
-
-    /* wall-clock time with milliseconds: the job's log is its preemption timeline */
-    fprintf(stderr, "%s %s: ", who, wall_hms(when));
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    fflush(stderr);
-}
-
-void ts_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsay(fmt, ap);
-    va_end(ap);
-}
-
-void ts_note(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsay(fmt, ap);
-    va_end(ap);
-}
-
-int ts_find_helper(const char *env, const char *const *rel, char *out, size_t len)
-{
-    const char *e = getenv(env);
-    char exe[PATH_MAX];
-
-    if (e && *e) {
-        snprintf(out, len, "%s", e);
-        return access(out, R_OK) == 0 ? 0 : -ENOENT;
-    }
-    if (tcgpu_proc_self_dir(exe, sizeof(exe)) < 0)
-        return -ENOENT;
-    for (; *rel; rel++) {
-        snprintf(out, len, "%.3800s%s", exe, *rel);
-        if (access(out, R_OK) == 0)
-            return 0;
-    }
-    return -ENOENT;
+    tcgpu_log_setup(&(struct tcgpu_log_style){ .name = name, .flags = TCGPU_LOG_CLOCK,
+                                              .level = TCGPU_LOG_INFO });
 }
 
 static void usage(FILE *f)
@@ -108,8 +64,8 @@ static int epilog(void)
     if (!id || !*id)
         id = getenv("JOBID");
     if (!id || !*id || (job = strtoul(id, &end, 10), *end) || !job || job > UINT32_MAX) {
-        ts_error("epilog: no SLURM_JOB_ID or JOBID (run it as JobCompLoc of jobcomp/script, "
-                 "or as EpilogSlurmctld)");
+        log_err("epilog: no SLURM_JOB_ID or JOBID (run it as JobCompLoc of jobcomp/script, "
+                "or as EpilogSlurmctld)");
         return 1;
     }
     snprintf(path, sizeof(path), "%s/%lu", root, job);
@@ -121,10 +77,10 @@ static int epilog(void)
     if (!over)
         return 0;               /* requeued: it comes back from its saves */
     if (ts_remove_job(root, (uint32_t)job) < 0 || lstat(path, &st) == 0) {
-        ts_error("epilog: cannot remove %s", path);
+        log_err("epilog: cannot remove %s", path);
         return 1;
     }
-    ts_note("epilog: job %lu is over: removed its saves (%s)", job, path);
+    log_info("epilog: job %lu is over: removed its saves (%s)", job, path);
     return 0;
 }
 
@@ -137,14 +93,16 @@ int main(int argc, char **argv)
         { 0 },
     };
     struct ts_job job;
+    char who[64];
     int ch, is_epilog = argc > 1 && !strcmp(argv[1], "epilog");
 
+    log_as("tcgpu-slurm");
     optind = is_epilog ? 2 : 1;
     while ((ch = getopt_long(argc, argv, "+d:hV", longopts, NULL)) != -1) {
         switch (ch) {
         case 'd':
             if (optarg[0] != '/') {
-                ts_error("--dir %s: an absolute path, please", optarg);
+                log_err("--dir %s: an absolute path, please", optarg);
                 return 2;
             }
             setenv("TCGPU_SLURM_DIR", optarg, 1);
@@ -163,5 +121,6 @@ int main(int argc, char **argv)
     if (ts_job_from_env(&job) < 0)
         return 2;
     snprintf(who, sizeof(who), "tcgpu-slurm[%u.%u.%u]", job.job_id, job.step_id, job.task);
+    log_as(who);
     return ts_run_task(&job, argv + optind);
 }

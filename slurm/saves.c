@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "tcgpu_slurm.h"
 
 static int env_u32(const char *name, uint32_t dflt, int required, uint32_t *out)
@@ -55,12 +56,12 @@ int ts_job_from_env(struct ts_job *j)
         env_u32("SLURM_PROCID", 0, 0, &task) < 0 ||
         env_u32("SLURM_NTASKS", 1, 0, &ntasks) < 0 ||
         env_u32("SLURM_RESTART_COUNT", 0, 0, &restarts) < 0) {
-        ts_error("not a task of a Slurm job step (SLURM_JOB_ID, SLURM_STEP_ID, SLURM_PROCID, "
-                 "SLURM_NTASKS): run it under srun");
+        log_err("not a task of a Slurm job step (SLURM_JOB_ID, SLURM_STEP_ID, SLURM_PROCID, "
+                "SLURM_NTASKS): run it under srun");
         return -EINVAL;
     }
     if (!ntasks || task >= ntasks || ntasks > 4096) {
-        ts_error("task %u of %u: Slurm's environment makes no sense", task, ntasks);
+        log_err("task %u of %u: Slurm's environment makes no sense", task, ntasks);
         return -EINVAL;
     }
     j->task = task;
@@ -68,7 +69,7 @@ int ts_job_from_env(struct ts_job *j)
     j->restarts = restarts;
     snprintf(j->root, sizeof(j->root), "%s", root && *root ? root : TS_DEFAULT_DIR);
     if (j->root[0] != '/' || strlen(j->root) > PATH_MAX - 128) {
-        ts_error("TCGPU_SLURM_DIR=%s: not an absolute path", j->root);
+        log_err("TCGPU_SLURM_DIR=%s: not an absolute path", j->root);
         return -EINVAL;
     }
     snprintf(j->dir, sizeof(j->dir), "%s/%u", j->root, j->job_id);
@@ -80,15 +81,15 @@ int ts_job_dir(const struct ts_job *j)
     struct stat st;
 
     if (mkdir(j->dir, 0700) < 0 && errno != EEXIST) {
-        ts_error("cannot create %s: %s (TCGPU_SLURM_DIR must exist and be writable, as /tmp "
-                 "is: docs/slurm.md)", j->dir, strerror(errno));
+        log_err("cannot create %s: %s (TCGPU_SLURM_DIR must exist and be writable, as /tmp "
+                "is: docs/slurm.md)", j->dir, strerror(errno));
         return -errno;
     }
     /* another task made it, or an earlier run: it must be ours, and private */
     if (lstat(j->dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
         (st.st_mode & 077)) {
-        ts_error("%s is not a private directory of this user: refusing to keep saves there",
-                 j->dir);
+        log_err("%s is not a private directory of this user: refusing to keep saves there",
+                j->dir);
         return -EACCES;
     }
     return 0;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "tcgpu_slurm.h"
 
 static void init_once(void)
@@ -34,7 +35,7 @@ static int load_job(uint32_t job_id, job_info_msg_t **msg)
         int e = slurm_get_errno();
         if (e == ESLURM_INVALID_JOB_ID)
             return -ENOENT;
-        ts_error("cannot ask slurmctld about job %u: %s", job_id, slurm_strerror(e));
+        log_err("cannot ask slurmctld about job %u: %s", job_id, slurm_strerror(e));
         return -EIO;
     }
     if ((*msg)->record_count < 1) {
@@ -64,7 +65,7 @@ int ts_job_requeue(uint32_t job_id)
         /* another task of the job asked first */
         if (e == ESLURM_JOB_PENDING || e == ESLURM_TRANSITION_STATE_NO_UPDATE)
             return 0;
-        ts_error("cannot requeue job %u: %s", job_id, slurm_strerror(e));
+        log_err("cannot requeue job %u: %s", job_id, slurm_strerror(e));
         return -EIO;
     }
     return 0;

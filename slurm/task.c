@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/proc.h"
 #include "common/signals.h"
 #include "tcgpu_slurm.h"
@@ -69,6 +70,26 @@ struct task {
  * Helpers
  * ------------------------------------------------------------------------- */
 
+/* A helper binary next to tcgpu-slurm (build tree or install), or $env. */
+static int ts_find_helper(const char *env, const char *const *rel, char *out, size_t len)
+{
+    const char *e = getenv(env);
+    char exe[PATH_MAX];
+
+    if (e && *e) {
+        snprintf(out, len, "%s", e);
+        return access(out, R_OK) == 0 ? 0 : -ENOENT;
+    }
+    if (tcgpu_proc_self_dir(exe, sizeof(exe)) < 0)
+        return -ENOENT;
+    for (; *rel; rel++) {
+        snprintf(out, len, "%.3800s%s", exe, *rel);
+        if (access(out, R_OK) == 0)
+            return 0;
+    }
+    return -ENOENT;
+}
+
 static int find_tools(struct task *t)
 {
     static const char *const gpuckpt_rel[] = { "/../tools/gpuckpt/gpuckpt", "/gpuckpt", NULL };
@@ -77,11 +98,11 @@ static int find_tools(struct task *t)
                                              "/../lib64/tcgpu/libtcgpu-slurm-defer.so", NULL };
 
     if (ts_find_helper("TCGPU_GPUCKPT", gpuckpt_rel, t->gpuckpt, sizeof(t->gpuckpt)) < 0) {
-        ts_error("cannot find gpuckpt (set TCGPU_GPUCKPT)");
+        log_err("cannot find gpuckpt (set TCGPU_GPUCKPT)");
         return -ENOENT;
     }
     if (ts_find_helper("TCGPU_SLURM_DEFER_LIB", defer_rel, t->defer, sizeof(t->defer)) < 0) {
-        ts_error("cannot find libtcgpu-slurm-defer.so (set TCGPU_SLURM_DEFER_LIB)");
+        log_err("cannot find libtcgpu-slurm-defer.so (set TCGPU_SLURM_DEFER_LIB)");
         return -ENOENT;
     }
     return 0;
@@ -117,7 +138,7 @@ static void relay_restore_err(struct task *t)
             fprintf(stderr, "%s\n", t->err_buf);
             if (sscanf(t->err_buf, "restored the tree under %d", &pid) == 1 && pid > 0) {
                 t->root = pid;
-                ts_note("restored from its save: the program runs on as pid %d", pid);
+                log_info("restored from its save: the program runs on as pid %d", pid);
             }
             t->err_len -= (size_t)(nl + 1 - t->err_buf);
             memmove(t->err_buf, nl + 1, t->err_len + 1);
@@ -183,7 +204,7 @@ static int open_output(struct task *t, int relay_from_end)
     ts_output_path(t->job, t->job->task, t->out_path, sizeof(t->out_path));
     fd = open(t->out_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (fd < 0) {
-        ts_error("cannot open %s: %s", t->out_path, strerror(errno));
+        log_err("cannot open %s: %s", t->out_path, strerror(errno));
         return -errno;
     }
     t->out_fd = open(t->out_path, O_RDONLY | O_CLOEXEC);
@@ -247,7 +268,7 @@ static int start_fresh(struct task *t, char *const argv[])
     if (t->child < 0)
         return -errno;
     t->root = t->child;
-    ts_note("started %s as pid %d (output: %s)", argv[0], (int)t->child, t->out_path);
+    log_info("started %s as pid %d (output: %s)", argv[0], (int)t->child, t->out_path);
     return 0;
 }
 
@@ -282,7 +303,7 @@ static int start_restore(struct task *t, const char *save)
     t->err_fd = errp[0];
     fcntl(t->err_fd, F_SETFL, O_NONBLOCK);
     t->restored = 1;
-    ts_note("restoring from %s (run %u of job %u)", save, t->job->restarts, t->job->job_id);
+    log_info("restoring from %s (run %u of job %u)", save, t->job->restarts, t->job->job_id);
     return 0;
 }
 
@@ -296,15 +317,15 @@ static void wait_whole_and_requeue(struct task *t)
 
     while (!ts_set_whole(t->job, t->job->restarts)) {
         if (now_ms() > until) {
-            ts_error("other tasks of the step did not save in time; Slurm requeues the job at "
-                     "the end of its grace time, and it will not come back from this save");
+            log_err("other tasks of the step did not save in time; Slurm requeues the job at "
+                    "the end of its grace time, and it will not come back from this save");
             return;
         }
         usleep(TICK_MS * 1000);
     }
     if (ts_job_requeue(t->job->job_id) == 0) {
         t->requeued = 1;
-        ts_note("every task saved: requeued job %u", t->job->job_id);
+        log_info("every task saved: requeued job %u", t->job->job_id);
     }
 }
 
@@ -316,17 +337,17 @@ static void save_for_preemption(struct task *t)
 
     ts_save_path(t->job, t->job->task, t->job->restarts, path, sizeof(path));
     snprintf(pid, sizeof(pid), "%d", (int)t->root);
-    ts_note("preempted: saving the program (pid %d) to %s", (int)t->root, path);
+    log_info("preempted: saving the program (pid %d) to %s", (int)t->root, path);
     r = gpuckpt(t, (const char *const[]){ "save", pid, "-D", path, NULL });
     relay_output(t);
     if (r != 0) {
         t->state = T_SAVE_FAILED;
-        ts_error("the save failed (gpuckpt exit %d, above): the program runs on until Slurm ends "
-                 "it at the end of the grace time; nothing of it is kept", r);
+        log_err("the save failed (gpuckpt exit %d, above): the program runs on until Slurm ends "
+                "it at the end of the grace time; nothing of it is kept", r);
         return;
     }
     t->state = T_SAVED;
-    ts_note("saved in %.2f s", (double)(now_ms() - t0) / 1e3);
+    log_info("saved in %.2f s", (double)(now_ms() - t0) / 1e3);
     wait_whole_and_requeue(t);
 }
 
@@ -353,7 +374,7 @@ static void gpu_off(struct task *t)
             t->suspended = 1;
     }
     if (t->suspended)
-        ts_note("suspended by Slurm: GPU memory released in %.2f s", (double)(now_ms() - t0) / 1e3);
+        log_info("suspended by Slurm: GPU memory released in %.2f s", (double)(now_ms() - t0) / 1e3);
 }
 
 static void gpu_on(struct task *t)
@@ -367,7 +388,7 @@ static void gpu_on(struct task *t)
         gpuckpt(t, (const char *const[]){ "resume", pid, "-q", NULL });
     }
     t->suspended = 0;
-    ts_note("resumed by Slurm: back on the GPU");
+    log_info("resumed by Slurm: back on the GPU");
 }
 
 static void on_signal(struct task *t, int sig)
@@ -376,7 +397,7 @@ static void on_signal(struct task *t, int sig)
 
     if (t->state == T_SAVED && t->requeued && sig == SIGTERM) {
         /* the requeue ends the job's steps: going now spares it the KillWait */
-        ts_note("ending for the requeue");
+        log_info("ending for the requeue");
         exit(0);
     }
     if (t->state != T_RUNNING || sig == SIGCHLD)
@@ -400,10 +421,10 @@ static void on_signal(struct task *t, int sig)
         }
         if (sig != SIGTERM)
             return;             /* the --signal warning of a time limit: the program's to hear */
-        ts_note("SIGTERM, not a preemption (scancel or the time limit): the program gets it");
+        log_info("SIGTERM, not a preemption (scancel or the time limit): the program gets it");
         break;
     default:
-        ts_note("signal %d: the program gets it", sig);
+        log_info("signal %d: the program gets it", sig);
         break;
     }
     pass_on(t, sig);
@@ -437,8 +458,8 @@ static int loop(struct task *t, int sfd)
             if (t->state == T_SAVED)
                 continue;       /* CRIU ended the program: wait for Slurm to end us */
             if (t->restored && !t->root)
-                ts_error("the save could not be restored (above): the job fails rather than "
-                         "start again from the beginning");
+                log_err("the save could not be restored (above): the job fails rather than "
+                        "start again from the beginning");
             return child_status(st);
         }
     }
@@ -462,13 +483,13 @@ int ts_run_task(const struct ts_job *job, char *const argv[])
                                   SIGCHLD }[s]);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     if ((sfd = signalfd(-1, &mask, SFD_CLOEXEC)) < 0) {
-        ts_error("signalfd: %s", strerror(errno));
+        log_err("signalfd: %s", strerror(errno));
         return 1;
     }
     r = ts_latest_whole_set(job, &run, why, sizeof(why));
     if (r == -EBADMSG) {
-        ts_error("%s: the job cannot continue from its save, and does not start again from the "
-                 "beginning", why);
+        log_err("%s: the job cannot continue from its save, and does not start again from the "
+                "beginning", why);
         return 1;
     }
     if (r == 0) {
@@ -476,12 +497,12 @@ int ts_run_task(const struct ts_job *job, char *const argv[])
         r = start_restore(&t, save);
     } else {
         if (job->restarts)
-            ts_note("run %u of job %u: no save to come back from: starting from the beginning",
-                    job->restarts, job->job_id);
+            log_info("run %u of job %u: no save to come back from: starting from the beginning",
+                     job->restarts, job->job_id);
         r = start_fresh(&t, argv);
     }
     if (r < 0) {
-        ts_error("cannot start: %s", strerror(-r));
+        log_err("cannot start: %s", strerror(-r));
         return 1;
     }
     return loop(&t, sfd);

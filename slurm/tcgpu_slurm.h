@@ -34,12 +34,6 @@ struct ts_job {
     char dir[PATH_MAX];         /* root/<job id>: this job's saves, the user's */
 };
 
-/* main.c */
-void ts_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void ts_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* A helper binary next to tcgpu-slurm (build tree or install), or $env. */
-int ts_find_helper(const char *env, const char *const *rel, char *out, size_t len);
-
 /* saves.c */
 /* Fills j from the environment; -EINVAL (not in a Slurm step) said. */
 int ts_job_from_env(struct ts_job *j);

@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "plugin.h"
+#include "internal.h"
 #include "common/units.h"
 
 #ifndef TCGPU_CRIU_LIBEXECDIR
@@ -48,7 +48,7 @@ static int on_key(void *arg, const char *section, const char *key, const char *v
         /* plain seconds, or a duration as tcgpud takes them ("90s", "10m") */
         snprintf(spec, sizeof(spec), "%s%s", value, strspn(value, "0123456789") == strlen(value) ? "s" : "");
         if (units_parse_duration(spec, &ns) < 0 || ns / 1000000 > INT_MAX) {
-            tp_err("%s: [plugin] timeout = %s is not a duration", p->c->path, value);
+            log_err("%s: [plugin] timeout = %s is not a duration", p->c->path, value);
             p->bad = 1;
         } else {
             p->c->timeout_ms = (int)(ns / 1000000);
@@ -56,7 +56,7 @@ static int on_key(void *arg, const char *section, const char *key, const char *v
     } else if (!strcmp(section, "environment")) {
         setenv(key, value, 0);
     } else {
-        tp_warn("%s: [%s] %s is not a setting of the plugin: ignored", p->c->path, section, key);
+        log_warn("%s: [%s] %s is not a setting of the plugin: ignored", p->c->path, section, key);
     }
     return 1;
 }
@@ -101,29 +101,29 @@ int tp_config_load(struct tp_config *c)
             memcpy(c->path, cand[i], sizeof(c->path));
     if (!c->path[0]) {
         if (env && *env) {
-            tp_err("TCGPU_CRIU_CONFIG=%s: no such file", env);
+            log_err("TCGPU_CRIU_CONFIG=%s: no such file", env);
             return -ENOENT;
         }
         return 0;
     }
     if (!S_ISREG(st.st_mode) || (st.st_mode & 022) || st.st_uid != geteuid()) {
         /* it sets CRIU's environment: only its owner may write it */
-        tp_err("%s is not a regular file owned by uid %u and writable by it alone: refusing it",
-               c->path, (unsigned)geteuid());
+        log_err("%s is not a regular file owned by uid %u and writable by it alone: refusing it",
+                c->path, (unsigned)geteuid());
         return -EPERM;
     }
     if (!(f = fopen(c->path, "re"))) {
         r = -errno;
-        tp_err("cannot read %s: %s", c->path, strerror(errno));
+        log_err("cannot read %s: %s", c->path, strerror(errno));
         return r;
     }
     r = ini_parse_file(f, on_key, &p);
     fclose(f);
     if (r != 0 || p.bad) {
         if (r > 0)
-            tp_err("%s: line %d is not INI", c->path, r);
+            log_err("%s: line %d is not INI", c->path, r);
         return -EINVAL;
     }
-    tp_info("configuration from %s (timeout %d s)", c->path, c->timeout_ms / 1000);
+    log_info("configuration from %s (timeout %d s)", c->path, c->timeout_ms / 1000);
     return 0;
 }

@@ -1,6 +1,6 @@
 /*
  * driver.c - the driver's checkpoint API for the plugin: directly (in
- * tcgpu-criu-helper) or through the helper (in CRIU's process); plugin.h
+ * tcgpu-criu-helper) or through the helper (in CRIU's process); internal.h
  * says why there are two.
  *
  * The helper's protocol: `tcgpu-criu-helper driver OP PID [ARG]`; it
@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "plugin.h"
+#include "internal.h"
 #include "common/clock.h"
 #include "ctl/proto.h"
 #include "ctl/recfile.h"

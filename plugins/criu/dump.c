@@ -30,7 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "plugin.h"
+#include "internal.h"
 #include "rmtree.h"
 #include "criu-plugin.h"
 #include "common/proc.h"
@@ -92,8 +92,8 @@ static void prefer_ptrace_stop(pid_t root)
     if (interrupt_only)
         interrupt_only();
     else
-        tp_warn("this CRIU does not export set_compel_interrupt_only_mode: with --freeze-cgroup a "
-                "failed dump cannot give the GPU back until CRIU lets the tasks go");
+        log_warn("this CRIU does not export set_compel_interrupt_only_mode: with --freeze-cgroup a "
+                 "failed dump cannot give the GPU back until CRIU lets the tasks go");
 }
 
 static void join_inventory(void)
@@ -107,7 +107,7 @@ static void join_inventory(void)
     if (add(TP_NAME) == 0)
         d.inventory = 1;
     else
-        tp_warn("cannot add %s to CRIU's inventory", TP_NAME);
+        log_warn("cannot add %s to CRIU's inventory", TP_NAME);
 }
 
 /* ---- one process ----------------------------------------------------------------- */
@@ -133,8 +133,8 @@ static int make_stage(const struct tp_proc *p, char *name, size_t len)
         fchownat(d.gpudir, name, p->uid, (gid_t)-1, AT_SYMLINK_NOFOLLOW) < 0 ||
         (fd = openat(d.gpudir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
         r = -errno;
-        tp_err("process %d (%s): cannot make its stage directory: %s", (int)p->pid, p->comm,
-               strerror(errno));
+        log_err("process %d (%s): cannot make its stage directory: %s", (int)p->pid, p->comm,
+                strerror(errno));
         tp_rmtree_at(d.gpudir, name);
         return r;
     }
@@ -152,7 +152,7 @@ static int image_checksum(const struct tp_proc *p, const char *name, uint8_t out
     if (r == 0)
         image_manifest_csum(img, out);
     else
-        tp_err("process %d (%s): its new image does not open: %s", (int)p->pid, p->comm, err);
+        log_err("process %d (%s): its new image does not open: %s", (int)p->pid, p->comm, err);
     image_close(img);
     return r;
 }
@@ -169,14 +169,14 @@ static int suspend_to_image(struct tp_proc *p)
     tp_rmtree_at(d.gpudir, name);   /* an earlier dump into the same directory */
     r = tp_job_call(p->pid, "suspend", sfd, "image", d.cfg->timeout_ms, NULL, err, sizeof(err));
     if (r < 0) {
-        tp_err("process %d (%s): %s", (int)p->pid, p->comm, err);
+        log_err("process %d (%s): %s", (int)p->pid, p->comm, err);
         goto out;
     }
     p->suspended_by_us = 1;
     if (renameat(sfd, "image", d.gpudir, name) < 0) {
         r = -errno;
-        tp_err("process %d (%s): cannot move its image into place: %s", (int)p->pid, p->comm,
-               strerror(errno));
+        log_err("process %d (%s): cannot move its image into place: %s", (int)p->pid, p->comm,
+                strerror(errno));
         goto out;
     }
     r = image_checksum(p, name, p->image_csum);
@@ -199,7 +199,7 @@ static int service_threads(struct tp_proc *p)
         return 0;
     }
     if (r < 0)
-        tp_err("process %d (%s): %s", (int)p->pid, p->comm, err);
+        log_err("process %d (%s): %s", (int)p->pid, p->comm, err);
     return r;
 }
 
@@ -211,8 +211,8 @@ static int release_context(struct tp_proc *p)
     int state, r;
 
     if ((r = tp_driver_helper.state(p->pid, &state, &tid, err, sizeof(err))) < 0) {
-        tp_err("process %d (%s): %s%s", (int)p->pid, p->comm, err,
-               r == -ENODEV ? ": its CUDA context would stay, and CRIU cannot dump it" : "");
+        log_err("process %d (%s): %s%s", (int)p->pid, p->comm, err,
+                r == -ENODEV ? ": its CUDA context would stay, and CRIU cannot dump it" : "");
         return r;
     }
     if (tid && (tid = tp_tid_ns(p->pid, tid)))
@@ -222,12 +222,12 @@ static int release_context(struct tp_proc *p)
     if (state == GDRV_CHECKPOINTED)
         return 0;               /* released by whoever suspended it: theirs to take back */
     if (state != GDRV_RUNNING) {
-        tp_err("process %d (%s): the driver has it %s: resume it first", (int)p->pid, p->comm,
-               gdrv_state_name(state));
+        log_err("process %d (%s): the driver has it %s: resume it first", (int)p->pid, p->comm,
+                gdrv_state_name(state));
         return -EBUSY;
     }
     if ((r = tp_driver_helper.release(p->pid, (unsigned)d.cfg->timeout_ms, err, sizeof(err))) < 0) {
-        tp_err("process %d (%s): %s", (int)p->pid, p->comm, err);
+        log_err("process %d (%s): %s", (int)p->pid, p->comm, err);
         return r;
     }
     p->released_by_us = 1;
@@ -243,11 +243,11 @@ static int take_off(struct tp_proc *p, const struct tcgpu_status *st)
     if (st->state == TCGPU_STATE_RUNNING)
         r = suspend_to_image(p);
     else if (st->state != TCGPU_STATE_SUSPENDED) {
-        tp_err("process %d (%s) is %s: a checkpoint cannot take it now; try again", (int)p->pid,
-               p->comm, tcgpu_state_name(st->state));
+        log_err("process %d (%s) is %s: a checkpoint cannot take it now; try again", (int)p->pid,
+                p->comm, tcgpu_state_name(st->state));
         return -EBUSY;
     } else {
-        tp_info("process %d (%s) was suspended before the dump: it stays so", (int)p->pid, p->comm);
+        log_info("process %d (%s) was suspended before the dump: it stays so", (int)p->pid, p->comm);
     }
     if (r == 0)
         r = release_context(p);
@@ -274,11 +274,11 @@ int tp_dump_pause(pid_t pid)
     if (r == -ENOENT || r == -ECONNREFUSED || r == -ESRCH)
         return -ENOTSUP;        /* not a tcgpu process: not ours */
     if (r < 0) {
-        tp_err("process %d: %s", (int)pid, err);
+        log_err("process %d: %s", (int)pid, err);
         return -1;
     }
     if (d.idx.n >= TP_MAX_PROCS) {
-        tp_err("more than %d tcgpu processes in one dump", TP_MAX_PROCS);
+        log_err("more than %d tcgpu processes in one dump", TP_MAX_PROCS);
         return -1;
     }
     if (d.gpudir < 0 && (d.gpudir = tp_gpu_dir_open(d.imgdir, 1)) < 0)
@@ -293,8 +293,8 @@ int tp_dump_pause(pid_t pid)
     if (tp_index_write(d.imgdir, &d.idx) < 0)
         return -1;              /* fini gives everything back */
     /* gpuckpt save reads this line: the GPU's part of the dump's time */
-    tp_info("process %d (%s, pid %d where it lives): off the GPU in %.3f s%s", (int)pid, p->comm,
-            (int)p->vpid, (double)(now_ns() - t0) / 1e9, p->suspended_by_us ? ", image written" : "");
+    log_info("process %d (%s, pid %d where it lives): off the GPU in %.3f s%s", (int)pid, p->comm,
+             (int)p->vpid, (double)(now_ns() - t0) / 1e9, p->suspended_by_us ? ", image written" : "");
     return 0;
 }
 
@@ -350,16 +350,16 @@ static void start_watcher(void)
     pid_t child;
 
     if (tp_helper_path(exe, sizeof(exe)) < 0) {
-        tp_err("no %s beside the plugin: if the tasks run on, resume their GPU state by hand "
-               "(gpuckpt resume)", TP_HELPER);
+        log_err("no %s beside the plugin: if the tasks run on, resume their GPU state by hand "
+                "(gpuckpt resume)", TP_HELPER);
         return;
     }
     snprintf(a_img, sizeof(a_img), "%d", d.imgdir);
     snprintf(a_gpu, sizeof(a_gpu), "%d", d.gpudir);
     snprintf(a_to, sizeof(a_to), "%d", d.cfg->timeout_ms);
     if ((child = fork()) < 0) {
-        tp_err("cannot start %s (%s): if the tasks run on, resume their GPU state by hand "
-               "(gpuckpt resume)", TP_HELPER, strerror(errno));
+        log_err("cannot start %s (%s): if the tasks run on, resume their GPU state by hand "
+                "(gpuckpt resume)", TP_HELPER, strerror(errno));
         return;
     }
     if (child == 0) {
@@ -381,8 +381,8 @@ static void start_watcher(void)
     }
     while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
         ;
-    tp_info("%s watches the dumped tcgpu processes: those CRIU lets run on get their GPU state back",
-            TP_HELPER);
+    log_info("%s watches the dumped tcgpu processes: those CRIU lets run on get their GPU state back",
+             TP_HELPER);
 }
 
 void tp_dump_fini(int ret)
@@ -390,7 +390,7 @@ void tp_dump_fini(int ret)
     if (d.idx.n == 0)
         goto out;
     if (ret != 0) {
-        tp_info("the dump failed: every tcgpu process gets its GPU state back");
+        log_info("the dump failed: every tcgpu process gets its GPU state back");
         give_all_back();
     } else if (leave_running_asked()) {
         give_all_back();

@@ -1,6 +1,6 @@
 /*
  * helper.c - tcgpu-criu-helper: what the plugin must not do inside CRIU's
- * process (plugin.h, "driver.c").
+ * process (internal.h, "driver.c").
  *
  *     tcgpu-criu-helper driver state PID          state=N restore_tid=TID
  *     tcgpu-criu-helper driver release PID TIMEOUT_MS
@@ -28,7 +28,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "plugin.h"
+#include "internal.h"
 #include "ctl/proto.h"
 #include "ctl/recfile.h"
 #include "ckptapi/ckptapi.h"
@@ -200,6 +200,7 @@ static int watch_main(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    tp_log_setup();
     gdrv_set_library(getenv("TCGPU_REAL_LIBCUDA"));
     if (argc >= 2 && !strcmp(argv[1], "driver"))
         return driver_main(argc, argv);

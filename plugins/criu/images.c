@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "plugin.h"
+#include "internal.h"
 
 /* Ours alone: a real directory owned by us, no one else may write in it. */
 static int check_private(int fd, const char *shown)
@@ -22,8 +22,8 @@ static int check_private(int fd, const char *shown)
     struct stat st;
 
     if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022)) {
-        tp_err("%s is not a directory of uid %u that only it may write: refusing it", shown,
-               (unsigned)geteuid());
+        log_err("%s is not a directory of uid %u that only it may write: refusing it", shown,
+                (unsigned)geteuid());
         return -EPERM;
     }
     return 0;
@@ -36,26 +36,26 @@ int tp_gpu_dir_open(int imgdir, int create)
 
     if (env && *env) {
         if (env[0] != '/') {
-            tp_err("TCGPU_CRIU_GPU_DIR=%s is not an absolute path", env);
+            log_err("TCGPU_CRIU_GPU_DIR=%s is not an absolute path", env);
             return -EINVAL;
         }
         fd = open(env, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) {
             r = -errno;
-            tp_err("GPU images directory %s: %s", env, strerror(errno));
+            log_err("GPU images directory %s: %s", env, strerror(errno));
             return r;
         }
     } else {
         if (create && mkdirat(imgdir, TP_GPU_SUBDIR, 0700) < 0 && errno != EEXIST) {
             r = -errno;
-            tp_err("cannot make %s in CRIU's images directory: %s", TP_GPU_SUBDIR, strerror(errno));
+            log_err("cannot make %s in CRIU's images directory: %s", TP_GPU_SUBDIR, strerror(errno));
             return r;
         }
         fd = openat(imgdir, TP_GPU_SUBDIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) {
             r = -errno;
-            tp_err("%s in CRIU's images directory: %s", TP_GPU_SUBDIR,
-                   errno == ELOOP || errno == ENOTDIR ? "not a directory" : strerror(errno));
+            log_err("%s in CRIU's images directory: %s", TP_GPU_SUBDIR,
+                    errno == ELOOP || errno == ENOTDIR ? "not a directory" : strerror(errno));
             return r;
         }
     }

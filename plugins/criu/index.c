@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "plugin.h"
+#include "internal.h"
 #include "ctl/recfile.h"
 
 #define INDEX_VERSION 1
@@ -61,7 +61,7 @@ int tp_index_write(int imgdir, const struct tp_index *idx)
     int r;
 
     if ((r = recfile_writer_init(&w)) < 0) {
-        tp_err("cannot write %s: out of memory", TP_INDEX);
+        log_err("cannot write %s: out of memory", TP_INDEX);
         return r;
     }
     gethostname(host, sizeof(host) - 1);
@@ -75,7 +75,7 @@ int tp_index_write(int imgdir, const struct tp_index *idx)
     r = recfile_commit(&w, imgdir, TP_INDEX, err, sizeof(err));
     recfile_writer_free(&w);
     if (r < 0)
-        tp_err("%s", err);
+        log_err("%s", err);
     return r;
 }
 
@@ -146,7 +146,7 @@ int tp_index_read(int imgdir, struct tp_index *idx)
     idx->n = 0;
     r = recfile_read(imgdir, TP_INDEX, INDEX_MAX_BYTES, on_record, idx, err, sizeof(err));
     if (r < 0 && r != -ENOENT)
-        tp_err("%s", err);
+        log_err("%s", err);
     return r;
 }
 

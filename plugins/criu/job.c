@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "plugin.h"
+#include "internal.h"
 #include "ctl/client.h"
 #include "ctl/proto.h"
 #include "common/proc.h"
@@ -133,8 +133,8 @@ int tp_job_give_back(const struct tp_proc *p, pid_t pid, int gpudir, int timeout
 
     image_path(gpudir, p->vpid, img, sizeof(img));
     if (p->released_by_us && (r = drv->reacquire(pid, err, sizeof(err))) < 0) {
-        tp_err("process %d (%s): cannot take its CUDA context back from the driver: %s; it stays "
-               "suspended (retry: gpuckpt resume %d -D %s)", (int)pid, p->comm, err, (int)pid, img);
+        log_err("process %d (%s): cannot take its CUDA context back from the driver: %s; it stays "
+                "suspended (retry: gpuckpt resume %d -D %s)", (int)pid, p->comm, err, (int)pid, img);
         return r;
     }
     if (!p->suspended_by_us)
@@ -149,10 +149,10 @@ int tp_job_give_back(const struct tp_proc *p, pid_t pid, int gpudir, int timeout
         close(imgfd);
     }
     if (r < 0) {
-        tp_err("process %d (%s): %s; it stays suspended (retry: gpuckpt resume %d -D %s)", (int)pid,
-               p->comm, err, (int)pid, img);
+        log_err("process %d (%s): %s; it stays suspended (retry: gpuckpt resume %d -D %s)", (int)pid,
+                p->comm, err, (int)pid, img);
         return r;
     }
-    tp_info("process %d (%s): back on the GPU from %s", (int)pid, p->comm, img);
+    log_info("process %d (%s): back on the GPU from %s", (int)pid, p->comm, img);
     return 0;
 }

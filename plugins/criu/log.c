@@ -1,5 +1,6 @@
 /*
- * log.c - the plugin's lines in CRIU's log.
+ * log.c - the plugin's lines in CRIU's log, through the common log
+ * (common/log.h).
  *
  * CRIU's own logger is print_on_level(), exported by the criu binary (its
  * plugins are built in its tree and call it directly). We are built against
@@ -9,12 +10,16 @@
  * users reading restore.log) find ours too.
  */
 #include <dlfcn.h>
-#include <stdarg.h>
-#include <stdio.h>
 
-#include "plugin.h"
+#include "common/log.h"
+#include "internal.h"
 
 typedef void (*print_on_level_fn)(unsigned int level, const char *fmt, ...);
+
+/* CRIU's levels (criu/include/log.h) for ours. */
+static const unsigned criu_level[] = {
+    [TCGPU_LOG_ERROR] = 1, [TCGPU_LOG_WARN] = 2, [TCGPU_LOG_INFO] = 3, [TCGPU_LOG_DEBUG] = 4,
+};
 
 static print_on_level_fn criu_print(void)
 {
@@ -28,19 +33,19 @@ static print_on_level_fn criu_print(void)
     return fn;
 }
 
-void tp_log(enum tp_level level, const char *fmt, ...)
+/* CRIU's log decides what it keeps; without it, errors and warnings go to stderr. */
+static void into_criu_log(enum tcgpu_log_level level, const char *line, size_t len)
 {
     print_on_level_fn print = criu_print();
-    const char *lead = level == TP_ERROR ? "Error (" TP_NAME "): "
-                       : level == TP_WARN ? "Warn  (" TP_NAME "): " : TP_NAME ": ";
-    char msg[2048];
-    va_list ap;
 
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     if (print)
-        print((unsigned)level, "%s%s\n", lead, msg);
-    else if (level <= TP_WARN)
-        fprintf(stderr, "%s%s\n", lead, msg);
+        print(criu_level[level], "%s", line);
+    else if (level <= TCGPU_LOG_WARN)
+        tcgpu_log_to_stderr(level, line, len);
+}
+
+void tp_log_setup(void)
+{
+    tcgpu_log_setup(&(struct tcgpu_log_style){ .name = TP_NAME, .flags = TCGPU_LOG_TAGGED,
+                                              .level = TCGPU_LOG_DEBUG, .sink = into_criu_log });
 }

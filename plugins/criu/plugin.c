@@ -1,10 +1,10 @@
 /*
  * plugin.c - tcgpu_plugin.so's face to CRIU: its descriptor, init and fini,
- * and the hooks (plugin.h says what each does).
+ * and the hooks (internal.h says what each does).
  */
 #include <errno.h>
 
-#include "plugin.h"
+#include "internal.h"
 #include "criu-plugin.h"
 
 static struct tp_config config;
@@ -14,6 +14,7 @@ static int tcgpu_init(int stage)
 {
     int r;
 
+    tp_log_setup();
     stage_now = -1;
     if (stage == CR_PLUGIN_STAGE__PRE_DUMP)
         return 0;               /* pre-dump copies memory pages only: the GPU waits for the dump */

@@ -25,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "plugin.h"
+#include "internal.h"
 #include "criu-plugin.h"
 #include "ckptapi/ckptapi.h"
 #include "common/proc.h"
@@ -73,22 +73,22 @@ static int check_devices(const struct tp_proc *p, const struct image *img)
     int n = rs.ndev;
 
     if (n < 0 && (n = rs.ndev = tp_driver_helper.devices(rs.dev, 16, err, sizeof(err))) < 0) {
-        tp_err("cannot list the GPUs: %s", err);
+        log_err("cannot list the GPUs: %s", err);
         return -ENODEV;
     }
     for (uint32_t i = 0; i < image_device_count(img); i++) {
         const struct image_device *d = image_device_info(img, i);
 
         if (d->ordinal >= n) {
-            tp_err("process %d (%s) used GPU %d (%s); this machine has %d", (int)p->vpid, p->comm,
-                   d->ordinal, d->name, n);
+            log_err("process %d (%s) used GPU %d (%s); this machine has %d", (int)p->vpid, p->comm,
+                    d->ordinal, d->name, n);
             return -ENODEV;
         }
         if (strcmp(now[d->ordinal].name, d->name) || now[d->ordinal].total_mem != d->total_mem) {
-            tp_err("GPU %d is '%s' with %" PRIu64 " bytes; process %d (%s) was dumped on '%s' with "
-                   "%" PRIu64 " bytes: a GPU image only restores onto the same model", d->ordinal,
-                   now[d->ordinal].name, now[d->ordinal].total_mem, (int)p->vpid, p->comm, d->name,
-                   d->total_mem);
+            log_err("GPU %d is '%s' with %" PRIu64 " bytes; process %d (%s) was dumped on '%s' with "
+                    "%" PRIu64 " bytes: a GPU image only restores onto the same model", d->ordinal,
+                    now[d->ordinal].name, now[d->ordinal].total_mem, (int)p->vpid, p->comm, d->name,
+                    d->total_mem);
             return -ENODEV;
         }
         if (memcmp(now[d->ordinal].uuid, d->uuid, 16))
@@ -119,8 +119,8 @@ static int verify_image(const struct tp_proc *p)
     snprintf(name, sizeof(name), "%d", (int)p->vpid);
     if ((fd = openat(rs.gpudir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
         r = -errno;
-        tp_err("the GPU image of process %d (%s), %s/%s: %s", (int)p->vpid, p->comm, TP_GPU_SUBDIR,
-               name, errno == ENOENT ? "missing" : "not a directory");
+        log_err("the GPU image of process %d (%s), %s/%s: %s", (int)p->vpid, p->comm, TP_GPU_SUBDIR,
+                name, errno == ENOENT ? "missing" : "not a directory");
         return r;
     }
     tcgpu_proc_fd_path(fd, NULL, path, sizeof(path));
@@ -145,8 +145,8 @@ static int verify_image(const struct tp_proc *p)
     if (r == 0)
         r = check_devices(p, img);
     else
-        tp_err("the GPU image of process %d (%s), %s/%s, is refused: %s", (int)p->vpid, p->comm,
-               TP_GPU_SUBDIR, name, err);
+        log_err("the GPU image of process %d (%s), %s/%s, is refused: %s", (int)p->vpid, p->comm,
+                TP_GPU_SUBDIR, name, err);
     image_close(img);
     close(fd);
     return r;
@@ -173,7 +173,7 @@ int tp_restore_init(const struct tp_config *c)
     for (int i = 0; i < rs.idx.n; i++)
         if ((r = verify_image(&rs.idx.proc[i])) < 0)
             return r;
-    tp_info("%d GPU images verified%s", rs.idx.n, rs.verified ? " (their chunks by gpuckpt restore)"
+    log_info("%d GPU images verified%s", rs.idx.n, rs.verified ? " (their chunks by gpuckpt restore)"
                                                               : "");
     rs.enabled = 1;
     return 0;

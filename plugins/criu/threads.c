@@ -30,7 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "plugin.h"
+#include "internal.h"
 #include "common/proc.h"
 
 pid_t tp_tid_ns(pid_t pid, pid_t tid)
@@ -131,7 +131,7 @@ int tp_threads_run(pid_t pid, const pid_t *tids, int n, struct tp_running *run)
         if (st.tracer != getpid())
             continue;           /* not held by us: it runs already */
         if ((r = let_go(f.found, &run->sigmask[run->n])) < 0) {
-            tp_err("process %d: cannot let thread %d run: %s", (int)pid, (int)f.found, strerror(-r));
+            log_err("process %d: cannot let thread %d run: %s", (int)pid, (int)f.found, strerror(-r));
             tp_threads_hold(run);
             return r;
         }
@@ -166,8 +166,8 @@ int tp_threads_hold(struct tp_running *run)
     for (int i = 0; i < run->n; i++) {
         int r = hold_one(run->tid[i], run->sigmask[i]);
         if (r < 0) {
-            tp_err("process %d: thread %d: cannot stop it again for CRIU: %s", (int)run->pid,
-                   (int)run->tid[i], strerror(-r));
+            log_err("process %d: thread %d: cannot stop it again for CRIU: %s", (int)run->pid,
+                    (int)run->tid[i], strerror(-r));
             bad = r;
         }
     }

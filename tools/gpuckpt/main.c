@@ -16,6 +16,7 @@
 #include "util.h"
 #include "ckptapi/ckptapi.h"
 #include "ctl/client.h"
+#include "common/log.h"
 #include "common/macros.h"
 #include "tcgpu.h"
 
@@ -215,11 +216,14 @@ int main(int argc, char **argv)
     const struct gpuckpt_command *c;
     int r;
 
+    /* a program reads its environment; the libraries take what it read */
+    tcgpu_log_setup(&(struct tcgpu_log_style){ .name = "gpuckpt",
+                                              .level = tcgpu_log_level_named(getenv("TCGPU_LOG")) });
+    gdrv_set_library(getenv("TCGPU_REAL_LIBCUDA"));
     if (argc < 2) {
         print_usage(stderr);
         return CTL_EXIT_USAGE;
     }
-    gdrv_set_library(getenv("TCGPU_REAL_LIBCUDA"));
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
         printf("gpuckpt %s\n", TCGPU_VERSION_STRING);
         return CTL_EXIT_OK;

@@ -498,50 +498,79 @@ static int report(const struct tree *t, const struct save_opts *o, double secs)
     return CTL_EXIT_OK;
 }
 
+/*
+ * A save that failed once CRIU ran (err says why): where CRIU's log was
+ * kept, and what became of the tree and of what was written.
+ */
+static void say_not_saved(const struct tree *t, const struct save_opts *o, int dumped,
+                          int gpu_side, const char *err)
+{
+    char kept[PATH_MAX] = "";
+
+    gpuckpt_error("save %d: %s", (int)o->root, err);
+    if (!gpu_side)
+        keep_log(o, kept, sizeof(kept));   /* CRIU's reason: worth keeping */
+    if (kept[0])
+        gpuckpt_error("save %d: CRIU's log: %s", (int)o->root, kept);
+    if (dumped && !o->leave_running) {
+        /* CRIU killed the tree after dumping it: the images are all there is */
+        gpuckpt_error("save %d: the tree was dumped and has exited; its images stay in %s",
+                      (int)o->root, o->tmp);
+    } else {
+        /* the plugin gave every process back before criu returned */
+        int bad = tcgpu_still_suspended(t);
+        tree_remove_all(o->tmp);
+        gpuckpt_error("save %d: nothing saved; %s", (int)o->root,
+                      bad ? "some processes could not be resumed (above)"
+                      : tree_gone(t) ? "the tree has ended meanwhile"
+                                     : "the tree runs on as it was");
+    }
+}
+
 int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
 {
     struct save_opts o = { 0 };
     struct tree *t = calloc(1, sizeof(*t));
     char err[16384] = "";
     double t0 = now_s();
-    int r, dumped = 0, gpu_side = 0;
+    int r, rc, dumped = 0, gpu_side = 0;
 
     if (!t)
         return CTL_EXIT_FAILED;
     if ((r = parse_save_args(self, argc, argv, &o)) != 0) {
-        free(t);
-        return r < 0 ? CTL_EXIT_OK : r;
+        rc = r < 0 ? CTL_EXIT_OK : r;
+        goto out;
     }
     if (geteuid() != 0) {
         /* CRIU needs root: tcgpud does it for a user's own tree */
-        free(t);
-        return gpuckpt_tcgpud_privileged("save", o.root, o.dir, 0,
-                                         "CRIU dumps a process tree only as root");
+        rc = gpuckpt_tcgpud_privileged("save", o.root, o.dir, 0,
+                                       "CRIU dumps a process tree only as root");
+        goto out;
     }
     if (criu_find(o.criu, sizeof(o.criu)) < 0) {
         gpuckpt_error("save %d: CRIU not found (set TCGPU_CRIU, or put criu on PATH)", (int)o.root);
-        free(t);
-        return CTL_EXIT_FAILED;
+        rc = CTL_EXIT_FAILED;
+        goto out;
     }
     if (criu_plugin_find(o.plugins, sizeof(o.plugins)) < 0) {
         gpuckpt_error("save %d: tcgpu's CRIU plugin (tcgpu_plugin.so) is not in %s: it is built when "
                       "CRIU's plugin header is installed (scripts/setup.sh); TCGPU_CRIU_PLUGIN_DIR "
                       "names another place", (int)o.root, o.plugins);
-        free(t);
-        return CTL_EXIT_FAILED;
+        rc = CTL_EXIT_FAILED;
+        goto out;
     }
     if ((r = tree_walk(t, o.root)) < 0) {
         gpuckpt_error("save %d: %s", (int)o.root, r == -ESRCH ? "no such process" : "tree too large");
-        free(t);
-        return tree_exit_code(r);
+        rc = tree_exit_code(r);
+        goto out;
     }
     /* refusals first: nothing is touched yet */
     if ((r = classify(t, err, sizeof(err))) < 0 || (r = check_running(t, err, sizeof(err))) < 0 ||
         (o.owner >= 0 && (r = tree_check_owner(t, (uid_t)o.owner, err, sizeof(err))) < 0) ||
         (r = prepare_dirs(&o, t, err, sizeof(err))) < 0) {
         gpuckpt_error("save %d: %s", (int)o.root, err);
-        free(t);
-        return tree_exit_code(r);
+        rc = tree_exit_code(r);
+        goto out;
     }
     r = save_tree(t, &o, &dumped, &gpu_side, err, sizeof(err));
     if (r == 0) {
@@ -550,35 +579,18 @@ int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
         o.t_sync = now_s() - t1;
     }
     if (r < 0) {
-        char kept[PATH_MAX] = "";
-        gpuckpt_error("save %d: %s", (int)o.root, err);
-        if (!gpu_side)
-            keep_log(&o, kept, sizeof(kept));   /* CRIU's reason: worth keeping */
-        if (kept[0])
-            gpuckpt_error("save %d: CRIU's log: %s", (int)o.root, kept);
-        if (dumped && !o.leave_running) {
-            /* CRIU killed the tree after dumping it: the images are all there is */
-            gpuckpt_error("save %d: the tree was dumped and has exited; its images stay in %s",
-                          (int)o.root, o.tmp);
-        } else {
-            /* the plugin gave every process back before criu returned */
-            int bad = tcgpu_still_suspended(t);
-            tree_remove_all(o.tmp);
-            gpuckpt_error("save %d: nothing saved; %s", (int)o.root,
-                          bad ? "some processes could not be resumed (above)"
-                          : tree_gone(t) ? "the tree has ended meanwhile"
-                                         : "the tree runs on as it was");
-        }
-        free(t);
-        return tree_exit_code(r);
+        say_not_saved(t, &o, dumped, gpu_side, err);
+        rc = tree_exit_code(r);
+        goto out;
     }
     if (o.leave_running && tcgpu_still_suspended(t) > 0) {
         gpuckpt_error("save %d: saved to %s, but some processes could not be resumed (CRIU's log: "
                       "%s/criu/dump.log)", (int)o.root, o.dir, o.dir);
-        free(t);
-        return CTL_EXIT_FAILED;
+        rc = CTL_EXIT_FAILED;
+        goto out;
     }
-    r = report(t, &o, now_s() - t0);
+    rc = report(t, &o, now_s() - t0);
+out:
     free(t);
-    return r;
+    return rc;
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "util.h"
+#include "common/log.h"
 #include "ctl/client.h"
 
 static const char *const prog = "gpuckpt";
@@ -38,11 +39,9 @@ void gpuckpt_error(const char *fmt, ...)
 {
     va_list ap;
 
-    fprintf(stderr, "%s: ", prog);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    tcgpu_vlog(TCGPU_LOG_ERROR, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     va_start(ap, fmt);
     remember(fmt, ap);
     va_end(ap);

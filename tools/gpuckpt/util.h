@@ -36,7 +36,8 @@ void gpuckpt_print_synopsis(FILE *f, const char *lead, const struct gpuckpt_comm
 /* c's --help on stdout: its synopsis, then its help. */
 void gpuckpt_command_help(const struct gpuckpt_command *c);
 
-/* "gpuckpt: <message>\n" on stderr. */
+/* "gpuckpt: <message>" on stderr, through the common log (common/log.h,
+ * which main() sets up first), and remembered for JSON mode's failure object. */
 void gpuckpt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*

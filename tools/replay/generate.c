@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "replay.h"
+#include "common/log.h"
 
 #define DAY 86400.0
 
@@ -147,11 +148,11 @@ int generate_trace(FILE *f, const struct gen_opts *g)
     double pw[NPROJ];
 
     if (!jobs) {
-        fprintf(stderr, "tcgpu-replay: out of memory\n");
+        log_err("out of memory");
         return 1;
     }
     if (gpu_gib < 24) {
-        fprintf(stderr, "tcgpu-replay: --gpu-mem must be at least 24G for the generated jobs\n");
+        log_err("--gpu-mem must be at least 24G for the generated jobs");
         free(jobs);
         return 1;
     }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "replay.h"
+#include "common/log.h"
 #include "common/units.h"
 #include "tcgpu.h"
 
@@ -60,7 +61,7 @@ static int parse_sched(const char *list, unsigned *mask)
 
 static int bad(const char *what)
 {
-    fprintf(stderr, "tcgpu-replay: %s\n", what);
+    log_err("%s", what);
     return 2;
 }
 
@@ -193,6 +194,7 @@ int main(int argc, char **argv)
     size_t nres = 0;
     int gen = 0, ch, hi, rc;
 
+    tcgpu_log_setup(&(struct tcgpu_log_style){ .name = "tcgpu-replay", .level = TCGPU_LOG_INFO });
     while ((ch = getopt_long(argc, argv, "hV", longopts, NULL)) != -1)
         if ((rc = option(ch, optarg, &o, &g, &gen)) != 0)
             return rc < 0 ? 0 : rc;

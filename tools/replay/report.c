@@ -8,6 +8,7 @@
 
 #include "json/json.h"
 #include "replay.h"
+#include "common/log.h"
 
 static const struct result *find(const struct result *r, size_t n, enum sched s)
 {
@@ -205,7 +206,7 @@ int report_json(const struct trace *t, const struct opts *o, int hi, const struc
     else
         json_decref(list);
     if (tc_json_print(v, stdout) < 0) {
-        fprintf(stderr, "tcgpu-replay: cannot write the JSON report\n");
+        log_err("cannot write the JSON report");
         return -1;
     }
     return 0;

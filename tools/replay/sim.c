@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "replay.h"
+#include "common/log.h"
 
 #define EPS 1e-6
 #define TASK_ID(job, t) ((((uint64_t)(job) + 1) << 4) | (uint64_t)(t))
@@ -543,7 +544,7 @@ static int self_check(struct sim *s)
 
     if (policy_check(s->p, msg, sizeof(msg)) < 0 ||
         policy_check_backfill(s->p, ns(s->t), msg, sizeof(msg)) < 0) {
-        fprintf(stderr, "tcgpu-replay: %s: invariant broken at t=%.1f s: %s\n", sched_name(s->sched),
+        log_err("%s: invariant broken at t=%.1f s: %s", sched_name(s->sched),
                 s->t, msg);
         return -1;
     }
@@ -576,7 +577,7 @@ static int run(struct sim *s, const size_t *order, size_t n, int first_gpu, int 
             break;
         advance(s, tn);
         if (events_at(s) < 0) {
-            fprintf(stderr, "tcgpu-replay: %s: the policy failed at t=%.1f s\n",
+            log_err("%s: the policy failed at t=%.1f s",
                     sched_name(s->sched), s->t);
             goto out;
         }
@@ -585,7 +586,7 @@ static int run(struct sim *s, const size_t *order, size_t n, int first_gpu, int 
     }
     for (size_t k = 0; k < n; k++) {
         if (s->js[order[k]].phase != PH_DONE) {
-            fprintf(stderr, "tcgpu-replay: %s: job %zu (%.0f GiB x %d) never finished: stuck\n",
+            log_err("%s: job %zu (%.0f GiB x %d) never finished: stuck",
                     sched_name(s->sched), order[k] + 1, job(s, order[k])->mem / GiB,
                     job(s, order[k])->gpus);
             goto out;
@@ -701,7 +702,7 @@ int simulate(const struct trace *tr, const struct opts *o, enum sched sched, int
         int shared = o->gpus - tr->reserved_gpus;
         rc = 0;
         if (tr->reserved_gpus > o->gpus) {
-            fprintf(stderr, "tcgpu-replay: the projects reserve %d GPUs of %d\n", tr->reserved_gpus,
+            log_err("the projects reserve %d GPUs of %d", tr->reserved_gpus,
                     o->gpus);
             rc = -1;
         }
@@ -714,7 +715,7 @@ int simulate(const struct trace *tr, const struct opts *o, enum sched sched, int
         if (rc == 0 && n)
             rc = shared > 0 ? run(&s, order, n, tr->reserved_gpus, shared) : -1;
         if (rc == 0 && n && shared <= 0)
-            fprintf(stderr, "tcgpu-replay: static: no GPUs left for the projects without a reservation\n");
+            log_err("static: no GPUs left for the projects without a reservation");
     }
     if (rc == 0)
         summarise(&s, hi, r);

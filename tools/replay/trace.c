@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "replay.h"
+#include "common/log.h"
 
 #define LINE_MAX_LEN 1024
 
@@ -29,11 +30,11 @@ static int find_project(const struct trace *t, const char *name)
 static int add_project(struct trace *t, const char *name, const char *path, int lineno)
 {
     if (strlen(name) >= POL_NAME_MAX || !name[0]) {
-        fprintf(stderr, "tcgpu-replay: %s:%d: bad project name '%s'\n", path, lineno, name);
+        log_err("%s:%d: bad project name '%s'", path, lineno, name);
         return -1;
     }
     if (t->nproj == REPLAY_MAX_PROJECTS) {
-        fprintf(stderr, "tcgpu-replay: %s:%d: more than %d projects\n", path, lineno,
+        log_err("%s:%d: more than %d projects", path, lineno,
                 REPLAY_MAX_PROJECTS);
         return -1;
     }
@@ -82,13 +83,13 @@ static int parse_project(struct trace *t, char *line, const char *path, int line
                 bad = 1;
         }
         if (bad) {
-            fprintf(stderr, "tcgpu-replay: %s:%d: bad #project field '%s' (name=, priority=, "
-                    "reserve_gpus=, lend=PCT, weight=, cohort=)\n", path, lineno, tok);
+            log_err("%s:%d: bad #project field '%s' (name=, priority=, "
+                    "reserve_gpus=, lend=PCT, weight=, cohort=)", path, lineno, tok);
             return -1;
         }
     }
     if (!p.name[0] || find_project(t, p.name) >= 0) {
-        fprintf(stderr, "tcgpu-replay: %s:%d: #project needs a new name=\n", path, lineno);
+        log_err("%s:%d: #project needs a new name=", path, lineno);
         return -1;
     }
     int k = add_project(t, p.name, path, lineno);
@@ -110,7 +111,7 @@ static int parse_row(struct trace *t, char *line, int nfields, const char *path,
     for (char *s = strtok_r(line, ",\n\r", &save); s && n < 8; s = strtok_r(NULL, ",\n\r", &save))
         f[n++] = s;
     if (n != nfields) {
-        fprintf(stderr, "tcgpu-replay: %s:%d: want %d fields, got %d\n", path, lineno, nfields, n);
+        log_err("%s:%d: want %d fields, got %d", path, lineno, nfields, n);
         return -1;
     }
     j->arrival = strtod(f[0], &e[0]);
@@ -122,7 +123,7 @@ static int parse_row(struct trace *t, char *line, int nfields, const char *path,
     if (nfields == 7)
         bad |= parse_uint(f[5], 1, REPLAY_MAX_GANG, &gpus) < 0 || parse_uint(f[6], 1, 100, &pct) < 0;
     if (bad || strlen(f[1]) >= POL_NAME_MAX || !f[1][0]) {
-        fprintf(stderr, "tcgpu-replay: %s:%d: bad value in '%s,%s,%s,%s,%s%s'\n", path, lineno, f[0],
+        log_err("%s:%d: bad value in '%s,%s,%s,%s,%s%s'", path, lineno, f[0],
                 f[1], f[2], f[3], f[4], nfields == 7 ? ",..." : "");
         return -1;
     }
@@ -150,7 +151,7 @@ static int read_header(const char *line, const char *path, int lineno)
     if (strncmp(line, base, n) == 0 && strncmp(line + n, ",gpus,compute_pct", 17) == 0 &&
         strspn(line + n + 17, "\r\n") == strlen(line + n + 17))
         return 7;
-    fprintf(stderr, "tcgpu-replay: %s:%d: want the header %s[,gpus,compute_pct]\n", path, lineno,
+    log_err("%s:%d: want the header %s[,gpus,compute_pct]", path, lineno,
             base);
     return -1;
 }
@@ -164,19 +165,19 @@ int trace_load(const char *path, struct trace *t)
 
     memset(t, 0, sizeof(*t));
     if (!f) {
-        fprintf(stderr, "tcgpu-replay: %s: %s\n", path, strerror(errno));
+        log_err("%s: %s", path, strerror(errno));
         return -1;
     }
     while (fgets(line, sizeof(line), f)) {
         lineno++;
         if (!strchr(line, '\n') && !feof(f)) {
-            fprintf(stderr, "tcgpu-replay: %s:%d: line too long\n", path, lineno);
+            log_err("%s:%d: line too long", path, lineno);
             goto err;
         }
         if (!strncmp(line, "#project ", 9)) {
             if (nfields || parse_project(t, line, path, lineno) < 0) {
                 if (nfields)
-                    fprintf(stderr, "tcgpu-replay: %s:%d: #project after the header\n", path, lineno);
+                    log_err("%s:%d: #project after the header", path, lineno);
                 goto err;
             }
             continue;
@@ -202,7 +203,7 @@ int trace_load(const char *path, struct trace *t)
     }
     fclose(f);
     if (!t->n) {
-        fprintf(stderr, "tcgpu-replay: %s: no jobs\n", path);
+        log_err("%s: no jobs", path);
         trace_free(t);
         return -1;
     }

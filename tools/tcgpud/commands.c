@@ -1,4 +1,4 @@
-/* tcgpud's requests: one handler each, and the table that dispatches them; see daemon.h. */
+/* tcgpud's requests: one handler each, and the table that dispatches them; see commands.h. */
 #include <ctype.h>
 #include <errno.h>
 #include <grp.h>
@@ -8,8 +8,14 @@
 #include <sys/socket.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/macros.h"
+#include "commands.h"
+#include "conns.h"
 #include "daemon.h"
+#include "devices.h"
+#include "jobs.h"
+#include "save.h"
 #include "state.h"
 
 /* ---------------------------------------------------------------------------
@@ -66,22 +72,6 @@ struct command {
     /* j: the job the access check found (NULL for ACCESS_ANY_PROCESS) */
     void (*handle)(int ci, const struct ctl_msg *m, struct djob *j);
 };
-
-void refuse(int ci, const char *what, const char *why)
-{
-    const struct ucred *p = &d.conns[ci].peer;
-    char uid[24], pid[24], more[24];
-    long held;
-
-    d.refused_total++;
-    held = note_refusal(p->uid, "refused %s from uid %u pid %d: %s", what, (unsigned)p->uid,
-                        (int)p->pid, why);
-    if (held >= 0)
-        event("refused", 0, "what", what, "uid", u64s(p->uid, uid), "from_pid",
-              u64s((uint64_t)p->pid, pid), "why", why, "not_shown", u64s((uint64_t)held, more),
-              NULL);
-    reply_error(ci, -EACCES, "%s: %s", what, why);
-}
 
 /* While a restarted tcgpud re-learns its jobs it decides nothing: come back. */
 static void reply_relearning(int ci)
@@ -252,11 +242,11 @@ static void reply_registered(int ci, const struct ctl_msg *m, const struct regis
     const struct pol_job_spec *s = &rg->spec;
     char pr[24], lim[24];
 
-    logmsg("pid %d registered: user %s, project %s, priority %d, limit %s%s, compute %u%%%s%s",
-           (int)rg->peer->pid, rg->id.user, rg->proj, s->priority,
-           s->limit ? u64s(s->limit / MiB, lim) : "none", s->limit ? " MiB" : "",
-           s->compute ? s->compute / 10 : 100, rg->job_name ? ", job " : "",
-           rg->job_name ? rg->job_name : "");
+    log_info("pid %d registered: user %s, project %s, priority %d, limit %s%s, compute %u%%%s%s",
+             (int)rg->peer->pid, rg->id.user, rg->proj, s->priority,
+             s->limit ? u64s(s->limit / MiB, lim) : "none", s->limit ? " MiB" : "",
+             s->compute ? s->compute / 10 : 100, rg->job_name ? ", job " : "",
+             rg->job_name ? rg->job_name : "");
     event("registered", rg->peer->pid, "limit", u64s(s->limit, lim), "priority_given",
           ctl_get(m, "priority") ? i64s(s->priority, pr) : "", NULL);
     d.dirty = 1;
@@ -578,8 +568,8 @@ static void manual_op(int ci, const struct ctl_msg *m, struct djob *j, int suspe
                         (int)j->pid);
         return;
     }
-    logmsg("%s of pid %d asked by uid %u pid %d", suspend ? "suspend" : "resume", (int)j->pid,
-           (unsigned)d.conns[ci].peer.uid, (int)d.conns[ci].peer.pid);
+    log_info("%s of pid %d asked by uid %u pid %d", suspend ? "suspend" : "resume", (int)j->pid,
+             (unsigned)d.conns[ci].peer.uid, (int)d.conns[ci].peer.pid);
     event(suspend ? "manual-suspend" : "manual-resume", j->pid, "by_uid",
           u64s(d.conns[ci].peer.uid, who), NULL);
     if (acts.n == 0) {

@@ -1,4 +1,4 @@
-/* tcgpud's connections: the socket, replies, events to followers; see daemon.h. */
+/* tcgpud's connections: the socket, replies, refusals, events to followers; see conns.h. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,7 +9,10 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/log.h"
+#include "conns.h"
 #include "daemon.h"
+#include "metrics.h"
 #include "state.h"
 
 #define READ_WAIT_NS     2000000000ull   /* a client that connects must send within this */
@@ -25,15 +28,10 @@ void send_msg(int ci, const struct ctl_buf *b)
     if (n < 0 || d.conns[ci].fd < 0)
         return;
     if (send(d.conns[ci].fd, b->data, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-        logmsg("reply to uid %u pid %d not delivered: %s", (unsigned)d.conns[ci].peer.uid,
-               (int)d.conns[ci].peer.pid, strerror(errno));
+        log_info("reply to uid %u pid %d not delivered: %s", (unsigned)d.conns[ci].peer.uid,
+                 (int)d.conns[ci].peer.pid, strerror(errno));
 }
 
-/*
- * Record an event: `type`, the job, and key=value pairs given as a
- * NULL-terminated list of (key, value) strings. Followers get it at once
- * (a follower that cannot keep up is dropped).
- */
 void event(const char *type, pid_t pid, ...)
 {
     static struct ctl_buf b;
@@ -130,6 +128,78 @@ void reply_error(int ci, int err, const char *fmt, ...)
 }
 
 /* ---------------------------------------------------------------------------
+ * Refusals
+ * ------------------------------------------------------------------------- */
+
+/*
+ * Refusals a user can cause at will (a flood of connections, requests it may
+ * not make) are logged at most once a second per uid, so that one user can
+ * neither fill the log nor push everyone else's events out of the ring.
+ */
+#define NOTE_EVERY_NS 1000000000ull
+#define NOTE_UIDS     64
+
+static struct refusal_note {
+    uid_t uid;
+    uint64_t last_ns;             /* 0: a free entry */
+    unsigned long held;           /* refusals not logged since */
+} notes[NOTE_UIDS];
+
+static struct refusal_note *note_of(uid_t uid)
+{
+    struct refusal_note *oldest = &notes[0];
+
+    for (int i = 0; i < NOTE_UIDS; i++) {
+        if (notes[i].last_ns && notes[i].uid == uid)
+            return &notes[i];
+        if (notes[i].last_ns < oldest->last_ns)
+            oldest = &notes[i];
+    }
+    *oldest = (struct refusal_note){ .uid = uid };
+    return oldest;
+}
+
+long note_refusal(uid_t uid, const char *fmt, ...)
+{
+    struct refusal_note *n = note_of(uid);
+    uint64_t now = now_ns();
+    unsigned long held = n->held;
+    char text[640];
+    va_list ap;
+
+    if (n->last_ns && now - n->last_ns < NOTE_EVERY_NS) {
+        n->held++;
+        return -1;
+    }
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (held)
+        log_info("%s (and %lu more refusals of uid %u not logged)", text, held, (unsigned)uid);
+    else
+        log_info("%s", text);
+    n->last_ns = now;
+    n->held = 0;
+    return (long)held;
+}
+
+void refuse(int ci, const char *what, const char *why)
+{
+    const struct ucred *p = &d.conns[ci].peer;
+    char uid[24], pid[24], more[24];
+    long held;
+
+    d.refused_total++;
+    held = note_refusal(p->uid, "refused %s from uid %u pid %d: %s", what, (unsigned)p->uid,
+                        (int)p->pid, why);
+    if (held >= 0)
+        event("refused", 0, "what", what, "uid", u64s(p->uid, uid), "from_pid",
+              u64s((uint64_t)p->pid, pid), "why", why, "not_shown", u64s((uint64_t)held, more),
+              NULL);
+    reply_error(ci, -EACCES, "%s: %s", what, why);
+}
+
+/* ---------------------------------------------------------------------------
  * Socket
  * ------------------------------------------------------------------------- */
 
@@ -139,7 +209,7 @@ int open_socket(const char *path)
     int fd, probe;
 
     if (strlen(path) >= sizeof(a.sun_path)) {
-        logmsg("socket path %s is too long", path);
+        log_info("socket path %s is too long", path);
         return -ENAMETOOLONG;
     }
     memcpy(a.sun_path, path, strlen(path) + 1);
@@ -147,7 +217,7 @@ int open_socket(const char *path)
     probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0) {
         close(probe);
-        logmsg("another tcgpud is serving %s", path);
+        log_info("another tcgpud is serving %s", path);
         return -EADDRINUSE;
     }
     if (probe >= 0)
@@ -157,7 +227,7 @@ int open_socket(const char *path)
     if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
         chmod(path, 0666) < 0 || listen(fd, 64) < 0) {
         int e = errno;
-        logmsg("cannot listen on %s: %s", path, strerror(e));
+        log_info("cannot listen on %s: %s", path, strerror(e));
         if (fd >= 0)
             close(fd);
         return -e;
@@ -289,11 +359,11 @@ void accept_all(void)
         fd = accept4(d.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE)
-                logmsg("accept: %s", strerror(errno));
+                log_info("accept: %s", strerror(errno));
             return;
         }
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) < 0) {
-            logmsg("cannot read peer credentials: %s", strerror(errno));
+            log_info("cannot read peer credentials: %s", strerror(errno));
             close(fd);
             continue;
         }
@@ -323,31 +393,30 @@ int followers_of(uid_t uid)
     return n;
 }
 
-void read_request(int ci)
+const struct ctl_msg *read_request(int ci)
 {
     static char buf[CTL_MSG_MAX + 1];
     static struct ctl_msg m;
     ssize_t n = recv(d.conns[ci].fd, buf, sizeof(buf), MSG_TRUNC | MSG_DONTWAIT);
 
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
+        return NULL;
     if (n <= 0) {
         conn_close(ci);
-        return;
+        return NULL;
     }
     if (n > CTL_MSG_MAX) {
         reply_error(ci, -EMSGSIZE, "request too large");
-        return;
+        return NULL;
     }
     if (ctl_parse(buf, (size_t)n, &m) < 0) {
         reply_error(ci, -EPROTO, "malformed request");
-        return;
+        return NULL;
     }
     d.conns[ci].kind = C_OP;      /* handled: no more reading as a request */
-    handle(ci, &m);
+    return &m;
 }
 
-/* A client waiting for an answer hung up (a job that died in its allocation). */
 void peer_gone(int ci)
 {
     struct conn *c = &d.conns[ci];

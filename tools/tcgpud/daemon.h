@@ -1,25 +1,31 @@
 /*
  * daemon.h - what the files of tcgpud's event loop share: its state (the
- * connections, the jobs, the event ring, the counters) and the functions one
- * of them calls in another.
+ * connections, the jobs, the event ring, the counters) in `d`, defined in
+ * daemon.c with the lookups every file makes in it.
  *
- *   main.c      start-up, the tick, the event loop
- *   conns.c     connections: the socket, who may hold how many, replies,
- *               events pushed to followers
- *   devices.c   the GPUs, learnt from the configuration and the driver; a
- *               job's by its UUID
+ * The files stand in floors, each calling only the floors under it:
+ *
+ *   main.c      start-up, re-learning the state file's jobs, the tick, the
+ *               event loop and what it hands finished work to
+ *   dashboard.c the dashboard's state (/api/state) and its memory history
+ *   commands.c  the requests: a handler each, and the table that dispatches them
+ *   save.c      save and restore of a user's own process trees, by gpuckpt as root
  *   jobs.c      jobs: carrying out the policy's actions, status polls,
  *               finished operations, the state file
- *   commands.c  the requests: a handler each, and the table that dispatches them
+ *   conns.c     connections: the socket, who may hold how many, replies,
+ *               refusals, events pushed to followers
+ *   devices.c   the GPUs, learnt from the configuration and the driver; a
+ *               job's by its UUID
  *   metrics.c   latency histograms, counters, the Prometheus exposition (the
  *               node_exporter textfile and /metrics)
- *   dashboard.c the dashboard's state (/api/state) and its memory history
+ *   daemon.c    the state and its lookups (this header)
  *   http.c      the HTTP endpoint (libmicrohttpd), on its own thread: it
  *               serves what the loop publishes and touches nothing else
- *   save.c      save and restore of a user's own process trees, by gpuckpt as root
+ *   work.c, config.c, state.c   the workers (tcgpud.h), the configuration,
+ *               the state file: they know nothing of the loop
  *
  * All of it runs on the loop's one thread; the workers (work.c, tcgpud.h)
- * touch none of it.
+ * touch none of it. Each file's header says what it offers.
  */
 #ifndef TCGPU_TCGPUD_DAEMON_H
 #define TCGPU_TCGPUD_DAEMON_H
@@ -29,10 +35,8 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#include "ctl/proto.h"
 #include "policy/policy.h"
 #include "config.h"
-#include "tcgpud.h"
 
 /*
  * Connections (docs/tcgpud.md, "Threat model"): the table is shared by
@@ -132,97 +136,12 @@ extern struct daemon d;
 /* The policy's actions being collected, for do_actions(). */
 extern struct pol_actions acts;
 
-/* main.c */
-void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* The answers of the state file's jobs are in: admit those still there. */
-void relearn_done(struct work *w);
-
-/*
- * Log a refusal of uid's (the message from fmt), at most once a second per
- * uid: returns how many of its refusals were held back before this one
- * (and counted in the line), or -1 when this one is held back.
- */
-long note_refusal(uid_t uid, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* conns.c */
-void send_msg(int ci, const struct ctl_buf *b);
-void conn_close(int ci);
-/* Reply an error to connection ci and close it. */
-void reply_error(int ci, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-void event(const char *type, pid_t pid, ...);
-/* Values for event(), formatted into buf (24 bytes). */
-const char *u64s(uint64_t v, char *buf);
-const char *i64s(int64_t v, char *buf);
-const char *msecs(uint64_t ns, char *buf);
-/* The listening socket at path, or -errno (logged). */
-int open_socket(const char *path);
-/* Accept what waits on the socket, within the limits of who may hold how many. */
-void accept_all(void);
-/* Connections of uid that follow events. */
-int followers_of(uid_t uid);
-void read_request(int ci);
-void peer_gone(int ci);
-
-/* jobs.c */
+/* The job registered with this pid, or NULL. */
 struct djob *job_of(pid_t pid);
+/* Project idx's name as configured, "?" for none. */
 const char *project_name(int idx);
-struct djob *add_job(pid_t pid, uid_t uid, const char *user, int project, uint64_t start);
-/* The gang of job `name` of user uid: its tasks' id, or a new one. */
-uint64_t gang_for(uid_t uid, const char *name);
-void job_gone(struct djob *j, const char *how);
-void start_op(struct djob *j, enum work_kind kind, const char *dir);
-void do_actions(struct pol_actions *a);
-void kick_poll(void);
-void take_work(void);
+/* A job's state as ps, the metrics and the dashboard show it: the policy's,
+ * and "waiting" for a running job whose memory request waits. */
 const char *display_state(const struct pol_job *pj);
-void save_state(void);
-
-/* devices.c */
-/*
- * Put the GPUs tcgpud manages into the policy: [gpu N] capacity where
- * configured (at most the device's memory), else the device's memory as the
- * driver reports it to a child process. Returns how many, or -EINVAL.
- */
-int learn_devices(void);
-/*
- * The GPU a job's message names: uuid= (the device's UUID, 32 hex digits:
- * a job's ordinals are remapped by CUDA_VISIBLE_DEVICES) when tcgpud knows
- * the UUIDs, else device= (default 0). 0 with *dev, or -EINVAL (malformed),
- * -ENODEV (not a GPU tcgpud manages), with why.
- */
-int job_device(const struct ctl_msg *m, int *dev, char *why, size_t len);
-/* GPU idx's UUID as nvidia-smi writes it ("GPU-xxxxxxxx-xxxx-..."), for ps
- * and the state file; "" when the driver did not show tcgpud that GPU. */
-#define DEVICE_UUID_TEXT_LEN 41
-void device_uuid_text(int idx, char out[DEVICE_UUID_TEXT_LEN]);
-/* The GPU whose UUID text that is, or -ENODEV. */
-int device_of_uuid_text(const char *text);
-
-/* commands.c: answer the request m on connection ci. */
-void handle(int ci, const struct ctl_msg *m);
-/* Refuse `what` to the peer of ci (EACCES), logged, counted and recorded as an event. */
-void refuse(int ci, const char *what, const char *why);
-
-/* save.c: the requests save and restore (the job argument is unused). */
-void priv_save(int ci, const struct ctl_msg *m, struct djob *unused);
-void priv_restore(int ci, const struct ctl_msg *m, struct djob *unused);
-
-/* commands.c: a "job" message of ps, as ps and the dashboard show a job */
-void put_job(struct ctl_buf *b, const struct djob *j, const struct pol_job *pj, uint64_t now);
-
-/* metrics.c */
-void latency_add(struct latency *l, double secs);
-/* Counts an event of this type (event() calls it). */
-void metrics_count_event(const char *type);
-/* The Prometheus exposition of everything now (docs/tcgpud.md, "Metrics"):
- * a new string the caller frees, its length in *len; NULL without memory. */
-char *metrics_text(size_t *len);
-/* Every tick: the textfile, if configured, and the HTTP endpoint's copy. */
-void publish_metrics(void);
-
-/* dashboard.c */
-/* Every tick: one sample of the memory history, the state for /api/state. */
-void dashboard_tick(void);
 
 #endif

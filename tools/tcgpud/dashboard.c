@@ -4,7 +4,7 @@
  * borrowing, the jobs (as gpuckpt ps shows them: who suspended whom and
  * why), the memory of every job over the last minutes, and the recent
  * events with their latencies. Built on the loop's thread every tick and
- * published to the HTTP thread (http.h); see daemon.h.
+ * published to the HTTP thread (http.h); see dashboard.h.
  *
  * The history is a ring of samples, one every HISTORY_EVERY_MS and one at
  * the first tick after each event (so that a preemption shows where it
@@ -17,8 +17,11 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/macros.h"
+#include "commands.h"
 #include "daemon.h"
+#include "dashboard.h"
 #include "http.h"
 #include "json/schema.h"
 
@@ -253,7 +256,7 @@ void dashboard_tick(void)
         return;
     sample(now_ms);
     if (!(text = tc_json_dumps(state_json(now_ms)))) {
-        logmsg("out of memory building the dashboard's state");
+        log_info("out of memory building the dashboard's state");
         return;
     }
     http_publish(HTTP_STATE, text, strlen(text));

@@ -1,5 +1,5 @@
 /*
- * devices.c - the GPUs tcgpud manages and their capacities; see daemon.h.
+ * devices.c - the GPUs tcgpud manages and their capacities; see devices.h.
  *
  * tcgpud learns the devices itself, never from a job (docs/tcgpud.md,
  * "Threat model"): from [gpu N] capacity in its configuration, and from the
@@ -25,7 +25,9 @@
 
 #include "ckptapi/ckptapi.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "daemon.h"
+#include "devices.h"
 
 #define PROBE_TIMEOUT_MS 10000
 #define PROBE_REPORT_MAX 8192     /* "gpu I TOTAL UUID\n" lines of TCGPUD_MAX_GPUS GPUs */
@@ -195,14 +197,14 @@ static uint64_t capacity_of(int idx, int probe_ok)
         if (d.cfg.gpus[i].id != idx)
             continue;
         if (g && c > g->total) {
-            logmsg("GPU %d: [gpu %d] capacity %llu MiB is more than the device's %llu MiB: "
-                   "managing %llu MiB", idx, idx, (unsigned long long)(c / MiB),
-                   (unsigned long long)(g->total / MiB), (unsigned long long)(g->total / MiB));
+            log_info("GPU %d: [gpu %d] capacity %llu MiB is more than the device's %llu MiB: "
+                     "managing %llu MiB", idx, idx, (unsigned long long)(c / MiB),
+                     (unsigned long long)(g->total / MiB), (unsigned long long)(g->total / MiB));
             return g->total;
         }
         if (!g && probe_ok)
-            logmsg("GPU %d is configured but the driver does not show it: managing %llu MiB "
-                   "as configured", idx, (unsigned long long)(c / MiB));
+            log_info("GPU %d is configured but the driver does not show it: managing %llu MiB "
+                     "as configured", idx, (unsigned long long)(c / MiB));
         return c;
     }
     return g ? g->total : 0;
@@ -215,21 +217,21 @@ int learn_devices(void)
     int n = 0;
 
     if (!probe_ok)
-        logmsg("cannot learn the GPUs from the driver (%s): managing only the configured ones "
-               "([gpu N] capacity)", why);
+        log_info("cannot learn the GPUs from the driver (%s): managing only the configured ones "
+                 "([gpu N] capacity)", why);
     for (int idx = 0; idx < TCGPUD_MAX_GPUS; idx++) {
         uint64_t cap = capacity_of(idx, probe_ok);
         if (!cap)
             continue;
         if (policy_set_device(d.pol, idx, cap) < 0)
             return -EINVAL;
-        logmsg("GPU %d: %llu MiB%s", idx, (unsigned long long)(cap / MiB),
-               probed(idx) && probed(idx)->total == cap ? " (from the driver)" : " (configured)");
+        log_info("GPU %d: %llu MiB%s", idx, (unsigned long long)(cap / MiB),
+                 probed(idx) && probed(idx)->total == cap ? " (from the driver)" : " (configured)");
         n++;
     }
     if (!n)
-        logmsg("no GPU known: jobs run without policy until [gpu N] capacity is configured or "
-               "the driver can be loaded");
+        log_info("no GPU known: jobs run without policy until [gpu N] capacity is configured or "
+                 "the driver can be loaded");
     return n;
 }
 

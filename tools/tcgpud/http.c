@@ -16,8 +16,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "common/log.h"
 #include "common/macros.h"
-#include "daemon.h"
 #include "http.h"
 
 /*
@@ -191,7 +191,7 @@ static void log_from_mhd(void *cls, const char *fmt, va_list ap)
     n = strlen(msg);
     while (n && msg[n - 1] == '\n')
         msg[--n] = '\0';
-    logmsg("http: %s", msg);
+    log_info("http: %s", msg);
 }
 
 /* ---------------------------------------------------------------------------

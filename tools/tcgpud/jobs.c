@@ -1,12 +1,16 @@
-/* tcgpud's jobs and what happens to them; see daemon.h. */
+/* tcgpud's jobs and what happens to them; see jobs.h. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/names.h"
-#include "daemon.h"
+#include "conns.h"
+#include "devices.h"
+#include "jobs.h"
+#include "metrics.h"
 #include "state.h"
 
 #define OP_TIMEOUT_MS    600000   /* a suspend of a very large job to disk takes minutes */
@@ -14,20 +18,6 @@
 /* ---------------------------------------------------------------------------
  * Jobs
  * ------------------------------------------------------------------------- */
-
-struct djob *job_of(pid_t pid)
-{
-    for (size_t i = 0; i < d.njobs; i++)
-        if (d.jobs[i].pid == pid)
-            return &d.jobs[i];
-    return NULL;
-}
-
-const char *project_name(int idx)
-{
-    const struct pol_project *p = policy_project(d.pol, idx);
-    return p ? p->name : "?";
-}
 
 struct djob *add_job(pid_t pid, uid_t uid, const char *user, int project, uint64_t start)
 {
@@ -80,7 +70,7 @@ void job_gone(struct djob *j, const char *how)
     const struct pol_job *pj = policy_job(d.pol, (uint64_t)j->pid);
     char rt[24];
 
-    logmsg("pid %d (project %s) %s", (int)j->pid, project_name(j->project), how);
+    log_info("pid %d (project %s) %s", (int)j->pid, project_name(j->project), how);
     event("exited", j->pid, "how", how, "runtime_ms",
           msecs(pj ? policy_job_runtime(pj, now_ns()) : 0, rt), NULL);
     policy_job_exited(d.pol, (uint64_t)j->pid, now_ns(), &acts);
@@ -106,7 +96,7 @@ void start_op(struct djob *j, enum work_kind kind, const char *dir)
     if (d.dirty)
         save_state();
     if (!w) {
-        logmsg("out of memory starting an operation on pid %d", (int)j->pid);
+        log_info("out of memory starting an operation on pid %d", (int)j->pid);
         return;
     }
     w->kind = kind;
@@ -121,7 +111,7 @@ void start_op(struct djob *j, enum work_kind kind, const char *dir)
         /* Report it as the operation's failure, through the same path. */
         w->err = r;
         snprintf(w->msg, sizeof(w->msg), "cannot start a worker: %s", strerror(-r));
-        logmsg("pid %d: %s", (int)j->pid, w->msg);
+        log_info("pid %d: %s", (int)j->pid, w->msg);
         j->busy = 0;
         struct pol_actions more = { 0 };
         if (kind == WORK_SUSPEND)
@@ -176,8 +166,8 @@ static void reply_deny(struct djob *j, const struct pol_action *a)
                  a->device);
     event("denied", j->pid, "bytes", u64s(a->bytes, by), "why", pol_why_name(a->why), "text", why,
           NULL);
-    logmsg("pid %d (project %s): %llu MiB denied: %s", (int)j->pid, project_name(j->project),
-           (unsigned long long)(a->bytes / MiB), why);
+    log_info("pid %d (project %s): %llu MiB denied: %s", (int)j->pid, project_name(j->project),
+             (unsigned long long)(a->bytes / MiB), why);
     if (j->req_conn >= 0)
         reply_error(j->req_conn, -ENOMEM, "%s", why);
     j->req_conn = -1;
@@ -221,10 +211,10 @@ void do_actions(struct pol_actions *a)
         case POL_ACT_SUSPEND:
             if (x->for_job) {
                 d.preemptions_total += first_of_gang(a, i, j);
-                logmsg("preempting pid %d (project %s, %llu MiB%s%s) for pid %llu: %s", (int)j->pid,
-                       project_name(j->project), (unsigned long long)(x->bytes / MiB),
-                       j->gang ? ", job " : "", j->job_name, (unsigned long long)x->for_job,
-                       pol_why_name(x->why));
+                log_info("preempting pid %d (project %s, %llu MiB%s%s) for pid %llu: %s", (int)j->pid,
+                         project_name(j->project), (unsigned long long)(x->bytes / MiB),
+                         j->gang ? ", job " : "", j->job_name, (unsigned long long)x->for_job,
+                         pol_why_name(x->why));
             }
             event("suspending", j->pid, "why", pol_why_name(x->why), "for", u64s(x->for_job, b1),
                   "bytes", u64s(x->bytes, b2), "job", j->job_name, NULL);
@@ -301,14 +291,14 @@ static void reconcile(struct djob *j, const struct pol_job *pj, const struct tcg
     uint64_t now = now_ns();
 
     if (pj->state == POL_RUNNING && pj->req == POL_REQ_NONE && st->state == TCGPU_STATE_SUSPENDED) {
-        logmsg("pid %d was suspended outside tcgpud: a manual suspension now", (int)j->pid);
+        log_info("pid %d was suspended outside tcgpud: a manual suspension now", (int)j->pid);
         if (policy_manual_suspend(d.pol, (uint64_t)j->pid, 0, now, &acts) == 0) {
             pol_actions_clear(&acts);     /* already done: acknowledge instead of acting */
             policy_job_suspended(d.pol, (uint64_t)j->pid, 0, now, &acts);
         }
         event("suspended", j->pid, "why", "manual", "by", "outside", NULL);
     } else if (pj->state == POL_SUSPENDED && st->state == TCGPU_STATE_RUNNING) {
-        logmsg("pid %d was resumed outside tcgpud", (int)j->pid);
+        log_info("pid %d was resumed outside tcgpud", (int)j->pid);
         if (policy_manual_resume(d.pol, (uint64_t)j->pid, now, &acts) == 0) {
             pol_actions_clear(&acts);
             policy_job_resumed(d.pol, (uint64_t)j->pid, 0, now, &acts);
@@ -318,7 +308,7 @@ static void reconcile(struct djob *j, const struct pol_job *pj, const struct tcg
     do_actions(&acts);
 }
 
-static void poll_done(struct work *w)
+void poll_done(struct work *w)
 {
     for (size_t i = 0; i < w->n; i++) {
         const struct poll_item *it = &w->items[i];
@@ -364,7 +354,7 @@ static void reply_waiter(struct djob *j, const struct work *w)
     j->waiter = -1;
 }
 
-static void op_done(struct work *w)
+void op_done(struct work *w)
 {
     struct djob *j = job_of(w->pid);
     int err = w->err;
@@ -380,12 +370,12 @@ static void op_done(struct work *w)
     if (w->kind == WORK_SUSPEND) {
         if (err == 0) {
             latency_add(&d.suspend_lat, (double)w->ns / 1e9);
-            logmsg("pid %d suspended in %.0f ms (GPU memory now %llu MiB)", (int)j->pid,
-                   (double)w->ns / 1e6, (unsigned long long)(w->st.gpu_bytes / MiB));
+            log_info("pid %d suspended in %.0f ms (GPU memory now %llu MiB)", (int)j->pid,
+                     (double)w->ns / 1e6, (unsigned long long)(w->st.gpu_bytes / MiB));
             event("suspended", j->pid, "latency_ms", msecs(w->ns, t),
                   "gpu_bytes", u64s(w->st.gpu_bytes, by), NULL);
         } else {
-            logmsg("pid %d did not suspend: %s", (int)j->pid, w->msg);
+            log_info("pid %d did not suspend: %s", (int)j->pid, w->msg);
             event("suspend-failed", j->pid, "error", errno_name(err), "text", w->msg, NULL);
         }
         reply_waiter(j, w);
@@ -393,40 +383,16 @@ static void op_done(struct work *w)
     } else {
         if (err == 0) {
             latency_add(&d.resume_lat, (double)w->ns / 1e9);
-            logmsg("pid %d resumed in %.0f ms", (int)j->pid, (double)w->ns / 1e6);
+            log_info("pid %d resumed in %.0f ms", (int)j->pid, (double)w->ns / 1e6);
             event("resumed", j->pid, "latency_ms", msecs(w->ns, t), NULL);
         } else {
-            logmsg("pid %d did not resume: %s", (int)j->pid, w->msg);
+            log_info("pid %d did not resume: %s", (int)j->pid, w->msg);
             event("resume-failed", j->pid, "error", errno_name(err), "text", w->msg, NULL);
         }
         reply_waiter(j, w);
         policy_job_resumed(d.pol, (uint64_t)j->pid, err, now_ns(), &acts);
     }
     do_actions(&acts);
-}
-
-void take_work(void)
-{
-    struct work *w = tcgpud_work_take();
-
-    while (w) {
-        struct work *next = w->next;
-        if (w->kind == WORK_POLL)
-            poll_done(w);
-        else if (w->kind == WORK_RELEARN)
-            relearn_done(w);
-        else
-            op_done(w);
-        tcgpud_work_free(w);
-        w = next;
-    }
-}
-
-const char *display_state(const struct pol_job *pj)
-{
-    if (pj->state == POL_RUNNING && pj->req != POL_REQ_NONE)
-        return "waiting";
-    return pol_state_name(pj->state);
 }
 
 /* ---------------------------------------------------------------------------
@@ -440,7 +406,7 @@ void save_state(void)
     size_t n = 0;
 
     if (!v) {
-        logmsg("out of memory saving the state");
+        log_info("out of memory saving the state");
         return;
     }
     for (size_t i = 0; i < d.njobs; i++) {
@@ -481,7 +447,7 @@ void save_state(void)
         s->compute = pj->compute;
     }
     if (tcgpud_state_save(d.cfg.state_file, v, n, err, sizeof(err)) < 0)
-        logmsg("%s", err);
+        log_info("%s", err);
     else
         d.dirty = 0;
     free(v);

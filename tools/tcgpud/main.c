@@ -10,14 +10,13 @@
  * from it and from the jobs themselves when it starts again.
  * docs/tcgpud.md describes the protocol, the policy and the security model.
  *
- * This file: start-up, the tick and the event loop; daemon.h says what the
- * others (connections, jobs, commands, metrics) hold.
+ * This file: start-up, re-learning the state file's jobs, the tick and the
+ * event loop; daemon.h says how the others stand under it.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,83 +27,18 @@
 
 #include "ctl/client.h"
 #include "common/clock.h"
+#include "common/log.h"
+#include "commands.h"
+#include "conns.h"
 #include "daemon.h"
+#include "dashboard.h"
+#include "devices.h"
 #include "http.h"
+#include "jobs.h"
+#include "metrics.h"
 #include "state.h"
 
 #define TICK_MS          500
-
-struct daemon d = { .listen_fd = -1, .sig_fd = -1 };
-
-struct pol_actions acts;
-
-/* ---------------------------------------------------------------------------
- * Log
- * ------------------------------------------------------------------------- */
-
-void logmsg(const char *fmt, ...)
-{
-    va_list ap;
-    char when[16];
-
-    fprintf(stderr, "tcgpud %s: ", wall_hms(when));
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-/*
- * Refusals a user can cause at will (a flood of connections, requests it may
- * not make) are logged at most once a second per uid, so that one user can
- * neither fill the log nor push everyone else's events out of the ring.
- */
-#define NOTE_EVERY_NS 1000000000ull
-#define NOTE_UIDS     64
-
-static struct refusal_note {
-    uid_t uid;
-    uint64_t last_ns;             /* 0: a free entry */
-    unsigned long held;           /* refusals not logged since */
-} notes[NOTE_UIDS];
-
-static struct refusal_note *note_of(uid_t uid)
-{
-    struct refusal_note *oldest = &notes[0];
-
-    for (int i = 0; i < NOTE_UIDS; i++) {
-        if (notes[i].last_ns && notes[i].uid == uid)
-            return &notes[i];
-        if (notes[i].last_ns < oldest->last_ns)
-            oldest = &notes[i];
-    }
-    *oldest = (struct refusal_note){ .uid = uid };
-    return oldest;
-}
-
-long note_refusal(uid_t uid, const char *fmt, ...)
-{
-    struct refusal_note *n = note_of(uid);
-    uint64_t now = now_ns();
-    unsigned long held = n->held;
-    char text[640];
-    va_list ap;
-
-    if (n->last_ns && now - n->last_ns < NOTE_EVERY_NS) {
-        n->held++;
-        return -1;
-    }
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    if (held)
-        logmsg("%s (and %lu more refusals of uid %u not logged)", text, held, (unsigned)uid);
-    else
-        logmsg("%s", text);
-    n->last_ns = now;
-    n->held = 0;
-    return (long)held;
-}
 
 /* ---------------------------------------------------------------------------
  * Tick
@@ -172,9 +106,9 @@ static int reservations_fit(void)
         for (int k = 0; k < d.cfg.nprojects; k++)
             sum += pol_project_reserved(&d.cfg.projects[k].pol, dev);
         if (cap && sum > cap) {
-            logmsg("the projects reserve %llu MiB on GPU %d, more than its %llu MiB: fix %s",
-                   (unsigned long long)(sum / MiB), dev, (unsigned long long)(cap / MiB),
-                   d.cfg.path);
+            log_info("the projects reserve %llu MiB on GPU %d, more than its %llu MiB: fix %s",
+                     (unsigned long long)(sum / MiB), dev, (unsigned long long)(cap / MiB),
+                     d.cfg.path);
             return -EINVAL;
         }
     }
@@ -265,7 +199,7 @@ static int relearnt_device(const struct tcgpud_saved_job *s)
 
     if (idx < 0 || idx == s->device)
         return s->device;
-    logmsg("pid %d: its GPU %s is GPU %d now (was %d)", (int)s->pid, s->uuid, idx, s->device);
+    log_info("pid %d: its GPU %s is GPU %d now (was %d)", (int)s->pid, s->uuid, idx, s->device);
     return idx;
 }
 
@@ -279,37 +213,37 @@ static void relearn_one(const struct tcgpud_saved_job *s, const struct poll_item
     int proj = policy_project_find(d.pol, s->project), r = it->err;
 
     if (tcgpud_proc_start_ticks(s->pid) != s->start_ticks) {
-        logmsg("pid %d (project %s) ended while tcgpud was away", (int)s->pid, s->project);
+        log_info("pid %d (project %s) ended while tcgpud was away", (int)s->pid, s->project);
         return;
     }
     if (proj < 0) {
-        logmsg("pid %d: project %s is no longer configured; not managing it", (int)s->pid, s->project);
+        log_info("pid %d: project %s is no longer configured; not managing it", (int)s->pid, s->project);
         return;
     }
     spec.device = relearnt_device(s);
     if (spec.device < 0 || policy_device_capacity(d.pol, spec.device) == 0) {
-        logmsg("pid %d: tcgpud no longer manages its GPU %d; not managing it", (int)s->pid, spec.device);
+        log_info("pid %d: tcgpud no longer manages its GPU %d; not managing it", (int)s->pid, spec.device);
         return;
     }
     if (r < 0 && r != -ETIMEDOUT) {
-        logmsg("pid %d: cannot ask it its state (%s); not managing it", (int)s->pid, strerror(-r));
+        log_info("pid %d: cannot ask it its state (%s); not managing it", (int)s->pid, strerror(-r));
         return;
     }
     if (r < 0)
-        logmsg("pid %d did not settle in time; taking it as it was saved (%s)", (int)s->pid,
-               s->state);
+        log_info("pid %d did not settle in time; taking it as it was saved (%s)", (int)s->pid,
+                 s->state);
     spec.project = proj;
     spec.gang = s->job[0] ? gang_for(s->uid, s->job) : 0;
     relearnt_state(s, r, &it->st, &spec);
     if (policy_admit(d.pol, &spec, relearnt_since(s, &spec)) < 0 ||
         !(j = add_job(s->pid, s->uid, s->user, proj, s->start_ticks))) {
-        logmsg("pid %d: cannot re-admit it", (int)s->pid);
+        log_info("pid %d: cannot re-admit it", (int)s->pid);
         return;
     }
     snprintf(j->job_name, sizeof(j->job_name), "%s", s->job);
     j->gang = spec.gang;
-    logmsg("pid %d re-learnt: project %s, %s%s", (int)s->pid, s->project, pol_state_name(spec.state),
-           spec.state == POL_SUSPENDED ? (spec.suspended_by == POL_BY_MANUAL ? " (by hand)" : " (by policy)") : "");
+    log_info("pid %d re-learnt: project %s, %s%s", (int)s->pid, s->project, pol_state_name(spec.state),
+             spec.state == POL_SUSPENDED ? (spec.suspended_by == POL_BY_MANUAL ? " (by hand)" : " (by policy)") : "");
     event("relearnt", s->pid, "state", pol_state_name(spec.state), NULL);
 }
 
@@ -317,7 +251,8 @@ static void relearn_one(const struct tcgpud_saved_job *s, const struct poll_item
 static struct tcgpud_saved_job *saved;
 static size_t nsaved;
 
-void relearn_done(struct work *w)
+/* The answers of the state file's jobs are in: admit those still there. */
+static void relearn_done(struct work *w)
 {
     size_t n = 0;
 
@@ -325,8 +260,8 @@ void relearn_done(struct work *w)
         relearn_one(&saved[i], &w->items[i]);
         n += job_of(saved[i].pid) != NULL;
     }
-    logmsg("re-learnt %zu of the %zu jobs in %s in %.0f ms", n, nsaved, d.cfg.state_file,
-           (double)w->ns / 1e6);
+    log_info("re-learnt %zu of the %zu jobs in %s in %.0f ms", n, nsaved, d.cfg.state_file,
+             (double)w->ns / 1e6);
     free(saved);
     saved = NULL;
     nsaved = 0;
@@ -346,7 +281,7 @@ static void relearn(void)
     char err[512];
 
     if (tcgpud_state_load(d.cfg.state_file, &saved, &nsaved, err, sizeof(err)) < 0) {
-        logmsg("%s: starting without the jobs it held", err);
+        log_info("%s: starting without the jobs it held", err);
         return;
     }
     if (!nsaved)
@@ -356,7 +291,7 @@ static void relearn(void)
         w->items = calloc(nsaved, sizeof(*w->items));
     if (!w || !w->items) {
         free(w);
-        logmsg("out of memory re-learning %zu jobs", nsaved);
+        log_info("out of memory re-learning %zu jobs", nsaved);
         return;
     }
     for (size_t i = 0; i < nsaved; i++)
@@ -369,6 +304,28 @@ static void relearn(void)
             w->items[i].err = -ETIMEDOUT;   /* as saved */
         relearn_done(w);
         tcgpud_work_free(w);
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Finished work
+ * ------------------------------------------------------------------------- */
+
+/* Hand each piece of finished work to what waits for it. */
+static void take_work(void)
+{
+    struct work *w = tcgpud_work_take();
+
+    while (w) {
+        struct work *next = w->next;
+        if (w->kind == WORK_POLL)
+            poll_done(w);
+        else if (w->kind == WORK_RELEARN)
+            relearn_done(w);
+        else
+            op_done(w);
+        tcgpud_work_free(w);
+        w = next;
     }
 }
 
@@ -477,8 +434,8 @@ static void raise_fd_limit(void)
         return;
     rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
     if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < want)
-        logmsg("open files limited to %llu (want %llu): fewer connections can be served",
-               (unsigned long long)rl.rlim_cur, (unsigned long long)want);
+        log_info("open files limited to %llu (want %llu): fewer connections can be served",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)want);
 }
 
 /* The HTTP endpoint, when [daemon] http is set; its first contents at once. */
@@ -490,14 +447,14 @@ static int start_http(void)
     if (!d.cfg.http_host[0])
         return 0;
     if (http_start(d.cfg.http_host, d.cfg.http_port, d.cfg.dashboard, &port, err, sizeof(err)) < 0) {
-        logmsg("%s", err);
+        log_info("%s", err);
         return -1;
     }
     publish_metrics();
     dashboard_tick();
-    logmsg("http: serving /metrics%s on http://%s%s%s:%d/", d.cfg.dashboard ? " and the dashboard" : "",
-           strchr(d.cfg.http_host, ':') ? "[" : "", d.cfg.http_host,
-           strchr(d.cfg.http_host, ':') ? "]" : "", port);
+    log_info("http: serving /metrics%s on http://%s%s%s:%d/", d.cfg.dashboard ? " and the dashboard" : "",
+             strchr(d.cfg.http_host, ':') ? "[" : "", d.cfg.http_host,
+             strchr(d.cfg.http_host, ':') ? "]" : "", port);
     return 0;
 }
 
@@ -523,8 +480,8 @@ static int setup(int argc, char **argv)
     }
     raise_fd_limit();
     if (geteuid() != 0)
-        logmsg("not running as root: only jobs of uid %u can be suspended and resumed",
-               (unsigned)geteuid());
+        log_info("not running as root: only jobs of uid %u can be suspended and resumed",
+                 (unsigned)geteuid());
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
@@ -542,8 +499,8 @@ static int setup(int argc, char **argv)
         return 1;
     if (start_http() < 0)
         return 1;
-    logmsg("serving %s (config %s, state %s, %d projects, min runtime %.1f s)", d.cfg.socket,
-           config, d.cfg.state_file, d.cfg.nprojects, (double)d.cfg.min_runtime_ns / 1e9);
+    log_info("serving %s (config %s, state %s, %d projects, min runtime %.1f s)", d.cfg.socket,
+             config, d.cfg.state_file, d.cfg.nprojects, (double)d.cfg.min_runtime_ns / 1e9);
     return 0;
 }
 
@@ -567,13 +524,13 @@ static void loop(void)
         uint64_t now = now_ns();
         wait = now >= next_tick ? 0 : (int)((next_tick - now) / 1000000u) + 1;
         if (poll(p, (nfds_t)n, wait) < 0 && errno != EINTR) {
-            logmsg("poll: %s", strerror(errno));
+            log_info("poll: %s", strerror(errno));
             break;
         }
         if (p[2].revents) {
             struct signalfd_siginfo si;
             if (read(d.sig_fd, &si, sizeof(si)) > 0)
-                logmsg("signal %u: stopping (jobs keep running)", si.ssi_signo);
+                log_info("signal %u: stopping (jobs keep running)", si.ssi_signo);
             d.stop = 1;
         }
         if (p[1].revents)
@@ -582,9 +539,11 @@ static void loop(void)
             int ci = idx[k - 3];
             if (!p[k].revents || d.conns[ci].kind == C_FREE || d.conns[ci].fd != p[k].fd)
                 continue;
-            if (d.conns[ci].kind == C_READ)
-                read_request(ci);
-            else
+            if (d.conns[ci].kind == C_READ) {
+                const struct ctl_msg *m = read_request(ci);
+                if (m)
+                    handle(ci, m);
+            } else
                 peer_gone(ci);    /* waiting clients send nothing more: readable means gone */
         }
         if (p[0].revents)
@@ -600,8 +559,11 @@ static void loop(void)
 
 int main(int argc, char **argv)
 {
-    int r = setup(argc, argv);
+    int r;
 
+    tcgpu_log_setup(&(struct tcgpu_log_style){ .name = "tcgpud", .flags = TCGPU_LOG_CLOCK,
+                                              .level = TCGPU_LOG_INFO });
+    r = setup(argc, argv);
     if (r)
         return r;
     loop();

@@ -2,7 +2,7 @@
  * metrics.c - tcgpud's metrics: latency histograms, counters, and the
  * Prometheus text exposition (version 0.0.4) of them and of the policy's
  * state, for the node_exporter textfile and for /metrics (docs/tcgpud.md,
- * "Metrics"); see daemon.h.
+ * "Metrics"); see metrics.h.
  *
  * Latencies are histograms, not summaries: buckets add up across nodes
  * (histogram_quantile(0.99, sum by (le) (rate(..._bucket[5m])))), quantiles
@@ -19,9 +19,12 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/macros.h"
 #include "daemon.h"
 #include "http.h"
+#include "metrics.h"
+#include "tcgpu.h"
 
 /* Upper bounds of the latency buckets, seconds (+Inf after the last). */
 static const double bounds[LATENCY_BUCKETS - 1] = {
@@ -243,11 +246,11 @@ static void write_textfile(const char *text, size_t len)
     if (!f) {
         static int warned;
         if (!warned++)
-            logmsg("cannot write metrics to %s: %s", tmp, strerror(errno));
+            log_info("cannot write metrics to %s: %s", tmp, strerror(errno));
         return;
     }
     if (fwrite(text, 1, len, f) != len || fclose(f) != 0 || rename(tmp, d.cfg.metrics) < 0) {
-        logmsg("cannot write metrics to %s: %s", d.cfg.metrics, strerror(errno));
+        log_info("cannot write metrics to %s: %s", d.cfg.metrics, strerror(errno));
         unlink(tmp);
     }
 }
@@ -260,7 +263,7 @@ void publish_metrics(void)
     if (!d.cfg.metrics[0] && !d.cfg.http_host[0])
         return;
     if (!(text = metrics_text(&len))) {
-        logmsg("out of memory writing the metrics");
+        log_info("out of memory writing the metrics");
         return;
     }
     if (d.cfg.metrics[0])

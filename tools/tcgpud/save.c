@@ -45,9 +45,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/proc.h"
 #include "ctl/daemon_io.h"
+#include "conns.h"
 #include "daemon.h"
+#include "save.h"
 
 #define KILL_TREE_MAX 4096        /* processes of an abandoned tree that are killed */
 
@@ -309,8 +312,8 @@ static int relay(const struct priv_req *r, pid_t child, int out, int err)
         }
     }
     if (gone) {
-        logmsg("%s of %s for uid %u: the caller (pid %d) left; ending it", r->kind == PRIV_SAVE
-               ? "save" : "restore", r->dir, (unsigned)r->uid, (int)r->peer_pid);
+        log_info("%s of %s for uid %u: the caller (pid %d) left; ending it", r->kind == PRIV_SAVE
+                 ? "save" : "restore", r->dir, (unsigned)r->uid, (int)r->peer_pid);
         kill_tree(child);
     }
     while (waitpid(child, &st, 0) < 0 && errno == EINTR)
@@ -339,8 +342,8 @@ static void *priv_worker(void *arg)
     out[1] = err[1] = -1;
     code = relay(r, child, out[0], err[0]);
     if (code >= 0) {
-        logmsg("%s of %s for uid %u (pid %d): gpuckpt exit %d", what, r->dir, (unsigned)r->uid,
-               (int)r->peer_pid, code);
+        log_info("%s of %s for uid %u (pid %d): gpuckpt exit %d", what, r->dir, (unsigned)r->uid,
+                 (int)r->peer_pid, code);
         ctl_buf_ok(&b);
         ctl_buf_put_u64(&b, "exit", (uint64_t)code);
         tcgpud_send(r->fd, &b);
@@ -447,8 +450,8 @@ void priv_save(int ci, const struct ctl_msg *m, struct djob *unused)
             reply_error(ci, e, "%s", why);
         goto err;
     }
-    logmsg("save of the tree under %d to %s for uid %u (pid %d)", (int)r->root, r->dir,
-           (unsigned)r->uid, (int)r->peer_pid);
+    log_info("save of the tree under %d to %s for uid %u (pid %d)", (int)r->root, r->dir,
+             (unsigned)r->uid, (int)r->peer_pid);
     start_worker(ci, r);
     return;
 err:
@@ -474,7 +477,7 @@ void priv_restore(int ci, const struct ctl_msg *m, struct djob *unused)
         free(r);
         return;
     }
-    logmsg("restore of %s for uid %u (pid %d)%s", r->dir, (unsigned)r->uid, (int)r->peer_pid,
-           r->detach ? ", detached" : "");
+    log_info("restore of %s for uid %u (pid %d)%s", r->dir, (unsigned)r->uid, (int)r->peer_pid,
+             r->detach ? ", detached" : "");
     start_worker(ci, r);
 }

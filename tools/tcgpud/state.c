@@ -47,7 +47,7 @@ static const struct ctl_field_desc job_fields[] = {
     CTL_FIELD(struct tcgpud_saved_job, compute, "compute", CTL_U32),
 };
 
-static void put_job(struct ctl_buf *b, const struct tcgpud_saved_job *j)
+static void put_saved_job(struct ctl_buf *b, const struct tcgpud_saved_job *j)
 {
     ctl_buf_request(b, "job");
     ctl_put_fields(b, job_fields, NELEM(job_fields), j);
@@ -65,7 +65,7 @@ static int write_jobs(int fd, const struct tcgpud_saved_job *jobs, size_t n)
     r = fileio_write_all(fd, head, strlen(head));
     for (size_t i = 0; i < n && r == 0; i++) {
         long len;
-        put_job(b, &jobs[i]);
+        put_saved_job(b, &jobs[i]);
         len = ctl_buf_finish(b);
         if (len < 0) {
             r = (int)len;

@@ -1,6 +1,8 @@
 /*
- * plugin.h - the pieces of tcgpu's CRIU plugin, tcgpu_plugin.so
- * (docs/kubernetes.md, "The CRIU plugin"; README.md beside this file).
+ * internal.h - the pieces of tcgpu's CRIU plugin, tcgpu_plugin.so, and of
+ * its helper, tcgpu-criu-helper, and their contracts (docs/kubernetes.md,
+ * "The CRIU plugin"; README.md beside this file). The plugin's face is its
+ * hooks' registration with CRIU in plugin.c; nothing here is seen outside.
  *
  * CRIU loads the plugin into its own process (criu dump / restore, or the
  * `criu swrk` that runc starts for podman, CRI-O and containerd) and calls
@@ -30,13 +32,14 @@
  *
  * CRIU is single-threaded around its hooks: nothing here takes locks.
  */
-#ifndef TCGPU_CRIU_PLUGIN_H
-#define TCGPU_CRIU_PLUGIN_H
+#ifndef TCGPU_CRIU_INTERNAL_H
+#define TCGPU_CRIU_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/log.h"
 #include "tcgpu.h"
 
 #define TP_NAME "tcgpu_plugin"          /* as CRIU lists it (inventory, log) */
@@ -49,14 +52,14 @@
 
 /* ---- log.c: into CRIU's log ---------------------------------------------------- */
 
-enum tp_level { TP_ERROR = 1, TP_WARN = 2, TP_INFO = 3, TP_DEBUG = 4 };
-
-/* One line in CRIU's log (print_on_level when CRIU exports it, else stderr),
- * prefixed "tcgpu_plugin: "; errors as CRIU writes them ("Error (...)"). */
-void tp_log(enum tp_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#define tp_err(...) tp_log(TP_ERROR, __VA_ARGS__)
-#define tp_warn(...) tp_log(TP_WARN, __VA_ARGS__)
-#define tp_info(...) tp_log(TP_INFO, __VA_ARGS__)
+/*
+ * The plugin and its helper log with common/log.h (log_err, log_warn,
+ * log_info), once this ran at their start: each line goes into CRIU's log
+ * (print_on_level when CRIU exports it; else errors and warnings to stderr),
+ * prefixed "tcgpu_plugin: ", errors and warnings as CRIU writes its own
+ * ("Error (tcgpu_plugin): ").
+ */
+void tp_log_setup(void);
 
 /* ---- config.c: what the plugin is told ---------------------------------------- */
 
