@@ -27,6 +27,7 @@
 #include "throttle.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
+#include "common/hex.h"
 #include "common/log.h"
 #include "common/units.h"
 #include "common/clock.h"
@@ -172,8 +173,7 @@ static void put_device(struct ctl_buf *req, int ordinal)
     ctl_buf_put_u64(req, "device", (uint64_t)physical_device(ordinal));
     if (TCGPU_REAL(cuDeviceGetUuid)(&u, ordinal) != CUDA_SUCCESS)
         return;
-    for (int k = 0; k < 16; k++)
-        snprintf(hex + 2 * k, 3, "%02x", (unsigned char)u.bytes[k]);
+    hex_put16((const uint8_t *)u.bytes, hex);
     ctl_buf_put(req, "uuid", hex);
 }
 

@@ -18,6 +18,7 @@
 #include "devsync.h"
 #include "driver/driver.h"
 #include "image/image.h"
+#include "common/hex.h"
 #include "common/log.h"
 #include "engine/pipeline.h"
 #include "hostkeep.h"
@@ -726,12 +727,6 @@ static int refill_from_image(struct snap *s, struct image *img, struct progress 
     return rc;
 }
 
-static void hex16(const uint8_t *p, char out[33])
-{
-    for (int i = 0; i < 16; i++)
-        snprintf(out + 2 * i, 3, "%02x", p[i]);
-}
-
 static void format_time(uint64_t ns, char *buf, size_t len)
 {
     time_t t = (time_t)(ns / 1000000000u);
@@ -752,8 +747,8 @@ static int check_identity(const struct snap *s, const struct image *img)
     image_manifest_csum(img, id);
     if (!memcmp(id, s->image_id, 16))
         return 0;
-    hex16(s->image_id, want);
-    hex16(id, got);
+    hex_put16(s->image_id, want);
+    hex_put16(id, got);
     format_time(s->image_created_ns, t_want, sizeof(t_want));
     format_time(p->created_ns, t_got, sizeof(t_got));
     errmsg_set("%s is not the image this process was suspended to: it is image %s, written %s "

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hex.h"
 #include "common/macros.h"
 #include "common/names.h"
 #include "proto.h"
@@ -45,17 +46,6 @@ long ctl_encode(const char *src, char *dst, size_t dstlen, int keep_space)
     return (long)n;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 long ctl_decode(const char *src, size_t srclen, char *dst)
 {
     size_t n = 0;
@@ -67,7 +57,7 @@ long ctl_decode(const char *src, size_t srclen, char *dst)
         }
         if (srclen - i < 3)
             return -EPROTO;
-        int hi = hexval(src[i + 1]), lo = hexval(src[i + 2]);
+        int hi = hex_digit_value(src[i + 1]), lo = hex_digit_value(src[i + 2]);
         if (hi < 0 || lo < 0 || (hi | lo) == 0)
             return -EPROTO;     /* a NUL would silently cut the value */
         dst[n++] = (char)(hi << 4 | lo);

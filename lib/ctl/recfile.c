@@ -214,25 +214,6 @@ int recfile_read(int dirfd, const char *name, size_t max, recfile_fn fn, void *a
     return r;
 }
 
-void recfile_hex16(const uint8_t in[16], char out[33])
-{
-    for (int i = 0; i < 16; i++)
-        snprintf(out + 2 * i, 3, "%02x", in[i]);
-}
-
-int recfile_unhex16(const char *s, uint8_t out[16])
-{
-    if (!s || strlen(s) != 32)
-        return -EINVAL;
-    for (int i = 0; i < 16; i++) {
-        unsigned v;
-        if (sscanf(s + 2 * i, "%2x", &v) != 1)
-            return -EINVAL;
-        out[i] = (uint8_t)v;
-    }
-    return 0;
-}
-
 int recfile_get_pid(const struct ctl_msg *m, const char *key, pid_t *out)
 {
     uint64_t v;

@@ -57,10 +57,6 @@ typedef int (*recfile_fn)(const struct ctl_msg *m, int line, void *arg, char *wh
 int recfile_read(int dirfd, const char *name, size_t max, recfile_fn fn, void *arg, char *err,
                  size_t len);
 
-/* 16 bytes as 32 hex digits (out: 33 bytes), and back (0, or -EINVAL). */
-void recfile_hex16(const uint8_t in[16], char out[33]);
-int recfile_unhex16(const char *s, uint8_t out[16]);
-
 /* The process id at `key` of record m: 0 and *out, or -1 when it is absent,
  * not a number, or not a pid (1..INT32_MAX). */
 int recfile_get_pid(const struct ctl_msg *m, const char *key, pid_t *out);

@@ -4,6 +4,7 @@
  * JSON form itself, through jansson).
  */
 #include "image.h"
+#include "common/hex.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -102,12 +103,6 @@ static const char *when(uint64_t ns, char *buf, size_t cap)
     return buf;
 }
 
-static void hex(const uint8_t *p, size_t n, char *out)
-{
-    for (size_t i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", p[i]);
-}
-
 int image_describe(const struct image *img, FILE *o)
 {
     const struct image_process *p = image_process_info(img);
@@ -118,7 +113,7 @@ int image_describe(const struct image *img, FILE *o)
 
     image_sum_chunks(img, codec, &all);
     image_manifest_csum(img, sum);
-    hex(sum, 16, id);
+    hex_put16(sum, id);
     fprintf(o, "format       tcgpu image %u.%u, id %s\n", TCGPU_IMG_VERSION_MAJOR,
             image_version_minor(img), id);
     fprintf(o, "process      pid %u on %s: %s\n", p->pid, p->hostname, p->exe);
@@ -127,13 +122,13 @@ int image_describe(const struct image *img, FILE *o)
     for (uint32_t i = 0; i < image_device_count(img); i++) {
         const struct image_device *d = image_device_info(img, i);
 
-        hex(d->uuid, 16, id);
+        hex_put16(d->uuid, id);
         fprintf(o, "device %-5u %s (ordinal %d), uuid %s, %s, driver %u\n", i, d->name, d->ordinal,
                 id, human(d->total_mem, a, 32), d->driver_version);
     }
     if (parent) {
         image_parent(img, sum);
-        hex(sum, 16, id);
+        hex_put16(sum, id);
         fprintf(o, "parent       %s (id %s)\n", parent, id);
     }
     fprintf(o, "memory       %zu allocations, %s; saved %s in %s (ratio %.3f)\n",

@@ -23,6 +23,7 @@
 
 #include "internal.h"
 #include "common/clock.h"
+#include "common/hex.h"
 #include "ctl/proto.h"
 #include "ctl/recfile.h"
 #include "ckptapi/ckptapi.h"
@@ -232,8 +233,8 @@ static int helper_reacquire(pid_t pid, char *err, size_t len)
     snprintf(spid, sizeof(spid), "%d", (int)pid);
     /* OLD=NEW,OLD=NEW... (hex UUIDs), or nothing */
     for (int i = 0; i < nremap; i++) {
-        recfile_hex16(remap_old[i], o);
-        recfile_hex16(remap_new[i], n);
+        hex_put16(remap_old[i], o);
+        hex_put16(remap_new[i], n);
         at += (size_t)snprintf(pairs + at, sizeof(pairs) - at, "%s%s=%s", i ? "," : "", o, n);
     }
     if (!nremap)
@@ -250,7 +251,7 @@ static int parse_device(const char *line, size_t n, struct gdrv_device *d)
     if (m && ctl_parse(line, n, m) == 0 && !strcmp(m->word, "device") &&
         ctl_get_u64(m, "ordinal", &ord) == 0 && ord < 64 &&
         ctl_get_u64(m, "total_mem", &d->total_mem) == 0 && ctl_get(m, "name") &&
-        recfile_unhex16(ctl_get(m, "uuid"), d->uuid) == 0) {
+        hex_get16(ctl_get(m, "uuid"), d->uuid) == 0) {
         d->ordinal = (int)ord;
         snprintf(d->name, sizeof(d->name), "%s", ctl_get(m, "name"));
         r = 0;

@@ -8,7 +8,7 @@
  *     tcgpu-criu-helper driver devices            one "device ordinal=..." line each
  *     tcgpu-criu-helper watch IMAGES_FD GPU_IMAGES_FD TIMEOUT_MS
  *
- * driver: one call of the driver's checkpoint API (gpuckpt/driver.h), its
+ * driver: one call of the driver's checkpoint API (ckptapi/ckptapi.h), its
  * answer on stdout in the control protocol's syntax; on failure an
  * "error text=..." line and the errno as the exit status.
  *
@@ -32,6 +32,7 @@
 #include "ctl/proto.h"
 #include "ctl/recfile.h"
 #include "ckptapi/ckptapi.h"
+#include "common/hex.h"
 #include "common/proc.h"
 
 #define WATCH_LIMIT_MS (24 * 3600 * 1000)
@@ -120,7 +121,7 @@ static int driver_devices(void)
         ctl_buf_put_u64(&b, "ordinal", (uint64_t)d[i].ordinal);
         ctl_buf_put(&b, "name", d[i].name);
         ctl_buf_put_u64(&b, "total_mem", d[i].total_mem);
-        recfile_hex16(d[i].uuid, hex);
+        hex_put16(d[i].uuid, hex);
         ctl_buf_put(&b, "uuid", hex);
         put(&b);
     }
@@ -135,8 +136,8 @@ static int set_remap(const char *s)
     int k = 0;
 
     while (*s && k < 16) {
-        if (sscanf(s, "%32[0-9a-f]=%32[0-9a-f]", o, n) != 2 || recfile_unhex16(o, olds[k]) ||
-            recfile_unhex16(n, news[k]))
+        if (sscanf(s, "%32[0-9a-f]=%32[0-9a-f]", o, n) != 2 || hex_get16(o, olds[k]) ||
+            hex_get16(n, news[k]))
             return -EINVAL;
         k++;
         s += 65;

@@ -22,6 +22,7 @@
 
 #include "internal.h"
 #include "ctl/recfile.h"
+#include "common/hex.h"
 
 #define INDEX_VERSION 1
 #define INDEX_MAX_BYTES (1u << 20)
@@ -48,7 +49,7 @@ static int put_proc(struct recfile_writer *w, const struct tp_proc *p)
     ctl_buf_put(b, "comm", p->comm);
     ctl_buf_put_u64(b, "suspended", (uint64_t)p->suspended_by_us);
     ctl_buf_put_u64(b, "released", (uint64_t)p->released_by_us);
-    recfile_hex16(p->image_csum, hex);
+    hex_put16(p->image_csum, hex);
     ctl_buf_put(b, "image_csum", hex);
     put_tids(b, p);
     return recfile_put(w);
@@ -102,7 +103,7 @@ static int parse_proc(struct tp_index *idx, const struct ctl_msg *m)
     if (recfile_get_pid(m, "pid", &p->pid) || recfile_get_pid(m, "vpid", &p->vpid) ||
         ctl_get_u64(m, "uid", &uid) || uid > UINT32_MAX || !comm ||
         get_flag(m, "suspended", &p->suspended_by_us) || get_flag(m, "released", &p->released_by_us) ||
-        recfile_unhex16(ctl_get(m, "image_csum"), p->image_csum) ||
+        hex_get16(ctl_get(m, "image_csum"), p->image_csum) ||
         tp_tids_parse(ctl_get(m, "tids"), p->tids, &p->ntids, TP_MAX_TIDS))
         return -1;
     for (int i = 0; i < idx->n; i++)

@@ -150,7 +150,7 @@ struct gdrv_device;
  * through tcgpu-criu-helper (helper.c), one short process per call, as
  * NVIDIA's cuda_plugin goes through cuda-checkpoint; the helper itself calls
  * the driver directly. Each returns 0 or -errno with a message in err (the
- * errors of gpuckpt/driver.h).
+ * errors of ckptapi/ckptapi.h).
  */
 struct tp_driver {
     /* the driver's state of pid (GDRV_*) and its restore thread (0 if none) */

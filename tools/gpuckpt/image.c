@@ -16,6 +16,7 @@
 #include "util.h"
 #include "image/image.h"
 #include "json/json.h"
+#include "common/hex.h"
 
 /* Exit code for an image_open / image_verify_all failure. */
 static int image_exit_code(int r)
@@ -66,12 +67,6 @@ static int parse_dir_args(const struct gpuckpt_command *self, int argc, char **a
  * inspect --json
  * ------------------------------------------------------------------------- */
 
-static void hex16(const uint8_t in[16], char out[33])
-{
-    for (int i = 0; i < 16; i++)
-        snprintf(out + 2 * i, 3, "%02x", in[i]);
-}
-
 static double ratio(uint64_t stored, uint64_t raw)
 {
     return raw ? (double)stored / (double)raw : 0.0;
@@ -108,7 +103,7 @@ static json_t *devices_array(const struct image *img)
         const struct image_device *d = image_device_info(img, i);
         json_t *o = json_object();
 
-        hex16(d->uuid, id);
+        hex_put16(d->uuid, id);
         if (!o || tc_json_set_int(o, "index", i) < 0 || tc_json_set_string(o, "name", d->name) < 0 ||
             tc_json_set_int(o, "ordinal", d->ordinal) < 0 || tc_json_set_string(o, "uuid", id) < 0 ||
             tc_json_set_uint(o, "total_mem", d->total_mem) < 0 ||
@@ -175,7 +170,7 @@ static json_t *inspect_object(const struct image *img, const char *dir, const ch
 
     image_sum_chunks(img, codec, &all);
     if (parent) {
-        hex16(sum, id);
+        hex_put16(sum, id);
         json_decref(par);
         par = json_object();
         if (par && (tc_json_set_string(par, "path", parent) < 0 || tc_json_set_string(par, "id", id) < 0)) {
@@ -184,7 +179,7 @@ static json_t *inspect_object(const struct image *img, const char *dir, const ch
         }
     }
     image_manifest_csum(img, sum);
-    hex16(sum, id);
+    hex_put16(sum, id);
     bad = !o || tc_json_set_bool(o, "ok", 1) < 0 || tc_json_set_string(o, "dir", dir) < 0 ||
           tc_json_set_string(o, "kind", "image") < 0 || tc_json_set_string(o, "warning", warning) < 0 ||
           tc_json_set_new(o, "format", json_pack("{sI sI}", "major", (json_int_t)TCGPU_IMG_VERSION_MAJOR,

@@ -44,6 +44,7 @@
 #include "util.h"
 #include "image/image.h"
 #include "common/clock.h"
+#include "common/hex.h"
 #include "common/proc.h"
 
 /* ---- checks ----------------------------------------------------------------------- */
@@ -513,7 +514,7 @@ static void inspect_human(const char *dir, const struct tree *t, const struct im
            dir, (int)t->root, t->nproc, t->nproc == 1 ? "" : "es", t->created, t->host, t->driver,
            t->criu_flags[0] ? t->criu_flags : "-");
     for (int i = 0; i < t->ndev; i++) {
-        tree_hex16(t->dev[i].uuid, hex);
+        hex_put16(t->dev[i].uuid, hex);
         fmt_size(t->dev[i].total_mem, a, sizeof(a));
         printf("device %d  %s, %s, uuid %s\n", t->dev[i].ordinal, t->dev[i].name, a, hex);
     }
@@ -545,7 +546,7 @@ static int inspect_json(const char *dir, const struct tree *t, const struct img_
     char hex[33];
 
     for (int i = 0; devs && i < t->ndev; i++) {
-        tree_hex16(t->dev[i].uuid, hex);
+        hex_put16(t->dev[i].uuid, hex);
         if (json_array_append_new(devs, json_pack("{si so sI ss}", "ordinal", t->dev[i].ordinal,
                                                   "name", tc_json_string(t->dev[i].name), "total_mem",
                                                   (json_int_t)t->dev[i].total_mem, "uuid", hex)) < 0) {

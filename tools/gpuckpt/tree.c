@@ -18,6 +18,7 @@
 #include "ctl/recfile.h"
 #include "tree.h"
 #include "common/fileio.h"
+#include "common/hex.h"
 #include "common/proc.h"
 
 /* ---- the process tree ---------------------------------------------------- */
@@ -101,11 +102,6 @@ int tree_walk(struct tree *t, pid_t root)
 
 /* ---- the manifest ---------------------------------------------------------- */
 
-void tree_hex16(const uint8_t in[16], char out[33])
-{
-    recfile_hex16(in, out);
-}
-
 /* The manifest's records (its last line, the checksum, is the writer's). */
 static int format_tree(const struct tree *t, struct recfile_writer *w)
 {
@@ -129,7 +125,7 @@ static int format_tree(const struct tree *t, struct recfile_writer *w)
         ctl_buf_put_u64(b, "ordinal", (uint64_t)t->dev[i].ordinal);
         ctl_buf_put(b, "name", t->dev[i].name);
         ctl_buf_put_u64(b, "total_mem", t->dev[i].total_mem);
-        tree_hex16(t->dev[i].uuid, hex);
+        hex_put16(t->dev[i].uuid, hex);
         ctl_buf_put(b, "uuid", hex);
         if ((r = recfile_put(w)) < 0)
             return r;
@@ -144,7 +140,7 @@ static int format_tree(const struct tree *t, struct recfile_writer *w)
         ctl_buf_put_u64(b, "tcgpu", (uint64_t)p->tcgpu);
         if (p->tcgpu) {
             ctl_buf_put(b, "image", p->image);
-            tree_hex16(p->image_csum, hex);
+            hex_put16(p->image_csum, hex);
             ctl_buf_put(b, "image_csum", hex);
             ctl_buf_put(b, "socket", p->socket);
         }
@@ -199,7 +195,7 @@ static int parse_device(struct tree *t, const struct ctl_msg *m)
         return -1;
     d = &t->dev[t->ndev];
     if (ctl_get_u64(m, "ordinal", &v) || v > 64 || ctl_get_u64(m, "total_mem", &d->total_mem) || !name ||
-        recfile_unhex16(ctl_get(m, "uuid"), d->uuid))
+        hex_get16(ctl_get(m, "uuid"), d->uuid))
         return -1;
     d->ordinal = (int)v;
     snprintf(d->name, sizeof(d->name), "%s", name);
@@ -230,7 +226,7 @@ static int parse_process(struct tree *t, const struct ctl_msg *m)
         char want[32];
         /* the image must be where save puts it: never a path out of DIR */
         snprintf(want, sizeof(want), "gpu/%d", (int)p->pid);
-        if (!image || strcmp(image, want) || recfile_unhex16(ctl_get(m, "image_csum"), p->image_csum) ||
+        if (!image || strcmp(image, want) || hex_get16(ctl_get(m, "image_csum"), p->image_csum) ||
             !sock || sock[0] != '/')
             return -1;
         snprintf(p->image, sizeof(p->image), "%s", want);

@@ -165,9 +165,6 @@ int tree_mkdir(const char *path);
 /* Recursively fsync every regular file and directory under path (a save must be durable). */
 int tree_fsync_all(const char *path);
 
-/* hex of 16 bytes; out needs 33 bytes. */
-void tree_hex16(const uint8_t in[16], char out[33]);
-
 /* Exit code for a save/restore failure errno. */
 int tree_exit_code(int err);
 
