@@ -23,8 +23,8 @@ CRIU_VERSION=4.1.1
 CRIU_TARBALL=criu_${CRIU_VERSION}.orig.tar.xz
 CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 
-BUILD_PKGS=(gcc make pkg-config meson ninja-build python3 xz-utils curl ca-certificates
-            libzstd-dev zstd liburing-dev libunwind-dev libinih-dev libxxhash-dev
+BUILD_PKGS=(gcc g++ make pkg-config meson ninja-build python3 xz-utils curl ca-certificates
+            libzstd-dev zstd liburing-dev libinih-dev libxxhash-dev
             libjansson-dev libmicrohttpd-dev scdoc bash-completion python3-yaml)
 # /usr/bin/time: the memory bound of a verify (tests/sim/images.sh)
 BUILD_PKGS+=(time)

@@ -1,13 +1,23 @@
 /*
  * callsite.c - where a large allocation was made (TCGPU_TRACE_ALLOC=1).
  *
- * libunwind walks the caller's stack; each frame is named "object+0xoff" or
- * "symbol+0xoff" via dladdr. Frames inside libtcgpu itself are skipped, so
- * the first frame is the program's call into CUDA (or into the framework).
+ * glibc's backtrace() walks the caller's stack; each frame is named
+ * "object+0xoff" or "symbol+0xoff" via dladdr. Frames inside libtcgpu itself
+ * are skipped, so the first frame is the program's call into CUDA (or into
+ * the framework).
+ *
+ * Why backtrace() and not libunwind: a preloaded library's dependencies join
+ * the program's global symbol scope ahead of everything loaded later, and
+ * libunwind.so exports its own _Unwind_RaiseException & co. Every C++
+ * library the program dlopens then binds half of its exception handling to
+ * libunwind and half to libgcc_s, and the first exception thrown through
+ * std::call_once aborts (issue 35). backtrace() uses libgcc_s, which glibc
+ * opens privately (RTLD_LOCAL) on first use: the unwinder the program has
+ * anyway, and nothing new in its global scope. tests/sim/cxx_unwind.sh
+ * checks that libtcgpu.so needs no unwinder and that exceptions still work.
  */
-#define UNW_LOCAL_ONLY
 #include <dlfcn.h>
-#include <libunwind.h>
+#include <execinfo.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +70,7 @@ char *callsite_capture(size_t bytes)
 
     if (set->trace_alloc <= 0 || bytes < set->trace_alloc_min)
         return NULL;
-    n = unw_backtrace(ips, (int)(sizeof(ips) / sizeof(ips[0])));
+    n = backtrace(ips, (int)(sizeof(ips) / sizeof(ips[0])));
     for (int i = 0; i < n && shown < CALLSITE_FRAMES; i++) {
         if (in_this_library(ips[i]))
             continue;
