@@ -11,6 +11,34 @@ BG_PIDS=()          # background jobs that the caller's cleanup kills
 fail() { echo "FAIL: $*" >&2; exit 1; }
 note() { echo "-- $*" >&2; }
 
+# phase TEXT: what the test does now (the waits below set it too, quietly).
+# A test that meson's timeout stops (SIGTERM to its process group, SIGKILL
+# half a second later) says it: the libraries that set the traps call
+# stopped_in_phase on TERM and INT, then their EXIT trap cleans up. Commands
+# the test waits on stay in its process group (run_fg), so the trap runs
+# before the SIGKILL.
+phase() { set_phase "$*"; note "phase: $*"; }
+set_phase() { TC_PHASE=$*; }
+stopped_in_phase() { # SIGNAL
+    echo "FAIL: stopped by SIG$1 (meson's timeout?) in phase: ${TC_PHASE:-set-up}" >&2
+    [ "$1" = INT ] && exit 130
+    exit 143
+}
+
+# free_ports N: N distinct TCP ports that nobody listens on now, on any
+# address (all held at once while they are chosen). Fixed ports collide
+# with another instance of the same server on the machine.
+free_ports() {
+    python3 -c '
+import socket, sys
+held = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("", 0))
+    held.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in held))' "$1"
+}
+
 # checksum_of FILE: the last "checksum: <hex>" a program printed.
 checksum_of() { sed -n 's/^checksum: *\([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
 
@@ -78,11 +106,14 @@ kill_bg() {
 }
 
 # run_fg NAME SECONDS CMD...: CMD to its end (killed after SECONDS), its
-# output in $WORK/NAME.out; returns CMD's exit status.
+# output in $WORK/NAME.out; returns CMD's exit status. CMD stays in the
+# test's process group (--foreground), so that meson's timeout stops it and
+# the test's cleanup runs, instead of the test waiting on it until SIGKILL.
 run_fg() {
     local name=$1 secs=$2 rc=0; shift 2
     note "run $name: $*"
-    timeout -k 5 "$secs" "$@" >"$WORK/$name.out" 2>&1 || rc=$?
+    set_phase "running $name: $*"
+    timeout --foreground -k 5 "$secs" "$@" >"$WORK/$name.out" 2>&1 || rc=$?
     note "$name exited $rc: $(tail_of "$WORK/$name.out" 2)"
     return $rc
 }
@@ -91,6 +122,7 @@ run_fg() {
 # PATTERN; 1 after SECONDS, or when PID ended without printing it.
 wait_line() {
     local end=$((SECONDS + $3))
+    set_phase "waiting for '$2' in $1"
     while ! grep -q -- "$2" "$1" 2>/dev/null; do
         if [ -n "${4:-}" ] && ! kill -0 "$4" 2>/dev/null; then
             grep -q -- "$2" "$1" 2>/dev/null
@@ -105,6 +137,7 @@ wait_line() {
 # at the deadline.
 wait_job() {
     local end=$((SECONDS + $2)) rc=0
+    set_phase "waiting for process $1 to end"
     while kill -0 "$1" 2>/dev/null; do
         if [ "$SECONDS" -ge "$end" ]; then
             kill -9 "$1" 2>/dev/null || true
@@ -121,6 +154,7 @@ wait_job() {
 # children: polled); fails after SEC (120).
 wait_gone() {
     local i n=$(( ${2:-120} * 20 ))
+    set_phase "waiting for process $1 to be gone"
     for i in $(seq 1 "$n"); do
         kill -0 "$1" 2>/dev/null || return 0
         # a zombie whose parent is gone is reaped by init soon; ours we reap

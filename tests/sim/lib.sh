@@ -37,6 +37,8 @@ cleanup() {
     if [ -n "${TCGPU_TEST_KEEP:-}" ]; then echo "-- kept $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
+trap 'stopped_in_phase TERM' TERM
+trap 'stopped_in_phase INT' INT
 
 # wait_for_socket PID : the process's control socket exists (it initialised CUDA).
 wait_for_socket() {

@@ -3,13 +3,13 @@
 #
 # munged, slurmctld and two slurmd (nodes na on 127.0.0.2 and nb on
 # 127.0.0.3, `slurmd -N`), in the foreground, with a generated slurm.conf:
-# private state, spool and log directories, ports from $SLURM_PORT_BASE, a
+# private state, spool and log directories, ports free at start, a
 # munge key and socket of their own. Each node is its own simulated machine
 # (SIMCUDA_SHM) of two GPUs, with its own tcgpud (root); a TaskProlog gives
 # a task its node's machine and tcgpud. Partitions: low (preemptable,
 # PreemptMode=REQUEUE, GraceTime 30 s) and high, over both nodes. Jobs run as
-# nobody. Everything is stopped and removed at exit. Slurm that cannot start
-# is a failure, not a skip.
+# nobody. Everything is stopped and removed at exit, and a process of the
+# test left behind fails it. Slurm that cannot start is a failure, not a skip.
 . "$(dirname "$0")/../common/lib.sh"
 set -euo pipefail
 
@@ -18,7 +18,8 @@ GPUCKPT=$B/tools/gpuckpt/gpuckpt
 TCGPUD=$B/tools/tcgpud/tcgpud
 TCGPU_SLURM=$B/slurm/tcgpu-slurm
 PAIR=$B/tests/slurm/pair_train
-SLURM_PORT_BASE=${SLURM_PORT_BASE:-16817}
+read -r CTLD_PORT NA_PORT NB_PORT <<<"$(free_ports 3)"
+declare -A NODE_PORT=([na]=$NA_PORT [nb]=$NB_PORT)
 NODES=(na nb)
 declare -A NODE_ADDR=([na]=127.0.0.2 [nb]=127.0.0.3)
 NOBODY=65534
@@ -57,27 +58,54 @@ cluster_cleanup() {
     for p in "${DAEMONS[@]}"; do kill "$p" 2>/dev/null; done
     sleep 0.5
     for p in "${DAEMONS[@]}"; do kill -9 "$p" 2>/dev/null; done
-    # slurmstepd and the jobs' processes (restored ones are tcgpud's, gone with it)
-    pkill_tree_of_dir
+    # slurmstepd and the jobs' processes, restored ones included
+    kill_test_processes
     kill_bg
     wait 2>/dev/null
+    check_nothing_left
     rm -f /dev/shm"$SHM_PREFIX"* /dev/shm/tcgpu-pair-* 2>/dev/null
     # TCGPU_KEEP=1 keeps the logs and saves for a look after a failure
     [ -n "${TCGPU_KEEP:-}" ] && echo "kept $W" >&2 || rm -rf "$W"
 }
 trap cluster_cleanup EXIT
+trap 'stopped_in_phase TERM' TERM
+trap 'stopped_in_phase INT' INT
 
-# Processes that still have a file open under $W (slurmstepd, leftovers of a
-# failed test): their pids, found through /proc, never by name.
-pkill_tree_of_dir() {
+# test_processes: the pids of this test's processes, found through /proc,
+# never by name: a file open or the working directory under $W (slurmstepd,
+# the jobs), or the simulated machine's name in the environment (a job's
+# process reparented to PID 1, or one CRIU restored: its cwd and files may
+# lie elsewhere, its environment is its own).
+test_processes() {
     local pid
     for pid in /proc/[0-9]*; do
         pid=${pid#/proc/}
         [ "$pid" = $$ ] && continue
-        if ls -l /proc/"$pid"/fd 2>/dev/null | grep -q -- "$W/"; then
-            kill -9 "$pid" 2>/dev/null || true
+        if ls -l /proc/"$pid"/fd 2>/dev/null | grep -q -- "$W/" ||
+            [[ "$(readlink /proc/"$pid"/cwd 2>/dev/null)" == "$W"/* ]] ||
+            tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -q "^SIMCUDA_SHM=$SHM_PREFIX-"; then
+            echo "$pid"
         fi
     done
+}
+
+kill_test_processes() {
+    local pid
+    for pid in $(test_processes); do kill -9 "$pid" 2>/dev/null || true; done
+}
+
+# check_nothing_left: fails the test (exit 1 from the EXIT trap) when a
+# process of it outlived the cleanup by 5 s.
+check_nothing_left() {
+    local i left
+    for i in $(seq 1 50); do
+        left=$(test_processes)
+        [ -z "$left" ] && return 0
+        kill_test_processes
+        sleep 0.1
+    done
+    echo "FAIL: processes of the test left behind: $(for p in $left; do tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null; echo "(pid $p)"; done)" >&2
+    exit 1
 }
 
 as_nobody() { setpriv --reuid=$NOBODY --regid=$NOBODY --clear-groups "$@"; }
@@ -88,8 +116,8 @@ write_conf() {
     cat >"$W/slurm.conf" <<EOF
 ClusterName=tcgputest
 SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort=$SLURM_PORT_BASE
-SlurmdPort=$((SLURM_PORT_BASE + 1))
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$NA_PORT
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -133,8 +161,8 @@ Waittime=0
 MailProg=/bin/true
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
-NodeName=na NodeHostname=$host NodeAddr=${NODE_ADDR[na]} Port=$((SLURM_PORT_BASE + 1)) CPUs=2 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
-NodeName=nb NodeHostname=$host NodeAddr=${NODE_ADDR[nb]} Port=$((SLURM_PORT_BASE + 2)) CPUs=2 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
+NodeName=na NodeHostname=$host NodeAddr=${NODE_ADDR[na]} Port=${NODE_PORT[na]} CPUs=2 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
+NodeName=nb NodeHostname=$host NodeAddr=${NODE_ADDR[nb]} Port=${NODE_PORT[nb]} CPUs=2 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
 PartitionName=low Nodes=na,nb Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=30 OverSubscribe=NO
 PartitionName=high Nodes=na,nb PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
 EOF
@@ -210,12 +238,13 @@ start_slurm() {
 }
 
 start_cluster() {
+    phase "starting the cluster"
     write_conf
     start_munge
     mkdir -p "$W/log"
     start_tcgpuds
     start_slurm
-    note "cluster up: slurmctld on 127.0.0.1:$SLURM_PORT_BASE, slurmd na and nb"
+    note "cluster up: slurmctld on 127.0.0.1:$CTLD_PORT, slurmd na on :$NA_PORT and nb on :$NB_PORT"
 }
 
 # job_field JOB KEY : a field of scontrol show job (e.g. JobState, Restarts, NodeList).
@@ -224,6 +253,7 @@ job_field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$
 # wait_job_state JOB STATE SECONDS
 wait_job_state() {
     local i s=""
+    set_phase "waiting for job $1 to be $2"
     for i in $(seq 1 $(( $3 * 5 ))); do
         s=$(job_field "$1" JobState)
         [ "$s" = "$2" ] && return 0

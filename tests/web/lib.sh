@@ -2,11 +2,6 @@
 # with tcgpud serving HTTP on loopback. Sourced after tests/sim/lib.sh and
 # tests/sim/tcgpud_lib.sh.
 
-# free_port : a TCP port nobody listens on now on 127.0.0.1.
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 # http_port : the port tcgpud logged it serves HTTP on (sets HTTP).
 http_port() {
     local i

@@ -19,7 +19,7 @@ command -v promtool >/dev/null || fail "promtool is not installed (Debian's prom
 preemption no
 
 # Prometheus, scraping tcgpud every second
-pport=$(free_port)
+pport=$(free_ports 1)
 cat >"$WORK/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
