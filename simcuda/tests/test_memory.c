@@ -234,6 +234,57 @@ static void test_pool(void)
     CHECK(cuStreamDestroy(s));
 }
 
+/*
+ * A pool block freed and taken again for a larger size (up to what its pages
+ * hold) keeps its address, so its address range must cover the larger size:
+ * before, three blocks of 5000 bytes and then one of 8000 (into the first
+ * block's 8 KiB) overlapped the second block and failed as out of memory with
+ * the device all but empty. USED_MEM_CURRENT counts the bytes asked for, as
+ * the driver's does, not the pages behind them.
+ */
+static void test_pool_reuse_larger(void)
+{
+    CUmemoryPool pool;
+    CUstream s;
+    CUdeviceptr a[3], b;
+    cuuint64_t thr = ~0ull, used = 0;
+    uint8_t out[8000], in[8000];
+
+    CHECK(cuStreamCreate(&s, 0));
+    CHECK(cuDeviceGetDefaultMemPool(&pool, 0));
+    CHECK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+    for (int i = 0; i < 3; i++)
+        CHECK(cuMemAllocFromPoolAsync(&a[i], 5000, pool, s));
+    CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+    CHECK_EQ(used, 3 * 5000);
+    CHECK(cuMemFreeAsync(a[0], s));
+    CHECK(cuStreamSynchronize(s));
+    CHECK(cuMemAllocFromPoolAsync(&b, 8000, pool, s));
+    CHECK_EQ(b, a[0]);                          /* the freed block, reused */
+    CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+    CHECK_EQ(used, 2 * 5000 + 8000);
+    /* All of it is b's: a copy of 8000 bytes lands there and nowhere else. */
+    memset(in, 0x5a, sizeof(in));
+    CHECK(cuMemsetD8Async(a[1], 0x11, 5000, s));
+    CHECK(cuMemcpyHtoDAsync(b, in, sizeof(in), s));
+    CHECK(cuMemcpyDtoHAsync(out, b, sizeof(out), s));
+    CHECK(cuStreamSynchronize(s));
+    CHECK_TRUE(memcmp(in, out, sizeof(out)) == 0);
+    CHECK(cuMemcpyDtoH(out, a[1], 5000));
+    for (int i = 0; i < 5000; i++)
+        CHECK_EQ(out[i], 0x11);
+    CHECK(cuMemFreeAsync(b, s));
+    CHECK(cuMemFreeAsync(a[1], s));
+    CHECK(cuMemFreeAsync(a[2], s));
+    CHECK(cuStreamSynchronize(s));
+    CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+    CHECK_EQ(used, 0);
+    thr = 0;
+    CHECK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+    CHECK(cuMemPoolTrimTo(pool, 0));
+    CHECK(cuStreamDestroy(s));
+}
+
 /* A kernel given a bad pointer faults; the error is sticky, as on a GPU. */
 static void test_kernel_fault(void)
 {
@@ -360,6 +411,7 @@ int main(void)
     test_copies();
     test_async_copies();
     test_pool();
+    test_pool_reuse_larger();
     test_module_data();
     test_kernel_fault();
     test_huge_pages();
