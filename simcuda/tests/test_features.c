@@ -586,6 +586,20 @@ static void test_coredump_attributes(void)
     size = sizeof(flags);
     CHECK_RES(cuCoredumpSetAttribute(CU_COREDUMP_GENERATION_FLAGS, &flags, &size), CUDA_ERROR_INVALID_VALUE);
     CHECK_RES(cuCoredumpGetAttribute((CUcoredumpSettings)77, &on, &size), CUDA_ERROR_INVALID_VALUE);
+    /* A name's size may leave its NUL out, as cuda-python's len(b"corefile");
+     * it ends at the size even where the bytes go on. */
+    size = 8;
+    CHECK(cuCoredumpSetAttribute(CU_COREDUMP_FILE, "corefile.extra", &size));
+    size = sizeof(file);
+    CHECK(cuCoredumpGetAttribute(CU_COREDUMP_FILE, file, &size));
+    CHECK_TRUE(!strcmp(file, "corefile"));
+    CHECK_EQ(size, 9);
+    size = 1024;
+    memset(file, 'a', sizeof(file));
+    CHECK_RES(cuCoredumpSetAttribute(CU_COREDUMP_FILE, file, &size), CUDA_ERROR_INVALID_VALUE);
+    size = sizeof(file);
+    CHECK(cuCoredumpGetAttribute(CU_COREDUMP_FILE, file, &size));
+    CHECK_TRUE(!strcmp(file, "corefile"));      /* a refused name changes nothing */
     /* The user trigger is global; once on, its pipe is fixed. */
     size = sizeof(on);
     CHECK(cuCoredumpSetAttributeGlobal(CU_COREDUMP_ENABLE_USER_TRIGGER, &on, &size));
