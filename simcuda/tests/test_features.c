@@ -74,6 +74,13 @@ static void test_managed(CUstream s)
     CHECK_EQ(by[0], 0);
     CHECK_EQ(by[1], CU_DEVICE_INVALID);
     CHECK_EQ(by[2], CU_DEVICE_INVALID);
+    /* The host too: devices come first, then the host, as the driver lists them. */
+    CHECK(cuMemAdvise(m, size, CU_MEM_ADVISE_SET_ACCESSED_BY, host));
+    CHECK(cuMemRangeGetAttribute(by, sizeof(by), CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY, m, size));
+    CHECK_EQ(by[0], 0);
+    CHECK_EQ(by[1], CU_DEVICE_CPU);
+    CHECK_EQ(by[2], CU_DEVICE_INVALID);
+    CHECK(cuMemAdvise(m, size, CU_MEM_ADVISE_UNSET_ACCESSED_BY, host));
     /* Advice on part of the range: the whole range no longer agrees. */
     CHECK(cuMemAdvise(m, 1u << 20, CU_MEM_ADVISE_UNSET_READ_MOSTLY, dev0));
     CHECK_EQ(range_int(m, size, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY), 0);
