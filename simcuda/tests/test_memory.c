@@ -4,6 +4,7 @@
  */
 #include "harness.h"
 
+#include <elf.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <sys/wait.h>
@@ -339,6 +340,57 @@ static void test_module_data(void)
     CHECK_RES(cuModuleLoadData(&m, "not an elf image"), CUDA_ERROR_INVALID_IMAGE);
 }
 
+/* What `call` says on stderr while it runs, into buf. */
+#define STDERR_OF(buf, call)                                                 \
+    do {                                                                     \
+        FILE *t_ = tmpfile();                                                \
+        int saved_ = dup(2);                                                 \
+        size_t n_;                                                           \
+        CHECK_TRUE(t_ && saved_ >= 0);                                       \
+        fflush(stderr);                                                      \
+        dup2(fileno(t_), 2);                                                 \
+        call;                                                                \
+        fflush(stderr);                                                      \
+        dup2(saved_, 2);                                                     \
+        close(saved_);                                                       \
+        rewind(t_);                                                          \
+        n_ = fread(buf, 1, sizeof(buf) - 1, t_);                             \
+        buf[n_] = '\0';                                                      \
+        fclose(t_);                                                          \
+    } while (0)
+
+/*
+ * A CUDA cubin (device code, ELF machine EM_CUDA) cannot run here: the load
+ * fails as an invalid image and says so, naming the call, where it used to
+ * say only "cannot load simcuda-library" (the name of simcuda's own memfd).
+ */
+static void test_load_failure_says_why(void)
+{
+    Elf64_Ehdr cubin = { .e_type = ET_EXEC, .e_machine = 190 /* EM_CUDA */,
+                         .e_version = EV_CURRENT, .e_ehsize = sizeof(Elf64_Ehdr) };
+    char said[1024];
+    CUlibrary lib;
+    CUmodule m;
+    CUresult r;
+
+    memcpy(cubin.e_ident, ELFMAG, SELFMAG);
+    cubin.e_ident[EI_CLASS] = ELFCLASS64;
+    cubin.e_ident[EI_DATA] = ELFDATA2LSB;
+    cubin.e_ident[EI_VERSION] = EV_CURRENT;
+    STDERR_OF(said, r = cuLibraryLoadData(&lib, &cubin, NULL, NULL, 0, NULL, NULL, 0));
+    CHECK_RES(r, CUDA_ERROR_INVALID_IMAGE);
+    CHECK_TRUE(strstr(said, "cuLibraryLoadData") && strstr(said, "CUDA device code"));
+    CHECK_TRUE(!strstr(said, "simcuda-library"));
+    STDERR_OF(said, r = cuModuleLoadData(&m, &cubin));
+    CHECK_RES(r, CUDA_ERROR_INVALID_IMAGE);
+    CHECK_TRUE(strstr(said, "cuModuleLoadData") && strstr(said, "CUDA device code"));
+    /* A host object that is not a module says what a module is. */
+    cubin.e_machine = EM_X86_64;
+    STDERR_OF(said, r = cuModuleLoadData(&m, &cubin));
+    CHECK_RES(r, CUDA_ERROR_INVALID_IMAGE);
+    CHECK_TRUE(strstr(said, "not a simcuda kernel module"));
+}
+
 /* Bytes of this process's mappings that transparent huge pages may back
  * (smaps' "THPeligible: 1"), or -1 when the kernel does not say. */
 static long long thp_eligible_bytes(void)
@@ -413,6 +465,7 @@ int main(void)
     test_pool();
     test_pool_reuse_larger();
     test_module_data();
+    test_load_failure_says_why();
     test_kernel_fault();
     test_huge_pages();
     printf("memory: ok\n");
