@@ -427,16 +427,18 @@ static int pool_usage_attr(CUmemPool_attribute attr)
 
 CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-    uint64_t used, high;
+    struct devmem_pool_use u;
     CUresult rc;
 
     TCGPU_GATE_ENTER("cuMemPoolGetAttribute");
     rc = TCGPU_REAL(cuMemPoolGetAttribute)(pool, attr, value);
     if (rc == CUDA_SUCCESS && value && pool_usage_attr(attr)) {
-        devmem_pool_usage(pool, &used, &high);
+        devmem_pool_usage(pool, &u);
         /* our blocks are reserved while used: the pool releases them at once */
-        *(cuuint64_t *)value += attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT ||
-                                attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ? used : high;
+        *(cuuint64_t *)value += attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT ? u.used :
+                                attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH ? u.used_high :
+                                attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ? u.reserved :
+                                u.reserved_high;
     }
     TCGPU_GATE_LEAVE();
     return rc;
@@ -489,7 +491,8 @@ CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute at
     rc = TCGPU_REAL(cuMemPoolSetAttribute)(pool, attr, value);
     if (rc == CUDA_SUCCESS &&
         (attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH))
-        devmem_pool_reset_high(pool);       /* the driver accepts only a reset to 0 */
+        /* the driver accepts only a reset to 0 */
+        devmem_pool_reset_high(pool, attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH);
     TCGPU_GATE_LEAVE();
     return rc;
 }

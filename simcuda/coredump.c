@@ -174,13 +174,18 @@ static CUresult set(struct sim_coredump *d, CUcoredumpSettings a, const void *va
     if (from_env & (1u << a))
         return CUDA_ERROR_NOT_PERMITTED;     /* the environment's value stays */
     if (a == CU_COREDUMP_FILE || a == CU_COREDUMP_PIPE) {
+        /* The name is its first *size bytes, up to a NUL: a size that
+         * leaves the NUL out is taken as the driver takes it (cuda-python
+         * passes len(name)). */
         size_t len = strnlen(value, *size);
+        char *to = a == CU_COREDUMP_FILE ? d->file : d->pipe;
 
-        if (len == *size || len > 1023)
-            return CUDA_ERROR_INVALID_VALUE; /* not terminated within size, or too long */
+        if (len > 1023)
+            return CUDA_ERROR_INVALID_VALUE;
         if (a == CU_COREDUMP_PIPE && d->user_trigger)
             return CUDA_ERROR_NOT_PERMITTED;
-        memcpy(a == CU_COREDUMP_FILE ? d->file : d->pipe, value, len + 1);
+        memcpy(to, value, len);
+        to[len] = '\0';
         return CUDA_SUCCESS;
     }
     if (*size != need)

@@ -660,6 +660,10 @@ CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr
     return r;
 }
 SIM_EXPORT(cuDeviceGetGraphMemAttribute);
+SIM_PARTIAL(cuDeviceGetGraphMemAttribute,
+            "USED_MEM_CURRENT counts an allocation from when its launch runs on the stream until its free "
+            "runs; the driver counts it from the cuGraphLaunch call, and after the free until "
+            "cuDeviceGraphMemTrim (cuda-core's graph memory tests)");
 
 /* Only the high watermarks can be set, and only to zero (a reset). */
 CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)

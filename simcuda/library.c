@@ -181,7 +181,7 @@ CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *j
         return CUDA_ERROR_INVALID_VALUE;
     if ((r = options_ok(jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues,
                         numLibraryOptions)) ||
-        (r = sim_elf_dlopen(code, "simcuda-library", &dl, &len)))
+        (r = sim_elf_dlopen(code, "cuLibraryLoadData", &dl, &len)))
         return r;
     return lib_new(dl, code, len, library);
 }
@@ -216,7 +216,7 @@ CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_o
         return CUDA_ERROR_INVALID_IMAGE;
     }
     if (!(dl = dlopen(fileName, RTLD_NOW | RTLD_LOCAL))) {
-        sim_log("cannot load library %s: %s", fileName, dlerror());
+        sim_load_failed("cuLibraryLoadFromFile", fileName, img, (size_t)st.st_size);
         munmap(img, (size_t)st.st_size);
         return CUDA_ERROR_INVALID_IMAGE;
     }

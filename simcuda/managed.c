@@ -359,11 +359,13 @@ static CUresult range_attr(struct sim_managed *m, size_t first, size_t end, CUme
             return CUDA_ERROR_INVALID_VALUE;
         for (size_t i = first; i < end; i++)
             all &= m->accessed[i];
-        if (all & ACCESS_HOST && k < max)
-            ((int *)data)[k++] = CU_DEVICE_CPU;
+        /* Devices by ordinal, then the host, as the driver lists them
+         * (cuda-python's test_cuda_mem_range_attr reads [0, -1, -2]). */
         for (int d = 0; d < SIM_MAX_DEVICES && k < max; d++)
             if (all & (1u << d))
                 ((int *)data)[k++] = d;
+        if (all & ACCESS_HOST && k < max)
+            ((int *)data)[k++] = CU_DEVICE_CPU;
         while (k < max)
             ((int *)data)[k++] = CU_DEVICE_INVALID;
         return CUDA_SUCCESS;

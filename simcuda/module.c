@@ -91,6 +91,22 @@ static void module_names(CUmodule mod, const unsigned char *img, size_t len)
     }
 }
 
+#ifndef EM_CUDA
+#define EM_CUDA 190
+#endif
+
+void sim_load_failed(const char *call, const char *name, const void *image, size_t len)
+{
+    const Elf64_Ehdr *eh = image;
+
+    if (eh && len >= sizeof(*eh) && eh->e_machine == EM_CUDA)
+        sim_log("%s(%s): the image is CUDA device code (a cubin), which simcuda cannot run: "
+                "its kernels are shared objects of host functions (simcuda_kernel.h)", call, name);
+    else
+        sim_log("%s(%s): not a simcuda kernel module (a shared object of host functions, "
+                "simcuda_kernel.h): %s", call, name, dlerror());
+}
+
 static CUresult load_path(CUmodule *out, const char *path, struct sim_ctx *c,
                           const unsigned char *img, size_t len)
 {
@@ -98,7 +114,7 @@ static CUresult load_path(CUmodule *out, const char *path, struct sim_ctx *c,
     CUresult r;
 
     if (!dl) {
-        sim_log("cannot load module %s: %s", path, dlerror());
+        sim_load_failed("cuModuleLoad", path, img, len);
         return CUDA_ERROR_INVALID_IMAGE;
     }
     if ((r = module_add(c, dl, NULL, out)) == CUDA_SUCCESS)
@@ -197,7 +213,7 @@ static int write_all(int fd, const unsigned char *p, size_t n)
     return 0;
 }
 
-CUresult sim_elf_dlopen(const void *image, const char *what, void **dl, size_t *plen)
+CUresult sim_elf_dlopen(const void *image, const char *call, void **dl, size_t *plen)
 {
     char path[64];
     size_t len;
@@ -205,7 +221,7 @@ CUresult sim_elf_dlopen(const void *image, const char *what, void **dl, size_t *
 
     if (!is_elf(image) || !(len = sim_elf_size(image)))
         return CUDA_ERROR_INVALID_IMAGE;
-    if ((fd = memfd_create(what, MFD_CLOEXEC)) < 0)
+    if ((fd = memfd_create(call, MFD_CLOEXEC)) < 0)
         return CUDA_ERROR_OPERATING_SYSTEM;
     if (write_all(fd, image, len)) {
         close(fd);
@@ -215,7 +231,7 @@ CUresult sim_elf_dlopen(const void *image, const char *what, void **dl, size_t *
     *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     close(fd);      /* the loaded mapping keeps the memfd alive */
     if (!*dl) {
-        sim_log("cannot load %s: %s", what, dlerror());
+        sim_load_failed(call, "image in memory", image, len);
         return CUDA_ERROR_INVALID_IMAGE;
     }
     *plen = len;
@@ -232,7 +248,7 @@ static CUresult load_data(CUmodule *module, const void *image)
     SIM_BEGIN();
     if (!module || !image)
         return CUDA_ERROR_INVALID_VALUE;
-    if ((r = sim_ctx_current(&c)) || (r = sim_elf_dlopen(image, "simcuda-module", &dl, &len)))
+    if ((r = sim_ctx_current(&c)) || (r = sim_elf_dlopen(image, "cuModuleLoadData", &dl, &len)))
         return r;
     if ((r = module_add(c, dl, NULL, module)) == CUDA_SUCCESS)
         module_names(*module, image, len);

@@ -285,11 +285,14 @@ static struct sim_range *reuse_block(struct sim_pool *p, uint64_t size)
     return NULL;
 }
 
+/* Reserved: what the pool holds (blocks are charged by the page). Used: the
+ * bytes of live allocations, as the driver counts them (an allocation of
+ * 1024 bytes is 1024 used). */
 static void account_alloc(struct sim_pool *p, struct sim_range *r, bool fresh)
 {
     if (fresh)
         p->reserved += r->charged;
-    p->used += r->charged;
+    p->used += r->size;
     if (p->reserved > p->reserved_high)
         p->reserved_high = p->reserved;
     if (p->used > p->used_high)
@@ -409,7 +412,7 @@ void sim_pool_free_exec(struct sim_range *r)
     sim_map_remove(r);
     sim_map_unlock();
     pthread_mutex_lock(&pool_lock);
-    p->used -= r->charged;
+    p->used -= r->size;
     if (p->nfree == p->free_cap) {
         size_t ncap = p->free_cap ? p->free_cap * 2 : 16;
 
@@ -474,7 +477,7 @@ void sim_pools_release_ctx(struct sim_ctx *c)
 
     pthread_mutex_lock(&pool_lock);
     for (size_t i = 0; i < n; i++) {
-        v[i]->pool->used -= v[i]->charged;
+        v[i]->pool->used -= v[i]->size;
         v[i]->pool->reserved -= v[i]->charged;
         sim_dev_free_range(v[i]);
     }

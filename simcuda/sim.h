@@ -633,10 +633,15 @@ CUresult sim_kernel_resolve(const void *kern, struct sim_ctx *c, struct sim_kfn 
  * a malloc'd array of malloc'd strings, or -1. */
 int sim_elf_kernel_names(const unsigned char *img, size_t len, char ***names, size_t *n);
 size_t sim_elf_size(const unsigned char *img);
-/* Loads an ELF image in memory (a memfd named `what`, dlopen'ed through
- * /proc/self/fd): *dl and its length. CUDA_ERROR_INVALID_IMAGE for anything
- * not ELF or that does not load, CUDA_ERROR_OPERATING_SYSTEM. */
-CUresult sim_elf_dlopen(const void *image, const char *what, void **dl, size_t *len);
+/* Loads an ELF image in memory for API function `call` (a memfd of that
+ * name, dlopen'ed through /proc/self/fd): *dl and its length.
+ * CUDA_ERROR_INVALID_IMAGE for anything not ELF or that does not load (said
+ * on stderr), CUDA_ERROR_OPERATING_SYSTEM. */
+CUresult sim_elf_dlopen(const void *image, const char *call, void **dl, size_t *len);
+/* Says on stderr why `call` could not load the ELF image `name` (its `len`
+ * bytes at `image`, or NULL): CUDA device code simcuda cannot run, or
+ * dlerror(). */
+void sim_load_failed(const char *call, const char *name, const void *image, size_t len);
 int sim_exec_memset(struct sim_op *op);
 /* A copy described by CUDA_MEMCPY3D (host/device/unified sides; arrays are not simulated). */
 CUresult sim_copy_from_3d(const CUDA_MEMCPY3D *p, struct sim_copy *out);

@@ -431,7 +431,10 @@ CUresult sim_dev_alloc(struct sim_ctx *c, uint64_t size, enum sim_range_kind kin
     r->host = sim_backing_alloc(charge);
     if (!r->host)
         goto err_charge;
-    r->va = sim_va_alloc(size, SIM_GRANULARITY > size ? SIM_ALLOC_ALIGN : SIM_GRANULARITY, 0);
+    /* A pool block is handed out again for any size up to its charge
+     * (pool.c), so its addresses span the charge, not the first size. */
+    r->va = sim_va_alloc(kind == SIM_R_POOL ? charge : size,
+                         SIM_GRANULARITY > size ? SIM_ALLOC_ALIGN : SIM_GRANULARITY, 0);
     if (!r->va)
         goto err_backing;
     r->size = size;

@@ -55,7 +55,7 @@ static unsigned peers_of[TC_MAX_ACCESS];   /* devices given peer access to a dev
 /* What each pool has handed out through us, for its USED/RESERVED attributes. */
 struct pool_use {
     CUmemoryPool pool;
-    uint64_t used, high;
+    struct devmem_pool_use u;
 };
 static struct pool_use *pool_uses;
 static size_t npool_uses, pool_uses_cap;
@@ -88,20 +88,33 @@ static struct pool_use *pool_use_of(CUmemoryPool pool, int create)
     return &pool_uses[npool_uses++];
 }
 
-/* A block of `len` bytes went to (delta > 0) or came back from `pool`. A
- * record that cannot be made only costs the attribute's accuracy. */
-static void pool_account(CUmemoryPool pool, size_t len, int delta)
+static void count_up(uint64_t *cur, uint64_t *high, uint64_t n)
 {
-    struct pool_use *u = pool ? pool_use_of(pool, delta > 0) : NULL;
+    *cur += n;
+    if (*cur > *high)
+        *high = *cur;
+}
 
-    if (!u)
+static void count_down(uint64_t *cur, uint64_t n)
+{
+    *cur -= n <= *cur ? n : *cur;
+}
+
+/* Block b went to (delta > 0) or came back from its pool: used counts the
+ * bytes asked for, as the driver does; reserved the span it takes. A record
+ * that cannot be made only costs the attribute's accuracy. */
+static void pool_account(const struct block *b, int delta)
+{
+    struct pool_use *p = b->pool ? pool_use_of(b->pool, delta > 0) : NULL;
+
+    if (!p)
         return;
     if (delta > 0) {
-        u->used += len;
-        if (u->used > u->high)
-            u->high = u->used;
+        count_up(&p->u.used, &p->u.used_high, b->size);
+        count_up(&p->u.reserved, &p->u.reserved_high, b->len);
     } else {
-        u->used -= len <= u->used ? len : u->used;
+        count_down(&p->u.used, b->size);
+        count_down(&p->u.reserved, b->len);
     }
 }
 
@@ -384,7 +397,7 @@ static void block_forget(struct segment *s, size_t i)
     live_bytes -= b->size;
     live_count--;
     if (b->kind == TC_ALLOC_ASYNC)
-        pool_account(b->pool, b->len, -1);
+        pool_account(b, -1);
     b->ctx = NULL;
     b->pool = NULL;
     reg_hints_forget(s->va + b->off, b->len);
@@ -459,7 +472,7 @@ static void block_claim(struct segment *s, size_t i, size_t size, enum tc_alloc_
     live_bytes += size;
     live_count++;
     if (kind == TC_ALLOC_ASYNC)
-        pool_account(b->pool, b->len, +1);
+        pool_account(b, +1);
     *out = s->va + b->off;
 }
 
@@ -563,12 +576,13 @@ CUresult devmem_alloc(CUdeviceptr *out, size_t size, enum tc_alloc_kind kind, CU
     }
 }
 
-/* Keeps one empty arena per device cached, releases the rest. Lock held. */
-static void release_if_unused(struct segment *s)
+/* Releases s if empty, but keeps one empty arena per device cached for the
+ * next small block while `keep_cache`. Lock held. */
+static void release_if_unused(struct segment *s, int keep_cache)
 {
     if (s->used)
         return;
-    if (!s->dedicated) {
+    if (!s->dedicated && keep_cache) {
         for (size_t i = 0; i < nsegs; i++)
             if (segs[i] != s && !segs[i]->dedicated && segs[i]->device == s->device &&
                 segs[i]->used == 0)
@@ -638,7 +652,7 @@ CUresult devmem_free(CUdeviceptr p)
         block_hold(s, (size_t)i);
     } else {
         block_release(s, (size_t)i);
-        release_if_unused(s);
+        release_if_unused(s, 1);
     }
     reg_unlock();
     return CUDA_SUCCESS;
@@ -755,7 +769,7 @@ void devmem_trim(void)
     drain_pending_frees();
     for (size_t i = 0; i < nsegs; i++) {
         size_t before = nsegs;
-        release_if_unused(segs[i]);
+        release_if_unused(segs[i], 1);
         if (nsegs < before)
             i--;
     }
@@ -848,7 +862,7 @@ void devmem_graph_release(CUdeviceptr p)
             b->kind = TC_ALLOC_ASYNC;       /* the program's now, to free as its own */
         } else {
             block_release(s, (size_t)(b - s->blocks));
-            release_if_unused(s);
+            release_if_unused(s, 1);
         }
     }
     reg_unlock();
@@ -885,32 +899,37 @@ void devmem_context_destroyed(CUcontext ctx)
             block_release(s, j);
             j = (size_t)-1;             /* merging moved the blocks: start over */
         }
-        release_if_unused(s);
+        /* The cached empty arena goes too: after a context's destruction
+         * cuMemGetInfo shows its memory back, as the driver's does. */
+        release_if_unused(s, 0);
         if (nsegs < before)
             i--;
     }
     reg_unlock();
 }
 
-void devmem_pool_usage(CUmemoryPool pool, uint64_t *used, uint64_t *high)
+void devmem_pool_usage(CUmemoryPool pool, struct devmem_pool_use *use)
 {
-    struct pool_use *u;
+    struct pool_use *p;
 
     reg_lock();
     drain_pending_frees();
-    u = pool_use_of(pool, 0);
-    *used = u ? u->used : 0;
-    *high = u ? u->high : 0;
+    p = pool_use_of(pool, 0);
+    *use = p ? p->u : (struct devmem_pool_use){ 0 };
     reg_unlock();
 }
 
-void devmem_pool_reset_high(CUmemoryPool pool)
+void devmem_pool_reset_high(CUmemoryPool pool, int reserved)
 {
-    struct pool_use *u;
+    struct pool_use *p;
 
     reg_lock();
-    if ((u = pool_use_of(pool, 0)) != NULL)
-        u->high = u->used;
+    if ((p = pool_use_of(pool, 0)) != NULL) {
+        if (reserved)
+            p->u.reserved_high = p->u.reserved;
+        else
+            p->u.used_high = p->u.used;
+    }
     reg_unlock();
 }
 

@@ -114,15 +114,23 @@ int devmem_check_range(CUdeviceptr p, size_t len);
 
 /*
  * The context was destroyed (cuCtxDestroy, the last release or a reset of a
- * primary context): its allocations are gone, as the driver frees them.
+ * primary context): its allocations are gone, as the driver frees them, and
+ * so are the empty arenas otherwise kept for the next small block.
  */
 void devmem_context_destroyed(CUcontext ctx);
 
-/* What `pool` has handed out through us now (bytes of live blocks) and its
- * high-water mark since the last reset; for cuMemPoolGetAttribute. */
-void devmem_pool_usage(CUmemoryPool pool, uint64_t *used, uint64_t *high);
-/* cuMemPoolSetAttribute(USED/RESERVED_MEM_HIGH, 0): the mark restarts at the current use. */
-void devmem_pool_reset_high(CUmemoryPool pool);
+/* What a pool has handed out through us, for cuMemPoolGetAttribute: used,
+ * the bytes its live allocations asked for (as the driver counts them);
+ * reserved, the memory they take (rounded to 256 bytes, or to the
+ * granularity for a segment of its own); each with its high-water mark
+ * since the last reset. */
+struct devmem_pool_use {
+    uint64_t used, used_high, reserved, reserved_high;
+};
+void devmem_pool_usage(CUmemoryPool pool, struct devmem_pool_use *use);
+/* cuMemPoolSetAttribute(USED_MEM_HIGH or, with `reserved`, RESERVED_MEM_HIGH,
+ * 0): that mark restarts at the current value. */
+void devmem_pool_reset_high(CUmemoryPool pool, int reserved);
 
 /* Calls fn for every live allocation, in address order; stops at a non-zero return. */
 int devmem_for_each(int (*fn)(const struct devmem_alloc *a, void *arg), void *arg);

@@ -74,6 +74,13 @@ static void test_managed(CUstream s)
     CHECK_EQ(by[0], 0);
     CHECK_EQ(by[1], CU_DEVICE_INVALID);
     CHECK_EQ(by[2], CU_DEVICE_INVALID);
+    /* The host too: devices come first, then the host, as the driver lists them. */
+    CHECK(cuMemAdvise(m, size, CU_MEM_ADVISE_SET_ACCESSED_BY, host));
+    CHECK(cuMemRangeGetAttribute(by, sizeof(by), CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY, m, size));
+    CHECK_EQ(by[0], 0);
+    CHECK_EQ(by[1], CU_DEVICE_CPU);
+    CHECK_EQ(by[2], CU_DEVICE_INVALID);
+    CHECK(cuMemAdvise(m, size, CU_MEM_ADVISE_UNSET_ACCESSED_BY, host));
     /* Advice on part of the range: the whole range no longer agrees. */
     CHECK(cuMemAdvise(m, 1u << 20, CU_MEM_ADVISE_UNSET_READ_MOSTLY, dev0));
     CHECK_EQ(range_int(m, size, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY), 0);
@@ -586,6 +593,20 @@ static void test_coredump_attributes(void)
     size = sizeof(flags);
     CHECK_RES(cuCoredumpSetAttribute(CU_COREDUMP_GENERATION_FLAGS, &flags, &size), CUDA_ERROR_INVALID_VALUE);
     CHECK_RES(cuCoredumpGetAttribute((CUcoredumpSettings)77, &on, &size), CUDA_ERROR_INVALID_VALUE);
+    /* A name's size may leave its NUL out, as cuda-python's len(b"corefile");
+     * it ends at the size even where the bytes go on. */
+    size = 8;
+    CHECK(cuCoredumpSetAttribute(CU_COREDUMP_FILE, "corefile.extra", &size));
+    size = sizeof(file);
+    CHECK(cuCoredumpGetAttribute(CU_COREDUMP_FILE, file, &size));
+    CHECK_TRUE(!strcmp(file, "corefile"));
+    CHECK_EQ(size, 9);
+    size = 1024;
+    memset(file, 'a', sizeof(file));
+    CHECK_RES(cuCoredumpSetAttribute(CU_COREDUMP_FILE, file, &size), CUDA_ERROR_INVALID_VALUE);
+    size = sizeof(file);
+    CHECK(cuCoredumpGetAttribute(CU_COREDUMP_FILE, file, &size));
+    CHECK_TRUE(!strcmp(file, "corefile"));      /* a refused name changes nothing */
     /* The user trigger is global; once on, its pipe is fixed. */
     size = sizeof(on);
     CHECK(cuCoredumpSetAttributeGlobal(CU_COREDUMP_ENABLE_USER_TRIGGER, &on, &size));

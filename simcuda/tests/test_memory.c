@@ -4,6 +4,7 @@
  */
 #include "harness.h"
 
+#include <elf.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <sys/wait.h>
@@ -234,6 +235,57 @@ static void test_pool(void)
     CHECK(cuStreamDestroy(s));
 }
 
+/*
+ * A pool block freed and taken again for a larger size (up to what its pages
+ * hold) keeps its address, so its address range must cover the larger size:
+ * before, three blocks of 5000 bytes and then one of 8000 (into the first
+ * block's 8 KiB) overlapped the second block and failed as out of memory with
+ * the device all but empty. USED_MEM_CURRENT counts the bytes asked for, as
+ * the driver's does, not the pages behind them.
+ */
+static void test_pool_reuse_larger(void)
+{
+    CUmemoryPool pool;
+    CUstream s;
+    CUdeviceptr a[3], b;
+    cuuint64_t thr = ~0ull, used = 0;
+    uint8_t out[8000], in[8000];
+
+    CHECK(cuStreamCreate(&s, 0));
+    CHECK(cuDeviceGetDefaultMemPool(&pool, 0));
+    CHECK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+    for (int i = 0; i < 3; i++)
+        CHECK(cuMemAllocFromPoolAsync(&a[i], 5000, pool, s));
+    CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+    CHECK_EQ(used, 3 * 5000);
+    CHECK(cuMemFreeAsync(a[0], s));
+    CHECK(cuStreamSynchronize(s));
+    CHECK(cuMemAllocFromPoolAsync(&b, 8000, pool, s));
+    CHECK_EQ(b, a[0]);                          /* the freed block, reused */
+    CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+    CHECK_EQ(used, 2 * 5000 + 8000);
+    /* All of it is b's: a copy of 8000 bytes lands there and nowhere else. */
+    memset(in, 0x5a, sizeof(in));
+    CHECK(cuMemsetD8Async(a[1], 0x11, 5000, s));
+    CHECK(cuMemcpyHtoDAsync(b, in, sizeof(in), s));
+    CHECK(cuMemcpyDtoHAsync(out, b, sizeof(out), s));
+    CHECK(cuStreamSynchronize(s));
+    CHECK_TRUE(memcmp(in, out, sizeof(out)) == 0);
+    CHECK(cuMemcpyDtoH(out, a[1], 5000));
+    for (int i = 0; i < 5000; i++)
+        CHECK_EQ(out[i], 0x11);
+    CHECK(cuMemFreeAsync(b, s));
+    CHECK(cuMemFreeAsync(a[1], s));
+    CHECK(cuMemFreeAsync(a[2], s));
+    CHECK(cuStreamSynchronize(s));
+    CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+    CHECK_EQ(used, 0);
+    thr = 0;
+    CHECK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+    CHECK(cuMemPoolTrimTo(pool, 0));
+    CHECK(cuStreamDestroy(s));
+}
+
 /* A kernel given a bad pointer faults; the error is sticky, as on a GPU. */
 static void test_kernel_fault(void)
 {
@@ -286,6 +338,57 @@ static void test_module_data(void)
     CHECK(cuModuleUnload(m));
     CHECK_RES(cuModuleGetFunction(&fn, m, "fill_u32"), CUDA_ERROR_INVALID_HANDLE);
     CHECK_RES(cuModuleLoadData(&m, "not an elf image"), CUDA_ERROR_INVALID_IMAGE);
+}
+
+/* What `call` says on stderr while it runs, into buf. */
+#define STDERR_OF(buf, call)                                                 \
+    do {                                                                     \
+        FILE *t_ = tmpfile();                                                \
+        int saved_ = dup(2);                                                 \
+        size_t n_;                                                           \
+        CHECK_TRUE(t_ && saved_ >= 0);                                       \
+        fflush(stderr);                                                      \
+        dup2(fileno(t_), 2);                                                 \
+        call;                                                                \
+        fflush(stderr);                                                      \
+        dup2(saved_, 2);                                                     \
+        close(saved_);                                                       \
+        rewind(t_);                                                          \
+        n_ = fread(buf, 1, sizeof(buf) - 1, t_);                             \
+        buf[n_] = '\0';                                                      \
+        fclose(t_);                                                          \
+    } while (0)
+
+/*
+ * A CUDA cubin (device code, ELF machine EM_CUDA) cannot run here: the load
+ * fails as an invalid image and says so, naming the call, where it used to
+ * say only "cannot load simcuda-library" (the name of simcuda's own memfd).
+ */
+static void test_load_failure_says_why(void)
+{
+    Elf64_Ehdr cubin = { .e_type = ET_EXEC, .e_machine = 190 /* EM_CUDA */,
+                         .e_version = EV_CURRENT, .e_ehsize = sizeof(Elf64_Ehdr) };
+    char said[1024];
+    CUlibrary lib;
+    CUmodule m;
+    CUresult r;
+
+    memcpy(cubin.e_ident, ELFMAG, SELFMAG);
+    cubin.e_ident[EI_CLASS] = ELFCLASS64;
+    cubin.e_ident[EI_DATA] = ELFDATA2LSB;
+    cubin.e_ident[EI_VERSION] = EV_CURRENT;
+    STDERR_OF(said, r = cuLibraryLoadData(&lib, &cubin, NULL, NULL, 0, NULL, NULL, 0));
+    CHECK_RES(r, CUDA_ERROR_INVALID_IMAGE);
+    CHECK_TRUE(strstr(said, "cuLibraryLoadData") && strstr(said, "CUDA device code"));
+    CHECK_TRUE(!strstr(said, "simcuda-library"));
+    STDERR_OF(said, r = cuModuleLoadData(&m, &cubin));
+    CHECK_RES(r, CUDA_ERROR_INVALID_IMAGE);
+    CHECK_TRUE(strstr(said, "cuModuleLoadData") && strstr(said, "CUDA device code"));
+    /* A host object that is not a module says what a module is. */
+    cubin.e_machine = EM_X86_64;
+    STDERR_OF(said, r = cuModuleLoadData(&m, &cubin));
+    CHECK_RES(r, CUDA_ERROR_INVALID_IMAGE);
+    CHECK_TRUE(strstr(said, "not a simcuda kernel module"));
 }
 
 /* Bytes of this process's mappings that transparent huge pages may back
@@ -360,7 +463,9 @@ int main(void)
     test_copies();
     test_async_copies();
     test_pool();
+    test_pool_reuse_larger();
     test_module_data();
+    test_load_failure_says_why();
     test_kernel_fault();
     test_huge_pages();
     printf("memory: ok\n");
