@@ -36,6 +36,12 @@ case "$evs" in
     *registered*suspending*suspended*resuming*resumed*) ;;
     *) fail "events of the low job: $evs" ;;
 esac
+# the text: the high job's request shows sizes in MiB, never raw bytes (its
+# free memory was)
+evs=$("$GPUCKPT" events)
+grep -qE "request +pid $high .*bytes [0-9.]+ [MGK]iB.*free [0-9.]+ [MGK]iB" <<<"$evs" ||
+    fail "events text: the high job's request without bytes and free memory in MiB: $evs"
+grep -qE "(bytes|free|gpu memory now) [0-9]+(,|$)" <<<"$evs" && fail "events text has a size in raw bytes: $evs"
 sleep 1                                    # the next tick rewrites the metrics
 grep -q '^tcgpud_preemptions_total 1$' "$WORK/tcgpud.prom" || fail "metrics: $(cat "$WORK/tcgpud.prom")"
 grep -q '^tcgpud_suspend_latency_seconds_count 1$' "$WORK/tcgpud.prom" || fail "no suspend latency in the metrics"

@@ -118,6 +118,15 @@ for pid, proj in ((high, 'prod'), (low, 'research')):
            'no area of its 600 MiB for the %s job in the chart: %s' % (proj, area))
 expect(find(lambda e: e['tag'] == 'line' and e['attrs'].get('data-reservation') == 'prod'),
        "no line for prod's reservation")
+# the chart's title counts the chart's jobs, in English ("1 jobs" it said)
+import re
+titles = [re.search(r'\((\d+) (jobs?) in the last minutes\)', e['text'])
+          for e in find(lambda e: e['attrs'].get('class') == 'title')]
+titles = [t for t in titles if t]
+areas = find(lambda e: e['tag'] == 'path' and e['attrs'].get('data-pid'))
+expect(len(titles) == 1 and int(titles[0].group(1)) == len(areas) and
+       titles[0].group(2) == ('job' if len(areas) == 1 else 'jobs'),
+       'chart title %r for %d areas' % ([t.group(0) for t in titles], len(areas)))
 # the timeline: the suspension with its latency, the grant
 ev = find(lambda e: e['tag'] == 'tr' and e['attrs'].get('data-type') == 'suspended' and
           e['attrs'].get('data-pid') == low)

@@ -52,6 +52,7 @@ static const struct field_view fields[] = {
     { "why", "why", AS_TEXT },
     { "for", "for pid", AS_TEXT },
     { "bytes", "bytes", AS_BYTES },
+    { "free", "free", AS_BYTES },
     { "over_limit", "over its limit", AS_FLAG },
     { "limit", "limit", AS_LIMIT },
     { "priority_given", "priority asked", AS_TEXT },

@@ -122,7 +122,8 @@ function chart(dev, st) {
 
   const box = el('div', { class: 'chart' });
   box.append(el('div', { class: 'title' }, 'GPU ' + dev.id + ': ' + mib(dev.used) + ' used of ' +
-                mib(dev.capacity) + ' by running jobs (' + series.length + ' jobs in the last minutes)'));
+                mib(dev.capacity) + ' by running jobs (' + series.length +
+                (series.length === 1 ? ' job' : ' jobs') + ' in the last minutes)'));
   box.append(svg);
   return box;
 }
