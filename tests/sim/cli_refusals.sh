@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpuckpt refuses what it should, and says what happened in words: sizes
-# that are not decimal (0x10, 1e3), --signal 0, a TCGPU_LIB that is not
-# libtcgpu.so (the program must not run without tcgpu), a job over its own
+# and durations that are not decimal (0x10, 1e3; 500ms is one), --signal 0,
+# a TCGPU_LIB that is not libtcgpu.so (the program must not run without tcgpu), a job over its own
 # --gpu-mem (a line names the limit), unknown options (named, for every
 # command), status without a loadable driver (says why, not "no checkpoint
 # API"), save as non-root (says it needs root), an image directory that
@@ -20,6 +20,8 @@ expect 2 "--gpu-mem 0x10: not a size" "$GPUCKPT" run --gpu-mem 0x10 -- true
 expect 2 "--gpu-mem 1e3: not a size" "$GPUCKPT" run --gpu-mem 1e3 -- true
 expect 2 "--wait-timeout 1e3: not a duration" "$GPUCKPT" run --project p --wait-timeout 1e3 -- true
 expect 2 "--signal 0: unknown or unusable signal" "$GPUCKPT" run --signal 0 -- true
+expect 2 "--timeout wants" "$GPUCKPT" status 1 --timeout 1e3
+expect 2 "--wait wants" "$GPUCKPT" status 1 --wait 0x10
 TCGPU_LIB=/etc/passwd expect 1 "TCGPU_LIB=/etc/passwd: not a shared library" \
     "$GPUCKPT" run -- touch "$WORK/ran"
 [ ! -e "$WORK/ran" ] || fail "the program ran without tcgpu"
@@ -54,6 +56,8 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
         "$GPUCKPT" save "$job" -D /tmp/tcgpu-nobody-save-$$
 fi
 expect 4 "not suspended" "$GPUCKPT" resume "$job"    # a plain resume of a running job
+# durations as docs/cli.md writes them
+expect 0 "running" "$GPUCKPT" status "$job" --timeout 500ms --wait 1.5s
 kill "$job"
 
 # a signal's toggle stuck at the gate (a kernel that never ends), and resume meanwhile

@@ -11,6 +11,7 @@
 
 #include "util.h"
 #include "common/log.h"
+#include "common/units.h"
 #include "ctl/client.h"
 
 static const char *const prog = "gpuckpt";
@@ -241,14 +242,13 @@ int gpuckpt_parse_pid(const char *s, pid_t *pid)
 
 int gpuckpt_parse_seconds_ms(const char *s)
 {
-    char *end;
-    double v;
+    uint64_t ns;
 
-    errno = 0;
-    v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= 0) || v > 2000000)
+    /* units' grammar, as every duration gpuckpt takes: strtod took hex
+     * and exponents, and refused the "500ms" docs/cli.md offers */
+    if (units_parse_duration(s, &ns) < 0 || ns > 2000000 * 1000000000ull)
         return -EINVAL;
-    return (int)(v * 1000 + 0.5);
+    return (int)((ns + 500000) / 1000000);
 }
 
 int gpuckpt_absolute_dir(const char *dir, char *out, size_t len)

@@ -115,7 +115,8 @@ const char *gpuckpt_mib(uint64_t b, char *buf, size_t len);
 /* A process id (1 to INT_MAX, decimal, nothing after it) into *pid. 0 or -EINVAL. */
 int gpuckpt_parse_pid(const char *s, pid_t *pid);
 
-/* Seconds, fractions allowed (0 to 2000000), as milliseconds rounded; -EINVAL if not. */
+/* A duration ("30", "1.5s", "500ms", "2m"; units_parse_duration) of 0 to
+ * 2000000 s, as milliseconds rounded; -EINVAL if not. */
 int gpuckpt_parse_seconds_ms(const char *s);
 
 /*
