@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # gpuckpt refuses what it should, and says what happened in words: sizes
 # and durations that are not decimal (0x10, 1e3; 500ms is one), --signal 0,
-# a TCGPU_LIB that is not libtcgpu.so (the program must not run without tcgpu), a job over its own
-# --gpu-mem (a line names the limit), unknown options (named, for every
-# command), status without a loadable driver (says why, not "no checkpoint
+# a TCGPU_LIB that is not libtcgpu.so (the program must not run without
+# tcgpu), a job over its own --gpu-mem (a line names the limit), unknown
+# options (named, for every command), status without a loadable driver (says why, not "no checkpoint
 # API"), save as non-root (says it needs root), an image directory that
 # exists (no option that does not exist is offered), and resume after a
 # signal's suspend that failed at the gate (the job runs: exit 0, and why).
