@@ -67,6 +67,10 @@ json operation 0 status.state='"running"' -- resume "$pid" --json
 
 # a usage error in JSON mode is still one failure object
 json failure 2 exit_code=2 -- status "$pid" --json --bogus
+# ... whichever comes first (getopt met the error before --json, and printed
+# no object)
+json failure 2 exit_code=2 -- status "$pid" --bogus --json
+json failure 2 exit_code=2 -- suspend "$pid" --timeout 1e3 -o json
 # a corrupt image: exit 7 and the failure object
 printf 'XXXX' | dd of="$WORK/ck-$bad/data.0" bs=1 seek=64 conv=notrunc 2>/dev/null
 json failure 7 exit_code=7 -- verify "$WORK/ck-$bad" --json

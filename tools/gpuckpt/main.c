@@ -211,6 +211,25 @@ static int cmd_help(const struct gpuckpt_command *self, int argc, char **argv)
     return argc > 1 ? CTL_EXIT_USAGE : CTL_EXIT_OK;
 }
 
+/* JSON output asked anywhere among a command's options: a usage error that
+ * getopt meets before it reaches --json is a failure object too (docs/cli.md,
+ * "JSON output"). Only commands that offer --json; nothing after "--". */
+static void ask_json_early(const struct gpuckpt_command *c, int argc, char **argv)
+{
+    if (!c->args || !strstr(c->args, "--json"))
+        return;
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : "";
+
+        if (!strcmp(a, "--json") || !strcmp(a, "-j") || !strcmp(a, "-ojson") ||
+            !strcmp(a, "--output=json") ||
+            ((!strcmp(a, "-o") || !strcmp(a, "--output")) && !strcmp(next, "json"))) {
+            gpuckpt_set_json();
+            return;
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct gpuckpt_command *c;
@@ -238,6 +257,7 @@ int main(int argc, char **argv)
         print_usage(stderr);
         return CTL_EXIT_USAGE;
     }
+    ask_json_early(c, argc - 1, argv + 1);
     r = c->run(c, argc - 1, argv + 1);
     gpuckpt_json_failure(r);
     return r;
