@@ -5,10 +5,11 @@
         one connection per MESSAGE (e.g. "register project=batch device=0
         total=1"): print tcgpud's final reply to each, one line each.
 
-    tcgpud_client.py SOCKET flood COUNT SECONDS [follow|idle]
+    tcgpud_client.py SOCKET flood COUNT SECONDS [follow|idle|hangup]
         keep COUNT connections open for SECONDS, reopening each one tcgpud
         closes: "follow" ones ask for `events follow=1` and never read,
-        "idle" ones send nothing. At the end print
+        "idle" ones send nothing; "hangup" ones ask for `ps` and close at
+        once, so that tcgpud's reply finds no reader. At the end print
         "opened=N turned_away=T held_max=H", where turned_away counts the
         connections tcgpud answered with EAGAIN and held_max is the most
         that were open and not turned away at one time.
@@ -79,17 +80,31 @@ def turned_away(s):
             return True
 
 
+def hang_up(path):
+    s = connect(path)
+    try:
+        s.send(b'ps')
+    except OSError:
+        pass
+    s.close()
+
+
 def flood(path, count, seconds, mode):
     conns, opened, away, held_max = [], 0, 0, 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         while len(conns) < count:
             try:
-                conns.append(open_one(path, mode))
+                if mode == 'hangup':
+                    hang_up(path)
+                else:
+                    conns.append(open_one(path, mode))
                 opened += 1
             except OSError:
                 away += 1           # refused at connect: the backlog is full
                 break
+            if mode == 'hangup' and opened % count == 0:
+                break               # a round of COUNT, then the pause
         time.sleep(0.05)
         alive = []
         for s in conns:
@@ -110,7 +125,7 @@ def main(argv):
     elif cmd == 'flood':
         flood(path, int(argv[3]), float(argv[4]), argv[5] if len(argv) > 5 else 'follow')
     else:
-        sys.exit('usage: tcgpud_client.py SOCKET send MSG... | flood COUNT SECONDS [follow|idle]')
+        sys.exit('usage: tcgpud_client.py SOCKET send MSG... | flood COUNT SECONDS [follow|idle|hangup]')
 
 
 if __name__ == '__main__':

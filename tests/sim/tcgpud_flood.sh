@@ -5,7 +5,8 @@
 # and suspend work, the other user's new job registers and its request
 # beyond its limit is answered by tcgpud (not the plain out-of-memory), and
 # the flooder is told why it is turned away (EAGAIN), in a log that it
-# cannot fill. Needs root (useradd): skips otherwise.
+# cannot fill (neither by connections nor by replies it never reads).
+# A third flood asks and hangs up, again and again. Needs root (useradd): skips otherwise.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tcgpud_lib.sh"
 needs_users
@@ -27,6 +28,9 @@ flood1=$BG
 # shellcheck disable=SC2046
 start_bg "$WORK/flood-idle.out" setpriv $(user_ids "$mallory") "$PY" "$CLIENT" "$TCGPU_DAEMON_SOCKET" flood 300 14 idle
 flood2=$BG
+# shellcheck disable=SC2046
+start_bg "$WORK/flood-hangup.out" setpriv $(user_ids "$mallory") "$PY" "$CLIENT" "$TCGPU_DAEMON_SOCKET" flood 300 14 hangup
+flood3=$BG
 sleep 2                                  # the table as full as mallory can make it
 
 for i in $(seq 1 5); do
@@ -57,7 +61,10 @@ as_user "$alice" "$GPUCKPT" resume "$job" -q 2>"$WORK/s.err" ||
 wait_state "$job" running 10
 kill "$job"
 
-wait "$flood1" "$flood2" || fail "the flood clients failed"
+wait "$flood1" "$flood2" "$flood3" || fail "the flood clients failed"
+read -r hung < <(sed -n 's/^opened=\([0-9]*\) .*/\1/p' "$WORK/flood-hangup.out")
+[ "${hung:-0}" -gt 1000 ] || fail "flood hangup: $(cat "$WORK/flood-hangup.out")"
+note "flood hangup: $hung requests whose asker hung up"
 for f in follow idle; do
     read -r opened away held < <(sed -n 's/^opened=\([0-9]*\) turned_away=\([0-9]*\) held_max=\([0-9]*\)$/\1 \2 \3/p' "$WORK/flood-$f.out")
     [ -n "$opened" ] || fail "flood $f: $(cat "$WORK/flood-$f.out")"
@@ -68,6 +75,10 @@ done
 # listen backlog among them: tcgpud's own count is in its log below)
 lines=$(grep -c "turned away" "$WORK/tcgpud.log" || true)
 [ "$lines" -le 40 ] || fail "$lines log lines of turned-away connections in 14 s: the log is floodable"
+# requests whose asker hung up: the replies tcgpud cannot deliver are
+# logged at most once a second too (3119 lines in 0.3 s, they were)
+lines=$(grep -c "not delivered" "$WORK/tcgpud.log" || true)
+[ "$lines" -le 40 ] || fail "$lines log lines of undelivered replies in 14 s: the log is floodable"
 # at most 16 at a time for mallory (the default): the 17th is turned away
 grep -q "turned away: uid $(id -u "$mallory") holds 16 connections" "$WORK/tcgpud.log" ||
     fail "the turned-away connections were not logged with the reason: $(grep -m3 'turned' "$WORK/tcgpud.log")"

@@ -27,9 +27,10 @@ void send_msg(int ci, const struct ctl_buf *b)
 
     if (n < 0 || d.conns[ci].fd < 0)
         return;
+    /* a client that never reads fills its socket at will: logged as a refusal is */
     if (send(d.conns[ci].fd, b->data, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-        log_info("reply to uid %u pid %d not delivered: %s", (unsigned)d.conns[ci].peer.uid,
-                 (int)d.conns[ci].peer.pid, strerror(errno));
+        note_for_uid(d.conns[ci].peer.uid, "reply to uid %u pid %d not delivered: %s",
+                     (unsigned)d.conns[ci].peer.uid, (int)d.conns[ci].peer.pid, strerror(errno));
 }
 
 void event(const char *type, pid_t pid, ...)
@@ -128,13 +129,14 @@ void reply_error(int ci, int err, const char *fmt, ...)
 }
 
 /* ---------------------------------------------------------------------------
- * Refusals
+ * Refusals, and other lines a user can cause at will
  * ------------------------------------------------------------------------- */
 
 /*
- * Refusals a user can cause at will (a flood of connections, requests it may
- * not make) are logged at most once a second per uid, so that one user can
- * neither fill the log nor push everyone else's events out of the ring.
+ * What a user can cause at will (a flood of connections, requests it may
+ * not make, replies it never reads) is logged at most once a second per
+ * uid, so that one user can neither fill the log nor push everyone else's
+ * events out of the ring.
  */
 #define NOTE_EVERY_NS 1000000000ull
 #define NOTE_UIDS     64
@@ -142,7 +144,7 @@ void reply_error(int ci, int err, const char *fmt, ...)
 static struct refusal_note {
     uid_t uid;
     uint64_t last_ns;             /* 0: a free entry */
-    unsigned long held;           /* refusals not logged since */
+    unsigned long held;           /* lines not logged since */
 } notes[NOTE_UIDS];
 
 static struct refusal_note *note_of(uid_t uid)
@@ -159,7 +161,7 @@ static struct refusal_note *note_of(uid_t uid)
     return oldest;
 }
 
-long note_refusal(uid_t uid, const char *fmt, ...)
+long note_for_uid(uid_t uid, const char *fmt, ...)
 {
     struct refusal_note *n = note_of(uid);
     uint64_t now = now_ns();
@@ -175,7 +177,7 @@ long note_refusal(uid_t uid, const char *fmt, ...)
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
     if (held)
-        log_info("%s (and %lu more refusals of uid %u not logged)", text, held, (unsigned)uid);
+        log_info("%s (and %lu more lines of uid %u not logged)", text, held, (unsigned)uid);
     else
         log_info("%s", text);
     n->last_ns = now;
@@ -190,7 +192,7 @@ void refuse(int ci, const char *what, const char *why)
     long held;
 
     d.refused_total++;
-    held = note_refusal(p->uid, "refused %s from uid %u pid %d: %s", what, (unsigned)p->uid,
+    held = note_for_uid(p->uid, "refused %s from uid %u pid %d: %s", what, (unsigned)p->uid,
                         (int)p->pid, why);
     if (held >= 0)
         event("refused", 0, "what", what, "uid", u64s(p->uid, uid), "from_pid",
@@ -342,7 +344,7 @@ static void turn_away(int fd, const struct ucred *peer, const char *why)
         /* its loss: the connection closes anyway */
     }
     close(fd);
-    note_refusal(peer->uid, "connection from pid %d turned away: %s", (int)peer->pid, why);
+    note_for_uid(peer->uid, "connection from pid %d turned away: %s", (int)peer->pid, why);
 }
 
 /* At most ACCEPTS_PER_ROUND at a time: a peer that connects in a loop must

@@ -35,11 +35,12 @@ void conn_close(int ci);
 void reply_error(int ci, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /*
- * Log a refusal of uid's (the message from fmt), at most once a second per
- * uid: returns how many of its refusals were held back before this one
- * (and counted in the line), or -1 when this one is held back.
+ * Log a line uid can cause at will (a refusal, a reply it did not read; the
+ * message from fmt), at most once a second per uid: returns how many of its
+ * lines were held back before this one (and counted in the line), or -1
+ * when this one is held back.
  */
-long note_refusal(uid_t uid, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+long note_for_uid(uid_t uid, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Refuse `what` to the peer of ci (EACCES), logged, counted and recorded as an event. */
 void refuse(int ci, const char *what, const char *why);
 
