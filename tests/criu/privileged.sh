@@ -7,6 +7,9 @@
 #                             the checksum of an uninterrupted run, the restored tree
 #                             runs as nobody, the save is root's (nobody's
 #                             only its GPU image, in the stage the plugin made)
+#   privileged.sh leave-running  nobody's save --leave-running through tcgpud: the
+#                             job runs on to the uninterrupted checksum, and the save
+#                             verifies (the option was dropped on the way: the job ended)
 #   privileged.sh refusals    nobody cannot save root's job, a tree with a root
 #                             process, into a directory it does not own, nor restore a
 #                             directory of its own making or another user's save; every
@@ -96,6 +99,22 @@ roundtrip)
     got=$(checksum_of "$JOB/run.out")
     [ "$got" = "$ref" ] || fail "checksum after nobody's save/restore: $got, uninterrupted: $ref"
     echo "ok: nobody saved and restored its own job through tcgpud, checksum $got, restored as nobody"
+    ;;
+leave-running)
+    ref=$(SIMCUDA_SHM=$SIMCUDA_SHM-ref "$TRAIN" "${ARGS[@]}" 2>&1 | sed -n 's/^checksum: //p')
+    rm -f "/dev/shm$SIMCUDA_SHM-ref"
+    start_nobody "$JOB/run.out"
+    as_nobody "$GPUCKPT" save "$pid" -D "$JOB/save" --leave-running >"$WORK/save.out" 2>&1 ||
+        fail "nobody's save --leave-running failed: $(cat "$WORK/save.out")"
+    grep -q "save of the tree under $pid to $JOB/save for uid 65534 (pid [0-9]*), leaving it running" \
+        "$WORK/tcgpud.log" || fail "tcgpud did not pass --leave-running on: $(tail -n 3 "$WORK/tcgpud.log")"
+    kill -0 "$pid" 2>/dev/null || fail "the job ended: --leave-running was dropped on the way"
+    grep -q '^checksum' "$JOB/run.out" && fail "the job finished before it was saved: make it longer"
+    wait_gone "$pid" 60
+    got=$(checksum_of "$JOB/run.out")
+    [ "$got" = "$ref" ] || fail "checksum of the job left running: $got, uninterrupted: $ref"
+    "$GPUCKPT" verify "$JOB/save" >/dev/null || fail "the save does not verify"
+    echo "ok: nobody's save --leave-running through tcgpud: the job ran on to $got, the save verifies"
     ;;
 refusals)
     start_nobody "$JOB/run.out"

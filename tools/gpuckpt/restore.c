@@ -451,7 +451,8 @@ int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **arg
     if (geteuid() != 0) {
         /* CRIU needs root: tcgpud does it for a user's own save */
         free(t);
-        return gpuckpt_tcgpud_privileged("restore", 0, dir, detach,
+        return gpuckpt_tcgpud_privileged("restore", 0, dir,
+                                         detach ? (const char *[]){ "detach", NULL } : NULL,
                                          "CRIU restores a process tree only as root");
     }
     if ((r = preflight(dir, t, owner, err, sizeof(err))) < 0) {

@@ -542,8 +542,18 @@ int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
         goto out;
     }
     if (geteuid() != 0) {
-        /* CRIU needs root: tcgpud does it for a user's own tree */
-        rc = gpuckpt_tcgpud_privileged("save", o.root, o.dir, 0,
+        /* CRIU needs root: tcgpud does it for a user's own tree, with its options */
+        const char *flags[4];
+        int n = 0;
+
+        if (o.leave_running)
+            flags[n++] = "leave_running";
+        if (o.tcp_established)
+            flags[n++] = "tcp_established";
+        if (o.shell_job)
+            flags[n++] = "shell_job";
+        flags[n] = NULL;
+        rc = gpuckpt_tcgpud_privileged("save", o.root, o.dir, flags,
                                        "CRIU dumps a process tree only as root");
         goto out;
     }

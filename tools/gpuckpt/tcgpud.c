@@ -155,8 +155,8 @@ static void print_line(const struct ctl_msg *m, void *arg)
     fflush(NULL);
 }
 
-int gpuckpt_tcgpud_privileged(const char *word, pid_t pid, const char *dir, int detach,
-                              const char *root_why)
+int gpuckpt_tcgpud_privileged(const char *word, pid_t pid, const char *dir,
+                              const char *const *flags, const char *root_why)
 {
     char why[512];
     struct ctl_buf *req = malloc(sizeof(*req));
@@ -170,8 +170,8 @@ int gpuckpt_tcgpud_privileged(const char *word, pid_t pid, const char *dir, int 
     if (pid)
         ctl_buf_put_u64(req, "pid", (uint64_t)pid);
     ctl_buf_put(req, "dir", dir);
-    if (detach)
-        ctl_buf_put(req, "detach", "1");
+    for (; flags && *flags; flags++)
+        ctl_buf_put(req, *flags, "1");
     /* no deadline: a save takes as long as the GPU images, a restore as the tree runs */
     r = gpuckpt_daemon_call(word, req, rep, -1, print_line, NULL, 1);
     if (r == CTL_EXIT_NOPROC) {

@@ -75,14 +75,17 @@ int gpuckpt_tcgpud_op(const char *cmd, pid_t pid, const char *dir, int auto_resu
 /*
  * save/restore through tcgpud, for a user who is not root (CRIU needs root;
  * tcgpud runs gpuckpt save/restore --owner UID for the caller, docs/save-restore.md,
- * "Ordinary users"). word is "save" (pid: the tree's root) or "restore"
- * (detach: return once the tree runs). gpuckpt's output is printed as it
- * comes; an attached restore returns when the restored tree exits, and
- * ending this process ends the tree. Returns gpuckpt's exit code there (the
- * tree's exit status for an attached restore), or ours when tcgpud refused
- * or could not be reached (no tcgpud: "needs root", with root_why).
+ * "Ordinary users"). word is "save" (pid: the tree's root) or "restore".
+ * flags (NULL-terminated, or NULL) are the request's fields set to 1, the
+ * command's options tcgpud passes on: save's leave_running, tcp_established
+ * and shell_job, restore's detach (return once the tree runs). gpuckpt's
+ * output is printed as it comes; an attached restore returns when the
+ * restored tree exits, and ending this process ends the tree. Returns
+ * gpuckpt's exit code there (the tree's exit status for an attached
+ * restore), or ours when tcgpud refused or could not be reached (no tcgpud:
+ * "needs root", with root_why).
  */
-int gpuckpt_tcgpud_privileged(const char *word, pid_t pid, const char *dir, int detach,
-                              const char *root_why);
+int gpuckpt_tcgpud_privileged(const char *word, pid_t pid, const char *dir,
+                              const char *const *flags, const char *root_why);
 
 #endif

@@ -3,7 +3,8 @@
  * user's own process trees, saved and restored with CRIU by tcgpud (root).
  * docs/save-restore.md, "Ordinary users".
  *
- *   save pid=N dir=ABS            the tree under N, into DIR (a new directory)
+ *   save pid=N dir=ABS [leave_running=1] [tcp_established=1] [shell_job=1]
+ *                                 the tree under N, into DIR (a new directory)
  *   restore dir=ABS [detach=1]    a save this path made, as its owner
  *
  * CRIU needs root; a Slurm or container job does not run as root. tcgpud
@@ -61,7 +62,8 @@ struct priv_req {
     int fd;                       /* the caller's connection, ours alone */
     uid_t uid;
     pid_t peer_pid, root;
-    int detach;
+    int detach;                   /* restore -d */
+    int leave_running, tcp_established, shell_job;  /* save's options of the same names */
     char dir[PATH_MAX];
     char gpuckpt[PATH_MAX];
 };
@@ -237,7 +239,7 @@ static char **child_environ(void)
 static pid_t spawn(const struct priv_req *r, int out[2], int err[2])
 {
     char uid[24], pid[24];
-    char *argv[12], **env = child_environ();
+    char *argv[16], **env = child_environ();
     int n = 0;
     pid_t child;
 
@@ -258,6 +260,12 @@ static pid_t spawn(const struct priv_req *r, int out[2], int err[2])
     argv[n++] = (char *)r->dir;
     if (r->kind == PRIV_RESTORE && r->detach)
         argv[n++] = "-d";
+    if (r->leave_running)
+        argv[n++] = "--leave-running";
+    if (r->tcp_established)
+        argv[n++] = "--tcp-established";
+    if (r->shell_job)
+        argv[n++] = "--shell-job";
     argv[n] = NULL;
     if ((child = fork()) != 0) {
         free(env);
@@ -393,6 +401,14 @@ static void start_worker(int ci, struct priv_req *r)
     }
 }
 
+/* Whether m has key=1 (an option of the command, passed on to gpuckpt). */
+static int flag_set(const struct ctl_msg *m, const char *key)
+{
+    const char *v = ctl_get(m, key);
+
+    return v && !strcmp(v, "1");
+}
+
 static struct priv_req *new_req(int ci, enum priv_kind kind, const struct ctl_msg *m)
 {
     const char *dir = ctl_get(m, "dir");
@@ -434,6 +450,9 @@ void priv_save(int ci, const struct ctl_msg *m, struct djob *unused)
         goto err;
     }
     r->root = (pid_t)pid;
+    r->leave_running = flag_set(m, "leave_running");
+    r->tcp_established = flag_set(m, "tcp_established");
+    r->shell_job = flag_set(m, "shell_job");
     if (kill(r->root, 0) < 0 && errno == ESRCH) {
         reply_error(ci, -ESRCH, "no process %d", (int)r->root);
         goto err;
@@ -450,8 +469,10 @@ void priv_save(int ci, const struct ctl_msg *m, struct djob *unused)
             reply_error(ci, e, "%s", why);
         goto err;
     }
-    log_info("save of the tree under %d to %s for uid %u (pid %d)", (int)r->root, r->dir,
-             (unsigned)r->uid, (int)r->peer_pid);
+    log_info("save of the tree under %d to %s for uid %u (pid %d)%s%s%s", (int)r->root, r->dir,
+             (unsigned)r->uid, (int)r->peer_pid, r->leave_running ? ", leaving it running" : "",
+             r->tcp_established ? ", with its TCP connections" : "",
+             r->shell_job ? ", a shell job" : "");
     start_worker(ci, r);
     return;
 err:
@@ -461,14 +482,13 @@ err:
 void priv_restore(int ci, const struct ctl_msg *m, struct djob *unused)
 {
     struct priv_req *r = new_req(ci, PRIV_RESTORE, m);
-    const char *det = ctl_get(m, "detach");
     char why[PATH_MAX + 256];
     int e;
 
     (void)unused;
     if (!r)
         return;
-    r->detach = det && !strcmp(det, "1");
+    r->detach = flag_set(m, "detach");
     if ((e = check_restore_dir(r->dir, why, sizeof(why))) < 0) {
         if (e == -EACCES)
             refuse(ci, "restore", why);
