@@ -106,9 +106,9 @@ for sig in TERM KILL; do
 done
 
 # term-driver: the process has suspended, gpuckpt is in the driver's step
-suspend_bg "$WORK/s.out" TCGPU_REAL_LIBCUDA="$FAULTY" FAULTY_DRIVER_DELAY_MS=1500 --
+suspend_bg "$WORK/s.out" TCGPU_REAL_LIBCUDA="$FAULTY" FAULTY_DRIVER_DELAY_MS=5000 --
 wait_state suspended 10 || fail "term-driver: the job did not suspend (state $(job_state))"
-kill -TERM "$sus"
+kill -TERM "$sus" 2>/dev/null || fail "term-driver: gpuckpt ended before the signal: $(cat "$WORK/s.out")"
 rc=0; wait "$sus" || rc=$?
 [ "$rc" -eq 143 ] || fail "term-driver: exit $rc, expected 143: $(cat "$WORK/s.out")"
 grep -q "interrupted by SIGTERM: suspend undone" "$WORK/s.out" || fail "term-driver: said $(cat "$WORK/s.out")"

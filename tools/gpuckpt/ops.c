@@ -759,7 +759,8 @@ static int settle_suspend(const struct op *op, int r_proc, int r)
     struct tcgpu_status st;
     int sig = gpuckpt_interrupted();
 
-    if (sig)
+    /* (a signal after the process refused or failed changes nothing: below) */
+    if (sig && strcmp(op->rep.word, "error"))
         return interrupted_suspend(op->pid, sig, r_proc == CTL_EXIT_OK);
     if (r == CTL_EXIT_OK)
         return r;
@@ -785,10 +786,10 @@ static int settle_suspend(const struct op *op, int r_proc, int r)
 static int suspend_directly(struct op *op, struct op_result *res)
 {
     int lock = lock_process(op->pid);
-    int r_proc, r;
+    int r_proc, r = gpuckpt_interrupt_catch();
 
-    if (gpuckpt_interrupt_catch() < 0) {
-        gpuckpt_error("suspend %d: cannot catch signals: %s", (int)op->pid, strerror(errno));
+    if (r < 0) {
+        gpuckpt_error("suspend %d: cannot catch signals: %s", (int)op->pid, strerror(-r));
         unlock_process(lock);
         return CTL_EXIT_FAILED;
     }
