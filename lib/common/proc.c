@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,12 @@ int tcgpu_proc_live(pid_t pid)
     struct tcgpu_proc_stat st;
 
     return tcgpu_proc_stat(pid, &st) == 0 && st.state != 'Z' && st.state != 'X';
+}
+
+int tcgpu_proc_pid_free(pid_t pid)
+{
+    /* a signal 0 finds zombies too; EPERM is someone else's live process */
+    return pid > 0 && kill(pid, 0) < 0 && errno == ESRCH;
 }
 
 /* The last number of an NSpid line: the pid where the process lives. */

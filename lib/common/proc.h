@@ -39,6 +39,10 @@ int tcgpu_proc_stat(pid_t pid, struct tcgpu_proc_stat *st);
  * by its parent, is not live), else 0. */
 int tcgpu_proc_live(pid_t pid);
 
+/* 1 once no process holds pid, not even a zombie its parent has not reaped
+ * (CRIU can then restore a process with that pid), else 0. */
+int tcgpu_proc_pid_free(pid_t pid);
+
 /* From /proc/PID/status, or /proc/PID/task/TID/status when tid > 0 (pid 0:
  * the calling process). -EPROTO when it has no Uid line. */
 struct tcgpu_proc_status {

@@ -157,8 +157,27 @@ static int run_op(enum tcgpu_op op, const char *dir, const char *parent, const c
     }
 }
 
-static void send_reply(int fd, struct ctl_buf *b);
+static int send_reply(int fd, struct ctl_buf *b);
 static void put_extras(struct ctl_buf *b);
+
+/*
+ * A suspend whose reply found its requester gone (gpuckpt interrupted,
+ * killed or past its --timeout; tcgpud past its deadline): nobody knows the
+ * job is suspended, and nobody would resume it. Resume it: a suspend must
+ * never leave a job stopped unbeknownst to everyone (docs/cli.md).
+ */
+static void undo_unheard_suspend(const struct queued_op *o)
+{
+    char who[96];
+    int r;
+
+    log_warn("suspend requested by %s: the requester left before its reply; resuming", o->who);
+    snprintf(who, sizeof(who), "%s, undone", o->who);
+    r = run_op(TCGPU_OP_RESUME, NULL, NULL, who, NULL);
+    if (r < 0)
+        log_err("the suspend requested by %s cannot be undone (%s): the process stays suspended; "
+                "resume it with: gpuckpt resume %d", o->who, errmsg_get(), (int)getpid());
+}
 
 /* Runs one queued operation; replies on its connection and closes it. */
 static void run_queued(struct queued_op *o, struct ctl_buf *b)
@@ -179,7 +198,8 @@ static void run_queued(struct queued_op *o, struct ctl_buf *b)
     if (tcgpu_op_status(&st) == 0)
         ctl_put_status(b, &st);
     put_extras(b);
-    send_reply(o->fd, b);
+    if (send_reply(o->fd, b) < 0 && o->op == TCGPU_OP_SUSPEND && r == 0)
+        undo_unheard_suspend(o);
 }
 
 /* Discards what a client sent beyond its request, so that closing does not
@@ -400,7 +420,8 @@ static void on_signal_action(void)
  * Serving one connection
  * ------------------------------------------------------------------------- */
 
-static void send_reply(int fd, struct ctl_buf *b)
+/* Returns 0, or -errno when the reply was not delivered (-EPIPE: the client is gone). */
+static int send_reply(int fd, struct ctl_buf *b)
 {
     long n = ctl_buf_finish(b);
 
@@ -408,8 +429,12 @@ static void send_reply(int fd, struct ctl_buf *b)
         ctl_buf_error(b, -EMSGSIZE, "reply too large");
         n = ctl_buf_finish(b);
     }
-    if (send(fd, b->data, (size_t)n, MSG_NOSIGNAL) < 0)
-        log_debug("control: reply not delivered: %s", strerror(errno));
+    if (send(fd, b->data, (size_t)n, MSG_NOSIGNAL) < 0) {
+        int e = errno;
+        log_debug("control: reply not delivered: %s", strerror(e));
+        return -e;
+    }
+    return 0;
 }
 
 /* service_threads=T,T,...: the threads a resume needs while the rest of

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpuckpt save / restore of whole process trees with CRIU, on simcuda.
 #
-#   save_restore.sh train|leave-running|tree|cycles
+#   save_restore.sh train|leave-running|tree|cycles|at-once|repeat
 #
 # train          the example training loop saved mid-run (the tree is gone),
 #                restored, run to the end: checksum equal to an uninterrupted run
@@ -11,6 +11,8 @@
 # cycles         save -> restore three times (restore -d), checksum still right;
 #                restore prints its phases, and the plugin does not read every
 #                chunk again after gpuckpt's own check
+# at-once        three saves, each restored at once (no wait in between): save
+#                returns once the tree's pids are free, checksum still right
 # repeat         a job that mostly sleeps: five checkpoints leave no io_uring
 #                worker thread (iou-wrk) behind, then three saves and restores in
 #                a row succeed (a worker of the plugin's image write, ending as
@@ -191,6 +193,30 @@ repeat)
     got=$(checksum_of "$WORK/run.out")
     [ "$got" = "$ref" ] || fail "checksum after five checkpoints and three saves: $got, uninterrupted: $ref"
     echo "ok: five checkpoints left no io_uring worker; three saves and restores in a row; checksum $got"
+    ;;
+at-once)
+    # restore at once after each save, no wait in between: save returns only
+    # once the tree's pids are free (before, its processes were zombies for
+    # about a second, and the restore was refused: "pid ... is in use").
+    # The first save's root is our child: the shell reaps it while save waits.
+    ref=$(reference "$WORK/ref.out" "$TRAIN" "${TRAIN_ARGS[@]}")
+    start_job "$WORK/run.out" "$TRAIN" "${TRAIN_ARGS[@]}" --sleep-ms 10
+    pid=$BG
+    wait_for_socket "$pid"
+    for c in 1 2 3; do
+        wait_for_line "$WORK/run.out" "^step $((c * 50)) "
+        "$GPUCKPT" save "$pid" -D "$WORK/save-$c" >"$WORK/save.out" 2>&1 ||
+            fail "save $c failed: $(cat "$WORK/save.out")"
+        grep -q 'gpuckpt' "$WORK/save.out" && fail "save $c warned: $(cat "$WORK/save.out")"
+        "$GPUCKPT" restore -D "$WORK/save-$c" -d >"$WORK/restore.out" 2>&1 ||
+            fail "restore $c at once after the save failed: $(cat "$WORK/restore.out")"
+        note "cycle $c ok"
+    done
+    grep -q '^checksum' "$WORK/run.out" && fail "the job finished before its last save: make it longer"
+    wait_gone "$pid" 120
+    got=$(checksum_of "$WORK/run.out")
+    [ "$got" = "$ref" ] || fail "checksum after 3 saves each restored at once: $got, uninterrupted: $ref"
+    echo "ok: 3 saves, each restored at once, checksum $got"
     ;;
 *) fail "unknown mode $mode" ;;
 esac

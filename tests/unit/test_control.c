@@ -328,12 +328,15 @@ static int send_raw(const char *text)
     return fd;
 }
 
-static int is_suspended(void)
+static int resumes_before;
+
+/* A suspend whose client left was undone: resumed once more, running. */
+static int suspend_undone(void)
 {
     int s;
 
     pthread_mutex_lock(&fk_lock);
-    s = fk.state == TCGPU_STATE_SUSPENDED;
+    s = fk.calls[TCGPU_OP_RESUME] > resumes_before && fk.state == TCGPU_STATE_RUNNING;
     pthread_mutex_unlock(&fk_lock);
     return s;
 }
@@ -593,10 +596,12 @@ static int test_e2e(void)
         CHECK(ctl_get_status(&reply, &ts) == 0 && ts.last_result == map[i].err);
     }
 
-    /* the client's timeout: exit 5, and the server carries on */
+    /* the client's timeout: exit 5, and the server carries on; then, finding
+     * nobody to take the suspend's reply, it undoes the suspend */
     pthread_mutex_lock(&fk_lock);
     fk.delay_ms = 400;
     pthread_mutex_unlock(&fk_lock);
+    resumes_before = calls(TCGPU_OP_RESUME);
     CHECK(request("suspend", NULL, 100) == CTL_EXIT_TIMEOUT);
     /* status answers while the suspend runs, and names it */
     struct timespec t0, t1;
@@ -610,10 +615,10 @@ static int test_e2e(void)
     pthread_mutex_lock(&fk_lock);
     fk.delay_ms = 0;
     pthread_mutex_unlock(&fk_lock);
-    CHECK(wait_for(is_suspended, 5000));
+    CHECK(wait_for(suspend_undone, 5000));
     CHECK(request("status", NULL, 5000) == 0 && !ctl_get(&reply, "op_running"));
-    CHECK(ctl_get_status(&reply, &ts) == 0 && ts.state == TCGPU_STATE_SUSPENDED);
-    CHECK(request("resume", NULL, 5000) == 0);
+    CHECK(ctl_get_status(&reply, &ts) == 0 && ts.state == TCGPU_STATE_RUNNING &&
+          ts.last_op == TCGPU_OP_RESUME && ts.last_result == 0);
 
     /* operations queue behind the running one; beyond 8 waiting, refused at once */
     pthread_mutex_lock(&fk_lock);

@@ -21,6 +21,7 @@
 
 #include "commands.h"
 #include "ckptapi/ckptapi.h"
+#include "interrupt.h"
 #include "ops.h"
 #include "tcgpud.h"
 #include "util.h"
@@ -29,6 +30,7 @@
 #include "common/clock.h"
 #include "common/names.h"
 #include "common/proc.h"
+#include "common/signals.h"
 #include "common/units.h"
 #include "json/schema.h"
 #include "tcgpu.h"
@@ -43,6 +45,7 @@ struct client_opts {
     int quiet;
     int keep_context;           /* suspend: leave the CUDA context to the process */
     int auto_resume;            /* suspend through tcgpud: it may resume when memory fits */
+    int cut_on_signal;          /* a caught signal ends the wait for the reply (interrupt.h) */
     const char *dir;
     const char *parent;         /* checkpoint: parent image or "auto" */
 };
@@ -140,10 +143,22 @@ static int call(const char *cmd, pid_t pid, struct ctl_buf *req, struct ctl_msg 
         return ctl_exit_code(r, 0);
     }
     show = !o->quiet && strcmp(cmd, "status") && isatty(STDERR_FILENO);
+    if (o->cut_on_signal)
+        gpuckpt_interrupt_cut(c.fd);
     r = ctl_call(&c, req->data, (size_t)len, reply, o->timeout_ms, show ? show_progress : NULL, &view);
+    gpuckpt_interrupt_cut(-1);
     ctl_close(&c);
     if (view.shown)
         fprintf(stderr, "\r\033[K");
+    if (r < 0 && o->cut_on_signal && gpuckpt_interrupted())
+        return CTL_EXIT_FAILED;     /* the caller says what became of the operation */
+    if (r == -ETIMEDOUT && !strcmp(cmd, "suspend")) {
+        /* the process sees us gone when it replies, and resumes (control.c) */
+        gpuckpt_error("suspend %d: no reply within the timeout; the suspend is abandoned: the "
+                      "process undoes it when it ends, and runs on (check with gpuckpt status %d)",
+                      (int)pid, (int)pid);
+        return CTL_EXIT_TIMEOUT;
+    }
     if (r == -ETIMEDOUT) {
         gpuckpt_error("%s %d: no reply within the timeout; the operation goes on in the process "
                       "(check with gpuckpt status %d)", cmd, (int)pid, (int)pid);
@@ -603,8 +618,7 @@ static int release_context(pid_t pid, const struct client_opts *o, struct op_res
         res->context = "released";
         return CTL_EXIT_OK;
     }
-    gpuckpt_error("suspend %d: suspended (device memory released), but the CUDA context could "
-                  "not be released: %s", (int)pid, err);
+    gpuckpt_error("suspend %d: the CUDA context could not be released: %s", (int)pid, err);
     return r == -ETIMEDOUT ? CTL_EXIT_TIMEOUT : CTL_EXIT_FAILED;
 }
 
@@ -690,15 +704,101 @@ static void rerelease_context(pid_t pid, const struct client_opts *o)
         gpuckpt_error("resume %d: the process keeps its CUDA context (suspended): %s", (int)pid, err);
 }
 
-/* Suspend by the process itself, then the driver's step unless --keep-context. */
+/*
+ * Undoes a suspend the command cannot finish: the context back from the
+ * driver when it went there, then the process's own resume. Returns 0 when
+ * the process runs again, -1 otherwise (said).
+ */
+static int undo_suspend(pid_t pid)
+{
+    int taken, r;
+
+    if (reacquire_context(pid, &taken) != CTL_EXIT_OK)
+        return -1;
+    r = gpuckpt_call("resume", pid, NULL, NULL);
+    return r == CTL_EXIT_OK ? 0 : -1;
+}
+
+/* A failed suspend that leaves the job suspended: says so, and how to resume it. */
+static int left_suspended(pid_t pid)
+{
+    gpuckpt_error("the job is suspended; resume it with: gpuckpt resume %d", (int)pid);
+    return CTL_EXIT_LEFT_SUSPENDED;
+}
+
+/*
+ * A signal came while suspending (interrupt.h). When the process had
+ * suspended (`suspended`), the suspend is undone here; when it had not
+ * answered yet, the process undoes it itself once it sees the connection
+ * gone (control.c). Returns 128 + the signal, as a shell reports it, or
+ * CTL_EXIT_LEFT_SUSPENDED.
+ */
+static int interrupted_suspend(pid_t pid, int sig, int suspended)
+{
+    char name[32];
+
+    tcgpu_signal_name(sig, name, sizeof(name));
+    if (!suspended) {
+        gpuckpt_error("suspend %d: interrupted by %s before the process answered: it undoes the "
+                      "suspend itself when it ends, and runs on", (int)pid, name);
+        return 128 + sig;
+    }
+    if (undo_suspend(pid) < 0)
+        return left_suspended(pid);
+    gpuckpt_error("suspend %d: interrupted by %s: suspend undone, the process runs", (int)pid, name);
+    return 128 + sig;
+}
+
+/*
+ * After the process's suspend (r_proc) and the driver's step (r): the job
+ * as it was, or said to be suspended. A failure never leaves the job
+ * stopped silently (docs/cli.md, "Exit codes").
+ */
+static int settle_suspend(const struct op *op, int r_proc, int r)
+{
+    struct tcgpu_status st;
+    int sig = gpuckpt_interrupted();
+
+    /* (a signal after the process refused or failed changes nothing: below) */
+    if (sig && strcmp(op->rep.word, "error"))
+        return interrupted_suspend(op->pid, sig, r_proc == CTL_EXIT_OK);
+    if (r == CTL_EXIT_OK)
+        return r;
+    if (r_proc == CTL_EXIT_OK) {
+        /* the driver's step failed: the process is suspended, with its context */
+        if (undo_suspend(op->pid) < 0)
+            return left_suspended(op->pid);
+        gpuckpt_error("suspend %d: suspend undone, the process runs", (int)op->pid);
+        return r;
+    }
+    /* the process's own suspend failed and could not put the memory back (a
+     * refusal, of a process suspended already, changed nothing) */
+    if (op->rep.err && r != CTL_EXIT_REFUSED && ctl_get_status(&op->rep, &st) == 0 &&
+        st.state == TCGPU_STATE_SUSPENDED)
+        return left_suspended(op->pid);
+    return r;
+}
+
+/*
+ * Suspend by the process itself, then the driver's step unless
+ * --keep-context. SIGINT, SIGTERM and SIGHUP from here on undo it.
+ */
 static int suspend_directly(struct op *op, struct op_result *res)
 {
     int lock = lock_process(op->pid);
-    int r = op_call(op);
+    int r_proc, r = gpuckpt_interrupt_catch();
 
+    if (r < 0) {
+        gpuckpt_error("suspend %d: cannot catch signals: %s", (int)op->pid, strerror(-r));
+        unlock_process(lock);
+        return CTL_EXIT_FAILED;
+    }
+    op->o.cut_on_signal = 1;
+    r = r_proc = op_call(op);
     res->context = "kept";
-    if (r == CTL_EXIT_OK && !op->o.keep_context)
+    if (r == CTL_EXIT_OK && !op->o.keep_context && !gpuckpt_interrupted())
         r = release_context(op->pid, &op->o, res);
+    r = settle_suspend(op, r_proc, r);
     unlock_process(lock);
     return r;
 }

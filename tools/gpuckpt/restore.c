@@ -22,7 +22,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,7 +181,7 @@ static int check_pids_free(const struct tree *t, char *err, size_t len)
     err[0] = '\0';
     for (int i = 0; i < t->nproc; i++) {
         char comm[64] = "?";
-        if (kill(t->proc[i].pid, 0) < 0 && errno == ESRCH)
+        if (tcgpu_proc_pid_free(t->proc[i].pid))
             continue;
         tcgpu_proc_comm(t->proc[i].pid, 0, comm, sizeof(comm));
         used = strlen(err);

@@ -10,7 +10,9 @@
  *      DIR.tmp-XXXXXX/gpu/<pid> and hands its context to the driver before
  *      CRIU freezes it; the same mechanism podman and the kubelet use;
  *   3. write the tree manifest, with the size and checksum of every file
- *      CRIU wrote (filesums.h), fsync everything, rename DIR.tmp-XXXXXX to DIR.
+ *      CRIU wrote (filesums.h), fsync everything, rename DIR.tmp-XXXXXX to DIR;
+ *   4. without --leave-running, wait (bounded) until every pid of the tree is
+ *      free, so that a restore may follow at once.
  * A failed dump leaves the tree running: the plugin gives every process back
  * what it took before criu returns; gpuckpt removes the temporary directory.
  * With --leave-running the plugin gives it back after the dump, from the
@@ -240,6 +242,48 @@ static int tree_gone(const struct tree *t)
         if (tcgpu_proc_live(t->proc[i].pid))
             return 0;
     return 1;
+}
+
+/* How long a saved tree may take to be gone: its processes exit (a large
+ * one takes a while to free its memory) and their parents reap them. */
+#define TREE_FREED_WAIT_MS 30000
+
+/*
+ * After a dump without --leave-running: wait until CRIU's kill has freed every
+ * pid of the tree, zombies reaped, so that a restore started at once finds
+ * them free. Bounded; when one is still held, says which, why and by whom.
+ */
+static void wait_tree_freed(const struct tree *t, pid_t root)
+{
+    uint64_t deadline = now_ns() + (uint64_t)TREE_FREED_WAIT_MS * 1000000u;
+    struct tcgpu_proc_stat st;
+    char pcomm[64] = "?";
+    int i = 0;
+
+    while (i < t->nproc) {
+        if (tcgpu_proc_pid_free(t->proc[i].pid)) {
+            i++;
+            continue;
+        }
+        if (now_ns() >= deadline)
+            break;
+        usleep(5000);
+    }
+    if (i == t->nproc)
+        return;
+    if (tcgpu_proc_stat(t->proc[i].pid, &st) < 0)
+        return;                 /* freed just now */
+    if (st.state != 'Z') {
+        gpuckpt_error("save %d: saved, but process %d (%s) has not exited %d s after the dump: a "
+                      "restore needs its pid free", (int)root, (int)t->proc[i].pid,
+                      t->proc[i].comm, TREE_FREED_WAIT_MS / 1000);
+        return;
+    }
+    tcgpu_proc_comm(st.ppid, 0, pcomm, sizeof(pcomm));
+    gpuckpt_error("save %d: saved, but process %d (%s) is still a zombie %d s after the dump: its "
+                  "parent %d (%s) has not reaped it, and a restore needs its pid free", (int)root,
+                  (int)t->proc[i].pid, t->proc[i].comm, TREE_FREED_WAIT_MS / 1000, (int)st.ppid,
+                  pcomm);
 }
 
 /* tcgpu processes of the tree that are not running (the plugin could not give
@@ -599,6 +643,8 @@ int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
         rc = CTL_EXIT_FAILED;
         goto out;
     }
+    if (!o.leave_running)
+        wait_tree_freed(t, o.root);
     rc = report(t, &o, now_s() - t0);
 out:
     free(t);

@@ -582,6 +582,7 @@ static void manual_op(int ci, const struct ctl_msg *m, struct djob *j, int suspe
         return;
     }
     j->waiter = ci;
+    j->waiter_suspends = suspend;
     d.conns[ci].kind = C_OP;
     d.conns[ci].job = j->pid;
     if (suspend && dir) {

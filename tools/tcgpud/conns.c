@@ -430,5 +430,8 @@ void peer_gone(int ci)
         if (policy_request_cancel(d.pol, (uint64_t)j->pid, now_ns(), &acts) == 0)
             pol_actions_clear(&acts);     /* nobody to tell */
     }
+    /* nobody would know the job is suspended, nor resume it (jobs.c) */
+    if (c->kind == C_OP && j && j->waiter == ci && j->waiter_suspends)
+        j->asker_left = 1;
     conn_close(ci);
 }

@@ -81,6 +81,8 @@ struct djob {
     int project;
     int busy;                     /* a worker is suspending or resuming it */
     int waiter;                   /* conn waiting for a manual operation, -1 */
+    int waiter_suspends;          /* that operation is a suspend */
+    int asker_left;               /* its asker left before the reply: undo it when done */
     uint64_t op_t0;
     /* the memory request in flight, if any */
     int req_conn;                 /* -1: none */

@@ -354,6 +354,24 @@ static void reply_waiter(struct djob *j, const struct work *w)
     j->waiter = -1;
 }
 
+/*
+ * A manual suspend whose asker left before the reply (gpuckpt interrupted,
+ * killed, or past its --timeout): nobody knows the job is suspended, and
+ * nobody would resume it. Resume it (its gang with it), as the process does
+ * for a suspend asked of it directly (docs/cli.md).
+ */
+static void undo_unheard_suspend(struct djob *j, int err)
+{
+    j->asker_left = 0;
+    if (err)
+        return;                   /* it did not suspend */
+    log_info("pid %d: the suspend's asker left before the reply; resuming", (int)j->pid);
+    event("manual-resume", j->pid, "by", "undo", NULL);
+    if (policy_manual_resume(d.pol, (uint64_t)j->pid, now_ns(), &acts) < 0)
+        log_info("pid %d stays suspended (no room to resume it now); resume it with: gpuckpt "
+                 "resume %d", (int)j->pid, (int)j->pid);
+}
+
 void op_done(struct work *w)
 {
     struct djob *j = job_of(w->pid);
@@ -380,6 +398,8 @@ void op_done(struct work *w)
         }
         reply_waiter(j, w);
         policy_job_suspended(d.pol, (uint64_t)j->pid, err, now_ns(), &acts);
+        if (j->asker_left)
+            undo_unheard_suspend(j, err);
     } else {
         if (err == 0) {
             latency_add(&d.resume_lat, (double)w->ns / 1e9);
