@@ -225,11 +225,13 @@ static int parse_client_args(const struct gpuckpt_command *self, int argc, char 
             break;
         case OPT_TIMEOUT:
             if ((o->timeout_ms = gpuckpt_parse_seconds_ms(optarg)) < 0)
-                return gpuckpt_usage_error(cmd, "--timeout wants a duration (30, 1.5s, 500ms), not '%s'", optarg);
+                return gpuckpt_usage_error(cmd, "--timeout wants a duration (30, 1.5s, 500ms), "
+                                           "not '%s'", optarg);
             break;
         case OPT_WAIT:
             if ((o->wait_ms = gpuckpt_parse_seconds_ms(optarg)) < 0)
-                return gpuckpt_usage_error(cmd, "--wait wants a duration (30, 1.5s, 500ms), not '%s'", optarg);
+                return gpuckpt_usage_error(cmd, "--wait wants a duration (30, 1.5s, 500ms), "
+                                           "not '%s'", optarg);
             break;
         case OPT_JSON:
             gpuckpt_set_json();
