@@ -59,28 +59,32 @@ alive() {
     kill -0 "$1" 2>/dev/null && [ "$(awk '{print $3}' /proc/"$1"/stat 2>/dev/null)" != Z ]
 }
 
-# cycles PID LOG: suspend and resume PID every $CYCLE_SLEEP s until it ends;
-# one line per attempt in LOG: "ok", "refused: why", "no-socket" (before
-# numba's cuInit, or ending), "failed: what".
+# cycles PID LOG: suspend and resume PID every $CYCLE_SLEEP s until it ends,
+# in turn to host memory, with the context kept (every 4th) and to an image
+# (every 5th); one line per attempt in LOG: "ok MODE", "refused: why",
+# "no-socket" (before numba's cuInit, or ending), "failed: what".
 cycles() {
-    local pid=$1 log=$2 rc
+    local pid=$1 log=$2 i=0 rc src opts mode
     while alive "$pid"; do
         sleep "$CYCLE_SLEEP"
-        rc=0; "$GPUCKPT" suspend "$pid" -q --timeout 60 >"$WORK/op.out" 2>&1 || rc=$?
-        case $rc in
+        i=$((i + 1)) opts=() mode=host
+        [ $((i % 4)) -eq 1 ] && opts=(--keep-context) mode=keep-context
+        [ $((i % 5)) -eq 0 ] && opts=(-D "$WORK/img") mode=image
+        rm -rf "$WORK/img"
+        src=0; "$GPUCKPT" suspend "$pid" "${opts[@]}" -q --timeout 60 >"$WORK/op.out" 2>&1 || src=$?
+        case $src in
             0) ;;
             3) echo no-socket >>"$log"; continue ;;
             4) echo "refused: $(tail_of "$WORK/op.out" 1)" >>"$log"; continue ;;
             *) alive "$pid" || break
-               echo "failed: suspend exited $rc: $(tail_of "$WORK/op.out")" >>"$log" ;;
+               echo "failed: suspend ($mode) exited $src: $(tail_of "$WORK/op.out")" >>"$log" ;;
         esac
         # after a failed suspend too: never leave the job suspended
-        local src=$rc
         rc=0; "$GPUCKPT" resume "$pid" -q --timeout 60 >"$WORK/op.out" 2>&1 || rc=$?
         if [ "$rc" -eq 0 ]; then
-            [ "$src" -eq 0 ] && echo ok >>"$log"
+            [ "$src" -eq 0 ] && echo "ok $mode" >>"$log"
         elif [ "$src" -eq 0 ] || [ "$rc" -ne 4 ]; then
-            alive "$pid" && echo "failed: resume exited $rc: $(tail_of "$WORK/op.out")" >>"$log"
+            alive "$pid" && echo "failed: resume ($mode) exited $rc: $(tail_of "$WORK/op.out")" >>"$log"
         fi
     done
 }
@@ -114,7 +118,7 @@ print(next(l.split()[-1] for l in open("/proc/self/maps") if "libcuda.so" in l))
     fail "numba cannot open a context on simcuda: $(tail_of "$WORK/probe.out" 5)"
 [ "$lib" -ef "$B/simcuda/libcuda.so.1" ] || fail "numba loaded $lib, not simcuda's libcuda.so.1"
 
-cd "$WORK"
+cd "$WORK" || fail "cannot enter $WORK"
 start=$SECONDS
 rc=0; run_fg plain "$RUN_SECS" "$PY" "$HERE/cudadrv.py" "$HERE/cudadrv-deselect.txt" "$WORK/plain.outcomes" || rc=$?
 [ "$rc" -eq 0 ] || fail "the plain run $(how_ended plain "$rc"): $(tail_of "$WORK/plain.out" 3)"
@@ -132,12 +136,12 @@ wait "$cycler" || true
 tcgpu_secs=$((SECONDS - start))
 [ "$rc" -eq 0 ] || fail "the run under tcgpu $(how_ended tcgpu "$rc"): $(tail_of "$WORK/tcgpu.out" 3)"
 
-ok=$(grep -c '^ok$' "$WORK/cycles.log" || true)
+ok=$(grep -c '^ok ' "$WORK/cycles.log" || true)
 refused=$(grep -c '^refused' "$WORK/cycles.log" || true)
 outcomes plain
 outcomes tcgpu
 note "plain: $(summary plain) in $plain_secs s"
-note "under tcgpu: $(summary tcgpu) in $tcgpu_secs s; $ok suspend/resume cycles, $refused refused"
+note "under tcgpu: $(summary tcgpu) in $tcgpu_secs s; $ok suspend/resume cycles ($(grep '^ok ' "$WORK/cycles.log" | sort | uniq -c | awk '{ printf "%s%d %s", (NR > 1 ? ", " : ""), $1, $3 }')), $refused refused"
 grep '^refused' "$WORK/cycles.log" | sort | uniq -c | sed 's/^/-- /' >&2 || true
 
 diffs=$(LC_ALL=C join -a 1 -a 2 -e missing -o 0,1.2,2.2 "$WORK/plain.sorted" "$WORK/tcgpu.sorted" | awk '$2 != $3')
