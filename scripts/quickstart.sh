@@ -2,9 +2,9 @@
 # The README's two commands:
 #   scripts/quickstart.sh demo   set up, build, run the tcgpud demo on a simulated GPU
 #   scripts/quickstart.sh test   set up, build, run the whole test suite
-#                                (unit, sim, criu, web, containers and slurm
-#                                suites; then unit and sim again under
-#                                ASan+UBSan)
+#                                (unit, sim, criu, web, containers, peers
+#                                and slurm suites; then unit and sim again
+#                                under ASan+UBSan)
 # Set-up needs root (apt, CRIU); as a user it re-runs scripts/setup.sh with sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,8 +57,8 @@ run_tests() {
     setup
     log "build ($BUILD)"
     configure "$BUILD"
-    log "tests: unit, sim, criu, web, containers"
-    meson test -C "$BUILD" --suite unit --suite sim --suite criu --suite web --suite containers \
+    log "tests: unit, sim, criu, web, containers, peers"
+    meson test -C "$BUILD" --suite unit --suite sim --suite criu --suite web --suite containers --suite peers \
         --print-errorlogs --num-processes 2 || rc=1
     # a real Slurm on loopback, one test at a time (docs/slurm.md): it fails, not skips,
     # when Slurm cannot start

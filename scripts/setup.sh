@@ -33,7 +33,8 @@ BUILD_PKGS+=(time)
 SLURM_PKGS=(slurm-wlm munge libslurm-dev util-linux)
 # What the tests start for real: Prometheus scraping tcgpud (promtool checks
 # the exposition format), a headless browser loading its dashboard.
-TEST_PKGS=(prometheus chromium)
+# The suite peers installs numba-cuda from PyPI into a venv (tests/peers).
+TEST_PKGS=(prometheus chromium python3-venv)
 # For the fuzz suite only (tests/fuzz/README.md; not in CI): clang with libFuzzer.
 FUZZ_PKGS=(clang)
 # The plugin header and what it includes (only libc headers besides itself).
