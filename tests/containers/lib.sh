@@ -84,22 +84,29 @@ PODMAN_RUN+=(--security-opt "seccomp=$SECCOMP")
 CRIU_CONF=$WORK/criu.conf
 printf 'libdir %s\n' "$PLUGDIR" >"$CRIU_CONF"
 
+# copy_shared_libs ROOT FILE... : the shared libraries FILEs need (ldd), at
+# their paths under ROOT; not the driver, which the runtime mounts.
+copy_shared_libs() {
+    local root=$1 lib; shift
+    for lib in $(ldd "$@" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/lib/ { print $1 }' | sort -u); do
+        case "$lib" in */libcuda.so.1) continue ;; esac
+        mkdir -p "$root$(dirname "$lib")"
+        cp -L "$lib" "$root$lib"
+    done
+}
+
 # build_image NAME [PROGRAM...] : a local image from a root filesystem
 # assembled here: the training example and its kernels (and PROGRAMs), in
 # /opt/train, and the shared libraries they, libtcgpu.so and the driver need.
 # No registry, no network. libtcgpu.so and the driver are not in it: they
 # are bind-mounted at run (docs/kubernetes.md).
 build_image() {
-    local name=$1 root=$WORK/rootfs lib; shift
+    local name=$1 root=$WORK/rootfs; shift
     mkdir -p "$root/opt/train" "$root/tmp" "$root/dev/shm" "$root/proc" "$root/sys" \
         "$root/opt/tcgpu/lib" "$root/usr/lib/x86_64-linux-gnu" "$root/etc"
     chmod 1777 "$root/tmp"
     cp "$TRAIN" "$TRAIN_KERNELS" "$@" "$root/opt/train/"
-    for lib in $(ldd "$TRAIN" "$LIBTCGPU" "$LIBCUDA" "$@" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/lib/ { print $1 }' | sort -u); do
-        case "$lib" in */libcuda.so.1) continue ;; esac
-        mkdir -p "$root$(dirname "$lib")"
-        cp -L "$lib" "$root$lib"
-    done
+    copy_shared_libs "$root" "$TRAIN" "$LIBTCGPU" "$LIBCUDA" "$@"
     touch "$root/opt/tcgpu/lib/libtcgpu.so" "$root/usr/lib/x86_64-linux-gnu/libcuda.so.1"
     tar -C "$root" -cf "$WORK/rootfs.tar" .
     podman import -q "$WORK/rootfs.tar" "$name" >/dev/null || fail "podman import failed"
