@@ -36,9 +36,10 @@ STAGE=$(mktemp -d /tmp/tcgpu-install-XXXXXX)
 export SIMCUDA_SHM=/simcuda-t-install-$$ SIMCUDA_DEVICE_MEM=512M
 export TCGPU_RUN_DIR=$STAGE/run TCGPU_DAEMON_SOCKET=off TCGPU_REAL_LIBCUDA=$D/simcuda/libcuda.so.1
 TRAIN=$D/examples/train/train
-job=
+job= daemon=
 cleanup() {
     [ -n "$job" ] && kill -9 "$job" 2>/dev/null || true
+    [ -n "$daemon" ] && kill -9 "$daemon" 2>/dev/null || true
     wait 2>/dev/null || true
     rm -f "/dev/shm$SIMCUDA_SHM"
     rm -rf "$STAGE"
@@ -58,6 +59,8 @@ for o in json.load(sys.stdin):
     meson setup "$D" "$SRC" --prefix=$prefix --libdir="$libdir" "${opts[@]}" >"$STAGE/setup.log" 2>&1 ||
         fail "meson setup: $(tail -n 5 "$STAGE/setup.log")"
 fi
+# (meson regenerates the build's files first when a meson.build changed)
+ninja -C "$D" build.ninja >"$STAGE/build.log" 2>&1 || fail "meson's regeneration: $(tail -n 20 "$STAGE/build.log")"
 # what it installs, and the programs the test runs: not the tests' own programs
 mapfile -t targets < <(cd "$D" && meson introspect --installed . | python3 -c 'import json, os, sys
 built = set(l.split(":")[0] for l in open(sys.argv[1]))
@@ -74,12 +77,12 @@ for f in "$bindir/gpuckpt" "$bindir/tcgpu-replay" "$sbindir/tcgpud" "$libdir/lib
          "$bindir/tcgpu-slurm" "$libdir/tcgpu/libtcgpu-slurm-defer.so" \
          "$libdir/tcgpu/libtcgpu-criu-rlimits.so" lib/criu/tcgpu_plugin.so lib/criu/tcgpu-criu-helper \
          include/tcgpu.h "$libdir/pkgconfig/tcgpu.pc" lib/systemd/system/tcgpud.service \
-         share/doc/tcgpu/tcgpud.md share/doc/tcgpu/cli.md share/doc/tcgpu/examples/tcgpud.ini \
+         share/doc/tcgpu/README.md share/doc/tcgpu/examples/tcgpud.ini \
          share/bash-completion/completions/gpuckpt share/bash-completion/completions/tcgpud; do
     [ -e "$P/$f" ] || fail "not installed: $prefix/$f"
 done
 if [ "$man" = yes ]; then
-    for f in man1/gpuckpt.1 man1/tcgpu-replay.1 man5/tcgpud.ini.5 man7/tcgpu.7 man8/tcgpud.8; do
+    for f in man1/gpuckpt.1 man1/tcgpu-replay.1 man1/tcgpu-slurm.1 man5/tcgpud.ini.5 man7/tcgpu.7 man8/tcgpud.8; do
         [ -s "$P/share/man/$f" ] || fail "not installed: $prefix/share/man/$f"
     done
 fi
@@ -87,7 +90,8 @@ fi
 
 # the unit names the installed programs, and stays hardened
 unit=$P/lib/systemd/system/tcgpud.service
-grep -q "^ExecStart=$prefix/$sbindir/tcgpud --config " "$unit" || fail "the unit's ExecStart: $(grep ExecStart "$unit")"
+# (with no --config: tcgpud's default file, which may be absent, below)
+[ "$(grep '^Exec' "$unit")" = "ExecStart=$prefix/$sbindir/tcgpud" ] || fail "the unit's commands: $(grep '^Exec' "$unit")"
 if command -v systemd-analyze >/dev/null; then
     sed "s|$prefix/|$P/|g" "$unit" >"$STAGE/tcgpud.service"     # its programs where they are staged
     MANPATH=$P/share/man systemd-analyze verify "$STAGE/tcgpud.service" >"$STAGE/verify.log" 2>&1 ||
@@ -166,6 +170,30 @@ assert sys.argv[1] in c["detail"], c' "$R/lib/criu/tcgpu_plugin.so" ||
         fail "gpuckpt check does not find the moved install's plugin: $("$G" check 2>&1 | grep -A1 criu)"
 fi
 
+# tcgpud without its configuration file (/etc/tcgpud.ini, as the unit runs
+# it): the defaults, and it says so; a file named by --config must be there
+if [ -e /etc/tcgpud.ini ]; then
+    echo "not checked: tcgpud without /etc/tcgpud.ini (this machine has one)"
+else
+    "$R/$sbindir/tcgpud" --socket "$STAGE/tcgpud.sock" --state "$STAGE/tcgpud.state" 2>"$STAGE/tcgpud.log" &
+    daemon=$!
+    for _ in $(seq 100); do
+        [ -S "$STAGE/tcgpud.sock" ] || ! kill -0 "$daemon" 2>/dev/null && break
+        sleep 0.1
+    done
+    TCGPU_DAEMON_SOCKET=$STAGE/tcgpud.sock "$G" ps --daemon >/dev/null 2>"$STAGE/op.err" ||
+        fail "tcgpud without /etc/tcgpud.ini: $(cat "$STAGE/op.err" "$STAGE/tcgpud.log")"
+    grep -q "no /etc/tcgpud.ini: running with the defaults" "$STAGE/tcgpud.log" ||
+        fail "tcgpud did not say it runs with the defaults: $(cat "$STAGE/tcgpud.log")"
+    kill "$daemon"
+    wait "$daemon" || fail "tcgpud's exit on SIGTERM: $(tail -n 3 "$STAGE/tcgpud.log")"
+    daemon=
+fi
+rc=0
+"$R/$sbindir/tcgpud" --config "$STAGE/none.ini" --socket "$STAGE/tcgpud.sock" 2>"$STAGE/tcgpud.log" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "none.ini: No such file" "$STAGE/tcgpud.log" ||
+    fail "tcgpud --config of a missing file: exit $rc, $(cat "$STAGE/tcgpud.log")"
+
 # a real program under the installed gpuckpt and library
 "$G" run -- "$TRAIN" --mb 32 --steps 100000 --print-every 0 --sleep-ms 5 \
     >"$STAGE/job.log" 2>&1 &
@@ -179,15 +207,32 @@ grep -q "$R/$libdir/libtcgpu.so" "/proc/$job/maps" || fail "the job did not load
     fail "resume with the installed gpuckpt: $(cat "$STAGE/op.err"; tail -n 3 "$STAGE/job.log")"
 kill "$job"
 
+# the installed README's relative links (docs/, images) lead to installed files
+doc=$R/share/doc/tcgpu
+links=$(grep -o '\]([^)]*)' "$doc/README.md" | sed 's/^](//; s/)$//; s/#.*//' | grep -v '^[a-z]*:' | grep . | sort -u)
+[ -n "$links" ] || fail "no relative links found in the installed README"
+for l in $links; do
+    [ -e "$doc/$l" ] || fail "the installed README links $l, which is not installed"
+done
+
 # pkg-config: the moved tree's header and library; a program compiles with it
 export PKG_CONFIG_PATH=$R/$libdir/pkgconfig
 inc=$(pkg-config --cflags tcgpu | sed 's/^-I//; s/ *$//')
 [ "$(readlink -f "$inc")" = "$(readlink -f "$R/include")" ] || fail "pkg-config --cflags tcgpu: $(pkg-config --cflags tcgpu)"
 [ -r "$(pkg-config --variable=preload tcgpu)" ] || fail "pkg-config's preload: $(pkg-config --variable=preload tcgpu)"
+version=$("$G" --version | cut -d' ' -f2)
 printf '#include <tcgpu.h>\n#include <stdio.h>\nint main(void) { puts(TCGPU_VERSION_STRING); return 0; }\n' >"$STAGE/use.c"
 # shellcheck disable=SC2046
 cc $(pkg-config --cflags tcgpu) -o "$STAGE/use" "$STAGE/use.c" || fail "compiling against tcgpu.h"
-"$STAGE/use" | grep -qx "$("$G" --version | cut -d' ' -f2)" || fail "tcgpu.h's version is not gpuckpt's"
+"$STAGE/use" | grep -qx "$version" || fail "tcgpu.h's version is not gpuckpt's"
+# the installed README's C API example, as it says to build it: it links libtcgpu.so and runs
+sed -n '/^### The C API/,/^## /p' "$doc/README.md" | sed -n '/^```c$/,/^```$/p' | sed '1d;$d' >"$STAGE/pause.c"
+grep -q 'pkg-config --cflags --libs tcgpu' "$STAGE/pause.c" || fail "the README's C example: $(cat "$STAGE/pause.c")"
+# shellcheck disable=SC2046
+cc "$STAGE/pause.c" $(pkg-config --cflags --libs tcgpu) -o "$STAGE/pause" >"$STAGE/cc.log" 2>&1 ||
+    fail "the README's C API example does not build with pkg-config --cflags --libs tcgpu: $(cat "$STAGE/cc.log")"
+out=$(LD_LIBRARY_PATH=$R/$libdir "$STAGE/pause" 2>&1) && [ "$out" = "linked with tcgpu $version" ] ||
+    fail "the README's C API example: $out"
 
 # the man pages: they render, and they cover the commands and keys
 if [ "$man" = yes ]; then
