@@ -38,6 +38,8 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/companion.h"
+#include "common/install_dirs.h"
 #include "common/log.h"
 #include "common/proc.h"
 #include "common/signals.h"
@@ -70,41 +72,48 @@ struct task {
  * Helpers
  * ------------------------------------------------------------------------- */
 
-/* A helper binary next to tcgpu-slurm (build tree or install), or $env. */
-static int ts_find_helper(const char *env, const char *const *rel, char *out, size_t len)
+static int executable_file(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* A companion of tcgpu-slurm (common/companion.h) into out, or $env when set. */
+static int ts_find_companion(const char *env, const char *const *dirs, const char *name,
+                             int (*fits)(const char *), char *out, size_t len)
 {
     const char *e = getenv(env);
-    char exe[PATH_MAX];
+    char looked[2048];
 
     if (e && *e) {
         snprintf(out, len, "%s", e);
-        return access(out, R_OK) == 0 ? 0 : -ENOENT;
-    }
-    if (tcgpu_proc_self_dir(exe, sizeof(exe)) < 0)
-        return -ENOENT;
-    for (; *rel; rel++) {
-        snprintf(out, len, "%.3800s%s", exe, *rel);
         if (access(out, R_OK) == 0)
             return 0;
+        log_err("%s=%s: %s", env, e, strerror(errno));
+        return -ENOENT;
     }
+    if (tcgpu_companion_find(dirs, name, fits, looked, sizeof(looked)) == 0 &&
+        strlen(looked) < len) {
+        memcpy(out, looked, strlen(looked) + 1);
+        return 0;
+    }
+    log_err("cannot find %s in %s (set %s)", name, looked, env);
     return -ENOENT;
 }
 
 static int find_tools(struct task *t)
 {
-    static const char *const gpuckpt_rel[] = { "/../tools/gpuckpt/gpuckpt", "/gpuckpt", NULL };
-    static const char *const defer_rel[] = { "/libtcgpu-slurm-defer.so",
-                                             "/../lib/tcgpu/libtcgpu-slurm-defer.so",
-                                             "/../lib64/tcgpu/libtcgpu-slurm-defer.so", NULL };
+    /* the build tree's place first, then the install's (common/install_dirs.h) */
+    static const char *const gpuckpt_dirs[] = { "../tools/gpuckpt", ".", TCGPU_BINDIR, NULL };
+    static const char *const defer_dirs[] = { ".", TCGPU_BINDIR_TO_PKGLIBDIR, TCGPU_PKGLIBDIR,
+                                              NULL };
 
-    if (ts_find_helper("TCGPU_GPUCKPT", gpuckpt_rel, t->gpuckpt, sizeof(t->gpuckpt)) < 0) {
-        log_err("cannot find gpuckpt (set TCGPU_GPUCKPT)");
+    if (ts_find_companion("TCGPU_GPUCKPT", gpuckpt_dirs, "gpuckpt", executable_file, t->gpuckpt,
+                          sizeof(t->gpuckpt)) < 0 ||
+        ts_find_companion("TCGPU_SLURM_DEFER_LIB", defer_dirs, "libtcgpu-slurm-defer.so", NULL,
+                          t->defer, sizeof(t->defer)) < 0)
         return -ENOENT;
-    }
-    if (ts_find_helper("TCGPU_SLURM_DEFER_LIB", defer_rel, t->defer, sizeof(t->defer)) < 0) {
-        log_err("cannot find libtcgpu-slurm-defer.so (set TCGPU_SLURM_DEFER_LIB)");
-        return -ENOENT;
-    }
     return 0;
 }
 

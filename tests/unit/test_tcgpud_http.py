@@ -5,7 +5,10 @@
   before its samples, names and labels are well-formed, histogram buckets
   are cumulative and end at +Inf = _count, and the families docs/tcgpud.md
   lists are all there (per-project ones with their project), also in the
-  textfile, which holds the same families;
+  textfile, which holds the same families; every per-GPU series carries the
+  GPU's UUID as the driver gives it (label UUID, as NVIDIA's DCGM exporter
+  names it, so that the series join), and none when tcgpud could not ask
+  the driver;
 - /api/state is strict JSON of docs/tcgpud.md's `api-state` schema;
 - / is the page, with its Content-Security-Policy; its script and style load;
 - the endpoint is read-only: POST is 405 (with Allow), a GET with a body
@@ -14,7 +17,7 @@
 - 100 idle connections do not stall tcgpud: its socket answers meanwhile;
 - a taken port: tcgpud says so and exits 1.
 
-usage: test_tcgpud_http.py TCGPUD GPUCKPT
+usage: test_tcgpud_http.py TCGPUD GPUCKPT SIMCUDA_LIB SIMCUDA_SMI
 """
 import http.client
 import os
@@ -26,7 +29,8 @@ import sys
 import tempfile
 import time
 
-tcgpud, gpuckpt = sys.argv[1], sys.argv[2]
+tcgpud, gpuckpt, simcuda, smi = sys.argv[1:5]
+os.environ["SIMCUDA_SHM"] = "/simcuda-t-tcgpud-http-%d" % os.getpid()
 src = os.environ["TCGPU_SOURCE_ROOT"]
 failures = 0
 tmp = tempfile.mkdtemp(prefix="tcgpud-http-")
@@ -40,7 +44,7 @@ def check(cond, msg):
         failures += 1
 
 
-def start(name, dashboard, port=0):
+def start(name, dashboard, port=0, driver=simcuda):
     ini = os.path.join(tmp, name + ".ini")
     with open(ini, "w") as f:
         f.write("[daemon]\nsocket = %s/%s.sock\nstate_file = %s/%s.state\nmetrics = %s/%s.prom\n"
@@ -49,7 +53,8 @@ def start(name, dashboard, port=0):
                 "[project 2024]\nmembers = *\n" % (tmp, name, tmp, name, tmp, name, port,
                                                     "yes" if dashboard else "no"))
     log = open(os.path.join(tmp, name + ".log"), "w+")
-    p = subprocess.Popen([tcgpud, "--config", ini], stdout=log, stderr=subprocess.STDOUT)
+    p = subprocess.Popen([tcgpud, "--config", ini], stdout=log, stderr=subprocess.STDOUT,
+                         env=dict(os.environ, TCGPU_REAL_LIBCUDA=driver))
     procs.append(p)
     deadline = time.time() + 20
     while time.time() < deadline:
@@ -127,8 +132,18 @@ WANT = {
 }
 
 
-def check_metrics(text, what):
+# The families with a GPU's labels (device, UUID).
+PER_GPU = [n for n in WANT if n.startswith(("tcgpud_device_", "tcgpud_project_memory_",
+                                            "tcgpud_project_reservation_"))]
+
+
+def check_metrics(text, what, uuid):
+    """uuid: GPU 0's UUID text, or None where tcgpud cannot know it."""
     fams = parse_exposition(text, what)
+    for name in PER_GPU:
+        got = {(s[1].get("device"), s[1].get("UUID")) for s in fams.get(name, {"samples": []})["samples"]}
+        check(got == {("0", uuid)}, "%s: %s's GPU labels %s, expected device 0 with UUID %s"
+              % (what, name, got, uuid))
     for name, t in WANT.items():
         check(name in fams and fams[name]["type"] == t, "%s: no %s %s" % (what, t, name))
     for h in [n for n, t in WANT.items() if t == "histogram"]:
@@ -151,9 +166,12 @@ try:
     check(st == 200 and h["content-type"].startswith("text/plain; version=0.0.4"), "/metrics: %d %s" % (st, h))
     check(h.get("cache-control") == "no-store" and h.get("x-content-type-options") == "nosniff",
           "/metrics headers: %s" % h)
-    check_metrics(body.decode(), "/metrics")
+    r = subprocess.run([smi, "--query-gpu=uuid", "--format=csv,noheader", "-i", "0"], capture_output=True)
+    uuid = r.stdout.decode().strip()
+    check(r.returncode == 0 and uuid.startswith("GPU-"), "simcuda-smi's UUID of GPU 0: %r" % uuid)
+    check_metrics(body.decode(), "/metrics", uuid)
     with open(os.path.join(tmp, "on.prom")) as f:
-        fams = check_metrics(f.read(), "textfile")
+        fams = check_metrics(f.read(), "textfile", uuid)
     check(set(fams) == set(parse_exposition(body.decode(), "again")), "textfile and /metrics differ")
 
     st, h, body = get(port, "/api/state")
@@ -206,13 +224,14 @@ try:
     check(r.returncode == 1 and b"cannot listen" in r.stderr, "a taken port: exit %d: %s"
           % (r.returncode, r.stderr.decode()))
 
-    off, port_off, _ = start("off", False)
+    off, port_off, _ = start("off", False, driver=os.path.join(tmp, "no-libcuda.so.1"))
     st, _, _ = get(port_off, "/")
     check(st == 404, "dashboard = no: / is %d" % st)
     st, _, _ = get(port_off, "/api/state")
     check(st == 404, "dashboard = no: /api/state is %d" % st)
     st, _, body = get(port_off, "/metrics")
     check(st == 200 and b"tcgpud_build_info" in body, "dashboard = no: /metrics %d" % st)
+    check_metrics(body.decode(), "without a driver", None)
 finally:
     for p in procs:
         p.terminate()
@@ -221,6 +240,10 @@ finally:
         except subprocess.TimeoutExpired:
             p.kill()
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        os.unlink("/dev/shm" + os.environ["SIMCUDA_SHM"])
+    except FileNotFoundError:
+        pass
 
 if failures:
     print("%d check(s) failed" % failures)

@@ -6,6 +6,10 @@
 # - one preemption, one job suspended (in research), prod's memory in use
 #   and its reservation, the suspend's latency as a histogram whose median
 #   PromQL computes, a grant that waited, an events_total counter;
+# - the per-GPU series carry the GPU's UUID as simcuda-smi shows it (label
+#   UUID, as NVIDIA's DCGM exporter names it), and a PromQL join on UUID with
+#   a series labelled as the exporter labels its own (a constant, standing in
+#   for DCGM_FI_DEV_FB_USED) matches both projects' series;
 # - once the prod job ends, the research job's resume.
 # promtool checks the exposition format on the way. Prometheus runs from a
 # temporary directory on a free port and is stopped at the end.
@@ -81,6 +85,11 @@ is 'tcgpud_project_jobs{project="prod",state="running"}' 1
 is 'tcgpud_project_reservation_bytes{project="prod",device="0"}' $((700 << 20))
 [ -n "$(query 'tcgpud_project_memory_used_bytes{project="prod",device="0"} > 500 * 1024 * 1024')" ] ||
     fail "prod's memory in use: $(query 'tcgpud_project_memory_used_bytes{project="prod",device="0"}')"
+# the GPU's UUID, as the driver gives it, joins a DCGM exporter's series
+uuid=$("$SMI" --query-gpu=uuid --format=csv,noheader -i 0)
+is "count(tcgpud_device_memory_capacity_bytes{device=\"0\",UUID=\"$uuid\"})" 1
+is "count(tcgpud_project_memory_used_bytes{project=\"prod\",device=\"0\",UUID=\"$uuid\"})" 1
+is "count(tcgpud_project_memory_used_bytes * on(UUID) group_left() label_replace(vector(1), \"UUID\", \"$uuid\", \"\", \"\"))" 2
 is 'tcgpud_suspend_latency_seconds_count' 1
 is 'tcgpud_events_total{type="suspended"}' 1
 # the histograms, through PromQL: a median between a bucket's bounds, a grant that waited

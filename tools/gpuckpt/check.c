@@ -132,9 +132,23 @@ static int criu_check(const char *criu, char *why, size_t len)
     return r == 0 ? 0 : -EIO;
 }
 
+/* CRIU itself is fine (found): then tcgpu's plugin, which save and restore load into it. */
+static void check_criu_plugin(struct check *c, const char *criu_found)
+{
+    char dir[4096];
+
+    if (criu_plugin_find(dir, sizeof(dir)) < 0)
+        set(c, CHECK_WARN, "gpuckpt save and restore need tcgpu's CRIU plugin: reinstall tcgpu "
+            "(it is built when CRIU's plugin header is installed: scripts/setup.sh), or set "
+            "TCGPU_CRIU_PLUGIN_DIR", "%s; tcgpu's plugin (tcgpu_plugin.so) is not in %s", criu_found,
+            dir);
+    else
+        set(c, CHECK_OK, NULL, "%s; tcgpu's plugin: %s/tcgpu_plugin.so", criu_found, dir);
+}
+
 static void check_criu(struct check *c)
 {
-    char criu[PATH_MAX], version[64], why[1024];
+    char criu[PATH_MAX], version[64], why[1024], found[PATH_MAX + 1024];
 
     if (criu_find(criu, sizeof(criu)) < 0) {
         set(c, CHECK_WARN, "gpuckpt save and restore need CRIU 4.0 or later: install it (scripts/"
@@ -152,15 +166,16 @@ static void check_criu(struct check *c)
         return;
     }
     if (geteuid() != 0) {
-        set(c, CHECK_OK, NULL, "%s, version %s (run gpuckpt check as root to have CRIU check the "
-            "kernel)", criu, version);
-        return;
-    }
-    if (criu_check(criu, why, sizeof(why)) < 0)
+        snprintf(found, sizeof(found), "%s, version %s (run gpuckpt check as root to have CRIU check "
+                 "the kernel)", criu, version);
+    } else if (criu_check(criu, why, sizeof(why)) < 0) {
         set(c, CHECK_WARN, "CRIU cannot dump processes on this kernel; see `criu check`",
             "%s, version %s: criu check fails: %s", criu, version, why[0] ? why : "(no reason given)");
-    else
-        set(c, CHECK_OK, NULL, "%s, version %s; criu check passes", criu, version);
+        return;
+    } else {
+        snprintf(found, sizeof(found), "%s, version %s; criu check passes", criu, version);
+    }
+    check_criu_plugin(c, found);
 }
 
 static void check_run_dir(struct check *c)

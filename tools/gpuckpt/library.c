@@ -11,15 +11,8 @@
 #include <unistd.h>
 
 #include "library.h"
-#include "common/macros.h"
-#include "common/proc.h"
-
-#ifndef TCGPU_INSTALL_LIBDIR
-#define TCGPU_INSTALL_LIBDIR "/usr/local/lib"
-#endif
-#ifndef TCGPU_BIN_TO_LIBDIR
-#define TCGPU_BIN_TO_LIBDIR "../lib"
-#endif
+#include "common/companion.h"
+#include "common/install_dirs.h"
 
 static int readable_file(const char *p)
 {
@@ -102,28 +95,16 @@ out:
     return r;
 }
 
-/* Tries dir/rel: 1 and out when it is a readable file; notes it in looked. */
-static int try_at(const char *dir, const char *rel, char out[PATH_MAX], char *looked, size_t len)
-{
-    char cand[PATH_MAX];
-    size_t used = strlen(looked);
-
-    snprintf(cand, sizeof(cand), "%s%s", dir, rel);
-    snprintf(looked + used, len - used, "\n  %s", cand);
-    return readable_file(cand) && realpath(cand, out);
-}
-
 int gpuckpt_find_library(char out[PATH_MAX], char *err, size_t errlen)
 {
-    static const char *const rel[] = {
-        "/../../interpose/libtcgpu.so",           /* build tree: tools/gpuckpt/gpuckpt */
-        "/" TCGPU_BIN_TO_LIBDIR "/libtcgpu.so",   /* installed, at any prefix */
-        "/../lib/tcgpu/libtcgpu.so",
-        "/../lib/libtcgpu.so",
-        "/../lib64/libtcgpu.so",
+    static const char *const dirs[] = {
+        "../../interpose",          /* the build tree: tools/gpuckpt/gpuckpt */
+        TCGPU_BINDIR_TO_LIBDIR,     /* installed, wherever the tree lies */
+        TCGPU_LIBDIR,
+        NULL,
     };
     const char *env = getenv("TCGPU_LIB");
-    char exe[PATH_MAX], looked[4 * PATH_MAX] = "";
+    char looked[4 * PATH_MAX];
 
     if (env && *env) {
         char why[128];
@@ -137,15 +118,11 @@ int gpuckpt_find_library(char out[PATH_MAX], char *err, size_t errlen)
         }
         return 0;
     }
-    if (tcgpu_proc_self_dir(exe, sizeof(exe)) == 0) {
-        for (size_t i = 0; i < NELEM(rel); i++)
-            if (try_at(exe, rel[i], out, looked, sizeof(looked)))
-                return 0;
-    }
-    if (try_at(TCGPU_INSTALL_LIBDIR, "/libtcgpu.so", out, looked, sizeof(looked)) ||
-        try_at(TCGPU_INSTALL_LIBDIR, "/tcgpu/libtcgpu.so", out, looked, sizeof(looked)))
+    if (tcgpu_companion_find(dirs, "libtcgpu.so", NULL, looked, sizeof(looked)) == 0) {
+        memcpy(out, looked, strlen(looked) + 1);
         return 0;
-    snprintf(err, errlen, "cannot find libtcgpu.so; set TCGPU_LIB=/path/to/libtcgpu.so. Looked in:%s",
+    }
+    snprintf(err, errlen, "cannot find libtcgpu.so; set TCGPU_LIB=/path/to/libtcgpu.so. Looked in: %s",
              looked);
     return -1;
 }

@@ -2,11 +2,11 @@
  * library.h - where gpuckpt finds libtcgpu.so, for `run` (to preload it)
  * and `check` (docs/cli.md, "Where run finds libtcgpu.so").
  *
- * In order: $TCGPU_LIB; next to the gpuckpt executable (/proc/self/exe):
- * the build tree's ../../interpose/, then the install's libdir at the same
- * place relative to bindir as at build time (so an install moved to another
- * prefix, or made with DESTDIR, finds its own library), then ../lib/tcgpu,
- * ../lib, ../lib64; last the configured libdir itself.
+ * In order: $TCGPU_LIB; relative to the gpuckpt executable (/proc/self/exe):
+ * the build tree's ../../interpose/, then the install's libdir at the place
+ * it has relative to bindir (common/install_dirs.h: so an install moved to
+ * another prefix, or staged with DESTDIR, finds its own library); last the
+ * configured libdir itself.
  */
 #ifndef GPUCKPT_LIBRARY_H
 #define GPUCKPT_LIBRARY_H

@@ -17,8 +17,10 @@
 #include "ctl/proto.h"
 #include "ctl/recfile.h"
 #include "tree.h"
+#include "common/companion.h"
 #include "common/fileio.h"
 #include "common/hex.h"
+#include "common/install_dirs.h"
 #include "common/proc.h"
 
 /* ---- the process tree ---------------------------------------------------- */
@@ -388,9 +390,6 @@ int criu_find(char *path, size_t len)
     return -ENOENT;
 }
 
-#ifndef TCGPU_INSTALL_LIBDIR
-#define TCGPU_INSTALL_LIBDIR "/usr/local/lib"
-#endif
 #define RLIMITS_SHIM "libtcgpu-criu-rlimits.so"
 
 /* Does this process have CAP_SYS_RESOURCE (bit 24 of CapEff)? */
@@ -403,7 +402,8 @@ static int has_sys_resource(void)
 
 int criu_dump_preload(const struct tree *t, char *path, size_t len)
 {
-    char exe[PATH_MAX];
+    /* beside gpuckpt (the build tree), else where it is installed */
+    static const char *const dirs[] = { ".", TCGPU_BINDIR_TO_PKGLIBDIR, TCGPU_PKGLIBDIR, NULL };
     int foreign = 0;
 
     path[0] = '\0';
@@ -411,14 +411,7 @@ int criu_dump_preload(const struct tree *t, char *path, size_t len)
         foreign |= t->proc[i].uid != geteuid();
     if (!foreign || has_sys_resource())
         return 0;
-    /* beside gpuckpt (the build tree), else where it is installed */
-    if (tcgpu_proc_self_dir(exe, sizeof(exe)) == 0) {
-        snprintf(path, len, "%.3800s/" RLIMITS_SHIM, exe);
-        if (access(path, R_OK) == 0)
-            return 0;
-    }
-    snprintf(path, len, "%s/tcgpu/" RLIMITS_SHIM, TCGPU_INSTALL_LIBDIR);
-    if (access(path, R_OK) == 0)
+    if (tcgpu_companion_find(dirs, RLIMITS_SHIM, NULL, path, len) == 0)
         return 0;
     path[0] = '\0';
     return -ENOENT;
@@ -500,10 +493,6 @@ void criu_log_errors(const char *log, int n, char *out, size_t len)
         snprintf(out, len, "(no Error lines in the log)");
 }
 
-#ifndef TCGPU_CRIU_PLUGIN_DIR
-#define TCGPU_CRIU_PLUGIN_DIR "/usr/lib/criu"
-#endif
-
 static int holds_plugin(const char *dir)
 {
     char p[PATH_MAX];
@@ -515,25 +504,24 @@ static int holds_plugin(const char *dir)
 
 int criu_plugin_find(char *dir, size_t len)
 {
+    static const char *const dirs[] = {
+        "../../plugins/criu",               /* the build tree: tools/gpuckpt/gpuckpt */
+        TCGPU_BINDIR_TO_CRIU_PLUGIN_DIR,    /* installed, wherever the tree lies */
+        TCGPU_CRIU_PLUGIN_DIR,
+        NULL,
+    };
     const char *env = getenv("TCGPU_CRIU_PLUGIN_DIR");
-    char exe[PATH_MAX], build[PATH_MAX] = "";
+    char *slash;
+    int r;
 
     if (env && *env) {
         snprintf(dir, len, "%s", env);
         return holds_plugin(dir) ? 0 : -ENOENT;
     }
-    if (tcgpu_proc_self_dir(exe, sizeof(exe)) == 0) {
-        snprintf(build, sizeof(build), "%.4000s/../../plugins/criu", exe);
-        if (holds_plugin(build)) {
-            snprintf(dir, len, "%s", build);
-            return 0;
-        }
-    }
-    snprintf(dir, len, "%s", TCGPU_CRIU_PLUGIN_DIR);
-    if (holds_plugin(dir))
-        return 0;
-    snprintf(dir, len, "%s%s%s", build, build[0] ? ", " : "", TCGPU_CRIU_PLUGIN_DIR);
-    return -ENOENT;
+    if ((r = tcgpu_companion_find(dirs, "tcgpu_plugin.so", NULL, dir, len)) == 0 &&
+        (slash = strrchr(dir, '/')))
+        *slash = '\0';
+    return r;
 }
 
 int criu_plugin_errors(const char *log, char *out, size_t len)

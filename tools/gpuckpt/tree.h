@@ -144,8 +144,9 @@ void criu_log_errors(const char *log, int n, char *out, size_t len);
  * tcgpu's CRIU plugin, which does the GPU side of save and restore
  * (docs/save-restore.md): the directory holding tcgpu_plugin.so, for criu -L:
  * $TCGPU_CRIU_PLUGIN_DIR, else the build tree's beside gpuckpt
- * (../../plugins/criu), else the installed one. 0 or -ENOENT (dir then
- * names the places looked in).
+ * (../../plugins/criu), else the installed one relative to gpuckpt, else
+ * the configured one (common/companion.h). 0 or -ENOENT (dir then names
+ * the places looked in).
  */
 int criu_plugin_find(char *dir, size_t len);
 

@@ -736,6 +736,7 @@ int tcgpud_config_load(struct tcgpud_config *c, const char *path, char *err, siz
     int r;
 
     tcgpud_config_defaults(c);
+    snprintf(c->path, sizeof(c->path), "%s", path);
     f = fopen(path, "re");
     if (!f) {
         r = -errno;

@@ -43,8 +43,11 @@
 #include <sys/types.h>
 
 #include "policy/policy.h"
+#include "common/install_dirs.h"
 #include "common/units.h"
 
+/* SYSCONFDIR/tcgpud.ini: /etc/tcgpud.ini for --prefix=/usr */
+#define TCGPUD_DEFAULT_CONFIG     TCGPU_SYSCONFDIR "/tcgpud.ini"
 #define TCGPUD_DEFAULT_SOCKET     "/run/tcgpud.sock"
 #define TCGPUD_DEFAULT_STATE      "/var/lib/tcgpud/state"
 #define TCGPUD_DEFAULT_MIN_RUNTIME_NS (30ull * 1000000000ull)
@@ -98,7 +101,8 @@ struct tcgpud_config {
 void tcgpud_config_defaults(struct tcgpud_config *c);
 
 /*
- * Load and validate the file at path into *c (defaults first). Returns 0,
+ * Load and validate the file at path into *c (defaults first; c->path is
+ * path even when it cannot be opened). Returns 0,
  * or -errno with "FILE:LINE: message" in err: -ENOENT/-EACCES (cannot
  * open), -EINVAL (anything invalid: every error, one a line, in the order of
  * the file, c->nerrors of them; up to TCGPUD_CONFIG_ERR_MAX bytes, then a

@@ -344,7 +344,8 @@ static void usage(FILE *f)
                "Must run as root (or as the jobs' own user on a single-user machine): it\n"
                "suspends and resumes jobs through their control sockets.\n"
                "\n"
-               "  -c, --config FILE   configuration (default /etc/tcgpud.ini; docs/tcgpud.md)\n"
+               "  -c, --config FILE   configuration (default " TCGPUD_DEFAULT_CONFIG ", which may be\n"
+               "                      absent: then the defaults, no projects; docs/tcgpud.md)\n"
                "  -s, --socket PATH   override [daemon] socket\n"
                "  -S, --state FILE    override [daemon] state_file\n"
                "  --check-config FILE check FILE and exit: every error (exit 1), and warnings for\n"
@@ -458,24 +459,43 @@ static int start_http(void)
     return 0;
 }
 
+/* The configuration: --config's file, which must be there, else the default
+ * one, or the defaults when there is none (the unit runs tcgpud so). Its
+ * warnings go to the log, as --check-config prints them. 0 or -1. */
+static int load_config(const char *given)
+{
+    static char err[TCGPUD_CONFIG_ERR_MAX + 64];
+    const char *path = given ? given : TCGPUD_DEFAULT_CONFIG;
+    int r = tcgpud_config_load(&d.cfg, path, err, sizeof(err));
+
+    if (r == -ENOENT && !given) {
+        log_info("no %s: running with the defaults (no projects: jobs run without policy; "
+                 "tcgpud.ini(5), docs/tcgpud.md)", path);
+        return 0;
+    }
+    if (r < 0) {
+        print_lines(stderr, err);
+        return -1;
+    }
+    tcgpud_config_warnings(&d.cfg, print_warning, NULL);
+    return 0;
+}
+
 static int setup(int argc, char **argv)
 {
-    const char *config = "/etc/tcgpud.ini", *sock = NULL, *state = NULL;
-    static char err[TCGPUD_CONFIG_ERR_MAX + 64];
+    const char *config = NULL, *sock = NULL, *state = NULL;
     sigset_t mask;
 
     if (parse_args(argc, argv, &config, &sock, &state) < 0)
         return 2;
-    if (tcgpud_config_load(&d.cfg, config, err, sizeof(err)) < 0) {
-        print_lines(stderr, err);
+    if (load_config(config) < 0)
         return 1;
-    }
     if (sock)
         snprintf(d.cfg.socket, sizeof(d.cfg.socket), "%s", sock);
     if (state)
         snprintf(d.cfg.state_file, sizeof(d.cfg.state_file), "%s", state);
     if (build_policy() < 0) {
-        fprintf(stderr, "tcgpud: cannot build the policy from %s\n", config);
+        fprintf(stderr, "tcgpud: cannot build the policy from %s\n", d.cfg.path);
         return 1;
     }
     raise_fd_limit();
@@ -500,7 +520,7 @@ static int setup(int argc, char **argv)
     if (start_http() < 0)
         return 1;
     log_info("serving %s (config %s, state %s, %d projects, min runtime %.1f s)", d.cfg.socket,
-             config, d.cfg.state_file, d.cfg.nprojects, (double)d.cfg.min_runtime_ns / 1e9);
+             d.cfg.path, d.cfg.state_file, d.cfg.nprojects, (double)d.cfg.min_runtime_ns / 1e9);
     return 0;
 }
 

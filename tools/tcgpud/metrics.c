@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/macros.h"
 #include "daemon.h"
+#include "devices.h"
 #include "http.h"
 #include "metrics.h"
 #include "tcgpu.h"
@@ -97,19 +98,38 @@ static void write_histogram(FILE *f, const char *name, const char *help, const s
     fprintf(f, "%s_sum %.6f\n%s_count %llu\n", name, l->sum, name, (unsigned long long)l->count);
 }
 
+/* A GPU's labels: device="N" (the node's ordinal), and UUID="GPU-..." as
+ * NVIDIA's DCGM exporter names it, so that the series join its own; no UUID
+ * label for a GPU the driver did not show tcgpud (configured only). */
+static void device_labels(FILE *f, int dev)
+{
+    char uuid[DEVICE_UUID_TEXT_LEN];
+
+    device_uuid_text(dev, uuid);
+    fprintf(f, "device=\"%d\"", dev);
+    if (uuid[0])
+        fprintf(f, ",UUID=\"%s\"", uuid);
+}
+
+/* name{device="D",UUID="U"} V */
+static void device_line(FILE *f, const char *name, int dev, uint64_t v)
+{
+    fprintf(f, "%s{", name);
+    device_labels(f, dev);
+    fprintf(f, "} %llu\n", (unsigned long long)v);
+}
+
 static void write_devices(FILE *f)
 {
     int n = policy_device_count(d.pol);
 
     header(f, "tcgpud_device_memory_capacity_bytes", "gauge", "GPU memory tcgpud manages.");
     for (int dev = 0; dev < n; dev++)
-        fprintf(f, "tcgpud_device_memory_capacity_bytes{device=\"%d\"} %llu\n", dev,
-                (unsigned long long)policy_device_capacity(d.pol, dev));
+        device_line(f, "tcgpud_device_memory_capacity_bytes", dev, policy_device_capacity(d.pol, dev));
     header(f, "tcgpud_device_memory_used_bytes", "gauge",
            "GPU memory held by managed jobs that are not suspended.");
     for (int dev = 0; dev < n; dev++)
-        fprintf(f, "tcgpud_device_memory_used_bytes{device=\"%d\"} %llu\n", dev,
-                (unsigned long long)policy_device_used(d.pol, dev));
+        device_line(f, "tcgpud_device_memory_used_bytes", dev, policy_device_used(d.pol, dev));
 }
 
 /* Jobs by state, on the whole and per project. */
@@ -143,12 +163,14 @@ static void write_jobs(FILE *f)
     free(counts);
 }
 
-/* name{project="P",device="D"} V */
+/* name{project="P",device="D",UUID="U"} V */
 static void project_device_line(FILE *f, const char *name, int p, int dev, uint64_t v)
 {
     fprintf(f, "%s{project=\"", name);
     label_value(f, policy_project(d.pol, p)->name);
-    fprintf(f, "\",device=\"%d\"} %llu\n", dev, (unsigned long long)v);
+    fputs("\",", f);
+    device_labels(f, dev);
+    fprintf(f, "} %llu\n", (unsigned long long)v);
 }
 
 /* Per project and GPU: memory used, reserved, and borrowed beyond the reservation. */

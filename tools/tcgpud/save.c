@@ -46,6 +46,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/companion.h"
+#include "common/install_dirs.h"
 #include "common/log.h"
 #include "common/proc.h"
 #include "ctl/daemon_io.h"
@@ -144,30 +146,28 @@ static int check_restore_dir(const char *dir, char *why, size_t len)
     return 0;
 }
 
-/* gpuckpt, which tcgpud runs as root: $TCGPU_GPUCKPT, else beside tcgpud
- * (build tree, or bin/ next to sbin/). A file nobody but root may change. */
-static int find_gpuckpt(char *out, size_t len)
+/* A file nobody but root may change, that root may run. */
+static int root_executable(const char *path)
 {
-    static const char *const rel[] = { "/../gpuckpt/gpuckpt", "/gpuckpt", "/../bin/gpuckpt" };
-    const char *env = getenv("TCGPU_GPUCKPT");
-    char exe[PATH_MAX];
     struct stat st;
 
-    for (int i = -1; i < (int)(sizeof(rel) / sizeof(rel[0])); i++) {
-        if (i < 0) {
-            if (!env || !*env)
-                continue;
-            snprintf(out, len, "%s", env);
-        } else {
-            if (tcgpu_proc_self_dir(exe, sizeof(exe)) < 0)
-                return -ENOENT;
-            snprintf(out, len, "%.3800s%s", exe, rel[i]);
-        }
-        if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == 0 &&
-            !(st.st_mode & 022) && access(out, X_OK) == 0)
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == 0 &&
+           !(st.st_mode & 022) && access(path, X_OK) == 0;
+}
+
+/* gpuckpt, which tcgpud runs as root: $TCGPU_GPUCKPT, else beside tcgpud
+ * (build tree, or the install's bindir relative to its sbindir). */
+static int find_gpuckpt(char *out, size_t len)
+{
+    static const char *const dirs[] = { "../gpuckpt", TCGPU_SBINDIR_TO_BINDIR, TCGPU_BINDIR, NULL };
+    const char *env = getenv("TCGPU_GPUCKPT");
+
+    if (env && *env) {
+        snprintf(out, len, "%s", env);
+        if (root_executable(out))
             return 0;
     }
-    return -ENOENT;
+    return tcgpu_companion_find(dirs, "gpuckpt", root_executable, out, len);
 }
 
 /* ---------------------------------------------------------------------------
