@@ -3,9 +3,8 @@
 # tcgpu's install: what `kubectl apply -k deploy/` does on a GPU node.
 #
 # The install is staged as Debian packages it (meson setup --prefix=/usr
-# -Dlibdir=lib/x86_64-linux-gnu, meson install --destdir): the build itself
-# when it is configured so, else a build of its own in the scratch dir
-# (ccache makes it cheap). The image is that tree, the shared libraries its
+# -Dlibdir=lib/x86_64-linux-gnu, meson install --destdir), from the build
+# tests/common/debian_build.sh keeps (the install test's too). The image is that tree, the shared libraries its
 # programs need (ldd), a shell and coreutils' install (what a Debian base
 # image has), /etc/debian_version (which tells NVIDIA's toolkit where the
 # driver's libraries go), and the training example in /opt/train (standing
@@ -42,7 +41,8 @@ python3 -c 'import yaml' 2>/dev/null || { echo "skipped: python3-yaml not instal
 SRC=${TCGPU_SOURCE_ROOT:?run through meson test}
 DEPLOY=$SRC/deploy
 POD_SPEC=$SRC/tests/containers/pod_spec.py
-MULTIARCH=lib/x86_64-linux-gnu
+. "$SRC/tests/common/debian_build.sh"
+MULTIARCH=$DEBIAN_LIBDIR
 tag=$(printf '%s' "$TEST_NAME-$$" | tr -c 'a-z0-9-' -)
 IMAGE=localhost/tcgpu-deploy-$tag:1
 STAGE=$WORK/stage
@@ -55,35 +55,6 @@ pod_spec() {
     python3 "$POD_SPEC" "$DEPLOY" "$@" >"$WORK/spec.out" 2>"$WORK/spec.err" ||
         fail "deploy/$1, container $2: $(cat "$WORK/spec.err")"
     mapfile -d '' -t SPEC <"$WORK/spec.out"
-}
-
-# ---- the install, staged with Debian's layout ---------------------------------
-
-build_option() {
-    meson introspect "$B" --buildoptions |
-        python3 -c 'import json, sys; print([o["value"] for o in json.load(sys.stdin) if o["name"] == sys.argv[1]][0])' "$1"
-}
-
-# stage_install : meson install of a /usr, multiarch build into STAGE.
-stage_install() {
-    local bd=$B targets
-    if [ "$(build_option prefix)" != /usr ] || [ "$(build_option libdir)" != "$MULTIARCH" ] ||
-       [ "$(build_option criu_plugin_dir)" != /usr/lib/criu ]; then
-        bd=$WORK/build-usr
-        meson setup "$bd" "$SRC" --prefix=/usr -Dlibdir="$MULTIARCH" -Dman=disabled \
-            -Dgpu_suite=disabled -Dbuildtype="$(build_option buildtype)" \
-            -Dcriu_include_dir="$(build_option criu_include_dir)" >"$WORK/setup.log" 2>&1 ||
-            fail "meson setup of the /usr build: $(tail -n 5 "$WORK/setup.log")"
-        # only what is installed (the tests' programs are not)
-        targets=$(meson introspect "$bd" --targets | python3 -c 'import json, os, sys
-print(" ".join(os.path.relpath(f, sys.argv[1]) for t in json.load(sys.stdin) if t["installed"]
-               for f in t["filename"]))' "$bd")
-        # shellcheck disable=SC2086
-        ninja -C "$bd" $targets >"$WORK/build.log" 2>&1 ||
-            fail "building the /usr build: $(grep -m 3 -E 'error|FAILED' "$WORK/build.log")"
-    fi
-    meson install -C "$bd" --no-rebuild --destdir "$STAGE" >"$WORK/install.log" 2>&1 ||
-        fail "meson install: $(tail -n 5 "$WORK/install.log")"
 }
 
 # ---- the image ---------------------------------------------------------------
@@ -147,7 +118,7 @@ same_file() {
 }
 
 phase "staging the install (prefix /usr, libdir $MULTIARCH)"
-stage_install
+debian_stage "$B" "$SRC" "$STAGE" "$WORK" || fail "the Debian build"
 phase "building the image"
 build_deploy_image
 ensure_device
@@ -157,7 +128,7 @@ pod_spec tcgpud-daemonset.yaml install command
 EXTRA=()
 run_once "install-$tag" tcgpud-daemonset.yaml install "${SPEC[@]}"
 [ "$rc" -eq 0 ] || fail "the init container failed (exit $rc): $(tail -n 5 "$WORK/install-$tag.out")"
-same_file /opt/tcgpu/lib/libtcgpu.so "$STAGE/usr/$MULTIARCH/libtcgpu.so"
+same_file "/opt/tcgpu/$MULTIARCH/libtcgpu.so" "$STAGE/usr/$MULTIARCH/libtcgpu.so"
 same_file /opt/tcgpu/bin/gpuckpt "$STAGE/usr/bin/gpuckpt"
 same_file /usr/lib/criu/tcgpu_plugin.so "$STAGE/usr/lib/criu/tcgpu_plugin.so"
 same_file /usr/lib/criu/tcgpu-criu-helper "$STAGE/usr/lib/criu/tcgpu-criu-helper"
@@ -169,7 +140,7 @@ printf '%s\n' "${NODE_FILES[@]}" | sort >"$WORK/node.checked"
 "$NODE/opt/tcgpu/bin/gpuckpt" check --json 2>/dev/null | python3 -c 'import json, sys
 lib = {c["name"]: c for c in json.load(sys.stdin)["checks"]}["library"]
 assert lib["result"] == "ok" and lib["detail"].startswith(sys.argv[1] + " "), lib' \
-    "$NODE/opt/tcgpu/lib/libtcgpu.so" ||
+    "$NODE/opt/tcgpu/$MULTIARCH/libtcgpu.so" ||
     fail "the node's gpuckpt does not find the node's libtcgpu.so: $("$NODE/opt/tcgpu/bin/gpuckpt" check 2>&1 | grep -A1 library)"
 
 # tcgpud's container: where the manifest says the driver is, simcuda's

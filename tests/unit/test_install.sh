@@ -24,14 +24,14 @@
 # - the unit passes systemd-analyze verify, and security scores it below 2.5;
 # - bash completes gpuckpt's commands, options, pids and tcgpud's options.
 #
-# The build lies in BUILD/install-debian and is kept between runs (ninja
-# rebuilds what changed); it takes the project's options of BUILD.
+# The build is tests/common/debian_build.sh's (BUILD/install-debian, kept
+# between runs; the project's options of BUILD).
 set -euo pipefail
 B=${TCGPU_BUILD_ROOT:?run through meson test}
 SRC=${TCGPU_SOURCE_ROOT:?run through meson test}
-multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
-prefix=/usr bindir=bin sbindir=sbin libdir=lib/$multiarch
-D=$B/install-debian
+. "$SRC/tests/common/debian_build.sh"
+prefix=/usr bindir=bin sbindir=sbin libdir=$DEBIAN_LIBDIR
+D=$B/install-debian               # debian_stage's
 STAGE=$(mktemp -d /tmp/tcgpu-install-XXXXXX)
 export SIMCUDA_SHM=/simcuda-t-install-$$ SIMCUDA_DEVICE_MEM=512M
 export TCGPU_RUN_DIR=$STAGE/run TCGPU_DAEMON_SOCKET=off TCGPU_REAL_LIBCUDA=$D/simcuda/libcuda.so.1
@@ -48,28 +48,9 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 mkdir -m 700 "$TCGPU_RUN_DIR"
 
-# the build, configured as Debian's meson would; BUILD's own options carried over
-if [ ! -f "$D/build.ninja" ]; then
-    mapfile -t opts < <(meson introspect "$B" --buildoptions | python3 -c 'import json, sys
-for o in json.load(sys.stdin):
-    if o["section"] == "user":
-        v = o["value"]
-        v = ",".join(v) if isinstance(v, list) else str(v).lower() if isinstance(v, bool) else v
-        print("-D%s=%s" % (o["name"], v))')
-    meson setup "$D" "$SRC" --prefix=$prefix --libdir="$libdir" "${opts[@]}" >"$STAGE/setup.log" 2>&1 ||
-        fail "meson setup: $(tail -n 5 "$STAGE/setup.log")"
-fi
-# (meson regenerates the build's files first when a meson.build changed)
-ninja -C "$D" build.ninja >"$STAGE/build.log" 2>&1 || fail "meson's regeneration: $(tail -n 20 "$STAGE/build.log")"
-# what it installs, and the programs the test runs: not the tests' own programs
-mapfile -t targets < <(cd "$D" && meson introspect --installed . | python3 -c 'import json, os, sys
-built = set(l.split(":")[0] for l in open(sys.argv[1]))
-wanted = [os.path.relpath(k) for k in json.load(sys.stdin)] + sys.argv[2:]
-print("\n".join(t for t in wanted if t in built))' <(ninja -C "$D" -t targets all) \
-    examples/train/train examples/train/train_kernels.so simcuda/libcuda.so.1)
-ninja -C "$D" "${targets[@]}" >"$STAGE/build.log" 2>&1 || fail "build: $(tail -n 20 "$STAGE/build.log")"
-meson install -C "$D" --destdir "$STAGE/root" --no-rebuild >"$STAGE/install.log" 2>&1 ||
-    fail "meson install: $(tail -n 5 "$STAGE/install.log")"
+# the build, configured as Debian's meson would
+debian_stage "$B" "$SRC" "$STAGE/root" "$STAGE" \
+    examples/train/train examples/train/train_kernels.so simcuda/libcuda.so.1 || fail "the Debian build"
 P=$STAGE/root$prefix
 man=no
 [ -e "$D/man/gpuckpt.1" ] && man=yes
