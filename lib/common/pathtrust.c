@@ -265,3 +265,12 @@ int pathtrust_open_parent(const char *path, uid_t uid, char *leaf, size_t leafle
     free(w);
     return r;
 }
+
+int pathtrust_user_may_write(const struct stat *st, uid_t uid)
+{
+    if (!S_ISDIR(st->st_mode))
+        return 0;
+    if (st->st_uid == uid)
+        return !(st->st_mode & 022);
+    return st->st_uid == 0 && (st->st_mode & S_ISVTX) && (st->st_mode & 002);
+}

@@ -31,6 +31,7 @@
 #define TCGPU_COMMON_PATHTRUST_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /*
@@ -46,5 +47,15 @@
  */
 int pathtrust_open_parent(const char *path, uid_t uid, char *leaf, size_t leaflen, char *err,
                           size_t errlen);
+
+/*
+ * Whether a directory (st) may receive what root writes on behalf of uid
+ * (tcgpud's saves for an ordinary user): one uid may write into itself and
+ * nobody else may change, that is uid's own with no group/other write bit,
+ * or root's sticky world-writable one (/tmp). pathtrust_open_parent says
+ * nobody else can swap the way there; this says the user may write there:
+ * root must not be led into a directory the user could not write to.
+ */
+int pathtrust_user_may_write(const struct stat *st, uid_t uid);
 
 #endif

@@ -7,6 +7,12 @@
 #                             the checksum of an uninterrupted run, the restored tree
 #                             runs as nobody, the save is root's (nobody's
 #                             only its GPU image, in the stage the plugin made)
+#   privileged.sh parent-swap  while nobody keeps swapping the parent of its save
+#                             directory for a symlink to a directory only root may
+#                             write, 20 saves through tcgpud (--leave-running): none
+#                             lands in root's directory (root worked by path after
+#                             tcgpud's check: 6 of 14 did), each either saves into
+#                             nobody's directory or is refused
 #   privileged.sh leave-running  nobody's save --leave-running through tcgpud: the
 #                             job runs on to the uninterrupted checksum, and the save
 #                             verifies (the option was dropped on the way: the job ended)
@@ -99,6 +105,42 @@ roundtrip)
     got=$(checksum_of "$JOB/run.out")
     [ "$got" = "$ref" ] || fail "checksum after nobody's save/restore: $got, uninterrupted: $ref"
     echo "ok: nobody saved and restored its own job through tcgpud, checksum $got, restored as nobody"
+    ;;
+parent-swap)
+    ROOTONLY=$WORK/rootonly
+    mkdir -m 700 "$ROOTONLY"
+    as_nobody mkdir -m 700 "$JOB/p"
+    as_nobody ln -s "$ROOTONLY" "$JOB/p.link"
+    start_nobody "$JOB/run.out"
+    # nobody's swapper: $JOB/p and p.link (a symlink to root's directory)
+    # exchanged atomically, again and again (renameat2 RENAME_EXCHANGE;
+    # Debian's python3, which nobody may run)
+    as_nobody /usr/bin/python3 -c '
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+os.chdir(sys.argv[1])
+n = 0
+while not os.path.exists("stop"):
+    if libc.renameat2(-100, b"p", -100, b"p.link", 2) == 0:   # AT_FDCWD, RENAME_EXCHANGE
+        n += 1
+    os.sched_yield()
+print("swaps", n)' "$JOB" >"$WORK/swap.out" 2>&1 &
+    swapper=$!
+    BG_PIDS+=("$swapper")
+    saved=0 refused=0
+    for i in $(seq 1 20); do
+        rc=0
+        as_nobody "$GPUCKPT" save "$pid" -D "$JOB/p/save-$i" --leave-running >"$WORK/save-$i.out" 2>&1 || rc=$?
+        if [ "$rc" -eq 0 ]; then saved=$((saved + 1)); else refused=$((refused + 1)); fi
+        [ -z "$(ls -A "$ROOTONLY")" ] ||
+            fail "try $i: root wrote into its own directory for nobody: $(ls -A "$ROOTONLY"); gpuckpt: $(tail -n 3 "$WORK/save-$i.out")"
+    done
+    as_nobody touch "$JOB/stop"
+    wait "$swapper" || true
+    note "20 saves while the parent was swapped: $saved saved, $refused refused ($(cat "$WORK/swap.out"))"
+    [ "$(sed -n 's/^swaps //p' "$WORK/swap.out")" -gt 1000 ] || fail "the parent was hardly swapped: $(cat "$WORK/swap.out")"
+    kill -0 "$pid" 2>/dev/null || fail "nobody's job ended: $(tail -n 3 "$JOB/run.out")"
+    echo "ok: no save of nobody's landed in root's directory ($saved saved into nobody's, $refused refused)"
     ;;
 leave-running)
     ref=$(SIMCUDA_SHM=$SIMCUDA_SHM-ref "$TRAIN" "${ARGS[@]}" 2>&1 | sed -n 's/^checksum: //p')

@@ -153,6 +153,32 @@ static int test_held_descriptor(void)
     return 0;
 }
 
+/* Where root may write for a user: the user's own private directory, or a
+ * sticky world-writable one of root's; not root's own, not one others may
+ * write, not another user's, not a file. */
+static int test_user_may_write(void)
+{
+    struct stat st = { .st_mode = S_IFDIR | 0700, .st_uid = 1000 };
+
+    CHECK(pathtrust_user_may_write(&st, 1000), "the user's own 0700");
+    st.st_mode = S_IFDIR | 0755;
+    CHECK(pathtrust_user_may_write(&st, 1000), "the user's own 0755");
+    st.st_mode = S_IFDIR | 0775;
+    CHECK(!pathtrust_user_may_write(&st, 1000), "the user's own, group-writable");
+    st.st_mode = S_IFDIR | 0700;
+    CHECK(!pathtrust_user_may_write(&st, 1001), "another user's");
+    st.st_uid = 0;
+    CHECK(!pathtrust_user_may_write(&st, 1000), "root's own 0700 (where a user's symlink led root)");
+    st.st_mode = S_IFDIR | 01777;
+    CHECK(pathtrust_user_may_write(&st, 1000), "root's sticky /tmp");
+    st.st_mode = S_IFDIR | 0777;
+    CHECK(!pathtrust_user_may_write(&st, 1000), "root's, world-writable but not sticky");
+    st.st_mode = S_IFREG | 0700;
+    st.st_uid = 1000;
+    CHECK(!pathtrust_user_may_write(&st, 1000), "a file");
+    return 0;
+}
+
 int main(void)
 {
     char cmd[PATH_MAX + 16];
@@ -163,6 +189,7 @@ int main(void)
     RUN(test_writable_by_others);
     RUN(test_other_owner);
     RUN(test_held_descriptor);
+    RUN(test_user_may_write);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", top);
     if (system(cmd) != 0)
         fprintf(stderr, "cannot remove %s\n", top);

@@ -44,12 +44,16 @@
 #include "tcgpu.h"
 #include "common/clock.h"
 #include "common/fileio.h"
+#include "common/pathtrust.h"
 #include "common/proc.h"
 
 struct save_opts {
     pid_t root;
-    char dir[PATH_MAX];         /* final, absolute */
-    char tmp[PATH_MAX];         /* DIR.tmp-XXXXXX */
+    char dir[PATH_MAX];         /* final, absolute: what messages name */
+    char at[PATH_MAX];          /* where it is reached: dir, or /proc/self/fd/N/LEAF (--owner) */
+    char tmp[PATH_MAX + 16];    /* AT.tmp-XXXXXX, where the work is done */
+    char tmp_shown[PATH_MAX + 16];  /* DIR.tmp-XXXXXX, what messages name */
+    int parent_fd;              /* --owner: DIR's parent, walked and checked once; else -1 */
     char criu[PATH_MAX];
     char plugins[PATH_MAX];     /* tcgpu's CRIU plugin directory */
     int leave_running, tcp_established, shell_job;
@@ -318,7 +322,7 @@ static void keep_log(const struct save_opts *o, char *kept, size_t len)
 
     kept[0] = '\0';
     snprintf(src, sizeof(src), "%s/criu/dump.log", o->tmp);
-    snprintf(cmd, sizeof(cmd), "%s.failed-dump.log", o->dir);
+    snprintf(cmd, sizeof(cmd), "%s.failed-dump.log", o->at);
     if ((in = open(src, O_RDONLY | O_CLOEXEC)) < 0)
         return;
     if ((out = open(cmd, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) >= 0) {
@@ -331,7 +335,7 @@ static void keep_log(const struct save_opts *o, char *kept, size_t len)
             }
         close(out);
         if (ok)
-            snprintf(kept, len, "%s", cmd);
+            snprintf(kept, len, "%s.failed-dump.log", o->dir);
         else
             unlink(cmd);
     }
@@ -411,23 +415,73 @@ static long long images_owner(const struct tree *t)
     return uid > 0 ? uid : -1;
 }
 
+/*
+ * A save for another user (--owner: tcgpud runs us for them) goes where
+ * that user says, and root must not be led elsewhere: DIR's parent is
+ * walked from "/" once, every component checked for the user (pathtrust.h:
+ * a symlink or a directory someone else may change refuses), and everything
+ * after works relative to that descriptor, which CRIU inherits
+ * (/proc/self/fd/N/LEAF). Swapping the parent, or a directory above it, for
+ * a symlink after the check changes nothing: tcgpud's own check of the path
+ * could only ever be a first answer. Root's own save goes where root says.
+ */
+static int reach_dir(struct save_opts *o, char *err, size_t len)
+{
+    char leaf[NAME_MAX + 1], why[512];
+    struct stat st;
+    int fd;
+
+    o->parent_fd = -1;
+    if (o->owner < 0) {
+        snprintf(o->at, sizeof(o->at), "%s", o->dir);
+        return 0;
+    }
+    fd = pathtrust_open_parent(o->dir, (uid_t)o->owner, leaf, sizeof(leaf), why, sizeof(why));
+    if (fd < 0) {
+        snprintf(err, len, "%s", why);
+        return fd == -EPERM ? -EACCES : fd;
+    }
+    /* the user's own directory, or a sticky one: never one root alone may
+     * write, which a symlink of the user's could lead to */
+    if (fstat(fd, &st) < 0 || !pathtrust_user_may_write(&st, (uid_t)o->owner)) {
+        close(fd);
+        snprintf(err, len, "%s: its parent must be a directory of uid %lld that nobody else may "
+                 "write to (or a sticky one like /tmp)", o->dir, o->owner);
+        return -EACCES;
+    }
+    /* CRIU, our child, reaches the images through it */
+    if (fcntl(fd, F_SETFD, 0) < 0) {
+        int e = errno;
+        close(fd);
+        snprintf(err, len, "%s: %s", o->dir, strerror(e));
+        return -e;
+    }
+    o->parent_fd = fd;
+    snprintf(o->at, sizeof(o->at), "/proc/self/fd/%d/%s", fd, leaf);
+    return 0;
+}
+
 static int prepare_dirs(struct save_opts *o, const struct tree *t, char *err, size_t len)
 {
     long long img_uid = images_owner(t);
-    char sub[PATH_MAX + 16];
+    char sub[PATH_MAX + 32];
     struct stat st;
+    int r;
 
-    if (lstat(o->dir, &st) == 0) {
+    if ((r = reach_dir(o, err, len)) < 0)
+        return r;
+    if (lstat(o->at, &st) == 0) {
         snprintf(err, len, "%s exists: gpuckpt save writes a new directory", o->dir);
         return -EEXIST;
     }
-    snprintf(o->tmp, sizeof(o->tmp), "%s.tmp-XXXXXX", o->dir);
+    snprintf(o->tmp, sizeof(o->tmp), "%s.tmp-XXXXXX", o->at);
     if (!mkdtemp(o->tmp)) {
         int e = errno;
-        snprintf(err, len, "cannot create %s: %s", o->tmp, strerror(e));
+        snprintf(err, len, "cannot create %s.tmp-XXXXXX: %s", o->dir, strerror(e));
         o->tmp[0] = '\0';
         return -e;
     }
+    snprintf(o->tmp_shown, sizeof(o->tmp_shown), "%s%s", o->dir, o->tmp + strlen(o->at));
     /* images hold model weights: private to the user (who may only pass
      * through to its stages in gpu/ when the tree is not root's) */
     chmod(o->tmp, img_uid >= 0 ? 0711 : 0700);
@@ -437,7 +491,8 @@ static int prepare_dirs(struct save_opts *o, const struct tree *t, char *err, si
         if (tree_mkdir(sub) == 0)
             return 0;
     }
-    snprintf(err, len, "cannot create %s: %s", sub, strerror(errno));
+    snprintf(err, len, "cannot create %s/%s: %s", o->tmp_shown, strrchr(sub, '/') + 1,
+             strerror(errno));
     return -errno;
 }
 
@@ -468,15 +523,15 @@ static int commit(const struct save_opts *o, char *err, size_t len)
     int r;
 
     if ((r = tree_fsync_all(o->tmp)) < 0) {
-        snprintf(err, len, "cannot sync %s: %s", o->tmp, strerror(-r));
+        snprintf(err, len, "cannot sync %s: %s", o->tmp_shown, strerror(-r));
         return r;
     }
-    if (renameat2(AT_FDCWD, o->tmp, AT_FDCWD, o->dir, RENAME_NOREPLACE) < 0) {
+    if (renameat2(AT_FDCWD, o->tmp, AT_FDCWD, o->at, RENAME_NOREPLACE) < 0) {
         r = -errno;
-        snprintf(err, len, "cannot rename %s to %s: %s", o->tmp, o->dir, strerror(errno));
+        snprintf(err, len, "cannot rename %s to %s: %s", o->tmp_shown, o->dir, strerror(errno));
         return r;
     }
-    fileio_fsync_parent(o->dir);   /* best effort: the save is complete either way */
+    fileio_fsync_parent(o->at);    /* best effort: the save is complete either way */
     return 0;
 }
 
@@ -559,7 +614,7 @@ static void say_not_saved(const struct tree *t, const struct save_opts *o, int d
     if (dumped && !o->leave_running) {
         /* CRIU killed the tree after dumping it: the images are all there is */
         gpuckpt_error("save %d: the tree was dumped and has exited; its images stay in %s",
-                      (int)o->root, o->tmp);
+                      (int)o->root, o->tmp_shown);
     } else {
         /* the plugin gave every process back before criu returned */
         int bad = tcgpu_still_suspended(t);
@@ -573,7 +628,7 @@ static void say_not_saved(const struct tree *t, const struct save_opts *o, int d
 
 int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
 {
-    struct save_opts o = { 0 };
+    struct save_opts o = { .parent_fd = -1 };
     struct tree *t = calloc(1, sizeof(*t));
     char err[16384] = "";
     double t0 = now_s();
@@ -647,6 +702,8 @@ int gpuckpt_cmd_save(const struct gpuckpt_command *self, int argc, char **argv)
         wait_tree_freed(t, o.root);
     rc = report(t, &o, now_s() - t0);
 out:
+    if (o.parent_fd >= 0)
+        close(o.parent_fd);
     free(t);
     return rc;
 }

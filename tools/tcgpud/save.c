@@ -49,6 +49,7 @@
 #include "common/companion.h"
 #include "common/install_dirs.h"
 #include "common/log.h"
+#include "common/pathtrust.h"
 #include "common/proc.h"
 #include "ctl/daemon_io.h"
 #include "conns.h"
@@ -90,6 +91,9 @@ static int owned_by(pid_t pid, uid_t uid)
  * root's sticky and world-writable (/tmp). Else tcgpud would create
  * directories for it where it may not. 0 or -errno, why.
  */
+/* A first answer, by path: gpuckpt save --owner walks DIR's parent again
+ * and works relative to what it checked (pathtrust.h), as a path checked
+ * here may be swapped before it runs. */
 static int check_save_dir(const char *dir, uid_t uid, char *why, size_t len)
 {
     char parent[PATH_MAX], real[PATH_MAX], *slash;
@@ -110,9 +114,7 @@ static int check_save_dir(const char *dir, uid_t uid, char *why, size_t len)
         snprintf(why, len, "%s: its parent is not a directory reached without symlinks", dir);
         return -EACCES;
     }
-    if (lstat(parent, &st) < 0 || !S_ISDIR(st.st_mode) ||
-        !((st.st_uid == uid && !(st.st_mode & 022)) ||
-          (st.st_uid == 0 && (st.st_mode & S_ISVTX) && (st.st_mode & 002)))) {
+    if (lstat(parent, &st) < 0 || !pathtrust_user_may_write(&st, uid)) {
         snprintf(why, len, "%s: its parent %s must be a directory of uid %u that nobody else "
                  "may write to (or a sticky one like /tmp)", dir, parent, (unsigned)uid);
         return -EACCES;
