@@ -13,6 +13,10 @@
 #                             lands in root's directory (root worked by path after
 #                             tcgpud's check: 6 of 14 did), each either saves into
 #                             nobody's directory or is refused
+#   privileged.sh restore-swap while nobody keeps exchanging its save with a symlink to a
+#                             save of root's job, 20 restores through tcgpud: none brings
+#                             back root's tree (tcgpud checked the path, gpuckpt read it
+#                             again: the manifest of one, CRIU's images of the other)
 #   privileged.sh leave-running  nobody's save --leave-running through tcgpud: the
 #                             job runs on to the uninterrupted checksum, and the save
 #                             verifies (the option was dropped on the way: the job ended)
@@ -141,6 +145,58 @@ print("swaps", n)' "$JOB" >"$WORK/swap.out" 2>&1 &
     [ "$(sed -n 's/^swaps //p' "$WORK/swap.out")" -gt 1000 ] || fail "the parent was hardly swapped: $(cat "$WORK/swap.out")"
     kill -0 "$pid" 2>/dev/null || fail "nobody's job ended: $(tail -n 3 "$JOB/run.out")"
     echo "ok: no save of nobody's landed in root's directory ($saved saved into nobody's, $refused refused)"
+    ;;
+restore-swap)
+    start_nobody "$JOB/run.out"
+    setsid "$GPUCKPT" run -- "$TRAIN" --mb 4 --steps 100000 --print-every 0 --sleep-ms 50 \
+        >"$WORK/root.out" 2>&1 </dev/null &
+    rootjob=$!
+    KILL_PIDS+=("$rootjob")
+    wait_for_socket "$rootjob"
+    "$GPUCKPT" save "$rootjob" -D "$WORK/rootsave" >"$WORK/rootsave.out" 2>&1 ||
+        fail "root's save of its job failed: $(cat "$WORK/rootsave.out")"
+    as_nobody "$GPUCKPT" save "$pid" -D "$JOB/s" >"$WORK/save.out" 2>&1 ||
+        fail "nobody's save failed: $(cat "$WORK/save.out")"
+    wait_gone "$pid" 10
+    wait_gone "$rootjob" 10
+    # its output as saved: CRIU restores an open file only at the size it had
+    cp -p "$JOB/run.out" "$WORK/run.out.saved"
+    as_nobody ln -s "$WORK/rootsave" "$JOB/s.link"
+    # nobody's swapper: its save and a symlink to root's save exchanged
+    # atomically, again and again (Debian's python3, which nobody may run)
+    as_nobody /usr/bin/python3 -c '
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+os.chdir(sys.argv[1])
+n = 0
+while not os.path.exists("stop"):
+    if libc.renameat2(-100, b"s", -100, b"s.link", 2) == 0:   # AT_FDCWD, RENAME_EXCHANGE
+        n += 1
+    os.sched_yield()
+print("swaps", n)' "$JOB" >"$WORK/swap.out" 2>&1 &
+    swapper=$!
+    BG_PIDS+=("$swapper")
+    restored=0 refused=0
+    for i in $(seq 1 20); do
+        rc=0
+        as_nobody "$GPUCKPT" restore -d -D "$JOB/s" >"$WORK/restore-$i.out" 2>&1 || rc=$?
+        kill -0 "$rootjob" 2>/dev/null &&
+            fail "try $i: nobody's restore brought back root's tree (pid $rootjob): $(tail -n 3 "$WORK/restore-$i.out")"
+        if [ "$rc" -eq 0 ]; then
+            restored=$((restored + 1))
+            [ "$(stat -c %u /proc/"$pid")" = 65534 ] || fail "try $i: the restored tree is not nobody's"
+            kill -9 "$pid" 2>/dev/null || true
+        else
+            refused=$((refused + 1))
+        fi
+        wait_gone "$pid" 10                  # the pid free again (a failed CRIU's child too)
+        cp -p "$WORK/run.out.saved" "$JOB/run.out"
+    done
+    as_nobody touch "$JOB/stop"
+    wait "$swapper" || true
+    note "20 restores while the save was swapped: $restored restored nobody's tree, $refused refused ($(cat "$WORK/swap.out"))"
+    [ "$(sed -n 's/^swaps //p' "$WORK/swap.out")" -gt 1000 ] || fail "the save was hardly swapped: $(cat "$WORK/swap.out")"
+    echo "ok: no restore of nobody's brought back root's tree ($restored restored nobody's, $refused refused)"
     ;;
 leave-running)
     ref=$(SIMCUDA_SHM=$SIMCUDA_SHM-ref "$TRAIN" "${ARGS[@]}" 2>&1 | sed -n 's/^checksum: //p')

@@ -19,6 +19,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -44,6 +45,7 @@
 #include "image/image.h"
 #include "common/clock.h"
 #include "common/hex.h"
+#include "common/pathtrust.h"
 #include "common/proc.h"
 
 /* ---- checks ----------------------------------------------------------------------- */
@@ -432,14 +434,85 @@ static int preflight(const char *dir, struct tree *t, long long owner, char *err
     return check_pids_free(t, err, len);
 }
 
+/*
+ * A restore for another user (--owner: tcgpud runs us for them): the save
+ * is opened once, its parent walked from "/" for the user (pathtrust.h),
+ * and must be what only gpuckpt save makes, a directory of root's that
+ * nobody else may write; everything after reads it through that
+ * descriptor, which CRIU inherits (/proc/self/fd/N), so that swapping it,
+ * or a directory above it, for another save after the checks (another
+ * user's, whose processes CRIU would bring back as theirs) changes nothing.
+ * *at is dir for root's own restore. Returns the descriptor (or -1 for
+ * root's own), or -errno with err set.
+ */
+static int reach_save(const char *dir, long long owner, char *at, size_t atlen, char *err,
+                      size_t len)
+{
+    char leaf[NAME_MAX + 1], why[512];
+    struct stat st;
+    int pfd, fd;
+
+    snprintf(at, atlen, "%s", dir);
+    if (owner < 0)
+        return -1;
+    pfd = pathtrust_open_parent(dir, (uid_t)owner, leaf, sizeof(leaf), why, sizeof(why));
+    if (pfd < 0) {
+        snprintf(err, len, "%s", why);
+        return pfd == -EPERM ? -EACCES : pfd;
+    }
+    /* not O_CLOEXEC: CRIU reads its images through it */
+    fd = openat(pfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    close(pfd);
+    if (fd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+        snprintf(err, len, "%s is not a save made through tcgpud (a symbolic link, or not a "
+                 "directory)", dir);
+        return -EACCES;
+    }
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, len, "%s: %s", dir, strerror(e));
+        return -e;
+    }
+    if (fstat(fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 066)) {
+        close(fd);
+        snprintf(err, len, "%s is not a save made through tcgpud (a directory of root that only "
+                 "root may read and write)", dir);
+        return -EACCES;
+    }
+    snprintf(at, atlen, "/proc/self/fd/%d", fd);
+    return fd;
+}
+
+/* err with the descriptor's path (at) named as the user named it (dir). */
+static void name_as_user(char *err, size_t len, const char *at, const char *dir)
+{
+    char out[16384];
+    size_t n = 0, atlen = strlen(at);
+
+    if (!atlen || !strcmp(at, dir))
+        return;
+    for (const char *p = err; *p && n + 1 < sizeof(out);) {
+        if (!strncmp(p, at, atlen)) {
+            n += (size_t)snprintf(out + n, sizeof(out) - n, "%s", dir);
+            p += atlen;
+        } else {
+            out[n++] = *p++;
+        }
+        if (n >= sizeof(out))
+            n = sizeof(out) - 1;
+    }
+    out[n] = '\0';
+    snprintf(err, len, "%s", out);
+}
+
 int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **argv)
 {
     struct tree *t = calloc(1, sizeof(*t));
-    char dir[PATH_MAX], err[16384];
+    char dir[PATH_MAX], at[PATH_MAX], err[16384];
     uint64_t t0 = now_ns(), t_checked, t_criu;
     long long owner;
     double secs, gpu_secs;
-    int detach, r;
+    int detach, r, rc, savefd = -1;
 
     if (!t)
         return CTL_EXIT_FAILED;
@@ -454,23 +527,27 @@ int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **arg
                                          detach ? (const char *[]){ "detach", NULL } : NULL,
                                          "CRIU restores a process tree only as root");
     }
-    if ((r = preflight(dir, t, owner, err, sizeof(err))) < 0) {
+    if ((savefd = reach_save(dir, owner, at, sizeof(at), err, sizeof(err))) < -1 ||
+        (r = preflight(at, t, owner, err, sizeof(err))) < 0) {
+        r = savefd < -1 ? savefd : r;
+        name_as_user(err, sizeof(err), at, dir);
         gpuckpt_error("restore %s: %s", dir, err);
-        free(t);
-        return r == -ENODEV ? CTL_EXIT_FAILED : tree_exit_code(r);
+        rc = r == -ENODEV ? CTL_EXIT_FAILED : tree_exit_code(r);
+        goto out;
     }
     t_checked = now_ns();
     prepare_socket_dirs(t);
     /* without -d the root comes back to us when criu exits */
     if (!detach && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
         detach = 1;
-    if ((r = criu_restore(dir, t, err, sizeof(err))) < 0) {
+    if ((r = criu_restore(at, t, err, sizeof(err))) < 0) {
+        name_as_user(err, sizeof(err), at, dir);
         gpuckpt_error("restore %s: %s", dir, err);
-        free(t);
-        return CTL_EXIT_FAILED;
+        rc = CTL_EXIT_FAILED;
+        goto out;
     }
     t_criu = now_ns();
-    r = check_resumed(dir, t, &gpu_secs);
+    r = check_resumed(at, t, &gpu_secs);
     secs = (double)(now_ns() - t0) / 1e9;
     if (gpuckpt_json())
         /* printed now, before the wait: the tree runs */
@@ -487,10 +564,18 @@ int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **arg
                 (double)(t_checked - t0) / 1e9, (double)(t_criu - t_checked) / 1e9, gpu_secs,
                 r == CTL_EXIT_OK ? "" : " (some processes stay suspended: above)");
     fflush(NULL);
+    if (savefd >= 0) {
+        close(savefd);          /* the tree runs: nothing more is read from the save */
+        savefd = -1;
+    }
     if (!detach && r == CTL_EXIT_OK)
         r = wait_root(t->root);
+    rc = r;
+out:
+    if (savefd >= 0)
+        close(savefd);
     free(t);
-    return r;
+    return rc;
 }
 
 /* ---- inspect and verify of a save directory ----------------------------------------- */
