@@ -479,7 +479,11 @@ static int reach_save(const char *dir, long long owner, char *at, size_t atlen, 
                  "root may read and write)", dir);
         return -EACCES;
     }
-    snprintf(at, atlen, "/proc/self/fd/%d", fd);
+    if (tcgpu_proc_fd_path(fd, NULL, at, atlen) < 0) {
+        close(fd);
+        snprintf(err, len, "%s: %s", dir, strerror(ENAMETOOLONG));
+        return -ENAMETOOLONG;
+    }
     return fd;
 }
 

@@ -456,8 +456,12 @@ static int reach_dir(struct save_opts *o, char *err, size_t len)
         snprintf(err, len, "%s: %s", o->dir, strerror(e));
         return -e;
     }
+    if (tcgpu_proc_fd_path(fd, leaf, o->at, sizeof(o->at)) < 0) {
+        close(fd);
+        snprintf(err, len, "%s: %s", o->dir, strerror(ENAMETOOLONG));
+        return -ENAMETOOLONG;
+    }
     o->parent_fd = fd;
-    snprintf(o->at, sizeof(o->at), "/proc/self/fd/%d/%s", fd, leaf);
     return 0;
 }
 
