@@ -9,7 +9,9 @@ For every exported ABI name of the driver (codegen/cuda_api.py):
   - cuGetProcAddress and cuGetProcAddress_v2 are hand-written (procaddr.c);
   - names matching UNSUPPORTED_LIST get a gated wrapper that, when the real
     call succeeds, notes that the process now holds state a checkpoint cannot
-    restore (lib/driver/unsupported.h);
+    restore, held by the object the call made or used where the list names
+    one (lib/driver/unsupported.h); its `release` names destroy that object
+    and let the note go;
   - names matching BOUNDS_LIST (copies, memsets) check their device ranges
     first (interpose/bounds.h) and return CUDA_ERROR_INVALID_VALUE, as the
     driver does, for a range that runs past an allocation tcgpu serves;
@@ -109,6 +111,60 @@ def fail(msg):
     sys.exit(1)
 
 
+# The objects a note may be held by (lib/driver/unsupported.h, enum tcgpu_holder).
+HOLDERS = {'event', 'ipc_memory', 'graph', 'external_memory', 'external_semaphore', 'array',
+           'mipmapped_array', 'texture', 'surface'}
+
+
+def read_holder(path, no, token, params):
+    """'@KIND=EXPR' as (C enumerator, C expression of the object's handle)."""
+    m = re.fullmatch(r'@([a-z_]+)=(\*?)([A-Za-z_][A-Za-z0-9_]*)', token)
+    if not m or m.group(1) not in HOLDERS:
+        fail('%s:%d: %r: want @KIND=PARAM or @KIND=*PARAM, KIND one of %s'
+             % (path, no, token, ', '.join(sorted(HOLDERS))))
+    if m.group(3) not in params:
+        fail('%s:%d: %r names no parameter of the call (%s)' % (path, no, token, ', '.join(params)))
+    return ('TCGPU_HELD_BY_' + m.group(1).upper(),
+            '(uint64_t)(uintptr_t)(%s%s)' % (m.group(2), m.group(3)))
+
+
+def read_unsupported(path, names, params, tracked):
+    """UNSUPPORTED_LIST as ({abi: (what, holder or None)}, {abi: holder}):
+        PATTERN  [@KIND=EXPR]  what cannot be checkpointed
+        release  PATTERN  @KIND=EXPR
+    A note's holder is the object that keeps it (until a release of it)."""
+    unsupported, releases = {}, {}
+    for no, line in read_list(path):
+        parts = line.split(None, 2)
+        if parts[0] == 'release':
+            if len(parts) != 3:
+                fail('%s:%d: want "release PATTERN @KIND=EXPR"' % (path, no))
+            for n in list_hits(path, no, parts[1], names, tracked, releases):
+                releases[n] = read_holder(path, no, parts[2], params[n])
+            continue
+        if len(parts) < 2:
+            fail('%s:%d: want "PATTERN  [@KIND=EXPR]  what cannot be checkpointed"' % (path, no))
+        pattern, rest = parts[0], line.split(None, 1)[1]
+        token = rest.split(None, 1)
+        hits = fnmatch.filter(names, pattern)
+        if not hits:
+            fail('%s:%d: %r matches no driver ABI name' % (path, no, pattern))
+        for n in hits:
+            if n in tracked:
+                fail('%s:%d: %s is tracked (tracked.list): its hand-written wrapper must '
+                     'call tcgpu_note_unsupported() itself' % (path, no, n))
+            if token[0].startswith('@'):
+                if len(token) != 2:
+                    fail('%s:%d: want "PATTERN  @KIND=EXPR  what cannot be checkpointed"' % (path, no))
+                unsupported.setdefault(n, (token[1], read_holder(path, no, token[0], params[n])))
+            else:
+                unsupported.setdefault(n, (rest, None))
+    both = set(unsupported) & set(releases)
+    if both:
+        fail('%s: %s both note and release' % (path, ', '.join(sorted(both))))
+    return unsupported, releases
+
+
 def main(argv):
     if len(argv) != 10:
         sys.stderr.write(__doc__)
@@ -128,20 +184,7 @@ def main(argv):
             fail('%s:%d: %s is hand-written in interpose/procaddr.c' % (argv[4], no, line))
         tracked.add(line)
 
-    unsupported = {}
-    for no, line in read_list(argv[5]):
-        parts = line.split(None, 1)
-        if len(parts) != 2:
-            fail('%s:%d: want "PATTERN  what cannot be checkpointed"' % (argv[5], no))
-        pattern, what = parts
-        hits = fnmatch.filter(names, pattern)
-        if not hits:
-            fail('%s:%d: %r matches no driver ABI name' % (argv[5], no, pattern))
-        for n in hits:
-            if n in tracked:
-                fail('%s:%d: %s is tracked (tracked.list): its hand-written wrapper must '
-                     'call tcgpu_note_unsupported() itself' % (argv[5], no, n))
-            unsupported.setdefault(n, what)
+    unsupported, releases = read_unsupported(argv[5], names, {e.abi: e.names for e in abis}, tracked)
     bounds = read_bounds(argv[6], names, {e.abi: e.names for e in abis}, tracked)
     notes = read_work(argv[7], names, {e.abi: e.names for e in abis}, tracked)
 
@@ -172,9 +215,18 @@ def main(argv):
                      '        objects_note_work((%s), %d, "%s", OBJ_WORK_%s, (const void *)(%s));\n'
                      % (stream, per_thread, e.abi, kind, what))
         if e.abi in unsupported:
-            what = unsupported[e.abi].replace('\\', '\\\\').replace('"', '\\"')
+            what, holder = unsupported[e.abi]
+            what = what.replace('\\', '\\\\').replace('"', '\\"')
+            if holder:
+                w.append('    if (r == CUDA_SUCCESS)\n'
+                         '        tcgpu_note_unsupported_held("%s", "%s", %s, %s);\n'
+                         % (e.abi, what, holder[0], holder[1]))
+            else:
+                w.append('    if (r == CUDA_SUCCESS)\n'
+                         '        tcgpu_note_unsupported("%s", "%s");\n' % (e.abi, what))
+        if e.abi in releases:
             w.append('    if (r == CUDA_SUCCESS)\n'
-                     '        tcgpu_note_unsupported("%s", "%s");\n' % (e.abi, what))
+                     '        tcgpu_unsupported_release(%s, %s);\n' % releases[e.abi])
         w.append('    TCGPU_GATE_LEAVE();\n    return r;\n}\n\n')
 
     t = [HEADER,
@@ -187,6 +239,7 @@ def main(argv):
           % (n, n, ' /* tracked */' if n in tracked else
              ' /* procaddr.c */' if n in HANDWRITTEN else
              ' /* unsupported */' if n in unsupported else
+             ' /* releases unsupported state */' if n in releases else
              ' /* range-checked */' if n in bounds else '')
           for n in names]
     t.append('};\n')

@@ -177,12 +177,26 @@ CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 
 /* ---- graphs ---------------------------------------------------------------------- */
 
+/*
+ * A graph with memory nodes of the driver's (cuGraphAddMemAllocNode) holds a
+ * note that blocks checkpoints (lib/driver/unsupported.h); what is made from
+ * it holds it too: its clones, the graphs it becomes a child of, its
+ * executable graphs. The note goes when the last of them is destroyed (and
+ * lib/core/blockers.c then asks the driver whether the memory is freed).
+ */
+static void graph_note_passes(enum tcgpu_holder to_kind, const void *to, CUgraph from)
+{
+    tcgpu_unsupported_inherit(TCGPU_HELD_BY_GRAPH, (uint64_t)(uintptr_t)from, to_kind, (uint64_t)(uintptr_t)to);
+}
+
 CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
 {
     TCGPU_GATE_ENTER("cuGraphDestroy");
     CUresult rc = TCGPU_REAL(cuGraphDestroy)(hGraph);
-    if (rc == CUDA_SUCCESS)
+    if (rc == CUDA_SUCCESS) {
         graphmem_graph_destroyed(hGraph);
+        tcgpu_unsupported_release(TCGPU_HELD_BY_GRAPH, (uint64_t)(uintptr_t)hGraph);
+    }
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -197,8 +211,10 @@ CUresult CUDAAPI cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
         rc = CUDA_ERROR_NOT_SUPPORTED;
     } else {
         rc = TCGPU_REAL(cuGraphClone)(phGraphClone, originalGraph);
-        if (rc == CUDA_SUCCESS)
+        if (rc == CUDA_SUCCESS) {
             graphmem_graph_adopt(*phGraphClone, originalGraph);
+            graph_note_passes(TCGPU_HELD_BY_GRAPH, *phGraphClone, originalGraph);
+        }
     }
     TCGPU_GATE_LEAVE();
     return rc;
@@ -215,8 +231,10 @@ CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGra
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
         rc = TCGPU_REAL(cuGraphAddChildGraphNode)(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
-        if (rc == CUDA_SUCCESS)
+        if (rc == CUDA_SUCCESS) {
             graphmem_graph_adopt(hGraph, childGraph);
+            graph_note_passes(TCGPU_HELD_BY_GRAPH, hGraph, childGraph);
+        }
     }
     TCGPU_GATE_LEAVE();
     return rc;
@@ -243,12 +261,14 @@ static void add_node_done(CUgraph hGraph, CUgraphNodeParams *p, int move)
         return;
     if (p->type == CU_GRAPH_NODE_TYPE_GRAPH) {
         graphmem_graph_adopt(hGraph, p->graph.graph);
+        graph_note_passes(TCGPU_HELD_BY_GRAPH, hGraph, p->graph.graph);
         if (move)
             graphmem_graph_destroyed(p->graph.graph);   /* the parent owns it now */
     }
     if (p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
-        tcgpu_note_unsupported("cuGraphAddNode", "graph memory nodes added explicitly are the driver's: "
-                                                 "they cannot be checkpointed yet");
+        tcgpu_note_unsupported_held("cuGraphAddNode", "graph memory nodes added explicitly are the driver's: "
+                                                      "they cannot be checkpointed yet",
+                                    TCGPU_HELD_BY_GRAPH, (uint64_t)(uintptr_t)hGraph);
 }
 
 CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -335,6 +355,8 @@ static CUresult instantiated(CUresult rc, CUgraphExec *x, CUgraph g, unsigned lo
         TCGPU_REAL(cuGraphExecDestroy)(*x);
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (rc == CUDA_SUCCESS)
+        graph_note_passes(TCGPU_HELD_BY_GRAPH_EXEC, *x, g);
     return rc;
 }
 
@@ -422,8 +444,10 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
     TCGPU_GATE_ENTER("cuGraphExecDestroy");
     CUresult rc = TCGPU_REAL(cuGraphExecDestroy)(hGraphExec);
-    if (rc == CUDA_SUCCESS)
+    if (rc == CUDA_SUCCESS) {
         graphmem_exec_destroyed(hGraphExec);
+        tcgpu_unsupported_release(TCGPU_HELD_BY_GRAPH_EXEC, (uint64_t)(uintptr_t)hGraphExec);
+    }
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -440,6 +464,8 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CU
             *resultInfo = (CUgraphExecUpdateResultInfo){ CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED, NULL, NULL };
     } else {
         rc = TCGPU_REAL_ABI(cuGraphExecUpdate_v2)(hGraphExec, hGraph, resultInfo);
+        if (rc == CUDA_SUCCESS)
+            graph_note_passes(TCGPU_HELD_BY_GRAPH_EXEC, hGraphExec, hGraph);
     }
     TCGPU_GATE_LEAVE();
     return rc;
@@ -461,6 +487,8 @@ tcgpu_cuGraphExecUpdate_v1(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *
             *updateResult_out = CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED;
     } else {
         rc = TCGPU_REAL_ABI(cuGraphExecUpdate)(hGraphExec, hGraph, hErrorNode_out, updateResult_out);
+        if (rc == CUDA_SUCCESS)
+            graph_note_passes(TCGPU_HELD_BY_GRAPH_EXEC, hGraphExec, hGraph);
     }
     TCGPU_GATE_LEAVE();
     return rc;

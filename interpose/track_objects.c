@@ -9,6 +9,7 @@
 
 #include "driver/driver.h"
 #include "driver/gate.h"
+#include "driver/unsupported.h"
 #include "core/devmem.h"
 #include "core/objects.h"
 #include "core/registry.h"
@@ -188,6 +189,8 @@ CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
 {
     TCGPU_GATE_ENTER("cuEventDestroy_v2");
     CUresult rc = counted(TCGPU_REAL(cuEventDestroy)(hEvent), OBJ_EVENT, -1);
+    if (rc == CUDA_SUCCESS)                 /* an IPC event's note goes with it */
+        tcgpu_unsupported_release(TCGPU_HELD_BY_EVENT, (uint64_t)(uintptr_t)hEvent);
     TCGPU_GATE_LEAVE();
     return rc;
 }

@@ -462,6 +462,7 @@ static void put_extras(struct ctl_buf *b)
     ctl_buf_put_u64(b, "trigger_installed", (uint64_t)(ctl.sig > 0 && tcgpu_signal_trigger_in_place()));
     put_service_threads(b);
     put_progress(b);
+    tcgpu_op_put_blockers(b);
 }
 
 /* A request being served: the connection it came on, who sent it, what it

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "blockers.h"
 #include "devmem.h"
 #include "devsync.h"
 #include "hostkeep.h"
@@ -547,4 +548,9 @@ int tcgpu_op_status(struct tcgpu_status *st)
     st->events = objects_get_count(OBJ_EVENT);
     st->modules = objects_get_count(OBJ_MODULE);
     return 0;
+}
+
+void tcgpu_op_put_blockers(struct ctl_buf *reply)
+{
+    blockers_put(reply);
 }

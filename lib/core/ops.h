@@ -46,4 +46,10 @@ int tcgpu_op_resume(const struct tcgpu_op_caller *by);
 int tcgpu_op_resume_from(const char *dir, const struct tcgpu_op_caller *by);
 int tcgpu_op_status(struct tcgpu_status *st);
 
+/* What stops a checkpoint or a suspend now, as fields of a status reply
+ * (lib/core/blockers.h: blockers=N and the first one). Never blocks on an
+ * operation. */
+struct ctl_buf;
+void tcgpu_op_put_blockers(struct ctl_buf *reply);
+
 #endif

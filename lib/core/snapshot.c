@@ -24,9 +24,9 @@
 #include "hostkeep.h"
 #include "registry.h"
 #include "settings.h"
+#include "blockers.h"
 #include "snapshot.h"
 #include "snap_internal.h"
-#include "driver/unsupported.h"
 #include "common/errmsg.h"
 #include "common/helper_thread.h"
 #include "common/proc.h"
@@ -175,13 +175,11 @@ static int add_managed(struct snap *s)
 
 int snap_collect(struct snap **out, unsigned flags)
 {
-    struct tcgpu_unsupported_note note;
-    char why[256];
+    char why[512];
     struct snap *s;
     int rc;
 
-    if (tcgpu_unsupported_first(&note)) {
-        tcgpu_unsupported_format(&note, why, sizeof(why));
+    if (blockers_first(why, sizeof(why))) {
         errmsg_set("%s", why);
         return -ENOTSUP;
     }

@@ -13,6 +13,7 @@ static const struct tc_json_field status_extras[] = {
     { "progress_done", TC_JSON_INT },
     { "progress_total", TC_JSON_INT },
     { "ops_queued", TC_JSON_INT },
+    { "blockers", TC_JSON_INT },
     { NULL, 0 },
 };
 

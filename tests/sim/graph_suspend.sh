@@ -14,9 +14,15 @@
 #                                    capture is refused (it would invalidate
 #                                    the capture), naming it; the job finishes
 #                                    with the right checksum
-#   graph_suspend.sh explicit        after a graph with explicit memory nodes
+#   graph_suspend.sh explicit        while the job holds an IPC event handle and
+#                                    a graph with an explicit memory node
 #                                    (cuGraphAddMemAllocNode), checkpoint and
-#                                    suspend are refused, naming the call
+#                                    suspend are refused naming the call, and
+#                                    status shows it (when, from where); once
+#                                    they are destroyed but the graph's memory
+#                                    is still allocated, refused for that; once
+#                                    it is freed, nothing blocks: checkpoint,
+#                                    suspend and resume work, same checksum
 . "$(dirname "$0")/lib.sh"
 
 GRAPH_TRAIN=$PROGS/graph_train
@@ -66,22 +72,70 @@ capture)
 explicit)
     args=(--mb 4 --replays 30 --print-every 10)
     reference "${args[@]}"
-    start_bg "$WORK/run.out" "$GPUCKPT" run -- "$GRAPH_TRAIN" "${args[@]}" --explicit-mem-node --sleep-ms 30
+    mkdir -p "$WORK/go"
+    start_bg "$WORK/run.out" "$GPUCKPT" run -- "$GRAPH_TRAIN" "${args[@]}" --explicit-mem-node "$WORK/go" \
+        --sleep-ms 30
     pid=$BG
     wait_for_socket "$pid"
+    refused() { # WHAT WORDS...: checkpoint and suspend exit 4 naming WORDS; no image left
+        local what=$1 op rc
+        shift
+        for op in checkpoint suspend; do
+            rc=0
+            dir=()
+            [ "$op" = checkpoint ] && dir=(-D "$WORK/img")
+            "$GPUCKPT" "$op" "$pid" "${dir[@]}" >"$WORK/refused.out" 2>&1 || rc=$?
+            [ "$rc" -eq 4 ] || fail "$op $what exited $rc, expected 4: $(cat "$WORK/refused.out")"
+            for w in "$@"; do
+                grep -q -- "$w" "$WORK/refused.out" || fail "the refusal $what does not say '$w': $(cat "$WORK/refused.out")"
+            done
+        done
+        [ ! -e "$WORK/img" ] || fail "a refused checkpoint left $WORK/img behind"
+    }
+    blockers() { # N WORDS...: status --json says N blockers, the first naming WORDS
+        local js n
+        js=$("$GPUCKPT" status "$pid" --json) || fail "status failed"
+        n=$(json_get "$js" blockers)
+        [ "$n" = "$1" ] || fail "status shows $n blockers, expected $1: $js"
+        shift
+        for w in "$@"; do
+            [[ $(json_get "$js" blocker) == *"$w"* ]] || fail "status's blocker does not say '$w': $js"
+        done
+    }
+
+    phase "holding an IPC event and an explicit graph"
+    wait_for_line "$WORK/run.out" '^holding'
+    # the event, the graph and its executable graph
+    blockers 3 cuIpcGetEventHandle "until the program destroys event"
+    js=$("$GPUCKPT" status "$pid" --json)
+    [[ $(json_get "$js" blocker_since) =~ ^20[0-9][0-9]-[0-9][0-9]-[0-9][0-9]T ]] ||
+        fail "status does not say when the blocker was made: $js"
+    [[ $(json_get "$js" blocker_site) == *graph_train* ]] ||
+        fail "status does not name the program's frame that made the call: $js"
+    "$GPUCKPT" status "$pid" >"$WORK/status.out" || fail "status failed"
+    grep -q "REFUSED while this holds: cuIpcGetEventHandle" "$WORK/status.out" ||
+        fail "the status does not say what blocks a checkpoint: $(cat "$WORK/status.out")"
+    refused "with an IPC event handle" cuIpcGetEventHandle
+    touch "$WORK/go/1"
+
+    phase "graphs destroyed, graph memory allocated"
+    wait_for_line "$WORK/run.out" '^released'
+    blockers 1 "still allocated" "cuMemFree"
+    refused "with the graph's memory still allocated" cuGraphAddMemAllocNode "still allocated"
+    touch "$WORK/go/2"
+
+    phase "everything released"
     wait_for_line "$WORK/run.out" '^captured'
-    grep -q '^explicit memory node' "$WORK/run.out" || fail "the job did not run its explicit memory node"
-    for op in checkpoint suspend; do
-        rc=0
-        dir=()
-        [ "$op" = checkpoint ] && dir=(-D "$WORK/img")
-        "$GPUCKPT" "$op" "$pid" "${dir[@]}" >"$WORK/refused.out" 2>&1 || rc=$?
-        [ "$rc" -eq 4 ] || fail "$op after an explicit graph memory node exited $rc, expected 4: $(cat "$WORK/refused.out")"
-        grep -q cuGraphAddMemAllocNode "$WORK/refused.out" || fail "the refusal does not name the call: $(cat "$WORK/refused.out")"
-    done
-    [ ! -e "$WORK/img" ] || fail "a refused checkpoint left $WORK/img behind"
+    grep -q '^freed the graph memory' "$WORK/run.out" || fail "the job did not free its graph memory"
+    blockers 0
+    "$GPUCKPT" status "$pid" | grep -q "checkpoint   possible" || fail "status does not say a checkpoint is possible"
+    "$GPUCKPT" checkpoint "$pid" -D "$WORK/img" >"$WORK/ckpt.out" 2>&1 ||
+        fail "checkpoint once everything was released failed: $(cat "$WORK/ckpt.out")"
+    "$GPUCKPT" suspend "$pid" >"$WORK/suspend.out" 2>&1 ||
+        fail "suspend once everything was released failed: $(cat "$WORK/suspend.out")"
+    "$GPUCKPT" resume "$pid" || fail "resume failed"
     finish
-    echo "ok: checkpoint and suspend refused after cuGraphAddMemAllocNode, checksum $got"
+    echo "ok: refused while an IPC event and an explicit graph lived, then while its memory did; checkpoint, suspend and resume once freed; checksum $got"
     ;;
 *)
     fail "unknown scenario $1"

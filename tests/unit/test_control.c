@@ -154,6 +154,12 @@ int tcgpu_op_status(struct tcgpu_status *st)
     return 0;
 }
 
+/* Nothing blocks a checkpoint of the fake (tests/sim/blockers.sh checks the real ones). */
+void tcgpu_op_put_blockers(struct ctl_buf *reply)
+{
+    ctl_buf_put_u64(reply, "blockers", 0);
+}
+
 static int calls(enum tcgpu_op op)
 {
     int n;

@@ -420,6 +420,28 @@ static void print_running_op(const struct ctl_msg *m, FILE *f)
     fputc('\n', f);
 }
 
+/* What stops a checkpoint now, as status reports it: the first blocker,
+ * when and where it was made, how many more. */
+static void print_blockers(const struct ctl_msg *m, FILE *f)
+{
+    const char *why = ctl_get(m, "blocker"), *since = ctl_get(m, "blocker_since");
+    const char *site = ctl_get(m, "blocker_site");
+    uint64_t n = 0;
+
+    if (ctl_get_u64(m, "blockers", &n) < 0)
+        return;                 /* a library older than the field */
+    if (!n) {
+        fprintf(f, "  checkpoint   possible: nothing blocks it\n");
+        return;
+    }
+    fprintf(f, "  checkpoint   REFUSED while this holds: %s\n", why ? why : "?");
+    if (since || site)
+        fprintf(f, "               made%s%s%s%s\n", since ? " at " : "", since ? since : "",
+                site ? " from " : "", site ? site : "");
+    if (n > 1)
+        fprintf(f, "               and %llu more\n", (unsigned long long)(n - 1));
+}
+
 static void print_status_human(pid_t pid, const struct ctl_msg *m, FILE *f)
 {
     struct tcgpu_status st;
@@ -439,6 +461,7 @@ static void print_status_human(pid_t pid, const struct ctl_msg *m, FILE *f)
             units_format_bytes(st.image_bytes, c, sizeof(c)));
     fprintf(f, "  objects      %u allocations, %u contexts, %u streams, %u events, %u modules\n",
             st.allocations, st.contexts, st.streams, st.events, st.modules);
+    print_blockers(m, f);
     if (st.last_op == TCGPU_OP_NONE)
         fprintf(f, "  last op      none\n");
     else {

@@ -14,7 +14,7 @@
  *
  *   graph_train [--eager] [--replays N] [--mb M] [--sleep-ms T]
  *               [--capture-pause-ms T] [--self-suspend K] [--pause-at R:T]
- *               [--explicit-mem-node] [--print-every K] [--kernels PATH]
+ *               [--explicit-mem-node DIR] [--print-every K] [--kernels PATH]
  *
  * --eager runs the same step without a graph: it must give the same
  * checksum. --sleep-ms: host time between a launch and reading its loss, so
@@ -25,10 +25,14 @@
  * and before it reads the loss the replay leaves in graph memory.
  * --pause-at R:T: after launching replay R, prints "paused R" and waits T ms
  * before reading its loss (a save or suspend can land there for sure).
- * --explicit-mem-node: before the capture, also builds, launches and destroys
- * a graph whose memory nodes are added explicitly (cuGraphAddMemAllocNode,
- * cuGraphAddMemFreeNode), which tcgpu leaves to the driver (prints
- * "explicit memory node").
+ * --explicit-mem-node DIR: before the capture, holds state a checkpoint
+ * cannot restore and lets it go in three stages, each waiting (at most 60 s)
+ * for a file DIR/N its driver creates: "holding" an IPC event handle
+ * (cuIpcGetEventHandle) and a graph whose memory node was added explicitly
+ * (cuGraphAddMemAllocNode: the driver's memory, which tcgpu leaves to it),
+ * launched once and leaving its 1 MiB allocated; after DIR/1, "released":
+ * the event and the graphs destroyed, the graph's memory still allocated;
+ * after DIR/2, "freed": the memory freed with cuMemFree, then training goes on.
  */
 #include <dlfcn.h>
 #include <libgen.h>
@@ -38,13 +42,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 
 struct opts {
-    int eager, replays, print_every, self_suspend, pause_at, explicit_mem_node;
+    int eager, replays, print_every, self_suspend, pause_at;
     unsigned mb, sleep_ms, capture_pause_ms, pause_ms;
-    const char *kernels;
+    const char *kernels, *explicit_dir;
 };
 
 struct model {
@@ -129,15 +134,39 @@ static void capture(struct model *md, const struct opts *o, CUgraphExec *x, CUgr
     cu(cuGraphInstantiate(x, *g, 0), "cuGraphInstantiate");
 }
 
-/* A graph that allocates and frees 1 MiB with memory nodes it was given, not
- * captured: the driver's graph memory, launched once. */
-static void explicit_mem_node(CUstream s)
+/* Prints `what` and waits until the file dir/n exists (at most 60 s). */
+static void stage(const char *what, const char *dir, int n)
+{
+    char path[PATH_MAX];
+
+    printf("%s\n", what);
+    fflush(stdout);
+    snprintf(path, sizeof(path), "%s/%d", dir, n);
+    for (int waited = 0; access(path, F_OK) != 0; waited += 10) {
+        if (waited >= 60000) {
+            fprintf(stderr, "graph_train: %s never appeared\n", path);
+            exit(1);
+        }
+        sleep_ms(10);
+    }
+}
+
+/*
+ * An IPC event handle and a graph with a memory node of the driver's
+ * (allocation node only: its 1 MiB outlives the launch), each held, then
+ * destroyed, then the graph's memory freed (--explicit-mem-node DIR).
+ */
+static void explicit_mem_node(CUstream s, const char *dir)
 {
     CUDA_MEM_ALLOC_NODE_PARAMS p;
-    CUgraphNode an, fn;
+    CUipcEventHandle eh;
+    CUgraphNode an;
     CUgraphExec x;
+    CUevent ev;
     CUgraph g;
 
+    cu(cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), "cuEventCreate(interprocess)");
+    cu(cuIpcGetEventHandle(&eh, ev), "cuIpcGetEventHandle");
     memset(&p, 0, sizeof(p));
     p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
     p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -145,13 +174,18 @@ static void explicit_mem_node(CUstream s)
     p.bytesize = 1 << 20;
     cu(cuGraphCreate(&g, 0), "cuGraphCreate");
     cu(cuGraphAddMemAllocNode(&an, g, NULL, 0, &p), "cuGraphAddMemAllocNode");
-    cu(cuGraphAddMemFreeNode(&fn, g, &an, 1, p.dptr), "cuGraphAddMemFreeNode");
     cu(cuGraphInstantiate(&x, g, 0), "cuGraphInstantiate");
     cu(cuGraphLaunch(x, s), "cuGraphLaunch(explicit)");
+    cu(cuMemsetD8Async(p.dptr, 7, p.bytesize, s), "cuMemsetD8Async(graph memory)");
     cu(cuStreamSynchronize(s), "cuStreamSynchronize(explicit)");
+    stage("holding an IPC event and a graph with an explicit memory node", dir, 1);
+    cu(cuEventDestroy(ev), "cuEventDestroy(interprocess)");
     cu(cuGraphExecDestroy(x), "cuGraphExecDestroy(explicit)");
     cu(cuGraphDestroy(g), "cuGraphDestroy(explicit)");
-    printf("explicit memory node\n");
+    stage("released the event and the graph, its memory still allocated", dir, 2);
+    cu(cuMemFree(p.dptr), "cuMemFree(graph memory)");
+    printf("freed the graph memory\n");
+    fflush(stdout);
 }
 
 /* tcgpu_suspend(NULL) + tcgpu_resume() when libtcgpu.so is loaded. */
@@ -234,8 +268,8 @@ static void parse(int argc, char **argv, struct opts *o, char *kpath, size_t len
             o->self_suspend = atoi(argv[++i]);
         else if (!strcmp(a, "--pause-at") && v && sscanf(v, "%d:%u", &o->pause_at, &o->pause_ms) == 2)
             i++;
-        else if (!strcmp(a, "--explicit-mem-node"))
-            o->explicit_mem_node = 1;
+        else if (!strcmp(a, "--explicit-mem-node") && v)
+            o->explicit_dir = argv[++i];
         else if (!strcmp(a, "--print-every") && v)
             o->print_every = atoi(argv[++i]);
         else if (!strcmp(a, "--kernels") && v)
@@ -286,8 +320,8 @@ int main(int argc, char **argv)
     void *ia[] = { &md.w, &md.m, &md.n, &seed };
     launch(md.init, md.s, ia, "init");
     printf("graph_train: %s, %u MiB, %d replays\n", o.eager ? "eager" : "graph", o.mb, o.replays);
-    if (o.explicit_mem_node)
-        explicit_mem_node(md.s);
+    if (o.explicit_dir)
+        explicit_mem_node(md.s, o.explicit_dir);
     if (o.eager)
         cu(cuMemAlloc(&md.ws, md.n * sizeof(float)), "cuMemAlloc(workspace)");
     else
