@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/names.h"
 #include "common/errmsg.h"
+#include "common/fdnames.h"
 #include "common/units.h"
 #include "common/macros.h"
 #include "common/proc.h"
@@ -79,7 +80,9 @@ struct queued_op {
     char dir[PATH_MAX];         /* "" for none */
     char parent[PATH_MAX];      /* checkpoint --parent, "" for none */
     int dirfd;                  /* the directory sent with the request (dir is in it), or -1 */
-    char who[64];               /* "uid 1000 pid 42", "signal SIGRTMIN+4" */
+    char dirfd_at[32];          /* our path of it, /proc/self/fd/N ("" for none) */
+    char dirfd_shown[PATH_MAX]; /* the client's name of it (passed_dir=), for messages; "" for none */
+    char who[96];               /* "uid 1000 pid 42", "signal SIGRTMIN+4" */
     struct tcgpu_status before; /* at the request, for the toggle signal */
 };
 
@@ -168,7 +171,7 @@ static void put_extras(struct ctl_buf *b);
  */
 static void undo_unheard_suspend(const struct queued_op *o)
 {
-    char who[96];
+    char who[sizeof(o->who) + 16];
     int r;
 
     log_warn("suspend requested by %s: the requester left before its reply; resuming", o->who);
@@ -190,9 +193,14 @@ static void run_queued(struct queued_op *o, struct ctl_buf *b)
     r = run_op(o->op, o->dir[0] ? o->dir : NULL, o->parent[0] ? o->parent : NULL, o->who, &sink);
     if (o->fd < 0)
         return;
-    if (r < 0)
-        ctl_buf_error(b, r, errmsg_get());
-    else
+    if (r < 0) {
+        char msg[PATH_MAX + 1024];
+
+        /* the client's name of the directory it sent, not ours (/proc/self/fd/N) */
+        snprintf(msg, sizeof(msg), "%s", errmsg_get());
+        tcgpu_fdnames_show(msg, sizeof(msg), o->dirfd_at, o->dirfd_shown);
+        ctl_buf_error(b, r, msg);
+    } else
         ctl_buf_ok(b);
     memset(&st, 0, sizeof(st));
     if (tcgpu_op_status(&st) == 0)
@@ -559,6 +567,29 @@ static int operation_dir(const struct command *cmd, const struct request *rq, co
     return 0;
 }
 
+/* "uid 1000 pid 42"; a peer in a pid namespace that does not see it (we
+ * run in a container, it outside) has no pid here: the kernel says 0. */
+static const char *describe_peer(const struct ucred *peer, char *buf, size_t len)
+{
+    if (peer->pid > 0)
+        snprintf(buf, len, "uid %u pid %d", (unsigned)peer->uid, (int)peer->pid);
+    else
+        snprintf(buf, len, "uid %u (a process outside this pid namespace)", (unsigned)peer->uid);
+    return buf;
+}
+
+/* The directory sent with the request: our path of it, and the client's
+ * name of it (passed_dir=, absolute; only ever shown, never reached). */
+static void note_passed_dir(struct queued_op *o, const struct request *rq)
+{
+    const char *shown = ctl_get(rq->msg, "passed_dir");
+
+    if (rq->dirfd < 0 || !shown || shown[0] != '/' || strlen(shown) >= sizeof(o->dirfd_shown) ||
+        tcgpu_proc_fd_path(rq->dirfd, NULL, o->dirfd_at, sizeof(o->dirfd_at)) < 0)
+        return;
+    snprintf(o->dirfd_shown, sizeof(o->dirfd_shown), "%s", shown);
+}
+
 /* Queues the operation; the operation thread replies when it has run. */
 static void answer_operation(const struct command *cmd, const struct request *rq, struct ctl_buf *b)
 {
@@ -579,9 +610,10 @@ static void answer_operation(const struct command *cmd, const struct request *rq
     o->fd = rq->fd;
     o->dirfd = rq->dirfd;
     o->op = cmd->op;
+    note_passed_dir(o, rq);
     snprintf(o->dir, sizeof(o->dir), "%s", dir ? dir : "");
     snprintf(o->parent, sizeof(o->parent), "%s", parent ? parent : "");
-    snprintf(o->who, sizeof(o->who), "uid %u pid %d", (unsigned)rq->peer->uid, (int)rq->peer->pid);
+    describe_peer(rq->peer, o->who, sizeof(o->who));
     tcgpu_op_status(&o->before);
     log_debug("%s requested by %s%s%s", tcgpu_op_name(o->op), o->who, dir ? ", dir " : "",
               dir ? dir : "");
@@ -662,6 +694,7 @@ static ssize_t recv_request(int fd, char *rbuf, int *dirfd)
  * else 0 (the caller closes it). */
 static int serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_msg *req)
 {
+    char who[96];
     struct ucred peer;
     socklen_t plen = sizeof(peer);
     struct pollfd pfd = { .fd = fd, .events = POLLIN };
@@ -681,7 +714,7 @@ static int serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_ms
     allowed = peer.uid == 0 || peer.uid == geteuid();
     r = poll(&pfd, 1, allowed ? REQUEST_WAIT_MS : 1000);
     if (r <= 0) {
-        log_debug("control: uid %u pid %d sent no request", (unsigned)peer.uid, (int)peer.pid);
+        log_debug("control: %s sent no request", describe_peer(&peer, who, sizeof(who)));
         return 0;
     }
     n = recv_request(fd, rbuf, &dirfd);
@@ -689,7 +722,7 @@ static int serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_ms
         goto out;
     if (!allowed) {
         char msg[128];
-        log_info("refused control connection from uid %u pid %d", (unsigned)peer.uid, (int)peer.pid);
+        log_info("refused control connection from %s", describe_peer(&peer, who, sizeof(who)));
         snprintf(msg, sizeof(msg), "uid %u may not control process %d (owned by uid %u)",
                  (unsigned)peer.uid, (int)getpid(), (unsigned)geteuid());
         ctl_buf_error(b, -EACCES, msg);
@@ -703,7 +736,7 @@ static int serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_ms
     }
     r = ctl_parse(rbuf, (size_t)n, req);
     if (r < 0) {
-        log_debug("control: malformed request from uid %u pid %d", (unsigned)peer.uid, (int)peer.pid);
+        log_debug("control: malformed request from %s", describe_peer(&peer, who, sizeof(who)));
         ctl_buf_error(b, r, "malformed request");
         send_reply(fd, b);
         goto out;

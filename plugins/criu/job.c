@@ -39,7 +39,12 @@ static int job_request(pid_t pid, const char *cmd, int dirfd, const char *name, 
         goto out;
     ctl_buf_request(req, cmd);
     if (name) {
+        char shown[PATH_MAX];
+
         ctl_buf_put(req, "dir", name);
+        /* so that its messages name the directory as we know it */
+        if (tcgpu_proc_fd_target(dirfd, shown, sizeof(shown)) > 0)
+            ctl_buf_put(req, "passed_dir", shown);
         c.pass_fd = dirfd;
     }
     n = ctl_buf_finish(req);

@@ -76,7 +76,9 @@ static int fake_op(enum tcgpu_op op, const char *dir, const struct tcgpu_op_call
     delay = fk.delay_ms;
     r = fk.next_result;
     fk.next_result = 0;
-    if (r)
+    if (r && !strcmp(fk.next_msg, "%DIR%"))          /* an error naming the directory */
+        errmsg_set("%s/gpu.img: write: No space left on device", dir ? dir : "");
+    else if (r)
         errmsg_set("%s", fk.next_msg);
     else if (op == TCGPU_OP_SUSPEND && fk.state == TCGPU_STATE_SUSPENDED) {
         r = -EALREADY;
@@ -258,8 +260,10 @@ static void on_progress(const char *phase, uint64_t done, uint64_t total, void *
     saw_drain_end |= !strcmp(phase, "drain") && done == 4 << 20 && total == 4 << 20;
 }
 
-/* One request to ourselves; returns the exit code gpuckpt would give. */
-static int request(const char *word, const char *dir, int timeout_ms)
+/* One request to ourselves, dir relative to the directory dirfd sent along
+ * (-1: none) which the client calls `shown` (NULL: it does not say); returns
+ * the exit code gpuckpt would give. */
+static int request_passing(const char *word, const char *dir, int dirfd, const char *shown, int timeout_ms)
 {
     struct ctl_conn c;
     char err[1024];
@@ -273,11 +277,19 @@ static int request(const char *word, const char *dir, int timeout_ms)
     ctl_buf_request(&req, word);
     if (dir)
         ctl_buf_put(&req, "dir", dir);
+    if (shown)
+        ctl_buf_put(&req, "passed_dir", shown);
+    c.pass_fd = dirfd;
     r = ctl_call(&c, req.data, (size_t)ctl_buf_finish(&req), &reply, timeout_ms, on_progress, NULL);
     ctl_close(&c);
     if (r < 0)
         return ctl_exit_code(r, 0);
     return ctl_exit_code(reply.err, 1);
+}
+
+static int request(const char *word, const char *dir, int timeout_ms)
+{
+    return request_passing(word, dir, -1, NULL, timeout_ms);
 }
 
 static char server_path[PATH_MAX];     /* saved: a forked child forgets it */
@@ -601,6 +613,20 @@ static int test_e2e(void)
         CHECK(!strcmp(reply.err_text, "cuIpcGetMemHandle: IPC memory handles cannot be checkpointed"));
         CHECK(ctl_get_status(&reply, &ts) == 0 && ts.last_result == map[i].err);
     }
+
+    /* a directory sent along: the operation reaches it as /proc/self/fd/N,
+     * and the reply names it as the client does (passed_dir=) */
+    int dfd = open(tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    CHECK(dfd >= 0);
+    force_next(-ENOSPC, "%DIR%");
+    CHECK(request_passing("checkpoint", "img", dfd, "/home/me/ckpt", 5000) == CTL_EXIT_FAILED);
+    CHECK(!strncmp(fk.dir, "/proc/self/fd/", 14), "the operation got %s", fk.dir);
+    CHECK(!strcmp(reply.err_text, "/home/me/ckpt/img/gpu.img: write: No space left on device"),
+          "the reply says: %s", reply.err_text);
+    force_next(-ENOSPC, "%DIR%");          /* no name from the client: ours stays */
+    CHECK(request_passing("checkpoint", "img", dfd, NULL, 5000) == CTL_EXIT_FAILED);
+    CHECK(!strncmp(reply.err_text, "/proc/self/fd/", 14), "the reply says: %s", reply.err_text);
+    close(dfd);
 
     /* the client's timeout: exit 5, and the server carries on; then, finding
      * nobody to take the suspend's reply, it undoes the suspend */
