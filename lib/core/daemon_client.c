@@ -53,7 +53,6 @@ static struct {
     int registered;
     int ever_registered;                      /* tcgpud has known this job once */
     int away;                                 /* the last try found tcgpud there but not answering */
-    int may_borrow;
     char project[64];
     char priority[32];
     uint64_t gpu_mem;                         /* TCGPU_GPU_MEM, 0: not given */
@@ -304,7 +303,6 @@ static int do_register(void)
     dc.registered = 1;
     dc.ever_registered = 1;
     dc.warned = 0;
-    dc.may_borrow = ctl_get(rep, "may_borrow") && !strcmp(ctl_get(rep, "may_borrow"), "1");
     if (ctl_get_u64(rep, "limit", &limit) == 0)
         atomic_store(&job_limit, limit);
     /* the project's default share, when the job gave none */
@@ -351,8 +349,7 @@ enum {
 };
 
 /* The request itself, waiting at most timeout_ms; err says why it was unreachable. */
-static int ask(int device, uint64_t bytes, uint64_t used, int over_limit, int timeout_ms,
-               char *err, size_t errlen)
+static int ask(int device, uint64_t bytes, uint64_t used, int timeout_ms, char *err, size_t errlen)
 {
     struct ctl_buf *req = malloc(sizeof(*req));
     struct ctl_msg *rep = malloc(sizeof(*rep));
@@ -368,8 +365,6 @@ static int ask(int device, uint64_t bytes, uint64_t used, int over_limit, int ti
     ctl_buf_put_u64(req, "used", used);
     if (TCGPU_REAL(cuMemGetInfo)(&freemem, &total) == CUDA_SUCCESS)
         ctl_buf_put_u64(req, "free", freemem);
-    if (over_limit)
-        ctl_buf_put_u64(req, "over_limit", 1);
     if (dc.wait_ms)
         ctl_buf_put_u64(req, "wait_ms", dc.wait_ms);
     if (call_daemon(req, rep, timeout_ms, err, errlen) < 0) {
@@ -446,7 +441,7 @@ static int register_again(void)
  * victim was releasing when tcgpud went away), and the job registers again
  * when tcgpud is back. Returns 1 (retry the allocation) or 0 (fail it).
  */
-static int ask_until_answered(int device, uint64_t bytes, uint64_t used, int over_limit)
+static int ask_until_answered(int device, uint64_t bytes, uint64_t used)
 {
     uint64_t t0 = now_ns(), deadline = t0 + ((uint64_t)dc.timeout_ms + dc.wait_ms) * 1000000u;
     int pause_ms = RETRY_FIRST_MS, forgotten = 0, said = 0;
@@ -455,8 +450,7 @@ static int ask_until_answered(int device, uint64_t bytes, uint64_t used, int ove
     for (;;) {
         uint64_t now = now_ns();
         int left_ms = now < deadline ? (int)((deadline - now) / 1000000u) + 1 : 0;
-        int r = registered_now() ? ask(device, bytes, used, over_limit, left_ms, err, sizeof(err))
-                                 : ASK_UNREACHABLE;
+        int r = registered_now() ? ask(device, bytes, used, left_ms, err, sizeof(err)) : ASK_UNREACHABLE;
 
         if (r == ASK_RETRY || r == ASK_FAIL)
             return r;
@@ -467,7 +461,7 @@ static int ask_until_answered(int device, uint64_t bytes, uint64_t used, int ove
                     "register again; failing it", (unsigned long long)(bytes >> 20));
             return ASK_FAIL;
         }
-        if (!over_limit && device_has_room(bytes))
+        if (device_has_room(bytes))
             return ASK_RETRY;
         if (now_ns() >= deadline) {
             log_err("allocation of %llu MiB: no answer from tcgpud in %.0f s (%s); failing it "
@@ -505,7 +499,7 @@ static void note_over_limit(uint64_t bytes, uint64_t used)
             units_format_bytes(tcgpu_daemon_limit(), l, sizeof(l)),
             dc.gpu_mem ? "TCGPU_GPU_MEM, gpuckpt run --gpu-mem"
                        : "given by tcgpud: the project's default_limit",
-            dc.registered && !dc.may_borrow ? "; its project may not borrow beyond it" : "");
+            "; a job's limit is hard: its project's borrowing never lifts it");
     if (dc.limit_not_noted)
         log_err("(%lu more allocations failed over the limit since the last such line)",
                 dc.limit_not_noted);
@@ -518,19 +512,23 @@ int tcgpu_daemon_make_room(int device, uint64_t bytes, uint64_t used, int over_l
 {
     int left_gate = 0, r, policy;
 
+    /* A job's limit is a partition of the GPU (--gpu-mem, a project's
+     * default_limit): it holds whatever the project may borrow. Borrowing
+     * lends a project the idle memory of others, for jobs within their
+     * own limits; nothing lifts a job's limit. */
+    if (over_limit) {
+        note_over_limit(bytes, used);
+        return 0;
+    }
     pthread_mutex_lock(&reg_mutex);
     configure();
     /* A job tcgpud knew once, or that found it away, keeps asking while
      * tcgpud is away; one refused or without a tcgpud runs without policy:
-     * the limit is hard, OOM is OOM. */
-    policy = (ensure_registered() || dc.ever_registered || dc.away) &&
-             !(over_limit && dc.registered && !dc.may_borrow);
+     * OOM is OOM. */
+    policy = ensure_registered() || dc.ever_registered || dc.away;
     pthread_mutex_unlock(&reg_mutex);
-    if (!policy) {
-        if (over_limit)
-            note_over_limit(bytes, used);
+    if (!policy)
         return 0;
-    }
     /* Leave the gate while tcgpud works: it may suspend this very job (if
      * it chose us as a victim just before our request arrived), and that
      * needs every thread outside. On the way back in we park until resumed. */
@@ -538,10 +536,8 @@ int tcgpu_daemon_make_room(int device, uint64_t bytes, uint64_t used, int over_l
         tcgpu_gate_leave();
         left_gate = 1;
     }
-    r = ask_until_answered(device, bytes, used, over_limit);
+    r = ask_until_answered(device, bytes, used);
     if (left_gate)
         tcgpu_gate_enter("cuMemAlloc (after tcgpud)");
-    if (!r && over_limit)
-        note_over_limit(bytes, used);
     return r;
 }

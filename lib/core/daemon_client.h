@@ -32,9 +32,10 @@ uint64_t tcgpu_daemon_limit(void);
 
 /*
  * An allocation of `bytes` on `device` does not fit: over the job's limit
- * (over_limit), or the driver said out of memory. `used` is what the job
- * holds. Asks tcgpud to make room (it may suspend other jobs) and waits for
- * the answer. The calling thread leaves the API gate while it waits (when
+ * (over_limit: it fails, and the job's log says which limit, at most every
+ * 10 s; a limit is hard), or the driver said out of memory: then, `used`
+ * being what the job holds, asks tcgpud to make room (it may suspend other
+ * jobs) and waits for the answer. The calling thread leaves the API gate while it waits (when
  * it is its outermost call), so that the job itself can be suspended
  * meanwhile. Returns 1: retry the allocation; 0: fail it.
  */

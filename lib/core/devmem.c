@@ -551,10 +551,10 @@ static CUresult alloc_once(CUdeviceptr *out, size_t size, enum tc_alloc_kind kin
 }
 
 /*
- * An allocation that does not fit (beyond the job's limit, or the device is
- * full) asks tcgpud before it fails: tcgpud may make room by suspending
- * other jobs (or raise a borrowing job's limit), and the allocation is
- * tried again. Without tcgpud, tcgpu_daemon_make_room() says no at once.
+ * An allocation the device has no room for asks tcgpud before it fails:
+ * tcgpud may make room by suspending other jobs, and the allocation is tried
+ * again. Without tcgpud, or beyond the job's own limit (which is hard),
+ * tcgpu_daemon_make_room() says no at once.
  */
 #define MAKE_ROOM_TRIES 4
 

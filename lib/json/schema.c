@@ -59,7 +59,6 @@ static const struct tc_json_field event_fields[] = {
     { "pid", TC_JSON_INT },
     { "priority", TC_JSON_INT },
     { "bytes", TC_JSON_INT },
-    { "over_limit", TC_JSON_BOOL },
     { "limit", TC_JSON_INT },
     { "priority_given", TC_JSON_INT },
     { "for", TC_JSON_INT },

@@ -556,16 +556,6 @@ int policy_set_usage(struct policy *p, uint64_t id, uint64_t bytes)
     return 0;
 }
 
-int policy_set_limit(struct policy *p, uint64_t id, uint64_t limit)
-{
-    struct pol_job *j = pol_find(p, id);
-
-    if (!j)
-        return -ENOENT;
-    j->limit = limit;
-    return 0;
-}
-
 int policy_job_relocate(struct policy *p, uint64_t id, int device)
 {
     struct pol_job *j = pol_find(p, id);

@@ -334,9 +334,6 @@ int policy_request_cancel(struct policy *p, uint64_t id, uint64_t now, struct po
  * its own or a transition is in flight. 0 or -ENOENT. */
 int policy_set_usage(struct policy *p, uint64_t id, uint64_t bytes);
 
-/* The memory the job is allowed (its limit) changed. 0 or -ENOENT. */
-int policy_set_limit(struct policy *p, uint64_t id, uint64_t limit);
-
 /* The job says it runs on `device` (it knows; tcgpud learnt device 0 at
  * registration): its accounting moves there. Only for a running job without
  * a request in flight; 0 (also when nothing changes), -ENOENT, -EBUSY, -EINVAL. */

@@ -3,7 +3,8 @@
 # else out of tcgpud: while a throwaway user keeps 300 `events follow=1`
 # connections and 300 idle ones going, root's and another user's gpuckpt ps
 # and suspend work, the other user's new job registers and its request
-# beyond its limit is answered by tcgpud (not the plain out-of-memory), and
+# for more than the GPU has free is answered by tcgpud (a denial with its
+# reason, not a timeout), and
 # the flooder is told why it is turned away (EAGAIN), in a log that it
 # cannot fill (neither by connections nor by replies it never reads).
 # A third flood asks and hangs up, again and again. Needs root (useradd): skips otherwise.
@@ -17,7 +18,6 @@ write_config "
 [project batch]
 priority = 10
 members = *
-default_limit = 256M
 "
 start_tcgpud
 
@@ -40,13 +40,16 @@ for i in $(seq 1 5); do
 done
 note "ps answered for root and alice under the flood"
 
-# alice's job registers, and asks tcgpud when it goes beyond its 256M limit
+# alice's job registers, and asks tcgpud when the GPU has no room for it
+# (1 GiB, no job to preempt: tcgpud denies, with its reason)
 user_run_dir "$alice"
 out=$(TCGPU_RUN_DIR=$RUN_DIR as_user "$alice" "$GPUCKPT" run --project batch -- \
-      "$PROGS/tcgpud_meminfo" 100 200 2>&1) || fail "alice's probe failed: $out"
-grep -q '^more=ok$' <<<"$out" || fail "alice's request was not answered by tcgpud: $out"
-! grep -q "running without policy" <<<"$out" || fail "alice's job ran without policy: $out"
-note "alice's job registered and tcgpud raised its limit"
+      "$PROGS/tcgpud_meminfo" 100 960 2>&1) || fail "alice's probe failed: $out"
+grep -q '^more=oom$' <<<"$out" || fail "alice's allocation beyond the GPU succeeded: $out"
+! grep -q "running without policy\|no answer from tcgpud" <<<"$out" || fail "alice's job ran without policy: $out"
+evs=$("$GPUCKPT" events)                  # (not piped into grep -q: pipefail and SIGPIPE)
+grep -q "denied .*no room on GPU" <<<"$evs" || fail "tcgpud did not answer alice's request: $evs"
+note "alice's job registered and tcgpud answered its request"
 
 # a long job of alice's, suspended and resumed by root through tcgpud
 # shellcheck disable=SC2046

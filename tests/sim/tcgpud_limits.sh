@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Per-job memory limits: enforced in the interposer (beyond the limit:
 # CUDA_ERROR_OUT_OF_MEMORY), and cuMemGetInfo reports the job's view.
-# Without tcgpud (--gpu-mem alone); with tcgpud (a project's default_limit):
-# borrow = no keeps it hard, borrow = yes lets tcgpud raise it when the GPU
-# has room. A job's negative priority is shown with its sign.
+# Without tcgpud (--gpu-mem alone); with tcgpud (a project's default_limit,
+# or --gpu-mem): hard whatever the project's borrowing (issue 33: a project
+# that may borrow let a job under --gpu-mem 64M allocate 128 MiB), and the
+# job's log names the limit. A job's negative priority is shown with its sign.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tcgpud_lib.sh"
 PROBE=$PROGS/tcgpud_meminfo
@@ -39,10 +40,20 @@ default_limit = 256M
 start_tcgpud
 out=$("$GPUCKPT" run --project strict -- "$PROBE" 100 200) || fail "probe failed: $out"
 grep -q '^total=256 ' <<<"$out" && grep -q '^more=oom$' <<<"$out" || fail "strict project: $out"
-out=$("$GPUCKPT" run --project flex -- "$PROBE" 100 200) || fail "probe failed: $out"
-grep -q '^more=ok$' <<<"$out" || fail "flex project may borrow beyond its default limit: $out"
+# a project that may borrow: its jobs' limits hold all the same
+out=$("$GPUCKPT" run --project flex -- "$PROBE" 100 200 2>"$WORK/flex.err") || fail "probe failed: $out"
+grep -q '^total=256 ' <<<"$out" && grep -q '^more=oom$' <<<"$out" ||
+    fail "flex project: its default_limit 256M did not hold: $out"
+grep -q "memory limit is 256.0 MiB (given by tcgpud: the project's default_limit); a job's limit is hard" \
+    "$WORK/flex.err" || fail "the job's log does not name the limit: $(cat "$WORK/flex.err")"
+out=$("$GPUCKPT" run --project flex --gpu-mem 64M -- "$PROBE" 32 96 2>"$WORK/flex.err") ||
+    fail "probe failed: $out"
+grep -q '^total=64 ' <<<"$out" && grep -q '^more=oom$' <<<"$out" ||
+    fail "flex project: --gpu-mem 64M let the job hold 128 MiB: $out"
+grep -q "memory limit is 64.0 MiB (TCGPU_GPU_MEM, gpuckpt run --gpu-mem)" "$WORK/flex.err" ||
+    fail "the job's log does not name --gpu-mem: $(cat "$WORK/flex.err")"
 evs=$("$GPUCKPT" events)                  # (not piped into grep -q: pipefail and SIGPIPE)
-grep -q 'request .*over its limit' <<<"$evs" || fail "no over-limit request in the events: $evs"
+! grep -q 'granted' <<<"$evs" || fail "tcgpud granted room beyond a job's limit: $evs"
 # a job's own --gpu-mem beats the project's default
 out=$("$GPUCKPT" run --project strict --gpu-mem 512M -- "$PROBE" 100 200) || fail "probe failed: $out"
 grep -q '^total=512 ' <<<"$out" && grep -q '^more=ok$' <<<"$out" || fail "--gpu-mem 512M: $out"
@@ -73,4 +84,4 @@ r=$(ask "request bytes=1 device=0"); [[ "$r" == "error ENOENT 2 process "*" is n
     fail "a request from no job: $r"
 r=$(ask suspend); [ "$r" = "error EINVAL 22 suspend needs pid=N" ] || fail "suspend without pid=: $r"
 r=$(ask "resume pid=1"); [ "$r" = "error ENOENT 2 process 1 is not managed by tcgpud" ] || fail "resume of no job: $r"
-echo "ok: limits enforced, cuMemGetInfo shows the job's view, borrowing raises the limit, negative priorities"
+echo "ok: limits enforced and hard in a project that may borrow, cuMemGetInfo shows the job's view, negative priorities"

@@ -27,7 +27,6 @@ enum shown_as {
     AS_LIMIT,                   /* "limit none" for 0 */
     AS_MS,                      /* "label 545.0 ms" */
     AS_SECONDS,                 /* milliseconds shown as "label 12.3 s" */
-    AS_FLAG,                    /* "label" when 1, nothing when 0 */
     AS_HIDDEN,                  /* in the line's head already */
 };
 
@@ -53,7 +52,6 @@ static const struct field_view fields[] = {
     { "for", "for pid", AS_TEXT },
     { "bytes", "bytes", AS_BYTES },
     { "free", "free", AS_BYTES },
-    { "over_limit", "over its limit", AS_FLAG },
     { "limit", "limit", AS_LIMIT },
     { "priority_given", "priority asked", AS_TEXT },
     { "gpu_bytes", "gpu memory now", AS_BYTES },
@@ -104,10 +102,6 @@ static void show_field(const struct field_view *v, const char *key, const char *
         break;
     case AS_SECONDS:
         snprintf(line + used, len - used, "%s%s %.1f s", sep, label, strtod(value, NULL) / 1000.0);
-        break;
-    case AS_FLAG:
-        if (strcmp(value, "0"))
-            snprintf(line + used, len - used, "%s%s", sep, label);
         break;
     default:
         if (!label)

@@ -318,6 +318,13 @@ static void request_memory(int ci, const struct ctl_msg *m, struct djob *j)
         reply_error(ci, -EINVAL, "malformed request");
         return;
     }
+    /* An older libtcgpu asks for room beyond the job's own limit: the limit
+     * is a partition, which borrowing never lifts (docs/tcgpud.md). */
+    if (over) {
+        reply_error(ci, -ENOMEM, "beyond the job's memory limit (%llu MiB): a limit is hard, and "
+                    "borrowing never lifts it", (unsigned long long)(pj->limit / MiB));
+        return;
+    }
     r = job_device(m, &dev, why, sizeof(why));
     if (r < 0) {
         reply_error(ci, r, "%s", why);
@@ -339,14 +346,13 @@ static void request_memory(int ci, const struct ctl_msg *m, struct djob *j)
     if (wait_ms > 7 * 24 * 3600 * 1000ull)
         wait_ms = 7 * 24 * 3600 * 1000ull;
     j->req_device = dev;
-    j->req_over_limit = over != 0;
     j->req_wait_ms = wait_ms;
     j->req_conn = ci;
     j->req_t0 = now_ns();
     d.conns[ci].kind = C_REQUEST;
     d.conns[ci].job = j->pid;
     d.conns[ci].deadline_ns = 0;
-    event("request", j->pid, "bytes", u64s(j->req_bytes, by), "over_limit", over ? "1" : "0",
+    event("request", j->pid, "bytes", u64s(j->req_bytes, by),
           "free", j->req_free == POL_FREE_UNKNOWN ? "" : u64s(j->req_free, fr), NULL);
     /* Decide on fresh numbers: after a status poll that starts from now. */
     j->req_gen = d.poll_started + 1;

@@ -87,7 +87,7 @@ struct djob {
     /* the memory request in flight, if any */
     int req_conn;                 /* -1: none */
     uint64_t req_bytes, req_used, req_free;
-    int req_device, req_over_limit;
+    int req_device;
     uint64_t req_wait_ms;
     uint64_t req_gen;             /* decide after this poll generation; 0: decided */
     uint64_t req_t0;

@@ -130,12 +130,6 @@ static void reply_grant(struct djob *j, uint64_t bytes)
     uint64_t limit = pj ? pj->limit : 0;
     char t[24], by[24];
 
-    /* A job borrowing beyond its own limit gets the limit raised to cover it. */
-    if (j->req_over_limit && limit && j->req_used + bytes > limit) {
-        limit = (j->req_used + bytes + 2 * MiB - 1) / (2 * MiB) * (2 * MiB);
-        policy_set_limit(d.pol, (uint64_t)j->pid, limit);
-        d.dirty = 1;
-    }
     latency_add(&d.grant_wait, (double)(now_ns() - j->req_t0) / 1e9);
     event("granted", j->pid, "bytes", u64s(bytes, by), "wait_ms", msecs(now_ns() - j->req_t0, t), NULL);
     if (j->req_conn >= 0) {
