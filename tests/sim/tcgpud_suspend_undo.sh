@@ -5,6 +5,9 @@
 # does for a suspend asked of it directly (suspend_undo.sh): the job runs on
 # (tcgpud's state and its own, steps going on), and its checksum is an
 # uninterrupted run's.
+# A job of two tasks (a gang, --job) suspended by hand, one task refusing
+# (it holds an IPC event): gpuckpt's suspend fails naming that task, and the
+# other task, which had suspended, is resumed: nothing stays stopped.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tcgpud_lib.sh"
 
@@ -53,8 +56,33 @@ kill -CONT "$DAEMON"
 undone 2
 note "gpuckpt killed: undone, the job runs on"
 
+# a gang whose second task refuses the suspend
+start_bg "$WORK/g0.out" "$GPUCKPT" run --project research --job pair -- "$TRAIN" --mb 64 --steps 100000 \
+    --print-every 1 --sleep-ms 5
+g0=$BG
+start_bg "$WORK/g1.out" "$GPUCKPT" run --project research --job pair -- "$PROGS/ipc_hold" --steps 100000 \
+    --sleep-ms 5
+g1=$BG
+wait_registered "$g0"
+wait_registered "$g1"
+wait_for_line "$WORK/g0.out" '^step'
+wait_for_line "$WORK/g1.out" '^exported'
+rc=0
+"$GPUCKPT" suspend "$g0" >"$WORK/g.out" 2>&1 || rc=$?
+[ "$rc" -eq 4 ] || fail "suspending a job one of whose tasks refuses exited $rc, expected 4: $(cat "$WORK/g.out")"
+grep -q "process $g1, a task of job pair, did not suspend: .*cuIpcGetEventHandle" "$WORK/g.out" ||
+    fail "the failure does not name the task that refused and why: $(cat "$WORK/g.out")"
+for t in "$g0" "$g1"; do
+    wait_state "$t" running 20
+    "$GPUCKPT" status "$t" | grep -q ': running' || fail "task $t is not running: $("$GPUCKPT" status "$t")"
+done
+steps=$(grep -c '^step' "$WORK/g0.out")
+wait_line "$WORK/g0.out" "^step $((steps + 2)) " 20 "$g0" || fail "task $g0 makes no progress after the undo"
+kill "$g0" "$g1"
+note "a gang with a task that refuses: the suspend fails naming it, the other task runs on"
+
 grep -q '^checksum' "$WORK/run.out" && fail "the job finished before the last case: make it longer"
 wait "$pid" || fail "the job failed: $(tail -n 3 "$WORK/run.out")"
 got=$(checksum_of "$WORK/run.out")
 [ "$got" = "$ref" ] || fail "checksum $got, uninterrupted $ref"
-echo "ok: two abandoned suspends through tcgpud, each undone; checksum $got"
+echo "ok: two abandoned suspends through tcgpud, each undone, and a gang's partial suspend undone; checksum $got"

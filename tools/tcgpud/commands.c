@@ -542,6 +542,29 @@ static struct djob *authorised_job(int ci, const struct ctl_msg *m, const char *
     return j;
 }
 
+/* A new manual operation on j's gang: what the last one left is forgotten. */
+static void forget_gang_results(const struct djob *j)
+{
+    for (size_t i = 0; i < d.njobs; i++) {
+        struct djob *t = &d.jobs[i];
+        if (t == j || (j->gang && t->gang == j->gang)) {
+            t->result_ready = 0;
+            t->gang_err = 0;
+        }
+    }
+}
+
+/* Takes the suspension of pid out of a, the rest kept in order. */
+static void drop_suspend_of(struct pol_actions *a, pid_t pid)
+{
+    size_t kept = 0;
+
+    for (size_t i = 0; i < a->n; i++)
+        if (a->v[i].kind != POL_ACT_SUSPEND || a->v[i].job != (uint64_t)pid)
+            a->v[kept++] = a->v[i];
+    a->n = kept;
+}
+
 static void manual_op(int ci, const struct ctl_msg *m, struct djob *j, int suspend)
 {
     static struct ctl_buf b;
@@ -587,15 +610,21 @@ static void manual_op(int ci, const struct ctl_msg *m, struct djob *j, int suspe
         d.dirty = 1;
         return;
     }
+    forget_gang_results(j);
     j->waiter = ci;
     j->waiter_suspends = suspend;
     d.conns[ci].kind = C_OP;
     d.conns[ci].job = j->pid;
     if (suspend && dir) {
-        /* the suspend action of do_actions would go to host memory: start it here instead */
-        pol_actions_clear(&acts);
-        event("suspending", j->pid, "why", "manual", "dir", dir, NULL);
-        start_op(j, WORK_SUSPEND, dir);
+        /* j's suspend action would go to host memory: start it here, with
+         * the directory, and carry out the rest (its gang's tasks) */
+        pid_t pid = j->pid;
+        drop_suspend_of(&acts, pid);
+        do_actions(&acts);
+        if ((j = job_of(pid))) {
+            event("suspending", j->pid, "why", "manual", "dir", dir, NULL);
+            start_op(j, WORK_SUSPEND, dir);
+        }
         d.dirty = 1;
         return;
     }

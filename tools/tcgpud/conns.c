@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "conns.h"
 #include "daemon.h"
+#include "jobs.h"
 #include "metrics.h"
 #include "state.h"
 
@@ -432,6 +433,6 @@ void peer_gone(int ci)
     }
     /* nobody would know the job is suspended, nor resume it (jobs.c) */
     if (c->kind == C_OP && j && j->waiter == ci && j->waiter_suspends)
-        j->asker_left = 1;
+        undo_manual_suspend(j, "the suspend's asker left before the reply");
     conn_close(ci);
 }

@@ -36,6 +36,7 @@
 #include <sys/types.h>
 
 #include "policy/policy.h"
+#include "tcgpu.h"
 #include "config.h"
 
 /*
@@ -82,7 +83,16 @@ struct djob {
     int busy;                     /* a worker is suspending or resuming it */
     int waiter;                   /* conn waiting for a manual operation, -1 */
     int waiter_suspends;          /* that operation is a suspend */
-    int asker_left;               /* its asker left before the reply: undo it when done */
+    int undo_suspend;             /* resume it once its suspend is done: the asker left, or
+                                     another task of its gang did not suspend */
+    char undo_why[96];            /* which, for the log */
+    /* the manual operation's own result, held until every task of its gang
+     * has settled (the asker hears about the job, not about one task) */
+    int result_ready, result_err;
+    char result_msg[512];
+    struct tcgpu_status result_st;
+    int gang_err;                 /* a task of the gang failed the manual suspend: -errno, 0 */
+    char gang_msg[768];           /* which task, and why */
     uint64_t op_t0;
     /* the memory request in flight, if any */
     int req_conn;                 /* -1: none */

@@ -331,46 +331,147 @@ void poll_done(struct work *w)
  * Finished operations
  * ------------------------------------------------------------------------- */
 
-static void reply_waiter(struct djob *j, const struct work *w)
+/* Is any task of j's gang (j alone when it has none) in an operation? */
+static int gang_busy(const struct djob *j)
+{
+    for (size_t i = 0; i < d.njobs; i++) {
+        const struct djob *t = &d.jobs[i];
+        if ((t == j || (j->gang && t->gang == j->gang)) && t->busy)
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * The asker of a manual operation hears about the job: once its own
+ * operation is done and no task of its gang is still in one. A task of the
+ * gang that failed the suspend makes it a failure, naming that task.
+ */
+static void reply_waiter_when_settled(struct djob *j)
 {
     static struct ctl_buf b;
 
-    if (j->waiter < 0)
+    if (j->waiter < 0 || !j->result_ready || gang_busy(j))
         return;
-    if (w->err) {
-        ctl_buf_error(&b, w->err, w->msg);
+    if (j->result_err) {
+        ctl_buf_error(&b, j->result_err, j->result_msg);
+    } else if (j->waiter_suspends && j->gang_err) {
+        ctl_buf_error(&b, j->gang_err, j->gang_msg);
     } else {
         ctl_buf_ok(&b);
-        ctl_put_status(&b, &w->st);
+        ctl_put_status(&b, &j->result_st);
     }
     send_msg(j->waiter, &b);
     conn_close(j->waiter);
     j->waiter = -1;
+    j->result_ready = 0;
 }
 
-/*
- * A manual suspend whose asker left before the reply (gpuckpt interrupted,
- * killed, or past its --timeout): nobody knows the job is suspended, and
- * nobody would resume it. Resume it (its gang with it), as the process does
- * for a suspend asked of it directly (docs/cli.md).
- */
-static void undo_unheard_suspend(struct djob *j, int err)
+static void keep_result(struct djob *j, const struct work *w, int err)
 {
-    j->asker_left = 0;
-    if (err)
-        return;                   /* it did not suspend */
-    log_info("pid %d: the suspend's asker left before the reply; resuming", (int)j->pid);
-    event("manual-resume", j->pid, "by", "undo", NULL);
-    if (policy_manual_resume(d.pol, (uint64_t)j->pid, now_ns(), &acts) < 0)
-        log_info("pid %d stays suspended (no room to resume it now); resume it with: gpuckpt "
-                 "resume %d", (int)j->pid, (int)j->pid);
+    j->result_ready = 1;
+    j->result_err = err;
+    snprintf(j->result_msg, sizeof(j->result_msg), "%s", w->msg);
+    j->result_st = w->st;
+}
+
+/* Resume j's gang now: the tasks the policy holds suspended for a manual
+ * suspend (one manual resume brings back every one of them that fits). */
+static void resume_gang_now(struct djob *j, const char *why)
+{
+    const struct pol_job *pj;
+
+    for (size_t i = 0; i < d.njobs; i++) {
+        struct djob *t = &d.jobs[i];
+        if ((t != j && (!j->gang || t->gang != j->gang)) ||
+            !(pj = policy_job(d.pol, (uint64_t)t->pid)) || pj->state != POL_SUSPENDED)
+            continue;
+        log_info("pid %d: %s; resuming%s", (int)t->pid, why, j->gang ? " its job's tasks" : "");
+        event("manual-resume", t->pid, "by", "undo", NULL);
+        if (policy_manual_resume(d.pol, (uint64_t)t->pid, now_ns(), &acts) < 0) {
+            pol_actions_clear(&acts);
+            log_info("pid %d stays suspended (no room to resume it now); resume it with: gpuckpt "
+                     "resume %d", (int)t->pid, (int)t->pid);
+        }
+        return;
+    }
+}
+
+void undo_manual_suspend(struct djob *j, const char *why)
+{
+    for (size_t i = 0; i < d.njobs; i++) {
+        struct djob *t = &d.jobs[i];
+        if ((t == j || (j->gang && t->gang == j->gang)) && t->busy) {
+            t->undo_suspend = 1;      /* op_done resumes it */
+            snprintf(t->undo_why, sizeof(t->undo_why), "%s", why);
+        }
+    }
+    resume_gang_now(j, why);
+    do_actions(&acts);
+}
+
+/* Task j of a gang did not suspend by hand: the other tasks must not stay
+ * suspended, and whoever asked hears which task failed and why. */
+static void gang_suspend_failed(struct djob *j, int err, const char *msg)
+{
+    char why[96];
+
+    for (size_t i = 0; i < d.njobs; i++) {
+        struct djob *t = &d.jobs[i];
+        if (t->gang != j->gang || t == j)
+            continue;
+        t->gang_err = err;
+        snprintf(t->gang_msg, sizeof(t->gang_msg), "process %d, a task of job %s, did not suspend: "
+                 "%s; the job's other tasks are being resumed", (int)j->pid, j->job_name, msg);
+    }
+    snprintf(why, sizeof(why), "task %d of its job did not suspend", (int)j->pid);
+    undo_manual_suspend(j, why);
+}
+
+static void suspend_done(struct djob *j, const struct work *w, int err)
+{
+    const struct pol_job *pj = policy_job(d.pol, (uint64_t)j->pid);
+    int manual = pj && pj->suspended_by == POL_BY_MANUAL;
+    char t[24], by[24];
+
+    if (err == 0) {
+        latency_add(&d.suspend_lat, (double)w->ns / 1e9);
+        log_info("pid %d suspended in %.0f ms (GPU memory now %llu MiB)", (int)j->pid,
+                 (double)w->ns / 1e6, (unsigned long long)(w->st.gpu_bytes / MiB));
+        event("suspended", j->pid, "latency_ms", msecs(w->ns, t),
+              "gpu_bytes", u64s(w->st.gpu_bytes, by), NULL);
+    } else {
+        log_info("pid %d did not suspend: %s", (int)j->pid, w->msg);
+        event("suspend-failed", j->pid, "error", errno_name(err), "text", w->msg, NULL);
+    }
+    policy_job_suspended(d.pol, (uint64_t)j->pid, err, now_ns(), &acts);
+    if (err && manual && j->gang)
+        gang_suspend_failed(j, err, w->msg);
+    else if (!err && j->undo_suspend)
+        resume_gang_now(j, j->undo_why);
+    j->undo_suspend = 0;
+}
+
+static void resume_done(struct djob *j, const struct work *w, int err)
+{
+    char t[24];
+
+    if (err == 0) {
+        latency_add(&d.resume_lat, (double)w->ns / 1e9);
+        log_info("pid %d resumed in %.0f ms", (int)j->pid, (double)w->ns / 1e6);
+        event("resumed", j->pid, "latency_ms", msecs(w->ns, t), NULL);
+    } else {
+        log_info("pid %d did not resume: %s", (int)j->pid, w->msg);
+        event("resume-failed", j->pid, "error", errno_name(err), "text", w->msg, NULL);
+    }
+    policy_job_resumed(d.pol, (uint64_t)j->pid, err, now_ns(), &acts);
 }
 
 void op_done(struct work *w)
 {
     struct djob *j = job_of(w->pid);
+    uint64_t gang;
     int err = w->err;
-    char t[24], by[24];
 
     if (!j)
         return;                   /* exited meanwhile */
@@ -379,33 +480,18 @@ void op_done(struct work *w)
     /* Already in the state asked for: done, as far as the policy goes. */
     if (err == -EALREADY && w->from_server)
         err = 0;
-    if (w->kind == WORK_SUSPEND) {
-        if (err == 0) {
-            latency_add(&d.suspend_lat, (double)w->ns / 1e9);
-            log_info("pid %d suspended in %.0f ms (GPU memory now %llu MiB)", (int)j->pid,
-                     (double)w->ns / 1e6, (unsigned long long)(w->st.gpu_bytes / MiB));
-            event("suspended", j->pid, "latency_ms", msecs(w->ns, t),
-                  "gpu_bytes", u64s(w->st.gpu_bytes, by), NULL);
-        } else {
-            log_info("pid %d did not suspend: %s", (int)j->pid, w->msg);
-            event("suspend-failed", j->pid, "error", errno_name(err), "text", w->msg, NULL);
-        }
-        reply_waiter(j, w);
-        policy_job_suspended(d.pol, (uint64_t)j->pid, err, now_ns(), &acts);
-        if (j->asker_left)
-            undo_unheard_suspend(j, err);
-    } else {
-        if (err == 0) {
-            latency_add(&d.resume_lat, (double)w->ns / 1e9);
-            log_info("pid %d resumed in %.0f ms", (int)j->pid, (double)w->ns / 1e6);
-            event("resumed", j->pid, "latency_ms", msecs(w->ns, t), NULL);
-        } else {
-            log_info("pid %d did not resume: %s", (int)j->pid, w->msg);
-            event("resume-failed", j->pid, "error", errno_name(err), "text", w->msg, NULL);
-        }
-        reply_waiter(j, w);
-        policy_job_resumed(d.pol, (uint64_t)j->pid, err, now_ns(), &acts);
-    }
+    if (j->waiter >= 0)
+        keep_result(j, w, err);
+    if (w->kind == WORK_SUSPEND)
+        suspend_done(j, w, err);
+    else
+        resume_done(j, w, err);
+    gang = j->gang;
+    /* the asker of any task of the gang may hear now (j's, or one whose
+     * task finished earlier and waited for this one) */
+    for (size_t i = 0; i < d.njobs; i++)
+        if (&d.jobs[i] == j || (gang && d.jobs[i].gang == gang))
+            reply_waiter_when_settled(&d.jobs[i]);
     do_actions(&acts);
 }
 

@@ -36,6 +36,10 @@ void kick_poll(void);
 void poll_done(struct work *w);
 /* A suspend or resume has finished (WORK_SUSPEND, WORK_RESUME). */
 void op_done(struct work *w);
+/* A manual suspend of j (and its gang) must not stand (`why`, for the log):
+ * its tasks already suspended are resumed now, those being suspended once
+ * they are. A suspend must never leave a job stopped without a word. */
+void undo_manual_suspend(struct djob *j, const char *why);
 
 /* Write the state file now (d.dirty cleared when it is written). */
 void save_state(void);
