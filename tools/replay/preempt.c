@@ -80,6 +80,7 @@ static void requeue(struct sim *s, size_t i, double delay)
         host_release(s, i, k);
     }
     sim_leave_policy(s, i);
+    s->requeued++;
     st->redo = 0;
     st->phase = PH_REQUEUED;
     st->phase_end = s->t + delay;

@@ -364,11 +364,12 @@ static int events_at(struct sim *s)
      * out, not when the policy decided: tick again until it has nothing to
      * add, so a waiting job is served at the moment that happens. */
     for (int round = 0; round < 8; round++) {
+        unsigned long requeued = s->requeued;
         if (policy_tick(s->p, sim_ns(s->t), &s->acts) < 0)
             return -1;
-        if (!s->acts.n)
-            break;
         apply(s);
+        if (s->requeued == requeued)
+            break;
     }
     preempt_migrations(s);
     apply(s);

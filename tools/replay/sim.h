@@ -67,6 +67,7 @@ struct sim {
     double lost, overhead;        /* work (GPUs x share x s), GPU s */
     double peak_host;
     unsigned long preemptions, migrations, spilled, refused_logged;
+    unsigned long requeued;       /* jobs taken out of the policy (kill, save, migrate) */
     char refused_first[240];      /* the first refusal and its reason, for the log */
 };
 
