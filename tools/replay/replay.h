@@ -164,7 +164,7 @@ int simulate(const struct trace *t, const struct opts *o, const struct sched_def
 /* report.c */
 void report_table(const struct trace *t, const struct opts *o, int hi, const struct result *r,
                   size_t n);
-/* One JSON object on stdout (docs/tcgpud.md, "Replay at scale"); 0, or -1 when stdout failed. */
+/* One JSON object on stdout (docs/replay.md, "JSON"); 0, or -1 when stdout failed. */
 int report_json(const struct trace *t, const struct opts *o, int hi, const struct result *r,
                 size_t n);
 
