@@ -124,12 +124,25 @@ uint64_t pol_project_reserved(const struct pol_project *pr, int dev)
     return 0;
 }
 
+/* POL_Q_LEND_WHOLE: is dev among the devices the project lends whole? */
+static int lent_whole(const struct pol_project *pr, int dev)
+{
+    int lent = pr->nreserve * (int)pr->lend_pct / 100;
+
+    for (int i = 0; i < pr->nreserve && i < lent; i++)
+        if (pr->reserve[i].device == dev)
+            return 1;
+    return 0;
+}
+
 uint64_t pol_project_lendable(const struct pol_project *pr, int dev)
 {
     uint64_t r = pol_project_reserved(pr, dev), l;
 
     if (!(pr->quota_flags & POL_Q_LENDING_LIMIT))
         return r;
+    if ((pr->quota_flags & POL_Q_LEND_WHOLE) && pr->lend_pct)
+        return lent_whole(pr, dev) ? r : 0;
     l = pr->lend_pct ? r / 100 * pr->lend_pct + r % 100 * pr->lend_pct / 100 : pr->lend_bytes;
     return l < r ? l : r;
 }

@@ -193,6 +193,12 @@ struct pol_config {
 /* Quota flags of struct pol_project. */
 #define POL_Q_LENDING_LIMIT   1u  /* lend_bytes / lend_pct apply */
 #define POL_Q_BORROWING_LIMIT 2u  /* borrow_bytes applies */
+/* With POL_Q_LENDING_LIMIT and lend_pct: lend whole devices, as Kueue's
+ * lendingLimit lends whole GPUs: the first lend_pct% of reserve[] (rounded
+ * down) lend all of their reservation, the others none. Without it, every
+ * device lends lend_pct% of its reservation, so none is ever whole for
+ * another project's job that needs the whole device. */
+#define POL_Q_LEND_WHOLE      4u
 
 struct pol_project {
     char name[POL_NAME_MAX];

@@ -11,9 +11,20 @@
  * - diurnal arrivals, each project with its own peak (batch at night);
  * - several projects with reservations, two of them in one cohort.
  *
- * The arrival rate is set so that the offered compute (GPUs x share x
- * duration, summed) is `load` of the cluster's over the trace's span.
- * Deterministic for a seed.
+ * The arrival rate is set so that the offered demand is `load` of the
+ * cluster's over the trace's span: in whole GPUs (GPUs x duration, what a
+ * scheduler that gives whole GPUs must serve), or with --compute-load in
+ * compute (GPUs x share x duration, what one that packs by share must).
+ * Both are printed in the trace's header. Deterministic for a seed.
+ *
+ * Scenarios (docs/replay.md, "Scenarios") set the load and the shape:
+ *   under       whole-GPU demand 0.5 of the cluster;
+ *   enterprise  whole-GPU demand 0.9; prod's high-priority jobs come in
+ *               bursts (20 minutes every 4 hours) onto the reservation it
+ *               sized for them; a standing backlog of long, low-priority
+ *               batch jobs (a tenth of the jobs, a day each, all in the
+ *               first twentieth of the span) keeps every idle GPU wanted;
+ *   overload    whole-GPU demand 1.3.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +34,9 @@
 #include "common/log.h"
 
 #define DAY 86400.0
+#define BURST_EVERY (4 * 3600.0)
+#define BURST_LEN (20 * 60.0)
+#define BACKLOG_SHARE 0.10
 
 enum kind { K_SMALL, K_TRAIN, K_GANG, K_COUNT };
 
@@ -125,6 +139,44 @@ static double arrival(double span, const struct gen_project *p)
     }
 }
 
+/* enterprise: the high-priority department's jobs in bursts. */
+static double bursty(double t, double span)
+{
+    t = floor(t / BURST_EVERY) * BURST_EVERY + urand() * BURST_LEN;
+    return t < span ? t : span * urand();
+}
+
+/* enterprise: a long low-priority job of the standing backlog. */
+static void backlog_job(double gpu_gib, struct rjob *j)
+{
+    j->gpus = 1;
+    j->compute = 1000;
+    j->mem = round(log_uniform(20, gpu_gib));
+    j->dur = round(lognormal(DAY, 0.4));
+}
+
+int scenario_parse(const char *name, struct gen_opts *g)
+{
+    static const struct { const char *name; enum scenario sc; double load; } sc[] = {
+        { "under", SC_UNDER, 0.5 }, { "enterprise", SC_ENTERPRISE, 0.9 }, { "overload", SC_OVERLOAD, 1.3 },
+    };
+
+    for (size_t i = 0; i < sizeof(sc) / sizeof(sc[0]); i++)
+        if (!strcmp(name, sc[i].name)) {
+            g->scenario = sc[i].sc;
+            g->load = sc[i].load;
+            g->load_compute = 0;
+            return 0;
+        }
+    return -1;
+}
+
+static const char *scenario_name(enum scenario sc)
+{
+    static const char *const n[] = { "", "under", "enterprise", "overload" };
+    return n[sc];
+}
+
 static int cmp_arrival(const void *a, const void *b)
 {
     const struct rjob *x = a, *y = b;
@@ -141,42 +193,91 @@ static void print_projects(FILE *f, int gpus)
     }
 }
 
+/* Draw the jobs (no arrival yet): their demand in whole GPUs and in compute. */
+static void draw_jobs(const struct gen_opts *g, struct rjob *jobs, double *whole, double *compute)
+{
+    double gpu_gib = (double)g->gpu_mem / GiB, pw[NPROJ];
+    size_t backlog = g->scenario == SC_ENTERPRISE ? (size_t)(BACKLOG_SHARE * (double)g->jobs) : 0;
+
+    for (size_t i = 0; i < NPROJ; i++)
+        pw[i] = projects[i].jobs;
+    *whole = *compute = 0;
+    for (size_t i = 0; i < g->jobs; i++) {
+        int p = i < backlog ? (int)NPROJ - 1 : pick(pw, NPROJ);
+        if (i < backlog)
+            backlog_job(gpu_gib, &jobs[i]);
+        else
+            draw_job((enum kind)pick(projects[p].mix, K_COUNT), gpu_gib, &jobs[i]);
+        if (jobs[i].gpus > g->gpus)
+            jobs[i].gpus = g->gpus;
+        jobs[i].project = p;
+        jobs[i].prio = projects[p].priority;
+        *whole += jobs[i].gpus * jobs[i].dur;
+        *compute += jobs[i].gpus * (jobs[i].compute / 1000.0) * jobs[i].dur;
+    }
+}
+
+static void place_arrivals(const struct gen_opts *g, struct rjob *jobs, double span)
+{
+    size_t backlog = g->scenario == SC_ENTERPRISE ? (size_t)(BACKLOG_SHARE * (double)g->jobs) : 0;
+
+    for (size_t i = 0; i < g->jobs; i++) {
+        const struct gen_project *p = &projects[jobs[i].project];
+        double t = i < backlog ? urand() * span / 20 : arrival(span, p);
+        if (g->scenario == SC_ENTERPRISE && i >= backlog && p->priority == projects[0].priority)
+            t = bursty(t, span);
+        jobs[i].arrival = round(t * 10) / 10;
+    }
+}
+
+/* A reservation larger than the policy holds is refused, never cut. */
+static int check_reservations(int gpus)
+{
+    for (size_t i = 0; i < NPROJ; i++)
+        if ((int)(projects[i].gpus * gpus + 0.5) > POL_MAX_RESERVE) {
+            log_err("%s would reserve %d GPUs of %d, the policy at most %d: use --gpus %d or fewer",
+                    projects[i].name, (int)(projects[i].gpus * gpus + 0.5), gpus, POL_MAX_RESERVE,
+                    (int)(POL_MAX_RESERVE / projects[i].gpus));
+            return -1;
+        }
+    return 0;
+}
+
+static void print_header(FILE *f, const struct gen_opts *g, double span, double whole, double compute)
+{
+    fprintf(f, "# tcgpu-replay --generate --jobs %zu --gpus %d --gpu-mem %.0fG", g->jobs, g->gpus,
+            (double)g->gpu_mem / GiB);
+    if (g->scenario)
+        fprintf(f, " --scenario %s", scenario_name(g->scenario));
+    else
+        fprintf(f, " %s %.2f", g->load_compute ? "--compute-load" : "--load", g->load);
+    fprintf(f, " --seed %llu\n", (unsigned long long)g->seed);
+    fprintf(f, "# %.1f days; offered whole-GPU demand %.2f, compute demand %.2f of the cluster's\n",
+            span / DAY, whole / (span * g->gpus), compute / (span * g->gpus));
+}
+
 int generate_trace(FILE *f, const struct gen_opts *g)
 {
-    double gpu_gib = (double)g->gpu_mem / GiB, work = 0, span;
     struct rjob *jobs = calloc(g->jobs, sizeof(*jobs));
-    double pw[NPROJ];
+    double whole, compute, span;
 
     if (!jobs) {
         log_err("out of memory");
         return 1;
     }
-    if (gpu_gib < 24) {
-        log_err("--gpu-mem must be at least 24G for the generated jobs");
+    if ((double)g->gpu_mem / GiB < 24 || check_reservations(g->gpus) < 0) {
+        if ((double)g->gpu_mem / GiB < 24)
+            log_err("--gpu-mem must be at least 24G for the generated jobs");
         free(jobs);
         return 1;
     }
     rng = g->seed * 2654435761u + 1;
-    for (size_t i = 0; i < NPROJ; i++)
-        pw[i] = projects[i].jobs;
-    for (size_t i = 0; i < g->jobs; i++) {
-        int p = pick(pw, NPROJ);
-        draw_job((enum kind)pick(projects[p].mix, K_COUNT), gpu_gib, &jobs[i]);
-        if (jobs[i].gpus > g->gpus)
-            jobs[i].gpus = g->gpus;
-        jobs[i].project = p;
-        jobs[i].prio = projects[p].priority;
-        work += jobs[i].gpus * (jobs[i].compute / 1000.0) * jobs[i].dur;
-    }
-    /* the span over which that work is `load` of the cluster's compute */
-    span = work / (g->load * g->gpus);
-    for (size_t i = 0; i < g->jobs; i++)
-        jobs[i].arrival = round(arrival(span, &projects[jobs[i].project]) * 10) / 10;
+    draw_jobs(g, jobs, &whole, &compute);
+    /* the span over which that demand is `load` of the cluster's */
+    span = (g->load_compute ? compute : whole) / (g->load * g->gpus);
+    place_arrivals(g, jobs, span);
     qsort(jobs, g->jobs, sizeof(*jobs), cmp_arrival);
-    fprintf(f, "# tcgpu-replay --generate --jobs %zu --gpus %d --gpu-mem %.0fG --load %.2f --seed %llu\n",
-            g->jobs, g->gpus, gpu_gib, g->load, (unsigned long long)g->seed);
-    fprintf(f, "# %.1f days; offered compute %.2f of the cluster's\n", span / DAY,
-            work / (span * g->gpus));
+    print_header(f, g, span, whole, compute);
     print_projects(f, g->gpus);
     fprintf(f, "arrival_s,project,priority,mem_gib,duration_s,gpus,compute_pct\n");
     for (size_t i = 0; i < g->jobs; i++) {

@@ -1,11 +1,14 @@
 /*
  * replay.h - tcgpu-replay: tcgpud's policy (lib/policy) at cluster scale, by
- * simulation, against the schedulers it is compared with (docs/tcgpud.md,
- * "Replay at scale").
+ * simulation, against the schedulers it is compared with (docs/replay.md).
  *
  *   trace.c     the trace: jobs and projects, read from CSV
  *   generate.c  synthetic traces with the shape of published GPU cluster traces
+ *   sched.c     the schedulers: placement x preemption, and the named baselines
+ *   admit.c     what can never be placed, refused at admission with the reason
  *   sim.c       one scheduler over one trace: an event loop around the policy
+ *   preempt.c   a preemption carried out (kill, save, suspend), host memory per node
+ *   metrics.c   what a run achieved: goodput, waits, the SLO, completion per priority
  *   report.c    the comparison table and its JSON
  *   main.c      options
  */
@@ -52,48 +55,74 @@ struct trace {
     int reserved_gpus;            /* sum of the projects' ranges */
 };
 
-/* The schedulers compared. */
-enum sched {
-    SCHED_FIFO = 0,               /* one queue in arrival order, whole GPUs, no preemption */
-    SCHED_STATIC,                 /* each project alone on its reserved GPUs (FIFO there) */
-    SCHED_KILL,                   /* priorities, whole GPUs, preemption by kill and requeue */
-    SCHED_CKPT,                   /* the same, the victim saved (tcgpu + CRIU) and restored */
-    SCHED_TCGPUD,                 /* tcgpud: sharing, backfill, quotas, suspend in place */
-    SCHED_COUNT
+/* A scheduler is a point on two axes (docs/replay.md, "The schedulers"). */
+enum placement {
+    PL_WHOLE = 0,                 /* a job takes whole GPUs (Slurm gres/gpu, nvidia.com/gpu) */
+    PL_SHARED,                    /* jobs share GPUs by memory and compute share */
 };
+
+enum preempt {
+    PR_NONE = 0,                  /* a job runs to its end once started */
+    PR_KILL,                      /* killed, requeued, restarts from its own last checkpoint */
+    PR_SAVE,                      /* saved to disk, requeued, restored where it runs next */
+    PR_SUSPEND,                   /* suspended in place (device memory to host), resumed there */
+    PR_MIGRATE,                   /* suspend, and one suspended too long moves by save/restore */
+    PR_COUNT
+};
+
+struct sched_def {
+    const char *name;             /* --sched NAME, and the JSON key */
+    const char *title;            /* what it stands for, in words */
+    enum placement placement;
+    enum preempt preempt;
+    int statik;                   /* each department alone on the GPUs it owns */
+    int shipped;                  /* this tree ships the mechanism (else: modelled) */
+};
+
+#define SCHED_MAX 16
 
 struct opts {
     int gpus;
+    int gpus_per_node;            /* a node: host memory, where a suspended job stays */
     uint64_t gpu_mem;
     uint64_t min_runtime_ns;
     double suspend_bps, resume_bps;       /* device memory to/from host memory */
     double disk_write_bps, disk_read_bps; /* images written/read (checkpoint, CRIU) */
     double host_bytes;            /* host memory of a job's process, saved with it by CRIU */
+    double node_host_bytes;       /* host memory a node may give suspended jobs' device memory */
     double fixed_s;               /* fixed cost of one suspend, resume, save or restore */
     double requeue_s;             /* a requeued job waits this long before it may run again */
     double restart_s;             /* a killed job's restart: start-up, loading its checkpoint */
     double app_ckpt_s;            /* a job saves its own checkpoint this often (kill: work lost) */
-    double migrate_s;             /* tcgpud: a job suspended this long moves to a free GPU (0: never) */
+    double migrate_s;             /* suspend+migrate: suspended this long, moves to a free GPU */
+    double interference;          /* slowdown of a job while another one runs on its GPU */
+    double slo_s;                 /* high priority: time to GPU within this meets the SLO */
+    double slo_share;             /* a scheduler meets the SLO when this share of them do */
     int high_prio;                /* -1: the highest in the trace */
     int check, json, compare;
-    unsigned mask;                /* schedulers to run (bit per enum sched) */
+    unsigned mask;                /* schedulers to run (bit per index of sched_table) */
 };
 
 /* What one scheduler achieved on one trace. */
+#define RES_MAX_PRIOS 8
 struct result {
-    enum sched sched;
+    const struct sched_def *sched;
     double window;                /* s: first to last arrival */
-    double util;                  /* compute used for new work / compute there was, in the window */
-    double alloc;                 /* GPU time held by some job / GPU time, in the window */
+    double goodput;               /* work kept (GPUs x share x s) / GPU time, in the window */
+    double busy;                  /* GPU time held by some job / GPU time, in the window */
     double memutil;               /* memory held / memory there was, in the window */
     double makespan;
-    double jct_mean, jct_p95, jct_hi;
-    double hi_wait_mean, hi_wait_p95;
-    double work_lost_gpuh;        /* GPU hours of work done again (kill) */
-    double overhead_gpuh;         /* GPU hours spent suspending, resuming, saving, restarting */
-    unsigned long migrations;     /* tcgpud: suspended jobs moved to another GPU (save/restore) */
-    double preempt_per_job;
-    unsigned long preemptions, finished, rejected;
+    double hi_wait_p50, hi_wait_p95, hi_wait_p99;
+    double slo_met;               /* share of high-priority jobs on a GPU within the SLO */
+    int nprio;                    /* completion per priority, highest first */
+    int prio[RES_MAX_PRIOS];
+    double jct_p50[RES_MAX_PRIOS], jct_p95[RES_MAX_PRIOS];
+    double lost_gpuh;             /* work done again (kill), GPU hours */
+    double preempt_gpuh;          /* GPU hours spent suspending, resuming, saving, restarting */
+    double peak_host_per_node;    /* bytes of suspended jobs' device memory in one node's host memory */
+    unsigned long spilled;        /* suspensions that did not fit in host memory: to disk */
+    unsigned long migrations;     /* suspended jobs moved to another GPU (save/restore) */
+    unsigned long preemptions, finished, refused;
 };
 
 /* trace.c */
@@ -102,24 +131,40 @@ void trace_free(struct trace *t);
 int trace_high_priority(const struct trace *t, int given);
 
 /* generate.c: writes a trace to f; 0, or 1 with a message on stderr. */
+enum scenario { SC_DEFAULT = 0, SC_UNDER, SC_ENTERPRISE, SC_OVERLOAD };
+
 struct gen_opts {
     size_t jobs;
     int gpus;
     uint64_t gpu_mem;
-    double load;                  /* offered compute, a fraction of the cluster's */
+    double load;                  /* offered demand, a fraction of the cluster's ... */
+    int load_compute;             /* ... in compute (GPUs x share x s), else in whole GPUs (GPUs x s) */
+    enum scenario scenario;
     uint64_t seed;
 };
+int scenario_parse(const char *name, struct gen_opts *g);
 int generate_trace(FILE *f, const struct gen_opts *g);
 
+/* trace.c: offered demand over the arrival window, a fraction of the
+ * cluster's, in whole GPUs (GPUs x s) and in compute (GPUs x share x s). */
+void trace_load_offered(const struct trace *t, int gpus, double *whole, double *compute);
+
+/* sched.c: the schedulers, in the order they are printed. */
+extern const struct sched_def sched_table[];
+extern const size_t sched_count;
+const char *placement_name(enum placement p);
+const char *preempt_name(enum preempt p);
+/* A comma-separated list of names into a mask of sched_table; -1 when a name is unknown. */
+int sched_parse(const char *list, unsigned *mask);
+
 /* sim.c: one scheduler over the trace. 0, or -1 with a message on stderr. */
-int simulate(const struct trace *t, const struct opts *o, enum sched s, int hi, struct result *r);
-const char *sched_name(enum sched s);
-const char *sched_title(enum sched s);
+int simulate(const struct trace *t, const struct opts *o, const struct sched_def *s, int hi,
+             struct result *r);
 
 /* report.c */
 void report_table(const struct trace *t, const struct opts *o, int hi, const struct result *r,
                   size_t n);
-/* One JSON object on stdout (docs/tcgpud.md, "Replay at scale"); 0, or -1 when stdout failed. */
+/* One JSON object on stdout (docs/replay.md, "JSON"); 0, or -1 when stdout failed. */
 int report_json(const struct trace *t, const struct opts *o, int hi, const struct result *r,
                 size_t n);
 

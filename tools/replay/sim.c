@@ -1,122 +1,51 @@
 /*
  * sim.c - one scheduler over one trace: an event loop around the policy.
  *
- * Every scheduler is the policy module (lib/policy) configured as that
- * scheduler would decide, and the loop carries its actions out the way
- * that scheduler's mechanism would (docs/tcgpud.md, "Replay at scale"):
+ * Every scheduler is the policy module (lib/policy) with the same
+ * decisions (priorities, backfill, the departments' reservations with
+ * whole-GPU lending), differing only in its two axes (sched.c):
  *
- *   fifo    one queue in arrival order; a job takes whole GPUs (Slurm's
- *           gres/gpu, Kubernetes' nvidia.com/gpu), runs to the end.
- *   static  the same, each project alone on the GPUs it reserves (projects
- *           without a reservation share the rest).
- *   kill    priorities; whole GPUs; a victim is killed and requeued (Slurm
- *           PreemptMode=REQUEUE without tcgpu): it loses the work since its
- *           last own checkpoint, waits out the requeue, restarts.
- *   ckpt    the same, but the victim is saved first (Slurm REQUEUE with
- *           tcgpu: gpuckpt save of GPU and host memory to disk) and restored
- *           where it runs next: no work lost, the save and restore cost.
- *   tcgpud  tcgpud: jobs share GPUs by memory and compute share (the
- *           throttle holds each to its share), reservations with lending
- *           and borrowing, fair shares, backfill; a victim is suspended to
- *           host memory in place and resumed there.
+ *   placement   whole: a job asks for whole GPUs (all of a GPU's memory and
+ *               compute); shared: for its memory and compute share, and
+ *               jobs on one GPU slow each other by --interference.
+ *   preemption  none: the policy never suspends; otherwise what the policy
+ *               asks to suspend is killed, saved, suspended in place or
+ *               suspended and later moved (preempt.c).
  *
+ * A static scheduler runs each department alone on the GPUs it owns.
  * A job progresses only when every one of its tasks is granted and none is
  * being suspended or resumed; a job's tasks are one gang.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "replay.h"
+#include "sim.h"
 #include "common/log.h"
 
-#define EPS 1e-6
-#define TASK_ID(job, t) ((((uint64_t)(job) + 1) << 4) | (uint64_t)(t))
-#define JOB_OF(id) ((size_t)((id) >> 4) - 1)
-#define TASK_OF(id) ((int)((id) & 15))
-
-enum phase {
-    PH_FUTURE = 0,                /* not arrived */
-    PH_QUEUED,                    /* in the policy, not every task granted */
-    PH_RUN,                       /* every task granted */
-    PH_SAVING,                    /* ckpt: victim being saved (its tasks still hold the GPUs) */
-    PH_REQUEUED,                  /* kill/ckpt: out of the policy until phase_end */
-    PH_DONE,
-};
-
-enum op { OP_NONE = 0, OP_SUSPEND, OP_RESUME };
-
-struct task {
-    enum op op;
-    double op_done;
-};
-
-struct jstate {
-    enum phase phase;
-    double phase_end;             /* SAVING, REQUEUED */
-    double remaining;             /* work left, s */
-    double redo;                  /* s of running before work counts again (restart, restore) */
-    double max_done;              /* furthest progress ever: work below it is done again */
-    double start, finish;
-    int granted;                  /* tasks granted in the current stay in the policy */
-    int restore;                  /* ckpt: restore its image when it runs next */
-    int rejected;
-    unsigned preemptions;
-    struct task task[REPLAY_MAX_GANG];
-};
-
-struct sim {
-    const struct trace *tr;
-    const struct opts *o;
-    enum sched sched;
-    struct policy *p;
-    struct jstate *js;            /* per job of the trace */
-    size_t *act;                  /* active jobs (arrived, not done) */
-    size_t nact;
-    const size_t *order;          /* the jobs of this run, by arrival */
-    size_t norder, next;
-    int ngpus;
-    struct pol_actions acts;
-    double t, w0, w1;
-    /* integrals over the window */
-    double util_int, alloc_int, mem_int;
-    double lost, overhead;        /* GPU seconds */
-    unsigned long preemptions, migrations;
-};
-
-const char *sched_name(enum sched s)
-{
-    static const char *const n[] = { "fifo", "static", "kill", "ckpt", "tcgpud" };
-    return (unsigned)s < SCHED_COUNT ? n[s] : "?";
-}
-
-const char *sched_title(enum sched s)
-{
-    static const char *const n[] = { "FIFO", "static", "kill+requeue", "ckpt+requeue", "tcgpud" };
-    return (unsigned)s < SCHED_COUNT ? n[s] : "?";
-}
-
-static uint64_t ns(double t)
+uint64_t sim_ns(double t)
 {
     return (uint64_t)(t * 1e9 + 0.5);
 }
 
-static int whole_gpus(const struct sim *s)
+uint64_t sim_need_bytes(const struct sim *s, size_t i)
 {
-    return s->sched != SCHED_TCGPUD;
+    return s->sd->placement == PL_WHOLE ? s->o->gpu_mem : (uint64_t)sim_job(s, i)->mem;
 }
 
-static const struct rjob *job(const struct sim *s, size_t i)
+unsigned sim_need_compute(const struct sim *s, size_t i)
 {
-    return &s->tr->jobs[i];
+    return s->sd->placement == PL_WHOLE ? POL_COMPUTE_FULL : sim_job(s, i)->compute;
 }
 
 /* ---------------------------------------------------------------------------
- * The policy as each scheduler configures it
+ * The policy as every scheduler configures it
  * ------------------------------------------------------------------------- */
 
-static int add_projects(struct sim *s, int first_gpu, int ngpus)
+/* The departments' reservations (none when each owns its GPUs outright):
+ * whole GPUs, lent whole (Kueue's lendingLimit), as many as the policy may
+ * hold; a larger one was refused when the run began (admit.c). */
+static int add_projects(struct sim *s)
 {
     const struct trace *tr = s->tr;
 
@@ -124,21 +53,18 @@ static int add_projects(struct sim *s, int first_gpu, int ngpus)
         const struct rproject *rp = &tr->proj[k];
         struct pol_project pr = { .priority = rp->priority, .may_borrow = 1, .weight = rp->weight };
         snprintf(pr.name, sizeof(pr.name), "%s", rp->name);
-        if (s->sched == SCHED_TCGPUD) {
+        if (!s->sd->statik) {
             snprintf(pr.cohort, sizeof(pr.cohort), "%s", rp->cohort);
-            for (int g = 0; g < rp->reserve_gpus && pr.nreserve < POL_MAX_RESERVE; g++) {
-                /* a range of whole GPUs; the policy keeps 8 per project: beyond,
-                 * reservations are the first 8 GPUs of the range */
-                pr.reserve[pr.nreserve].device = rp->first_gpu + g - first_gpu;
+            for (int g = 0; g < rp->reserve_gpus; g++) {
+                pr.reserve[pr.nreserve].device = rp->first_gpu + g;
                 pr.reserve[pr.nreserve].bytes = s->o->gpu_mem;
                 pr.nreserve++;
             }
             if (rp->lend_pct < 100) {
-                pr.quota_flags |= POL_Q_LENDING_LIMIT;
+                pr.quota_flags |= POL_Q_LENDING_LIMIT | POL_Q_LEND_WHOLE;
                 pr.lend_pct = rp->lend_pct;
             }
         }
-        (void)ngpus;
         if (policy_add_project(s->p, &pr) < 0)
             return -1;
     }
@@ -147,21 +73,11 @@ static int add_projects(struct sim *s, int first_gpu, int ngpus)
 
 static struct pol_config config_of(const struct sim *s)
 {
-    struct pol_config c = { .min_runtime_ns = s->o->min_runtime_ns, .resume_retry_ns = ns(1) };
+    struct pol_config c = { .min_runtime_ns = s->o->min_runtime_ns, .resume_retry_ns = sim_ns(1),
+                            .backfill = 1 };
 
-    switch (s->sched) {
-    case SCHED_FIFO:
-    case SCHED_STATIC:
-        c.fifo = c.no_preemption = c.strict = 1;
-        break;
-    case SCHED_KILL:
-    case SCHED_CKPT:
-        c.strict = 1;
-        break;
-    default:
-        c.backfill = c.pack_compute = 1;
-        break;
-    }
+    c.no_preemption = s->sd->preempt == PR_NONE;
+    c.pack_compute = s->sd->placement == PL_SHARED;
     return c;
 }
 
@@ -169,19 +85,18 @@ static struct pol_config config_of(const struct sim *s)
  * Jobs entering and leaving the policy
  * ------------------------------------------------------------------------- */
 
-static int enter_policy(struct sim *s, size_t i)
+int sim_enter_policy(struct sim *s, size_t i)
 {
-    const struct rjob *j = job(s, i);
+    const struct rjob *j = sim_job(s, i);
     struct jstate *st = &s->js[i];
-    uint64_t now = ns(s->t), bytes = whole_gpus(s) ? s->o->gpu_mem : (uint64_t)j->mem;
+    uint64_t now = sim_ns(s->t), bytes = sim_need_bytes(s, i);
 
     st->phase = PH_QUEUED;
     st->granted = 0;
     for (int k = 0; k < j->gpus; k++) {
         struct pol_job_spec spec = {
             .id = TASK_ID(i, k), .project = j->project, .priority = j->prio,
-            .device = POL_DEVICE_ANY, .state = POL_RUNNING,
-            .compute = whole_gpus(s) ? POL_COMPUTE_FULL : j->compute,
+            .device = POL_DEVICE_ANY, .state = POL_RUNNING, .compute = sim_need_compute(s, i),
             .gang = j->gpus > 1 ? i + 1 : 0,
         };
         if (policy_admit(s->p, &spec, now) < 0)
@@ -194,53 +109,17 @@ static int enter_policy(struct sim *s, size_t i)
     return 0;
 }
 
-static void leave_policy(struct sim *s, size_t i)
+void sim_leave_policy(struct sim *s, size_t i)
 {
-    for (int k = 0; k < job(s, i)->gpus; k++)
-        policy_job_exited(s->p, TASK_ID(i, k), ns(s->t), &s->acts);
+    for (int k = 0; k < sim_job(s, i)->gpus; k++)
+        policy_job_exited(s->p, TASK_ID(i, k), sim_ns(s->t), &s->acts);
 }
 
 static void finish(struct sim *s, size_t i)
 {
     s->js[i].phase = PH_DONE;
     s->js[i].finish = s->t;
-    leave_policy(s, i);
-}
-
-/* kill: the victim dies now; it restarts from its last own checkpoint. */
-static void kill_job(struct sim *s, size_t i)
-{
-    const struct rjob *j = job(s, i);
-    struct jstate *st = &s->js[i];
-    double done = j->dur - st->remaining, kept = 0;
-
-    if (s->o->app_ckpt_s > 0)
-        kept = floor(done / s->o->app_ckpt_s) * s->o->app_ckpt_s;
-    if (st->phase == PH_RUN) {
-        st->remaining = j->dur - kept;
-        s->lost += (done - kept) * j->gpus;
-    }
-    for (int k = 0; k < j->gpus; k++) {
-        const struct pol_job *pj = policy_job(s->p, TASK_ID(i, k));
-        if (pj && pj->state == POL_SUSPENDING)
-            policy_job_suspended(s->p, TASK_ID(i, k), 0, ns(s->t), &s->acts);
-    }
-    leave_policy(s, i);
-    st->redo = 0;
-    st->phase = PH_REQUEUED;
-    st->phase_end = s->t + s->o->requeue_s;
-    st->restore = 0;
-}
-
-static double image_bytes(const struct sim *s, size_t i)
-{
-    return job(s, i)->mem + s->o->host_bytes;
-}
-
-static void count_preemption(struct sim *s, size_t i)
-{
-    s->js[i].preemptions++;
-    s->preemptions++;
+    sim_leave_policy(s, i);
 }
 
 /* ---------------------------------------------------------------------------
@@ -249,50 +128,14 @@ static void count_preemption(struct sim *s, size_t i)
 
 static void granted(struct sim *s, size_t i)
 {
-    const struct rjob *j = job(s, i);
     struct jstate *st = &s->js[i];
 
-    if (++st->granted < j->gpus)
+    if (++st->granted < sim_job(s, i)->gpus)
         return;
     st->phase = PH_RUN;
     if (st->start < 0)
         st->start = s->t;
-    if (s->sched == SCHED_KILL && st->max_done > 0)
-        st->redo = s->o->restart_s;
-    if (st->restore) {
-        st->redo = s->o->fixed_s + image_bytes(s, i) / s->o->disk_read_bps;
-        st->restore = 0;
-    }
-    s->overhead += st->redo * j->gpus;
-}
-
-static void suspend_action(struct sim *s, size_t i, int k)
-{
-    const struct rjob *j = job(s, i);
-    struct jstate *st = &s->js[i];
-    int first = 1;
-
-    if (s->sched == SCHED_KILL) {
-        count_preemption(s, i);
-        kill_job(s, i);
-        return;
-    }
-    if (s->sched == SCHED_CKPT) {
-        if (st->phase == PH_SAVING)
-            return;
-        count_preemption(s, i);
-        st->phase = PH_SAVING;
-        st->phase_end = s->t + s->o->fixed_s + image_bytes(s, i) / s->o->disk_write_bps;
-        s->overhead += (st->phase_end - s->t) * j->gpus;
-        return;
-    }
-    for (int t = 0; t < j->gpus; t++)
-        first &= st->task[t].op != OP_SUSPEND;
-    if (first)
-        count_preemption(s, i);
-    st->task[k].op = OP_SUSPEND;
-    st->task[k].op_done = s->t + s->o->fixed_s + j->mem / s->o->suspend_bps;
-    s->overhead += st->task[k].op_done - s->t;
+    preempt_granted(s, i);
 }
 
 static void apply(struct sim *s)
@@ -309,15 +152,15 @@ static void apply(struct sim *s)
             granted(s, i);
             break;
         case POL_ACT_SUSPEND:
-            suspend_action(s, i, k);
+            preempt_victim(s, i, k);
             break;
         case POL_ACT_RESUME:
-            st->task[k].op = OP_RESUME;
-            st->task[k].op_done = s->t + s->o->fixed_s + job(s, i)->mem / s->o->resume_bps;
-            s->overhead += st->task[k].op_done - s->t;
+            preempt_resume(s, i, k);
             break;
         case POL_ACT_DENY:
-            st->rejected = 1;
+            /* admission refused what can never fit: a denial is a bug */
+            log_err("%s: job %zu denied at t=%.1f s", s->sd->name, i + 1, s->t);
+            st->refused = 1;
             finish(s, i);
             break;
         case POL_ACT_WAIT:
@@ -338,15 +181,40 @@ static int progressing(const struct sim *s, size_t i)
 
     if (st->phase != PH_RUN)
         return 0;
-    for (int k = 0; k < job(s, i)->gpus; k++)
-        if (st->task[k].op != OP_NONE)
+    for (int k = 0; k < sim_job(s, i)->gpus; k++) {
+        const struct pol_job *pj = policy_job(s->p, TASK_ID(i, k));
+        if (st->task[k].op != OP_NONE || !pj || pj->state != POL_RUNNING)
             return 0;
-    if (s->sched == SCHED_TCGPUD)
-        for (int k = 0; k < job(s, i)->gpus; k++) {
+    }
+    return 1;
+}
+
+/* How many progressing tasks each GPU has now: a job sharing a GPU with
+ * another one runs slower (--interference). */
+static void count_residents(struct sim *s)
+{
+    memset(s->resident, 0, (size_t)s->ngpus * sizeof(*s->resident));
+    for (size_t a = 0; a < s->nact; a++) {
+        size_t i = s->act[a];
+        if (!progressing(s, i))
+            continue;
+        for (int k = 0; k < sim_job(s, i)->gpus; k++) {
             const struct pol_job *pj = policy_job(s->p, TASK_ID(i, k));
-            if (!pj || pj->state != POL_RUNNING)
-                return 0;
+            if (pj->device >= 0 && pj->device < s->ngpus)
+                s->resident[pj->device]++;
         }
+    }
+}
+
+/* Work per second of job i: 1, less the interference when one of its GPUs
+ * has another job on it (a gang goes at its slowest task's pace). */
+static double rate(const struct sim *s, size_t i)
+{
+    for (int k = 0; k < sim_job(s, i)->gpus; k++) {
+        const struct pol_job *pj = policy_job(s->p, TASK_ID(i, k));
+        if (pj && pj->device >= 0 && pj->device < s->ngpus && s->resident[pj->device] > 1)
+            return 1 - s->o->interference;
+    }
     return 1;
 }
 
@@ -354,25 +222,26 @@ static int progressing(const struct sim *s, size_t i)
 static double next_boundary(const struct sim *s, size_t i)
 {
     const struct jstate *st = &s->js[i];
-    double done = job(s, i)->dur - st->remaining;
+    double done = sim_job(s, i)->dur - st->remaining, r = rate(s, i);
 
     if (st->redo > EPS)
         return s->t + st->redo;
     if (done + EPS < st->max_done)
-        return s->t + (st->max_done - done);
-    return s->t + st->remaining;
+        return s->t + (st->max_done - done) / r;
+    return s->t + st->remaining / r;
 }
 
-static double next_event(const struct sim *s)
+static double next_event(struct sim *s)
 {
-    double tn = s->next < s->norder ? job(s, s->order[s->next])->arrival : INFINITY;
+    double tn = s->next < s->norder ? sim_job(s, s->order[s->next])->arrival : INFINITY;
 
+    count_residents(s);
     for (size_t a = 0; a < s->nact; a++) {
         size_t i = s->act[a];
         const struct jstate *st = &s->js[i];
         if ((st->phase == PH_SAVING || st->phase == PH_REQUEUED) && st->phase_end < tn)
             tn = st->phase_end;
-        for (int k = 0; k < job(s, i)->gpus; k++)
+        for (int k = 0; k < sim_job(s, i)->gpus; k++)
             if (st->task[k].op && st->task[k].op_done < tn)
                 tn = st->task[k].op_done;
         if (progressing(s, i) && next_boundary(s, i) < tn)
@@ -381,17 +250,36 @@ static double next_event(const struct sim *s)
     return tn;
 }
 
-/* Memory (bytes) job i holds now, and whether it holds GPUs at all. */
+/* Memory (bytes) job i holds on GPUs now. */
 static double held(const struct sim *s, size_t i)
 {
     double m = 0;
 
-    for (int k = 0; k < job(s, i)->gpus; k++) {
+    for (int k = 0; k < sim_job(s, i)->gpus; k++) {
         const struct pol_job *pj = policy_job(s->p, TASK_ID(i, k));
         if (pj && pj->mem && pj->device >= 0 && pj->state != POL_SUSPENDED)
-            m += job(s, i)->mem;
+            m += (double)pj->mem;
     }
     return m;
+}
+
+/* Move job i on by dt, counting into the window's integrals the part dw of
+ * it inside the window. Work done again (after a kill) is not counted. */
+static void progress(struct sim *s, size_t i, double dt, double dw)
+{
+    struct jstate *st = &s->js[i];
+    const struct rjob *j = sim_job(s, i);
+    double r = rate(s, i), done = j->dur - st->remaining;
+
+    if (st->redo > EPS) {
+        st->redo -= dt;
+        return;
+    }
+    if (done + EPS >= st->max_done)
+        s->work_int += dw * r * j->gpus * (j->compute / 1000.0);
+    st->remaining -= dt * r;
+    if (j->dur - st->remaining > st->max_done)
+        st->max_done = j->dur - st->remaining;
 }
 
 static void advance(struct sim *s, double tn)
@@ -403,24 +291,12 @@ static void advance(struct sim *s, double tn)
 
     for (int d = 0; d < s->ngpus; d++)
         busy += policy_device_used(s->p, d) > 0;
-    s->alloc_int += dw * busy;
+    s->busy_int += dw * busy;
     for (size_t a = 0; a < s->nact; a++) {
         size_t i = s->act[a];
-        struct jstate *st = &s->js[i];
-        const struct rjob *j = job(s, i);
         s->mem_int += dw * held(s, i);
-        if (!progressing(s, i))
-            continue;
-        if (st->redo > EPS) {
-            st->redo -= dt;
-            continue;
-        }
-        double done = j->dur - st->remaining;
-        if (done + EPS >= st->max_done)
-            s->util_int += dw * j->gpus * (j->compute / 1000.0);
-        st->remaining -= dt;
-        if (j->dur - st->remaining > st->max_done)
-            st->max_done = j->dur - st->remaining;
+        if (progressing(s, i))
+            progress(s, i, dt, dw);
     }
     s->t = tn;
 }
@@ -429,36 +305,23 @@ static void advance(struct sim *s, double tn)
  * Events
  * ------------------------------------------------------------------------- */
 
-static void task_op_done(struct sim *s, size_t i, int k)
-{
-    struct task *tk = &s->js[i].task[k];
-    enum op op = tk->op;
-
-    tk->op = OP_NONE;
-    if (op == OP_SUSPEND)
-        policy_job_suspended(s->p, TASK_ID(i, k), 0, ns(s->t), &s->acts);
-    else
-        policy_job_resumed(s->p, TASK_ID(i, k), 0, ns(s->t), &s->acts);
-}
-
 /* Timers and progress of job i at the current time. */
 static int job_events(struct sim *s, size_t i)
 {
     struct jstate *st = &s->js[i];
 
     if (st->phase == PH_SAVING && st->phase_end <= s->t + EPS) {
-        kill_job(s, i);                 /* saved: nothing lost, out until requeued */
-        st->restore = 1;
+        preempt_saved(s, i);
     } else if (st->phase == PH_REQUEUED && st->phase_end <= s->t + EPS) {
         int restore = st->restore;
-        if (enter_policy(s, i) < 0)
+        if (sim_enter_policy(s, i) < 0)
             return -1;
         st->restore = restore;
     }
     apply(s);
-    for (int k = 0; k < job(s, i)->gpus && st->phase != PH_DONE; k++) {
+    for (int k = 0; k < sim_job(s, i)->gpus && st->phase != PH_DONE; k++) {
         if (st->task[k].op && st->task[k].op_done <= s->t + EPS) {
-            task_op_done(s, i, k);
+            preempt_op_done(s, i, k);
             apply(s);
         }
     }
@@ -469,65 +332,46 @@ static int job_events(struct sim *s, size_t i)
     return 0;
 }
 
-/* tcgpud: is every task of job i suspended by the policy, for longer than
- * the migration delay, and would the job fit on GPUs now free of others? */
-static int should_migrate(const struct sim *s, size_t i)
+/* A new job: refused now if it can never be placed, else into the policy. */
+static int arrive(struct sim *s, size_t i)
 {
-    const struct rjob *j = job(s, i);
-    int fit = 0;
+    char why[200];
 
-    if (s->sched != SCHED_TCGPUD || s->o->migrate_s <= 0 || s->js[i].phase != PH_RUN)
+    s->act[s->nact++] = i;
+    if (admit_never(s, i, why, sizeof(why))) {
+        s->js[i].refused = 1;
+        s->js[i].phase = PH_DONE;
+        s->js[i].finish = s->t;
+        if (!s->refused_logged++)
+            snprintf(s->refused_first, sizeof(s->refused_first), "job %zu: %s", i + 1, why);
         return 0;
-    for (int k = 0; k < j->gpus; k++) {
-        const struct pol_job *pj = policy_job(s->p, TASK_ID(i, k));
-        if (!pj || pj->state != POL_SUSPENDED || pj->req != POL_REQ_NONE ||
-            pj->suspended_by != POL_BY_POLICY || s->t - (double)pj->queued_ns / 1e9 < s->o->migrate_s)
-            return 0;
     }
-    for (int d = 0; d < s->ngpus && fit < j->gpus; d++)
-        fit += policy_room(s->p, j->project, d) >= (uint64_t)j->mem &&
-               policy_device_compute(s->p, d) + j->compute <= POL_COMPUTE_FULL;
-    return fit >= j->gpus;
-}
-
-/* Move it: its image (already in host memory) is written out, the job
- * requeued, and restored from the image where it is placed next. */
-static void migrate(struct sim *s, size_t i)
-{
-    struct jstate *st = &s->js[i];
-
-    leave_policy(s, i);
-    st->phase = PH_REQUEUED;
-    st->phase_end = s->t + s->o->fixed_s + image_bytes(s, i) / s->o->disk_write_bps + s->o->requeue_s;
-    st->restore = 1;
-    s->migrations++;
+    if (sim_enter_policy(s, i) < 0)
+        return -1;
+    apply(s);
+    return 0;
 }
 
 static int events_at(struct sim *s)
 {
-    while (s->next < s->norder && job(s, s->order[s->next])->arrival <= s->t + EPS) {
-        size_t i = s->order[s->next++];
-        const struct rjob *j = job(s, i);
-        s->act[s->nact++] = i;
-        if (j->mem > (double)s->o->gpu_mem || j->gpus > s->ngpus) {
-            s->js[i].rejected = 1;
-            s->js[i].phase = PH_DONE;
-            s->js[i].finish = s->t;
-            continue;
-        }
-        if (enter_policy(s, i) < 0)
+    while (s->next < s->norder && sim_job(s, s->order[s->next])->arrival <= s->t + EPS)
+        if (arrive(s, s->order[s->next++]) < 0)
             return -1;
-        apply(s);
-    }
     for (size_t a = 0; a < s->nact; a++)
         if (job_events(s, s->act[a]) < 0)
             return -1;
-    if (policy_tick(s->p, ns(s->t), &s->acts) < 0)
-        return -1;
-    apply(s);
-    for (size_t a = 0; a < s->nact; a++)
-        if (should_migrate(s, s->act[a]))
-            migrate(s, s->act[a]);
+    /* A kill or a finished save frees GPUs while the actions are carried
+     * out, not when the policy decided: tick again until it has nothing to
+     * add, so a waiting job is served at the moment that happens. */
+    for (int round = 0; round < 8; round++) {
+        unsigned long requeued = s->requeued;
+        if (policy_tick(s->p, sim_ns(s->t), &s->acts) < 0)
+            return -1;
+        apply(s);
+        if (s->requeued == requeued)
+            break;
+    }
+    preempt_migrations(s);
     apply(s);
     /* forget finished jobs */
     size_t w = 0;
@@ -543,15 +387,36 @@ static int self_check(struct sim *s)
     char msg[256];
 
     if (policy_check(s->p, msg, sizeof(msg)) < 0 ||
-        policy_check_backfill(s->p, ns(s->t), msg, sizeof(msg)) < 0) {
-        log_err("%s: invariant broken at t=%.1f s: %s", sched_name(s->sched),
-                s->t, msg);
+        policy_check_backfill(s->p, sim_ns(s->t), msg, sizeof(msg)) < 0) {
+        log_err("%s: invariant broken at t=%.1f s: %s", s->sd->name, s->t, msg);
         return -1;
     }
+    for (int n = 0; n < s->nnodes; n++)
+        if (s->node_host[n] > s->o->node_host_bytes + 1) {
+            log_err("%s: node %d holds %.0f GiB of suspended jobs, over its %.0f GiB",
+                    s->sd->name, n, s->node_host[n] / GiB, s->o->node_host_bytes / GiB);
+            return -1;
+        }
     return 0;
 }
 
-/* Run the jobs order[0..n) on ngpus GPUs (the first GPU of the range is first_gpu). */
+static int loop(struct sim *s)
+{
+    for (;;) {
+        double tn = next_event(s);
+        if (tn == INFINITY)
+            return 0;
+        advance(s, tn);
+        if (events_at(s) < 0) {
+            log_err("%s: the policy failed at t=%.1f s", s->sd->name, s->t);
+            return -1;
+        }
+        if (s->o->check && self_check(s) < 0)
+            return -1;
+    }
+}
+
+/* Run the jobs order[0..n) on GPUs first_gpu .. first_gpu + ngpus of the cluster. */
 static int run(struct sim *s, const size_t *order, size_t n, int first_gpu, int ngpus)
 {
     struct pol_config cfg = config_of(s);
@@ -563,32 +428,19 @@ static int run(struct sim *s, const size_t *order, size_t n, int first_gpu, int 
     s->next = 0;
     s->nact = 0;
     s->ngpus = ngpus;
+    s->first_gpu = first_gpu;
     s->t = 0;
     if (!s->p)
         goto out;
     for (int d = 0; d < ngpus; d++)
         if (policy_set_device(s->p, d, s->o->gpu_mem) < 0)
             goto out;
-    if (add_projects(s, first_gpu, ngpus) < 0)
+    if (add_projects(s) < 0 || admit_prepare(s) < 0 || loop(s) < 0)
         goto out;
-    for (;;) {
-        double tn = next_event(s);
-        if (tn == INFINITY)
-            break;
-        advance(s, tn);
-        if (events_at(s) < 0) {
-            log_err("%s: the policy failed at t=%.1f s",
-                    sched_name(s->sched), s->t);
-            goto out;
-        }
-        if (s->o->check && self_check(s) < 0)
-            goto out;
-    }
     for (size_t k = 0; k < n; k++) {
         if (s->js[order[k]].phase != PH_DONE) {
-            log_err("%s: job %zu (%.0f GiB x %d) never finished: stuck",
-                    sched_name(s->sched), order[k] + 1, job(s, order[k])->mem / GiB,
-                    job(s, order[k])->gpus);
+            log_err("%s: job %zu (%.0f GiB x %d) never finished: stuck", s->sd->name,
+                    order[k] + 1, sim_job(s, order[k])->mem / GiB, sim_job(s, order[k])->gpus);
             goto out;
         }
     }
@@ -596,69 +448,10 @@ static int run(struct sim *s, const size_t *order, size_t n, int first_gpu, int 
 out:
     pol_actions_free(&s->acts);
     policy_free(s->p);
+    free(s->room0);
+    s->room0 = NULL;
     s->p = NULL;
     return rc;
-}
-
-/* ---------------------------------------------------------------------------
- * Summary
- * ------------------------------------------------------------------------- */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double p95(double *v, size_t n)
-{
-    if (!n)
-        return 0;
-    qsort(v, n, sizeof(*v), cmp_double);
-    return v[(size_t)(0.95 * (double)(n - 1) + 0.5)];
-}
-
-static void summarise(const struct sim *s, int hi, struct result *r)
-{
-    const struct trace *tr = s->tr;
-    double *jct = malloc(tr->n * sizeof(*jct)), *wait = malloc(tr->n * sizeof(*wait));
-    double sum = 0, sum_hi = 0, wsum = 0, cap = (double)s->o->gpus * (s->w1 - s->w0);
-    size_t n = 0, nhi = 0;
-
-    r->sched = s->sched;
-    r->window = s->w1 - s->w0;
-    r->util = cap > 0 ? s->util_int / cap : 0;
-    r->alloc = cap > 0 ? s->alloc_int / cap : 0;
-    r->memutil = cap > 0 ? s->mem_int / (cap * (double)s->o->gpu_mem) : 0;
-    r->work_lost_gpuh = s->lost / 3600;
-    r->overhead_gpuh = s->overhead / 3600;
-    r->preemptions = s->preemptions;
-    r->migrations = s->migrations;
-    for (size_t i = 0; i < tr->n && jct && wait; i++) {
-        const struct jstate *st = &s->js[i];
-        if (st->rejected) {
-            r->rejected++;
-            continue;
-        }
-        r->finished++;
-        if (st->finish > r->makespan)
-            r->makespan = st->finish;
-        jct[n++] = st->finish - tr->jobs[i].arrival;
-        sum += st->finish - tr->jobs[i].arrival;
-        if (tr->jobs[i].prio >= hi) {
-            sum_hi += st->finish - tr->jobs[i].arrival;
-            wait[nhi++] = st->start - tr->jobs[i].arrival;
-            wsum += st->start - tr->jobs[i].arrival;
-        }
-    }
-    r->jct_mean = n ? sum / (double)n : 0;
-    r->jct_hi = nhi ? sum_hi / (double)nhi : 0;
-    r->hi_wait_mean = nhi ? wsum / (double)nhi : 0;
-    r->jct_p95 = jct ? p95(jct, n) : 0;
-    r->hi_wait_p95 = wait ? p95(wait, nhi) : 0;
-    r->preempt_per_job = r->finished ? (double)s->preemptions / (double)r->finished : 0;
-    free(jct);
-    free(wait);
 }
 
 /* The jobs of project k (or, k < 0, of the projects without a reservation). */
@@ -674,20 +467,67 @@ static size_t partition(const struct trace *tr, int k, size_t *order)
     return n;
 }
 
-int simulate(const struct trace *tr, const struct opts *o, enum sched sched, int hi,
+/* Each department alone on the GPUs it owns; the others share the rest. */
+static int run_static(struct sim *s, size_t *order)
+{
+    const struct trace *tr = s->tr;
+    int rest = s->o->gpus - tr->reserved_gpus;
+    size_t n;
+
+    for (int k = 0; k < tr->nproj; k++) {
+        n = partition(tr, k, order);
+        if (tr->proj[k].reserve_gpus && n &&
+            run(s, order, n, tr->proj[k].first_gpu, tr->proj[k].reserve_gpus) < 0)
+            return -1;
+    }
+    n = partition(tr, -1, order);
+    if (n && rest <= 0) {
+        log_err("%s: no GPUs left for the projects without a reservation", s->sd->name);
+        return -1;
+    }
+    return n ? run(s, order, n, tr->reserved_gpus, rest) : 0;
+}
+
+static int sim_alloc(struct sim *s, const struct opts *o)
+{
+    size_t n = s->tr->n;
+
+    s->nnodes = (o->gpus + o->gpus_per_node - 1) / o->gpus_per_node;
+    s->js = calloc(n, sizeof(*s->js));
+    s->act = malloc(n * sizeof(*s->act));
+    s->resident = calloc((size_t)o->gpus, sizeof(*s->resident));
+    s->node_host = calloc((size_t)s->nnodes, sizeof(*s->node_host));
+    return s->js && s->act && s->resident && s->node_host ? 0 : -1;
+}
+
+static void sim_free(struct sim *s)
+{
+    free(s->js);
+    free(s->act);
+    free(s->resident);
+    free(s->node_host);
+}
+
+int simulate(const struct trace *tr, const struct opts *o, const struct sched_def *sd, int hi,
              struct result *r)
 {
-    struct sim s = { .tr = tr, .o = o, .sched = sched };
+    struct sim s = { .tr = tr, .o = o, .sd = sd };
     size_t *order = malloc(tr->n * sizeof(*order));
     int rc = -1;
 
-    s.js = calloc(tr->n, sizeof(*s.js));
-    s.act = malloc(tr->n * sizeof(*s.act));
-    if (!order || !s.js || !s.act)
+    if (!order || sim_alloc(&s, o) < 0) {
+        log_err("out of memory");
         goto out;
+    }
+    if (sd->statik && tr->reserved_gpus > o->gpus) {
+        log_err("the projects reserve %d GPUs of %d", tr->reserved_gpus, o->gpus);
+        goto out;
+    }
     for (size_t i = 0; i < tr->n; i++) {
         s.js[i].remaining = tr->jobs[i].dur;
         s.js[i].start = s.js[i].finish = -1;
+        for (int k = 0; k < REPLAY_MAX_GANG; k++)
+            s.js[i].task[k].node = -1;
         order[i] = i;
     }
     s.w0 = tr->jobs[0].arrival;
@@ -695,33 +535,14 @@ int simulate(const struct trace *tr, const struct opts *o, enum sched sched, int
     if (s.w1 <= s.w0)
         s.w1 = s.w0 + 1;
     memset(r, 0, sizeof(*r));
-    if (sched != SCHED_STATIC) {
-        rc = run(&s, order, tr->n, 0, o->gpus);
-    } else {
-        /* each project with a reservation alone on its GPUs; the others on the rest */
-        int shared = o->gpus - tr->reserved_gpus;
-        rc = 0;
-        if (tr->reserved_gpus > o->gpus) {
-            log_err("the projects reserve %d GPUs of %d", tr->reserved_gpus,
-                    o->gpus);
-            rc = -1;
-        }
-        for (int k = 0; k < tr->nproj && rc == 0; k++) {
-            size_t n = partition(tr, k, order);
-            if (tr->proj[k].reserve_gpus && n)
-                rc = run(&s, order, n, tr->proj[k].first_gpu, tr->proj[k].reserve_gpus);
-        }
-        size_t n = partition(tr, -1, order);
-        if (rc == 0 && n)
-            rc = shared > 0 ? run(&s, order, n, tr->reserved_gpus, shared) : -1;
-        if (rc == 0 && n && shared <= 0)
-            log_err("static: no GPUs left for the projects without a reservation");
-    }
+    rc = sd->statik ? run_static(&s, order) : run(&s, order, tr->n, 0, o->gpus);
     if (rc == 0)
-        summarise(&s, hi, r);
+        metrics_summarise(&s, hi, r);
+    if (s.refused_logged)
+        log_info("%s: %lu jobs refused at admission (can never be placed), the first %s", sd->name,
+                 s.refused_logged, s.refused_first);
 out:
     free(order);
-    free(s.js);
-    free(s.act);
+    sim_free(&s);
     return rc;
 }

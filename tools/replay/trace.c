@@ -88,6 +88,14 @@ static int parse_project(struct trace *t, char *line, const char *path, int line
             return -1;
         }
     }
+    if (p.reserve_gpus > POL_MAX_RESERVE) {
+        /* the policy holds a reservation on at most POL_MAX_RESERVE GPUs (as
+         * one tcgpud does): refused, never cut short */
+        log_err("%s:%d: project %s reserves %d GPUs, the policy at most %d: split it into "
+                "projects of %d or fewer", path, lineno, p.name, p.reserve_gpus, POL_MAX_RESERVE,
+                POL_MAX_RESERVE);
+        return -1;
+    }
     if (!p.name[0] || find_project(t, p.name) >= 0) {
         log_err("%s:%d: #project needs a new name=", path, lineno);
         return -1;
@@ -230,4 +238,17 @@ int trace_high_priority(const struct trace *t, int given)
         if (t->jobs[i].prio > hi)
             hi = t->jobs[i].prio;
     return hi;
+}
+
+void trace_load_offered(const struct trace *t, int gpus, double *whole, double *compute)
+{
+    double span = t->jobs[t->n - 1].arrival - t->jobs[0].arrival, w = 0, c = 0;
+
+    for (size_t i = 0; i < t->n; i++) {
+        w += t->jobs[i].gpus * t->jobs[i].dur;
+        c += t->jobs[i].gpus * (t->jobs[i].compute / 1000.0) * t->jobs[i].dur;
+    }
+    span = span > 0 ? span * gpus : 1;
+    *whole = w / span;
+    *compute = c / span;
 }
