@@ -82,7 +82,7 @@ static int classify(struct tree *t, char *err, size_t len)
     for (int i = 0; i < t->nproc; i++) {
         struct tree_proc *p = &t->proc[i];
         struct ctl_conn c;
-        char why[1024];
+        char why[1024] = "cannot reach its control socket";
         int state, r, gpu;
 
         r = ctl_connect(p->pid, getenv("TCGPU_RUN_DIR"), &c, why, sizeof(why));
