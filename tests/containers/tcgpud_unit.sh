@@ -140,8 +140,10 @@ main=$(inside systemctl show -p MainPID --value tcgpud)
 [ "$main" -gt 0 ] || fail "tcgpud has no main pid: $(journal)"
 # the restrictions, applied: what the unit names is what the process has
 inside cat "/proc/$main/status" >"$WORK/tcgpud.status"
-want_bnd=$(inside systemctl show -p CapabilityBoundingSet --value tcgpud)
-python3 - "$WORK/tcgpud.status" "$want_bnd" <<'PY' || fail "tcgpud does not run with the unit's restrictions"
+inside cat /proc/1/status >"$WORK/pid1.status"
+inside systemctl show -p CapabilityBoundingSet -p NoNewPrivileges -p SystemCallFilter tcgpud \
+    >"$WORK/unit.props"
+python3 - "$WORK/tcgpud.status" "$WORK/pid1.status" "$WORK/unit.props" <<'PY' ||
 import sys
 names = ["chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid", "setuid",
          "setpcap", "linux_immutable", "net_bind_service", "net_broadcast", "net_admin", "net_raw",
@@ -149,17 +151,32 @@ names = ["chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill",
          "sys_admin", "sys_boot", "sys_nice", "sys_resource", "sys_time", "sys_tty_config", "mknod",
          "lease", "audit_write", "audit_control", "setfcap", "mac_override", "mac_admin", "syslog",
          "wake_alarm", "block_suspend", "audit_read", "perfmon", "bpf", "checkpoint_restore"]
-st = dict(l.split(":", 1) for l in open(sys.argv[1]) if ":" in l)
-bnd = int(st["CapBnd"].strip(), 16)
-have = {"cap_" + n for i, n in enumerate(names) if bnd >> i & 1}
-want = {w.lower() for w in sys.argv[2].split()}
-if have != want:
-    sys.exit("bounding set %s, the unit's %s" % (sorted(have), sorted(want)))
-if st["Seccomp"].strip() != "2":
-    sys.exit("no syscall filter (Seccomp: %s)" % st["Seccomp"].strip())
-print("-- tcgpud runs with the unit's bounding set (%d capabilities), NoNewPrivs %s, a syscall filter"
-      % (len(have), st["NoNewPrivs"].strip()), file=sys.stderr)
+def status(path):
+    return {k: v.strip() for k, v in (l.split(":", 1) for l in open(path) if ":" in l)}
+def caps(st):
+    bnd = int(st["CapBnd"], 16)
+    return {"cap_" + n for i, n in enumerate(names) if bnd >> i & 1}
+st, pid1 = status(sys.argv[1]), status(sys.argv[2])
+props = dict(l.rstrip("\n").split("=", 1) for l in open(sys.argv[3]) if "=" in l)
+# what systemd itself may hand on (this machine may lack some), of the unit's
+want = {w.lower() for w in props["CapabilityBoundingSet"].split()} & caps(pid1)
+if caps(st) != want:
+    sys.exit("bounding set %s, the unit's %s" % (sorted(caps(st)), sorted(want)))
+nnp = "1" if props["NoNewPrivileges"] == "yes" else "0"
+if st["NoNewPrivs"] != nnp:
+    sys.exit("NoNewPrivs %s, the unit's NoNewPrivileges=%s" % (st["NoNewPrivs"], props["NoNewPrivileges"]))
+filtered = "2" if props["SystemCallFilter"] not in ("", "~") else "0"
+if st["Seccomp"] != filtered:
+    sys.exit("Seccomp %s, the unit's SystemCallFilter=%.40s" % (st["Seccomp"], props["SystemCallFilter"]))
+print("-- tcgpud runs with the unit's restrictions: bounding set of %d capabilities, NoNewPrivs %s, "
+      "Seccomp %s" % (len(want), nnp, filtered), file=sys.stderr)
 PY
+    fail "tcgpud does not run with the unit's restrictions"
+# in the jobs' namespaces (the mount namespace, above all): what CRIU dumps
+for n in mnt uts ipc net pid cgroup; do
+    [ "$(inside readlink "/proc/$main/ns/$n")" = "$(inside readlink /proc/1/ns/$n)" ] ||
+        note "tcgpud's $n namespace is not the node's"
+done
 for _ in $(seq 1 50); do journal 200 | grep -q 'GPU 0: [0-9]* MiB' && break; sleep 0.1; done
 journal 200 | grep -q 'GPU 0: 3072 MiB (from the driver)' ||
     fail "tcgpud did not learn the node's GPU (3072 MiB) from the driver: $(journal 200 | grep -m 3 -E 'GPU|driver')"
