@@ -22,7 +22,11 @@
 #    (gpuckpt save --owner, CRIU) within the unit: it succeeds, the job's
 #    tree is gone, the save verifies and holds CRIU's images;
 # 3. tcgpuser's `gpuckpt restore -D ~/save` through tcgpud: the tree runs
-#    again as tcgpuser, to the checksum of an uninterrupted run.
+#    again as tcgpuser, to the checksum of an uninterrupted run, and with
+#    nothing of tcgpud's unit: its seccomp state, no_new_privs, capability
+#    sets, namespaces and cgroups are the job's before the save (a restored
+#    tree is forked from CRIU: a unit with NoNewPrivileges= and a syscall
+#    filter that CRIU could work under gave it NoNewPrivs 1 and 3 filters).
 # The times of the save and of the restore are printed.
 #
 # TCGPU_TEST_UNIT=FILE runs the test with another unit file in place of the
@@ -200,10 +204,11 @@ grep -q '/libtcgpu.so' <(inside cat "/proc/$pid/maps") || fail "the job did not 
 
 # what the job runs with that tcgpud's restrictions could change, were the
 # restored tree to inherit them from CRIU (a syscall filter, no_new_privs,
-# the bounding set, namespaces): the same after the restore
+# the bounding set, namespaces, tcgpud's cgroup): the same after the restore
 job_context() {
     inside sh -c 'grep -E "^(Seccomp|Seccomp_filters|NoNewPrivs|CapBnd|CapInh|CapPrm|CapEff|CapAmb):" \
-        /proc/$1/status; for n in mnt uts ipc net pid cgroup user; do echo "$n: $(readlink /proc/$1/ns/$n)"; done' \
+        /proc/$1/status; for n in mnt uts ipc net pid cgroup user; do echo "$n: $(readlink /proc/$1/ns/$n)"; done
+        cat /proc/$1/cgroup' \
         sh "$1"
 }
 job_context "$pid" >"$WORK/context.before" || fail "cannot read the job's status"
