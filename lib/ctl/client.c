@@ -137,12 +137,22 @@ static int connect_in_root(pid_t pid, uid_t uid, const char *dir, const char *so
     struct stat st;
     int dfd, sfd, fd, r;
 
-    if ((dfd = tcgpu_proc_open_in_root(pid, dir, O_DIRECTORY)) < 0)
-        return dfd == -ENOTDIR || dfd == -ELOOP || dfd == -ENOENT ? -ENOENT : dfd;
+    if ((dfd = tcgpu_proc_open_in_root(pid, dir, O_DIRECTORY)) < 0) {
+        if (dfd == -ENOTDIR || dfd == -ELOOP || dfd == -ENOENT)
+            return -ENOENT;
+        /* (a caller's syscall filter without openat2, /proc/PID/root denied) */
+        set_err(err, errlen, "cannot open %s in process %d's root (a mount namespace not ours): %s",
+                dir, (int)pid, strerror(-dfd));
+        return dfd;
+    }
     sfd = tcgpu_proc_open_in_root(pid, sock, 0);
     if (sfd < 0) {
         close(dfd);
-        return sfd == -ELOOP ? -EPERM : -ENOENT;
+        if (sfd != -ELOOP)
+            return -ENOENT;
+        set_err(err, errlen, "%s (in process %d's root) is a symlink: refusing to use it", sock,
+                (int)pid);
+        return -EPERM;
     }
     r = tcgpu_rundir_check_fd(dfd, dir, uid, derr, sizeof(derr));
     close(dfd);

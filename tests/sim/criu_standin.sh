@@ -7,7 +7,9 @@
 # suspended to $TCGPU_CRIU_GPU_DIR/PID, and with --leave-running resumed from
 # there (the image stays: it is the save's). It cannot
 # restore: `restore` records that it was asked (RESTORE_MARK) and fails, so a
-# test sees whether gpuckpt got that far. The criu suite runs the real CRIU.
+# test sees whether gpuckpt got that far. CRIU_STANDIN_FAIL=early|log: the
+# dump fails, before CRIU's log exists or with Error lines in it. The criu
+# suite runs the real CRIU.
 set -euo pipefail
 
 cmd=${1:?}; shift
@@ -22,6 +24,18 @@ while [ $# -gt 0 ]; do
 done
 case "$cmd" in
 dump)
+    # CRIU_STANDIN_FAIL: a dump that fails as CRIU's do, before its log
+    # exists (early: what it printed is all there is) or in it (log)
+    case "${CRIU_STANDIN_FAIL:-}" in
+    early)
+        echo "Error (criu/kerndat.c:1724): kdat_x86_has_ptrace_fpu_xsave_bug failed" >&2
+        exit 1 ;;
+    log)
+        { echo "(00.001) Dumping processes (pid: $pid comm: train)"
+          echo "(00.002) Error (criu/cr-dump.c:2098): Dumping FAILED."
+          echo "(00.002) Error (criu/proc_parse.c:1021): stand-in reason"; } >"$dir/dump.log"
+        exit 1 ;;
+    esac
     pids=("$pid")
     for ((i = 0; i < ${#pids[@]}; i++)); do
         for c in $(cat /proc/"${pids[i]}"/task/*/children 2>/dev/null); do pids+=("$c"); done

@@ -9,7 +9,11 @@
 #                     core image, a planted extra image, a FIFO in place of
 #                     pages-1.img: verify exits 7 naming the file, restore
 #                     refuses naming it before CRIU is run; the intact save
-#                     verifies, and its restore gets as far as CRIU
+#                     verifies, and its restore gets as far as CRIU;
+#                     a failed dump's message carries CRIU's own reason: the
+#                     Error lines of its log, or, when it wrote none, what it
+#                     printed and why the log is missing (issue 36: it said
+#                     only "(no log at ...)")
 . "$(dirname "$0")/lib.sh"
 
 export TCGPU_CRIU
@@ -33,6 +37,17 @@ start_bg "$WORK/run.out" "$GPUCKPT" run -- "$TRAIN" --mb 16 --steps 400 --print-
 pid=$BG
 wait_for_socket "$pid"
 wait_for_line "$WORK/run.out" '^step'
+CRIU_STANDIN_FAIL=early expect_says 1 "kdat_x86_has_ptrace_fpu_xsave_bug failed" \
+    "$GPUCKPT" save "$pid" -D "$WORK/failed" --leave-running
+grep -q "CRIU wrote no log at .*dump.log: No such file or directory" "$WORK/last.out" ||
+    fail "a failed dump without a log does not say why it has none: $(cat "$WORK/last.out")"
+note "$(tr '\n' ' ' <"$WORK/last.out")"
+CRIU_STANDIN_FAIL=log expect_says 1 "criu dump of the tree under $pid failed (exit 1):" \
+    "$GPUCKPT" save "$pid" -D "$WORK/failed" --leave-running
+grep -q "Error (criu/proc_parse.c:1021): stand-in reason" "$WORK/last.out" ||
+    fail "a failed dump does not give CRIU's last error: $(cat "$WORK/last.out")"
+[ ! -e "$WORK/failed" ] || fail "a failed dump left $WORK/failed"
+kill -0 "$pid" 2>/dev/null || fail "the job did not survive the failed dumps: $(tail -n 3 "$WORK/run.out")"
 "$GPUCKPT" save "$pid" -D "$WORK/save" --leave-running >"$WORK/save.out" 2>&1 ||
     fail "save failed: $(cat "$WORK/save.out")"
 grep -q '^file path=criu/pages-1.img size=1048576 xxh3=' "$WORK/save/tree" ||

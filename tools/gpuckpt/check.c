@@ -126,8 +126,8 @@ static int criu_check(const char *criu, char *why, size_t len)
         return -errno;
     close(fd);
     r = criu_run(argv, log);
-    if (r != 0)
-        criu_log_errors(log, 1, why, len);
+    if (r != 0)     /* criu check prints its errors: there is no log but this */
+        criu_failure(r, log, log, 1, why, len);
     unlink(log);
     return r == 0 ? 0 : -EIO;
 }

@@ -287,9 +287,13 @@ static int criu_restore(const char *dir, const struct tree *t, char *err, size_t
     unsetenv("TCGPU_CRIU_IMAGES_VERIFIED");
     if (r == 0)
         return 0;
-    snprintf(log, sizeof(log), "%.4000s/criu/restore.log", dir);
-    if (criu_plugin_errors(log, why, sizeof(why)) == 0)
-        criu_log_errors(log, 3, why, sizeof(why));
+    {
+        char printed[PATH_MAX];
+        snprintf(printed, sizeof(printed), "%.4000s/criu/restore.out", dir);
+        snprintf(log, sizeof(log), "%.4000s/criu/restore.log", dir);
+        if (r < 0 || criu_plugin_errors(log, why, sizeof(why)) == 0)
+            criu_failure(r, log, printed, 3, why, sizeof(why));
+    }
     snprintf(err, len, "criu restore from %.4000s failed (exit %d):\n  %.2000s\n  (CRIU's log: %.4000s)", imgdir,
              r, why, log);
     return -EIO;

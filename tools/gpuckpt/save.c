@@ -82,7 +82,7 @@ static int classify(struct tree *t, char *err, size_t len)
     for (int i = 0; i < t->nproc; i++) {
         struct tree_proc *p = &t->proc[i];
         struct ctl_conn c;
-        char why[1024];
+        char why[1024] = "cannot reach its control socket";
         int state, r, gpu;
 
         r = ctl_connect(p->pid, getenv("TCGPU_RUN_DIR"), &c, why, sizeof(why));
@@ -228,13 +228,20 @@ static int criu_dump(const struct tree *t, const struct save_opts *o, int *gpu_s
     snprintf(log, sizeof(log), "%s/criu/dump.log", o->tmp);
     if (r == 0)
         return 0;
-    if (criu_plugin_errors(log, why, sizeof(why)) > 0) {
+    if (r > 0 && criu_plugin_errors(log, why, sizeof(why)) > 0) {
         *gpu_side = 1;
         snprintf(err, len, "%s", why);
         return -EIO;
     }
-    criu_log_errors(log, 3, why, sizeof(why));
-    snprintf(err, len, "criu dump of the tree under %d failed (exit %d):\n  %s", (int)o->root, r, why);
+    {
+        char printed[PATH_MAX];
+        snprintf(printed, sizeof(printed), "%s/criu/dump.out", o->tmp);
+        criu_failure(r, log, printed, 3, why, sizeof(why));
+    }
+    if (r < 0)
+        snprintf(err, len, "criu dump of the tree under %d failed: %s", (int)o->root, why);
+    else
+        snprintf(err, len, "criu dump of the tree under %d failed (exit %d):\n  %s", (int)o->root, r, why);
     return -EIO;
 }
 

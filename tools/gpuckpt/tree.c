@@ -472,7 +472,7 @@ void criu_log_errors(const char *log, int n, char *out, size_t len)
     if (n > 8)
         n = 8;
     if (!f) {
-        snprintf(out, len, "(no log at %s)", log);
+        snprintf(out, len, "(no log at %s: %s)", log, strerror(errno));
         return;
     }
     while (fgets(line, sizeof(line), f)) {
@@ -491,6 +491,53 @@ void criu_log_errors(const char *log, int n, char *out, size_t len)
     }
     if (!count)
         snprintf(out, len, "(no Error lines in the log)");
+}
+
+/* The last n non-empty lines of a file, joined by "\n  "; -errno when unreadable. */
+static int last_lines(const char *path, int n, char *out, size_t len)
+{
+    char line[1024], ring[8][512];
+    int count = 0;
+    FILE *f = fopen(path, "r");
+
+    out[0] = '\0';
+    if (!f)
+        return -errno;
+    if (n > 8)
+        n = 8;
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!line[0])
+            continue;
+        snprintf(ring[count % 8], sizeof(ring[0]), "%.511s", line);
+        count++;
+    }
+    fclose(f);
+    for (int i = count > n ? count - n : 0; i < count; i++) {
+        size_t l = strlen(out);
+        snprintf(out + l, len - l, "%s%s", l ? "\n  " : "", ring[i % 8]);
+    }
+    return count;
+}
+
+void criu_failure(int r, const char *log, const char *printed, int n, char *out, size_t len)
+{
+    char said[4096];
+    int e;
+
+    if (r < 0) {
+        snprintf(out, len, "CRIU did not run: %s (its output file %s)", strerror(-r), printed);
+        return;
+    }
+    if (access(log, F_OK) == 0) {
+        criu_log_errors(log, n, out, len);
+        return;
+    }
+    e = errno;
+    if (last_lines(printed, n, said, sizeof(said)) > 0)
+        snprintf(out, len, "%s\n  (CRIU wrote no log at %s: %s)", said, log, strerror(e));
+    else
+        snprintf(out, len, "CRIU wrote no log at %s (%s) and printed nothing", log, strerror(e));
 }
 
 static int holds_plugin(const char *dir)

@@ -141,6 +141,15 @@ int criu_run_preloaded(char *const argv[], const char *log, const char *preload)
 void criu_log_errors(const char *log, int n, char *out, size_t len);
 
 /*
+ * Why CRIU failed, in CRIU's words, for a message: r is criu_run's result
+ * (a negative errno: CRIU did not run, and why); else the last `n` Error
+ * lines of its log `log`; when it wrote no log (CRIU fails before it opens
+ * one: options, privileges, kernel probes), why the log is missing and the
+ * last lines CRIU printed instead (criu_run's file `printed`).
+ */
+void criu_failure(int r, const char *log, const char *printed, int n, char *out, size_t len);
+
+/*
  * tcgpu's CRIU plugin, which does the GPU side of save and restore
  * (docs/save-restore.md): the directory holding tcgpu_plugin.so, for criu -L:
  * $TCGPU_CRIU_PLUGIN_DIR, else the build tree's beside gpuckpt
