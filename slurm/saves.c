@@ -197,8 +197,8 @@ int ts_remove_job(const char *root, uint32_t job_id)
  * A job cancelled while a task saves is over for slurmctld at once, and its
  * epilog runs then, while root's save still writes into the job's directory:
  * removing it under the save makes CRIU fail, and the task's log say so. The
- * task marks its save with a file it holds locked (flock: the lock goes with
- * the task, even when Slurm kills it); the epilog waits, bounded, until no
+ * task marks its save with a file it and its gpuckpt save hold locked (flock:
+ * the lock goes with the last of them, even when Slurm kills them); the epilog waits, bounded, until no
  * mark is locked. flock works across the nodes of an NFS mount (as a POSIX
  * lock); where the shared file system cannot lock, a mark that stands is
  * taken for a save in progress, and the wait is the bound.
@@ -215,7 +215,10 @@ int ts_saving_begin(const struct ts_job *j)
     int fd;
 
     saving_path(j, path, sizeof(path));
-    fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    /* no O_CLOEXEC: gpuckpt save inherits the lock, and holds it as long as
+     * the save runs (tcgpud ends a save whose caller left), should Slurm
+     * kill the wrapper first */
+    fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
     if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
         int e = errno;
         log_err("cannot mark the save in %s: %s (an epilog may remove the job's directory "

@@ -251,7 +251,7 @@ requeue-by-hand|requeue-twice)
         wait_file_line "$out" "rank 0 step $at\$" 90
         phase "scontrol requeue $low, time $n (at step $at)"
         scontrol requeue "$low"
-        wait_line "$out" "saved in\|the save failed\|the program gets it" 30 ||
+        wait_count "$out" "saved in\|the save failed\|the program gets it" $(( 2 * n )) 30 ||
             fail "no save after the requeue: $(tail_of "$out" 6)"
         grep -q "the save failed" "$out" && fail "the save failed: $(tail_of "$out" 8)"
         grep -q "the program gets it" "$out" &&
@@ -287,7 +287,8 @@ requeue-by-hand|requeue-twice)
 cancel-during-save)
     # the save is held (its root gpuckpt stopped) while the job is cancelled,
     # so that the epilog runs while the save still writes, every time
-    PAIR_ARGS=(--mb 8 --steps 2000 --sleep-ms 60)
+    # 64 MiB: a save of a second or so, long enough to be caught running
+    PAIR_ARGS=(--mb 64 --steps 2000 --sleep-ms 60)
     start_cluster
     low=$(submit_low cds 1)
     out=$HOME_N/cds-$low.out
@@ -298,10 +299,12 @@ cancel-during-save)
     note "high-priority job $HIGH arrives on $node, where job $low runs"
     set_phase "waiting for the save of job $low to start"
     saver=""
-    for i in $(seq 1 300); do
-        saver=$(save_process "$SAVES/$low/") && break
-        sleep 0.1
+    # gpuckpt's working directory appears first: cheap to watch closely
+    for i in $(seq 1 3000); do
+        compgen -G "$SAVES/$low/step0.task0.run0.tmp-*" >/dev/null && break
+        sleep 0.01
     done
+    saver=$(save_process "$SAVES/$low/") || true
     [ -n "$saver" ] || fail "no save of job $low started: $(tail_of "$out" 6)"
     kill -STOP "$saver"
     phase "scancel $low while its save (gpuckpt pid $saver) is held"
@@ -316,7 +319,6 @@ cancel-during-save)
     [ -e "$SAVES/$low" ] && fail "the cancelled job's directory stays: $(ls "$SAVES/$low"; tail_of "$W/log/epilog.log")"
     grep -q "job $low is over: removed its saves" "$W/log/epilog.log" ||
         fail "the epilog did not remove the job's saves: $(tail_of "$W/log/epilog.log")"
-    wait_job_state "$HIGH" COMPLETED 90
     set_phase "reading job $low's log"
     wait_line "$out" "cancelled" 20 || fail "the log does not say the job was cancelled: $(tail_of "$out" 8)"
     grep -i "criu\|save failed\|cannot" "$out" &&
