@@ -121,6 +121,19 @@ static int epilog(void)
     return 0;
 }
 
+/*
+ * Which run this is decides between a start and a restore. Slurm puts it in
+ * SLURM_RESTART_COUNT, which a step run with --export=NONE lacks: then
+ * slurmctld says, where a slurm.conf tells libslurm where it is (without
+ * one, libslurm looks for DNS SRV records, and fails loudly off a cluster).
+ */
+static int slurm_configured(void)
+{
+    const char *conf = getenv("SLURM_CONF");
+
+    return access(conf && *conf ? conf : "/etc/slurm/slurm.conf", R_OK) == 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -157,10 +170,8 @@ int main(int argc, char **argv)
     }
     if (ts_job_from_env(&job) < 0)
         return 2;
-    /* which run this is decides between a start and a restore: slurmctld
-     * knows it (SLURM_RESTART_COUNT is gone from a step run with
-     * --export=NONE); the environment when slurmctld does not answer */
-    ts_job_restart_count(job.job_id, &job.restarts);
+    if (!getenv("SLURM_RESTART_COUNT") && slurm_configured())
+        ts_job_restart_count(job.job_id, &job.restarts);
     snprintf(who, sizeof(who), "tcgpu-slurm[%u.%u.%u]", job.job_id, job.step_id, job.task);
     log_as(who);
     return ts_run_task(&job, argv + optind);
