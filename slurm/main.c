@@ -49,6 +49,42 @@ static void usage(FILE *f)
                "docs/slurm.md has the slurm.conf lines, the signals and the limits.\n");
 }
 
+/*
+ * A job cancelled during a save is over at once, while root's save still
+ * writes into its directory: the epilog lets the save end first (saves.c).
+ * Slurm kills the task KillWait after the cancel, and the save with it, so
+ * the wait needs no more than the longest KillWait worth having.
+ */
+static void wait_saves(uint32_t job, const char *root)
+{
+    unsigned waited;
+    int r = ts_wait_saves_over(root, job, TS_EPILOG_SAVE_WAIT_MS, &waited);
+
+    if (r == -ETIMEDOUT)
+        log_err("epilog: job %u: a task still saves after %.1f s: removing its directory anyway",
+                job, waited / 1e3);
+    else if (r < 0)
+        log_err("epilog: job %u: cannot look for saves in progress: %s", job, strerror(-r));
+    else if (waited >= 200)
+        log_info("epilog: job %u is over: waited %.1f s for the save in progress to end", job,
+                 waited / 1e3);
+}
+
+/* rm -rf, again while something still lands in it: a save Slurm's SIGKILL
+ * cut short may write a last file after its mark went. 0, or -1. */
+static int remove_job(const char *root, uint32_t job, const char *path)
+{
+    struct stat st;
+
+    for (int i = 0; i < 3; i++) {
+        if (i)
+            sleep(1);
+        if (ts_remove_job(root, job) == 0 && lstat(path, &st) < 0)
+            return 0;
+    }
+    return -1;
+}
+
 /* EpilogSlurmctld: SLURM_JOB_ID's directory goes when the job will not run again. */
 static int epilog(void)
 {
@@ -76,12 +112,26 @@ static int epilog(void)
         return 1;
     if (!over)
         return 0;               /* requeued: it comes back from its saves */
-    if (ts_remove_job(root, (uint32_t)job) < 0 || lstat(path, &st) == 0) {
+    wait_saves((uint32_t)job, root);
+    if (remove_job(root, (uint32_t)job, path) < 0) {
         log_err("epilog: cannot remove %s", path);
         return 1;
     }
     log_info("epilog: job %lu is over: removed its saves (%s)", job, path);
     return 0;
+}
+
+/*
+ * Which run this is decides between a start and a restore. Slurm puts it in
+ * SLURM_RESTART_COUNT, which a step run with --export=NONE lacks: then
+ * slurmctld says, where a slurm.conf tells libslurm where it is (without
+ * one, libslurm looks for DNS SRV records, and fails loudly off a cluster).
+ */
+static int slurm_configured(void)
+{
+    const char *conf = getenv("SLURM_CONF");
+
+    return access(conf && *conf ? conf : "/etc/slurm/slurm.conf", R_OK) == 0;
 }
 
 int main(int argc, char **argv)
@@ -120,6 +170,8 @@ int main(int argc, char **argv)
     }
     if (ts_job_from_env(&job) < 0)
         return 2;
+    if (!getenv("SLURM_RESTART_COUNT") && slurm_configured())
+        ts_job_restart_count(job.job_id, &job.restarts);
     snprintf(who, sizeof(who), "tcgpu-slurm[%u.%u.%u]", job.job_id, job.step_id, job.task);
     log_as(who);
     return ts_run_task(&job, argv + optind);

@@ -5,6 +5,8 @@
  *       step<S>.task<N>.out                    task N's program output (relayed by its wrapper)
  *       step<S>.task<N>.run<R>/                task N's save, made during run R (its
  *                                              restart count): a gpuckpt save, root's
+ *       step<S>.task<N>.saving                 there and locked (flock) while task N
+ *                                              saves: the epilog waits for it
  *
  * A requeued job runs its batch script again, so its steps get the same
  * ids, and each task finds its save under the same name. A set of saves is
@@ -19,9 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "tcgpu_slurm.h"
 
@@ -185,4 +189,122 @@ int ts_remove_job(const char *root, uint32_t job_id)
     remove_all(fd, name);
     close(fd);
     return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * A save in progress, and the epilog that waits for it
+ *
+ * A job cancelled while a task saves is over for slurmctld at once, and its
+ * epilog runs then, while root's save still writes into the job's directory:
+ * removing it under the save makes CRIU fail, and the task's log say so. The
+ * task marks its save with a file it and its gpuckpt save hold locked (flock:
+ * the lock goes with the last of them, even when Slurm kills them); the epilog waits, bounded, until no
+ * mark is locked. flock works across the nodes of an NFS mount (as a POSIX
+ * lock); where the shared file system cannot lock, a mark that stands is
+ * taken for a save in progress, and the wait is the bound.
+ * ------------------------------------------------------------------------- */
+
+static void saving_path(const struct ts_job *j, char *out, size_t len)
+{
+    snprintf(out, len, "%.4000s/step%u.task%u.saving", j->dir, j->step_id, j->task);
+}
+
+int ts_saving_begin(const struct ts_job *j)
+{
+    char path[PATH_MAX];
+    int fd;
+
+    saving_path(j, path, sizeof(path));
+    /* no O_CLOEXEC: gpuckpt save inherits the lock, and holds it as long as
+     * the save runs (tcgpud ends a save whose caller left), should Slurm
+     * kill the wrapper first */
+    fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        log_err("cannot mark the save in %s: %s (an epilog may remove the job's directory "
+                "while it runs)", path, strerror(e));
+        if (fd >= 0)
+            close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+void ts_saving_end(const struct ts_job *j, int fd)
+{
+    char path[PATH_MAX];
+
+    if (fd < 0)
+        return;
+    saving_path(j, path, sizeof(path));
+    unlink(path);               /* before the lock goes: the epilog sees no mark, or a locked one */
+    close(fd);
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+
+    return n > k && !strcmp(s + n - k, suffix);
+}
+
+/* 1 when the mark `name` of the job's directory dirfd is held by a task
+ * saving (or cannot be told apart from one), 0 when it is a leftover. */
+static int mark_held(int dirfd, const char *name)
+{
+    struct stat st;
+    int fd, held;
+
+    /* the user's file, read by root: no symlink, no FIFO to block on */
+    fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;               /* gone since the listing: that save is over */
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return 0;
+    }
+    held = flock(fd, LOCK_SH | LOCK_NB) < 0;   /* EWOULDBLOCK, or no locks here: the mark says */
+    close(fd);
+    return held;
+}
+
+/* The number of held marks in the job's directory, or -errno. */
+static int saves_running(int dirfd)
+{
+    int fd = dup(dirfd), n = 0;
+    struct dirent *e;
+    DIR *d;
+
+    if (fd < 0)
+        return -errno;
+    if (!(d = fdopendir(fd))) {
+        close(fd);
+        return -errno;
+    }
+    while ((e = readdir(d)))
+        if (ends_with(e->d_name, ".saving"))
+            n += mark_held(dirfd, e->d_name);
+    closedir(d);
+    return n;
+}
+
+int ts_wait_saves_over(const char *root, uint32_t job_id, unsigned max_ms, unsigned *waited_ms)
+{
+    uint64_t t0 = now_ms();
+    char name[16];
+    int rootfd, dirfd, n;
+
+    *waited_ms = 0;
+    snprintf(name, sizeof(name), "%u", job_id);
+    if ((rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return -errno;
+    dirfd = openat(rootfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    close(rootfd);
+    if (dirfd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    while ((n = saves_running(dirfd)) > 0 && now_ms() - t0 < max_ms)
+        usleep(200 * 1000);
+    close(dirfd);
+    *waited_ms = (unsigned)(now_ms() - t0);
+    return n > 0 ? -ETIMEDOUT : n;
 }

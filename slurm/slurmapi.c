@@ -3,10 +3,12 @@
  * (slurm/slurm.h from libslurm-dev); see tcgpu_slurm.h.
  *
  * The grace-time signal of a preemption (SIGTERM, and the --signal one
- * with preempt_send_user_signal) is the signal scancel and the time limit
- * send too: only slurmctld knows which it was. It records the preemption
- * in the job (preempt_time) before it signals the job, so a wrapper that
- * asks after the signal arrived gets the truth.
+ * with preempt_send_user_signal) is the signal scancel, the time limit and
+ * `scontrol requeue` send too: only slurmctld knows which it was. It records
+ * what it does in the job before it signals it (preempt_time for a
+ * preemption; for a requeue the restart count, one more than the run's, and
+ * the requeue flag; for a cancel or a time limit the state), so a wrapper
+ * that asks after the signal arrived gets the truth.
  */
 #include <errno.h>
 #include <slurm/slurm.h>
@@ -45,16 +47,72 @@ static int load_job(uint32_t job_id, job_info_msg_t **msg)
     return 0;
 }
 
-int ts_job_preempted(uint32_t job_id)
+/* The job's state in words, for what the wrapper says ("job 7 is cancelled"). */
+static const char *state_words(uint32_t state)
+{
+    switch (state & JOB_STATE_BASE) {
+    case JOB_PENDING: return "pending";
+    case JOB_RUNNING: return "running";
+    case JOB_SUSPENDED: return "suspended";
+    case JOB_COMPLETE: return "completed";
+    case JOB_CANCELLED: return "cancelled";
+    case JOB_FAILED: return "failed";
+    case JOB_TIMEOUT: return "at its time limit";
+    case JOB_NODE_FAIL: return "ended by a node failure";
+    case JOB_PREEMPTED: return "preempted";
+    case JOB_BOOT_FAIL: return "ended by a boot failure";
+    case JOB_DEADLINE: return "past its deadline";
+    case JOB_OOM: return "out of memory";
+    default: return "ending";
+    }
+}
+
+/* Requeued: it runs again (scontrol requeue, requeuehold, the end of a grace
+ * time). The restart count rises at the requeue, before any signal. */
+static int requeued(const slurm_job_info_t *job, unsigned run)
+{
+    return job->restart_cnt > run ||
+           (job->job_state & (JOB_REQUEUE | JOB_REQUEUE_HOLD | JOB_REQUEUE_FED)) ||
+           (job->job_state & JOB_STATE_BASE) == JOB_PENDING;
+}
+
+/* Preempted during this run, and still running its grace time: a cancel
+ * during the grace time makes it cancelled, not preempted. */
+static int preempted(const slurm_job_info_t *job)
+{
+    uint32_t base = job->job_state & JOB_STATE_BASE;
+
+    return job->preempt_time && job->preempt_time >= job->start_time &&
+           (base == JOB_RUNNING || base == JOB_SUSPENDED);
+}
+
+int ts_job_why_signalled(uint32_t job_id, unsigned run, char *state, size_t len)
+{
+    job_info_msg_t *msg;
+    slurm_job_info_t *job;
+    int r = load_job(job_id, &msg);
+
+    if (r < 0) {
+        snprintf(state, len, "unknown to slurmctld");
+        return r;
+    }
+    job = &msg->job_array[0];
+    snprintf(state, len, "%s", state_words(job->job_state));
+    r = requeued(job, run) ? TS_REQUEUED : preempted(job) ? TS_PREEMPTED : TS_ENDING;
+    slurm_free_job_info_msg(msg);
+    return r;
+}
+
+int ts_job_restart_count(uint32_t job_id, unsigned *count)
 {
     job_info_msg_t *msg;
     int r = load_job(job_id, &msg);
 
     if (r < 0)
         return r;
-    r = msg->job_array[0].preempt_time != 0;
+    *count = msg->job_array[0].restart_cnt;
     slurm_free_job_info_msg(msg);
-    return r;
+    return 0;
 }
 
 int ts_job_requeue(uint32_t job_id)

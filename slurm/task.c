@@ -15,8 +15,13 @@
  *     the job is requeued (slurm_requeue) at once instead of at the end of
  *     the grace time, and the wrapper waits to be ended by it. A batch job
  *     whose step ended by itself would be completed, not requeued.
+ *   - the SIGTERM of a requeue (`scontrol requeue`, how admins drain nodes):
+ *     saved the same way, within KillWait (Slurm's SIGKILL follows); the
+ *     job is requeued already, and the wrapper ends once saved.
  *   - any other SIGTERM (scancel, the time limit), SIGINT, SIGHUP: the
  *     program gets it as it would have (the release signal); nothing is saved.
+ *     A job cancelled while it is being saved ends: the save is dropped (the
+ *     epilog, which waits for it, removes it) and the log says so.
  *   - SIGTSTP (scontrol suspend, PreemptMode=SUSPEND,GANG): the program's
  *     GPU memory is taken off the GPU (gpuckpt suspend) before Slurm's
  *     SIGSTOP; SIGCONT puts it back (gpuckpt resume).
@@ -64,8 +69,13 @@ struct task {
     size_t err_len;
     enum task_state state;
     int suspended;              /* by a SIGTSTP */
-    int requeued;               /* slurmctld took our requeue */
+    int requeued;               /* slurmctld took our requeue, or requeued the job itself */
     int release_sig;
+    int child_reaped;           /* child reaped during a gpuckpt call, its status child_st */
+    int child_st;
+    int held_sig;               /* a SIGTERM that came while the restore had no root yet */
+    int leave;                  /* done: the wrapper ends, with leave_status */
+    int leave_status;
 };
 
 /* ---------------------------------------------------------------------------
@@ -179,9 +189,18 @@ static int gpuckpt(struct task *t, const char *const args[])
         execv(argv[0], argv);
         _exit(127);
     }
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
+    /* the program, our child, ends during a save (CRIU kills it): reaped
+     * meanwhile, or its pid stays taken and the save waits for it */
+    for (;;) {
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid)
+            break;
+        if (w < 0 && errno != EINTR)
             return -errno;
+        if (t->child > 0 && !t->child_reaped && waitpid(t->child, &t->child_st, WNOHANG) == t->child)
+            t->child_reaped = 1;
+        usleep(5000);
+    }
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
@@ -206,7 +225,10 @@ static void signal_tree(pid_t root, int sig)
  * Starting: afresh, or from the save
  * ------------------------------------------------------------------------- */
 
-static int open_output(struct task *t, int relay_from_end)
+/* The program's output file, for it to write; we relay from its end: the
+ * runs before us relayed what is there (a restarted job's log does not say
+ * the first run's lines again). */
+static int open_output(struct task *t)
 {
     int fd;
 
@@ -217,8 +239,8 @@ static int open_output(struct task *t, int relay_from_end)
         return -errno;
     }
     t->out_fd = open(t->out_path, O_RDONLY | O_CLOEXEC);
-    if (t->out_fd >= 0 && relay_from_end)
-        lseek(t->out_fd, 0, SEEK_END);  /* the run before us relayed what is there */
+    if (t->out_fd >= 0)
+        lseek(t->out_fd, 0, SEEK_END);
     return fd;
 }
 
@@ -238,7 +260,7 @@ static int preload_defer(const char *lib)
 
 static int start_fresh(struct task *t, char *const argv[])
 {
-    int out = open_output(t, 0), argc = 0;
+    int out = open_output(t), argc = 0;
     char **av;
 
     if (out < 0)
@@ -283,7 +305,7 @@ static int start_fresh(struct task *t, char *const argv[])
 
 static int start_restore(struct task *t, const char *save)
 {
-    int errp[2], out = open_output(t, 1);
+    int errp[2], out = open_output(t);
 
     if (out < 0)
         return out;
@@ -297,9 +319,9 @@ static int start_restore(struct task *t, const char *save)
             dup2(null, 0);
         dup2(errp[1], 2);
         dup2(errp[1], 1);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        /* Slurm's signals stay blocked: a SIGTERM would end the restore
+         * half-way (tcgpud ends a restore whose caller left); the wrapper
+         * passes them on to the restored tree */
         execl(t->gpuckpt, t->gpuckpt, "restore", "-D", save, (char *)NULL);
         dprintf(2, "tcgpu-slurm: cannot run %s: %s\n", t->gpuckpt, strerror(errno));
         _exit(127);
@@ -319,46 +341,6 @@ static int start_restore(struct task *t, const char *save)
 /* ---------------------------------------------------------------------------
  * What a signal means
  * ------------------------------------------------------------------------- */
-
-static void wait_whole_and_requeue(struct task *t)
-{
-    uint64_t until = now_ms() + WHOLE_SET_WAIT_MS;
-
-    while (!ts_set_whole(t->job, t->job->restarts)) {
-        if (now_ms() > until) {
-            log_err("other tasks of the step did not save in time; Slurm requeues the job at "
-                    "the end of its grace time, and it will not come back from this save");
-            return;
-        }
-        usleep(TICK_MS * 1000);
-    }
-    if (ts_job_requeue(t->job->job_id) == 0) {
-        t->requeued = 1;
-        log_info("every task saved: requeued job %u", t->job->job_id);
-    }
-}
-
-static void save_for_preemption(struct task *t)
-{
-    char path[PATH_MAX], pid[16];
-    uint64_t t0 = now_ms();
-    int r;
-
-    ts_save_path(t->job, t->job->task, t->job->restarts, path, sizeof(path));
-    snprintf(pid, sizeof(pid), "%d", (int)t->root);
-    log_info("preempted: saving the program (pid %d) to %s", (int)t->root, path);
-    r = gpuckpt(t, (const char *const[]){ "save", pid, "-D", path, NULL });
-    relay_output(t);
-    if (r != 0) {
-        t->state = T_SAVE_FAILED;
-        log_err("the save failed (gpuckpt exit %d, above): the program runs on until Slurm ends "
-                "it at the end of the grace time; nothing of it is kept", r);
-        return;
-    }
-    t->state = T_SAVED;
-    log_info("saved in %.2f s", (double)(now_ms() - t0) / 1e3);
-    wait_whole_and_requeue(t);
-}
 
 /* The program gets what Slurm sent it: restored trees are not Slurm's, so
  * the signal goes to them first; then the release applies it. */
@@ -400,17 +382,160 @@ static void gpu_on(struct task *t)
     log_info("resumed by Slurm: back on the GPU");
 }
 
+/* ---------------------------------------------------------------------------
+ * Saving: at a preemption, at a requeue
+ * ------------------------------------------------------------------------- */
+
+/*
+ * gpuckpt save of the program's tree into this run's save, marked for the
+ * epilog while it runs (saves.c); `why` starts the line that says so.
+ * gpuckpt's exit code (0: saved, and CRIU ended the program), or -errno.
+ */
+static int save_program(struct task *t, const char *why)
+{
+    char path[PATH_MAX], pid[16];
+    uint64_t t0 = now_ms();
+    int r, mark;
+
+    ts_save_path(t->job, t->job->task, t->job->restarts, path, sizeof(path));
+    snprintf(pid, sizeof(pid), "%d", (int)t->root);
+    log_info("%s: saving the program (pid %d) to %s", why, (int)t->root, path);
+    mark = ts_saving_begin(t->job);
+    r = gpuckpt(t, (const char *const[]){ "save", pid, "-D", path, NULL });
+    ts_saving_end(t->job, mark);
+    relay_output(t);
+    if (r == 0)
+        log_info("saved in %.2f s", (double)(now_ms() - t0) / 1e3);
+    return r;
+}
+
+/*
+ * 1 when slurmctld says the job ends for good (scancel during the save):
+ * the save is dropped, said in true words, and the wrapper leaves. A save
+ * that worked ended the program; one that did not left it running, and it
+ * gets the cancel's SIGTERM.
+ */
+static int cancelled_during_save(struct task *t, int saved)
+{
+    char state[64];
+
+    if (ts_job_why_signalled(t->job->job_id, t->job->restarts, state, sizeof(state)) != TS_ENDING)
+        return 0;
+    if (saved) {
+        log_info("save dropped: job %u is %s; the save ended the program, and the epilog "
+                 "removes the save with the job's directory", t->job->job_id, state);
+        t->leave = 1;
+        t->leave_status = 128 + SIGTERM;
+        return 1;
+    }
+    log_info("save dropped: job %u is %s (the save's own lines above are about a save that no "
+             "longer matters); the program gets the SIGTERM", t->job->job_id, state);
+    t->state = T_SAVE_FAILED;
+    pass_on(t, SIGTERM);
+    return 1;
+}
+
+/* Every task of the step saved: requeue now rather than at the end of the
+ * grace time. Given up when the job is cancelled meanwhile. */
+static void wait_whole_and_requeue(struct task *t)
+{
+    uint64_t until = now_ms() + WHOLE_SET_WAIT_MS;
+
+    for (unsigned tick = 1; !ts_set_whole(t->job, t->job->restarts); tick++) {
+        if (now_ms() > until) {
+            log_err("other tasks of the step did not save in time; Slurm requeues the job at "
+                    "the end of its grace time, and it will not come back from this save");
+            return;
+        }
+        if (tick % 5 == 0 && cancelled_during_save(t, 1))
+            return;
+        usleep(TICK_MS * 1000);
+    }
+    if (ts_job_requeue(t->job->job_id) == 0) {
+        t->requeued = 1;
+        log_info("every task saved: requeued job %u", t->job->job_id);
+    }
+}
+
+static void save_for_preemption(struct task *t)
+{
+    int r = save_program(t, "preempted");
+
+    if (r != 0) {
+        if (cancelled_during_save(t, 0))
+            return;
+        t->state = T_SAVE_FAILED;
+        log_err("the save failed (gpuckpt exit %d, above): the program runs on until Slurm ends "
+                "it at the end of the grace time; nothing of it is kept", r);
+        return;
+    }
+    t->state = T_SAVED;
+    if (!cancelled_during_save(t, 1))
+        wait_whole_and_requeue(t);
+}
+
+/* slurmctld requeued the job itself (scontrol requeue): it is requeued
+ * already, and Slurm kills the step KillWait after this SIGTERM. */
+static void save_for_requeue(struct task *t)
+{
+    int r = save_program(t, "requeued");
+
+    if (r != 0) {
+        if (cancelled_during_save(t, 0))
+            return;
+        t->state = T_SAVE_FAILED;
+        log_err("the save failed (gpuckpt exit %d, above): the program gets the SIGTERM, and "
+                "the job does not come back from a save of this run", r);
+        pass_on(t, SIGTERM);
+        return;
+    }
+    t->state = T_SAVED;
+    t->requeued = 1;
+    if (cancelled_during_save(t, 1))
+        return;
+    log_info("job %u comes back from its save when Slurm runs it again: ending",
+             t->job->job_id);
+    t->leave = 1;
+}
+
+/* SIGTERM, or the --signal one of a preemption: slurmctld says which. */
+static void on_term(struct task *t, int sig)
+{
+    char state[64];
+    int why = ts_job_why_signalled(t->job->job_id, t->job->restarts, state, sizeof(state));
+
+    if (why == TS_PREEMPTED) {
+        save_for_preemption(t);
+        return;
+    }
+    if (sig != SIGTERM)
+        return;                 /* the --signal warning of a time limit: the program's to hear */
+    if (why == TS_REQUEUED) {
+        save_for_requeue(t);
+        return;
+    }
+    if (why < 0)
+        log_info("SIGTERM, and slurmctld does not say why (above): the program gets it");
+    else
+        log_info("SIGTERM: job %u is %s, neither preempted nor requeued: the program gets it",
+                 t->job->job_id, state);
+    pass_on(t, sig);
+}
+
 static void on_signal(struct task *t, int sig)
 {
-    int preempted;
-
     if (t->state == T_SAVED && t->requeued && sig == SIGTERM) {
         /* the requeue ends the job's steps: going now spares it the KillWait */
         log_info("ending for the requeue");
-        exit(0);
+        t->leave = 1;
+        return;
     }
     if (t->state != T_RUNNING || sig == SIGCHLD)
         return;                 /* saved (Slurm ends us) or failed (it runs on to the end) */
+    if (!t->root && (sig == SIGTERM || sig == SIGUSR1 || sig == SIGUSR2)) {
+        t->held_sig = sig;      /* restoring: decided once the tree is back */
+        return;
+    }
     switch (sig) {
     case SIGTSTP:
         gpu_off(t);
@@ -423,20 +548,13 @@ static void on_signal(struct task *t, int sig)
     case SIGTERM:
     case SIGUSR1:
     case SIGUSR2:
-        preempted = ts_job_preempted(t->job->job_id);
-        if (preempted == 1 && t->root > 0) {
-            save_for_preemption(t);
-            return;
-        }
-        if (sig != SIGTERM)
-            return;             /* the --signal warning of a time limit: the program's to hear */
-        log_info("SIGTERM, not a preemption (scancel or the time limit): the program gets it");
-        break;
+        on_term(t, sig);
+        return;
     default:
         log_info("signal %d: the program gets it", sig);
-        break;
+        pass_on(t, sig);
+        return;
     }
-    pass_on(t, sig);
 }
 
 /* ---------------------------------------------------------------------------
@@ -446,6 +564,17 @@ static void on_signal(struct task *t, int sig)
 static int child_status(int st)
 {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* 1 when the child has ended (now, or during a gpuckpt call), its status in st. */
+static int child_done(struct task *t, int *st)
+{
+    if (t->child_reaped) {
+        t->child_reaped = 0;
+        *st = t->child_st;
+        return 1;
+    }
+    return waitpid(t->child, st, WNOHANG) == t->child;
 }
 
 static int loop(struct task *t, int sfd)
@@ -460,7 +589,15 @@ static int loop(struct task *t, int sfd)
             on_signal(t, (int)si.ssi_signo);
         relay_restore_err(t);
         relay_output(t);
-        if (t->child > 0 && waitpid(t->child, &st, WNOHANG) == t->child) {
+        if (t->held_sig && t->root > 0) {
+            int sig = t->held_sig;
+            t->held_sig = 0;
+            log_info("restored: now to the signal %d that came during the restore", sig);
+            on_signal(t, sig);
+        }
+        if (t->leave)
+            return t->leave_status;
+        if (t->child > 0 && (child_done(t, &st))) {
             t->child = 0;
             relay_restore_err(t);
             relay_output(t);
@@ -472,6 +609,35 @@ static int loop(struct task *t, int sfd)
             return child_status(st);
         }
     }
+}
+
+/*
+ * srun turns the SIGTERM of scancel or `scontrol requeue` into a SIGKILL of
+ * the task's process group at once ("srun: forcing job termination"), while
+ * the rest of the step lives until KillWait: a wrapper in that group dies in
+ * the middle of the save of a requeue, and its program, not reaped, holds
+ * its pid (the save waits for it). So the wrapper works in a child in a
+ * process group of its own; the task's process only waits for it, Slurm's
+ * signals blocked, and ends with its status. Returns in the child; the
+ * parent does not return.
+ */
+static void work_apart(void)
+{
+    pid_t pid = fork();
+    int st;
+
+    if (pid == 0) {
+        setpgid(0, 0);
+        return;
+    }
+    if (pid < 0) {
+        log_err("fork: %s: working in the task's own process", strerror(errno));
+        return;
+    }
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            _exit(1);
+    _exit(child_status(st));
 }
 
 int ts_run_task(const struct ts_job *job, char *const argv[])
@@ -491,6 +657,7 @@ int ts_run_task(const struct ts_job *job, char *const argv[])
         sigaddset(&mask, (int[]){ SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT,
                                   SIGCHLD }[s]);
     sigprocmask(SIG_BLOCK, &mask, NULL);
+    work_apart();
     if ((sfd = signalfd(-1, &mask, SFD_CLOEXEC)) < 0) {
         log_err("signalfd: %s", strerror(errno));
         return 1;

@@ -5,8 +5,8 @@
  *               the controller's epilog (tcgpu-slurm epilog)
  *   task.c      one task's life: started or restored, its signals, its save
  *   saves.c     where a job's saves live, and whether a set of them is whole
- *   slurmapi.c  what tcgpu-slurm asks slurmctld (libslurm): preempted? requeue;
- *               is the job over?
+ *   slurmapi.c  what tcgpu-slurm asks slurmctld (libslurm): preempted, requeued
+ *               or ending? requeue; is the job over?
  *   defer.c     libtcgpu-slurm-defer.so, preloaded into the program: holds back
  *               the signals Slurm sends every process until the wrapper says what
  *               they mean
@@ -24,6 +24,9 @@
 #define TS_DEFAULT_DIR       "/var/lib/tcgpu/slurm"
 #define TS_RELEASE_SIGNAL    "RTMIN+5"      /* defer.c's: "do what the program would" */
 #define TS_DEFERRED_SIGNALS  "TERM,TSTP"
+/* How long the epilog waits for a save in progress of a job that ended (more
+ * than Slurm's default KillWait, 30 s, after which Slurm kills the save). */
+#define TS_EPILOG_SAVE_WAIT_MS  (60 * 1000)
 
 /* The job and task this wrapper is, from Slurm's environment. */
 struct ts_job {
@@ -53,10 +56,33 @@ int ts_latest_whole_set(const struct ts_job *j, unsigned *run, char *why, size_t
 int ts_set_whole(const struct ts_job *j, unsigned run);
 /* rm -rf of a job's directory under root, without following symlinks. */
 int ts_remove_job(const char *root, uint32_t job_id);
+/*
+ * A task's save in progress, for the epilog: the file step<S>.task<N>.saving
+ * of the job's directory, created and locked (flock) for as long as the save
+ * runs. Returns its descriptor, or -errno (said: the save goes on unmarked).
+ */
+int ts_saving_begin(const struct ts_job *j);
+/* The save is over: the mark goes (fd < 0: nothing to do). */
+void ts_saving_end(const struct ts_job *j, int fd);
+/*
+ * The epilog: waits while a task of the job holds a save mark, at most
+ * max_ms. 0 once none does (or the job has no directory), -ETIMEDOUT, or
+ * -errno; *waited_ms says how long it waited.
+ */
+int ts_wait_saves_over(const char *root, uint32_t job_id, unsigned max_ms, unsigned *waited_ms);
 
 /* slurmapi.c */
-/* 1: the job has been told it is preempted (its grace time runs); 0: not; -errno. */
-int ts_job_preempted(uint32_t job_id);
+/* What a SIGTERM to the job means, as slurmctld tells it. */
+enum ts_why {
+    TS_PREEMPTED,   /* preempted: its grace time runs, and it is not requeued yet */
+    TS_REQUEUED,    /* requeued (scontrol requeue, the end of a grace time): it runs again */
+    TS_ENDING,      /* cancelled, timed out, failed...: it does not run again */
+};
+/* enum ts_why for the job during run `run` (the restart count it started
+ * with), its state in words into state ("cancelled"); or -errno, said. */
+int ts_job_why_signalled(uint32_t job_id, unsigned run, char *state, size_t len);
+/* The job's restart count as slurmctld keeps it: 0 with *count, or -errno. */
+int ts_job_restart_count(uint32_t job_id, unsigned *count);
 /* Requeue the job now (its owner may). 0 or -errno, said. */
 int ts_job_requeue(uint32_t job_id);
 /* 1: the job is over for good (completed, cancelled, failed, timed out...) or

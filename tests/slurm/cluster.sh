@@ -63,7 +63,8 @@ cluster_cleanup() {
     kill_bg
     wait 2>/dev/null
     check_nothing_left
-    rm -f /dev/shm"$SHM_PREFIX"* /dev/shm/tcgpu-pair-* 2>/dev/null
+    # the simulated machines and the jobs' pair segments: this test's alone
+    rm -f /dev/shm"$SHM_PREFIX"* 2>/dev/null
     # TCGPU_KEEP=1 keeps the logs and saves for a look after a failure
     [ -n "${TCGPU_KEEP:-}" ] && echo "kept $W" >&2 || rm -rf "$W"
 }
@@ -83,7 +84,7 @@ test_processes() {
         [ "$pid" = $$ ] && continue
         if ls -l /proc/"$pid"/fd 2>/dev/null | grep -q -- "$W/" ||
             [[ "$(readlink /proc/"$pid"/cwd 2>/dev/null)" == "$W"/* ]] ||
-            tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -q "^SIMCUDA_SHM=$SHM_PREFIX-"; then
+            grep -qz "^SIMCUDA_SHM=$SHM_PREFIX-" "/proc/$pid/environ" 2>/dev/null; then
             echo "$pid"
         fi
     done
@@ -154,7 +155,9 @@ SchedulerParameters=preempt_send_user_signal,bf_interval=1,sched_interval=2
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 JobRequeue=1
-KillWait=5
+# KillWait: the time from the SIGTERM of scancel or scontrol requeue to the
+# SIGKILL; a requeue by hand is saved within it (docs/slurm.md)
+KillWait=15
 MinJobAge=600
 InactiveLimit=0
 Waittime=0
@@ -270,9 +273,9 @@ wait_file_line() {
 # The pair program's uninterrupted checksums (both ranks), on a machine of its own.
 pair_reference() { # ARGS...
     local shm=$SHM_PREFIX-ref
-    SIMCUDA_SHM=$shm CUDA_VISIBLE_DEVICES=0 "$PAIR" --rank 0 --shm /tcgpu-pair-ref-$$ "$@" >"$W/ref0.out" 2>&1 &
+    SIMCUDA_SHM=$shm CUDA_VISIBLE_DEVICES=0 "$PAIR" --rank 0 --shm $SHM_PREFIX-pair-ref "$@" >"$W/ref0.out" 2>&1 &
     local p0=$!
-    SIMCUDA_SHM=$shm CUDA_VISIBLE_DEVICES=1 "$PAIR" --rank 1 --shm /tcgpu-pair-ref-$$ "$@" >"$W/ref1.out" 2>&1 ||
+    SIMCUDA_SHM=$shm CUDA_VISIBLE_DEVICES=1 "$PAIR" --rank 1 --shm $SHM_PREFIX-pair-ref "$@" >"$W/ref1.out" 2>&1 ||
         fail "reference rank 1 failed: $(tail_of "$W/ref1.out")"
     wait "$p0" || fail "reference rank 0 failed: $(tail_of "$W/ref0.out")"
     rm -f /dev/shm"$shm"

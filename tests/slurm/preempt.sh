@@ -18,6 +18,20 @@
 #   preempt.sh suspend   scontrol suspend: the job's GPU memory is released before
 #                        Slurm stops it (SIGTSTP, then SIGSTOP), and given back on
 #                        scontrol resume; the job ends with the uninterrupted checksum
+#   preempt.sh requeue-by-hand
+#                        `scontrol requeue` of a running two-task job (how admins
+#                        drain nodes): it is saved as at a preemption and restored
+#                        when it runs again; its steps continue where they were, its
+#                        log says each of the program's lines once, and it ends with
+#                        the checksums of an uninterrupted run
+#   preempt.sh requeue-twice
+#                        the same, requeued by hand twice: restored twice, the
+#                        second time from the save made after the first restore
+#   preempt.sh cancel-during-save
+#                        scancel while the job is being saved at a preemption: the
+#                        job ends, the epilog removes its directory only once the
+#                        save is over, the log says the job was cancelled and nothing
+#                        claims that CRIU or the save failed
 . "$(dirname "$0")/cluster.sh"
 
 mode=${1:?mode}
@@ -28,7 +42,7 @@ submit_low() {
     local name=$1 tasks=$2
     cat >"$HOME_N/$name.sh" <<EOF
 #!/bin/bash
-srun tcgpu-slurm -- $PAIR ${PAIR_ARGS[*]}
+srun tcgpu-slurm -- $PAIR ${PAIR_ARGS[*]} --shm $SHM_PREFIX-pair-\$SLURM_JOB_ID
 EOF
     chmod 755 "$HOME_N/$name.sh"
     chown "$NOBODY" "$HOME_N/$name.sh"
@@ -43,7 +57,7 @@ EOF
 # that one comes back on the other node.
 submit_high() {
     sbatch --parsable -p high -w "$1" -N1 -n2 --gpus-per-task=1 -J high -D "$W" \
-        -o "$W/high-%j.out" --wrap "srun $PAIR ${PAIR_ARGS[*]} --sleep-ms 150"
+        -o "$W/high-%j.out" --wrap "srun $PAIR ${PAIR_ARGS[*]} --sleep-ms 150 --shm $SHM_PREFIX-pair-\$SLURM_JOB_ID"
 }
 
 # preempt LOW TASKS : LOW is mid-run; a high job takes its node; LOW saves and
@@ -69,6 +83,27 @@ preempt() {
         [ -d "$SAVES/$low/step0.task$r.run0" ] || fail "task $r has no save: $(ls "$SAVES/$low")"
     done
     wait_job_state "$low" PENDING 20
+}
+
+# save_process DIR: the pid of root's `gpuckpt save ... -D DIR...` (tcgpud's), if one runs.
+save_process() {
+    local c p
+    for c in /proc/[0-9]*/cmdline; do
+        p=${c#/proc/}; p=${p%/cmdline}
+        { tr '\0' ' ' <"$c"; } 2>/dev/null | grep -q "^$GPUCKPT save [0-9]* --owner [0-9]* -D $1" &&
+            { echo "$p"; return 0; }
+    done
+    return 1
+}
+
+# wait_count FILE PATTERN N SECONDS: 0 once N lines of FILE match PATTERN.
+wait_count() {
+    local end=$((SECONDS + $4))
+    set_phase "waiting for $3 lines '$2' in $1"
+    until [ "$(grep -c -- "$2" "$1" 2>/dev/null)" -ge "$3" ]; do
+        [ $SECONDS -ge $end ] && return 1
+        sleep 0.2
+    done
 }
 
 case "$mode" in
@@ -160,7 +195,7 @@ corrupt)
 suspend)
     PAIR_ARGS=(--mb 32 --steps 200 --sleep-ms 40)
     start_cluster
-    SIMCUDA_SHM=$SHM_PREFIX-ref "$PAIR" --peers 1 --shm /tcgpu-pair-ref1-$$ "${PAIR_ARGS[@]}" >"$W/ref.out" 2>&1 ||
+    SIMCUDA_SHM=$SHM_PREFIX-ref "$PAIR" --peers 1 --shm $SHM_PREFIX-pair-ref1 "${PAIR_ARGS[@]}" >"$W/ref.out" 2>&1 ||
         fail "reference run failed: $(tail_of "$W/ref.out")"
     rm -f /dev/shm"$SHM_PREFIX"-ref
     ref=$(sed -n 's/^rank 0 checksum: //p' "$W/ref.out")
@@ -197,6 +232,99 @@ suspend)
     got=$(sed -n 's/^rank 0 checksum: //p' "$out")
     [ "$got" = "$ref" ] || fail "checksum after suspend/resume '$got', uninterrupted $ref"
     echo "ok: scontrol suspend released the job's GPU memory, resume gave it back; checksum $got"
+    ;;
+requeue-by-hand|requeue-twice)
+    # 240 steps of 60 ms: long enough to be requeued twice, each time with
+    # steps left to run after the restore
+    PAIR_ARGS=(--mb 8 --steps 240 --sleep-ms 60)
+    times=1
+    [ "$mode" = requeue-twice ] && times=2
+    start_cluster
+    pair_reference "${PAIR_ARGS[@]}"
+    note "uninterrupted: rank 0 $REF0, rank 1 $REF1"
+    low=$(submit_low byhand 2)
+    out=$HOME_N/byhand-$low.out
+    wait_job_state "$low" RUNNING 30
+    for n in $(seq 1 "$times"); do
+        # the first time mid-run, the second once the restored job has moved on
+        at=$(( n * 50 ))
+        wait_file_line "$out" "rank 0 step $at\$" 90
+        phase "scontrol requeue $low, time $n (at step $at)"
+        scontrol requeue "$low"
+        wait_count "$out" "saved in\|the save failed\|the program gets it" $(( 2 * n )) 30 ||
+            fail "no save after the requeue: $(tail_of "$out" 6)"
+        grep -q "the save failed" "$out" && fail "the save failed: $(tail_of "$out" 8)"
+        grep -q "the program gets it" "$out" &&
+            fail "the requeue was taken for the end of the job: $(grep 'the program gets it' "$out" | head -n 2)"
+        wait_job_state "$low" RUNNING 90
+        wait_count "$out" "restored from its save" $(( 2 * n )) 60 ||
+            fail "the job was not restored (both tasks, time $n): $(tail_of "$out" 8)"
+    done
+    wait_job_state "$low" COMPLETED 120
+    grep -q "starting from the beginning" "$out" && fail "the job started again from the beginning: $(tail_of "$out" 8)"
+    for r in 0 1; do
+        got=$(sed -n "s/^rank $r checksum: //p" "$out")
+        want=REF$r
+        [ "$got" = "${!want}" ] || fail "rank $r: checksum '$got', uninterrupted ${!want}: $(tail_of "$out" 8)"
+        # said once each, in order: the program's lines were not said again
+        # by a restarted run, and its steps went on from where they were
+        [ "$(grep -c "^rank $r: .* MiB on its GPU" "$out")" = 1 ] ||
+            fail "rank $r started $(grep -c "^rank $r: .* MiB on its GPU" "$out") times: the log repeats the first run's output"
+        steps=$(sed -n "s/^rank $r step //p" "$out" | tr '\n' ' ')
+        [ "$(sed -n "s/^rank $r step //p" "$out" | sort -n | uniq | tr '\n' ' ')" = "$steps" ] ||
+            fail "rank $r's steps are said again or out of order: $steps"
+        [ "$(echo $steps | wc -w)" = $(( (${PAIR_ARGS[3]} + 24) / 25 )) ] ||
+            fail "rank $r said $(echo $steps | wc -w) steps: $steps"
+    done
+    [ "$(grep -c 'restored from its save' "$out")" = $(( 2 * times )) ] ||
+        fail "$(grep -c 'restored from its save' "$out") restores, want $(( 2 * times )) (2 tasks, $times requeues)"
+    [ "$(job_field "$low" Restarts)" = "$times" ] || fail "restart count $(job_field "$low" Restarts), want $times"
+    [ "$(job_field "$low" ExitCode)" = 0:0 ] || fail "exit code $(job_field "$low" ExitCode)"
+    for i in $(seq 1 50); do [ -e "$SAVES/$low" ] || break; sleep 0.2; done
+    [ -e "$SAVES/$low" ] && fail "the saves of completed job $low are still there: $(ls "$SAVES/$low")"
+    echo "ok: requeued by hand $times time(s): saved, restored, steps said once each ($steps), checksums of an uninterrupted run"
+    ;;
+cancel-during-save)
+    # the save is held (its root gpuckpt stopped) while the job is cancelled,
+    # so that the epilog runs while the save still writes, every time
+    # 64 MiB: a save of a second or so, long enough to be caught running
+    PAIR_ARGS=(--mb 64 --steps 2000 --sleep-ms 60)
+    start_cluster
+    low=$(submit_low cds 1)
+    out=$HOME_N/cds-$low.out
+    wait_job_state "$low" RUNNING 30
+    wait_file_line "$out" "rank 0 step 25" 60
+    node=$(job_field "$low" NodeList)
+    HIGH=$(submit_high "$node")
+    note "high-priority job $HIGH arrives on $node, where job $low runs"
+    set_phase "waiting for the save of job $low to start"
+    saver=""
+    # gpuckpt's working directory appears first: cheap to watch closely
+    for i in $(seq 1 3000); do
+        compgen -G "$SAVES/$low/step0.task0.run0.tmp-*" >/dev/null && break
+        sleep 0.01
+    done
+    saver=$(save_process "$SAVES/$low/") || true
+    [ -n "$saver" ] || fail "no save of job $low started: $(tail_of "$out" 6)"
+    kill -STOP "$saver"
+    phase "scancel $low while its save (gpuckpt pid $saver) is held"
+    scancel "$low"
+    # the epilog runs at the cancel: give it time to do what it does
+    wait_job_state "$low" CANCELLED 20
+    sleep 3
+    # gone already when the task was killed (the save with it): the checks below say
+    kill -CONT "$saver" 2>/dev/null || note "the held save (pid $saver) is gone"
+    set_phase "waiting for job $low's directory to go"
+    for i in $(seq 1 150); do [ -e "$SAVES/$low" ] || break; sleep 0.2; done
+    [ -e "$SAVES/$low" ] && fail "the cancelled job's directory stays: $(ls "$SAVES/$low"; tail_of "$W/log/epilog.log")"
+    grep -q "job $low is over: removed its saves" "$W/log/epilog.log" ||
+        fail "the epilog did not remove the job's saves: $(tail_of "$W/log/epilog.log")"
+    set_phase "reading job $low's log"
+    wait_line "$out" "cancelled" 20 || fail "the log does not say the job was cancelled: $(tail_of "$out" 8)"
+    grep -i "criu\|save failed\|cannot" "$out" &&
+        fail "the log of a cancelled job blames the save (above)"
+    note "$(grep -m1 cancelled "$out" | sed 's/^[^:]*: //')"
+    echo "ok: cancelled while saved: the save ended before the epilog removed the directory; the log says the job was cancelled"
     ;;
 *) fail "unknown mode $mode" ;;
 esac
