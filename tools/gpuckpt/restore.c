@@ -46,6 +46,7 @@
 #include "common/clock.h"
 #include "common/hex.h"
 #include "common/pathtrust.h"
+#include "common/fdnames.h"
 #include "common/proc.h"
 
 /* ---- checks ----------------------------------------------------------------------- */
@@ -494,23 +495,7 @@ static int reach_save(const char *dir, long long owner, char *at, size_t atlen, 
 /* err with the descriptor's path (at) named as the user named it (dir). */
 static void name_as_user(char *err, size_t len, const char *at, const char *dir)
 {
-    char out[16384];
-    size_t n = 0, atlen = strlen(at);
-
-    if (!atlen || !strcmp(at, dir))
-        return;
-    for (const char *p = err; *p && n + 1 < sizeof(out);) {
-        if (!strncmp(p, at, atlen)) {
-            n += (size_t)snprintf(out + n, sizeof(out) - n, "%s", dir);
-            p += atlen;
-        } else {
-            out[n++] = *p++;
-        }
-        if (n >= sizeof(out))
-            n = sizeof(out) - 1;
-    }
-    out[n] = '\0';
-    snprintf(err, len, "%s", out);
+    tcgpu_fdnames_show(err, len, at, dir);
 }
 
 int gpuckpt_cmd_restore(const struct gpuckpt_command *self, int argc, char **argv)

@@ -462,39 +462,21 @@ int criu_run_preloaded(char *const argv[], const char *log, const char *preload)
     return run_criu(argv, log, preload);
 }
 
-void criu_log_errors(const char *log, int n, char *out, size_t len)
+/* CRIU's "Error (file:line): text"; the rlimit line is noise an
+ * unprivileged-looking environment always prints. */
+static int is_criu_error(const char *line)
 {
-    char line[1024], ring[8][512];
-    int count = 0;
-    FILE *f = fopen(log, "r");
-
-    out[0] = '\0';
-    if (n > 8)
-        n = 8;
-    if (!f) {
-        snprintf(out, len, "(no log at %s: %s)", log, strerror(errno));
-        return;
-    }
-    while (fgets(line, sizeof(line), f)) {
-        /* CRIU's "Error (file:line): text"; the rlimit line is noise an
-         * unprivileged-looking environment always prints */
-        if (!strstr(line, "Error") || strstr(line, "RLIMIT_NOFILE"))
-            continue;
-        line[strcspn(line, "\n")] = '\0';
-        snprintf(ring[count % 8], sizeof(ring[0]), "%.511s", line);
-        count++;
-    }
-    fclose(f);
-    for (int i = count > n ? count - n : 0; i < count; i++) {
-        size_t l = strlen(out);
-        snprintf(out + l, len - l, "%s%s", l ? "\n  " : "", ring[i % 8]);
-    }
-    if (!count)
-        snprintf(out, len, "(no Error lines in the log)");
+    return strstr(line, "Error") && !strstr(line, "RLIMIT_NOFILE");
 }
 
-/* The last n non-empty lines of a file, joined by "\n  "; -errno when unreadable. */
-static int last_lines(const char *path, int n, char *out, size_t len)
+static int is_not_empty(const char *line)
+{
+    return line[0] != '\0';
+}
+
+/* The last n (at most 8) lines of a file that `keep` accepts, joined by
+ * "\n  ": how many it had, or -errno when unreadable. */
+static int last_lines_kept(const char *path, int n, int (*keep)(const char *), char *out, size_t len)
 {
     char line[1024], ring[8][512];
     int count = 0;
@@ -507,7 +489,7 @@ static int last_lines(const char *path, int n, char *out, size_t len)
         n = 8;
     while (fgets(line, sizeof(line), f)) {
         line[strcspn(line, "\n")] = '\0';
-        if (!line[0])
+        if (!keep(line))
             continue;
         snprintf(ring[count % 8], sizeof(ring[0]), "%.511s", line);
         count++;
@@ -518,6 +500,22 @@ static int last_lines(const char *path, int n, char *out, size_t len)
         snprintf(out + l, len - l, "%s%s", l ? "\n  " : "", ring[i % 8]);
     }
     return count;
+}
+
+void criu_log_errors(const char *log, int n, char *out, size_t len)
+{
+    int r = last_lines_kept(log, n, is_criu_error, out, len);
+
+    if (r < 0)
+        snprintf(out, len, "(no log at %s: %s)", log, strerror(-r));
+    else if (!r)
+        snprintf(out, len, "(no Error lines in the log)");
+}
+
+/* The last n non-empty lines of a file, joined by "\n  "; -errno when unreadable. */
+static int last_lines(const char *path, int n, char *out, size_t len)
+{
+    return last_lines_kept(path, n, is_not_empty, out, len);
 }
 
 void criu_failure(int r, const char *log, const char *printed, int n, char *out, size_t len)
