@@ -49,13 +49,20 @@ size_t tcgpu_frames_caller(char *buf, size_t len, int max)
 {
     void *ips[FRAMES_WALKED];
     size_t at = 0;
-    int n, shown = 0;
+    int n, first, shown = 0;
 
     if (!len)
         return 0;
     buf[0] = '\0';
     n = backtrace(ips, FRAMES_WALKED);
-    for (int i = 0; i < n && shown < max; i++) {
+    /* A sanitizer's backtrace() interceptor shows itself before our frames:
+     * the caller's frames start after ours, never before them. */
+    first = 0;
+    while (first < n && !in_this_library(ips[first]))
+        first++;
+    if (first == n)
+        first = 0;
+    for (int i = first; i < n && shown < max; i++) {
         if (in_this_library(ips[i]))
             continue;
         if (append_frame(buf, len, &at, ips[i]))
