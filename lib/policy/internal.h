@@ -144,6 +144,19 @@ void pol_tent_free(struct tent *t);
 void pol_tent_column(const struct policy *p, struct tent *t, int dev);
 
 /* A task that needs room: who, where, how much (a unit is several). */
+/*
+ * The jobs of each device, taken once for a search that tries device after
+ * device while nothing changes (decide.c, preempt_any): the indexes into
+ * p->jobs of the jobs on dev are idx[start[dev]] .. idx[start[dev + 1] - 1].
+ * Valid until a job is added, removed or moved.
+ */
+struct pol_dev_jobs {
+    size_t *idx;                  /* njobs */
+    size_t *start;                /* ndev + 1 */
+};
+int pol_dev_jobs_take(const struct policy *p, struct pol_dev_jobs *dj);
+void pol_dev_jobs_free(struct pol_dev_jobs *dj);
+
 struct pol_need {
     struct pol_job *j;
     int dev;
@@ -151,6 +164,7 @@ struct pol_need {
     uint64_t own_claim;           /* of j itself on dev */
     unsigned compute;             /* share that must fit (pack_compute), 0: none */
     unsigned own_compute;         /* of j itself, claimed on dev already */
+    const struct pol_dev_jobs *on_dev;  /* the jobs of each device, or NULL: look */
 };
 /* Does the need fit with the usage t (NULL: the real one)? */
 int pol_need_met(const struct policy *p, const struct tent *t, const struct pol_need *nd);

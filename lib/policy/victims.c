@@ -145,13 +145,48 @@ static int better_victim(const struct pol_job *a, int ca, const struct pol_job *
     return a->id > b->id;
 }
 
-/* Jobs of one device, for the victim search: the indexes of the jobs on dev. */
-static size_t jobs_on(const struct policy *p, int dev, size_t *idx)
+int pol_dev_jobs_take(const struct policy *p, struct pol_dev_jobs *dj)
+{
+    size_t nd = (size_t)(p->ndev > 0 ? p->ndev : 0);
+
+    dj->idx = malloc((p->njobs ? p->njobs : 1) * sizeof(*dj->idx));
+    dj->start = calloc(nd + 2, sizeof(*dj->start));
+    if (!dj->idx || !dj->start) {
+        pol_dev_jobs_free(dj);
+        return -ENOMEM;
+    }
+    /* counting sort by device: counts at start[dev + 2], then offsets */
+    for (size_t i = 0; i < p->njobs; i++)
+        if (p->jobs[i].device >= 0 && (size_t)p->jobs[i].device < nd)
+            dj->start[p->jobs[i].device + 2]++;
+    for (size_t d = 2; d <= nd + 1; d++)
+        dj->start[d] += dj->start[d - 1];
+    for (size_t i = 0; i < p->njobs; i++)
+        if (p->jobs[i].device >= 0 && (size_t)p->jobs[i].device < nd)
+            dj->idx[dj->start[p->jobs[i].device + 1]++] = i;
+    return 0;
+}
+
+void pol_dev_jobs_free(struct pol_dev_jobs *dj)
+{
+    free(dj->idx);
+    free(dj->start);
+    dj->idx = dj->start = NULL;
+}
+
+/* Jobs of one device, for the victim search: the indexes of the jobs on dev,
+ * in the order of p->jobs. */
+static size_t jobs_on(const struct policy *p, const struct pol_need *nd, size_t *idx)
 {
     size_t n = 0;
 
+    if (nd->on_dev) {
+        n = nd->on_dev->start[nd->dev + 1] - nd->on_dev->start[nd->dev];
+        memcpy(idx, &nd->on_dev->idx[nd->on_dev->start[nd->dev]], n * sizeof(*idx));
+        return n;
+    }
     for (size_t i = 0; i < p->njobs; i++)
-        if (p->jobs[i].device == dev)
+        if (p->jobs[i].device == nd->dev)
             idx[n++] = i;
     return n;
 }
@@ -162,7 +197,7 @@ static int pick_for(struct policy *p, struct tent *t, const struct pol_need *nee
 {
     const struct pol_need *nd = &need[ni];
     struct pol_asker a;
-    size_t n = jobs_on(p, nd->dev, cand);
+    size_t n = jobs_on(p, nd, cand);
 
     pol_asker_init(p, &a, nd->j, nd->dev, nd->bytes, now);
     pol_tent_column(p, t, nd->dev);
