@@ -79,6 +79,29 @@ int units_parse_size(const char *s, uint64_t *bytes)
     return 0;
 }
 
+int units_parse_percent(const char *s, uint32_t *ppm)
+{
+    const char *end;
+    double v;
+
+    const char *dot;
+
+    s = skip_space(s);
+    if (parse_decimal(s, &v, &end) < 0)
+        return -EINVAL;
+    dot = memchr(s, '.', (size_t)(end - s));
+    if (dot && end - dot - 1 > 4)
+        return -EINVAL;           /* finer than a millionth of the whole */
+    end = skip_space(end);
+    if (*end != '%' || *skip_space(end + 1))
+        return -EINVAL;
+    v = round(v * 10000.0);       /* exact: at most 4 decimals */
+    if (v < 1.0 || v > 1000000.0)
+        return -EINVAL;
+    *ppm = (uint32_t)v;
+    return 0;
+}
+
 int units_parse_duration(const char *s, uint64_t *ns)
 {
     const char *end;

@@ -15,6 +15,10 @@
  * of a byte). */
 int units_parse_size(const char *s, uint64_t *bytes);
 
+/* "25%", "33.3%", "100%" -> parts per million of a whole (1..1000000): 0, or
+ * -EINVAL (no '%', zero, above 100%, or finer than a millionth). */
+int units_parse_percent(const char *s, uint32_t *ppm);
+
 /* "30s", "500ms", "2m", "1h", "10" (seconds), "1.5s" -> ns (decimal
  * numbers as for sizes). 0 or -EINVAL. */
 int units_parse_duration(const char *s, uint64_t *ns);

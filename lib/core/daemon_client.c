@@ -71,6 +71,41 @@ uint64_t tcgpu_daemon_limit(void)
     return atomic_load_explicit(&job_limit, memory_order_relaxed);
 }
 
+/*
+ * TCGPU_GPU_MEM in bytes: a size ("8G"), or a share of the memory of the
+ * job's first GPU ("25%", as tcgpu-slurm sets it from a job's Slurm
+ * shards), rounded down to whole MiB (1 MiB at least). Read after cuInit, so the driver
+ * knows the device. 0 (no limit, said) when it is neither.
+ */
+static uint64_t parse_limit(const char *mem)
+{
+    uint64_t bytes;
+    uint32_t ppm;
+    size_t total = 0;
+    CUdevice dev;
+
+    if (units_parse_percent(mem, &ppm) == 0) {
+        if (TCGPU_REAL(cuDeviceGet)(&dev, 0) != CUDA_SUCCESS ||
+            TCGPU_REAL(cuDeviceTotalMem)(&total, dev) != CUDA_SUCCESS || !total) {
+            log_err("TCGPU_GPU_MEM=%s: the driver does not say how much memory GPU 0 has; "
+                    "no memory limit", mem);
+            return 0;
+        }
+        bytes = (uint64_t)((unsigned __int128)total * ppm / 1000000) >> 20 << 20;
+        if (!bytes)
+            bytes = 1 << 20;
+        log_info("memory limit %s of the GPU's %llu MiB: %llu MiB", mem,
+                 (unsigned long long)(total >> 20), (unsigned long long)(bytes >> 20));
+        return bytes;
+    }
+    if (units_parse_size(mem, &bytes) < 0 || bytes == 0) {
+        log_err("TCGPU_GPU_MEM=%s is not a size (e.g. 8G) or a share of the GPU (e.g. 25%%); "
+                "no memory limit", mem);
+        return 0;
+    }
+    return bytes;
+}
+
 /* Read the settings once. Lock held. */
 static void configure(void)
 {
@@ -91,10 +126,7 @@ static void configure(void)
     throttle_configure();
     snprintf(dc.priority, sizeof(dc.priority), "%s", s->priority);
     if (*mem) {
-        if (units_parse_size(mem, &dc.gpu_mem) < 0 || dc.gpu_mem == 0) {
-            log_err("TCGPU_GPU_MEM=%s is not a size (e.g. 8G); no memory limit", mem);
-            dc.gpu_mem = 0;
-        }
+        dc.gpu_mem = parse_limit(mem);
         atomic_store(&job_limit, dc.gpu_mem);
     }
     if (*wait) {

@@ -18,6 +18,12 @@ out=$("$GPUCKPT" run --gpu-mem 512M -- "$PROBE" 100 200) || fail "probe failed: 
 grep -q '^more=ok$' <<<"$out" || fail "an allocation within the limit failed: $out"
 out=$("$GPUCKPT" run -- "$PROBE" 100 200) || fail "probe failed: $out"
 grep -q '^total=1024 ' <<<"$out" || fail "without a limit cuMemGetInfo is the device's: $out"
+# a share of the GPU (tcgpu-slurm's translation of Slurm shards): 25% of 1 GiB
+out=$("$GPUCKPT" run --gpu-mem 25% -- "$PROBE" 100 200) || fail "probe failed: $out"
+grep -q '^total=256 free=15[0-9]$' <<<"$out" || fail "cuMemGetInfo under --gpu-mem 25%: $out"
+grep -q '^more=oom$' <<<"$out" || fail "an allocation beyond 25% of the GPU succeeded: $out"
+out=$(TCGPU_GPU_MEM=50% "$GPUCKPT" run -- "$PROBE" 100 200) || fail "probe failed: $out"
+grep -q '^total=512 ' <<<"$out" && grep -q '^more=ok$' <<<"$out" || fail "TCGPU_GPU_MEM=50%: $out"
 rc=0; "$GPUCKPT" run --gpu-mem 300M -- "$TRAIN" --mb 400 --steps 2 >"$WORK/t.out" 2>&1 || rc=$?
 [ "$rc" -eq 1 ] && grep -q OUT_OF_MEMORY "$WORK/t.out" || fail "train beyond its limit: exit $rc, $(tail -n 2 "$WORK/t.out")"
 note "limits without tcgpud ok"

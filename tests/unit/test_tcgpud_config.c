@@ -257,6 +257,17 @@ static int test_values(void)
     REQUIRE(units_parse_duration("2m", &v) == 0 && v == 120000000000ull, "m");
     REQUIRE(units_parse_duration("10", &v) == 0 && v == 10000000000ull, "plain seconds");
     REQUIRE(units_parse_duration("1d", &v) < 0, "days are not a unit");
+    uint32_t ppm;
+    REQUIRE(units_parse_percent("25%", &ppm) == 0 && ppm == 250000, "25%%");
+    REQUIRE(units_parse_percent("33.3333%", &ppm) == 0 && ppm == 333333, "33.3333%%: %u", ppm);
+    REQUIRE(units_parse_percent(" 100 % ", &ppm) == 0 && ppm == 1000000, "100%%");
+    REQUIRE(units_parse_percent("0.0001%", &ppm) == 0 && ppm == 1, "a millionth");
+    REQUIRE(units_parse_percent("0%", &ppm) < 0 && units_parse_percent("100.01%", &ppm) < 0,
+            "nothing, more than the whole");
+    REQUIRE(units_parse_percent("33.33333%", &ppm) < 0, "finer than a millionth");
+    REQUIRE(units_parse_percent("25", &ppm) < 0 && units_parse_percent("8G", &ppm) < 0 &&
+            units_parse_percent("25%%", &ppm) < 0 && units_parse_percent("1e1%", &ppm) < 0,
+            "not a percentage");
     return 0;
 }
 

@@ -24,6 +24,7 @@
 int gpuckpt_tcgpud_run_option(int opt, const char *arg)
 {
     uint64_t v;
+    uint32_t ppm;
     char *end;
 
     switch (opt) {
@@ -41,9 +42,10 @@ int gpuckpt_tcgpud_run_option(int opt, const char *arg)
         setenv("TCGPU_PRIORITY", arg, 1);
         return 0;
     case GPUCKPT_OPT_GPU_MEM:
-        if (units_parse_size(arg, &v) < 0 || v == 0)
+        if ((units_parse_size(arg, &v) < 0 || v == 0) && units_parse_percent(arg, &ppm) < 0)
             return gpuckpt_usage_error("run", "--gpu-mem %s: not a size (a decimal number with K, "
-                                       "M, G or T: 8G, 512M, 1.5G)", arg);
+                                       "M, G or T: 8G, 512M, 1.5G) or a share of the GPU "
+                                       "(25%%, 12.5%%)", arg);
         setenv("TCGPU_GPU_MEM", arg, 1);
         return 0;
     case GPUCKPT_OPT_WAIT_TIMEOUT:
