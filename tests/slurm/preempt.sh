@@ -85,27 +85,13 @@ preempt() {
     wait_job_state "$low" PENDING 20
 }
 
-# save_process DIR: the pid of root's `gpuckpt save ... -D DIR...` (tcgpud's), if one runs.
-save_process() {
-    local c p
-    for c in /proc/[0-9]*/cmdline; do
-        p=${c#/proc/}; p=${p%/cmdline}
-        { tr '\0' ' ' <"$c"; } 2>/dev/null | grep -q "^$GPUCKPT save [0-9]* --owner [0-9]* -D $1" &&
-            { echo "$p"; return 0; }
-    done
-    return 1
-}
+# save_process DIR: the pid of root's `gpuckpt save ... -D DIR...` (tcgpud's),
+# if one runs: by its whole command line, which names this test's paths
+# (one pgrep: fast enough to catch a save of a fraction of a second).
+save_process() { pgrep -o -f "^$GPUCKPT save [0-9]+ --owner [0-9]+ -D $1"; }
 
-# epilog_process: the pid of a running `tcgpu-slurm epilog` (the jobcomp script's).
-epilog_process() {
-    local c p
-    for c in /proc/[0-9]*/cmdline; do
-        p=${c#/proc/}; p=${p%/cmdline}
-        { tr '\0' ' ' <"$c"; } 2>/dev/null | grep -q "^$TCGPU_SLURM epilog" &&
-            { echo "$p"; return 0; }
-    done
-    return 1
-}
+# epilog_process: the pid of a running `tcgpu-slurm epilog` (this test's jobcomp script's).
+epilog_process() { pgrep -o -f "^$TCGPU_SLURM epilog"; }
 
 # wait_count FILE PATTERN N SECONDS: 0 once N lines of FILE match PATTERN.
 wait_count() {
@@ -310,15 +296,9 @@ cancel-during-save)
     note "high-priority job $HIGH arrives on $node, where job $low runs"
     set_phase "waiting for the save of job $low to start"
     saver=""
-    # the wrapper's line comes first: cheap to watch closely; then root's
-    # gpuckpt save (tcgpud's child), through /proc
     for i in $(seq 1 3000); do
-        grep -q "preempted: saving" "$out" && break
-        sleep 0.01
-    done
-    for i in $(seq 1 20); do
         saver=$(save_process "$SAVES/$low/") && break
-        sleep 0.05
+        sleep 0.01
     done
     [ -n "$saver" ] || fail "no save of job $low started: $(tail_of "$out" 6)"
     kill -STOP "$saver"
