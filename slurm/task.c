@@ -53,6 +53,7 @@
 
 #define TICK_MS            200
 #define WHOLE_SET_WAIT_MS  (10 * 60 * 1000)   /* the longest grace time worth waiting */
+#define KILL_MARGIN_S      3    /* a save of a job Slurm ends is ended this long before its SIGKILL */
 
 enum task_state { T_RUNNING, T_SAVED, T_SAVE_FAILED };
 
@@ -75,6 +76,7 @@ struct task {
     int child_reaped;           /* child reaped during a gpuckpt call, its status child_st */
     int child_st;
     int held_sig;               /* a SIGTERM that came while the restore had no root yet */
+    int save_ended;             /* the job ended during the save, which we ended before Slurm's SIGKILL */
     int leave;                  /* done: the wrapper ends, with leave_status */
     int leave_status;
 };
@@ -172,9 +174,47 @@ static void relay_restore_err(struct task *t)
     }
 }
 
-/* Run gpuckpt ARGS... and wait; its output goes to `out`. Its exit code, or -errno. */
-static int gpuckpt_to(struct task *t, const char *const args[], int out)
+static void signal_tree(pid_t root, int sig);
+
+/*
+ * During a save: Slurm ends the job (scancel, the time limit) when a SIGTERM
+ * is pending and slurmctld says the job ends. Slurm's SIGKILL follows
+ * KillWait later, for every process of the step, this wrapper and its
+ * gpuckpt save included: the save may go on until KILL_MARGIN_S before,
+ * then it is ended (its caller gone, tcgpud ends root's save), so that the
+ * wrapper lives to say what happened and the epilog finds the save over.
+ */
+static void watch_job_end(struct task *t, pid_t save, uint64_t *next_ask, uint64_t *deadline)
 {
+    uint64_t now = now_ms();
+    unsigned kill_wait = 30;    /* Slurm's default, should slurmctld not say */
+    sigset_t pending;
+    char state[64];
+
+    if (t->save_ended)
+        return;
+    if (*deadline) {
+        if (now >= *deadline) {
+            signal_tree(save, SIGKILL);
+            t->save_ended = 1;
+        }
+        return;
+    }
+    if (now < *next_ask || sigpending(&pending) < 0 || !sigismember(&pending, SIGTERM))
+        return;
+    *next_ask = now + 1000;
+    if (ts_job_why_signalled(t->job->job_id, t->job->restarts, state, sizeof(state)) != TS_ENDING)
+        return;
+    ts_kill_wait(&kill_wait);
+    *deadline = now + 1000ull * (kill_wait > KILL_MARGIN_S + 1 ? kill_wait - KILL_MARGIN_S : 1);
+}
+
+/* Run gpuckpt ARGS... and wait; its output goes to `out`. Its exit code, or
+ * -errno. `save`: it is a save, ended before Slurm's SIGKILL when the job
+ * ends meanwhile (watch_job_end). */
+static int gpuckpt_to(struct task *t, const char *const args[], int out, int save)
+{
+    uint64_t next_ask = 0, deadline = 0;
     char *argv[16];
     int n = 0, st;
     pid_t pid;
@@ -202,6 +242,8 @@ static int gpuckpt_to(struct task *t, const char *const args[], int out)
             return -errno;
         if (t->child > 0 && !t->child_reaped && waitpid(t->child, &t->child_st, WNOHANG) == t->child)
             t->child_reaped = 1;
+        if (save)
+            watch_job_end(t, pid, &next_ask, &deadline);
         usleep(5000);
     }
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -210,7 +252,7 @@ static int gpuckpt_to(struct task *t, const char *const args[], int out)
 /* gpuckpt ARGS..., its output on our stderr. */
 static int gpuckpt(struct task *t, const char *const args[])
 {
-    return gpuckpt_to(t, args, 2);
+    return gpuckpt_to(t, args, 2, 0);
 }
 
 /* What a file holds, from its start, to our stderr; the file is closed. */
@@ -430,7 +472,7 @@ static int save_program(struct task *t, const char *why, int *failed_log)
     snprintf(pid, sizeof(pid), "%d", (int)t->root);
     log_info("%s: saving the program (pid %d) to %s", why, (int)t->root, path);
     mark = ts_saving_begin(t->job);
-    r = gpuckpt_to(t, (const char *const[]){ "save", pid, "-D", path, NULL }, out < 0 ? 2 : out);
+    r = gpuckpt_to(t, (const char *const[]){ "save", pid, "-D", path, NULL }, out < 0 ? 2 : out, 1);
     ts_saving_end(t->job, mark);
     relay_output(t);
     *failed_log = -1;
@@ -462,9 +504,14 @@ static int cancelled_during_save(struct task *t, int saved, int gpuckpt_exit)
         t->leave_status = 128 + SIGTERM;
         return 1;
     }
-    log_info("save dropped: job %u is %s; its save did not complete (gpuckpt exit %d; Slurm "
-             "signals the program of a job it ends, under CRIU too), and nothing of it is kept; "
-             "the program gets the SIGTERM", t->job->job_id, state, gpuckpt_exit);
+    if (t->save_ended)
+        log_info("save dropped: job %u is %s; its save was still running %d s before Slurm's "
+                 "KillWait ends the job, and was ended; nothing of it is kept; the program gets "
+                 "the SIGTERM", t->job->job_id, state, KILL_MARGIN_S);
+    else
+        log_info("save dropped: job %u is %s; its save did not complete (gpuckpt exit %d; Slurm "
+                 "signals the program of a job it ends, under CRIU too), and nothing of it is "
+                 "kept; the program gets the SIGTERM", t->job->job_id, state, gpuckpt_exit);
     t->state = T_SAVE_FAILED;
     pass_on(t, SIGTERM);
     return 1;

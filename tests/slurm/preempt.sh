@@ -282,7 +282,7 @@ requeue-by-hand|requeue-twice)
     echo "ok: requeued by hand $times time(s): saved, restored, steps said once each ($steps), checksums of an uninterrupted run"
     ;;
 cancel-during-save)
-    # the save is held (root's gpuckpt stopped) while the job is cancelled,
+    # the save is held (root's gpuckpt and its CRIU stopped) while the job is cancelled,
     # so that the epilog runs while the save still writes, every time
     # 64 MiB: a save of a second or so, long enough to be caught running
     PAIR_ARGS=(--mb 64 --steps 2000 --sleep-ms 60)
@@ -301,21 +301,44 @@ cancel-during-save)
         sleep 0.01
     done
     [ -n "$saver" ] || fail "no save of job $low started: $(tail_of "$out" 6)"
-    kill -STOP "$saver"
-    phase "scancel $low while its save (gpuckpt pid $saver) is held"
+    # and its CRIU once it has seized the program: the cancel's signals then
+    # reach the program under CRIU, whose dump fails ("Unexpected task
+    # interruption"); the plugin's give-back then waits for the stopped
+    # program, and the wrapper ends the save KillWait - 3 s after the cancel
+    # (or it fails at once). Caught later, the save completes after the
+    # cancel. Every way, the assertions below hold.
+    criu=""
+    for i in $(seq 1 300); do
+        criu=$(pgrep -P "$saver" -f "criu dump") && break
+        sleep 0.01
+    done
+    prog=$(sed -n 's/.*started .* as pid \([0-9]*\).*/\1/p' "$out" | head -n 1)
+    tracer=0
+    for i in $(seq 1 20000); do     # builtins only: a few microseconds a look
+        [ -r /proc/"$prog"/status ] || break
+        while read -r k v; do [ "$k" = TracerPid: ] && { tracer=$v; break; }; done </proc/"$prog"/status
+        [ "$tracer" != 0 ] && break
+    done
+    kill -STOP $criu "$saver" 2>/dev/null || true
+    kill -0 "$saver" 2>/dev/null || fail "the save ended before it could be held: $(tail_of "$out" 4)"
+    note "program $prog: traced by ${tracer:-nothing} (CRIU: ${criu:-none yet})"
+    held="gpuckpt pid $saver${criu:+, its CRIU dump pid $criu}"
+    phase "scancel $low while its save ($held) is held"
     scancel "$low"
     # the epilog runs at the cancel (jobcomp): it must wait for the save
     set_phase "waiting for the epilog of job $low to start"
     for i in $(seq 1 100); do epilog_process >/dev/null && break; sleep 0.2; done
     epilog_process >/dev/null || fail "no epilog runs 20 s after the cancel: $(tail_of "$W/log/epilog.log")"
     sleep 2
-    kill -0 "$saver" 2>/dev/null || fail "the held save (pid $saver) was killed before it could end: $(tail_of "$out" 6)"
+    kill -0 "$saver" 2>/dev/null || fail "the held save ($held) was killed before it could end: $(tail_of "$out" 6)"
     [ -e "$SAVES/$low" ] || fail "the epilog removed job $low's directory while its save ran: $(tail_of "$W/log/epilog.log")"
     note "2 s into the epilog, the save (held) and the job's directory are still there: let the save go on"
-    kill -CONT "$saver"
+    kill -CONT $criu "$saver" 2>/dev/null || true
     set_phase "waiting for job $low's directory to go"
     for i in $(seq 1 150); do [ -e "$SAVES/$low" ] || break; sleep 0.2; done
     [ -e "$SAVES/$low" ] && fail "the cancelled job's directory stays: $(ls "$SAVES/$low"; tail_of "$W/log/epilog.log")"
+    for i in $(seq 1 25); do kill -0 $criu "$saver" 2>/dev/null || break; sleep 0.2; done
+    kill -0 $criu "$saver" 2>/dev/null && fail "the save ($held) outlived the job's directory by 5 s"
     grep -q "job $low is over: waited [0-9.]* s for the save in progress to end" "$W/log/epilog.log" ||
         fail "the epilog did not wait for the save: $(tail_of "$W/log/epilog.log")"
     grep -q "job $low is over: removed its saves" "$W/log/epilog.log" ||
