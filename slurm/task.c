@@ -21,7 +21,9 @@
  *   - any other SIGTERM (scancel, the time limit), SIGINT, SIGHUP: the
  *     program gets it as it would have (the release signal); nothing is saved.
  *     A job cancelled while it is being saved ends: the save is dropped (the
- *     epilog, which waits for it, removes it) and the log says so.
+ *     epilog, which waits for it, removes it) and the log says so; a save
+ *     still running KillWait - 3 s after the cancel is ended (Slurm's SIGKILL
+ *     of the whole step follows), so that the wrapper is there to say it.
  *   - SIGTSTP (scontrol suspend, PreemptMode=SUSPEND,GANG): the program's
  *     GPU memory is taken off the GPU (gpuckpt suspend) before Slurm's
  *     SIGSTOP; SIGCONT puts it back (gpuckpt resume).
