@@ -268,10 +268,13 @@ static int mark_held(int dirfd, const char *name)
     return held;
 }
 
-/* The number of held marks in the job's directory, or -errno. */
+/* The number of held marks in the job's directory, or -errno. The listing
+ * opens the directory anew each time: a dup() of dirfd would share its
+ * offset, and every listing after the first would start at its end (the
+ * epilog saw no mark 0.2 s into a save, and removed the directory under it). */
 static int saves_running(int dirfd)
 {
-    int fd = dup(dirfd), n = 0;
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), n = 0;
     struct dirent *e;
     DIR *d;
 

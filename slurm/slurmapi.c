@@ -115,6 +115,20 @@ int ts_job_restart_count(uint32_t job_id, unsigned *count)
     return 0;
 }
 
+int ts_kill_wait(unsigned *seconds)
+{
+    slurm_conf_t *conf;
+
+    init_once();
+    if (slurm_load_ctl_conf((time_t)0, &conf) != SLURM_SUCCESS) {
+        log_err("cannot ask slurmctld for its KillWait: %s", slurm_strerror(slurm_get_errno()));
+        return -EIO;
+    }
+    *seconds = conf->kill_wait;
+    slurm_free_ctl_conf(conf);
+    return 0;
+}
+
 int ts_job_requeue(uint32_t job_id)
 {
     init_once();

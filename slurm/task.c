@@ -21,7 +21,9 @@
  *   - any other SIGTERM (scancel, the time limit), SIGINT, SIGHUP: the
  *     program gets it as it would have (the release signal); nothing is saved.
  *     A job cancelled while it is being saved ends: the save is dropped (the
- *     epilog, which waits for it, removes it) and the log says so.
+ *     epilog, which waits for it, removes it) and the log says so; a save
+ *     still running KillWait - 3 s after the cancel is ended (Slurm's SIGKILL
+ *     of the whole step follows), so that the wrapper is there to say it.
  *   - SIGTSTP (scontrol suspend, PreemptMode=SUSPEND,GANG): the program's
  *     GPU memory is taken off the GPU (gpuckpt suspend) before Slurm's
  *     SIGSTOP; SIGCONT puts it back (gpuckpt resume).
@@ -36,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -52,6 +55,7 @@
 
 #define TICK_MS            200
 #define WHOLE_SET_WAIT_MS  (10 * 60 * 1000)   /* the longest grace time worth waiting */
+#define KILL_MARGIN_S      3    /* a save of a job Slurm ends is ended this long before its SIGKILL */
 
 enum task_state { T_RUNNING, T_SAVED, T_SAVE_FAILED };
 
@@ -74,6 +78,7 @@ struct task {
     int child_reaped;           /* child reaped during a gpuckpt call, its status child_st */
     int child_st;
     int held_sig;               /* a SIGTERM that came while the restore had no root yet */
+    int save_ended;             /* the job ended during the save, which we ended before Slurm's SIGKILL */
     int leave;                  /* done: the wrapper ends, with leave_status */
     int leave_status;
 };
@@ -171,9 +176,47 @@ static void relay_restore_err(struct task *t)
     }
 }
 
-/* Run gpuckpt ARGS... and wait; its output goes to our stderr. Its exit code, or -errno. */
-static int gpuckpt(struct task *t, const char *const args[])
+static void signal_tree(pid_t root, int sig);
+
+/*
+ * During a save: Slurm ends the job (scancel, the time limit) when a SIGTERM
+ * is pending and slurmctld says the job ends. Slurm's SIGKILL follows
+ * KillWait later, for every process of the step, this wrapper and its
+ * gpuckpt save included: the save may go on until KILL_MARGIN_S before,
+ * then it is ended (its caller gone, tcgpud ends root's save), so that the
+ * wrapper lives to say what happened and the epilog finds the save over.
+ */
+static void watch_job_end(struct task *t, pid_t save, uint64_t *next_ask, uint64_t *deadline)
 {
+    uint64_t now = now_ms();
+    unsigned kill_wait = 30;    /* Slurm's default, should slurmctld not say */
+    sigset_t pending;
+    char state[64];
+
+    if (t->save_ended)
+        return;
+    if (*deadline) {
+        if (now >= *deadline) {
+            signal_tree(save, SIGKILL);
+            t->save_ended = 1;
+        }
+        return;
+    }
+    if (now < *next_ask || sigpending(&pending) < 0 || !sigismember(&pending, SIGTERM))
+        return;
+    *next_ask = now + 1000;
+    if (ts_job_why_signalled(t->job->job_id, t->job->restarts, state, sizeof(state)) != TS_ENDING)
+        return;
+    ts_kill_wait(&kill_wait);
+    *deadline = now + 1000ull * (kill_wait > KILL_MARGIN_S + 1 ? kill_wait - KILL_MARGIN_S : 1);
+}
+
+/* Run gpuckpt ARGS... and wait; its output goes to `out`. Its exit code, or
+ * -errno. `save`: it is a save, ended before Slurm's SIGKILL when the job
+ * ends meanwhile (watch_job_end). */
+static int gpuckpt_to(struct task *t, const char *const args[], int out, int save)
+{
+    uint64_t next_ask = 0, deadline = 0;
     char *argv[16];
     int n = 0, st;
     pid_t pid;
@@ -185,6 +228,8 @@ static int gpuckpt(struct task *t, const char *const args[])
     if ((pid = fork()) < 0)
         return -errno;
     if (pid == 0) {
+        if (out != 2)
+            dup2(out, 2);
         dup2(2, 1);
         execv(argv[0], argv);
         _exit(127);
@@ -199,9 +244,32 @@ static int gpuckpt(struct task *t, const char *const args[])
             return -errno;
         if (t->child > 0 && !t->child_reaped && waitpid(t->child, &t->child_st, WNOHANG) == t->child)
             t->child_reaped = 1;
+        if (save)
+            watch_job_end(t, pid, &next_ask, &deadline);
         usleep(5000);
     }
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* gpuckpt ARGS..., its output on our stderr. */
+static int gpuckpt(struct task *t, const char *const args[])
+{
+    return gpuckpt_to(t, args, 2, 0);
+}
+
+/* What a file holds, from its start, to our stderr; the file is closed. */
+static void show_and_close(int fd)
+{
+    char buf[8192];
+    ssize_t n;
+
+    if (fd < 0)
+        return;
+    if (lseek(fd, 0, SEEK_SET) == 0)
+        while ((n = read(fd, buf, sizeof(buf))) > 0)
+            if (write(2, buf, (size_t)n) != n)
+                break;
+    close(fd);
 }
 
 /* pid and its descendants (every thread's children), at most max, parents first. */
@@ -390,23 +458,33 @@ static void gpu_on(struct task *t)
  * gpuckpt save of the program's tree into this run's save, marked for the
  * epilog while it runs (saves.c); `why` starts the line that says so.
  * gpuckpt's exit code (0: saved, and CRIU ended the program), or -errno.
+ * gpuckpt's lines are kept aside until it ends: a save that worked shows
+ * them; one that failed hands them to the caller in *failed_log (a file to
+ * show_and_close, or -1), which shows them only when they matter: a job
+ * cancelled in the middle of its save had its program signalled by Slurm
+ * under CRIU ("stopped by 5 unexpectedly"), and that failure is no news.
  */
-static int save_program(struct task *t, const char *why)
+static int save_program(struct task *t, const char *why, int *failed_log)
 {
     char path[PATH_MAX], pid[16];
     uint64_t t0 = now_ms();
-    int r, mark;
+    int r, mark, out = memfd_create("gpuckpt-save", MFD_CLOEXEC);
 
     ts_save_path(t->job, t->job->task, t->job->restarts, path, sizeof(path));
     snprintf(pid, sizeof(pid), "%d", (int)t->root);
     log_info("%s: saving the program (pid %d) to %s", why, (int)t->root, path);
     mark = ts_saving_begin(t->job);
-    r = gpuckpt(t, (const char *const[]){ "save", pid, "-D", path, NULL });
+    r = gpuckpt_to(t, (const char *const[]){ "save", pid, "-D", path, NULL }, out < 0 ? 2 : out, 1);
     ts_saving_end(t->job, mark);
     relay_output(t);
-    if (r == 0)
-        log_info("saved in %.2f s", (double)(now_ms() - t0) / 1e3);
-    return r;
+    *failed_log = -1;
+    if (r != 0) {
+        *failed_log = out;
+        return r;
+    }
+    show_and_close(out);
+    log_info("saved in %.2f s", (double)(now_ms() - t0) / 1e3);
+    return 0;
 }
 
 /*
@@ -415,7 +493,7 @@ static int save_program(struct task *t, const char *why)
  * that worked ended the program; one that did not left it running, and it
  * gets the cancel's SIGTERM.
  */
-static int cancelled_during_save(struct task *t, int saved)
+static int cancelled_during_save(struct task *t, int saved, int gpuckpt_exit)
 {
     char state[64];
 
@@ -428,8 +506,14 @@ static int cancelled_during_save(struct task *t, int saved)
         t->leave_status = 128 + SIGTERM;
         return 1;
     }
-    log_info("save dropped: job %u is %s (the save's own lines above are about a save that no "
-             "longer matters); the program gets the SIGTERM", t->job->job_id, state);
+    if (t->save_ended)
+        log_info("save dropped: job %u is %s; its save was still running %d s before Slurm's "
+                 "KillWait ends the job, and was ended; nothing of it is kept; the program gets "
+                 "the SIGTERM", t->job->job_id, state, KILL_MARGIN_S);
+    else
+        log_info("save dropped: job %u is %s; its save did not complete (gpuckpt exit %d; Slurm "
+                 "signals the program of a job it ends, under CRIU too), and nothing of it is "
+                 "kept; the program gets the SIGTERM", t->job->job_id, state, gpuckpt_exit);
     t->state = T_SAVE_FAILED;
     pass_on(t, SIGTERM);
     return 1;
@@ -447,7 +531,7 @@ static void wait_whole_and_requeue(struct task *t)
                     "the end of its grace time, and it will not come back from this save");
             return;
         }
-        if (tick % 5 == 0 && cancelled_during_save(t, 1))
+        if (tick % 5 == 0 && cancelled_during_save(t, 1, 0))
             return;
         usleep(TICK_MS * 1000);
     }
@@ -457,42 +541,45 @@ static void wait_whole_and_requeue(struct task *t)
     }
 }
 
-static void save_for_preemption(struct task *t)
+/*
+ * Save at a preemption (why TS_PREEMPTED: the job runs on in its grace time
+ * until every task has saved, then the wrapper requeues it) or at a requeue
+ * (TS_REQUEUED: slurmctld requeued it already, and kills the step KillWait
+ * after its SIGTERM: the wrapper ends once saved). A save that fails leaves
+ * the program running: at a preemption until Slurm ends it at the end of the
+ * grace time, at a requeue it gets the SIGTERM at once.
+ */
+static void save_for(struct task *t, enum ts_why why)
 {
-    int r = save_program(t, "preempted");
+    int preempted = why == TS_PREEMPTED, log;
+    int r = save_program(t, preempted ? "preempted" : "requeued", &log);
 
     if (r != 0) {
-        if (cancelled_during_save(t, 0))
+        if (cancelled_during_save(t, 0, r)) {
+            if (log >= 0)
+                close(log);     /* CRIU's complaint about the cancel's signals: not news */
             return;
+        }
+        show_and_close(log);
         t->state = T_SAVE_FAILED;
-        log_err("the save failed (gpuckpt exit %d, above): the program runs on until Slurm ends "
-                "it at the end of the grace time; nothing of it is kept", r);
+        if (preempted) {
+            log_err("the save failed (gpuckpt exit %d, above): the program runs on until Slurm "
+                    "ends it at the end of the grace time; nothing of it is kept", r);
+        } else {
+            log_err("the save failed (gpuckpt exit %d, above): the program gets the SIGTERM, "
+                    "and the job does not come back from a save of this run", r);
+            pass_on(t, SIGTERM);
+        }
         return;
     }
     t->state = T_SAVED;
-    if (!cancelled_during_save(t, 1))
+    t->requeued = !preempted;
+    if (cancelled_during_save(t, 1, 0))
+        return;
+    if (preempted) {
         wait_whole_and_requeue(t);
-}
-
-/* slurmctld requeued the job itself (scontrol requeue): it is requeued
- * already, and Slurm kills the step KillWait after this SIGTERM. */
-static void save_for_requeue(struct task *t)
-{
-    int r = save_program(t, "requeued");
-
-    if (r != 0) {
-        if (cancelled_during_save(t, 0))
-            return;
-        t->state = T_SAVE_FAILED;
-        log_err("the save failed (gpuckpt exit %d, above): the program gets the SIGTERM, and "
-                "the job does not come back from a save of this run", r);
-        pass_on(t, SIGTERM);
         return;
     }
-    t->state = T_SAVED;
-    t->requeued = 1;
-    if (cancelled_during_save(t, 1))
-        return;
     log_info("job %u comes back from its save when Slurm runs it again: ending",
              t->job->job_id);
     t->leave = 1;
@@ -505,13 +592,13 @@ static void on_term(struct task *t, int sig)
     int why = ts_job_why_signalled(t->job->job_id, t->job->restarts, state, sizeof(state));
 
     if (why == TS_PREEMPTED) {
-        save_for_preemption(t);
+        save_for(t, TS_PREEMPTED);
         return;
     }
     if (sig != SIGTERM)
         return;                 /* the --signal warning of a time limit: the program's to hear */
     if (why == TS_REQUEUED) {
-        save_for_requeue(t);
+        save_for(t, TS_REQUEUED);
         return;
     }
     if (why < 0)

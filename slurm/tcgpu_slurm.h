@@ -83,6 +83,9 @@ enum ts_why {
 int ts_job_why_signalled(uint32_t job_id, unsigned run, char *state, size_t len);
 /* The job's restart count as slurmctld keeps it: 0 with *count, or -errno. */
 int ts_job_restart_count(uint32_t job_id, unsigned *count);
+/* Slurm's KillWait (seconds from a job's SIGTERM to its SIGKILL): 0 with
+ * *seconds, or -errno (said). */
+int ts_kill_wait(unsigned *seconds);
 /* Requeue the job now (its owner may). 0 or -errno, said. */
 int ts_job_requeue(uint32_t job_id);
 /* 1: the job is over for good (completed, cancelled, failed, timed out...) or

@@ -16,7 +16,9 @@
 #
 # 1. the DaemonSet's init container: its script runs to the end, and leaves
 #    on the node the staged libtcgpu.so and gpuckpt in /opt/tcgpu (where the
-#    training Job mounts the library from) and the staged CRIU plugin and
+#    training Job mounts the library from), the staged
+#    libtcgpu-criu-rlimits.so where the node's gpuckpt looks for it (its
+#    bin/ to pkglibdir, as installed), and the staged CRIU plugin and
 #    helper in /usr/lib/criu with the ConfigMap's tcgpu_plugin.conf, nothing
 #    else; the node's gpuckpt finds the node's libtcgpu.so;
 # 2. tcgpud's readiness probe fails while tcgpud does not run (a container
@@ -130,6 +132,12 @@ run_once "install-$tag" tcgpud-daemonset.yaml install "${SPEC[@]}"
 [ "$rc" -eq 0 ] || fail "the init container failed (exit $rc): $(tail -n 5 "$WORK/install-$tag.out")"
 same_file "/opt/tcgpu/$MULTIARCH/libtcgpu.so" "$STAGE/usr/$MULTIARCH/libtcgpu.so"
 same_file /opt/tcgpu/bin/gpuckpt "$STAGE/usr/bin/gpuckpt"
+# gpuckpt preloads it into CRIU (root without CAP_SYS_RESOURCE, another
+# user's tree), found from gpuckpt's own place: the install's layout
+# (bin/ to libdir/tcgpu) is the node's under /opt/tcgpu
+rlimits=$(cd "$STAGE/usr" && ls "$MULTIARCH"/tcgpu/libtcgpu-criu-rlimits.so) ||
+    fail "the install has no libtcgpu-criu-rlimits.so in $MULTIARCH/tcgpu"
+same_file "/opt/tcgpu/$rlimits" "$STAGE/usr/$rlimits"
 same_file /usr/lib/criu/tcgpu_plugin.so "$STAGE/usr/lib/criu/tcgpu_plugin.so"
 same_file /usr/lib/criu/tcgpu-criu-helper "$STAGE/usr/lib/criu/tcgpu-criu-helper"
 same_file /usr/lib/criu/tcgpu_plugin.conf "$WORK/configmap-config/tcgpu_plugin.conf"

@@ -85,16 +85,13 @@ preempt() {
     wait_job_state "$low" PENDING 20
 }
 
-# save_process DIR: the pid of root's `gpuckpt save ... -D DIR...` (tcgpud's), if one runs.
-save_process() {
-    local c p
-    for c in /proc/[0-9]*/cmdline; do
-        p=${c#/proc/}; p=${p%/cmdline}
-        { tr '\0' ' ' <"$c"; } 2>/dev/null | grep -q "^$GPUCKPT save [0-9]* --owner [0-9]* -D $1" &&
-            { echo "$p"; return 0; }
-    done
-    return 1
-}
+# save_process DIR: the pid of root's `gpuckpt save ... -D DIR...` (tcgpud's),
+# if one runs: by its whole command line, which names this test's paths
+# (one pgrep: fast enough to catch a save of a fraction of a second).
+save_process() { pgrep -o -f "^$GPUCKPT save [0-9]+ --owner [0-9]+ -D $1"; }
+
+# epilog_process: the pid of a running `tcgpu-slurm epilog` (this test's jobcomp script's).
+epilog_process() { pgrep -o -f "^$TCGPU_SLURM epilog"; }
 
 # wait_count FILE PATTERN N SECONDS: 0 once N lines of FILE match PATTERN.
 wait_count() {
@@ -285,7 +282,7 @@ requeue-by-hand|requeue-twice)
     echo "ok: requeued by hand $times time(s): saved, restored, steps said once each ($steps), checksums of an uninterrupted run"
     ;;
 cancel-during-save)
-    # the save is held (its root gpuckpt stopped) while the job is cancelled,
+    # the save is held (root's gpuckpt and its CRIU stopped) while the job is cancelled,
     # so that the epilog runs while the save still writes, every time
     # 64 MiB: a save of a second or so, long enough to be caught running
     PAIR_ARGS=(--mb 64 --steps 2000 --sleep-ms 60)
@@ -299,32 +296,63 @@ cancel-during-save)
     note "high-priority job $HIGH arrives on $node, where job $low runs"
     set_phase "waiting for the save of job $low to start"
     saver=""
-    # gpuckpt's working directory appears first: cheap to watch closely
     for i in $(seq 1 3000); do
-        compgen -G "$SAVES/$low/step0.task0.run0.tmp-*" >/dev/null && break
+        saver=$(save_process "$SAVES/$low/") && break
         sleep 0.01
     done
-    saver=$(save_process "$SAVES/$low/") || true
     [ -n "$saver" ] || fail "no save of job $low started: $(tail_of "$out" 6)"
-    kill -STOP "$saver"
-    phase "scancel $low while its save (gpuckpt pid $saver) is held"
+    # and its CRIU once it has seized the program: the cancel's signals then
+    # reach the program under CRIU, whose dump fails ("Unexpected task
+    # interruption"); the plugin's give-back then waits for the stopped
+    # program, and the wrapper ends the save KillWait - 3 s after the cancel
+    # (or it fails at once). Caught later, the save completes after the
+    # cancel. Every way, the assertions below hold.
+    criu=""
+    for i in $(seq 1 300); do
+        criu=$(pgrep -P "$saver" -f "criu dump") && break
+        sleep 0.01
+    done
+    prog=$(sed -n 's/.*started .* as pid \([0-9]*\).*/\1/p' "$out" | head -n 1)
+    tracer=0
+    for i in $(seq 1 20000); do     # builtins only: a few microseconds a look
+        [ -r /proc/"$prog"/status ] || break
+        while read -r k v; do [ "$k" = TracerPid: ] && { tracer=$v; break; }; done </proc/"$prog"/status
+        [ "$tracer" != 0 ] && break
+    done
+    kill -STOP $criu "$saver" 2>/dev/null || true
+    kill -0 "$saver" 2>/dev/null || fail "the save ended before it could be held: $(tail_of "$out" 4)"
+    note "program $prog: traced by ${tracer:-nothing} (CRIU: ${criu:-none yet})"
+    held="gpuckpt pid $saver${criu:+, its CRIU dump pid $criu}"
+    phase "scancel $low while its save ($held) is held"
     scancel "$low"
-    # the epilog runs at the cancel: give it time to do what it does
-    wait_job_state "$low" CANCELLED 20
-    sleep 3
-    # gone already when the task was killed (the save with it): the checks below say
-    kill -CONT "$saver" 2>/dev/null || note "the held save (pid $saver) is gone"
+    # the epilog runs at the cancel (jobcomp): it must wait for the save
+    set_phase "waiting for the epilog of job $low to start"
+    for i in $(seq 1 100); do epilog_process >/dev/null && break; sleep 0.2; done
+    epilog_process >/dev/null || fail "no epilog runs 20 s after the cancel: $(tail_of "$W/log/epilog.log")"
+    sleep 2
+    kill -0 "$saver" 2>/dev/null || fail "the held save ($held) was killed before it could end: $(tail_of "$out" 6)"
+    [ -e "$SAVES/$low" ] || fail "the epilog removed job $low's directory while its save ran: $(tail_of "$W/log/epilog.log")"
+    note "2 s into the epilog, the save (held) and the job's directory are still there: let the save go on"
+    kill -CONT $criu "$saver" 2>/dev/null || true
     set_phase "waiting for job $low's directory to go"
     for i in $(seq 1 150); do [ -e "$SAVES/$low" ] || break; sleep 0.2; done
     [ -e "$SAVES/$low" ] && fail "the cancelled job's directory stays: $(ls "$SAVES/$low"; tail_of "$W/log/epilog.log")"
+    for i in $(seq 1 25); do kill -0 $criu "$saver" 2>/dev/null || break; sleep 0.2; done
+    kill -0 $criu "$saver" 2>/dev/null && fail "the save ($held) outlived the job's directory by 5 s"
+    grep -q "job $low is over: waited [0-9.]* s for the save in progress to end" "$W/log/epilog.log" ||
+        fail "the epilog did not wait for the save: $(tail_of "$W/log/epilog.log")"
     grep -q "job $low is over: removed its saves" "$W/log/epilog.log" ||
         fail "the epilog did not remove the job's saves: $(tail_of "$W/log/epilog.log")"
+    wait_job_state "$low" CANCELLED 30
     set_phase "reading job $low's log"
-    wait_line "$out" "cancelled" 20 || fail "the log does not say the job was cancelled: $(tail_of "$out" 8)"
-    grep -i "criu\|save failed\|cannot" "$out" &&
+    wait_line "$out" "save dropped: job $low is cancelled" 20 ||
+        fail "the log does not say the save was dropped for the cancel: $(tail_of "$out" 8)"
+    # gpuckpt's own line of a save that worked names CRIU's time: no blame
+    grep -i "criu\|save failed\|cannot" "$out" | grep -v "^saved the tree under " &&
         fail "the log of a cancelled job blames the save (above)"
-    note "$(grep -m1 cancelled "$out" | sed 's/^[^:]*: //')"
-    echo "ok: cancelled while saved: the save ended before the epilog removed the directory; the log says the job was cancelled"
+    note "$(grep -m1 'save dropped' "$out" | sed 's/^[^:]*: //')"
+    note "$(grep -m1 'waited' "$W/log/epilog.log" | sed 's/^[^:]*: //')"
+    echo "ok: cancelled while saved: the epilog waited for the save before it removed the directory; the log says the save was dropped for the cancel"
     ;;
 *) fail "unknown mode $mode" ;;
 esac
