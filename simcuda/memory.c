@@ -802,6 +802,12 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsign
     return res;
 }
 SIM_EXPORT(cuIpcOpenMemHandle_v2);
+/* The CUDA 4.1 ABI name: the same call. */
+CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    return cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+}
+SIM_EXPORT(cuIpcOpenMemHandle);
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
