@@ -205,8 +205,10 @@ static int role_vmm(int sock)
     CHECK(cuMemsetD32(va + FD_SIZE / 2, 0x33333333, FD_WORDS / 2));
     CHECK(cuCtxSynchronize());
     send_msg(sock, 'w', 0, 0, NULL, -1);
-    expect(sock, 'W');      /* the parent copied 0x44 in */
-    check_u32(va, FD_WORDS, 0x44444444);
+    expect(sock, 'W');      /* the parent copied 0x44 in, then its kernel wrote 16 words */
+    check_u32(va, 16, 0x55555555);
+    check_u32(va + 64, FD_WORDS - 16, 0x44444444);
+    CHECK(cuMemsetD32(va, 0x44444444, 16));
     /* the handle goes; the mapping keeps the memory */
     CHECK(cuMemRelease(h));
     check_u32(va, FD_WORDS, 0x44444444);
@@ -217,6 +219,54 @@ static int role_vmm(int sock)
     send_msg(sock, 'u', 0, 0, NULL, -1);
     expect(sock, 'X');
     return 0;
+}
+
+/* Child: import and map the descriptor, say so, wait to be killed. */
+static int role_vmm_hold(int sock)
+{
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr va;
+    int fd;
+
+    t_init();
+    CHECK_EQ(recv_msg(sock, &fd).op, 'F');
+    CHECK(cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    close(fd);
+    va = map_rw(h, FD_SIZE, 0);
+    check_u32(va, FD_WORDS, 0x66666666);
+    send_msg(sock, 'm', 0, 0, NULL, -1);
+    for (;;)
+        pause();
+}
+
+/* An importer killed while it maps the memory gives it back. */
+static void test_fd_importer_dies(void)
+{
+    CUmemAllocationProp prop = fd_prop(0);
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr va;
+    uint64_t base = used_now();
+    int fd, sock;
+    pid_t pid;
+
+    CHECK(cuMemCreate(&h, FD_SIZE, &prop, 0));
+    va = map_rw(h, FD_SIZE, 0);
+    CHECK(cuMemsetD32(va, 0x66666666, FD_WORDS));
+    CHECK(cuCtxSynchronize());
+    CHECK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    pid = spawn_sock("vmm-hold", "-", &sock);
+    send_msg(sock, 'F', 0, 0, NULL, fd);
+    close(fd);
+    expect(sock, 'm');
+    CHECK(cuMemUnmap(va, FD_SIZE));
+    CHECK(cuMemAddressFree(va, FD_SIZE));
+    CHECK(cuMemRelease(h));
+    CHECK_TRUE(used_now() >= base + FD_SIZE);   /* the child maps it */
+    kill(pid, SIGKILL);
+    CHECK_EQ(wait_child(pid), 128 + SIGKILL);
+    CHECK_EQ(used_now(), base);                 /* reaped with the child */
+    close(sock);
+    printf("ipc: a killed importer's memory is given back\n");
 }
 
 static void test_fd_handles(void)
@@ -291,6 +341,7 @@ static void test_fd_handles(void)
     for (uint64_t i = 0; i < FD_WORDS; i++)
         host[i] = 0x44444444;
     CHECK(cuMemcpyHtoD(va, host, FD_SIZE));
+    fill_kernel(va, 16, 0x55555555);
     send_msg(sock, 'W', 0, 0, NULL, -1);
     expect(sock, 'r');
     /* we let go of everything: the child's mapping keeps the memory */
@@ -686,6 +737,8 @@ int main(int argc, char **argv)
 
         if (!strcmp(argv[1], "vmm"))
             return role_vmm(sock);
+        if (!strcmp(argv[1], "vmm-hold"))
+            return role_vmm_hold(sock);
         if (!strcmp(argv[1], "legacy"))
             return role_legacy(sock);
         if (!strcmp(argv[1], "open-and-die"))
@@ -702,6 +755,7 @@ int main(int argc, char **argv)
     setenv("SIMCUDA_DEVICES", "2", 1);      /* read by whoever creates the machine: us */
     ctx = t_init();
     test_fd_handles();
+    test_fd_importer_dies();
     test_legacy();
     test_peer(ctx);
     test_events();
