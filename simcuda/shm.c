@@ -5,7 +5,9 @@
  * capacity and usage and the table of attached processes, so that every
  * process on the machine sees the same device, as with a real GPU. A process
  * that dies without detaching keeps its slot until someone notices that the
- * pid is gone (sim_shm_reap), and its memory is then free again.
+ * pid is gone (sim_shm_reap), and its memory is then free again. Memory and
+ * events several processes share have entries of their own (share.c), held
+ * by a bit per process slot: clearing a slot lets go of them too.
  */
 #include "sim.h"
 

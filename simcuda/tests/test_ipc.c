@@ -279,6 +279,17 @@ static void test_fd_handles(void)
     int fd = -1, sock;
     pid_t pid;
 
+    /* the device says what it supports */
+    {
+        int v = -1;
+
+        CHECK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
+        CHECK_EQ(v, 1);
+        CHECK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, 0));
+        CHECK_EQ(v, 1);
+        CHECK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, 0));
+        CHECK_EQ(v, 0);
+    }
     /* error codes first */
     plain.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
     CHECK(cuMemCreate(&h2, 2 * MiB, &plain, 0));
