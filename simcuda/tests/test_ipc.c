@@ -269,6 +269,36 @@ static void test_fd_importer_dies(void)
     printf("ipc: a killed importer's memory is given back\n");
 }
 
+/* A descriptor that outlives every holder still imports: the memory (kept
+ * by the descriptor) is charged again. */
+static void test_fd_in_flight(void)
+{
+    CUmemAllocationProp prop = fd_prop(0);
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr va;
+    uint64_t base = used_now();
+    int fd;
+
+    CHECK(cuMemCreate(&h, FD_SIZE, &prop, 0));
+    va = map_rw(h, FD_SIZE, 0);
+    CHECK(cuMemsetD32(va, 0x12345678, FD_WORDS));
+    CHECK(cuCtxSynchronize());
+    CHECK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    CHECK(cuMemUnmap(va, FD_SIZE));
+    CHECK(cuMemAddressFree(va, FD_SIZE));
+    CHECK(cuMemRelease(h));
+    CHECK_EQ(used_now(), base);
+    CHECK(cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    close(fd);
+    CHECK_EQ(used_now(), base + FD_SIZE);
+    va = map_rw(h, FD_SIZE, 0);
+    check_u32(va, FD_WORDS, 0x12345678);
+    CHECK(cuMemUnmap(va, FD_SIZE));
+    CHECK(cuMemAddressFree(va, FD_SIZE));
+    CHECK(cuMemRelease(h));
+    CHECK_EQ(used_now(), base);
+}
+
 static void test_fd_handles(void)
 {
     CUmemAllocationProp prop = fd_prop(0), plain = fd_prop(0);
@@ -767,6 +797,7 @@ int main(int argc, char **argv)
     ctx = t_init();
     test_fd_handles();
     test_fd_importer_dies();
+    test_fd_in_flight();
     test_legacy();
     test_peer(ctx);
     test_events();
