@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- execution on the workers ---------------------------------------------- */
@@ -503,7 +506,8 @@ static struct sim_range *take_base(uint64_t va, unsigned kinds)
 
     sim_map_wrlock();
     r = sim_map_find(va);
-    if (r && (r->va != va || !(kinds & (1u << r->kind))))
+    /* memory opened by cuIpcOpenMemHandle goes by cuIpcCloseMemHandle only */
+    if (r && (r->va != va || !(kinds & (1u << r->kind)) || r->ipc_refs))
         r = NULL;
     if (r)
         sim_map_remove(r);
@@ -577,47 +581,258 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr 
 SIM_EXPORT(cuMemGetAddressRange_v2);
 
 /*
- * IPC memory handles: as on a GPU, only the base of a cuMemAlloc allocation
- * can be exported (VMM and pool memory cannot: CUDA_ERROR_INVALID_VALUE).
- * Opening a handle in another process is not simulated.
+ * Legacy IPC memory handles. As on a GPU, only the base of a cuMemAlloc
+ * allocation can be exported (VMM and pool memory cannot:
+ * CUDA_ERROR_INVALID_VALUE), and another process of the machine opens it at
+ * an address of its own.
+ *
+ * The 64-byte handle cannot carry a descriptor, so the first export gives
+ * the buffer a named backing object, "/simcuda-ipc-<token>" in /dev/shm,
+ * whose name is made of 16 random bytes the handle carries: the buffer's
+ * bytes are copied there and it is mapped over the buffer's host view, in
+ * place. As with the driver, any process that has the handle may open it
+ * (mode 0666), and only a process that has it can find the name. The
+ * buffer's bytes move from the exporter's charge to a machine-wide entry
+ * (share.c), which the exporter and every opener hold: the memory stays
+ * allocated until the last of them has freed, closed, or died.
  */
+#define IPC_MEM_MAGIC "simIPCm1"
+struct ipc_mem_handle {
+    char magic[8];
+    uint8_t token[16];
+    uint64_t size;           /* the allocation's size */
+    int32_t phys;            /* physical device */
+    int32_t pid;             /* the exporter (for people reading a handle) */
+    uint8_t _zero[24];
+};
+_Static_assert(sizeof(struct ipc_mem_handle) == sizeof(CUipcMemHandle), "a handle is 64 bytes");
+
+/* Serialises opening and closing, so that an opened handle maps once per context. */
+static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Give cuMemAlloc buffer r a named shared backing (map write lock held). */
+static CUresult ipc_export(struct sim_range *r)
+{
+    uint8_t token[16];
+    char name[64];
+    unsigned char *tmp;
+    CUresult res = CUDA_ERROR_OPERATING_SYSTEM;
+    int fd, idx;
+
+    if (getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token))
+        return res;
+    sim_share_name(token, name, sizeof(name));
+    if ((fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666)) < 0)
+        return res;
+    fchmod(fd, 0666);       /* whoever has the handle may open it */
+    if (ftruncate(fd, (off_t)r->map_len) < 0 || !(tmp = sim_share_map(fd, r->map_len)))
+        goto err;
+    memcpy(tmp, r->host, r->map_len);
+    munmap(tmp, r->map_len);
+    if (mmap(r->host, r->map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+        goto err;
+    if ((res = sim_share_new(fd, r->dev, r->charged, true, token, false, &idx)))
+        goto err;           /* the buffer keeps its (now shared) backing, unexported */
+    r->share = idx + 1;
+    r->charged = 0;         /* the entry's now */
+    close(fd);
+    return CUDA_SUCCESS;
+err:
+    shm_unlink(name);
+    close(fd);
+    return res;
+}
+
 CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
+    struct ipc_mem_handle h = { .pid = (int32_t)getpid() };
     struct sim_range *r;
-    int ok;
+    CUresult res = CUDA_SUCCESS;
 
     SIM_BEGIN();
     if (!pHandle)
         return CUDA_ERROR_INVALID_VALUE;
-    sim_map_rdlock();
+    memcpy(h.magic, IPC_MEM_MAGIC, sizeof(h.magic));
+    sim_map_wrlock();
     r = sim_map_find(dptr);
-    ok = r && r->kind == SIM_R_DEVICE && r->va == dptr;
+    if (!r || r->kind != SIM_R_DEVICE || r->va != dptr || r->ipc_refs)
+        res = CUDA_ERROR_INVALID_VALUE;
+    else if (!r->share)
+        res = ipc_export(r);
+    if (!res) {
+        memcpy(h.token, sim_shm->shares[r->share - 1].token, sizeof(h.token));
+        h.size = r->size;
+        h.phys = sim_device_phys(r->dev);
+    }
     sim_map_unlock();
-    if (!ok)
-        return CUDA_ERROR_INVALID_VALUE;
-    memset(pHandle, 0, sizeof(*pHandle));
-    snprintf(pHandle->reserved, sizeof(pHandle->reserved), "simcuda-ipc-mem %d %llx",
-             (int)getpid(), (unsigned long long)dptr);
-    return CUDA_SUCCESS;
+    if (!res)
+        memcpy(pHandle, &h, sizeof(h));
+    return res;
 }
 SIM_EXPORT(cuIpcGetMemHandle);
 
+/* The legacy entry named by token: its index, or -1 (holds nothing). */
+static int ipc_entry(const uint8_t token[16], struct sim_ident *exporter)
+{
+    int at = -1;
+
+    sim_shm_lock(sim_shm);
+    for (int i = 0; i < SIM_MAX_SHARES && at < 0; i++)
+        if (sim_shm->shares[i].id && sim_shm->shares[i].legacy &&
+            !memcmp(sim_shm->shares[i].token, token, 16)) {
+            at = i;
+            *exporter = sim_shm->shares[i].exporter;
+        }
+    sim_shm_unlock(sim_shm);
+    return at;
+}
+
+struct ipc_find {
+    struct sim_ctx *c;
+    int share;
+    struct sim_range *r;
+};
+
+static void ipc_find_one(struct sim_range *r, void *arg)
+{
+    struct ipc_find *f = arg;
+
+    if (r->ipc_refs && r->share == f->share && r->ctx == f->c)
+        f->r = r;
+}
+
+/* Map the object of entry idx (named by token) as a range of context c. */
+static CUresult ipc_map(struct sim_ctx *c, const struct ipc_mem_handle *h, int dev, bool peer_any,
+                        struct sim_range **out)
+{
+    char name[64];
+    struct stat st;
+    struct sim_range *r;
+    CUresult res = CUDA_ERROR_INVALID_VALUE;
+    int fd, idx;
+
+    sim_share_name(h->token, name, sizeof(name));
+    if ((fd = shm_open(name, O_RDWR | O_CLOEXEC, 0)) < 0)
+        return errno == ENOENT ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
+    if (fstat(fd, &st) < 0 || !h->size || h->size > (uint64_t)st.st_size) {
+        close(fd);
+        return res;
+    }
+    if (!(r = calloc(1, sizeof(*r))) || !(r->host = sim_share_map(fd, (uint64_t)st.st_size))) {
+        free(r);
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    r->map_len = (size_t)st.st_size;
+    if ((res = sim_share_find(fd, -1, 0, &idx)))
+        goto err;
+    close(fd);
+    fd = -1;
+    r->share = idx + 1;
+    res = CUDA_ERROR_OUT_OF_MEMORY;
+    r->va = sim_va_alloc(h->size, SIM_GRANULARITY > h->size ? SIM_ALLOC_ALIGN : SIM_GRANULARITY, 0);
+    if (!r->va)
+        goto err_share;
+    r->size = h->size;
+    r->kind = SIM_R_DEVICE;
+    r->ctx = c;
+    r->dev = dev;
+    r->id = sim_next_buffer_id();
+    r->ipc_refs = 1;
+    r->ipc_peer_any = peer_any;
+    sim_map_wrlock();
+    if (sim_map_insert(r)) {
+        sim_map_unlock();
+        sim_va_free(r->va);
+        goto err_share;
+    }
+    sim_map_unlock();
+    *out = r;
+    return CUDA_SUCCESS;
+err_share:
+    sim_share_put(idx);
+err:
+    if (fd >= 0)
+        close(fd);
+    munmap(r->host, r->map_len);
+    free(r);
+    return res;
+}
+
+/*
+ * Opening in the exporting process itself fails as with the driver
+ * (CUDA_ERROR_INVALID_CONTEXT, "invalid device context"); a handle opened
+ * again by the same context gives the same address, counted. A handle that
+ * is not one, or whose memory is gone: CUDA_ERROR_INVALID_VALUE. Memory of
+ * a device this process does not see: CUDA_ERROR_INVALID_DEVICE (the driver
+ * can map it; simcuda cannot name it).
+ */
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
+    struct ipc_mem_handle h;
+    struct sim_ident exporter;
+    struct sim_ctx *c;
+    struct ipc_find f = { 0 };
+    CUresult res;
+    int idx, dev;
+
     SIM_BEGIN();
-    (void)handle;
-    (void)Flags;
-    return pdptr ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+    if (!pdptr || (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((res = sim_ctx_current(&c)))
+        return res;
+    memcpy(&h, &handle, sizeof(h));
+    if (memcmp(h.magic, IPC_MEM_MAGIC, sizeof(h.magic)) || (idx = ipc_entry(h.token, &exporter)) < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (sim_ident_same(&exporter, &sim_self->id))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if ((dev = sim_device_ordinal_of_phys(h.phys)) < 0 || h.phys != sim_shm->shares[idx].dev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&ipc_lock);
+    f.c = c;
+    f.share = idx + 1;
+    sim_map_foreach(ipc_find_one, &f);
+    if (f.r) {
+        f.r->ipc_refs++;        /* under ipc_lock: only open and close change it */
+        *pdptr = f.r->va;
+    } else if (!(res = ipc_map(c, &h, dev, Flags & CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, &f.r))) {
+        *pdptr = f.r->va;
+    }
+    pthread_mutex_unlock(&ipc_lock);
+    return res;
 }
 SIM_EXPORT(cuIpcOpenMemHandle_v2);
-SIM_NOT_SIMULATED(cuIpcOpenMemHandle_v2,
-    "CUDA_ERROR_NOT_SUPPORTED: another process's memory cannot be mapped");
+/* The CUDA 4.1 ABI name: the same call. */
+CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    return cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+}
+SIM_EXPORT(cuIpcOpenMemHandle);
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
+    struct sim_range *r;
+    CUresult res = CUDA_SUCCESS;
+
     SIM_BEGIN();
-    (void)dptr;
-    return CUDA_ERROR_INVALID_VALUE;    /* nothing can have been opened */
+    pthread_mutex_lock(&ipc_lock);
+    sim_map_rdlock();
+    r = sim_map_find(dptr);
+    if (!r || r->va != dptr || !r->ipc_refs)
+        r = NULL;
+    sim_map_unlock();
+    if (!r) {
+        res = CUDA_ERROR_INVALID_VALUE;
+    } else if (--r->ipc_refs == 0) {
+        /* as cuMemFree: the context's work that may use it finishes first */
+        res = sim_ctx_sync(r->ctx);
+        sim_map_wrlock();
+        sim_map_remove(r);
+        sim_map_unlock();
+        sim_dev_free_range(r);
+    }
+    pthread_mutex_unlock(&ipc_lock);
+    return res;
 }
 SIM_EXPORT(cuIpcCloseMemHandle);
 
@@ -904,7 +1119,8 @@ static CUresult attr_of(const struct sim_range *r, CUpointer_attribute a, void *
         *(int *)data = r->dev;
         break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-        *(bool *)data = r->kind == SIM_R_DEVICE;
+        /* an opened IPC mapping cannot be exported again */
+        *(bool *)data = r->kind == SIM_R_DEVICE && !r->ipc_refs;
         break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
         /* VMM: the mappable range, i.e. the reservation (not the mapping). */

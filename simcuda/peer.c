@@ -134,6 +134,17 @@ bool sim_peer_can_access(struct sim_ctx *c, const struct sim_range *r)
     return ok;
 }
 
+bool sim_peer_can_access_dev(struct sim_ctx *c, int dev)
+{
+    bool ok = false;
+
+    pthread_mutex_lock(&peer_lock);
+    for (int i = 0; i < c->npeers && !ok; i++)
+        ok = c->peers[i]->dev == dev;
+    pthread_mutex_unlock(&peer_lock);
+    return ok;
+}
+
 static void forget_one(struct sim_ctx *c, void *gone)
 {
     long i = peer_index(c, gone);

@@ -5,7 +5,9 @@
  * capacity and usage and the table of attached processes, so that every
  * process on the machine sees the same device, as with a real GPU. A process
  * that dies without detaching keeps its slot until someone notices that the
- * pid is gone (sim_shm_reap), and its memory is then free again.
+ * pid is gone (sim_shm_reap), and its memory is then free again. Memory and
+ * events several processes share have entries of their own (share.c), held
+ * by a bit per process slot: clearing a slot lets go of them too.
  */
 #include "sim.h"
 
@@ -19,7 +21,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <linux/futex.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -280,8 +284,58 @@ void sim_shm_unlock(struct sim_shm *s)
     pthread_mutex_unlock(&s->lock);
 }
 
+void sim_share_name(const uint8_t token[16], char *name, size_t len)
+{
+    char hex[33];
+
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", token[i]);
+    snprintf(name, len, "/simcuda-ipc-%s", hex);
+}
+
+void sim_shm_share_drop(struct sim_shm *s, struct sim_shm_share *e, int slot)
+{
+    char name[64];
+
+    e->holders &= ~(1ull << slot);
+    if (!e->id || e->holders)
+        return;
+    if (e->dev >= 0 && e->dev < SIM_MAX_DEVICES)
+        s->used[e->dev] -= e->size <= s->used[e->dev] ? e->size : s->used[e->dev];
+    if (e->legacy) {
+        /* Nobody can open it any more; a process that still has the name
+         * open keeps its bytes (they are no longer charged: it mapped
+         * nothing, or it would hold the entry). */
+        sim_share_name(e->token, name, sizeof(name));
+        shm_unlink(name);
+    }
+    memset(e, 0, sizeof(*e));
+}
+
+void sim_shm_ipcev_drop(struct sim_shm *s, struct sim_shm_ipcev *e, int slot)
+{
+    (void)s;
+    e->holders &= ~(1ull << slot);
+    if (!e->id || e->holders)
+        return;
+    __atomic_store_n(&e->id, 0, __ATOMIC_RELEASE);
+    /* waiters in other processes see the id change */
+    syscall(SYS_futex, &e->done, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    memset(e->token, 0, sizeof(e->token));
+    e->recorded = e->done = 0;
+}
+
 static void slot_clear(struct sim_shm *s, struct sim_shm_proc *p)
 {
+    int slot = (int)(p - s->procs);
+
+    /* What it shared goes first: its bytes are not in p->used. */
+    for (int i = 0; i < SIM_MAX_SHARES; i++)
+        if (s->shares[i].holders & (1ull << slot))
+            sim_shm_share_drop(s, &s->shares[i], slot);
+    for (int i = 0; i < SIM_MAX_IPC_EVENTS; i++)
+        if (s->ipcevs[i].holders & (1ull << slot))
+            sim_shm_ipcev_drop(s, &s->ipcevs[i], slot);
     for (int d = 0; d < s->ndev; d++) {
         s->used[d] -= p->used[d] <= s->used[d] ? p->used[d] : s->used[d];
         p->used[d] = 0;

@@ -19,6 +19,7 @@
  *   graph_mem.c  graph memory: allocation/free nodes, addresses fixed per node
  *   managed.c    managed memory: residency, cuMemAdvise, cuMemPrefetchAsync, range attributes
  *   peer.c       peer access between devices, peer copies
+ *   share.c      memory and events other processes open (shareable handles, legacy IPC)
  *   occupancy.c  occupancy queries
  *   coredump.c   coredump attributes and the dump written on a device fault
  *   profiler.c   cuProfilerStart/Stop
@@ -161,6 +162,35 @@ struct sim_engine {
     uint64_t handoff_until_ns;   /* the last owner stands back until then */
 };
 
+/*
+ * Device memory that several processes map (share.c): a POSIX
+ * file-descriptor allocation (cuMemCreate with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+ * or a cuMemAlloc buffer exported by cuIpcGetMemHandle. Its bytes are
+ * charged here once, machine-wide, not to any process: the memory lives
+ * while any process holds it, whoever created it.
+ */
+#define SIM_MAX_SHARES 256
+struct sim_shm_share {
+    uint64_t id;                 /* 0: free entry */
+    uint64_t holders;            /* bit i: procs[i] maps it or holds a handle to it */
+    uint64_t ino, fsdev;         /* the backing object (memfd or /dev/shm object) */
+    uint64_t size;               /* bytes charged to dev */
+    int32_t dev;                 /* physical device */
+    uint32_t legacy;             /* legacy IPC: the object's name is made of token */
+    uint8_t token[16];
+    struct sim_ident exporter;   /* legacy IPC: the process that exported it */
+};
+
+/* An interprocess event (CU_EVENT_INTERPROCESS): its records, counted. */
+#define SIM_MAX_IPC_EVENTS 256
+struct sim_shm_ipcev {
+    uint64_t id;                 /* 0: free entry */
+    uint64_t holders;            /* bit i: procs[i] has a handle to it */
+    uint32_t recorded;           /* ticket of the last record enqueued */
+    uint32_t done;               /* futex word: highest ticket completed */
+    uint8_t token[16];
+};
+
 struct sim_shm {
     uint32_t magic;
     uint32_t layout;             /* sizeof(struct sim_shm): refuse a foreign layout */
@@ -171,7 +201,11 @@ struct sim_shm {
     uint64_t used[SIM_MAX_DEVICES];
     struct sim_engine engine[SIM_MAX_DEVICES];
     struct sim_shm_proc procs[SIM_MAX_PROCS];
+    uint64_t next_id;            /* ids of shares and IPC events */
+    struct sim_shm_share shares[SIM_MAX_SHARES];
+    struct sim_shm_ipcev ipcevs[SIM_MAX_IPC_EVENTS];
 };
+_Static_assert(SIM_MAX_PROCS <= 64, "holders masks are 64 bits");
 
 /* Open (creating and initialising if needed) the shm named by SIMCUDA_SHM,
  * or by name. Returns 0 or -errno; the mapping lives until process exit. */
@@ -190,6 +224,13 @@ struct sim_shm_proc *sim_shm_find(struct sim_shm *s, pid_t pid);
 struct sim_shm_proc *sim_shm_claim(struct sim_shm *s, const struct sim_ident *id, const char *comm);
 /* Give a slot back, releasing its device bytes (lock held). */
 void sim_shm_release(struct sim_shm *s, struct sim_shm_proc *p);
+/* Slot `slot` no longer holds share / IPC event entry e (lock held): an
+ * entry nobody holds is freed, its bytes given back (a legacy object's
+ * name removed). */
+void sim_shm_share_drop(struct sim_shm *s, struct sim_shm_share *e, int slot);
+void sim_shm_ipcev_drop(struct sim_shm *s, struct sim_shm_ipcev *e, int slot);
+/* The name of a legacy IPC object made of token ("/simcuda-ipc-<hex>"). */
+void sim_share_name(const uint8_t token[16], char *name, size_t len);
 static inline bool sim_slot_used(const struct sim_shm_proc *p)
 {
     return __atomic_load_n(&p->id.nspid, __ATOMIC_ACQUIRE) != 0;
@@ -361,6 +402,9 @@ struct sim_range {
     uint64_t resv_va, resv_size; /* VMM: the reservation the mapping is in */
     uint64_t block_id;           /* VMM: the physical allocation's id (MEMORY_BLOCK_ID) */
     uint64_t handle_types;       /* VMM: the handle types it may be exported as */
+    int share;                   /* DEVICE: shares[share - 1] backs it (exported or opened), 0: none */
+    int ipc_refs;                /* DEVICE: opened by cuIpcOpenMemHandle this many times, 0: not */
+    bool ipc_peer_any;           /* DEVICE: opened with CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */
     bool rdma;                   /* VMM: created GPUDirect RDMA capable */
     struct sim_pool *pool;       /* POOL */
     unsigned host_flags;         /* HOST: cuMemHostAlloc flags */
@@ -426,6 +470,7 @@ enum sim_op_kind {
     SIM_OP_GMEM_UNMAP,     /* a graph free node, or cuMemFreeAsync of a graph allocation */
     SIM_OP_PREFETCH,       /* cuMemPrefetchAsync: managed pages move */
     SIM_OP_NOP,
+    SIM_OP_IPC_WAIT,       /* cuStreamWaitEvent on an interprocess event */
     SIM_OP_EXIT,
     SIM_OP_PARK,                            /* the worker stops; the stream stays */
 };
@@ -447,6 +492,7 @@ struct sim_op {
     int ndeps;
     struct sim_dep *deps;                   /* malloc'd; streams referenced */
     int *result;                            /* sync callers: where to store the outcome */
+    uint32_t ticket;                        /* SIM_OP_EVENT of an interprocess event */
     union {
         struct sim_copy {                   /* 3D copy; 2D is depth 1, 1D height 1 too */
             uint64_t dst, src;
@@ -481,6 +527,11 @@ struct sim_op {
             CUstream handle;
         } callback;
         struct sim_event *event;
+        struct {
+            struct sim_shm_ipcev *ev;       /* wait until it completes ticket */
+            uint64_t id;
+            uint32_t ticket;
+        } ipcwait;
         struct {
             struct sim_range *range;
         } pool_free;
@@ -533,6 +584,8 @@ struct sim_event {
     uint64_t seq;                   /* ... and its op's seq */
     struct timespec when;           /* time the last record completed */
     struct sim_ctx *ctx;
+    struct sim_shm_ipcev *ipc;      /* CU_EVENT_INTERPROCESS: its records across processes */
+    uint64_t ipc_id;
     /* Last recorded in a capturing stream (capture.c, under its lock): the
      * capture sequence and the nodes the record stands for. */
     struct sim_capture *cap;
@@ -719,6 +772,41 @@ void sim_exec_prefetch(struct sim_op *op);
 
 /* Peer access (peer.c): may work of context c touch memory of range r? (map lock held) */
 bool sim_peer_can_access(struct sim_ctx *c, const struct sim_range *r);
+/* ... memory on device dev of another process: c has peer access to a context there. */
+bool sim_peer_can_access_dev(struct sim_ctx *c, int dev);
+
+/* --- memory and events shared between processes (share.c) -------------------
+ * This process's references to machine-wide share entries. Each returns a
+ * CUresult; index is the entry's (shares[index]). */
+/* A new entry for the object fd of size bytes on device dev (ordinal),
+ * charged to the machine; legacy: token names it. *index. */
+CUresult sim_share_new(int fd, int dev, uint64_t size, bool legacy, const uint8_t *token,
+                       bool charge, int *index);
+/* The entry of the object fd (by inode), held once more by this process.
+ * None: INVALID_VALUE, or (dev >= 0) a new one of size bytes on dev. */
+CUresult sim_share_find(int fd, int dev, uint64_t size, int *index);
+/* One reference of this process to shares[index] goes. */
+void sim_share_put(int index);
+/* One more reference to shares[index] (already held). */
+void sim_share_get(int index);
+/* Maps len bytes of fd shared: the host view, or NULL. */
+void *sim_share_map(int fd, uint64_t len);
+/* The ordinal this process sees the physical device phys as, or -1. */
+int sim_device_ordinal_of_phys(int phys);
+/* Interprocess events: a new entry (held by us), or entry index opened
+ * (id and token from the handle: INVALID_VALUE if they do not match). */
+CUresult sim_ipcev_new(struct sim_shm_ipcev **out, uint64_t *id);
+CUresult sim_ipcev_open(uint32_t index, uint64_t id, const uint8_t token[16],
+                        struct sim_shm_ipcev **out);
+void sim_ipcev_put(struct sim_shm_ipcev *e, uint64_t id);
+/* A record is enqueued: its ticket. It completes: done moves up to it. */
+uint32_t sim_ipcev_record(struct sim_shm_ipcev *e);
+void sim_ipcev_complete(struct sim_shm_ipcev *e, uint32_t ticket);
+/* The ticket of the last record enqueued; whether ticket has completed. */
+uint32_t sim_ipcev_last(struct sim_shm_ipcev *e);
+bool sim_ipcev_reached(struct sim_shm_ipcev *e, uint32_t ticket);
+/* Block until ticket completed (or the entry is gone). */
+void sim_ipcev_wait(struct sim_shm_ipcev *e, uint64_t id, uint32_t ticket);
 void sim_peer_forget_ctx(struct sim_ctx *c);
 
 /* Coredumps (coredump.c). */

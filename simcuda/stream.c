@@ -117,6 +117,8 @@ static void exec_event(struct sim_op *op, struct sim_stream *s)
     if (e->s == s && e->seq == seq)
         clock_gettime(CLOCK_MONOTONIC, &e->when);
     pthread_mutex_unlock(&e->lock);
+    if (e->ipc && op->ticket)
+        sim_ipcev_complete(e->ipc, op->ticket);     /* other processes see it */
 }
 
 /* A graph launch: its nodes' operations in order; a fault stops the device
@@ -172,6 +174,9 @@ int sim_exec_op(struct sim_op *op, struct sim_stream *s)
     case SIM_OP_PREFETCH:
         if (!dead)
             sim_exec_prefetch(op);
+        return 0;
+    case SIM_OP_IPC_WAIT:
+        sim_ipcev_wait(op->u.ipcwait.ev, op->u.ipcwait.id, op->u.ipcwait.ticket);
         return 0;
     case SIM_OP_NOP:
     case SIM_OP_EXIT:
@@ -995,6 +1000,8 @@ void sim_event_unref(struct sim_event *e)
         return;
     if (e->s)
         sim_stream_unref(e->s);
+    if (e->ipc)
+        sim_ipcev_put(e->ipc, e->ipc_id);
     free(e->cnodes);
     pthread_mutex_destroy(&e->lock);
     free(e);
@@ -1026,6 +1033,10 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
         return r;
     if (!(e = calloc(1, sizeof(*e))))
         return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((Flags & CU_EVENT_INTERPROCESS) && (r = sim_ipcev_new(&e->ipc, &e->ipc_id))) {
+        free(e);
+        return r;
+    }
     e->magic = SIM_MAGIC_EVENT;
     e->flags = Flags;
     e->refs = 1;
@@ -1038,12 +1049,26 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 SIM_EXPORT(cuEventCreate);
 
 /*
- * IPC event handles: exporting works as on a GPU (interprocess events only);
- * opening one in another process is not simulated (CUDA_ERROR_NOT_SUPPORTED).
- * The handle names the exporting process and event, nothing more.
+ * IPC event handles (interprocess events only: CUDA_ERROR_INVALID_VALUE
+ * for others). The event's records live in the machine-wide shm (share.c):
+ * the handle names its entry (index, id, and 16 random bytes), and every
+ * process that opens it sees the records any of them makes, through
+ * cuEventQuery, cuEventSynchronize and cuStreamWaitEvent.
  */
+#define IPC_EVENT_MAGIC "simIPCe1"
+struct ipc_event_handle {
+    char magic[8];
+    uint32_t index;
+    int32_t pid;             /* the exporter (for people reading a handle) */
+    uint64_t id;
+    uint8_t token[16];
+    uint8_t _zero[24];
+};
+_Static_assert(sizeof(struct ipc_event_handle) == sizeof(CUipcEventHandle), "a handle is 64 bytes");
+
 CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
+    struct ipc_event_handle h = { .pid = (int32_t)getpid() };
     struct sim_event *e;
     CUresult r;
 
@@ -1052,24 +1077,51 @@ CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
         return CUDA_ERROR_INVALID_VALUE;
     if ((r = sim_event_get(event, &e)))
         return r;
-    if (!(e->flags & CU_EVENT_INTERPROCESS))
+    if (!(e->flags & CU_EVENT_INTERPROCESS) || !e->ipc)
         return CUDA_ERROR_INVALID_VALUE;
-    memset(pHandle, 0, sizeof(*pHandle));
-    snprintf(pHandle->reserved, sizeof(pHandle->reserved), "simcuda-ipc-event %d %p",
-             (int)getpid(), (void *)e);
+    memcpy(h.magic, IPC_EVENT_MAGIC, sizeof(h.magic));
+    h.index = (uint32_t)(e->ipc - sim_shm->ipcevs);
+    h.id = e->ipc_id;
+    memcpy(h.token, e->ipc->token, sizeof(h.token));
+    memcpy(pHandle, &h, sizeof(h));
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuIpcGetEventHandle);
 
+/* A handle that is not one, or whose event every process has destroyed:
+ * CUDA_ERROR_INVALID_VALUE. The opened event belongs to the current context. */
 CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 {
+    struct ipc_event_handle h;
+    struct sim_ctx *c;
+    struct sim_event *e;
+    CUresult r;
+
     SIM_BEGIN();
-    (void)handle;
-    return phEvent ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+    if (!phEvent)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = sim_ctx_current(&c)))
+        return r;
+    memcpy(&h, &handle, sizeof(h));
+    if (memcmp(h.magic, IPC_EVENT_MAGIC, sizeof(h.magic)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(e = calloc(1, sizeof(*e))))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((r = sim_ipcev_open(h.index, h.id, h.token, &e->ipc))) {
+        free(e);
+        return r;
+    }
+    e->ipc_id = h.id;
+    e->magic = SIM_MAGIC_EVENT;
+    e->flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+    e->refs = 1;
+    e->ctx = c;
+    pthread_mutex_init(&e->lock, NULL);
+    sim_handle_add(e);
+    *phEvent = (CUevent)e;
+    return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuIpcOpenEventHandle);
-SIM_NOT_SIMULATED(cuIpcOpenEventHandle,
-    "CUDA_ERROR_NOT_SUPPORTED: another process's events cannot be opened");
 
 static CUresult event_destroy(CUevent h)
 {
@@ -1096,6 +1148,7 @@ static CUresult event_record(CUevent h, CUstream hs, unsigned flags, bool pt)
     struct sim_stream *s;
     struct sim_op *op;
     uint64_t seq;
+    uint32_t ticket = 0;
     CUresult r;
 
     SIM_BEGIN();
@@ -1116,12 +1169,16 @@ static CUresult event_record(CUevent h, CUstream hs, unsigned flags, bool pt)
     __atomic_add_fetch(&e->refs, 1, __ATOMIC_RELAXED);
     op->u.event = e;
     pthread_mutex_lock(&e->lock);
+    if (e->ipc)
+        op->ticket = ticket = sim_ipcev_record(e->ipc);
     if ((r = sim_submit(s, op, NULL, 0, &seq)) == CUDA_SUCCESS) {
         sim_stream_ref(s);
         if (e->s)
             sim_stream_unref(e->s);
         e->s = s;
         e->seq = seq;
+    } else if (e->ipc) {
+        sim_ipcev_complete(e->ipc, ticket);     /* no record: nobody waits for it */
     }
     pthread_mutex_unlock(&e->lock);
     return r;
@@ -1162,6 +1219,10 @@ CUresult cuEventQuery(CUevent hEvent)
     if ((r = sim_event_get(hEvent, &e)) || (r = sim_capture_event_check(e)) ||
         (r = sim_capture_unsafe_call()))
         return r;
+    if (e->ipc) {           /* the last record, whichever process made it */
+        r = sim_ipcev_reached(e->ipc, sim_ipcev_last(e->ipc)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+        return r ? r : (CUresult)__atomic_load_n(&e->ctx->sticky, __ATOMIC_ACQUIRE);
+    }
     sim_event_target(e, &d);
     if (!d.s)
         return CUDA_SUCCESS;
@@ -1183,6 +1244,10 @@ CUresult cuEventSynchronize(CUevent hEvent)
     if ((r = sim_event_get(hEvent, &e)) || (r = sim_capture_event_check(e)) ||
         (r = sim_capture_unsafe_call()))
         return r;
+    if (e->ipc) {
+        sim_ipcev_wait(e->ipc, e->ipc_id, sim_ipcev_last(e->ipc));
+        return (CUresult)__atomic_load_n(&e->ctx->sticky, __ATOMIC_ACQUIRE);
+    }
     sim_event_target(e, &d);
     if (d.s) {
         sim_stream_wait_seq(d.s, d.seq);
@@ -1252,6 +1317,18 @@ static CUresult wait_event(CUstream hs, CUevent he, unsigned flags, bool pt)
 
         if ((r = sim_capture_wait_event(s, e, flags, &handled)) || handled)
             return r;
+    }
+    if (e->ipc) {           /* the worker waits for the last record seen now */
+        uint32_t t = sim_ipcev_last(e->ipc);
+
+        if (sim_ipcev_reached(e->ipc, t))
+            return CUDA_SUCCESS;
+        if (!(op = sim_op_new(SIM_OP_IPC_WAIT)))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        op->u.ipcwait.ev = e->ipc;
+        op->u.ipcwait.id = e->ipc_id;
+        op->u.ipcwait.ticket = t;
+        return sim_submit(s, op, NULL, 0, NULL);
     }
     sim_event_target(e, &d);
     if (!d.s)

@@ -263,6 +263,10 @@ static bool ctx_may_access(struct sim_ctx *c, const struct sim_range *r)
     case SIM_R_VMM: return (r->access_mask >> c->dev) & 1;
     case SIM_R_GRAPH: return r->gmem && ((r->gmem->access_mask >> c->dev) & 1);
     case SIM_R_DEVICE:
+        /* another process's memory: peer access to its device, or opened so */
+        if (r->ipc_refs)
+            return r->ipc_peer_any || sim_peer_can_access_dev(c, r->dev);
+        return sim_peer_can_access(c, r);
     case SIM_R_POOL: return sim_peer_can_access(c, r);
     default: return true;          /* host and managed memory */
     }
@@ -471,6 +475,8 @@ void sim_dev_free_range(struct sim_range *r)
     sim_backing_free(r->host, r->map_len);
     if (r->charged)
         sim_capacity_release(r->dev, r->charged);
+    if (r->share)
+        sim_share_put(r->share - 1);    /* the last holder gives the bytes back */
     if (r->kind == SIM_R_DEVICE || r->kind == SIM_R_POOL)
         sim_va_free(r->va);
     free(r);

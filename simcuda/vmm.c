@@ -11,8 +11,13 @@
 #include "sim.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct sim_phys {
     uint32_t magic;
@@ -23,7 +28,34 @@ struct sim_phys {
     int map_refs;        /* live mappings */
     uint64_t id;         /* CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID of its mappings */
     CUmemAllocationProp prop;
+    int fd;              /* shareable (POSIX file descriptor): its memfd, else -1 */
+    int share;           /* ... and its machine-wide entry (share.c) */
 };
+
+/*
+ * A POSIX file-descriptor allocation is a memfd: the allocation's bytes,
+ * then one page that says what they are (struct fd_header), so that an
+ * importer learns size, device and properties from the descriptor alone,
+ * whoever holds the allocation then (the machine-wide entry may be gone
+ * while the descriptor travelled). The size is sealed; the header is
+ * checked against the descriptor's size and this machine on import. The
+ * importer could write the header through its own descriptor, as it can
+ * write the bytes: only its own imports would then fail.
+ */
+#define FD_HEADER_LEN 4096ull
+#define FD_MAGIC "simVMMf1"
+struct fd_header {
+    char magic[8];
+    char machine[64];        /* SIMCUDA_SHM of the machine it was made on */
+    int32_t phys;            /* physical device */
+    int32_t _pad;
+    uint64_t size;
+    CUmemAllocationProp prop;   /* location.id: the creator's ordinal (replaced on import) */
+};
+_Static_assert(sizeof(struct fd_header) <= FD_HEADER_LEN, "header fits its page");
+
+static const unsigned long long not_on_linux = CU_MEM_HANDLE_TYPE_WIN32 | CU_MEM_HANDLE_TYPE_WIN32_KMT |
+                                               CU_MEM_HANDLE_TYPE_FABRIC;
 
 struct resv {
     uint64_t va, size;
@@ -68,9 +100,41 @@ static void phys_put(struct sim_phys *p)
         return;
     sim_handle_del(p);
     sim_backing_free(p->backing, p->size);
-    sim_capacity_release(p->dev, p->size);
+    if (p->fd >= 0) {
+        close(p->fd);
+        sim_share_put(p->share);    /* the memory goes with its last holder */
+    } else {
+        sim_capacity_release(p->dev, p->size);
+    }
     p->magic = 0;
     free(p);
+}
+
+/* The memfd of a shareable allocation, mapped, with its machine-wide entry. */
+static CUresult fd_create(struct sim_phys *p, uint64_t size, const CUmemAllocationProp *prop)
+{
+    struct fd_header h = { .phys = sim_device_phys(prop->location.id), .size = size, .prop = *prop };
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    int fd = memfd_create("simcuda-vmm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(h.magic, FD_MAGIC, sizeof(h.magic));
+    snprintf(h.machine, sizeof(h.machine), "%s", sim_shm_name());
+    if (ftruncate(fd, (off_t)(size + FD_HEADER_LEN)) < 0 ||
+        pwrite(fd, &h, sizeof(h), (off_t)size) != (ssize_t)sizeof(h) ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+        !(p->backing = sim_share_map(fd, size)))
+        goto err;
+    if ((r = sim_share_new(fd, prop->location.id, size, false, NULL, true, &p->share))) {
+        munmap(p->backing, size);
+        goto err;
+    }
+    p->fd = fd;
+    return CUDA_SUCCESS;
+err:
+    close(fd);
+    return r;
 }
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
@@ -84,17 +148,25 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return CUDA_ERROR_INVALID_VALUE;
     if ((r = check_prop(prop)))
         return r;
-    if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE)
-        return CUDA_ERROR_NOT_SUPPORTED;    /* shareable handles are not simulated */
+    if (prop->requestedHandleTypes & not_on_linux)
+        return CUDA_ERROR_NOT_SUPPORTED;    /* Windows handles; fabric needs IMEX */
+    if (prop->requestedHandleTypes & ~(unsigned long long)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
     if (size > sim_device_capacity(prop->location.id))
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (!(p = calloc(1, sizeof(*p))))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if ((r = sim_capacity_charge(prop->location.id, size))) {
+    p->fd = -1;
+    if (prop->requestedHandleTypes) {
+        if ((r = fd_create(p, size, prop))) {
+            free(p);
+            return r;
+        }
+    } else if ((r = sim_capacity_charge(prop->location.id, size))) {
         free(p);
         return r;
     }
-    if (!(p->backing = sim_backing_alloc(size))) {
+    if (p->fd < 0 && !(p->backing = sim_backing_alloc(size))) {
         sim_capacity_release(prop->location.id, size);
         free(p);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -110,7 +182,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     return CUDA_SUCCESS;
 }
 SIM_EXPORT(cuMemCreate);
-SIM_PARTIAL(cuMemCreate, "shareable handle types: CUDA_ERROR_NOT_SUPPORTED");
+SIM_PARTIAL(cuMemCreate, "Windows and fabric handle types: CUDA_ERROR_NOT_SUPPORTED, as on Linux without IMEX");
 
 static struct sim_phys *phys_of(CUmemGenericAllocationHandle h)
 {
@@ -449,3 +521,115 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmem
     return r;
 }
 SIM_EXPORT(cuMemGetAllocationPropertiesFromHandle);
+
+/*
+ * Shareable handles. On Linux the driver exports POSIX file descriptors
+ * (the caller owns the new descriptor) of allocations created with that
+ * handle type; Windows handles are not to be had there, and fabric handles
+ * need IMEX channels, which a machine without NVLink fabric does not have:
+ * CUDA_ERROR_NOT_SUPPORTED. A handle created without the type requested:
+ * CUDA_ERROR_INVALID_VALUE.
+ */
+CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+    struct sim_phys *p;
+    CUresult r = CUDA_SUCCESS;
+    int fd;
+
+    SIM_BEGIN();
+    if (!shareableHandle || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (handleType & not_on_linux)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vmm_lock);
+    if (!(p = phys_of(handle)) || p->handle_refs <= 0 || p->fd < 0) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if ((fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        r = errno == EMFILE ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OPERATING_SYSTEM;
+    } else {
+        *(int *)shareableHandle = fd;
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return r;
+}
+SIM_EXPORT(cuMemExportToShareableHandle);
+SIM_PARTIAL(cuMemExportToShareableHandle, "POSIX file descriptors only (Windows, fabric: CUDA_ERROR_NOT_SUPPORTED)");
+
+/* The header of a descriptor that claims to be a shareable allocation of
+ * this machine: CUDA_SUCCESS, INVALID_VALUE (not one), NOT_SUPPORTED (of
+ * another machine, or a device this process does not see). */
+static CUresult fd_read_header(int fd, struct fd_header *h, int *ordinal)
+{
+    struct stat st;
+
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < FD_HEADER_LEN)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (pread(fd, h, sizeof(*h), st.st_size - (off_t)FD_HEADER_LEN) != (ssize_t)sizeof(*h) ||
+        memcmp(h->magic, FD_MAGIC, sizeof(h->magic)) || h->size + FD_HEADER_LEN != (uint64_t)st.st_size ||
+        !h->size || h->size % SIM_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    h->machine[sizeof(h->machine) - 1] = 0;
+    if (strcmp(h->machine, sim_shm_name()) || h->phys < 0 || h->phys >= SIM_MAX_DEVICES ||
+        (*ordinal = sim_device_ordinal_of_phys(h->phys)) < 0)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * The descriptor stays the caller's; the handle keeps a descriptor of its
+ * own. Each import is a new handle (the driver does not promise the same
+ * one for the same descriptor), held by this process until released and
+ * unmapped.
+ */
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                        CUmemAllocationHandleType shHandleType)
+{
+    struct fd_header h;
+    struct sim_phys *p;
+    int fd = (int)(intptr_t)osHandle, ord, own;
+    CUresult r;
+
+    SIM_BEGIN();
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (shHandleType & not_on_linux)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fd < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = fd_read_header(fd, &h, &ord)))
+        return r;
+    if (!(p = calloc(1, sizeof(*p))))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((own = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        free(p);
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    if (!(p->backing = sim_share_map(own, h.size))) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto err;
+    }
+    if ((r = sim_share_find(own, ord, h.size, &p->share))) {
+        munmap(p->backing, h.size);
+        goto err;
+    }
+    p->magic = SIM_MAGIC_PHYS;
+    p->fd = own;
+    p->dev = ord;
+    p->size = h.size;
+    p->handle_refs = 1;
+    p->id = sim_next_buffer_id();
+    p->prop = h.prop;
+    p->prop.location.id = ord;
+    sim_handle_add(p);
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
+    return CUDA_SUCCESS;
+err:
+    close(own);
+    free(p);
+    return r;
+}
+SIM_EXPORT(cuMemImportFromShareableHandle);
+SIM_PARTIAL(cuMemImportFromShareableHandle, "POSIX file descriptors only (Windows, fabric: CUDA_ERROR_NOT_SUPPORTED)");
