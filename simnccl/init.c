@@ -110,17 +110,82 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
 
 /* --- device memory ------------------------------------------------------------ */
 
+static bool env_flag(const char *name, bool dflt)
+{
+    const char *e = getenv(name);
+
+    return e && *e ? atoi(e) != 0 : dflt;
+}
+
+/* The receive buffer as VMM memory (NCCL_CUMEM_ENABLE=1, as NCCL does when
+ * the driver has it): the address is reserved once and kept across a
+ * suspend, only the physical memory goes. */
+static CUresult cumem_map(struct ncclComm *comm, size_t bytes)
+{
+    CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                 .location = { CU_MEM_LOCATION_TYPE_DEVICE, comm->cudev } };
+    CUmemAccessDesc access = { .location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    size_t gran = 0;
+    CUresult r;
+
+    if (!comm->devbuf) {
+        if ((r = cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)))
+            return r;
+        comm->devbuf_bytes = (bytes + gran - 1) / gran * gran;
+        if ((r = cuMemAddressReserve(&comm->devbuf, comm->devbuf_bytes, 0, 0, 0)))
+            return r;
+    }
+    if ((r = cuMemCreate(&comm->devbuf_handle, comm->devbuf_bytes, &prop, 0)))
+        return r;
+    if ((r = cuMemMap(comm->devbuf, comm->devbuf_bytes, 0, comm->devbuf_handle, 0))) {
+        cuMemRelease(comm->devbuf_handle);
+        comm->devbuf_handle = 0;
+        return r;
+    }
+    return cuMemSetAccess(comm->devbuf, comm->devbuf_bytes, &access, 1);
+}
+
 /* The receive buffer, and the devcomm that points at it. */
 ncclResult_t snccl_devbuf_alloc(struct ncclComm *comm)
 {
+    size_t bytes = comm->slot_bytes * (uint64_t)comm->nranks;
     CUresult r;
 
-    if ((r = cuMemAlloc(&comm->devbuf, comm->slot_bytes * (uint64_t)comm->nranks)))
-        return snccl_cu(r, "cuMemAlloc of the communicator's buffers");
+    if (comm->cumem)
+        r = cumem_map(comm, bytes);
+    else if (!(r = cuMemAlloc(&comm->devbuf, bytes)))
+        comm->devbuf_bytes = bytes;
+    if (r)
+        return snccl_cu(r, comm->cumem ? "mapping the communicator's buffers (cuMemCreate)"
+                                       : "cuMemAlloc of the communicator's buffers");
     comm->devcomm_host->devbuf = comm->devbuf;
     if ((r = cuMemcpyHtoD(comm->devcomm, comm->devcomm_host, snccl_devcomm_bytes((uint32_t)comm->nranks))))
         return snccl_cu(r, "cuMemcpyHtoD of the devcomm");
     return ncclSuccess;
+}
+
+/* Frees the receive buffer; VMM memory keeps its address if keep_va. */
+ncclResult_t snccl_devbuf_free(struct ncclComm *comm, bool keep_va)
+{
+    CUresult r = CUDA_SUCCESS;
+
+    if (!comm->devbuf)
+        return ncclSuccess;
+    if (!comm->cumem) {
+        r = cuMemFree(comm->devbuf);
+        comm->devbuf = 0;
+    } else {
+        if (comm->devbuf_handle) {
+            if (!(r = cuMemUnmap(comm->devbuf, comm->devbuf_bytes)))
+                r = cuMemRelease(comm->devbuf_handle);
+            comm->devbuf_handle = 0;
+        }
+        if (!keep_va) {
+            cuMemAddressFree(comm->devbuf, comm->devbuf_bytes);
+            comm->devbuf = 0;
+        }
+    }
+    return r ? snccl_cu(r, "freeing the communicator's buffers") : ncclSuccess;
 }
 
 /* SIMNCCL_KERNELS, else simnccl-kernels.so beside this library. */
@@ -229,7 +294,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId co
     struct snccl_id id;
     struct ncclComm *comm;
     ncclResult_t rc;
-    int blocking = 1;
+    int blocking = env_flag("NCCL_COMM_BLOCKING", true);
 
     if (!out)
         return snccl_fail(ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
@@ -258,6 +323,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId co
     comm->rank = rank;
     comm->id = id;
     comm->blocking = blocking;
+    comm->cumem = env_flag("NCCL_CUMEM_ENABLE", false);
     comm->seg_fd = -1;
     comm->state = SNCCL_INITIALIZING;
     comm->async = ncclInProgress;
@@ -397,8 +463,7 @@ static void comm_free(struct ncclComm *comm)
 
     if (comm->launched)
         cuEventSynchronize(comm->last);
-    if (comm->devbuf)
-        cuMemFree(comm->devbuf);
+    snccl_devbuf_free(comm, false);
     if (comm->devcomm)
         cuMemFree(comm->devcomm);
     if (comm->module)
@@ -488,12 +553,8 @@ static ncclResult_t suspend_run(struct ncclComm *comm, int flags)
     }
     /* the work queued before must end, on every rank, before buffers go */
     if (!(rc = snccl_wait_work(comm)) && !(rc = snccl_barrier(comm)) && (flags & NCCL_SUSPEND_MEM)) {
-        if ((r = cuMemFree(comm->devbuf)))
-            rc = snccl_cu(r, "cuMemFree of the communicator's buffers");
-        else {
-            comm->devbuf = 0;
+        if (!(rc = snccl_devbuf_free(comm, true)))
             comm->suspended = true;
-        }
     }
     cuCtxPopCurrent(NULL);
 out:

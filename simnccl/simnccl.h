@@ -97,6 +97,9 @@ struct ncclComm {
     CUdeviceptr devcomm;          /* persistent: struct snccl_devcomm */
     struct snccl_devcomm *devcomm_host;
     CUdeviceptr devbuf;           /* suspendable: nranks * slot_bytes */
+    bool cumem;                   /* NCCL_CUMEM_ENABLE=1: devbuf is VMM memory */
+    CUmemGenericAllocationHandle devbuf_handle;   /* its physical memory while mapped */
+    size_t devbuf_bytes;          /* as allocated (VMM: rounded to the granularity) */
     bool suspended;
     CUevent last;                 /* recorded after every launch: the comm's work is serial */
     CUevent join;
@@ -137,6 +140,7 @@ ncclResult_t snccl_group_defer(ncclResult_t (*fn)(struct ncclComm *, int), struc
 
 /* init.c */
 ncclResult_t snccl_devbuf_alloc(struct ncclComm *comm);
+ncclResult_t snccl_devbuf_free(struct ncclComm *comm, bool keep_va);
 ncclResult_t snccl_usable(struct ncclComm *comm, const char *fn);
 
 #endif

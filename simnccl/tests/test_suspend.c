@@ -2,7 +2,8 @@
  * test_suspend.c - ncclCommSuspend(NCCL_SUSPEND_MEM) frees the communicator's
  * buffers (the device's free memory grows by what ncclCommMemStats says),
  * ncclCommResume allocates them again, and collectives work after; the calls
- * that do not fit the state are refused. Two ranks, two processes.
+ * that do not fit the state are refused. Two ranks, two processes; with
+ * argument "cumem", the buffers are VMM memory (NCCL_CUMEM_ENABLE=1).
  */
 #include "ranks.h"
 
@@ -127,6 +128,10 @@ int main(int argc, char **argv)
     if (argc == 5 && !strcmp(argv[1], "rank"))
         return rank_main(atoi(argv[2]), atoi(argv[3]), argv[4]);
     t_machine("suspend", 2);
+    if (argc > 1 && !strcmp(argv[1], "cumem"))
+        setenv("NCCL_CUMEM_ENABLE", "1", 1);     /* the buffers as VMM memory */
+    else
+        setenv("NCCL_CUMEM_ENABLE", "0", 1);
     setenv("NCCL_BUFFSIZE", "4194304", 1);
     NCCL_OK(ncclGetUniqueId(&id));
     for (int r = 0; r < 2; r++)
