@@ -193,20 +193,28 @@ static uint16_t float_to_bf16(float f)
     return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
-#define FOLD(a, b, op) \
-    ((op) == 0 || (op) == 4 ? (a) + (b) : (op) == 1 ? (a) * (b) : \
-     (op) == 2 ? ((a) > (b) ? (a) : (b)) : ((a) < (b) ? (a) : (b)))
+/* acc = acc op v; sums and products of integers wrap as on a GPU (done in
+ * the unsigned type U: no undefined overflow here). */
+#define FOLD(T, U, acc, v, op)                                                 \
+    do {                                                                       \
+        if ((op) == 0 || (op) == 4)                                            \
+            acc = (T)((U)(acc) + (U)(v));                                      \
+        else if ((op) == 1)                                                    \
+            acc = (T)((U)(acc) * (U)(v));                                      \
+        else if ((op) == 2 ? !((acc) > (v)) : !((acc) < (v)))                  \
+            acc = (v);                                                         \
+    } while (0)
 
 /* dst[i] = src_0[i] op src_1[i] op ... in rank order, over the rows of the
  * receive buffer; avg divides the sum by n. */
-#define REDUCE_T(T)                                                            \
+#define REDUCE_T(T, U)                                                          \
     for (uint64_t i = 0; i < cnt; i++) {                                       \
         T acc;                                                                 \
         memcpy(&acc, row(x, 0) + i * sizeof(T), sizeof(T));                    \
         for (uint32_t r = 1; r < x->n; r++) {                                  \
             T v;                                                               \
             memcpy(&v, row(x, r) + i * sizeof(T), sizeof(T));                  \
-            acc = (T)FOLD(acc, v, op);                                         \
+            FOLD(T, U, acc, v, op);                                      \
         }                                                                      \
         if (op == 4)                                                           \
             acc = (T)(acc / (T)x->n);                                          \
@@ -222,7 +230,7 @@ static uint16_t float_to_bf16(float f)
         for (uint32_t r = 1; r < x->n; r++) {                                  \
             memcpy(&h, row(x, r) + i * 2, 2);                                  \
             float v = TO_F(h);                                                 \
-            acc = FOLD(acc, v, op);                                            \
+            FOLD(float, float, acc, v, op);                                     \
         }                                                                      \
         if (op == 4)                                                           \
             acc /= (float)x->n;                                                \
@@ -233,15 +241,15 @@ static uint16_t float_to_bf16(float f)
 static void reduce_rows(struct kx *x, unsigned dtype, unsigned op, unsigned char *dst, uint64_t cnt)
 {
     switch (dtype) {
-    case 0: REDUCE_T(int8_t); break;
-    case 1: REDUCE_T(uint8_t); break;
-    case 2: REDUCE_T(int32_t); break;
-    case 3: REDUCE_T(uint32_t); break;
-    case 4: REDUCE_T(int64_t); break;
-    case 5: REDUCE_T(uint64_t); break;
+    case 0: REDUCE_T(int8_t, uint8_t); break;
+    case 1: REDUCE_T(uint8_t, uint8_t); break;
+    case 2: REDUCE_T(int32_t, uint32_t); break;
+    case 3: REDUCE_T(uint32_t, uint32_t); break;
+    case 4: REDUCE_T(int64_t, uint64_t); break;
+    case 5: REDUCE_T(uint64_t, uint64_t); break;
     case 6: REDUCE_16(half_to_float, float_to_half); break;
-    case 7: REDUCE_T(float); break;
-    case 8: REDUCE_T(double); break;
+    case 7: REDUCE_T(float, float); break;
+    case 8: REDUCE_T(double, double); break;
     case 9: REDUCE_16(bf16_to_float, float_to_bf16); break;
     }
 }

@@ -91,15 +91,22 @@ static void *input(int t, int r, size_t cnt, int salt)
     return p;
 }
 
-#define FOLD(a, b, op) \
-    ((op) == ncclSum || (op) == ncclAvg ? (a) + (b) : (op) == ncclProd ? (a) * (b) : \
-     (op) == ncclMax ? ((a) > (b) ? (a) : (b)) : ((a) < (b) ? (a) : (b)))
+/* acc = acc op v; integer sums and products wrap (in the unsigned type U) */
+#define FOLD(T, U, acc, v, op)                                                 \
+    do {                                                                       \
+        if ((op) == ncclSum || (op) == ncclAvg)                                \
+            acc = (T)((U)(acc) + (U)(v));                                      \
+        else if ((op) == ncclProd)                                             \
+            acc = (T)((U)(acc) * (U)(v));                                      \
+        else if ((op) == ncclMax ? !((acc) > (v)) : !((acc) < (v)))            \
+            acc = (v);                                                         \
+    } while (0)
 
-#define REF(T)                                                               \
+#define REF(T, U)                                                             \
     for (size_t i = 0; i < cnt; i++) {                                       \
         T acc = ((T *)in[0])[i];                                             \
         for (int r = 1; r < g_n; r++)                                        \
-            acc = (T)FOLD(acc, ((T *)in[r])[i], op);                         \
+            FOLD(T, U, acc, ((T *)in[r])[i], op);                         \
         if (op == ncclAvg)                                                   \
             acc = (T)(acc / (T)g_n);                                         \
         ((T *)out)[i] = acc;                                                 \
@@ -108,7 +115,7 @@ static void *input(int t, int r, size_t cnt, int salt)
     for (size_t i = 0; i < cnt; i++) {                                       \
         float acc = TO(((uint16_t *)in[0])[i]);                              \
         for (int r = 1; r < g_n; r++)                                        \
-            acc = FOLD(acc, TO(((uint16_t *)in[r])[i]), op);                 \
+            { float v_ = TO(((uint16_t *)in[r])[i]); FOLD(float, float, acc, v_, op); }                 \
         if (op == ncclAvg)                                                   \
             acc /= (float)g_n;                                               \
         ((uint16_t *)out)[i] = FROM(acc);                                    \
@@ -118,15 +125,15 @@ static void *input(int t, int r, size_t cnt, int salt)
 static void reference(int t, int op, size_t cnt, void **in, void *out)
 {
     switch (t) {
-    case ncclInt8: REF(int8_t); break;
-    case ncclUint8: REF(uint8_t); break;
-    case ncclInt32: REF(int32_t); break;
-    case ncclUint32: REF(uint32_t); break;
-    case ncclInt64: REF(int64_t); break;
-    case ncclUint64: REF(uint64_t); break;
+    case ncclInt8: REF(int8_t, uint8_t); break;
+    case ncclUint8: REF(uint8_t, uint8_t); break;
+    case ncclInt32: REF(int32_t, uint32_t); break;
+    case ncclUint32: REF(uint32_t, uint32_t); break;
+    case ncclInt64: REF(int64_t, uint64_t); break;
+    case ncclUint64: REF(uint64_t, uint64_t); break;
     case ncclFloat16: REF16(float_of_half, half_of); break;
-    case ncclFloat32: REF(float); break;
-    case ncclFloat64: REF(double); break;
+    case ncclFloat32: REF(float, float); break;
+    case ncclFloat64: REF(double, double); break;
     case ncclBfloat16: REF16(float_of_bf16, bf16_of); break;
     }
 }
