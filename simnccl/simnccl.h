@@ -138,9 +138,13 @@ ncclResult_t snccl_wait_work(struct ncclComm *comm);
 int snccl_group_depth(void);
 ncclResult_t snccl_group_defer(ncclResult_t (*fn)(struct ncclComm *, int), struct ncclComm *comm, int arg);
 
-/* init.c */
+/* init.c: comm is ready for work (not initializing, failed, finalized; usable:
+ * nor suspended), or the failure */
+ncclResult_t snccl_ready(struct ncclComm *comm, const char *fn);
+ncclResult_t snccl_usable(struct ncclComm *comm, const char *fn);
+
+/* memory.c */
 ncclResult_t snccl_devbuf_alloc(struct ncclComm *comm);
 ncclResult_t snccl_devbuf_free(struct ncclComm *comm, bool keep_va);
-ncclResult_t snccl_usable(struct ncclComm *comm, const char *fn);
 
 #endif
