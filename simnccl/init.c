@@ -429,10 +429,11 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm)
     join_init(comm);
     if ((rc = snccl_ready(comm, "ncclCommFinalize")))
         return rc;
-    if ((rc = snccl_wait_work(comm)))
-        return rc;
-    set_state(comm, SNCCL_FINALIZED, ncclSuccess);
-    return ncclSuccess;
+    __atomic_add_fetch(&comm->busy, 1, __ATOMIC_ACQ_REL);   /* an abort waits for us */
+    if (!(rc = snccl_wait_work(comm)))
+        set_state(comm, SNCCL_FINALIZED, ncclSuccess);
+    __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_ACQ_REL);
+    return rc;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm)

@@ -2,8 +2,10 @@
  * test_abort.c - the hazard tcgpu must handle: a rank that never issues its
  * part of a collective leaves its peer's kernel waiting, the peer's stream
  * not complete (CUDA_ERROR_NOT_READY), without burning a core; ncclCommAbort
- * from another thread stops it and the stream completes. And an init whose
- * peers never come: nonblocking, ncclInProgress until ncclCommAbort.
+ * from another thread stops it and the stream completes. A suspend the peer
+ * never joins waits in its barrier until ncclCommAbort from another thread.
+ * And an init whose peers never come: nonblocking, ncclInProgress until
+ * ncclCommAbort.
  */
 #include "ranks.h"
 
@@ -11,6 +13,7 @@
 #include <sys/resource.h>
 
 static ncclComm_t comm;
+static ncclUniqueId id2;      /* the second communicator's, from the parent */
 
 static double cpu_seconds(void)
 {
@@ -63,6 +66,16 @@ static int waiter(ncclUniqueId id)
     CU_OK(cuStreamQuery(s));
     CU_OK(cuMemFree(d));
 
+    /* a suspend the peer never joins: blocked until aborted */
+    NCCL_OK(ncclCommInitRank(&comm, 2, id2, 0));
+    CHECK(pthread_create(&th, NULL, abort_later, &aborted_at) == 0);
+    if (ncclCommSuspend(comm, NCCL_SUSPEND_MEM) == ncclSuccess)
+        FAIL("ncclCommSuspend returned ncclSuccess though the peer never suspended");
+    done_at = t_now();
+    CHECK(pthread_join(th, NULL) == 0);
+    if (done_at - aborted_at > 2.0)
+        FAIL("ncclCommSuspend returned %.3f s after ncclCommAbort", done_at - aborted_at);
+
     /* an init nobody joins: nonblocking, in progress until aborted */
     NCCL_OK(ncclGetUniqueId(&id));
     cfg.blocking = 0;
@@ -85,9 +98,13 @@ static int truant(ncclUniqueId id)
 {
     char c;
 
+    ncclComm_t comm2;
+
     t_rank_ctx(1);
     NCCL_OK(ncclCommInitRank(&comm, 2, id, 1));
+    NCCL_OK(ncclCommInitRank(&comm2, 2, id2, 1));
     t_recv(3, &c, 1);           /* until the waiter is done */
+    NCCL_OK(ncclCommDestroy(comm2));
     NCCL_OK(ncclCommDestroy(comm));
     return 0;
 }
@@ -101,18 +118,22 @@ int main(int argc, char **argv)
 
     if (argc == 5 && !strcmp(argv[1], "rank")) {
         t_id_parse(argv[4], &id);
+        t_recv(3, &id2, sizeof(id2));
         return atoi(argv[2]) == 0 ? waiter(id) : truant(id);
     }
     t_machine("abort", 2);
     NCCL_OK(ncclGetUniqueId(&id));
     r0 = t_spawn("rank", 0, 2, &id);
     r1 = t_spawn("rank", 1, 2, &id);
+    NCCL_OK(ncclGetUniqueId(&id2));
+    t_send(r0.to, &id2, sizeof(id2));
+    t_send(r1.to, &id2, sizeof(id2));
     t_recv(r0.from, &c, 1);
     t_send(r1.to, "X", 1);
     st0 = t_wait(r0.pid);
     st1 = t_wait(r1.pid);
     CHECK_EQ(st0, 0);
     CHECK_EQ(st1, 0);
-    printf("a rank that never joins leaves its peer's stream waiting until ncclCommAbort\n");
+    printf("a rank that never joins a collective or a suspend leaves its peer waiting until ncclCommAbort\n");
     return 0;
 }
