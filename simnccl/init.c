@@ -147,7 +147,8 @@ static ncclResult_t device_setup(struct ncclComm *comm)
     comm->devcomm_host->nranks = (uint32_t)comm->nranks;
     comm->devcomm_host->rank = (uint32_t)comm->rank;
     comm->devcomm_host->slot_bytes = comm->slot_bytes;
-    comm->transport = &snccl_transport_shm;
+    comm->transport = env_flag("NCCL_SHM_USE_CUDA_MEMCPY", false) ? &snccl_transport_shm_proxy
+                                                                  : &snccl_transport_shm;
     if ((rc = comm->transport->setup(comm)))
         return rc;
     kernels_path(path, sizeof(path));
@@ -392,6 +393,8 @@ static void comm_free(struct ncclComm *comm)
 
     if (comm->launched)
         cuEventSynchronize(comm->last);
+    if (comm->transport)
+        comm->transport->teardown(comm);    /* the proxy stops before its buffers go */
     snccl_devbuf_free(comm, false);
     if (comm->devcomm)
         cuMemFree(comm->devcomm);
@@ -401,8 +404,6 @@ static void comm_free(struct ncclComm *comm)
         cuEventDestroy(comm->last);
     if (comm->join)
         cuEventDestroy(comm->join);
-    if (comm->transport)
-        comm->transport->teardown(comm);
     if (pushed)
         cuCtxPopCurrent(NULL);
     snccl_seg_close(comm);

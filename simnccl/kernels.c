@@ -11,6 +11,10 @@
  * rank order, so every rank computes the same bytes. A send/recv uses the
  * slot of its pair of ranks, one step at a time.
  *
+ * With a proxy (NCCL_SHM_USE_CUDA_MEMCPY=1), what a rank sends goes into its
+ * staging buffer in device memory instead, and the library's proxy thread
+ * copies it into the shared slot (cuMemcpyDtoHAsync) and publishes it.
+ *
  * A rank that never issues its part leaves the others waiting here, as on a
  * GPU. Waiting sleeps on a futex word (the bell) that every publish rings,
  * with a short timeout, and ends early when this rank's communicator is
@@ -116,6 +120,28 @@ static unsigned char *p2p_slot(struct kx *x, uint32_t src, uint32_t dst)
 static unsigned char *row(struct kx *x, uint32_t r)
 {
     return x->devbuf + (uint64_t)r * x->dc->slot_bytes;
+}
+
+/* Where this rank's part goes: its collective slot (to peer -1) or its slot
+ * towards peer; with a proxy, the matching part of the staging buffer. */
+static unsigned char *outbox(struct kx *x, int peer)
+{
+    if (x->dc->proxy)
+        return row(x, x->n + 1 + (uint32_t)peer);   /* stage[0] is row n */
+    return peer < 0 ? coll_slot(x, x->rank) : p2p_slot(x, x->rank, (uint32_t)peer);
+}
+
+/* Step s of what this rank sends is in its outbox (len bytes): published, or
+ * handed to the proxy. */
+static void send_step(struct kx *x, uint64_t *ctr, uint64_t *staged, uint64_t *staged_len,
+                      uint64_t s, uint64_t len)
+{
+    if (x->dc->proxy) {
+        __atomic_store_n(staged_len, len, __ATOMIC_RELAXED);
+        publish(x, staged, s);
+    } else {
+        publish(x, ctr, s);
+    }
 }
 
 /* --- element types and reductions ------------------------------------------ */
@@ -256,31 +282,33 @@ static void reduce_rows(struct kx *x, unsigned dtype, unsigned op, unsigned char
 
 /* --- collectives ----------------------------------------------------------- */
 
-/* My contribution to step i (elements [off, off + c) of each block). */
-static void contribute(struct kx *x, const struct snccl_op *op, uint64_t off, uint64_t c,
-                       uint64_t chunk, size_t es)
+/* My contribution to step i (elements [off, off + c) of each block); the
+ * bytes of the slot it uses. */
+static uint64_t contribute(struct kx *x, const struct snccl_op *op, uint64_t off, uint64_t c,
+                           uint64_t chunk, size_t es)
 {
-    unsigned char *mine = coll_slot(x, x->rank), *src;
+    unsigned char *mine = outbox(x, -1), *src;
 
     if (!mine || !c)
-        return;
+        return 0;
     switch (op->kind) {
     case SNCCL_BROADCAST:
         if ((uint32_t)op->peer != x->rank)
-            return;
+            return 0;
         /* fall through */
     case SNCCL_ALLREDUCE:
     case SNCCL_REDUCE:
     case SNCCL_ALLGATHER:
         if ((src = view(x, op->sendbuff + off * es, c * es)))
             memcpy(mine, src, c * es);
-        break;
+        return c * es;
     case SNCCL_REDUCESCATTER:
         for (uint32_t b = 0; b < x->n; b++)
             if ((src = view(x, op->sendbuff + ((uint64_t)b * op->count + off) * es, c * es)))
                 memcpy(mine + (uint64_t)b * chunk * es, src, c * es);
-        break;
+        return (uint64_t)(x->n - 1) * chunk * es + c * es;
     }
+    return 0;
 }
 
 /* Every slot's part of step i into the receive buffer, then the result out. */
@@ -334,10 +362,13 @@ static void run_collective(struct kx *x, const struct snccl_op *op)
     for (uint64_t off = 0, s = op->step + 1; off < op->count && !x->stop; off += chunk, s++) {
         uint64_t c = op->count - off < chunk ? op->count - off : chunk;
 
+        struct snccl_rank_ctr *me = &x->rc[x->rank];
+
         if (!wait_all(x, false, s - 1))
             return;
-        contribute(x, op, off, c, chunk, es);
-        publish(x, &x->rc[x->rank].posted, s);
+        SNCCL_TSAN_ACQUIRE(&me->staged);
+        send_step(x, &me->posted, &me->staged, &me->staged_len, s,
+                  contribute(x, op, off, c, chunk, es));
         if (!wait_all(x, true, s))
             return;
         collect(x, op, off, c, chunk, es);
@@ -361,9 +392,10 @@ static bool p2p_step(struct kx *x, const struct snccl_op *op, uint64_t *done)
 
         if (__atomic_load_n(&p->acked, __ATOMIC_ACQUIRE) < s - 1)
             return false;
-        if ((slot = p2p_slot(x, x->rank, peer)) && (buf = view(x, op->sendbuff + off * es, c * es)))
+        SNCCL_TSAN_ACQUIRE(&p->staged);     /* the proxy copied step s - 1 out */
+        if ((slot = outbox(x, (int)peer)) && (buf = view(x, op->sendbuff + off * es, c * es)))
             memcpy(slot, buf, c * es);
-        publish(x, &p->sent, s);
+        send_step(x, &p->sent, &p->staged, &p->staged_len, s, c * es);
     } else {
         struct snccl_pair_ctr *p = &x->pc[peer * x->n + x->rank];
 
@@ -377,6 +409,16 @@ static bool p2p_step(struct kx *x, const struct snccl_op *op, uint64_t *done)
     }
     (*done)++;
     return true;
+}
+
+/* A send is over once its last step left this rank: with a proxy, once the
+ * proxy copied it (the staging buffer may be freed after the kernel). */
+static bool proxy_sent(struct kx *x, const struct snccl_op *op, uint64_t steps)
+{
+    if (!x->dc->proxy || op->kind != SNCCL_SEND || !steps)
+        return true;
+    return __atomic_load_n(&x->pc[x->rank * x->n + (uint32_t)op->peer].sent, __ATOMIC_ACQUIRE) >=
+           op->step + steps;
 }
 
 /* ops[0..n) are sends and receives: progress them together. */
@@ -394,7 +436,7 @@ static void run_p2p(struct kx *x, const struct snccl_op *ops, uint32_t nops)
 
             while (done[i] < steps && !x->stop && p2p_step(x, &ops[i], &done[i]))
                 moved = true;
-            if (done[i] < steps)
+            if (done[i] < steps || !proxy_sent(x, &ops[i], steps))
                 left = true;
         }
         if (!left || x->stop || aborted(x))
@@ -421,7 +463,7 @@ static bool kx_open(struct kx *x, const simcuda_kernel_ctx *k, uint64_t devcomm)
     x->bell = view(x, dc->bell, sizeof(uint32_t));
     x->rc = view(x, dc->rank_ctr, sizeof(*x->rc) * x->n);
     x->pc = view(x, dc->pair_ctr, sizeof(*x->pc) * x->n * x->n);
-    x->devbuf = view(x, dc->devbuf, dc->slot_bytes * x->n);
+    x->devbuf = view(x, dc->devbuf, dc->slot_bytes * (dc->proxy ? 2 * x->n + 1 : x->n));
     return !x->stop;
 }
 

@@ -34,10 +34,20 @@ static CUresult cumem_map(struct ncclComm *comm, size_t bytes)
     return cuMemSetAccess(comm->devbuf, comm->devbuf_bytes, &access, 1);
 }
 
+/* The receive buffer (nranks slots), and with a proxy the staging buffer
+ * after it (1 + nranks slots): kernels.c's rows. */
+size_t snccl_devbuf_bytes(const struct ncclComm *comm)
+{
+    uint64_t rows = (uint64_t)comm->nranks * (comm->devcomm_host->proxy ? 2 : 1) +
+                    (comm->devcomm_host->proxy ? 1 : 0);
+
+    return comm->slot_bytes * rows;
+}
+
 /* The receive buffer, and the devcomm that points at it. */
 ncclResult_t snccl_devbuf_alloc(struct ncclComm *comm)
 {
-    size_t bytes = comm->slot_bytes * (uint64_t)comm->nranks;
+    size_t bytes = snccl_devbuf_bytes(comm);
     CUresult r;
 
     if (comm->cumem)
@@ -160,7 +170,7 @@ ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t 
         return snccl_fail(ncclInvalidArgument, "ncclCommMemStats: invalid communicator or value NULL");
     if ((rc = snccl_ready(comm, "ncclCommMemStats")))
         return rc;
-    suspendable = comm->slot_bytes * (uint64_t)comm->nranks;
+    suspendable = snccl_devbuf_bytes(comm);
     persist = snccl_devcomm_bytes((uint32_t)comm->nranks);
     switch (stat) {
     case ncclStatGpuMemSuspend: *value = suspendable; break;

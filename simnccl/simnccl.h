@@ -41,6 +41,9 @@ struct snccl_transport {
     uint32_t *(*abort_flag)(struct ncclComm *comm);
 };
 extern const struct snccl_transport snccl_transport_shm;
+/* The same with NCCL_SHM_USE_CUDA_MEMCPY=1: a proxy thread of the library
+ * copies what the kernels stage in device memory into the slots. */
+extern const struct snccl_transport snccl_transport_shm_proxy;
 
 /* The rendezvous segment's header (rendezvous.c); the shm transport's slots
  * and counters follow it in the same segment. */
@@ -88,6 +91,12 @@ struct ncclComm {
     struct snccl_seg *seg;
     uint64_t seg_bytes;
     bool seg_registered, seg_unlinked;
+
+    /* the proxy thread (snccl_transport_shm_proxy) */
+    pthread_t proxy;
+    bool proxy_live;
+    int proxy_stop;               /* atomic */
+    CUstream proxy_stream;
 
     /* device side */
     const struct snccl_transport *transport;
@@ -144,6 +153,7 @@ ncclResult_t snccl_ready(struct ncclComm *comm, const char *fn);
 ncclResult_t snccl_usable(struct ncclComm *comm, const char *fn);
 
 /* memory.c */
+size_t snccl_devbuf_bytes(const struct ncclComm *comm);
 ncclResult_t snccl_devbuf_alloc(struct ncclComm *comm);
 ncclResult_t snccl_devbuf_free(struct ncclComm *comm, bool keep_va);
 

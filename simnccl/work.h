@@ -46,32 +46,58 @@ struct snccl_work {
 };
 
 /* Counters a rank publishes for collectives: the last step whose data is in
- * its slot, the last step it finished reading every slot of. */
+ * its slot, the last step it finished reading every slot of. With a proxy
+ * (devcomm.proxy), the kernel writes its part into its staging buffer and
+ * publishes staged/staged_len; the proxy thread copies it into the slot and
+ * publishes posted. */
 struct snccl_rank_ctr {
     uint64_t posted;
     uint64_t consumed;
+    uint64_t staged, staged_len;
     uint32_t abort;               /* set by this rank's ncclCommAbort */
-    uint32_t pad[11];
+    uint32_t pad[7];
 };
 
-/* Counters of the channel src -> dst: written (by src) and read (by dst). */
+/* Counters of the channel src -> dst: written (by src) and read (by dst);
+ * staged/staged_len as above, for src's proxy. */
 struct snccl_pair_ctr {
     uint64_t sent;
     uint64_t acked;
-    uint64_t pad[6];
+    uint64_t staged, staged_len;
+    uint64_t pad[4];
 };
 
 /* In device memory, one per rank (its persistent memory). */
 struct snccl_devcomm {
-    uint32_t magic, nranks, rank, pad;
+    uint32_t magic, nranks, rank;
+    uint32_t proxy;               /* 1: sends go through the staging buffer and a proxy */
     uint64_t slot_bytes;          /* bytes of every slot below */
-    uint64_t devbuf;              /* this rank's receive buffer: nranks * slot_bytes */
+    uint64_t devbuf;              /* this rank's receive buffer: nranks * slot_bytes; with a
+                                   * proxy, then its staging buffer: (1 + nranks) slots, the
+                                   * collective's part, then one per peer it sends to */
     uint64_t bell;                /* uint32_t futex word rung at every publish */
     uint64_t rank_ctr;            /* struct snccl_rank_ctr[nranks] */
     uint64_t pair_ctr;            /* struct snccl_pair_ctr[nranks * nranks], [src * n + dst] */
     /* coll_slot[r] (nranks entries), then p2p_slot[src * n + dst] */
     uint64_t table[];
 };
+
+/*
+ * ThreadSanitizer sees only this process: when a kernel may reuse its staging
+ * buffer because a peer process acknowledged the step the proxy copied out of
+ * it, the order is real but passes through another process. The proxy marks
+ * each finished copy (release) and the kernel marks the reuse (acquire) on
+ * the same counter, so TSan builds see it too. No-ops otherwise.
+ */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define SNCCL_TSAN_RELEASE(p) __tsan_release((void *)(p))
+#define SNCCL_TSAN_ACQUIRE(p) __tsan_acquire((void *)(p))
+#else
+#define SNCCL_TSAN_RELEASE(p) ((void)(p))
+#define SNCCL_TSAN_ACQUIRE(p) ((void)(p))
+#endif
 
 static inline uint64_t snccl_devcomm_bytes(uint32_t nranks)
 {

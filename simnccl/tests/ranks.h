@@ -3,11 +3,16 @@
  * and exit 1, a simulated machine of N GPUs per test (SIMCUDA_SHM), and rank
  * processes (the test binary run again with a role) that talk to the parent
  * over two pipes: fd 3 (commands in), fd 4 (reports out).
+ *
+ * Nothing outlives a test: ranks die with their parent (PR_SET_PDEATHSIG),
+ * and the parent gives up after T_BOUND_S seconds (a rank waiting for a dead
+ * peer would wait forever, as with NCCL).
  */
 #ifndef SIMNCCL_TEST_RANKS_H
 #define SIMNCCL_TEST_RANKS_H
 
 #include "nccl.h"
+#include "simnccl.h"     /* struct snccl_id: the rendezvous a failed test leaves */
 
 #include <cuda.h>
 #include <signal.h>
@@ -17,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,12 +68,46 @@
     } while (0)
 #define CU_OK(call) CU_RES(call, CUDA_SUCCESS)
 
+#define T_BOUND_S 100     /* under meson's timeout for these tests (120 s) */
+
 static char t_shm[96];
+static char t_ids[8][64];        /* rendezvous segments of the test's ids */
 
 static inline void t_unlink_shm(void)
 {
     if (t_shm[0])
         shm_unlink(t_shm);
+    for (int i = 0; i < 8; i++)
+        if (t_ids[i][0])
+            shm_unlink(t_ids[i]);    /* gone already unless a rank never joined */
+}
+
+/* A fresh unique id, whose segment the test removes at its end. */
+static inline void t_new_id(ncclUniqueId *id)
+{
+    struct snccl_id sid;
+    ncclResult_t r = ncclGetUniqueId(id);
+
+    if (r != ncclSuccess) {
+        fprintf(stderr, "ncclGetUniqueId = %d\n", (int)r);
+        exit(1);
+    }
+    memcpy(&sid, id->internal, sizeof(sid));
+    for (int i = 0; i < 8; i++)
+        if (!t_ids[i][0]) {
+            snprintf(t_ids[i], sizeof(t_ids[i]), "%s", sid.name);
+            break;
+        }
+}
+
+static void t_timed_out(int sig)
+{
+    static const char msg[] = "FAIL: the test ran past its bound (a rank waits for a dead peer?)\n";
+
+    (void)sig;
+    if (write(2, msg, sizeof(msg) - 1) < 0) {}
+    t_unlink_shm();
+    _exit(1);                    /* the ranks die with us (PR_SET_PDEATHSIG) */
 }
 
 /* This test's own simulated machine of ndev GPUs (its children share it). */
@@ -81,6 +121,9 @@ static inline void t_machine(const char *name, int ndev)
     snprintf(n, sizeof(n), "%d", ndev);
     setenv("SIMCUDA_DEVICES", n, 1);
     atexit(t_unlink_shm);
+    signal(SIGALRM, t_timed_out);
+    signal(SIGTERM, t_timed_out);   /* meson's timeout */
+    alarm(T_BOUND_S);
 }
 
 static inline double t_now(void)
@@ -128,6 +171,8 @@ static inline struct t_rank t_spawn(const char *role, int rank, int nranks, cons
     char r[16], n[16], hex[2 * NCCL_UNIQUE_ID_BYTES + 1];
     struct t_rank c;
 
+    pid_t parent = getpid();
+
     t_id_hex(id, hex);
     snprintf(r, sizeof(r), "%d", rank);
     snprintf(n, sizeof(n), "%d", nranks);
@@ -135,6 +180,10 @@ static inline struct t_rank t_spawn(const char *role, int rank, int nranks, cons
     c.pid = fork();
     CHECK(c.pid >= 0);
     if (c.pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);          /* the parent is gone already */
+        alarm(0);
         dup2(down[0], 3);
         dup2(up[1], 4);
         for (int fd = 5; fd < 64; fd++)

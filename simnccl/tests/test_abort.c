@@ -122,10 +122,10 @@ int main(int argc, char **argv)
         return atoi(argv[2]) == 0 ? waiter(id) : truant(id);
     }
     t_machine("abort", 2);
-    NCCL_OK(ncclGetUniqueId(&id));
+    t_new_id(&id);
     r0 = t_spawn("rank", 0, 2, &id);
     r1 = t_spawn("rank", 1, 2, &id);
-    NCCL_OK(ncclGetUniqueId(&id2));
+    t_new_id(&id2);
     t_send(r0.to, &id2, sizeof(id2));
     t_send(r1.to, &id2, sizeof(id2));
     t_recv(r0.from, &c, 1);

@@ -31,7 +31,7 @@ static void bad_arguments(void)
     int v;
 
     NCCL_RES(ncclGetUniqueId(NULL), ncclInvalidArgument);
-    NCCL_OK(ncclGetUniqueId(&id));
+    t_new_id(&id);
     memset(&junk, 0x5a, sizeof(junk));
     NCCL_RES(ncclCommInitRank(NULL, 1, id, 0), ncclInvalidArgument);
     NCCL_RES(ncclCommInitRank(&c, 0, id, 0), ncclInvalidArgument);
@@ -60,7 +60,7 @@ static void single_rank(void)
     CUdeviceptr a, b;
     int in[100], out[100];
 
-    NCCL_OK(ncclGetUniqueId(&id));
+    t_new_id(&id);
     NCCL_OK(ncclCommInitRank(&c, 1, id, 0));
     CU_OK(cuStreamCreate(&s, 0));
     CU_OK(cuMemAlloc(&a, sizeof(in)));

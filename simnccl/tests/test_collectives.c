@@ -479,7 +479,7 @@ int main(int argc, char **argv)
     CHECK(n >= 1 && n <= 8);
     t_machine("coll", n);
     setenv("NCCL_BUFFSIZE", "65536", 1);
-    NCCL_OK(ncclGetUniqueId(&id));
+    t_new_id(&id);
     for (int r = 0; r < n; r++)
         ranks[r] = t_spawn("rank", r, n, &id);
     for (int r = 0; r < n; r++)

@@ -106,7 +106,7 @@ int main(int argc, char **argv)
     }
     t_machine("killed", 2);
     setenv("NCCL_BUFFSIZE", "65536", 1);
-    NCCL_OK(ncclGetUniqueId(&id));
+    t_new_id(&id);
     r0 = t_spawn("survivor", 0, 2, &id);
     r1 = t_spawn("victim", 1, 2, &id);
     t_recv(r0.from, &c, 1);
@@ -118,7 +118,7 @@ int main(int argc, char **argv)
     st = t_wait(r1.pid);
     CHECK_EQ(st, 128 + SIGKILL);
     t_send(r0.to, "G", 1);
-    NCCL_OK(ncclGetUniqueId(&id));
+    t_new_id(&id);
     t_send(r0.to, &id, sizeof(id));
     r2 = t_spawn("replacement", 1, 2, &id);
     t_recv(r0.from, &c, 1);

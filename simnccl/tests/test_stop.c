@@ -57,7 +57,7 @@ int main(int argc, char **argv)
         return rank_main(atoi(argv[2]), atoi(argv[3]), argv[4]);
     t_machine("stop", 2);
     setenv("NCCL_BUFFSIZE", "65536", 1);
-    NCCL_OK(ncclGetUniqueId(&id));
+    t_new_id(&id);
     for (int i = 0; i < 2; i++)
         r[i] = t_spawn("rank", i, 2, &id);
     for (int i = 0; i < 2; i++) {

@@ -69,10 +69,14 @@ static int rank_main(int rank, int n, const char *hex)
     NCCL_OK(ncclCommInitRank(&comm, n, id, rank));
     held = dev_free();
 
-    /* the buffers: n * NCCL_BUFFSIZE, in device memory a tool can see */
+    /* the buffers: n slots of NCCL_BUFFSIZE (with a proxy, 1 + n more to
+     * stage sends), in device memory a tool can see */
     buffers = stat(ncclStatGpuMemSuspend);
     persist = stat(ncclStatGpuMemPersist);
-    CHECK_EQ(buffers, (uint64_t)n * 4 * MiB);
+    if (getenv("NCCL_SHM_USE_CUDA_MEMCPY") && atoi(getenv("NCCL_SHM_USE_CUDA_MEMCPY")))
+        CHECK_EQ(buffers, (uint64_t)(2 * n + 1) * 4 * MiB);
+    else
+        CHECK_EQ(buffers, (uint64_t)n * 4 * MiB);
     CHECK_EQ(stat(ncclStatGpuMemSuspended), 0);
     CHECK_EQ(stat(ncclStatGpuMemTotal), buffers + persist);
     CHECK(before - held >= buffers + persist);
@@ -133,7 +137,7 @@ int main(int argc, char **argv)
     else
         setenv("NCCL_CUMEM_ENABLE", "0", 1);
     setenv("NCCL_BUFFSIZE", "4194304", 1);
-    NCCL_OK(ncclGetUniqueId(&id));
+    t_new_id(&id);
     for (int r = 0; r < 2; r++)
         ranks[r] = t_spawn("rank", r, 2, &id);
     for (int r = 0; r < 2; r++) {
