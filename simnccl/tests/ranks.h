@@ -102,7 +102,7 @@ static inline void t_new_id(ncclUniqueId *id)
 
 static void t_timed_out(int sig)
 {
-    static const char msg[] = "FAIL: the test ran past its bound (a rank waits for a dead peer?)\n";
+    static const char msg[] = "FAIL: out of time (its own bound or meson's timeout): does a rank wait for a dead peer?\n";
 
     (void)sig;
     if (write(2, msg, sizeof(msg) - 1) < 0) {}
