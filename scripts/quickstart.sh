@@ -57,8 +57,8 @@ run_tests() {
     setup
     log "build ($BUILD)"
     configure "$BUILD"
-    log "tests: unit, sim, criu, web, containers, peers"
-    meson test -C "$BUILD" --suite unit --suite sim --suite criu --suite web --suite containers --suite peers \
+    log "tests: unit, sim, multi, criu, web, containers, peers"
+    meson test -C "$BUILD" --suite unit --suite sim --suite multi --suite criu --suite web --suite containers --suite peers \
         --print-errorlogs --num-processes 2 || rc=1
     # a real Slurm on loopback, one test at a time (docs/slurm.md): it fails, not skips,
     # when Slurm cannot start
