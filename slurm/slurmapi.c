@@ -160,3 +160,21 @@ int ts_job_over(uint32_t job_id)
     slurm_free_job_info_msg(msg);
     return r;
 }
+
+int ts_node_gres(const char *node, char *buf, size_t len)
+{
+    node_info_msg_t *msg = NULL;
+    int r = 0;
+
+    init_once();
+    if (slurm_load_node_single(&msg, (char *)node, SHOW_ALL) != SLURM_SUCCESS) {
+        log_err("cannot ask slurmctld about node %s: %s", node, slurm_strerror(slurm_get_errno()));
+        return -EIO;
+    }
+    if (msg->record_count < 1 || !msg->node_array[0].gres)
+        r = -ENOENT;
+    else
+        snprintf(buf, len, "%s", msg->node_array[0].gres);
+    slurm_free_node_info_msg(msg);
+    return r;
+}

@@ -762,6 +762,9 @@ int ts_run_task(const struct ts_job *job, char *const argv[])
         if (job->restarts)
             log_info("run %u of job %u: no save to come back from: starting from the beginning",
                      job->restarts, job->job_id);
+        /* a restored program keeps the limits it was saved with */
+        if (ts_shard_limits() < 0)
+            return 1;
         r = start_fresh(&t, argv);
     }
     if (r < 0) {

@@ -92,6 +92,23 @@ int ts_job_requeue(uint32_t job_id);
  * unknown to slurmctld; 0: it will run again (pending, requeued) or runs; -errno. */
 int ts_job_over(uint32_t job_id);
 
+/* The node's gres list as slurmctld knows it ("gpu:2,shard:8"), into buf:
+ * 0, -ENOENT (none), or -EIO (said). */
+int ts_node_gres(const char *node, char *buf, size_t len);
+
+/* shards.c */
+/* The count of gres `name` in a node's gres list, its types summed
+ * ("gpu:a100:2(S:0-1),shard:8": gpu 2, shard 8): 0 with *count, or -ENOENT. */
+int ts_gres_count(const char *gres, const char *name, unsigned long *count);
+/*
+ * A task given shards of a GPU (SLURM_SHARDS_ON_NODE) gets their share of
+ * the GPU's memory and compute as its limits (TCGPU_GPU_MEM,
+ * TCGPU_GPU_COMPUTE, set in this process's environment for the program).
+ * 0 (set, or no shards, or a whole GPU's worth), or -errno: said; the task
+ * must not start then, since nothing would keep it off its neighbours' share.
+ */
+int ts_shard_limits(void);
+
 /* task.c: the wrapper of one task; returns its exit status. */
 int ts_run_task(const struct ts_job *j, char *const argv[]);
 

@@ -143,7 +143,9 @@ JobCompType=jobcomp/script
 JobCompLoc=$W/jobcomp.sh
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-GresTypes=gpu
+# shards: up to 4 jobs share a GPU, each held to its share by tcgpu-slurm
+# (docs/slurm.md, "Fractional GPUs")
+GresTypes=gpu,shard
 MpiDefault=none
 ReturnToService=2
 SchedulerType=sched/backfill
@@ -164,8 +166,8 @@ Waittime=0
 MailProg=/bin/true
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
-NodeName=na NodeHostname=$host NodeAddr=${NODE_ADDR[na]} Port=${NODE_PORT[na]} CPUs=2 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
-NodeName=nb NodeHostname=$host NodeAddr=${NODE_ADDR[nb]} Port=${NODE_PORT[nb]} CPUs=2 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
+NodeName=na NodeHostname=$host NodeAddr=${NODE_ADDR[na]} Port=${NODE_PORT[na]} CPUs=2 RealMemory=2000 Gres=gpu:2,shard:8 State=UNKNOWN
+NodeName=nb NodeHostname=$host NodeAddr=${NODE_ADDR[nb]} Port=${NODE_PORT[nb]} CPUs=2 RealMemory=2000 Gres=gpu:2,shard:8 State=UNKNOWN
 PartitionName=low Nodes=na,nb Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=30 OverSubscribe=NO
 PartitionName=high Nodes=na,nb PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
 EOF
@@ -175,6 +177,10 @@ EOF
     cat >"$W/gres.conf" <<EOF
 NodeName=na Name=gpu File=$W/dev/gpu[0-1]
 NodeName=nb Name=gpu File=$W/dev/gpu[2-3]
+NodeName=na Name=shard Count=4 File=$W/dev/gpu0
+NodeName=na Name=shard Count=4 File=$W/dev/gpu1
+NodeName=nb Name=shard Count=4 File=$W/dev/gpu2
+NodeName=nb Name=shard Count=4 File=$W/dev/gpu3
 EOF
     # a task's node: its simulated machine and its tcgpud
     cat >"$W/task_prolog.sh" <<EOF
