@@ -7,7 +7,8 @@
 # munge key and socket of their own. Each node is its own simulated machine
 # (SIMCUDA_SHM) of two GPUs, with its own tcgpud (root); a TaskProlog gives
 # a task its node's machine and tcgpud. Partitions: low (preemptable,
-# PreemptMode=REQUEUE, GraceTime 30 s) and high, over both nodes. Jobs run as
+# PreemptMode=REQUEUE, GraceTime 30 s) and high, over both nodes; borrow
+# (as low) and dept-a, dept-b (as high, one node each) for departments. Jobs run as
 # nobody. Everything is stopped and removed at exit, and a process of the
 # test left behind fails it. Slurm that cannot start is a failure, not a skip.
 . "$(dirname "$0")/../common/lib.sh"
@@ -170,6 +171,11 @@ NodeName=na NodeHostname=$host NodeAddr=${NODE_ADDR[na]} Port=${NODE_PORT[na]} C
 NodeName=nb NodeHostname=$host NodeAddr=${NODE_ADDR[nb]} Port=${NODE_PORT[nb]} CPUs=2 RealMemory=2000 Gres=gpu:2,shard:8 State=UNKNOWN
 PartitionName=low Nodes=na,nb Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=30 OverSubscribe=NO
 PartitionName=high Nodes=na,nb PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
+# departments (docs/cluster.md): each owns a node, anyone borrows idle GPUs
+# through borrow, and a borrower is saved and requeued when an owner needs them
+PartitionName=borrow Nodes=na,nb PriorityTier=1 PreemptMode=REQUEUE GraceTime=30 OverSubscribe=NO
+PartitionName=dept-a Nodes=na PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
+PartitionName=dept-b Nodes=nb PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
 EOF
     # GPUs: Slurm wants device files; character devices that are /dev/null
     mkdir -p "$W/dev"

@@ -10,6 +10,12 @@
 #                        of uninterrupted runs, the restart count is 1, and the
 #                        saves are gone once the job completes. Prints the
 #                        preemption's timeline and the save's size.
+#   preempt.sh departments
+#                        the same with department partitions (docs/cluster.md):
+#                        a job borrowing a node (partition borrow) is saved and
+#                        requeued for the job of the department that owns it
+#                        (dept-a owns na, dept-b nb) and restored on the other
+#                        node, where it is free
 #   preempt.sh cancel    a job saved and requeued, then cancelled while it waits:
 #                        its saves are removed
 #   preempt.sh corrupt   a job saved and requeued whose save is damaged while it
@@ -35,6 +41,7 @@
 . "$(dirname "$0")/cluster.sh"
 
 mode=${1:?mode}
+LOW_PART=low HIGH_PART=high
 PAIR_ARGS=(--mb 8 --steps 160 --sleep-ms 60)
 
 # submit_low NAME TASKS : nobody's job under tcgpu-slurm, on one node; prints its id.
@@ -47,7 +54,7 @@ EOF
     chmod 755 "$HOME_N/$name.sh"
     chown "$NOBODY" "$HOME_N/$name.sh"
     as_nobody env PATH="$B/slurm:$PATH" TCGPU_RUN_DIR="$HOME_N/run" \
-        sbatch --parsable -p low -N1 -n"$tasks" --gpus-per-task=1 --requeue --open-mode=append \
+        sbatch --parsable -p "$LOW_PART" -N1 -n"$tasks" --gpus-per-task=1 --requeue --open-mode=append \
         -J "$name" -D "$HOME_N" -o "$HOME_N/$name-%j.out" "$HOME_N/$name.sh"
 }
 
@@ -56,7 +63,7 @@ EOF
 # changes no result): it still holds NODE when the low job may run again, so
 # that one comes back on the other node.
 submit_high() {
-    sbatch --parsable -p high -w "$1" -N1 -n2 --gpus-per-task=1 -J high -D "$W" \
+    sbatch --parsable -p "$HIGH_PART" -w "$1" -N1 -n2 --gpus-per-task=1 -J high -D "$W" \
         -o "$W/high-%j.out" --wrap "srun $PAIR ${PAIR_ARGS[*]} --sleep-ms 150 --shm $SHM_PREFIX-pair-\$SLURM_JOB_ID"
 }
 
@@ -68,6 +75,8 @@ preempt() {
     wait_job_state "$low" RUNNING 30
     wait_file_line "$out" "rank 0 step 25" 60
     LOW_NODE=$(job_field "$low" NodeList)
+    # departments: the job of the department that owns that node (na: dept-a)
+    [ "$HIGH_PART" = owner ] && HIGH_PART=dept-${LOW_NODE#n}
     HIGH=$(submit_high "$LOW_NODE")
     note "high-priority job $HIGH arrives on $LOW_NODE, where job $low runs"
     # a failed save says why (gpuckpt's and CRIU's lines), and the job runs on
@@ -104,7 +113,10 @@ wait_count() {
 }
 
 case "$mode" in
-requeue)
+requeue|departments)
+    # departments: a job borrows a node; the job of the department that
+    # owns it saves and requeues it, and it comes back on the other node
+    [ "$mode" = departments ] && LOW_PART=borrow HIGH_PART=owner
     start_cluster
     pair_reference "${PAIR_ARGS[@]}"
     note "uninterrupted: rank 0 $REF0, rank 1 $REF1"
@@ -114,7 +126,7 @@ requeue)
     [ "$(job_field "$low" Restarts)" = 1 ] || fail "restart count $(job_field "$low" Restarts) after the preemption"
     # the node is drained (say, for maintenance): the job comes back on the
     # other, another simulated machine, and the restore moves it there
-    scontrol update NodeName="$LOW_NODE" State=DRAIN Reason=tcgpu-test
+    [ "$mode" = requeue ] && scontrol update NodeName="$LOW_NODE" State=DRAIN Reason=tcgpu-test
     if [ -n "${TCGPU_DEBUG_SCHED:-}" ]; then
         for i in $(seq 1 15); do squeue -h -o '%i %T %R %N' | tr '\n' ';' >&2; echo >&2; sleep 2; done
     fi
@@ -128,7 +140,7 @@ requeue)
     grep -q "restored from its save" "$out" || fail "the low job was not restored: $(tail_of "$out" 8)"
     again=$(job_field "$low" NodeList)
     note "saved on $LOW_NODE, restored on $again"
-    [ "$again" != "$LOW_NODE" ] || fail "the job came back on $LOW_NODE, which is drained"
+    [ "$again" != "$LOW_NODE" ] || fail "the job came back on $LOW_NODE, which is $([ "$mode" = requeue ] && echo drained || echo "$HIGH_PART's, while the other was free")"
     grep -q "starting from the beginning" "$out" && fail "the low job started again from the beginning"
     for r in 0 1; do
         got=$(sed -n "s/^rank $r checksum: //p" "$out")
@@ -150,7 +162,7 @@ requeue)
         printf "timeline: signal -> saved %.2f s -> requeued %.2f s -> running again %.2f s " \
                "(restored %.2f s later, on the other node)\n", a - s, q - s, g - s, r - g }'
     echo "save: $SAVE_BYTES bytes (GPU images $SAVE_GPU, CRIU images $SAVE_CRIU) for $gpu_bytes bytes of GPU memory in 2 tasks"
-    echo "ok: two-task job saved at preemption, requeued, restored; both jobs' checksums right; restarts 1; saves removed"
+    echo "ok: two-task job ($LOW_PART) saved at preemption by $HIGH_PART, requeued, restored; both jobs' checksums right; restarts 1; saves removed"
     ;;
 cancel)
     # Long enough to outlast preempt()'s wait for the save (60 s): at 400
