@@ -534,7 +534,12 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
         return CUDA_SUCCESS;
     if ((res = sim_gmem_free_sync(c, dptr)) != CUDA_ERROR_NOT_FOUND)
         return res;         /* a graph allocation */
-    /* cuMemFree synchronises: work using the memory finishes first. */
+    /* Stream-ordered memory: no implicit synchronisation (the caller makes
+     * sure its work is done, cuda.h says). */
+    if ((res = sim_pool_free_now(dptr)) != CUDA_ERROR_NOT_FOUND)
+        return res;
+    /* Other memory: cuMemFree synchronises (the driver "may"; it does, and
+     * NCCL users know the hang it causes), so work using it finishes first. */
     if ((res = sim_ctx_sync(c)))
         return res;
     r = take_base(dptr, 1u << SIM_R_DEVICE | 1u << SIM_R_MANAGED);

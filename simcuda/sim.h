@@ -738,6 +738,10 @@ CUresult sim_copy_check(const struct sim_copy *c);
 bool sim_rows_covered(uint64_t a, uint64_t width, uint64_t height, uint64_t pitch);
 bool sim_is_device_address(uint64_t addr);
 void sim_pool_free_exec(struct sim_range *r);
+/* cuMemFree of stream-ordered memory: back to its pool now, with no implicit
+ * synchronisation (the driver's rule). CUDA_ERROR_NOT_FOUND if dptr is not
+ * the base of live pool memory. */
+CUresult sim_pool_free_now(uint64_t dptr);
 /* Release pool memory above the thresholds (at synchronisation points). */
 void sim_pools_trim(void);
 void sim_pools_release_ctx(struct sim_ctx *c);

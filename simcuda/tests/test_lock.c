@@ -136,9 +136,13 @@ static void test_other_memory_while_kernel_runs(void)
     PROMPT(cuMemAllocAsync(&pa, 1u << 20, s2));
     PROMPT(cuMemFreeAsync(pa, s2));
     PROMPT(cuStreamSynchronize(s2));
+    PROMPT(cuMemAllocAsync(&pa, 1u << 20, s2));
+    PROMPT(cuStreamSynchronize(s2));
+    PROMPT(cuMemFree(pa));          /* stream-ordered memory: no implicit synchronisation */
     CHECK_EQ(__atomic_load_n(&flag[0], __ATOMIC_SEQ_CST), 1);    /* still running */
     finish_kernel(s, wd);
     check_filled(buf, 7);
+    CHECK_RES(cuMemFree(pa), CUDA_ERROR_INVALID_VALUE);     /* freed already */
 
     CHECK(cuMemFree(other));
     CHECK(cuMemFree(buf));
