@@ -521,6 +521,19 @@ void sim_gmem_exec_map(struct sim_gmem *m)
     sim_map_unlock();
 }
 
+/* The last unpin of an allocation freed while device work used it: its
+ * backing was kept for that work (busy) until now. */
+static void range_release_late(struct sim_range *r)
+{
+    struct sim_gmem *m = r->gmem;
+
+    free(r);
+    pthread_mutex_lock(&gmem_lock);
+    m->busy--;
+    maybe_destroy(m);
+    pthread_mutex_unlock(&gmem_lock);
+}
+
 void sim_gmem_exec_unmap(struct sim_gmem *m)
 {
     struct sim_range *r;
@@ -536,10 +549,12 @@ void sim_gmem_exec_unmap(struct sim_gmem *m)
     sim_map_wrlock();
     sim_map_remove(r);
     sim_map_unlock();
-    free(r);
     pthread_mutex_lock(&gmem_lock);
-    maybe_destroy(m);
+    m->busy++;          /* a pin may hold its backing: not trimmed meanwhile */
     pthread_mutex_unlock(&gmem_lock);
+    if (sim_range_defer(r, range_release_late))
+        return;
+    range_release_late(r);
 }
 
 /* ---- frees outside graphs ---------------------------------------------------------- */

@@ -18,13 +18,17 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- execution on the workers ---------------------------------------------- */
 
-/* Host view for n bytes at addr on side dev (device: translated; host: as is).
- * Returns the bytes available contiguously, 0 if the address is not mapped. */
-static uint64_t side_view(uint64_t addr, bool dev, uint64_t n, unsigned char **view)
+/* Host view for n bytes at addr on side dev (device: translated and pinned
+ * in pins; host: as is). Returns the bytes available contiguously, 0 if the
+ * address is not mapped. The operation holds no lock while it moves bytes:
+ * what it pinned stays until it ends (sim.h, "Pins"). */
+static uint64_t side_view(struct sim_pins *pins, uint64_t addr, bool dev, uint64_t n,
+                          unsigned char **view)
 {
     uint64_t got;
 
@@ -32,16 +36,16 @@ static uint64_t side_view(uint64_t addr, bool dev, uint64_t n, unsigned char **v
         *view = (unsigned char *)(uintptr_t)addr;
         return n;
     }
-    got = sim_map_span(addr, view);
+    got = sim_pins_span(pins, addr, view);
     return got < n ? got : n;
 }
 
-static int copy_row(uint64_t d, bool ddev, uint64_t s, bool sdev, uint64_t n)
+static int copy_row(struct sim_pins *pins, uint64_t d, bool ddev, uint64_t s, bool sdev, uint64_t n)
 {
     while (n) {
         unsigned char *dp, *sp;
-        uint64_t dn = side_view(d, ddev, n, &dp);
-        uint64_t sn = side_view(s, sdev, n, &sp);
+        uint64_t dn = side_view(pins, d, ddev, n, &dp);
+        uint64_t sn = side_view(pins, s, sdev, n, &sp);
         uint64_t k = dn < sn ? dn : sn;
 
         if (!k)
@@ -58,17 +62,18 @@ int sim_exec_copy(struct sim_op *op)
 {
     const struct sim_copy *c = &op->u.copy;
     uint64_t depth = c->depth ? c->depth : 1;
+    struct sim_pins pins;
     int res = 0;
 
-    sim_map_rdlock();
+    sim_pins_init(&pins);
     for (uint64_t z = 0; z < depth && !res; z++) {
         uint64_t dz = z * c->dheight * c->dpitch, sz = z * c->sheight * c->spitch;
 
         for (uint64_t y = 0; y < c->height && !res; y++)
-            res = copy_row(c->dst + dz + y * c->dpitch, c->dst_dev, c->src + sz + y * c->spitch,
-                           c->src_dev, c->width);
+            res = copy_row(&pins, c->dst + dz + y * c->dpitch, c->dst_dev,
+                           c->src + sz + y * c->spitch, c->src_dev, c->width);
     }
-    sim_map_unlock();
+    sim_pins_release(&pins);
     return res;
 }
 
@@ -92,16 +97,17 @@ static void fill(unsigned char *p, uint64_t count, unsigned elem, uint32_t v)
 int sim_exec_memset(struct sim_op *op)
 {
     unsigned elem = op->u.set.elem;
+    struct sim_pins pins;
     int res = 0;
 
-    sim_map_rdlock();
+    sim_pins_init(&pins);
     for (uint64_t y = 0; y < op->u.set.height && !res; y++) {
         uint64_t a = op->u.set.dst + y * op->u.set.pitch;
         uint64_t left = op->u.set.width * elem;
 
         while (left) {
             unsigned char *p;
-            uint64_t n = side_view(a, true, left, &p);
+            uint64_t n = side_view(&pins, a, true, left, &p);
 
             n -= n % elem;
             if (!n) {
@@ -113,7 +119,7 @@ int sim_exec_memset(struct sim_op *op)
             left -= n;
         }
     }
-    sim_map_unlock();
+    sim_pins_release(&pins);
     return res;
 }
 
@@ -528,7 +534,12 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
         return CUDA_SUCCESS;
     if ((res = sim_gmem_free_sync(c, dptr)) != CUDA_ERROR_NOT_FOUND)
         return res;         /* a graph allocation */
-    /* cuMemFree synchronises: work using the memory finishes first. */
+    /* Stream-ordered memory: no implicit synchronisation (the caller makes
+     * sure its work is done, cuda.h says). */
+    if ((res = sim_pool_free_now(dptr)) != CUDA_ERROR_NOT_FOUND)
+        return res;
+    /* Other memory: cuMemFree synchronises (the driver "may"; it does, and
+     * NCCL users know the hang it causes), so work using it finishes first. */
     if ((res = sim_ctx_sync(c)))
         return res;
     r = take_base(dptr, 1u << SIM_R_DEVICE | 1u << SIM_R_MANAGED);
@@ -655,6 +666,15 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     memcpy(h.magic, IPC_MEM_MAGIC, sizeof(h.magic));
     sim_map_wrlock();
     r = sim_map_find(dptr);
+    /* The first export moves the bytes to a shared object under the view:
+     * not while device work writes them (only work on this buffer waits). */
+    while (r && r->kind == SIM_R_DEVICE && r->va == dptr && !r->share && !r->ipc_refs &&
+           sim_range_pinned(r)) {
+        sim_map_unlock();
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+        sim_map_wrlock();
+        r = sim_map_find(dptr);
+    }
     if (!r || r->kind != SIM_R_DEVICE || r->va != dptr || r->ipc_refs)
         res = CUDA_ERROR_INVALID_VALUE;
     else if (!r->share)
@@ -1014,6 +1034,9 @@ CUresult cuMemHostUnregister(void *p)
     sim_map_unlock();
     if (!r)
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    /* The memory is the application's, which may unmap it once this
+     * returns: device work running on it (only on it) finishes first. */
+    sim_range_wait_unpinned(r);
     free(r);
     return CUDA_SUCCESS;
 }
@@ -1210,9 +1233,10 @@ void sim_mem_release_ctx(struct sim_ctx *c)
     size_t n = sim_map_take(c, 1u << SIM_R_DEVICE | 1u << SIM_R_MANAGED | 1u << SIM_R_HOST, &v);
 
     for (size_t i = 0; i < n; i++) {
-        if (v[i]->kind == SIM_R_HOST && v[i]->host_registered)
-            free(v[i]);         /* the memory is the application's */
-        else
+        if (v[i]->kind == SIM_R_HOST && v[i]->host_registered) {
+            sim_range_wait_unpinned(v[i]);     /* the memory is the application's */
+            free(v[i]);
+        } else
             sim_dev_free_range(v[i]);
     }
     free(v);

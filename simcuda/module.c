@@ -680,12 +680,13 @@ SIM_EXPORT(cuFuncGetParamInfo);
 struct launch_state {
     bool faulted;
     struct sim_ctx *ctx;          /* where the kernel runs: its access rights */
+    struct sim_pins pins;         /* the ranges it translated */
 };
 
 static void *kernel_dev(const simcuda_kernel_ctx *k, uint64_t ptr, size_t bytes)
 {
     struct launch_state *st = k->priv;
-    void *v = bytes ? sim_map_view_ctx(st->ctx, ptr, bytes) : NULL;
+    void *v = bytes ? sim_pins_view_ctx(&st->pins, st->ctx, ptr, bytes) : NULL;
 
     if (!v)
         st->faulted = true;
@@ -701,11 +702,14 @@ static void kernel_charge_cpu(const simcuda_kernel_ctx *k, uint64_t cpu_ns)
                            __ATOMIC_RELAXED);
 }
 
-/* Runs on the worker. The map read lock is held for the whole kernel, so the
- * views it gets stay valid until it returns. */
+/* Runs on the worker. Each range the kernel translates stays pinned until
+ * it returns, so the views it gets stay valid (a free of the memory meanwhile
+ * unmaps it afterwards); the map lock is held only while translating, so a
+ * kernel that runs long (one waiting for a peer) blocks no allocation, free
+ * or mapping of the process, as on a GPU. */
 int sim_exec_kernel(struct sim_op *op, struct sim_ctx *c)
 {
-    struct launch_state st = { false, op->u.kernel.ctx ? op->u.kernel.ctx : c };
+    struct launch_state st = { .faulted = false, .ctx = op->u.kernel.ctx ? op->u.kernel.ctx : c };
     simcuda_kernel_ctx k = {
         .abi = SIMCUDA_KERNEL_ABI,
         .shared_bytes = op->u.kernel.shared,
@@ -716,11 +720,11 @@ int sim_exec_kernel(struct sim_op *op, struct sim_ctx *c)
 
     memcpy(k.grid, op->u.kernel.grid, sizeof(k.grid));
     memcpy(k.block, op->u.kernel.block, sizeof(k.block));
+    sim_pins_init(&st.pins);
     sim_engine_acquire(c->dev);         /* its process's turn on the device (engine.c) */
-    sim_map_rdlock();
     op->u.kernel.fn(&k, op->u.kernel.params);
-    sim_map_unlock();
     sim_engine_release(c->dev);
+    sim_pins_release(&st.pins);
     if (!st.faulted)
         return 0;
     sim_coredump_on_fault(c, CUDA_ERROR_ILLEGAL_ADDRESS, op->u.kernel.name);

@@ -430,6 +430,22 @@ void sim_pool_free_exec(struct sim_range *r)
     pthread_mutex_unlock(&pool_lock);
 }
 
+CUresult sim_pool_free_now(uint64_t dptr)
+{
+    struct sim_range *r;
+
+    sim_map_wrlock();
+    r = sim_map_find(dptr);
+    if (!r || r->va != dptr || r->kind != SIM_R_POOL || r->free_pending) {
+        sim_map_unlock();
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    r->free_pending = true;
+    sim_map_unlock();
+    sim_pool_free_exec(r);
+    return CUDA_SUCCESS;
+}
+
 static CUresult free_async(CUdeviceptr dptr, CUstream hs, bool pt)
 {
     struct sim_stream *s;

@@ -412,6 +412,8 @@ struct sim_range {
     bool free_pending;           /* POOL: cuMemFreeAsync queued */
     struct sim_gmem *gmem;       /* GRAPH: the graph allocation */
     struct sim_managed *managed; /* MANAGED: residency and advice per page (managed.c) */
+    int pins;                    /* device work holding its host view (vmem.c, pin_lock) */
+    void (*release)(struct sim_range *);  /* out of the map while pinned: at the last unpin */
 };
 
 int sim_vmem_init(void);                 /* reserve the device VA region: 0 or -errno */
@@ -420,7 +422,8 @@ bool sim_va_in_device_region(uint64_t va, uint64_t size);
 uint64_t sim_va_alloc(uint64_t size, uint64_t align, uint64_t fixed);
 void sim_va_free(uint64_t va);
 
-/* Translation map. Caller holds the read lock while using a host view. */
+/* Translation map. Caller holds the read lock while using a host view it
+ * translated itself; device work (kernels, copies, memsets) pins instead. */
 void sim_map_rdlock(void);
 void sim_map_wrlock(void);
 void sim_map_unlock(void);
@@ -444,6 +447,33 @@ size_t sim_map_take(struct sim_ctx *ctx, unsigned kinds, struct sim_range ***out
 /* Iterate all ranges under the read lock. */
 void sim_map_foreach(void (*fn)(struct sim_range *, void *), void *arg);
 
+/*
+ * Pins. Device work holds the host views it translated for as long as it
+ * runs without holding the map lock: each range it touches is pinned (a
+ * count on the range). A range taken out of the map while pinned keeps its
+ * host view; what frees it runs at its last unpin (sim_range_defer). So a
+ * running kernel blocks no allocation, free or mapping of other memory, and
+ * a free of memory it uses does not pull the view from under it.
+ */
+struct sim_pins {                /* the ranges one operation pinned */
+    struct sim_range *inl[8];
+    struct sim_range **v;        /* inl, or grown */
+    size_t n, cap;
+};
+void sim_pins_init(struct sim_pins *p);
+/* sim_map_view_ctx / sim_map_span, pinned in p (the map lock is taken
+ * inside, not held by the caller): NULL / 0 if not mapped, nothing pinned. */
+void *sim_pins_view_ctx(struct sim_pins *p, struct sim_ctx *c, uint64_t va, uint64_t len);
+uint64_t sim_pins_span(struct sim_pins *p, uint64_t va, unsigned char **view);
+/* Unpin every range of p (running the releases that waited for it). */
+void sim_pins_release(struct sim_pins *p);
+/* r is out of the map. true: r is pinned and release(r) runs at its last
+ * unpin, on the unpinning thread; false: nothing holds r, the caller frees it. */
+bool sim_range_defer(struct sim_range *r, void (*release)(struct sim_range *));
+/* Wait until nothing pins r (r out of the map, so no new pin can come). */
+void sim_range_wait_unpinned(struct sim_range *r);
+bool sim_range_pinned(struct sim_range *r);
+
 uint64_t sim_next_buffer_id(void);
 void *sim_backing_alloc(size_t len);                 /* zeroed anonymous memory or NULL */
 void sim_backing_free(void *p, size_t len);
@@ -452,7 +482,9 @@ uint64_t sim_round_up(uint64_t v, uint64_t a);
 /* Device allocation with capacity charge; the range goes in the map. */
 CUresult sim_dev_alloc(struct sim_ctx *c, uint64_t size, enum sim_range_kind kind,
                        struct sim_range **out);
-void sim_dev_free_range(struct sim_range *r);        /* range already out of the map */
+/* Range already out of the map: freed now, or at its last unpin (its bytes
+ * are given back to the capacity then, when its host memory goes). */
+void sim_dev_free_range(struct sim_range *r);
 /* Free everything a context owns (context destruction). */
 void sim_mem_release_ctx(struct sim_ctx *c);
 
@@ -706,6 +738,10 @@ CUresult sim_copy_check(const struct sim_copy *c);
 bool sim_rows_covered(uint64_t a, uint64_t width, uint64_t height, uint64_t pitch);
 bool sim_is_device_address(uint64_t addr);
 void sim_pool_free_exec(struct sim_range *r);
+/* cuMemFree of stream-ordered memory: back to its pool now, with no implicit
+ * synchronisation (the driver's rule). CUDA_ERROR_NOT_FOUND if dptr is not
+ * the base of live pool memory. */
+CUresult sim_pool_free_now(uint64_t dptr);
 /* Release pool memory above the thresholds (at synchronisation points). */
 void sim_pools_trim(void);
 void sim_pools_release_ctx(struct sim_ctx *c);

@@ -14,7 +14,11 @@
  * pointer that is not inside one mapped device allocation for `bytes` bytes
  * returns NULL and marks the launch as faulted: the context then reports
  * CUDA_ERROR_ILLEGAL_ADDRESS, sticky, as a real GPU does after a bad access.
- * The kernel must return promptly after a NULL.
+ * The kernel must return promptly after a NULL. A view stays valid until the
+ * kernel returns, even if the memory is freed or unmapped meanwhile (simcuda
+ * unmaps it afterwards); dev() takes a lock only while it translates, so a
+ * kernel may run, or wait, as long as it likes without holding up the
+ * process's allocations.
  *
  * params[i] points at the i-th argument value, as given to cuLaunchKernel.
  * Kernel-side code may not call the CUDA API.

@@ -4,8 +4,11 @@
  * Device pointers are addresses inside a large PROT_NONE reservation, so a
  * host dereference faults as it would with a real GPU. What lives at a device
  * address is described by a sim_range in a sorted map; copies, memsets and
- * kernels translate through it (with the read lock held while they touch the
- * host view, so a concurrent free waits instead of pulling memory away).
+ * kernels translate through it under the read lock, and pin each range they
+ * translate (sim.h, "Pins") so that they touch its host view without the
+ * lock: a free of a pinned range defers unmapping it to the last unpin,
+ * instead of waiting or pulling memory away; allocations, frees and
+ * mappings of other memory never wait for device work.
  * Bytes are charged against the machine-wide capacity in the shm.
  */
 #include "graph.h"
@@ -343,6 +346,123 @@ void sim_map_foreach(void (*fn)(struct sim_range *, void *), void *arg)
     sim_map_unlock();
 }
 
+/* --- pins ------------------------------------------------------------------ */
+
+/* Guards every range's pins and release; taken under the map lock (either
+ * side) or alone, never the other way round. */
+static pthread_mutex_t pin_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pin_cv = PTHREAD_COND_INITIALIZER;      /* a pin count fell to 0 */
+
+void sim_pins_init(struct sim_pins *p)
+{
+    p->v = p->inl;
+    p->n = 0;
+    p->cap = sizeof(p->inl) / sizeof(p->inl[0]);
+}
+
+/* Pin r into p once (map lock held, so r is in the map): false if out of memory. */
+static bool pins_add(struct sim_pins *p, struct sim_range *r)
+{
+    for (size_t i = p->n; i-- > 0;)
+        if (p->v[i] == r)
+            return true;
+    if (p->n == p->cap) {
+        size_t ncap = p->cap * 2;
+        struct sim_range **n = malloc(ncap * sizeof(*n));
+
+        if (!n)
+            return false;
+        memcpy(n, p->v, p->n * sizeof(*n));
+        if (p->v != p->inl)
+            free(p->v);
+        p->v = n;
+        p->cap = ncap;
+    }
+    pthread_mutex_lock(&pin_lock);
+    r->pins++;
+    pthread_mutex_unlock(&pin_lock);
+    p->v[p->n++] = r;
+    return true;
+}
+
+static void range_unpin(struct sim_range *r)
+{
+    void (*release)(struct sim_range *) = NULL;
+
+    pthread_mutex_lock(&pin_lock);
+    if (--r->pins == 0) {
+        release = r->release;
+        r->release = NULL;
+        pthread_cond_broadcast(&pin_cv);
+    }
+    pthread_mutex_unlock(&pin_lock);
+    if (release)
+        release(r);
+}
+
+void sim_pins_release(struct sim_pins *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        range_unpin(p->v[i]);
+    if (p->v != p->inl)
+        free(p->v);
+    sim_pins_init(p);
+}
+
+void *sim_pins_view_ctx(struct sim_pins *p, struct sim_ctx *c, uint64_t va, uint64_t len)
+{
+    void *v;
+
+    sim_map_rdlock();
+    v = sim_map_view_ctx(c, va, len);
+    if (v && !pins_add(p, sim_map_find(va)))
+        v = NULL;
+    sim_map_unlock();
+    return v;
+}
+
+uint64_t sim_pins_span(struct sim_pins *p, uint64_t va, unsigned char **view)
+{
+    uint64_t n;
+
+    sim_map_rdlock();
+    n = sim_map_span(va, view);
+    if (n && !pins_add(p, sim_map_find(va)))
+        n = 0;
+    sim_map_unlock();
+    return n;
+}
+
+bool sim_range_defer(struct sim_range *r, void (*release)(struct sim_range *))
+{
+    bool later;
+
+    pthread_mutex_lock(&pin_lock);
+    later = r->pins > 0;
+    if (later)
+        r->release = release;
+    pthread_mutex_unlock(&pin_lock);
+    return later;
+}
+
+void sim_range_wait_unpinned(struct sim_range *r)
+{
+    pthread_mutex_lock(&pin_lock);
+    while (r->pins)
+        pthread_cond_wait(&pin_cv, &pin_lock);
+    pthread_mutex_unlock(&pin_lock);
+}
+
+bool sim_range_pinned(struct sim_range *r)
+{
+    bool pinned;
+
+    pthread_mutex_lock(&pin_lock);
+    pinned = r->pins > 0;
+    pthread_mutex_unlock(&pin_lock);
+    return pinned;
+}
+
 /* --- backing store and capacity ------------------------------------------- */
 
 /*
@@ -468,7 +588,7 @@ err_free:
     return res;
 }
 
-void sim_dev_free_range(struct sim_range *r)
+static void range_release(struct sim_range *r)
 {
     if (r->kind == SIM_R_MANAGED)
         sim_managed_free(r);        /* releases what is charged page by page */
@@ -480,4 +600,12 @@ void sim_dev_free_range(struct sim_range *r)
     if (r->kind == SIM_R_DEVICE || r->kind == SIM_R_POOL)
         sim_va_free(r->va);
     free(r);
+}
+
+/* A free never waits for device work: a range a kernel, copy or memset still
+ * holds goes, with its bytes, when the last of them is done with it. */
+void sim_dev_free_range(struct sim_range *r)
+{
+    if (!sim_range_defer(r, range_release))
+        range_release(r);
 }

@@ -379,6 +379,24 @@ static long vmm_ranges(uint64_t va, uint64_t size, struct sim_range ***out)
     return n;
 }
 
+/* A mapping out of the map: its physical memory loses a mapping. */
+static void mapping_release(struct sim_range *r)
+{
+    struct sim_phys *p = r->phys;
+
+    p->map_refs--;
+    free(r);
+    phys_put(p);
+}
+
+/* The last unpin of a mapping unmapped while device work used it. */
+static void mapping_release_late(struct sim_range *r)
+{
+    pthread_mutex_lock(&vmm_lock);
+    mapping_release(r);
+    pthread_mutex_unlock(&vmm_lock);
+}
+
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     struct sim_range **v = NULL;
@@ -389,8 +407,9 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     if (!size || size % SIM_GRANULARITY || ptr % SIM_GRANULARITY)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&vmm_lock);
-    /* The write lock waits for copies and kernels using the memory now;
-     * work queued after this faults, as on a GPU. */
+    /* Work queued after this faults, as on a GPU. Copies and kernels running
+     * now keep the views they have: a mapping they pinned goes (and its
+     * physical memory with it, if released) when they are done with it. */
     sim_map_wrlock();
     n = vmm_ranges(ptr, size, &v);
     if (n <= 0 || !sim_map_covered(ptr, size)) {
@@ -400,13 +419,9 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     for (long i = 0; i < n; i++)
         sim_map_remove(v[i]);
     sim_map_unlock();
-    for (long i = 0; i < n; i++) {
-        struct sim_phys *p = v[i]->phys;
-
-        p->map_refs--;
-        free(v[i]);
-        phys_put(p);
-    }
+    for (long i = 0; i < n; i++)
+        if (!sim_range_defer(v[i], mapping_release_late))
+            mapping_release(v[i]);
     pthread_mutex_unlock(&vmm_lock);
     free(v);
     return r;

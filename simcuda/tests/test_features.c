@@ -415,7 +415,7 @@ static void test_library(CUstream s)
 
     CHECK(cuLibraryLoadFromFile(&lib, t_module_path(), NULL, NULL, 0, NULL, NULL, 0));
     CHECK(cuLibraryGetKernelCount(&count, lib));
-    CHECK_EQ(count, 5);                     /* fill_u32, add_one, mark, touch, burn_threaded */
+    CHECK_EQ(count, 6);     /* fill_u32, add_one, mark, touch, burn_threaded, wait_then_fill */
     CHECK(cuLibraryEnumerateKernels(list, 8, lib));
     CHECK(cuLibraryGetKernel(&k, lib, "fill_u32"));
     CHECK_RES(cuLibraryGetKernel(&k, lib, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);

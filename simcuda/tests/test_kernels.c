@@ -110,3 +110,29 @@ SIMCUDA_KERNEL(burn_threaded)
         k->charge_cpu(k, ns);
 }
 SIMCUDA_KERNEL_PARAMS(burn_threaded, sizeof(uint32_t), sizeof(uint32_t));
+
+/* Translates p (n words) and flag (two words, in host memory), sets flag[0] =
+ * 1, waits until the host sets flag[1], writes p[i] = v for i < n, then sets
+ * flag[0] = 2. A kernel that runs as long as the host wants, as a collective
+ * kernel waiting for a peer does. */
+SIMCUDA_KERNEL(wait_then_fill)
+{
+    uint64_t p = SIMCUDA_ARG(uint64_t, 0);
+    uint64_t n = SIMCUDA_ARG(uint64_t, 1);
+    uint64_t flag = SIMCUDA_ARG(uint64_t, 2);
+    uint32_t v = SIMCUDA_ARG(uint32_t, 3);
+    uint32_t *a = k->dev(k, p, n * sizeof(uint32_t));
+    uint32_t *f = k->dev(k, flag, 2 * sizeof(uint32_t));
+    struct timespec ms = { 0, 1000000 };
+
+    if (!a || !f)
+        return;
+    __atomic_store_n(&f[0], 1, __ATOMIC_SEQ_CST);
+    while (!__atomic_load_n(&f[1], __ATOMIC_ACQUIRE))
+        nanosleep(&ms, NULL);
+    for (uint64_t i = 0; i < n; i++)
+        a[i] = v;
+    __atomic_store_n(&f[0], 2, __ATOMIC_SEQ_CST);
+}
+SIMCUDA_KERNEL_PARAMS(wait_then_fill, sizeof(uint64_t), sizeof(uint64_t), sizeof(uint64_t),
+                      sizeof(uint32_t));
