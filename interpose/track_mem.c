@@ -12,6 +12,7 @@
 
 #include "core/devmem.h"
 #include "core/graphmem.h"
+#include "core/ipcmem.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
 #include "common/log.h"
@@ -288,6 +289,8 @@ CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     struct devmem_alloc a;
+    CUdeviceptr base;
+    size_t size;
     CUresult rc;
 
     TCGPU_GATE_ENTER("cuMemGetAddressRange_v2");
@@ -303,6 +306,14 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
         rc = CUDA_ERROR_NOT_FOUND;          /* freed: no allocation there */
         break;
     default:
+        if (ipcmem_range(dptr, &base, &size) == 0) {       /* opened from another process */
+            if (pbase)
+                *pbase = base;
+            if (psize)
+                *psize = size;
+            rc = CUDA_SUCCESS;
+            break;
+        }
         rc = TCGPU_REAL(cuMemGetAddressRange)(pbase, psize, dptr);
         break;
     }
@@ -386,30 +397,6 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
         for (unsigned i = 0; i < numAttributes; i++)
             if (data[i])
                 answer_attribute(data[i], attributes[i], &a);
-    TCGPU_GATE_LEAVE();
-    return rc;
-}
-
-/*
- * Legacy IPC cannot export VMM memory, and everything tcgpu serves is VMM
- * memory: the driver refuses it at this call. Say why once, in the log, so
- * the program's error is explainable; IPC handles of other memory are noted
- * as state a checkpoint cannot restore.
- */
-CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
-{
-    static int explained;
-    struct devmem_alloc a;
-    CUresult rc;
-
-    TCGPU_GATE_ENTER("cuIpcGetMemHandle");
-    rc = TCGPU_REAL(cuIpcGetMemHandle)(pHandle, dptr);
-    if (rc == CUDA_SUCCESS)
-        tcgpu_note_unsupported("cuIpcGetMemHandle", "IPC memory handles cannot be checkpointed");
-    else if (devmem_lookup(dptr, &a) == 0 && !__atomic_exchange_n(&explained, 1, __ATOMIC_RELAXED))
-        log_err("cuIpcGetMemHandle: memory served by tcgpu is VMM memory, which CUDA IPC "
-                "cannot export (the driver refused it); IPC of device memory is not "
-                "supported under tcgpu");
     TCGPU_GATE_LEAVE();
     return rc;
 }
