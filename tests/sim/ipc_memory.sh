@@ -50,7 +50,8 @@ wait_unblocked() { # PID: its blockers drop to 0 (5 s)
 phase "producer exports"
 start_bg "$WORK/producer.out" "$GPUCKPT" run -- "$PAIR" produce "$WORK"
 ppid=$BG
-wait_for_line "$WORK/producer.out" '^exported'
+wait_line "$WORK/producer.out" '^exported' 60 "$ppid" ||
+    fail "the producer did not export: $(tail_of "$WORK/producer.out" 5)"
 [ "$(blockers_of "$ppid")" = 0 ] || fail "an export nobody opened blocks a checkpoint"
 
 phase "consumer opens, reads, writes"
