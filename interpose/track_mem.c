@@ -331,8 +331,9 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
  * made); we answer per allocation, as the driver does for its own cuMemAlloc
  * and pool memory: the context current at the allocation (stream-ordered
  * memory has none), the pool of a stream-ordered allocation.
- * (IS_LEGACY_CUDA_IPC_CAPABLE stays the driver's false: legacy IPC cannot
- * export this memory, see README.)
+ * IS_LEGACY_CUDA_IPC_CAPABLE is true where tcgpu carries IPC of the
+ * allocation (TCGPU_IPC=1, lib/core/ipcmem.h), else the driver's false for
+ * VMM memory. (It is one byte: a bool, as the driver writes it.)
  */
 static int answer_attribute(void *data, CUpointer_attribute attr, const struct devmem_alloc *a)
 {
@@ -357,6 +358,11 @@ static int answer_attribute(void *data, CUpointer_attribute attr, const struct d
         return 1;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
         *(unsigned long long *)data = CU_MEM_HANDLE_TYPE_NONE;   /* as cuMemAlloc memory */
+        return 1;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        if (a->kind == TC_ALLOC_GRAPH || !ipcmem_capable(a->va))
+            return 0;
+        *(unsigned char *)data = 1;
         return 1;
     default:
         return 0;

@@ -111,13 +111,23 @@ fill:
     return e;
 }
 
+int ipcmem_capable(CUdeviceptr va)
+{
+    struct tc_map *m;
+    int r;
+
+    reg_lock();
+    m = reg_map_containing(va);
+    r = m && (m->phys->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    reg_unlock();
+    return r;
+}
+
 CUresult ipcmem_get_handle(CUipcMemHandle *h, CUdeviceptr dptr)
 {
     struct devmem_alloc a;
     struct ipc_wire w;
     struct export *e;
-    struct tc_map *m;
-    int exportable;
 
     switch (devmem_lookup(dptr, &a)) {
     case 0:
@@ -129,11 +139,7 @@ CUresult ipcmem_get_handle(CUipcMemHandle *h, CUdeviceptr dptr)
     }
     if (!h || a.va != dptr || a.kind == TC_ALLOC_GRAPH)
         return CUDA_ERROR_INVALID_VALUE;
-    reg_lock();
-    m = reg_map_containing(dptr);
-    exportable = m && (m->phys->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    reg_unlock();
-    if (!exportable)
+    if (!ipcmem_capable(dptr))
         return CUDA_ERROR_NOT_SUPPORTED;
     pthread_mutex_lock(&ex_lock);
     e = export_of(a.va, a.size, a.id);

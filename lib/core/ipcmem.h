@@ -52,6 +52,10 @@ struct ctl_msg;
  */
 CUresult ipcmem_get_handle(CUipcMemHandle *h, CUdeviceptr dptr);
 
+/* Whether memory tcgpu serves at va can be exported (its segment is):
+ * CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE. */
+int ipcmem_capable(CUdeviceptr va);
+
 /*
  * cuIpcOpenMemHandle. CUDA_ERROR_NOT_FOUND when h is not a handle of ours
  * (the caller asks the driver). CUDA_ERROR_INVALID_CONTEXT when it is this

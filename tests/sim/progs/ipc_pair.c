@@ -19,6 +19,7 @@
  *       --no-close; then waits for go/quit-consumer.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,7 @@ static int produce(void)
     char path[4096], tmp[4200];
     CUipcMemHandle h;
     CUdeviceptr small, p;
+    bool capable = false;
     FILE *f;
 
     cu(cuMemAlloc(&small, SMALL), "cuMemAlloc small");
@@ -84,6 +86,12 @@ static int produce(void)
     cu(cuMemcpyHtoD(p, host, N), "cuMemcpyHtoD");
     if (cuIpcGetMemHandle(&h, p + 256) == CUDA_SUCCESS) {
         fprintf(stderr, "cuIpcGetMemHandle inside an allocation succeeded\n");
+        return 1;
+    }
+    cu(cuPointerGetAttribute(&capable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p),
+       "cuPointerGetAttribute");
+    if (!capable) {
+        fprintf(stderr, "IS_LEGACY_CUDA_IPC_CAPABLE is false for cuMemAlloc memory\n");
         return 1;
     }
     cu(cuIpcGetMemHandle(&h, p), "cuIpcGetMemHandle");
