@@ -82,28 +82,27 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elem)
     return 0;
 }
 
-/* The export of allocation alloc_id at va, made now if there is none (lock held). */
+/* The export of allocation alloc_id at va, made now if there is none (lock
+ * held); NULL without memory or randomness. */
 static struct export *export_of(CUdeviceptr va, size_t size, uint64_t alloc_id)
 {
-    struct export *e;
+    struct export *e = NULL;
+    uint8_t token[16];
 
     for (size_t i = 0; i < n_exports; i++)
         if (exports[i].va == va && exports[i].alloc_id == alloc_id)
             return &exports[i];
-    for (size_t i = 0; i < n_exports; i++)     /* an export of freed memory: reuse it */
-        if (exports[i].va == va) {
+    if (getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token))
+        return NULL;
+    for (size_t i = 0; i < n_exports && !e; i++)     /* an export of freed memory: reused */
+        if (exports[i].va == va)
             e = &exports[i];
-            goto fill;
-        }
-    if (grow((void **)&exports, &cap_exports, n_exports, sizeof(*exports)) < 0)
-        return NULL;
-    e = &exports[n_exports++];
-fill:
-    if (getrandom(e->token, sizeof(e->token), 0) != (ssize_t)sizeof(e->token)) {
-        if (e == &exports[n_exports - 1])
-            n_exports--;
-        return NULL;
+    if (!e) {
+        if (grow((void **)&exports, &cap_exports, n_exports, sizeof(*exports)) < 0)
+            return NULL;
+        e = &exports[n_exports++];
     }
+    memcpy(e->token, token, sizeof(token));
     e->id = ++next_export_id;
     e->va = va;
     e->size = size;
