@@ -273,7 +273,12 @@ static CUresult seg_create(size_t want, int dedicated, struct segment **out)
     size = round_up(want, gran);
     if ((rc = TCGPU_REAL(cuMemAddressReserve)(&va, size, gran, 0, 0)) != CUDA_SUCCESS)
         return rc;
-    if ((rc = TCGPU_REAL(cuMemCreate)(&h, size, &prop, 0)) != CUDA_SUCCESS)
+    rc = TCGPU_REAL(cuMemCreate)(&h, size, &prop, 0);
+    if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_OUT_OF_MEMORY && prop.requestedHandleTypes) {
+        prop.requestedHandleTypes = 0;      /* not exportable, but memory all the same */
+        rc = TCGPU_REAL(cuMemCreate)(&h, size, &prop, 0);
+    }
+    if (rc != CUDA_SUCCESS)
         goto err_va;
     if ((rc = TCGPU_REAL(cuMemMap)(va, size, 0, h, 0)) != CUDA_SUCCESS)
         goto err_handle;
