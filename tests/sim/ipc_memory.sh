@@ -10,8 +10,8 @@
 #     producer sees the writes;
 #   - while the consumer maps the memory, checkpoint and suspend of either
 #     process are refused (exit 4) naming the other's pid, and status shows
-#     it; once the consumer closes, the producer suspends and resumes with
-#     its bytes intact;
+#     it; once the consumer closes, the producer suspends (its handle does
+#     not open meanwhile) and resumes with its bytes intact;
 #   - a consumer killed while it maps the memory releases the producer too.
 . "$(dirname "$0")/lib.sh"
 
@@ -76,6 +76,13 @@ wait_for_line "$WORK/consumer.out" '^closed'
 wait_unblocked "$ppid"
 wait_unblocked "$cpid"
 "$GPUCKPT" suspend "$ppid" >"$WORK/suspend.out" 2>&1 || fail "suspend after the close failed: $(cat "$WORK/suspend.out")"
+# a handle of a suspended process does not open (its memory is off the device)
+rm -f "$WORK/go/quit-consumer"
+rc=0
+run_fg consumer-suspended 30 "$GPUCKPT" run -- "$PAIR" consume "$WORK" || rc=$?
+[ "$rc" = 1 ] && grep -q "cuIpcOpenMemHandle failed: CUDA_ERROR_INVALID_VALUE" "$WORK/consumer-suspended.out" &&
+    grep -q "suspended" "$WORK/consumer-suspended.out" ||
+    fail "opening a suspended process's memory: exit $rc, $(cat "$WORK/consumer-suspended.out")"
 "$GPUCKPT" resume "$ppid" >"$WORK/resume.out" 2>&1 || fail "resume failed: $(cat "$WORK/resume.out")"
 touch "$WORK/go/check-intact"
 wait_for_line "$WORK/producer.out" '^intact'
