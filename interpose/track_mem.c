@@ -12,6 +12,7 @@
 
 #include "core/devmem.h"
 #include "core/graphmem.h"
+#include "core/ipcmem.h"
 #include "driver/driver.h"
 #include "driver/gate.h"
 #include "common/log.h"
@@ -288,6 +289,8 @@ CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     struct devmem_alloc a;
+    CUdeviceptr base;
+    size_t size;
     CUresult rc;
 
     TCGPU_GATE_ENTER("cuMemGetAddressRange_v2");
@@ -303,6 +306,14 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
         rc = CUDA_ERROR_NOT_FOUND;          /* freed: no allocation there */
         break;
     default:
+        if (ipcmem_range(dptr, &base, &size) == 0) {       /* opened from another process */
+            if (pbase)
+                *pbase = base;
+            if (psize)
+                *psize = size;
+            rc = CUDA_SUCCESS;
+            break;
+        }
         rc = TCGPU_REAL(cuMemGetAddressRange)(pbase, psize, dptr);
         break;
     }
@@ -320,8 +331,9 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
  * made); we answer per allocation, as the driver does for its own cuMemAlloc
  * and pool memory: the context current at the allocation (stream-ordered
  * memory has none), the pool of a stream-ordered allocation.
- * (IS_LEGACY_CUDA_IPC_CAPABLE stays the driver's false: legacy IPC cannot
- * export this memory, see README.)
+ * IS_LEGACY_CUDA_IPC_CAPABLE is true where tcgpu carries IPC of the
+ * allocation (TCGPU_IPC=1, lib/core/ipcmem.h), else the driver's false for
+ * VMM memory. (It is one byte: a bool, as the driver writes it.)
  */
 static int answer_attribute(void *data, CUpointer_attribute attr, const struct devmem_alloc *a)
 {
@@ -346,6 +358,11 @@ static int answer_attribute(void *data, CUpointer_attribute attr, const struct d
         return 1;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
         *(unsigned long long *)data = CU_MEM_HANDLE_TYPE_NONE;   /* as cuMemAlloc memory */
+        return 1;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        if (a->kind == TC_ALLOC_GRAPH || !ipcmem_capable(a->va))
+            return 0;
+        *(unsigned char *)data = 1;
         return 1;
     default:
         return 0;
@@ -386,30 +403,6 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
         for (unsigned i = 0; i < numAttributes; i++)
             if (data[i])
                 answer_attribute(data[i], attributes[i], &a);
-    TCGPU_GATE_LEAVE();
-    return rc;
-}
-
-/*
- * Legacy IPC cannot export VMM memory, and everything tcgpu serves is VMM
- * memory: the driver refuses it at this call. Say why once, in the log, so
- * the program's error is explainable; IPC handles of other memory are noted
- * as state a checkpoint cannot restore.
- */
-CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
-{
-    static int explained;
-    struct devmem_alloc a;
-    CUresult rc;
-
-    TCGPU_GATE_ENTER("cuIpcGetMemHandle");
-    rc = TCGPU_REAL(cuIpcGetMemHandle)(pHandle, dptr);
-    if (rc == CUDA_SUCCESS)
-        tcgpu_note_unsupported("cuIpcGetMemHandle", "IPC memory handles cannot be checkpointed");
-    else if (devmem_lookup(dptr, &a) == 0 && !__atomic_exchange_n(&explained, 1, __ATOMIC_RELAXED))
-        log_err("cuIpcGetMemHandle: memory served by tcgpu is VMM memory, which CUDA IPC "
-                "cannot export (the driver refused it); IPC of device memory is not "
-                "supported under tcgpu");
     TCGPU_GATE_LEAVE();
     return rc;
 }

@@ -78,6 +78,12 @@ static void format_note(const struct tcgpu_unsupported_note *n, char *buf, size_
 {
     if (n->held_by == TCGPU_HELD_BY_PROCESS)
         snprintf(buf, len, "%s: %s (for the process's life)", n->call, n->what);
+    else if (n->held_by == TCGPU_HELD_BY_IPC_IMPORTER)
+        snprintf(buf, len, "%s: %s: process %llu maps it (until it closes the memory or exits)",
+                 n->call, n->what, (unsigned long long)n->object);
+    else if (n->held_by == TCGPU_HELD_BY_IPC_EXPORTER)
+        snprintf(buf, len, "%s: %s: process %llu exported it (until the program closes it)",
+                 n->call, n->what, (unsigned long long)n->object);
     else
         snprintf(buf, len, "%s: %s (until the program %s %s 0x%llx)", n->call, n->what,
                  n->held_by == TCGPU_HELD_BY_IPC_MEMORY ? "closes" : "destroys",

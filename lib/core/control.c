@@ -33,6 +33,7 @@
 #define REPLY_SEND_SEC    10        /* a client that stops reading is given up on */
 #define PROGRESS_EVERY_NS 200000000 /* at most 5 progress messages a second */
 #define OP_QUEUE_MAX      8         /* operations waiting behind the running one */
+#define IPC_PEERS_MAX     256       /* connections of processes that map our memory */
 
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -51,6 +52,19 @@ static struct {
 } ctl = { .listen_fd = -1, .stop_fd = -1, .conn_fd = -1 };
 
 static int hooks_registered;
+
+/*
+ * Connections of processes that opened our memory with an IPC handle
+ * (ipc_export): each stays open while its opener maps the memory, and its
+ * end (the opener closed it, or died) is how we learn the memory is no
+ * longer mapped there (tcgpu_op_ipc_closed). Only the service thread
+ * touches them, but for the fork child and stop.
+ */
+static struct {
+    int fd;
+    pid_t pid;
+} ipc_peers[IPC_PEERS_MAX];
+static int n_ipc_peers;
 
 /* ---------------------------------------------------------------------------
  * Small helpers
@@ -428,6 +442,36 @@ static void on_signal_action(void)
  * Serving one connection
  * ------------------------------------------------------------------------- */
 
+/* send_reply with a descriptor attached (SCM_RIGHTS). */
+static int send_reply_fd(int fd, struct ctl_buf *b, int pass)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    long n = ctl_buf_finish(b);
+    struct iovec iov = { .iov_base = b->data };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                         .msg_controllen = sizeof(u.buf) };
+    struct cmsghdr *cm;
+
+    if (n < 0)
+        return -EMSGSIZE;
+    iov.iov_len = (size_t)n;
+    memset(&u, 0, sizeof(u));
+    cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &pass, sizeof(int));
+    if (sendmsg(fd, &mh, MSG_NOSIGNAL) < 0) {
+        int e = errno;
+        log_debug("control: reply not delivered: %s", strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
 /* Returns 0, or -errno when the reply was not delivered (-EPIPE: the client is gone). */
 static int send_reply(int fd, struct ctl_buf *b)
 {
@@ -482,6 +526,8 @@ struct request {
     const struct ctl_msg *msg;
     int taken;
     int dirfd;
+    int reply_fd;               /* a descriptor to send with the reply (ipc_export), or -1 */
+    int keep;                   /* ipc_export: keep the connection while the peer maps the memory */
 };
 
 /* One command of the protocol (docs/cli.md, "The protocol"): its word, the
@@ -635,8 +681,33 @@ static const struct command cmd_resume = {
     .word = "resume", .answer = answer_operation, .op = TCGPU_OP_RESUME,
 };
 
+/*
+ * ipc_export id=N token=HEX: another process of ours (same uid, or root:
+ * serve_connection checked) opens memory we exported with
+ * cuIpcGetMemHandle. The reply carries the segment's descriptor
+ * (SCM_RIGHTS), and the connection stays open while the peer maps it.
+ */
+static void answer_ipc_export(const struct command *cmd, const struct request *rq, struct ctl_buf *b)
+{
+    struct request *r = (struct request *)rq;
+    int fd;
+
+    (void)cmd;
+    if (n_ipc_peers >= IPC_PEERS_MAX) {
+        ctl_buf_error(b, -EMFILE, "too many processes map this process's memory");
+        return;
+    }
+    fd = tcgpu_op_ipc_export(rq->msg, rq->peer->pid, b);
+    if (fd >= 0) {
+        r->reply_fd = fd;
+        r->keep = 1;
+    }
+}
+
+static const struct command cmd_ipc_export = { .word = "ipc_export", .answer = answer_ipc_export };
+
 static const struct command *const commands[] = {
-    &cmd_status, &cmd_checkpoint, &cmd_suspend, &cmd_resume,
+    &cmd_status, &cmd_checkpoint, &cmd_suspend, &cmd_resume, &cmd_ipc_export,
 };
 
 static void handle_request(const struct request *rq, struct ctl_buf *b)
@@ -741,10 +812,25 @@ static int serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_ms
         send_reply(fd, b);
         goto out;
     }
-    rq = (struct request){ .fd = fd, .peer = &peer, .msg = req, .dirfd = dirfd };
+    rq = (struct request){ .fd = fd, .peer = &peer, .msg = req, .dirfd = dirfd, .reply_fd = -1 };
     handle_request(&rq, b);
     if (rq.taken)
         return 1;
+    if (rq.reply_fd >= 0) {
+        r = send_reply_fd(fd, b, rq.reply_fd);
+        close(rq.reply_fd);
+        if (r == 0 && rq.keep) {
+            ipc_peers[n_ipc_peers].fd = fd;
+            ipc_peers[n_ipc_peers++].pid = peer.pid;
+            r = 1;
+        } else if (rq.keep) {
+            tcgpu_op_ipc_closed(peer.pid);      /* it never got the memory */
+            r = 0;
+        }
+        if (dirfd >= 0)
+            close(dirfd);
+        return r;
+    }
     send_reply(fd, b);
 out:
     if (dirfd >= 0)
@@ -755,6 +841,33 @@ out:
 /* ---------------------------------------------------------------------------
  * The service thread
  * ------------------------------------------------------------------------- */
+
+/* Something happened on the connection of the i-th process that maps our
+ * memory: its end (EOF, an error) means it no longer does; anything it
+ * sends is read and ignored. */
+static void ipc_peer_event(int i)
+{
+    char buf[256];
+    ssize_t n = recv(ipc_peers[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
+        return;
+    close(ipc_peers[i].fd);
+    tcgpu_op_ipc_closed(ipc_peers[i].pid);
+    ipc_peers[i] = ipc_peers[--n_ipc_peers];
+}
+
+/* Close every IPC peer's connection; `tell`: the memory is no longer mapped
+ * there as far as we know (stop), else just forget them (fork child). */
+static void ipc_peers_close(int tell)
+{
+    for (int i = 0; i < n_ipc_peers; i++) {
+        close(ipc_peers[i].fd);
+        if (tell)
+            tcgpu_op_ipc_closed(ipc_peers[i].pid);
+    }
+    n_ipc_peers = 0;
+}
 
 static void *service_main(void *arg)
 {
@@ -769,12 +882,16 @@ static void *service_main(void *arg)
         goto out;
     }
     for (;;) {
-        struct pollfd p[3] = {
+        struct pollfd p[3 + IPC_PEERS_MAX] = {
             { .fd = ctl.stop_fd, .events = POLLIN },
             { .fd = ctl.sig > 0 ? sig_fd : -1, .events = POLLIN },
             { .fd = ctl.listen_fd, .events = POLLIN },
         };
-        if (poll(p, 3, -1) < 0) {
+        int np = n_ipc_peers;
+
+        for (int i = 0; i < np; i++)
+            p[3 + i] = (struct pollfd){ .fd = ipc_peers[i].fd, .events = POLLIN };
+        if (poll(p, 3 + (nfds_t)np, -1) < 0) {
             if (errno == EINTR)
                 continue;
             log_err("control: poll: %s; control channel stopped", strerror(errno));
@@ -784,6 +901,9 @@ static void *service_main(void *arg)
             break;
         if (p[1].revents && tcgpu_signal_trigger_take() > 0)
             on_signal_action();
+        for (int i = np - 1; i >= 0; i--)
+            if (p[3 + i].revents)
+                ipc_peer_event(i);
         if (p[2].revents) {
             int fd;
             while ((fd = accept4(ctl.listen_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
@@ -1021,6 +1141,7 @@ void tcgpu_control_stop(void)
     }
     pthread_join(ctl.thread, NULL);
     op_thread_stop();
+    ipc_peers_close(1);
     close_channel();
     ctl.started = 0;
     ctl.owner = 0;
@@ -1036,6 +1157,7 @@ void tcgpu_control_atfork_child(void)
     /* Single-threaded now; a parent thread may have held the lock at fork. */
     pthread_mutex_init(&ctl_lock, NULL);
     close_fd(&ctl.listen_fd);   /* closes our copy; the parent's stays open */
+    ipc_peers_close(0);         /* the peers map the parent's memory, not ours */
     close_fd(&ctl.stop_fd);
     conn = __atomic_exchange_n(&ctl.conn_fd, -1, __ATOMIC_ACQ_REL);
     if (conn >= 0)

@@ -16,6 +16,7 @@
 #include "driver/driver.h"
 #include "graphmem.h"
 #include "objects.h"
+#include "settings.h"
 #include "common/log.h"
 
 #define ARENA_SIZE (2u << 20)
@@ -197,6 +198,18 @@ static int rdma_capable(int device)
                                             device) == CUDA_SUCCESS && vmm && rdma;
 }
 
+/* TCGPU_IPC=1 and the device has POSIX file-descriptor handles: segments
+ * another process can map (lib/core/ipcmem.h, cuIpcGetMemHandle). A
+ * suspend re-creates them with the same properties (snapshot.c). */
+static int exportable(int device)
+{
+    int fd = 0;
+
+    return settings_get()->ipc > 0 &&
+           TCGPU_REAL(cuDeviceGetAttribute)(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                            device) == CUDA_SUCCESS && fd;
+}
+
 static void device_prop(CUmemAllocationProp *prop, int device)
 {
     memset(prop, 0, sizeof(*prop));
@@ -204,6 +217,8 @@ static void device_prop(CUmemAllocationProp *prop, int device)
     prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop->location.id = device;
     prop->allocFlags.gpuDirectRDMACapable = (unsigned char)rdma_capable(device);
+    if (exportable(device))
+        prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 }
 
 static CUresult granularity(const CUmemAllocationProp *prop, size_t *gran)
@@ -258,7 +273,12 @@ static CUresult seg_create(size_t want, int dedicated, struct segment **out)
     size = round_up(want, gran);
     if ((rc = TCGPU_REAL(cuMemAddressReserve)(&va, size, gran, 0, 0)) != CUDA_SUCCESS)
         return rc;
-    if ((rc = TCGPU_REAL(cuMemCreate)(&h, size, &prop, 0)) != CUDA_SUCCESS)
+    rc = TCGPU_REAL(cuMemCreate)(&h, size, &prop, 0);
+    if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_OUT_OF_MEMORY && prop.requestedHandleTypes) {
+        prop.requestedHandleTypes = 0;      /* not exportable, but memory all the same */
+        rc = TCGPU_REAL(cuMemCreate)(&h, size, &prop, 0);
+    }
+    if (rc != CUDA_SUCCESS)
         goto err_va;
     if ((rc = TCGPU_REAL(cuMemMap)(va, size, 0, h, 0)) != CUDA_SUCCESS)
         goto err_handle;

@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "blockers.h"
+#include "ipcmem.h"
 #include "devmem.h"
 #include "devsync.h"
 #include "hostkeep.h"
@@ -553,4 +554,14 @@ int tcgpu_op_status(struct tcgpu_status *st)
 void tcgpu_op_put_blockers(struct ctl_buf *reply)
 {
     blockers_put(reply);
+}
+
+int tcgpu_op_ipc_export(const struct ctl_msg *req, pid_t peer, struct ctl_buf *reply)
+{
+    return ipcmem_serve(req, peer, reply);
+}
+
+void tcgpu_op_ipc_closed(pid_t peer)
+{
+    ipcmem_peer_closed(peer);
 }

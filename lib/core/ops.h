@@ -16,6 +16,8 @@
 #ifndef TCGPU_OPS_H
 #define TCGPU_OPS_H
 
+#include <sys/types.h>
+
 #include "snapshot.h"
 #include "tcgpu.h"
 
@@ -51,5 +53,17 @@ int tcgpu_op_status(struct tcgpu_status *st);
  * operation. */
 struct ctl_buf;
 void tcgpu_op_put_blockers(struct ctl_buf *reply);
+
+/*
+ * ipc_export (lib/core/ipcmem.h): process `peer` asks, with the id and
+ * token of an IPC handle we made, for the memory behind it. Fills the
+ * reply (an "ok" with the mapping's fields, or an error) and returns the
+ * descriptor to send with it (the caller sends and closes it), or -1 when
+ * the reply is an error. From then on we count `peer` as mapping our
+ * memory until tcgpu_op_ipc_closed(peer) (its connection ended).
+ */
+struct ctl_msg;
+int tcgpu_op_ipc_export(const struct ctl_msg *req, pid_t peer, struct ctl_buf *reply);
+void tcgpu_op_ipc_closed(pid_t peer);
 
 #endif

@@ -84,6 +84,7 @@ static void conn_set(struct ctl_conn *c, int fd, pid_t pid, uid_t uid, const cha
     c->pid = pid;
     c->uid = uid;
     c->pass_fd = -1;
+    c->recv_fd = -1;
     snprintf(c->path, sizeof(c->path), "%s", path);
 }
 
@@ -208,6 +209,7 @@ int ctl_connect_flags(pid_t pid, const char *own_run_dir, struct ctl_conn *c, in
 
     c->fd = -1;
     c->pass_fd = -1;
+    c->recv_fd = -1;
     r = tcgpu_proc_uid(pid, &uid);
     if (r == 0)
         r = tcgpu_proc_ns(pid, &ns);
@@ -296,6 +298,42 @@ static ssize_t send_request(const struct ctl_conn *c, const char *req, size_t le
     return sendmsg(c->fd, &mh, MSG_NOSIGNAL);
 }
 
+/* One message into buf (recv's count, MSG_TRUNC: its full size), keeping
+ * the one descriptor it may carry in c->recv_fd (any other is closed: a
+ * descriptor nobody asked for must not leak). -1 with errno. */
+static ssize_t recv_reply(struct ctl_conn *c, char *buf)
+{
+    union {
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = { .iov_base = buf, .iov_len = CTL_MSG_MAX };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                         .msg_controllen = sizeof(u.buf) };
+    ssize_t n = recvmsg(c->fd, &mh, MSG_TRUNC | MSG_CMSG_CLOEXEC);
+
+    if (n < 0)
+        return n;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+        size_t nfd;
+        int fds[2];
+
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        if (nfd > 2)
+            nfd = 2;
+        memcpy(fds, CMSG_DATA(cm), nfd * sizeof(int));
+        for (size_t i = 0; i < nfd; i++) {
+            if (c->recv_fd < 0)
+                c->recv_fd = fds[i];
+            else
+                close(fds[i]);
+        }
+    }
+    return n;
+}
+
 int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *reply,
              int timeout_ms, ctl_progress_fn progress, void *arg)
 {
@@ -332,7 +370,7 @@ int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *re
         }
         if (r == 0)
             continue;           /* the deadline check above ends it */
-        n = recv(c->fd, buf, CTL_MSG_MAX, MSG_TRUNC);
+        n = recv_reply(c, buf);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -367,6 +405,9 @@ void ctl_close(struct ctl_conn *c)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    if (c->recv_fd >= 0)
+        close(c->recv_fd);
+    c->recv_fd = -1;
 }
 
 int ctl_exit_code(int err, int from_server)

@@ -20,6 +20,9 @@ struct ctl_conn {
     char path[108];             /* the socket (as the target sees it: inside its root) */
     int pass_fd;                /* a descriptor ctl_call sends with the request (SCM_RIGHTS),
                                    -1 for none; ctl_connect sets -1, the caller keeps it */
+    int recv_fd;                /* a descriptor a reply carried (SCM_RIGHTS: ipc_export's),
+                                   -1 for none; ctl_close closes it unless the caller
+                                   took it (set it to -1) */
 };
 
 /*

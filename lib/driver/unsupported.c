@@ -169,6 +169,8 @@ const char *tcgpu_holder_name(enum tcgpu_holder kind)
         [TCGPU_HELD_BY_MIPMAPPED_ARRAY] = "mipmapped array",
         [TCGPU_HELD_BY_TEXTURE] = "texture object",
         [TCGPU_HELD_BY_SURFACE] = "surface object",
+        [TCGPU_HELD_BY_IPC_IMPORTER] = "process",
+        [TCGPU_HELD_BY_IPC_EXPORTER] = "process",
     };
 
     return (unsigned)kind < TCGPU_HOLDER_KINDS ? names[kind] : "?";

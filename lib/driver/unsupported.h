@@ -40,6 +40,8 @@ enum tcgpu_holder {
     TCGPU_HELD_BY_MIPMAPPED_ARRAY,      /* CUmipmappedArray */
     TCGPU_HELD_BY_TEXTURE,              /* CUtexObject */
     TCGPU_HELD_BY_SURFACE,              /* CUsurfObject */
+    TCGPU_HELD_BY_IPC_IMPORTER,         /* pid of a process that maps our memory (lib/core/ipcmem.h) */
+    TCGPU_HELD_BY_IPC_EXPORTER,         /* pid of a process whose memory we map (lib/core/ipcmem.h) */
     TCGPU_HOLDER_KINDS
 };
 

@@ -162,6 +162,20 @@ void tcgpu_op_put_blockers(struct ctl_buf *reply)
     ctl_buf_put_u64(reply, "blockers", 0);
 }
 
+/* The fake exports no memory. */
+int tcgpu_op_ipc_export(const struct ctl_msg *req, pid_t peer, struct ctl_buf *reply)
+{
+    (void)req;
+    (void)peer;
+    ctl_buf_error(reply, -ENOENT, "no such IPC export");
+    return -1;
+}
+
+void tcgpu_op_ipc_closed(pid_t peer)
+{
+    (void)peer;
+}
+
 static int calls(enum tcgpu_op op)
 {
     int n;

@@ -1,0 +1,81 @@
+/*
+ * ipcmem.h - legacy CUDA IPC (cuIpcGetMemHandle, cuIpcOpenMemHandle,
+ * cuIpcCloseMemHandle) of the memory tcgpu serves.
+ *
+ * That memory is VMM memory (devmem.h), which the driver's legacy IPC does
+ * not export. With TCGPU_IPC=1 its segments are created exportable (POSIX
+ * file-descriptor handles), and tcgpu carries IPC itself:
+ *
+ *   exporter  cuIpcGetMemHandle on the base of an allocation writes a
+ *             handle of ours into the 64 bytes: a magic ("tcgpuIPC"), the
+ *             exporter's pid, an export id, the allocation's size and 16
+ *             random bytes (the token: a handle nobody gave you cannot be
+ *             guessed). The same allocation gives the same handle.
+ *   opener    cuIpcOpenMemHandle of such a handle connects to the
+ *             exporter's control socket (ctl/client.h: same uid or root,
+ *             checked on both ends) and sends `ipc_export id=N token=HEX`.
+ *             The exporter checks the token, exports the segment's
+ *             physical allocation (cuMemExportToShareableHandle) and sends
+ *             the descriptor with its reply (SCM_RIGHTS), with the pages
+ *             that hold the allocation (window_offset, window_size) and its
+ *             place in them (offset). The opener imports it, reserves
+ *             address space of its own, maps the window and grants access,
+ *             and returns base + offset. The connection stays open while
+ *             the opener maps the memory: its end (cuIpcCloseMemHandle's
+ *             last close, or the opener's death) tells the exporter.
+ *
+ * While memory is shared, a checkpoint or suspend of either process is
+ * refused, naming the other (notes held by TCGPU_HELD_BY_IPC_IMPORTER on
+ * the exporter's side, TCGPU_HELD_BY_IPC_EXPORTER on the opener's).
+ * Suspending the two together is not done yet.
+ *
+ * Opened memory is not tracked as the opener's allocation: the exporter
+ * holds it and counts it (status, limits); the opener's cuMemGetInfo is the
+ * driver's. Thread-safe (one mutex each side). A forked child does not
+ * inherit what its parent opened (its connections are the parent's).
+ */
+#ifndef TCGPU_IPCMEM_H
+#define TCGPU_IPCMEM_H
+
+#include <sys/types.h>
+#include <cuda.h>
+
+struct ctl_buf;
+struct ctl_msg;
+
+/*
+ * cuIpcGetMemHandle of memory tcgpu serves. CUDA_ERROR_NOT_FOUND when dptr
+ * is not ours (the caller asks the driver); CUDA_ERROR_INVALID_VALUE when
+ * it is not the base of a live allocation; CUDA_ERROR_NOT_SUPPORTED when
+ * its segment is not exportable (TCGPU_IPC off, or the device has no POSIX
+ * file-descriptor handles); CUDA_SUCCESS with *h filled.
+ */
+CUresult ipcmem_get_handle(CUipcMemHandle *h, CUdeviceptr dptr);
+
+/* Whether memory tcgpu serves at va can be exported (its segment is):
+ * CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE. */
+int ipcmem_capable(CUdeviceptr va);
+
+/*
+ * cuIpcOpenMemHandle. CUDA_ERROR_NOT_FOUND when h is not a handle of ours
+ * (the caller asks the driver). CUDA_ERROR_INVALID_CONTEXT when it is this
+ * process's own; CUDA_ERROR_INVALID_VALUE when the exporter refuses it (a
+ * forged token, freed memory, a process gone or suspended: the log says
+ * which); CUDA_SUCCESS with *dptr. Opening the same handle again returns
+ * the same address, counted. The caller holds the API gate.
+ */
+CUresult ipcmem_open(CUdeviceptr *dptr, const CUipcMemHandle *h);
+
+/* cuIpcCloseMemHandle: CUDA_ERROR_NOT_FOUND when dptr is not memory we
+ * opened; else CUDA_SUCCESS, unmapped at the last close. */
+CUresult ipcmem_close(CUdeviceptr dptr);
+
+/* The opened allocation containing p (cuMemGetAddressRange): 0 with its
+ * base and size, or -ENOENT. */
+int ipcmem_range(CUdeviceptr p, CUdeviceptr *base, size_t *size);
+
+/* The exporter's side of ipc_export (core/ops.h, tcgpu_op_ipc_export). */
+int ipcmem_serve(const struct ctl_msg *req, pid_t peer, struct ctl_buf *reply);
+void ipcmem_peer_closed(pid_t peer);
+
+#endif
