@@ -601,8 +601,11 @@ SIM_EXPORT(cuMemGetAddressRange_v2);
  * the buffer a named backing object, "/simcuda-ipc-<token>" in /dev/shm,
  * whose name is made of 16 random bytes the handle carries: the buffer's
  * bytes are copied there and it is mapped over the buffer's host view, in
- * place. As with the driver, any process that has the handle may open it
- * (mode 0666), and only a process that has it can find the name. The
+ * place. The object is its owner's alone (mode 0600): names in /dev/shm
+ * can be listed by anyone, so the token is no secret there, and a world-
+ * writable object would let any user of the machine into the buffer. So
+ * processes of the exporter's user (and root) may open it, the case of
+ * every multi-process job (PyTorch's workers, NCCL's ranks). The
  * buffer's bytes move from the exporter's charge to a machine-wide entry
  * (share.c), which the exporter and every opener hold: the memory stays
  * allocated until the last of them has freed, closed, or died.
@@ -633,9 +636,8 @@ static CUresult ipc_export(struct sim_range *r)
     if (getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token))
         return res;
     sim_share_name(token, name, sizeof(name));
-    if ((fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666)) < 0)
+    if ((fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
         return res;
-    fchmod(fd, 0666);       /* whoever has the handle may open it */
     if (ftruncate(fd, (off_t)r->map_len) < 0 || !(tmp = sim_share_map(fd, r->map_len)))
         goto err;
     memcpy(tmp, r->host, r->map_len);

@@ -29,7 +29,8 @@ struct sim_phys {
     uint64_t id;         /* CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID of its mappings */
     CUmemAllocationProp prop;
     int fd;              /* shareable (POSIX file descriptor): its memfd, else -1 */
-    int share;           /* ... and its machine-wide entry (share.c) */
+    int share;           /* ... and its machine-wide entry (share.c) once exported or
+                          * imported, else -1: until then its bytes are its process's */
 };
 
 /*
@@ -100,21 +101,25 @@ static void phys_put(struct sim_phys *p)
         return;
     sim_handle_del(p);
     sim_backing_free(p->backing, p->size);
-    if (p->fd >= 0) {
+    if (p->fd >= 0)
         close(p->fd);
+    if (p->share >= 0)
         sim_share_put(p->share);    /* the memory goes with its last holder */
-    } else {
+    else
         sim_capacity_release(p->dev, p->size);
-    }
     p->magic = 0;
     free(p);
 }
 
-/* The memfd of a shareable allocation, mapped, with its machine-wide entry. */
+/*
+ * The memfd of a shareable allocation, mapped. Its machine-wide entry comes
+ * at the first cuMemExportToShareableHandle: until a descriptor leaves the
+ * process the bytes are charged to it, as any allocation's are, and the
+ * machine's table of shared objects holds only what is shared.
+ */
 static CUresult fd_create(struct sim_phys *p, uint64_t size, const CUmemAllocationProp *prop)
 {
     struct fd_header h = { .phys = sim_device_phys(prop->location.id), .size = size, .prop = *prop };
-    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
     int fd = memfd_create("simcuda-vmm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
     if (fd < 0)
@@ -126,15 +131,11 @@ static CUresult fd_create(struct sim_phys *p, uint64_t size, const CUmemAllocati
         fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
         !(p->backing = sim_share_map(fd, size)))
         goto err;
-    if ((r = sim_share_new(fd, prop->location.id, size, false, NULL, true, &p->share))) {
-        munmap(p->backing, size);
-        goto err;
-    }
     p->fd = fd;
     return CUDA_SUCCESS;
 err:
     close(fd);
-    return r;
+    return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
@@ -157,19 +158,19 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     if (!(p = calloc(1, sizeof(*p))))
         return CUDA_ERROR_OUT_OF_MEMORY;
     p->fd = -1;
-    if (prop->requestedHandleTypes) {
-        if ((r = fd_create(p, size, prop))) {
-            free(p);
-            return r;
-        }
-    } else if ((r = sim_capacity_charge(prop->location.id, size))) {
+    p->share = -1;
+    if ((r = sim_capacity_charge(prop->location.id, size))) {
         free(p);
         return r;
     }
-    if (p->fd < 0 && !(p->backing = sim_backing_alloc(size))) {
+    if (prop->requestedHandleTypes)
+        r = fd_create(p, size, prop);
+    else if (!(p->backing = sim_backing_alloc(size)))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r) {
         sim_capacity_release(prop->location.id, size);
         free(p);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return r;
     }
     p->magic = SIM_MAGIC_PHYS;
     p->dev = prop->location.id;
@@ -562,6 +563,9 @@ CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocat
     pthread_mutex_lock(&vmm_lock);
     if (!(p = phys_of(handle)) || p->handle_refs <= 0 || p->fd < 0) {
         r = CUDA_ERROR_INVALID_VALUE;
+    } else if (p->share < 0 &&
+               (r = sim_share_new(p->fd, p->dev, p->size, false, NULL, false, &p->share))) {
+        p->share = -1;              /* the machine's table is full: not exported */
     } else if ((fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
         r = errno == EMFILE ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OPERATING_SYSTEM;
     } else {
