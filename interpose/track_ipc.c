@@ -21,7 +21,7 @@
  * Legacy IPC of the memory tcgpu serves is carried by tcgpu itself
  * (lib/core/ipcmem.h): the handle is ours, and the opener's tcgpu gets the
  * memory from ours over the control socket. Its segments are exportable
- * only with TCGPU_IPC=1: otherwise the driver is asked, refuses VMM memory,
+ * unless TCGPU_IPC=0 (or the device has no POSIX descriptors): then the driver is asked, refuses VMM memory,
  * and the log says why, once. IPC handles of other memory (the driver's)
  * are noted as state a checkpoint cannot restore.
  */
@@ -34,8 +34,8 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     rc = ipcmem_get_handle(pHandle, dptr);
     if (rc == CUDA_ERROR_NOT_SUPPORTED && !__atomic_exchange_n(&explained, 1, __ATOMIC_RELAXED))
         log_err("cuIpcGetMemHandle: memory served by tcgpu is VMM memory, which CUDA IPC "
-                "cannot export; set TCGPU_IPC=1 (on a device with POSIX file-descriptor "
-                "handles) for tcgpu to carry IPC of it");
+                "cannot export, and tcgpu carries IPC of it only without TCGPU_IPC=0 and on a "
+                "device with POSIX file-descriptor handles");
     if (rc == CUDA_ERROR_NOT_SUPPORTED)
         rc = TCGPU_REAL(cuIpcGetMemHandle)(pHandle, dptr);      /* the driver's refusal */
     else if (rc == CUDA_ERROR_NOT_FOUND) {

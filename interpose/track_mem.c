@@ -332,7 +332,7 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdevic
  * and pool memory: the context current at the allocation (stream-ordered
  * memory has none), the pool of a stream-ordered allocation.
  * IS_LEGACY_CUDA_IPC_CAPABLE is true where tcgpu carries IPC of the
- * allocation (TCGPU_IPC=1, lib/core/ipcmem.h), else the driver's false for
+ * allocation (unless TCGPU_IPC=0, lib/core/ipcmem.h), else the driver's false for
  * VMM memory. (It is one byte: a bool, as the driver writes it.)
  */
 static int answer_attribute(void *data, CUpointer_attribute attr, const struct devmem_alloc *a)

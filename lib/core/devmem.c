@@ -198,7 +198,7 @@ static int rdma_capable(int device)
                                             device) == CUDA_SUCCESS && vmm && rdma;
 }
 
-/* TCGPU_IPC=1 and the device has POSIX file-descriptor handles: segments
+/* TCGPU_IPC (on unless 0) and the device has POSIX file-descriptor handles: segments
  * another process can map (lib/core/ipcmem.h, cuIpcGetMemHandle). A
  * suspend re-creates them with the same properties (snapshot.c). */
 static int exportable(int device)

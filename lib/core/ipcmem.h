@@ -3,7 +3,7 @@
  * cuIpcCloseMemHandle) of the memory tcgpu serves.
  *
  * That memory is VMM memory (devmem.h), which the driver's legacy IPC does
- * not export. With TCGPU_IPC=1 its segments are created exportable (POSIX
+ * not export. Unless TCGPU_IPC=0 its segments are created exportable (POSIX
  * file-descriptor handles), and tcgpu carries IPC itself:
  *
  *   exporter  cuIpcGetMemHandle on the base of an allocation writes a

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Legacy CUDA IPC of the memory tcgpu serves (lib/core/ipcmem.h), as PyTorch
 # multiprocessing shares CUDA tensors: a producer and a consumer, both under
-# `gpuckpt run` with TCGPU_IPC=1 (progs/ipc_pair.c).
+# `gpuckpt run` (progs/ipc_pair.c), tcgpu's default (TCGPU_IPC unset).
 #
 #   - the producer exports a cuMemAlloc block with cuIpcGetMemHandle (not
 #     an address inside it); the consumer is refused a handle whose token
@@ -16,7 +16,7 @@
 . "$(dirname "$0")/lib.sh"
 
 PAIR=$PROGS/ipc_pair
-export TCGPU_IPC=1
+unset TCGPU_IPC
 mkdir -p "$WORK/go"
 
 refused() { # PID WORDS...: checkpoint and suspend of PID exit 4 naming WORDS
