@@ -3,18 +3,15 @@
  * opened it, so its state cannot be checkpointed; a checkpoint must refuse,
  * name the call, and leave the program running (ipc_hold.desc).
  *
- * It exports an interprocess event (cuIpcGetEventHandle). Memory served by
- * tcgpu is VMM memory, which the driver's legacy IPC refuses to export, as a
- * GPU does; so under tcgpu cuIpcGetMemHandle fails at the call (checked here
- * when tcgpu is loaded) and events are how a program ends up holding an IPC
- * handle.
+ * It exports an interprocess event (cuIpcGetEventHandle), and its memory
+ * (cuIpcGetMemHandle: under tcgpu, tcgpu's own handle, lib/core/ipcmem.h).
+ * A memory handle nobody opened holds nothing: the refusal names the event.
  *
  *   ipc_hold [--steps N] [--sleep-ms T]
  *        prints "exported" once the handle exists, then computes N steps
  *        (100), sleeping T ms (0) after each, and prints
  *        "checksum: <16 hex digits>", the same for the same N every time
  */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <cuda.h>
 
@@ -22,11 +19,6 @@
 #include "state.h"
 
 enum { N = 1 << 20 };
-
-static int tcgpu_loaded(void)
-{
-    return dlsym(RTLD_DEFAULT, "tcgpu_status") != NULL;
-}
 
 /* Step v: the device memory filled with a value of v, mixed into h. */
 static unsigned long long mix_step(CUdeviceptr p, unsigned char *host, unsigned v,
@@ -56,10 +48,7 @@ int main(int argc, char **argv)
     cu(cuDevicePrimaryCtxRetain(&ctx, 0), "cuDevicePrimaryCtxRetain");
     cu(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
     cu(cuMemAlloc(&p, N), "cuMemAlloc");
-    if (tcgpu_loaded() && cuIpcGetMemHandle(&mem_handle, p) == CUDA_SUCCESS) {
-        fprintf(stderr, "ipc_hold: cuIpcGetMemHandle of VMM-backed memory succeeded\n");
-        return 1;
-    }
+    cu(cuIpcGetMemHandle(&mem_handle, p), "cuIpcGetMemHandle");
     cu(cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), "cuEventCreate");
     cu(cuIpcGetEventHandle(&handle, ev), "cuIpcGetEventHandle");
     printf("exported\n");
