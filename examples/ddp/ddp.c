@@ -30,6 +30,10 @@
  * given, stops the others when one fails, and exits with the first failure's
  * status (0 when every rank succeeded).
  *
+ * --hold-file PATH, for tests too: while PATH exists, a rank that has queued a
+ * step waits before synchronising with it ("rank R holds step K"), its
+ * all-reduce queued and no CUDA call in flight.
+ *
  * Output: "rank R step K" once step K is queued, then the line above. A
  * failing CUDA or NCCL call prints "rank R: cuXxx failed: NAME (code)" or
  * "rank R: ncclXxx failed: text" and exits 1.
@@ -55,7 +59,8 @@
 
 static const char usage[] =
     "usage: ddp --nranks N [--rank R] [--id-file PATH] [--steps S] [--mb M] [--seed X]\n"
-    "           [--sleep-ms T] [--pause-file PATH] [--device D] [--kernels PATH]\n"
+    "           [--sleep-ms T] [--pause-file PATH] [--hold-file PATH] [--device D]\n"
+    "           [--kernels PATH]\n"
     "  --nranks N         ranks of the job (1..64)\n"
     "  --rank R           this process's rank; without it, run all N ranks as children\n"
     "  --id-file PATH     where rank 0 publishes the NCCL unique id (needed with --rank)\n"
@@ -64,6 +69,7 @@ static const char usage[] =
     "  --seed X           data and initialisation seed (1)\n"
     "  --sleep-ms T       sleep T ms after each step (0)\n"
     "  --pause-file PATH  pause all ranks after the step where PATH exists, until it is gone\n"
+    "  --hold-file PATH   while PATH exists, wait before synchronising with a queued step\n"
     "  --device D         the GPU (default: rank modulo the visible GPUs)\n"
     "  --kernels PATH     kernel module (default: " DDP_KERNELS_FILE " beside the executable)\n";
 
@@ -71,7 +77,7 @@ struct ddp_opts {
     int rank, nranks, device;
     long steps, mb, sleep_ms;
     uint64_t seed;
-    const char *id_file, *pause_file, *kernels;
+    const char *id_file, *pause_file, *hold_file, *kernels;
 };
 
 static int g_rank = -1;
@@ -155,6 +161,8 @@ static void parse_opts(int argc, char **argv, struct ddp_opts *o)
             o->sleep_ms = parse_long(f, v, 0, 3600000);
         else if (!strcmp(f, "--pause-file"))
             o->pause_file = v;
+        else if (!strcmp(f, "--hold-file"))
+            o->hold_file = v;
         else if (!strcmp(f, "--device"))
             o->device = (int)parse_long(f, v, 0, 1023);
         else if (!strcmp(f, "--kernels"))
@@ -301,6 +309,11 @@ static int rank_main(const struct ddp_opts *o)
         NK(ncclAllReduce((void *)g, (void *)g, n + 1, ncclFloat, ncclSum, comm, s));
         launch(f_apply, s, apply_args);
         printf("rank %d step %ld\n", rank, step);
+        if (o->hold_file && access(o->hold_file, F_OK) == 0) {
+            printf("rank %d holds step %ld\n", rank, step);
+            while (access(o->hold_file, F_OK) == 0)
+                sleep_ms(5);
+        }
         CK(cuStreamSynchronize(s));
         CK(cuMemcpyDtoH(&votes, g + n * sizeof(float), sizeof(votes)));
         if (votes > 0 && o->pause_file) {

@@ -13,16 +13,22 @@
 #                                `gpuckpt resume` of every rank, $DDP_CYCLES
 #                                times; the checksum of the plain run. Prints
 #                                each rank's suspend and resume times.
+#                                Each suspended rank holds no device memory.
 #   ddp.sh suspend-mid-collective
 #                                2 ranks: rank 0 suspended between steps while
 #                                rank 1 has queued the next all-reduce, whose
 #                                kernel waits for rank 0. A suspend of rank 1
 #                                fails within the gate's bound
-#                                (TCGPU_GATE_TIMEOUT_MS) with exit 5 and
-#                                leaves it running; rank 0 resumed, the job
-#                                ends with the plain run's checksum. Today's
-#                                hazard (no consistent cut yet:
-#                                docs/multiprocess.md), bounded and harmless.
+#                                (TCGPU_GATE_TIMEOUT_MS, 2000 ms here) with
+#                                exit 5, ETIMEDOUT, and leaves it running:
+#                                once while rank 1 is in host code (the
+#                                device work does not finish: the stream is
+#                                named), once while it is inside
+#                                cuStreamSynchronize (the call does not leave
+#                                the gate). Rank 0 resumed, the job ends with
+#                                the plain run's checksum. Today's hazard (no
+#                                consistent cut yet: docs/multiprocess.md),
+#                                bounded and harmless.
 . "$(dirname "$0")/../sim/lib.sh"
 
 DDP=$B/examples/ddp/ddp
@@ -70,7 +76,8 @@ start_ranks() {
 }
 
 # finish_ranks LABEL N: every rank ends (within T s) with status 0 and the
-# same checksum; prints it.
+# same checksum; sets SUM to it. (Not in a command substitution: the ranks
+# are children of this shell, which alone can wait for them.)
 finish_ranks() {
     local label=$1 n=$2 r rc sum first=""
     for r in $(seq 0 $((n - 1))); do
@@ -82,10 +89,10 @@ finish_ranks() {
         [ -z "$first" ] || [ "$sum" = "$first" ] || fail "$label: rank $r checksum $sum, rank 0 $first"
         first=$sum
     done
-    echo "$first"
+    SUM=$first
 }
 
-# job LABEL N MODE ARGS...: a whole job to its end; prints its checksum.
+# job LABEL N MODE ARGS...: a whole job to its end; sets SUM.
 job() {
     local label=$1 n=$2 mode=$3
     shift 3
@@ -94,8 +101,8 @@ job() {
     finish_ranks "$label" "$n"
 }
 
-# reference N: the checksum of an uninterrupted run of N ranks, no tcgpu.
-reference() { job "ref$1" "$1" "" ; }
+# reference N: REF, the checksum of an uninterrupted run of N ranks, no tcgpu.
+reference() { job "ref$1" "$1" ""; REF=$SUM; }
 
 # wait_all LABEL N PATTERN COUNT: every rank printed COUNT lines matching PATTERN.
 wait_all() {
@@ -137,7 +144,8 @@ op_all() {
 
 suspend_all() {
     local n=$1 label=sa$1 ref got c step r
-    ref=$(reference "$n")
+    reference "$n"
+    ref=$REF
     note "$n ranks: uninterrupted checksum $ref"
     rm -f "$WORK/pause"
     start_ranks "$label" "$n" tcgpu -- --pause-file "$WORK/pause" --sleep-ms 2
@@ -151,13 +159,16 @@ suspend_all() {
         op_all suspend "$label" "$n" "$c"
         for r in "${RANK_PIDS[@]}"; do
             [ "$(status_of "$r" state)" = suspended ] || fail "$label: rank pid $r is $(status_of "$r" state), not suspended"
+            held=$(device_bytes_of "$r")
+            [ "$held" -le "$SC_HELD_RELEASED" ] || fail "$label: suspended rank pid $r holds $held bytes of device memory"
         done
         op_all resume "$label" "$n" "$c"
         rm -f "$WORK/pause"
         wait_all "$label" "$n" 'goes on' "$c"
         note "$label: cycle $c: suspended and resumed after step $step"
     done
-    got=$(finish_ranks "$label" "$n")
+    finish_ranks "$label" "$n"
+    got=$SUM
     [ "$got" = "$ref" ] || fail "$label: checksum $got after $CYCLES suspend/resume cycles, uninterrupted $ref"
     echo "ok: $n ranks, $CYCLES gang suspend/resume cycles between steps: checksum $got = uninterrupted"
 }
@@ -174,19 +185,44 @@ times_table() {
         "$WORK/times" | sort -n -k1,1 -k2,2r
 }
 
+# suspend_r1 LABEL WORDS: `gpuckpt suspend` of rank 1 ($r1), whose
+# all-reduce waits for the suspended rank 0, fails within the gate's bound
+# (exit 5, ETIMEDOUT) saying WORDS, and rank 1 runs on.
+suspend_r1() {
+    local what=$1 words=$2 t0 rc=0 ms st
+    phase "suspend rank 1 (pid $r1, $what) while its all-reduce waits for rank 0 (gate timeout $TCGPU_GATE_TIMEOUT_MS ms)"
+    grep -q "^rank 1 checksum" "$WORK/$label.r1.out" && fail "rank 1 finished without rank 0"
+    t0=$(date +%s%N)
+    run_fg "suspend-r1-$what" 60 "$GPUCKPT" suspend "$r1" || rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    echo "suspend of rank 1 ($what): exit $rc after $ms ms: $(cat "$WORK/suspend-r1-$what.out")"
+    [ "$rc" -ne 124 ] || fail "the suspend of rank 1 ($what) hung past 60 s (gate timeout $TCGPU_GATE_TIMEOUT_MS ms)"
+    [ "$rc" -eq 5 ] || fail "the suspend of rank 1 ($what) exited $rc, expected 5: $(cat "$WORK/suspend-r1-$what.out")"
+    [ "$ms" -lt $((TCGPU_GATE_TIMEOUT_MS + 10000)) ] || fail "the suspend of rank 1 ($what) took $ms ms, gate timeout $TCGPU_GATE_TIMEOUT_MS ms"
+    grep -q 'ETIMEDOUT' "$WORK/suspend-r1-$what.out" && grep -q -- "$words" "$WORK/suspend-r1-$what.out" ||
+        fail "the failed suspend of rank 1 ($what) does not say ETIMEDOUT and '$words': $(cat "$WORK/suspend-r1-$what.out")"
+    st=$(status_of "$r1" state)
+    [ "$st" = running ] || fail "rank 1 is '$st' after its failed suspend ($what), expected running"
+    [ "$(status_of "$r0" state)" = suspended ] || fail "rank 0 is $(status_of "$r0" state), not suspended"
+}
+
 case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|suspend-mid-collective} in
 plain)
     for n in 2 4; do
-        a=$(job "a$n" "$n" "")
-        b=$(job "b$n" "$n" "")
+        job "a$n" "$n" ""
+        a=$SUM
+        job "b$n" "$n" ""
+        b=$SUM
         [ "$a" = "$b" ] || fail "$n ranks: two runs, checksums $a and $b"
         echo "ok: $n ranks without tcgpu: checksum $a on every rank, twice"
     done
     ;;
 tcgpu)
     for n in 2 4; do
-        ref=$(reference "$n")
-        got=$(job "t$n" "$n" tcgpu)
+        reference "$n"
+        ref=$REF
+        job "t$n" "$n" tcgpu
+        got=$SUM
         [ "$got" = "$ref" ] || fail "$n ranks under tcgpu: checksum $got, without $ref"
         echo "ok: $n ranks under tcgpu: checksum $got = without tcgpu"
     done
@@ -202,9 +238,10 @@ suspend-all)
 suspend-mid-collective)
     export TCGPU_GATE_TIMEOUT_MS=${TCGPU_GATE_TIMEOUT_MS:-2000}
     label=mid
-    ref=$(reference 2)
+    reference 2
+    ref=$REF
     rm -f "$WORK/pause"
-    start_ranks "$label" 2 tcgpu -- --pause-file "$WORK/pause"
+    start_ranks "$label" 2 tcgpu -- --pause-file "$WORK/pause" --hold-file "$WORK/hold"
     r0=${RANK_PIDS[0]} r1=${RANK_PIDS[1]}
     phase "both ranks paused between two steps"
     touch "$WORK/pause"
@@ -213,32 +250,25 @@ suspend-mid-collective)
     phase "suspend rank 0 (pid $r0) between steps"
     expect_exit 0 "$GPUCKPT" suspend "$r0"
     [ "$(status_of "$r0" state)" = suspended ] || fail "rank 0 is $(status_of "$r0" state) after its suspend"
-    phase "rank 1 goes on into the all-reduce of step $((k + 1)), which waits for rank 0"
+    # 1. rank 1 queues the next all-reduce and stays in host code: no CUDA
+    #    call in flight, its stream busy with a kernel waiting for rank 0
+    phase "rank 1 queues the all-reduce of step $((k + 1)), which waits for rank 0, and holds"
+    touch "$WORK/hold"
     rm -f "$WORK/pause"
-    wait_line "$WORK/$label.r1.out" "^rank 1 step $((k + 1))\$" 30 "$r1" ||
+    wait_line "$WORK/$label.r1.out" "^rank 1 holds step $((k + 1))\$" 30 "$r1" ||
         fail "rank 1 did not queue step $((k + 1)): $(tail_of "$WORK/$label.r1.out")"
+    suspend_r1 queued 'stream'
+    # 2. rank 1 waits for it inside cuStreamSynchronize
+    phase "rank 1 synchronises with its all-reduce"
+    rm -f "$WORK/hold"
     sleep 0.3
-    grep -q "^rank 1 checksum" "$WORK/$label.r1.out" && fail "rank 1 finished without rank 0"
-    phase "suspend rank 1 (pid $r1) while its all-reduce waits for rank 0 (gate timeout $TCGPU_GATE_TIMEOUT_MS ms)"
-    t0=$(date +%s%N)
-    rc=0
-    run_fg suspend-r1 60 "$GPUCKPT" suspend "$r1" || rc=$?
-    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-    echo "suspend of rank 1 mid-collective: exit $rc after $ms ms: $(cat "$WORK/suspend-r1.out")"
-    [ "$rc" -ne 124 ] || fail "the suspend of rank 1 hung past 60 s (gate timeout $TCGPU_GATE_TIMEOUT_MS ms)"
-    [ "$rc" -eq 5 ] || fail "the suspend of rank 1 exited $rc, expected 5 (timeout at the gate): $(cat "$WORK/suspend-r1.out")"
-    [ "$ms" -lt $((TCGPU_GATE_TIMEOUT_MS + 10000)) ] || fail "the suspend of rank 1 took $ms ms, gate timeout $TCGPU_GATE_TIMEOUT_MS ms"
-    grep -q 'suspend undone, the process runs' "$WORK/suspend-r1.out" ||
-        grep -qi 'timed out\|ETIMEDOUT\|still inside' "$WORK/suspend-r1.out" ||
-        fail "the failed suspend of rank 1 does not say why: $(cat "$WORK/suspend-r1.out")"
-    st=$(status_of "$r1" state)
-    [ "$st" = running ] || fail "rank 1 is '$st' after its failed suspend, expected running"
-    echo "rank 1 after the failed suspend: $st; last_error: $(status_of "$r1" last_error)"
+    suspend_r1 synchronizing 'still inside cuStreamSynchronize'
     phase "resume rank 0: the all-reduce completes"
     expect_exit 0 "$GPUCKPT" resume "$r0"
-    got=$(finish_ranks "$label" 2)
+    finish_ranks "$label" 2
+    got=$SUM
     [ "$got" = "$ref" ] || fail "checksum $got after the failed mid-collective suspend, uninterrupted $ref"
-    echo "ok: a suspend mid-collective fails in $ms ms (exit 5), rank 1 runs on, the job ends with checksum $got = uninterrupted"
+    echo "ok: suspends of rank 1 mid-collective fail within the gate's bound (exit 5), rank 1 runs on, the job ends with checksum $got = uninterrupted"
     ;;
 *)
     fail "unknown mode $1"
