@@ -156,6 +156,8 @@ suspend_all() {
         # the ranks paused after the same step: no collective is in flight
         step=$(grep -h 'paused after step' "$WORK/$label".r*.out | awk -v c="$c" '{ n[$2]++; if (n[$2] == c) print $NF }' | sort -u)
         [ "$(echo "$step" | wc -l)" -eq 1 ] || fail "$label: ranks paused after different steps: $step"
+        running=$(device_bytes_of "${RANK_PIDS[0]}")
+        [ "$running" -gt 0 ] || fail "$label: simcuda-smi accounts no device memory to running rank 0"
         op_all suspend "$label" "$n" "$c"
         for r in "${RANK_PIDS[@]}"; do
             [ "$(status_of "$r" state)" = suspended ] || fail "$label: rank pid $r is $(status_of "$r" state), not suspended"
@@ -165,7 +167,7 @@ suspend_all() {
         op_all resume "$label" "$n" "$c"
         rm -f "$WORK/pause"
         wait_all "$label" "$n" 'goes on' "$c"
-        note "$label: cycle $c: suspended and resumed after step $step"
+        note "$label: cycle $c: suspended and resumed after step $step (rank 0 held $((running >> 20)) MiB, 0 suspended)"
     done
     finish_ranks "$label" "$n"
     got=$SUM
