@@ -123,6 +123,8 @@ wait_all() {
 op_all() {
     local op=$1 label=$2 n=$3 cycle=$4 r pids=() rc
     set_phase "$label: $op of $n ranks (cycle $cycle)"
+    local g0
+    g0=$(date +%s%N)
     for r in $(seq 0 $((n - 1))); do
         (
             t0=$(date +%s%N)
@@ -134,6 +136,7 @@ op_all() {
         pids+=($!)
     done
     wait "${pids[@]}"
+    echo "$n $op $(( ($(date +%s%N) - g0) / 1000 ))" >>"$WORK/gang"
     for r in $(seq 0 $((n - 1))); do
         read -r rc us <"$WORK/$op.$r.rc"
         [ "$rc" -eq 0 ] || fail "$label: $op of rank $r exited $rc: $(cat "$WORK/$op.$r.err" "$WORK/$op.$r.json")"
@@ -176,8 +179,10 @@ suspend_all() {
 }
 
 # times_table: per N and operation, over ranks and cycles: the process's own
-# time (last_total_ns) and gpuckpt's wall time, mean and max, in ms.
+# time (last_total_ns) and gpuckpt's wall time, mean and max, in ms; and the
+# whole gang's (first gpuckpt started to last one done).
 times_table() {
+    echo "per rank:"
     echo "ranks  op       in-process ms (mean/max)  gpuckpt wall ms (mean/max)  samples"
     awk '{ k = $1 " " $2; n[k]++; w[k] += $5; p[k] += $6;
            if ($5 > wm[k]) wm[k] = $5; if ($6 > pm[k]) pm[k] = $6 }
@@ -185,6 +190,12 @@ times_table() {
                  printf "%-6s %-8s %9.1f / %-9.1f        %9.1f / %-9.1f      %d\n",
                    a[1], a[2], p[k] / n[k] / 1e6, pm[k] / 1e6, w[k] / n[k] / 1e3, wm[k] / 1e3, n[k] } }' \
         "$WORK/times" | sort -n -k1,1 -k2,2r
+    echo "whole gang (all ranks at once):"
+    echo "ranks  op       wall ms (mean/max)  cycles"
+    awk '{ k = $1 " " $2; n[k]++; w[k] += $3; if ($3 > m[k]) m[k] = $3 }
+         END { for (k in n) { split(k, a, " ");
+                 printf "%-6s %-8s %7.1f / %-7.1f     %d\n", a[1], a[2], w[k] / n[k] / 1e3, m[k] / 1e3, n[k] } }' \
+        "$WORK/gang" | sort -n -k1,1 -k2,2r
 }
 
 # suspend_r1 LABEL WORDS: `gpuckpt suspend` of rank 1 ($r1), whose
@@ -232,6 +243,7 @@ tcgpu)
 suspend-all)
     shift
     : >"$WORK/times"
+    : >"$WORK/gang"
     for n in "${@:-2 4 8}"; do
         for n1 in $n; do suspend_all "$n1"; done
     done
