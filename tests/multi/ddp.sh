@@ -4,7 +4,7 @@
 #
 #   ddp.sh plain                 2 and 4 ranks without tcgpu: every rank
 #                                prints the same checksum, and a second run
-#                                the same again
+#                                the same again; ddp's launcher likewise
 #   ddp.sh tcgpu                 the same with every rank under `gpuckpt run`:
 #                                the checksum of the plain run
 #   ddp.sh suspend-all [N...]    N ranks (2 4 8) under tcgpu, paused together
@@ -106,12 +106,12 @@ reference() { job "ref$1" "$1" ""; REF=$SUM; }
 
 # wait_all LABEL N PATTERN COUNT: every rank printed COUNT lines matching PATTERN.
 wait_all() {
-    local label=$1 n=$2 pat=$3 count=$4 r end=$((SECONDS + 60))
+    local label=$1 n=$2 pat=$3 count=$4 r end=$((SECONDS + T))
     set_phase "$label: waiting for $count x '$pat' from $n ranks"
     for r in $(seq 0 $((n - 1))); do
         while [ "$(grep -c -- "$pat" "$WORK/$label.r$r.out")" -lt "$count" ]; do
             kill -0 "${RANK_PIDS[$r]}" 2>/dev/null || fail "$label: rank $r ended: $(tail_of "$WORK/$label.r$r.out")"
-            [ "$SECONDS" -lt "$end" ] || fail "$label: rank $r: no $count x '$pat' in 60 s: $(tail_of "$WORK/$label.r$r.out")"
+            [ "$SECONDS" -lt "$end" ] || fail "$label: rank $r: no $count x '$pat' in $T s: $(tail_of "$WORK/$label.r$r.out")"
             sleep 0.02
         done
     done
@@ -229,6 +229,11 @@ plain)
         [ "$a" = "$b" ] || fail "$n ranks: two runs, checksums $a and $b"
         echo "ok: $n ranks without tcgpu: checksum $a on every rank, twice"
     done
+    # the launcher (no --rank): its ranks as children, a temporary id file
+    run_fg launcher "$T" "$DDP" --nranks 4 --steps "$STEPS" --mb "$MB" || fail "the launcher exited $?: $(tail_of "$WORK/launcher.out" 5)"
+    sums=$(sed -n 's/^rank [0-3] checksum: \([0-9a-f]\{16\}\)$/\1/p' "$WORK/launcher.out" | sort | uniq -c)
+    [ "$(echo "$sums" | awk '{print $1 " " $2}')" = "4 $a" ] || fail "the launcher's 4 ranks: $sums, want 4 x $a"
+    echo "ok: the launcher's 4 ranks: checksum $a"
     ;;
 tcgpu)
     for n in 2 4; do
