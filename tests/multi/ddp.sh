@@ -14,6 +14,10 @@
 #                                times; the checksum of the plain run. Prints
 #                                each rank's suspend and resume times.
 #                                Each suspended rank holds no device memory.
+#   ddp.sh checkpoint-all        2 ranks under tcgpu, paused together between
+#                                two steps: `gpuckpt checkpoint -D` of every
+#                                rank, twice; each image verifies, and the job
+#                                ends with the plain run's checksum
 #   ddp.sh suspend-mid-collective
 #                                2 ranks: rank 0 suspended between steps while
 #                                rank 1 has queued the next all-reduce, whose
@@ -219,7 +223,7 @@ suspend_r1() {
     [ "$(status_of "$r0" state)" = suspended ] || fail "rank 0 is $(status_of "$r0" state), not suspended"
 }
 
-case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|suspend-mid-collective} in
+case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|checkpoint-all|suspend-mid-collective} in
 plain)
     for n in 2 4; do
         job "a$n" "$n" ""
@@ -253,6 +257,28 @@ suspend-all)
         for n1 in $n; do suspend_all "$n1"; done
     done
     times_table
+    ;;
+checkpoint-all)
+    label=ck n=2
+    reference "$n"
+    ref=$REF
+    rm -f "$WORK/pause"
+    start_ranks "$label" "$n" tcgpu -- --pause-file "$WORK/pause" --sleep-ms 2
+    for c in 1 2; do
+        phase "$label: cycle $c: pausing every rank between two steps"
+        touch "$WORK/pause"
+        wait_all "$label" "$n" 'paused after step' "$c"
+        for r in $(seq 0 $((n - 1))); do
+            expect_exit 0 "$GPUCKPT" checkpoint "${RANK_PIDS[$r]}" -D "$WORK/img$c.$r"
+            expect_exit 0 "$GPUCKPT" verify "$WORK/img$c.$r"
+            note "rank $r: $(cat "$WORK/last.out")"
+        done
+        rm -f "$WORK/pause"
+        wait_all "$label" "$n" 'goes on' "$c"
+    done
+    finish_ranks "$label" "$n"
+    [ "$SUM" = "$ref" ] || fail "checksum $SUM after checkpoints of every rank, uninterrupted $ref"
+    echo "ok: $n ranks checkpointed twice between steps, images verify: checksum $SUM = uninterrupted"
     ;;
 suspend-mid-collective)
     export TCGPU_GATE_TIMEOUT_MS=${TCGPU_GATE_TIMEOUT_MS:-2000}
