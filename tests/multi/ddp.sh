@@ -18,6 +18,15 @@
 #                                two steps: `gpuckpt checkpoint -D` of every
 #                                rank, twice; each image verifies, and the job
 #                                ends with the plain run's checksum
+#   ddp.sh gang-random           2 ranks of one tcgpud gang (`gpuckpt run
+#                                --job`), suspended by hand through tcgpud
+#                                at random moments, inside collectives too,
+#                                while the job runs: each try either
+#                                suspends both ranks (then resumed) or fails
+#                                within the gate's bound (exit 5), tcgpud
+#                                resuming the task it had suspended, and both
+#                                run on; the plain run's checksum at the end.
+#                                Prints how many tries did which.
 #   ddp.sh suspend-mid-collective
 #                                2 ranks: rank 0 suspended between steps while
 #                                rank 1 has queued the next all-reduce, whose
@@ -223,7 +232,7 @@ suspend_r1() {
     [ "$(status_of "$r0" state)" = suspended ] || fail "rank 0 is $(status_of "$r0" state), not suspended"
 }
 
-case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|checkpoint-all|suspend-mid-collective} in
+case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|checkpoint-all|gang-random|suspend-mid-collective} in
 plain)
     for n in 2 4; do
         job "a$n" "$n" ""
@@ -279,6 +288,70 @@ checkpoint-all)
     finish_ranks "$label" "$n"
     [ "$SUM" = "$ref" ] || fail "checksum $SUM after checkpoints of every rank, uninterrupted $ref"
     echo "ok: $n ranks checkpointed twice between steps, images verify: checksum $SUM = uninterrupted"
+    ;;
+gang-random)
+    . "$(dirname "$0")/../sim/tcgpud_lib.sh"
+    export TCGPU_GATE_TIMEOUT_MS=${TCGPU_GATE_TIMEOUT_MS:-2000}
+    # long enough for a few tries (each at most the gate timeout and a bit)
+    STEPS=${DDP_STEPS:-3000} MB=1 tries=${DDP_TRIES:-6} label=gang n=2
+    write_config "
+[gpu 0]
+capacity = 1G
+
+[gpu 1]
+capacity = 1G
+
+[project research]
+priority = 10
+members = *
+"
+    start_tcgpud
+    job "ref$n" "$n" ""         # (tcgpud_lib.sh has a reference() of its own)
+    ref=$SUM
+    RANK_PIDS=()
+    for r in 0 1; do
+        start_bg "$WORK/$label.r$r.out" "$GPUCKPT" run --project research --job ddp -- \
+            "$DDP" --rank "$r" --nranks "$n" --id-file "$WORK/$label.id" --steps "$STEPS" --mb "$MB"
+        RANK_PIDS+=("$BG")
+    done
+    for r in "${RANK_PIDS[@]}"; do wait_registered "$r"; done
+    wait_for_line "$WORK/$label.r0.out" '^rank 0 step 10$'
+    done_ok=0 done_timeout=0 i=0
+    while [ "$i" -lt "$tries" ]; do
+        # stop trying once the job is near its end: it must still run
+        last=$(grep -c '^rank 0 step' "$WORK/$label.r0.out")
+        [ "$last" -lt $((STEPS * 8 / 10)) ] || break
+        i=$((i + 1))
+        sleep_ms "$(random_ms 20 300)"
+        phase "$label: try $i: suspend of the gang through rank 0 (pid ${RANK_PIDS[0]}) after step ~$last"
+        t0=$(date +%s%N)
+        rc=0
+        run_fg "try$i" 60 "$GPUCKPT" suspend "${RANK_PIDS[0]}" || rc=$?
+        ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+        case $rc in
+        0)
+            for r in "${RANK_PIDS[@]}"; do wait_state "$r" suspended 30; done
+            expect_exit 0 "$GPUCKPT" resume "${RANK_PIDS[0]}"
+            for r in "${RANK_PIDS[@]}"; do wait_state "$r" running 30; done
+            done_ok=$((done_ok + 1))
+            echo "try $i: the gang suspended in $ms ms, resumed"
+            ;;
+        5)
+            [ "$ms" -lt $((TCGPU_GATE_TIMEOUT_MS + 10000)) ] || fail "try $i: the failed suspend took $ms ms"
+            for r in "${RANK_PIDS[@]}"; do wait_state "$r" running 30; done
+            done_timeout=$((done_timeout + 1))
+            echo "try $i: failed in $ms ms (exit 5), both ranks run on: $(cat "$WORK/try$i.out")"
+            ;;
+        *)
+            fail "try $i: gpuckpt suspend exited $rc: $(cat "$WORK/try$i.out")"
+            ;;
+        esac
+    done
+    [ "$i" -ge 3 ] || fail "only $i tries before the job neared its end (raise DDP_STEPS)"
+    finish_ranks "$label" "$n"
+    [ "$SUM" = "$ref" ] || fail "checksum $SUM after $i gang suspends at random moments, uninterrupted $ref"
+    grep -E 'did not suspend|resuming its job' "$WORK/tcgpud.log" | sed 's/^/tcgpud: /' | head -n 6
+    echo "ok: $i gang suspends at random moments: $done_ok suspended and resumed, $done_timeout failed within the bound (exit 5) and undone; checksum $SUM = uninterrupted"
     ;;
 suspend-mid-collective)
     export TCGPU_GATE_TIMEOUT_MS=${TCGPU_GATE_TIMEOUT_MS:-2000}
