@@ -225,7 +225,7 @@ suspend_r1() {
     [ "$rc" -ne 124 ] || fail "the suspend of rank 1 ($what) hung past 60 s (gate timeout $TCGPU_GATE_TIMEOUT_MS ms)"
     [ "$rc" -eq 5 ] || fail "the suspend of rank 1 ($what) exited $rc, expected 5: $(cat "$WORK/suspend-r1-$what.out")"
     [ "$ms" -lt $((TCGPU_GATE_TIMEOUT_MS + 10000)) ] || fail "the suspend of rank 1 ($what) took $ms ms, gate timeout $TCGPU_GATE_TIMEOUT_MS ms"
-    grep -q 'ETIMEDOUT' "$WORK/suspend-r1-$what.out" && grep -q -- "$words" "$WORK/suspend-r1-$what.out" ||
+    { grep -q 'ETIMEDOUT' "$WORK/suspend-r1-$what.out" && grep -q -- "$words" "$WORK/suspend-r1-$what.out"; } ||
         fail "the failed suspend of rank 1 ($what) does not say ETIMEDOUT and '$words': $(cat "$WORK/suspend-r1-$what.out")"
     st=$(status_of "$r1" state)
     [ "$st" = running ] || fail "rank 1 is '$st' after its failed suspend ($what), expected running"
