@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "ctl/fdpass.h"
 #include "ctl/proto.h"
 #include "common/log.h"
 #include "ops.h"
@@ -445,26 +446,11 @@ static void on_signal_action(void)
 /* send_reply with a descriptor attached (SCM_RIGHTS). */
 static int send_reply_fd(int fd, struct ctl_buf *b, int pass)
 {
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
     long n = ctl_buf_finish(b);
-    struct iovec iov = { .iov_base = b->data };
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                         .msg_controllen = sizeof(u.buf) };
-    struct cmsghdr *cm;
 
     if (n < 0)
         return -EMSGSIZE;
-    iov.iov_len = (size_t)n;
-    memset(&u, 0, sizeof(u));
-    cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &pass, sizeof(int));
-    if (sendmsg(fd, &mh, MSG_NOSIGNAL) < 0) {
+    if (ctl_send_with_fd(fd, b->data, (size_t)n, pass) < 0) {
         int e = errno;
         log_debug("control: reply not delivered: %s", strerror(e));
         return -e;
@@ -724,43 +710,6 @@ static void handle_request(const struct request *rq, struct ctl_buf *b)
     ctl_buf_error(b, -EINVAL, msg);
 }
 
-/*
- * Receives the request into rbuf, and the one directory descriptor it may
- * carry into *dirfd (-1 if none; any other descriptor is closed at once).
- * Returns recv's byte count (MSG_TRUNC: the full size), or -1.
- */
-static ssize_t recv_request(int fd, char *rbuf, int *dirfd)
-{
-    union {
-        char buf[CMSG_SPACE(2 * sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct iovec iov = { .iov_base = rbuf, .iov_len = CTL_MSG_MAX };
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                         .msg_controllen = sizeof(u.buf) };
-    ssize_t n = recvmsg(fd, &mh, MSG_TRUNC | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-
-    *dirfd = -1;
-    if (n < 0)
-        return n;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-        size_t nfd;
-        int fds[2];
-
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-            continue;
-        nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        memcpy(fds, CMSG_DATA(cm), (nfd > 2 ? 2 : nfd) * sizeof(int));
-        for (size_t i = 0; i < nfd && i < 2; i++) {
-            if (*dirfd < 0)
-                *dirfd = fds[i];
-            else
-                close(fds[i]);
-        }
-    }
-    return n;
-}
-
 /* Serves one connection: 1 when an operation took it (and will close it),
  * else 0 (the caller closes it). */
 static int serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_msg *req)
@@ -788,7 +737,7 @@ static int serve_connection(int fd, char *rbuf, struct ctl_buf *b, struct ctl_ms
         log_debug("control: %s sent no request", describe_peer(&peer, who, sizeof(who)));
         return 0;
     }
-    n = recv_request(fd, rbuf, &dirfd);
+    n = ctl_recv_with_fd(fd, rbuf, CTL_MSG_MAX, MSG_DONTWAIT, &dirfd);   /* its directory, if any */
     if (n <= 0)
         goto out;
     if (!allowed) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "fdpass.h"
 #include "common/clock.h"
 #include "common/proc.h"
 #include "rundir.h"
@@ -274,66 +275,6 @@ int ctl_connect(pid_t pid, const char *own_run_dir, struct ctl_conn *c, char *er
     return ctl_connect_flags(pid, own_run_dir, c, 0, err, errlen);
 }
 
-/* The request, with c->pass_fd attached when there is one. -1 with errno. */
-static ssize_t send_request(const struct ctl_conn *c, const char *req, size_t len)
-{
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct iovec iov = { .iov_base = (void *)req, .iov_len = len };
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-    struct cmsghdr *cm;
-
-    if (c->pass_fd < 0)
-        return send(c->fd, req, len, MSG_NOSIGNAL);
-    memset(&u, 0, sizeof(u));
-    mh.msg_control = u.buf;
-    mh.msg_controllen = sizeof(u.buf);
-    cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &c->pass_fd, sizeof(int));
-    return sendmsg(c->fd, &mh, MSG_NOSIGNAL);
-}
-
-/* One message into buf (recv's count, MSG_TRUNC: its full size), keeping
- * the one descriptor it may carry in c->recv_fd (any other is closed: a
- * descriptor nobody asked for must not leak). -1 with errno. */
-static ssize_t recv_reply(struct ctl_conn *c, char *buf)
-{
-    union {
-        char buf[CMSG_SPACE(2 * sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct iovec iov = { .iov_base = buf, .iov_len = CTL_MSG_MAX };
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                         .msg_controllen = sizeof(u.buf) };
-    ssize_t n = recvmsg(c->fd, &mh, MSG_TRUNC | MSG_CMSG_CLOEXEC);
-
-    if (n < 0)
-        return n;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-        size_t nfd;
-        int fds[2];
-
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-            continue;
-        nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        if (nfd > 2)
-            nfd = 2;
-        memcpy(fds, CMSG_DATA(cm), nfd * sizeof(int));
-        for (size_t i = 0; i < nfd; i++) {
-            if (c->recv_fd < 0)
-                c->recv_fd = fds[i];
-            else
-                close(fds[i]);
-        }
-    }
-    return n;
-}
-
 int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *reply,
              int timeout_ms, ctl_progress_fn progress, void *arg)
 {
@@ -343,7 +284,7 @@ int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *re
 
     if (len > CTL_MSG_MAX)
         return -EMSGSIZE;
-    if (send_request(c, req, len) < 0)
+    if (ctl_send_with_fd(c->fd, req, len, c->pass_fd) < 0)
         return errno == EPIPE ? -ECONNRESET : -errno;
     buf = malloc(CTL_MSG_MAX);
     if (!buf)
@@ -370,7 +311,7 @@ int ctl_call(struct ctl_conn *c, const char *req, size_t len, struct ctl_msg *re
         }
         if (r == 0)
             continue;           /* the deadline check above ends it */
-        n = recv_reply(c, buf);
+        n = ctl_recv_with_fd(c->fd, buf, CTL_MSG_MAX, 0, &c->recv_fd);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
