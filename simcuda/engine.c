@@ -83,9 +83,29 @@ static bool try_take(struct sim_shm *s, int dev, int32_t me, uint64_t now)
     return true;
 }
 
+/* A kernel has waited long for the engine: say who holds it and why it is
+ * not taken (lock held), once per wait, so that a stuck turn can be told
+ * from a slow one. */
+#define WAIT_SAY_NS 10000000000ull
+
+static void say_long_wait(const struct sim_shm *s, int dev, int32_t me)
+{
+    const struct sim_engine *e = &s->engine[dev];
+    const struct sim_shm_proc *o = e->owner > 0 ? &s->procs[e->owner - 1] : NULL;
+
+    sim_log("a kernel on device %d has waited 10 s for the compute engine: owner slot %d "
+            "(pid %d, nspid %d, slot %s), running %d, last %d, waiters %d, this process slot %d "
+            "waiting %d, others waiting %s",
+            dev, (int)e->owner, o ? (int)o->id.hostpid : 0, o ? (int)o->id.nspid : 0,
+            o ? (sim_slot_used(o) ? "used" : "free") : "-", (int)e->running, (int)e->last,
+            (int)e->waiters, (int)me, (int)sim_self->engine_waiting[dev],
+            others_wait(s, dev, me) ? "yes" : "no");
+}
+
 void sim_engine_acquire(int dev)
 {
-    bool waited = false;
+    bool waited = false, said = false;
+    uint64_t t0 = mono_ns();
     int32_t me;
 
     if (!sim_shm || !sim_self || dev < 0 || dev >= sim_device_count())
@@ -100,6 +120,10 @@ void sim_engine_acquire(int dev)
             sim_self->engine_waiting[dev]++;
             e->waiters++;
             waited = true;
+        }
+        if (!said && mono_ns() - t0 > WAIT_SAY_NS) {
+            say_long_wait(sim_shm, dev, me);
+            said = true;
         }
         sim_shm_unlock(sim_shm);
         futex_wait(&e->seq, seen);
