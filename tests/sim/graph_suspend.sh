@@ -77,21 +77,6 @@ explicit)
         --sleep-ms 30
     pid=$BG
     wait_for_socket "$pid"
-    refused() { # WHAT WORDS...: checkpoint and suspend exit 4 naming WORDS; no image left
-        local what=$1 op rc
-        shift
-        for op in checkpoint suspend; do
-            rc=0
-            dir=()
-            [ "$op" = checkpoint ] && dir=(-D "$WORK/img")
-            "$GPUCKPT" "$op" "$pid" "${dir[@]}" >"$WORK/refused.out" 2>&1 || rc=$?
-            [ "$rc" -eq 4 ] || fail "$op $what exited $rc, expected 4: $(cat "$WORK/refused.out")"
-            for w in "$@"; do
-                grep -q -- "$w" "$WORK/refused.out" || fail "the refusal $what does not say '$w': $(cat "$WORK/refused.out")"
-            done
-        done
-        [ ! -e "$WORK/img" ] || fail "a refused checkpoint left $WORK/img behind"
-    }
     blockers() { # N WORDS...: status --json says N blockers, the first naming WORDS
         local js n
         js=$("$GPUCKPT" status "$pid" --json) || fail "status failed"
@@ -115,13 +100,13 @@ explicit)
     "$GPUCKPT" status "$pid" >"$WORK/status.out" || fail "status failed"
     grep -q "REFUSED while this holds: cuIpcGetEventHandle" "$WORK/status.out" ||
         fail "the status does not say what blocks a checkpoint: $(cat "$WORK/status.out")"
-    refused "with an IPC event handle" cuIpcGetEventHandle
+    expect_refused "$pid" "with an IPC event handle" cuIpcGetEventHandle
     touch "$WORK/go/1"
 
     phase "graphs destroyed, graph memory allocated"
     wait_for_line "$WORK/run.out" '^released'
     blockers 1 "still allocated" "cuMemFree"
-    refused "with the graph's memory still allocated" cuGraphAddMemAllocNode "still allocated"
+    expect_refused "$pid" "with the graph's memory still allocated" cuGraphAddMemAllocNode "still allocated"
     touch "$WORK/go/2"
 
     phase "everything released"

@@ -19,21 +19,6 @@ PAIR=$PROGS/ipc_pair
 unset TCGPU_IPC
 mkdir -p "$WORK/go"
 
-refused() { # PID WORDS...: checkpoint and suspend of PID exit 4 naming WORDS
-    local p=$1 op rc w
-    shift
-    for op in checkpoint suspend; do
-        rc=0
-        dir=()
-        [ "$op" = checkpoint ] && dir=(-D "$WORK/img-$p")
-        "$GPUCKPT" "$op" "$p" "${dir[@]}" >"$WORK/refused.out" 2>&1 || rc=$?
-        [ "$rc" -eq 4 ] || fail "$op of $p exited $rc, expected 4: $(cat "$WORK/refused.out")"
-        for w in "$@"; do
-            grep -q -- "$w" "$WORK/refused.out" || fail "the refusal of $op of $p does not say '$w': $(cat "$WORK/refused.out")"
-        done
-    done
-}
-
 blockers_of() { # PID: status --json's blockers
     json_get "$("$GPUCKPT" status "$1" --json)" blockers
 }
@@ -65,8 +50,8 @@ touch "$WORK/go/check-writes"
 wait_for_line "$WORK/producer.out" '^writes seen'
 
 phase "suspend of either is refused while the memory is shared"
-refused "$ppid" cuIpcGetMemHandle "process $cpid maps it"
-refused "$cpid" cuIpcOpenMemHandle "process $ppid exported it"
+expect_refused "$ppid" "of the producer" cuIpcGetMemHandle "process $cpid maps it"
+expect_refused "$cpid" "of the consumer" cuIpcOpenMemHandle "process $ppid exported it"
 [ "$(blockers_of "$ppid")" = 1 ] || fail "the producer's status: $("$GPUCKPT" status "$ppid" --json)"
 [ "$(blockers_of "$cpid")" = 1 ] || fail "the consumer's status: $("$GPUCKPT" status "$cpid" --json)"
 
@@ -94,7 +79,7 @@ rm -f "$WORK/go/quit-consumer" "$WORK/go/close"
 start_bg "$WORK/consumer2.out" "$GPUCKPT" run -- "$PAIR" consume "$WORK" --no-close
 c2=$BG
 wait_for_line "$WORK/consumer2.out" '^wrote'
-refused "$ppid" "process $c2 maps it"
+expect_refused "$ppid" "of the producer" "process $c2 maps it"
 # gpuckpt run execs the program: $c2 is the consumer itself
 kill -9 "$c2"
 wait "$c2" 2>/dev/null || true

@@ -125,3 +125,25 @@ start_mid_run() {
     sc_start "$label"
     pid=$SC_PID
 }
+
+# expect_refused PID WHAT WORDS...: `gpuckpt checkpoint -D` and `gpuckpt
+# suspend` of PID each exit 4 with every WORD in the refusal (WHAT names
+# the case in a failure), and the refused checkpoint leaves no image.
+expect_refused() {
+    local pid=$1 what=$2 op rc w img=$WORK/refused-img
+    shift 2
+    for op in checkpoint suspend; do
+        rc=0
+        if [ "$op" = checkpoint ]; then
+            "$GPUCKPT" checkpoint "$pid" -D "$img" >"$WORK/refused.out" 2>&1 || rc=$?
+        else
+            "$GPUCKPT" suspend "$pid" >"$WORK/refused.out" 2>&1 || rc=$?
+        fi
+        [ "$rc" -eq 4 ] || fail "$op $what exited $rc, expected 4: $(cat "$WORK/refused.out")"
+        for w in "$@"; do
+            grep -q -- "$w" "$WORK/refused.out" ||
+                fail "the refusal of $op $what does not say '$w': $(cat "$WORK/refused.out")"
+        done
+    done
+    [ ! -e "$img" ] || fail "a refused checkpoint $what left $img behind"
+}
