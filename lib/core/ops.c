@@ -31,6 +31,7 @@
 
 #include "blockers.h"
 #include "ipcmem.h"
+#include "ncclcut.h"
 #include "devmem.h"
 #include "devsync.h"
 #include "hostkeep.h"
@@ -97,6 +98,14 @@ static void phase(const struct op_run *r, enum tcgpu_phase p)
         r->progress(p, 0, 0, r->arg);
 }
 
+/* The program runs again after an operation: the gate opens and its NCCL
+ * peers may go past this rank again. */
+static void run_again(void)
+{
+    tcgpu_gate_open();
+    ncclcut_release();
+}
+
 static int quiesce(struct op_run *r)
 {
     struct tcgpu_gate_straggler who;
@@ -104,20 +113,26 @@ static int quiesce(struct op_run *r)
     int rc;
 
     phase(r, TCGPU_PHASE_QUIESCE);
+    /* An NCCL rank first becomes level with its peers, or its collectives
+     * (and theirs) would wait on the GPUs for ever (ncclcut.h). */
+    if ((rc = ncclcut_hold(gate_timeout_ms())) != 0)
+        return rc;
     rc = tcgpu_gate_close(gate_timeout_ms(), &who);
 
     if (rc == -ETIMEDOUT) {
         tcgpu_gate_format_straggler(&who, msg, sizeof(msg));
         errmsg_set("%s", msg);
+        ncclcut_release();
         return rc;
     }
     if (rc) {
         errmsg_set("the API gate is already closed");
+        ncclcut_release();
         return rc;
     }
     rc = devsync_wait(gate_timeout_ms());
     if (rc)
-        tcgpu_gate_open();      /* the program goes on as before */
+        run_again();            /* the program goes on as before */
     r->t_quiesced = now_ns();
     return rc;
 }
@@ -152,7 +167,7 @@ static int do_checkpoint(struct op_run *r)
         free(last_checkpoint_dir);
         last_checkpoint_dir = realpath(r->dir, NULL);
     }
-    tcgpu_gate_open();
+    run_again();
     snap_free(s);
 out:
     set_state(TCGPU_STATE_RUNNING);
@@ -243,7 +258,7 @@ undo_release:
     }
 fail_open:
     snap_free(s);
-    tcgpu_gate_open();
+    run_again();
 fail:
     set_state(TCGPU_STATE_RUNNING);
     return rc;
@@ -300,7 +315,7 @@ static int do_resume(struct op_run *r)
     suspended = NULL;
     devmem_trim();
     set_state(TCGPU_STATE_RUNNING);
-    tcgpu_gate_open();
+    run_again();
     return 0;
 }
 

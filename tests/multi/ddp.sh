@@ -18,30 +18,35 @@
 #                                two steps: `gpuckpt checkpoint -D` of every
 #                                rank, twice; each image verifies, and the job
 #                                ends with the plain run's checksum
-#   ddp.sh gang-random           2 ranks of one tcgpud gang (`gpuckpt run
-#                                --job`), suspended by hand through tcgpud
-#                                at random moments, inside collectives too,
-#                                while the job runs: each try either
-#                                suspends both ranks (then resumed) or fails
-#                                within the gate's bound (exit 5), tcgpud
-#                                resuming the task it had suspended, and both
-#                                run on; the plain run's checksum at the end.
-#                                Prints how many tries did which.
+#   ddp.sh gang-random           $DDP_RANKS (4) ranks of one tcgpud gang
+#                                (`gpuckpt run --job`), suspended by hand
+#                                through tcgpud $DDP_TRIES (20) times at random
+#                                moments, inside collectives too, while the job
+#                                runs, and resumed: with tcgpu's consistent cut
+#                                every try must suspend every rank; the plain
+#                                run's checksum at the end. Prints each try's
+#                                time.
 #   ddp.sh suspend-mid-collective
-#                                2 ranks: rank 0 suspended between steps while
-#                                rank 1 has queued the next all-reduce, whose
-#                                kernel waits for rank 0. A suspend of rank 1
-#                                fails within the gate's bound
-#                                (TCGPU_GATE_TIMEOUT_MS, 2000 ms here) with
-#                                exit 5, ETIMEDOUT, and leaves it running:
-#                                once while rank 1 is in host code (the
-#                                device work does not finish: the stream is
-#                                named), once while it is inside
-#                                cuStreamSynchronize (the call does not leave
-#                                the gate). Rank 0 resumed, the job ends with
-#                                the plain run's checksum. Today's hazard (no
-#                                consistent cut yet: docs/multiprocess.md),
-#                                bounded and harmless.
+#                                2 ranks: rank 0 suspended between steps, then
+#                                rank 1 let go to the next all-reduce, which
+#                                waits for rank 0. With tcgpu's cut (the
+#                                default), rank 1 waits in host code before
+#                                it issues the all-reduce, and its suspend
+#                                succeeds at once; resumed in either order,
+#                                the job ends with the plain run's checksum.
+#                                Without it (TCGPU_NCCL_CUT=0) rank 1 queues
+#                                the all-reduce, whose kernel waits for rank 0
+#                                on the GPU, and its suspend fails within the
+#                                gate's bound (TCGPU_GATE_TIMEOUT_MS, 2000 ms
+#                                here) with exit 5, naming the stream, and
+#                                leaves it running: what the cut prevents.
+#   ddp.sh cut-lost-rank         2 ranks; rank 1 stopped (SIGSTOP) between
+#                                steps while rank 0 goes into the next
+#                                all-reduce. A suspend of rank 0 fails within
+#                                the bound (exit 5) naming rank 1, its pid and
+#                                "stopped"; once rank 1 is killed, it fails
+#                                at once (exit 1) naming it "exited"; each
+#                                time rank 0 runs on as before.
 . "$(dirname "$0")/../sim/lib.sh"
 
 DDP=$B/examples/ddp/ddp
@@ -232,7 +237,37 @@ suspend_r1() {
     [ "$(status_of "$r0" state)" = suspended ] || fail "rank 0 is $(status_of "$r0" state), not suspended"
 }
 
-case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|checkpoint-all|gang-random|suspend-mid-collective} in
+# mid_start: ranks of $label started and paused between two steps, rank 0
+# suspended there; sets r0, r1 and k (the step they paused after).
+mid_start() {
+    rm -f "$WORK/pause" "$WORK/hold"
+    start_ranks "$label" 2 tcgpu -- --pause-file "$WORK/pause" --hold-file "$WORK/hold"
+    r0=${RANK_PIDS[0]} r1=${RANK_PIDS[1]}
+    phase "$label: both ranks paused between two steps"
+    touch "$WORK/pause"
+    wait_all "$label" 2 'paused after step' 1
+    k=$(sed -n 's/^rank 1 paused after step //p' "$WORK/$label.r1.out")
+    phase "$label: suspend rank 0 (pid $r0) between steps"
+    expect_exit 0 "$GPUCKPT" suspend "$r0"
+    [ "$(status_of "$r0" state)" = suspended ] || fail "rank 0 is $(status_of "$r0" state) after its suspend"
+}
+
+# lost_suspend WHAT EXIT WORDS: a suspend of rank 0 while rank 1 is WHAT
+# fails with EXIT within the bound, saying WORDS; rank 0 runs on.
+lost_suspend() {
+    local what=$1 want=$2 words=$3 t0 rc=0 ms
+    phase "suspend rank 0 (pid $r0) while rank 1 is $what"
+    t0=$(date +%s%N)
+    run_fg "lost-$what" 60 "$GPUCKPT" suspend "$r0" || rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    echo "suspend of rank 0, rank 1 $what: exit $rc after $ms ms: $(cat "$WORK/lost-$what.out")"
+    [ "$rc" -eq "$want" ] || fail "the suspend of rank 0 (rank 1 $what) exited $rc, expected $want"
+    [ "$ms" -lt $((TCGPU_GATE_TIMEOUT_MS + 5000)) ] || fail "the suspend of rank 0 (rank 1 $what) took $ms ms"
+    grep -qF -- "$words" "$WORK/lost-$what.out" || fail "the failed suspend does not name '$words'"
+    [ "$(status_of "$r0" state)" = running ] || fail "rank 0 is $(status_of "$r0" state) after its failed suspend"
+}
+
+case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|checkpoint-all|gang-random|suspend-mid-collective|cut-lost-rank} in
 plain)
     for n in 2 4; do
         job "a$n" "$n" ""
@@ -291,14 +326,20 @@ checkpoint-all)
     ;;
 gang-random)
     . "$(dirname "$0")/../sim/tcgpud_lib.sh"
-    export TCGPU_GATE_TIMEOUT_MS=${TCGPU_GATE_TIMEOUT_MS:-2000}
-    # long enough for a few tries (each at most the gate timeout and a bit)
-    STEPS=${DDP_STEPS:-3000} MB=1 tries=${DDP_TRIES:-6} label=gang n=2
+    # the job sleeps 40 ms a step, so that it lasts for every try (each
+    # about a second under load) and its reference run does not
+    STEPS=${DDP_STEPS:-1000} MB=1 tries=${DDP_TRIES:-20} label=gang n=${DDP_RANKS:-4}
     write_config "
 [gpu 0]
 capacity = 1G
 
 [gpu 1]
+capacity = 1G
+
+[gpu 2]
+capacity = 1G
+
+[gpu 3]
 capacity = 1G
 
 [project research]
@@ -309,14 +350,15 @@ members = *
     job "ref$n" "$n" ""         # (tcgpud_lib.sh has a reference() of its own)
     ref=$SUM
     RANK_PIDS=()
-    for r in 0 1; do
+    for r in $(seq 0 $((n - 1))); do
         start_bg "$WORK/$label.r$r.out" "$GPUCKPT" run --project research --job ddp -- \
-            "$DDP" --rank "$r" --nranks "$n" --id-file "$WORK/$label.id" --steps "$STEPS" --mb "$MB"
+            "$DDP" --rank "$r" --nranks "$n" --id-file "$WORK/$label.id" --steps "$STEPS" --mb "$MB" \
+            --sleep-ms 40
         RANK_PIDS+=("$BG")
     done
     for r in "${RANK_PIDS[@]}"; do wait_registered "$r"; done
     wait_for_line "$WORK/$label.r0.out" '^rank 0 step 10$'
-    done_ok=0 done_timeout=0 i=0
+    done_ok=0 i=0
     while [ "$i" -lt "$tries" ]; do
         # stop trying once the job is near its end: it must still run
         last=$(grep -c '^rank 0 step' "$WORK/$label.r0.out")
@@ -328,66 +370,92 @@ members = *
         rc=0
         run_fg "try$i" 60 "$GPUCKPT" suspend "${RANK_PIDS[0]}" || rc=$?
         ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-        case $rc in
-        0)
-            for r in "${RANK_PIDS[@]}"; do wait_state "$r" suspended 30; done
-            expect_exit 0 "$GPUCKPT" resume "${RANK_PIDS[0]}"
-            for r in "${RANK_PIDS[@]}"; do wait_state "$r" running 30; done
-            done_ok=$((done_ok + 1))
-            echo "try $i: the gang suspended in $ms ms, resumed"
-            ;;
-        5)
-            [ "$ms" -lt $((TCGPU_GATE_TIMEOUT_MS + 10000)) ] || fail "try $i: the failed suspend took $ms ms"
-            for r in "${RANK_PIDS[@]}"; do wait_state "$r" running 30; done
-            done_timeout=$((done_timeout + 1))
-            echo "try $i: failed in $ms ms (exit 5), both ranks run on: $(cat "$WORK/try$i.out")"
-            ;;
-        *)
-            fail "try $i: gpuckpt suspend exited $rc: $(cat "$WORK/try$i.out")"
-            ;;
-        esac
+        [ "$rc" -eq 0 ] || fail "try $i: gpuckpt suspend of the gang exited $rc after $ms ms: $(cat "$WORK/try$i.out")"
+        for r in "${RANK_PIDS[@]}"; do wait_state "$r" suspended 30; done
+        expect_exit 0 "$GPUCKPT" resume "${RANK_PIDS[0]}"
+        for r in "${RANK_PIDS[@]}"; do wait_state "$r" running 30; done
+        done_ok=$((done_ok + 1))
+        echo "try $i: the gang of $n suspended in $ms ms, resumed"
     done
-    [ "$i" -ge 3 ] || fail "only $i tries before the job neared its end (raise DDP_STEPS)"
+    [ "$i" -eq "$tries" ] || fail "only $i of $tries tries before the job neared its end (raise DDP_STEPS)"
     finish_ranks "$label" "$n"
     [ "$SUM" = "$ref" ] || fail "checksum $SUM after $i gang suspends at random moments, uninterrupted $ref"
-    # tcgpud's lines for the failed tries (none when every try suspended)
-    { grep -E 'did not suspend|resuming its job' "$WORK/tcgpud.log" || true; } | sed 's/^/tcgpud: /' | head -n 6
-    echo "ok: $i gang suspends at random moments: $done_ok suspended and resumed, $done_timeout failed within the bound (exit 5) and undone; checksum $SUM = uninterrupted"
+    echo "ok: $done_ok gang suspends of $n ranks at random moments, each suspended and resumed; checksum $SUM = uninterrupted"
     ;;
 suspend-mid-collective)
     export TCGPU_GATE_TIMEOUT_MS=${TCGPU_GATE_TIMEOUT_MS:-2000}
-    label=mid
     reference 2
     ref=$REF
+    # with the cut: rank 1 waits for rank 0 in host code, and suspends
+    label=mid
+    mid_start
+    phase "rank 1 goes on to the all-reduce of step $((k + 1)); tcgpu holds it in host code"
+    touch "$WORK/hold"
     rm -f "$WORK/pause"
-    start_ranks "$label" 2 tcgpu -- --pause-file "$WORK/pause" --hold-file "$WORK/hold"
-    r0=${RANK_PIDS[0]} r1=${RANK_PIDS[1]}
-    phase "both ranks paused between two steps"
-    touch "$WORK/pause"
-    wait_all "$label" 2 'paused after step' 1
-    k=$(sed -n 's/^rank 1 paused after step //p' "$WORK/$label.r1.out")
-    phase "suspend rank 0 (pid $r0) between steps"
-    expect_exit 0 "$GPUCKPT" suspend "$r0"
-    [ "$(status_of "$r0" state)" = suspended ] || fail "rank 0 is $(status_of "$r0" state) after its suspend"
-    # 1. rank 1 queues the next all-reduce and stays in host code: no CUDA
-    #    call in flight, its stream busy with a kernel waiting for rank 0
-    phase "rank 1 queues the all-reduce of step $((k + 1)), which waits for rank 0, and holds"
+    sleep 1
+    ! grep -q "^rank 1 \(step\|holds step\) $((k + 1))\$" "$WORK/$label.r1.out" ||
+        fail "rank 1 issued the all-reduce of step $((k + 1)) while rank 0 was suspended: $(tail_of "$WORK/$label.r1.out")"
+    phase "suspend rank 1 (pid $r1), held before its all-reduce"
+    t0=$(date +%s%N)
+    expect_exit 0 "$GPUCKPT" suspend "$r1"
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    [ "$ms" -lt "$TCGPU_GATE_TIMEOUT_MS" ] || fail "the suspend of rank 1 took $ms ms (gate timeout $TCGPU_GATE_TIMEOUT_MS ms)"
+    echo "suspend of rank 1 before its all-reduce: done in $ms ms"
+    phase "resume rank 1 first: it still waits for rank 0, in host code"
+    expect_exit 0 "$GPUCKPT" resume "$r1"
+    sleep 0.5
+    ! grep -q "^rank 1 \(step\|holds step\) $((k + 1))\$" "$WORK/$label.r1.out" ||
+        fail "rank 1 issued its all-reduce while rank 0 was still suspended"
+    [ "$(status_of "$r1" state)" = running ] || fail "rank 1 is $(status_of "$r1" state) after its resume"
+    phase "resume rank 0: rank 1 issues its all-reduce"
+    expect_exit 0 "$GPUCKPT" resume "$r0"
+    wait_line "$WORK/$label.r1.out" "^rank 1 holds step $((k + 1))\$" 30 "$r1" ||
+        fail "rank 1 did not go on once rank 0 resumed: $(tail_of "$WORK/$label.r1.out")"
+    rm -f "$WORK/hold"
+    finish_ranks "$label" 2
+    [ "$SUM" = "$ref" ] || fail "checksum $SUM after the mid-collective suspend, uninterrupted $ref"
+    echo "ok: with the cut, rank 1 waited for the suspended rank 0 in host code, suspended in $ms ms; checksum $SUM = uninterrupted"
+
+    # without the cut: rank 1's all-reduce waits on the GPU, and its suspend
+    # fails within the bound
+    label=nocut
+    export TCGPU_NCCL_CUT=0
+    mid_start
+    unset TCGPU_NCCL_CUT
+    phase "without the cut: rank 1 queues the all-reduce of step $((k + 1)), which waits for rank 0, and holds"
     touch "$WORK/hold"
     rm -f "$WORK/pause"
     wait_line "$WORK/$label.r1.out" "^rank 1 holds step $((k + 1))\$" 30 "$r1" ||
         fail "rank 1 did not queue step $((k + 1)): $(tail_of "$WORK/$label.r1.out")"
     suspend_r1 queued 'stream'
-    # 2. rank 1 waits for it inside cuStreamSynchronize
-    phase "rank 1 synchronises with its all-reduce"
-    rm -f "$WORK/hold"
-    sleep 0.3
-    suspend_r1 synchronizing 'still inside cuStreamSynchronize'
     phase "resume rank 0: the all-reduce completes"
     expect_exit 0 "$GPUCKPT" resume "$r0"
+    rm -f "$WORK/hold"
     finish_ranks "$label" 2
-    got=$SUM
-    [ "$got" = "$ref" ] || fail "checksum $got after the failed mid-collective suspend, uninterrupted $ref"
-    echo "ok: suspends of rank 1 mid-collective fail within the gate's bound (exit 5), rank 1 runs on, the job ends with checksum $got = uninterrupted"
+    [ "$SUM" = "$ref" ] || fail "checksum $SUM after the failed mid-collective suspend, uninterrupted $ref"
+    echo "ok: without the cut (TCGPU_NCCL_CUT=0), the suspend of rank 1 mid-collective fails within the gate's bound (exit 5), rank 1 runs on; checksum $SUM = uninterrupted"
+    ;;
+cut-lost-rank)
+    export TCGPU_GATE_TIMEOUT_MS=${TCGPU_GATE_TIMEOUT_MS:-2000}
+    label=lost
+    rm -f "$WORK/pause"
+    start_ranks "$label" 2 tcgpu -- --pause-file "$WORK/pause"
+    r0=${RANK_PIDS[0]} r1=${RANK_PIDS[1]}
+    touch "$WORK/pause"
+    wait_all "$label" 2 'paused after step' 1
+    k=$(sed -n 's/^rank 0 paused after step //p' "$WORK/$label.r0.out")
+    phase "rank 1 (pid $r1) stopped; rank 0 goes into the all-reduce of step $((k + 1))"
+    kill -STOP "$r1"
+    rm -f "$WORK/pause"
+    wait_line "$WORK/$label.r0.out" "^rank 0 step $((k + 1))\$" 30 "$r0" ||
+        fail "rank 0 did not issue step $((k + 1)): $(tail_of "$WORK/$label.r0.out")"
+    lost_suspend stopped 5 "rank 1 (pid $r1, stopped)"
+    phase "rank 1 killed"
+    kill -KILL "$r1"
+    wait_job "$r1" 30 || true
+    lost_suspend exited 1 "rank 1 (pid $r1, exited)"
+    kill -KILL "$r0"    # its all-reduce waits for a rank that is gone, as with NCCL alone
+    echo "ok: a cut that a stopped rank never joins fails within the bound naming it, one with a killed rank at once, rank 0 running on each time"
     ;;
 *)
     fail "unknown mode $1"

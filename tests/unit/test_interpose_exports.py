@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""libtcgpu.so exports exactly: the driver's ABI names and dlsym, unversioned;
+"""libtcgpu.so exports exactly: the driver's ABI names, dlsym and the NCCL
+functions of interpose/nccl.list (track_nccl.c), unversioned;
 the C API of include/tcgpu.h, each name in a TCGPU_<release> node of
 interpose/libtcgpu.map; nothing else. And its cu* names are exactly those of
 the toolkit's stub libcuda.so (STUB_LIBCUDA, when the toolkit has one): a
 driver entry point we do not wrap (the profiler's, once) would be handed out
 unwrapped by cuGetProcAddress and bypass the API gate.
 
-    test_interpose_exports.py LIBTCGPU CUDA_API_PY CUDA_H TYPEDEFS_H TCGPU_H LIBTCGPU_MAP [STUB_LIBCUDA]
+    test_interpose_exports.py LIBTCGPU CUDA_API_PY CUDA_H TYPEDEFS_H TCGPU_H LIBTCGPU_MAP NCCL_LIST [STUB_LIBCUDA]
 """
 import importlib.util
 import re
@@ -40,13 +41,14 @@ def defined_cu_names(lib):
 
 
 def main(argv):
-    lib, api_py, cuda_h, typedefs_h, tcgpu_h, map_path = argv[1:7]
-    stub = argv[7] if len(argv) > 7 and argv[7] else None
+    lib, api_py, cuda_h, typedefs_h, tcgpu_h, map_path, nccl_list = argv[1:8]
+    stub = argv[8] if len(argv) > 8 and argv[8] else None
     spec = importlib.util.spec_from_file_location('cuda_api', api_py)
     api = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(api)
     entries, _ = api.load(cuda_h, typedefs_h)
-    driver = {e.abi for e in entries} | {'dlsym'}
+    nccl = {l.strip() for l in open(nccl_list) if l.strip() and not l.startswith('#')}
+    driver = {e.abi for e in entries} | {'dlsym'} | nccl
     public = api_names(tcgpu_h)
     nodes = map_nodes(map_path)
 
@@ -67,7 +69,7 @@ def main(argv):
     for n in sorted((driver | public) - set(have)):
         bad.append('%s is not exported' % n)
     for n in sorted(set(have) - driver - public):
-        bad.append('%s is exported, but is neither a driver entry point, dlsym, nor tcgpu.h API' % n)
+        bad.append('%s is exported, but is neither a driver entry point, dlsym, an NCCL name of nccl.list, nor tcgpu.h API' % n)
     for n in sorted(set(have) & driver):
         if have[n]:
             bad.append('%s has version %r: a versioned definition would not catch the '

@@ -1,0 +1,268 @@
+/*
+ * track_nccl.c - NCCL's API, counted (lib/core/ncclcut.h).
+ *
+ * libtcgpu.so is first in the program's scope, so a program (or PyTorch)
+ * linked against libnccl.so.2 calls these; each counts the operation and
+ * calls the library's own (the next definition, RTLD_NEXT). A program
+ * without NCCL never calls them. The names are in nccl.list
+ * (tests/unit/test_interpose_exports.py checks that exactly those are
+ * exported); every other NCCL function goes to the library directly.
+ *
+ * NCCL's ABI, as far as we need it, is declared here rather than taken
+ * from a nccl.h: the communicator is an opaque pointer, the unique id 128
+ * bytes passed by value, the enums ints, the stream a pointer.
+ */
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/ncclcut.h"
+#include "common/log.h"
+
+typedef struct ncclComm *ncclComm_t;
+typedef struct { char internal[128]; } ncclUniqueId;
+typedef int ncclResult_t;               /* enum ncclResult_t */
+typedef int ncclDataType_t;
+typedef int ncclRedOp_t;
+typedef struct ncclConfig ncclConfig_t; /* opaque: passed through */
+typedef struct CUstream_st *cudaStream_t;
+
+enum { NCCL_SUCCESS = 0, NCCL_INTERNAL_ERROR = 3, NCCL_IN_PROGRESS = 7 };
+
+/* The library's definition of name, looked up once. NULL when no later
+ * object defines it (the program's NCCL is linked in statically, or it
+ * resolved a name it never loaded): the call then fails as NCCL's internal
+ * error, with the reason logged once. */
+static void *next_fn(const char *name, void **cache)
+{
+    void *fn = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+
+    if (!fn) {
+        fn = dlsym(RTLD_NEXT, name);
+        if (!fn)
+            log_err("%s: no NCCL library after libtcgpu.so defines it", name);
+        __atomic_store_n(cache, fn, __ATOMIC_RELEASE);
+    }
+    return fn;
+}
+
+#define NEXT(name) ((__typeof__(&name))next_fn(#name, &next_##name))
+#define NEXT_DECL(name) static void *next_##name
+
+/* Calls the library makes into itself (one public function calling
+ * another) are its own business: counted once, at the outermost call. */
+static __thread int tl_inside;
+
+static bool accepted(ncclResult_t rc)
+{
+    return rc == NCCL_SUCCESS || rc == NCCL_IN_PROGRESS;
+}
+
+/* One counted operation around the library's call: rc = CALL. */
+#define COUNTED(comm, kind, peer, fn, ...)                          \
+    do {                                                            \
+        __typeof__(&fn) next_ = NEXT(fn);                           \
+        ncclResult_t rc_;                                           \
+        if (!next_)                                                 \
+            return NCCL_INTERNAL_ERROR;                             \
+        if (tl_inside++)                                            \
+            rc_ = next_(__VA_ARGS__);                               \
+        else {                                                      \
+            ncclcut_issue((comm), (kind), (peer));                  \
+            rc_ = next_(__VA_ARGS__);                               \
+            ncclcut_done(accepted(rc_));                            \
+        }                                                           \
+        tl_inside--;                                                \
+        return rc_;                                                 \
+    } while (0)
+
+/* --- communicators ------------------------------------------------------- */
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t *config);
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+NEXT_DECL(ncclCommInitRank);
+NEXT_DECL(ncclCommInitRankConfig);
+NEXT_DECL(ncclCommDestroy);
+NEXT_DECL(ncclCommAbort);
+
+/* A nonblocking init answers ncclInProgress with the communicator made:
+ * it is counted from then on, as its operations will be. */
+static void attach_if_made(ncclResult_t rc, ncclComm_t *comm, const ncclUniqueId *id, int nranks,
+                           int rank)
+{
+    if (accepted(rc) && comm && *comm && tl_inside == 1)
+        ncclcut_attach(*comm, id, sizeof(*id), nranks, rank);
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+{
+    __typeof__(&ncclCommInitRank) next = NEXT(ncclCommInitRank);
+    ncclResult_t rc;
+
+    if (!next)
+        return NCCL_INTERNAL_ERROR;
+    tl_inside++;
+    rc = next(comm, nranks, commId, rank);
+    attach_if_made(rc, comm, &commId, nranks, rank);
+    tl_inside--;
+    return rc;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t *config)
+{
+    __typeof__(&ncclCommInitRankConfig) next = NEXT(ncclCommInitRankConfig);
+    ncclResult_t rc;
+
+    if (!next)
+        return NCCL_INTERNAL_ERROR;
+    tl_inside++;
+    rc = next(comm, nranks, commId, rank, config);
+    attach_if_made(rc, comm, &commId, nranks, rank);
+    tl_inside--;
+    return rc;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    __typeof__(&ncclCommDestroy) next = NEXT(ncclCommDestroy);
+
+    if (!next)
+        return NCCL_INTERNAL_ERROR;
+    if (!tl_inside)
+        ncclcut_detach(comm);
+    return next(comm);
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    __typeof__(&ncclCommAbort) next = NEXT(ncclCommAbort);
+
+    if (!next)
+        return NCCL_INTERNAL_ERROR;
+    if (!tl_inside)
+        ncclcut_detach(comm);
+    return next(comm);
+}
+
+/* --- collectives and point-to-point -------------------------------------- */
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                           int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream);
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream);
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+NEXT_DECL(ncclAllReduce);
+NEXT_DECL(ncclBroadcast);
+NEXT_DECL(ncclBcast);
+NEXT_DECL(ncclReduce);
+NEXT_DECL(ncclAllGather);
+NEXT_DECL(ncclReduceScatter);
+NEXT_DECL(ncclSend);
+NEXT_DECL(ncclRecv);
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    COUNTED(comm, NCCLCUT_COLL, -1, ncclAllReduce, sendbuff, recvbuff, count, datatype, op, comm,
+            stream);
+}
+
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                           int root, ncclComm_t comm, cudaStream_t stream)
+{
+    COUNTED(comm, NCCLCUT_COLL, -1, ncclBroadcast, sendbuff, recvbuff, count, datatype, root, comm,
+            stream);
+}
+
+ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream)
+{
+    COUNTED(comm, NCCLCUT_COLL, -1, ncclBcast, buff, count, datatype, root, comm, stream);
+}
+
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    COUNTED(comm, NCCLCUT_COLL, -1, ncclReduce, sendbuff, recvbuff, count, datatype, op, root, comm,
+            stream);
+}
+
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+    COUNTED(comm, NCCLCUT_COLL, -1, ncclAllGather, sendbuff, recvbuff, sendcount, datatype, comm,
+            stream);
+}
+
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream)
+{
+    COUNTED(comm, NCCLCUT_COLL, -1, ncclReduceScatter, sendbuff, recvbuff, recvcount, datatype, op,
+            comm, stream);
+}
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream)
+{
+    COUNTED(comm, NCCLCUT_SEND, peer, ncclSend, sendbuff, count, datatype, peer, comm, stream);
+}
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream)
+{
+    COUNTED(comm, NCCLCUT_RECV, peer, ncclRecv, recvbuff, count, datatype, peer, comm, stream);
+}
+
+/* --- groups -------------------------------------------------------------- */
+
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
+NEXT_DECL(ncclGroupStart);
+NEXT_DECL(ncclGroupEnd);
+
+ncclResult_t ncclGroupStart(void)
+{
+    __typeof__(&ncclGroupStart) next = NEXT(ncclGroupStart);
+    ncclResult_t rc;
+
+    if (!next)
+        return NCCL_INTERNAL_ERROR;
+    rc = next();
+    if (!tl_inside && accepted(rc))
+        ncclcut_group_start();
+    return rc;
+}
+
+/* The outermost end is where the library issues the group: it waits and
+ * counts like one operation. */
+ncclResult_t ncclGroupEnd(void)
+{
+    __typeof__(&ncclGroupEnd) next = NEXT(ncclGroupEnd);
+    ncclResult_t rc;
+
+    if (!next)
+        return NCCL_INTERNAL_ERROR;
+    if (tl_inside)
+        return next();
+    ncclcut_group_end_issue();
+    rc = next();
+    ncclcut_group_end_done(accepted(rc));
+    return rc;
+}

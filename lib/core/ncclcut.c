@@ -1,0 +1,677 @@
+/*
+ * ncclcut.c - per-communicator counts of what each rank issued, and the
+ * consistent cut a suspend or checkpoint waits for (ncclcut.h).
+ *
+ * The segment of one communicator, /tcgpu-ncclcut-<uid>-<hash of the id>:
+ *
+ *   struct seg_hdr                 magic (written last by its creator), the
+ *                                  lock, nranks, holders, attached
+ *   struct seg_slot [nranks]       pid + start time, hold, collectives
+ *   struct seg_pair [nranks^2]     pair[a][b]: sends a issued to b, recvs a
+ *                                  posted from b
+ *
+ * The rank whose attach completes the count unlinks the name (as simnccl
+ * and NCCL do with their rendezvous segments), so nothing is left in
+ * /dev/shm once every rank has joined; the mappings live on.
+ */
+#include "ncclcut.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/errmsg.h"
+#include "common/log.h"
+#include "common/proc.h"
+#include "common/xxh.h"
+#include "settings.h"
+
+#define SEG_MAGIC 0x74636e63u           /* "tcnc" */
+#define SEG_VERSION 1u
+#define MAX_RANKS 1024                  /* pairs: 16 MiB of (sparse) shm at most */
+#define ATTACH_WAIT_MS 2000             /* for a creator between O_EXCL and its magic */
+#define MAX_OPS_PER_GROUP 4096
+
+struct seg_hdr {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t nranks;
+    uint32_t holders;                   /* slots whose hold is set (under lock) */
+    uint32_t attached;
+    uint32_t pad;
+    uint64_t id_hash;
+    pthread_mutex_t lock;               /* robust, process-shared */
+};
+
+struct seg_slot {
+    int32_t pid;                        /* 0: not attached (or left) */
+    uint32_t hold;
+    uint64_t start_ticks;               /* with pid, names the process for good */
+    uint64_t coll;
+};
+
+struct seg_pair {
+    uint64_t send;
+    uint64_t recv;
+};
+
+/* One communicator this process counts. */
+struct comm {
+    const void *comm;                   /* the program's ncclComm_t */
+    struct seg_hdr *seg;
+    size_t map_len;
+    int rank, nranks;
+    pid_t owner;                        /* a forked child inherits the table, not the rank */
+    char name[64];
+    struct comm *next;
+};
+
+/* Read-locked to use an entry (an issue, a cut), write-locked to change the
+ * list: a communicator destroyed during a cut waits for the cut's end. */
+static pthread_rwlock_t table_lock = PTHREAD_RWLOCK_INITIALIZER;
+static struct comm *comms;
+
+/* --- the segment --------------------------------------------------------- */
+
+static struct seg_slot *slots(const struct comm *c)
+{
+    return (struct seg_slot *)(c->seg + 1);
+}
+
+static struct seg_pair *pair(const struct comm *c, int a, int b)
+{
+    struct seg_pair *p = (struct seg_pair *)(slots(c) + c->nranks);
+    return &p[(size_t)a * (size_t)c->nranks + (size_t)b];
+}
+
+static size_t seg_size(int nranks)
+{
+    return sizeof(struct seg_hdr) + (size_t)nranks * sizeof(struct seg_slot) +
+           (size_t)nranks * (size_t)nranks * sizeof(struct seg_pair);
+}
+
+/* The lock; a holder that died leaves the counts as they were (each update
+ * is a few stores that do not depend on one another), so they stay usable. */
+static void seg_lock(const struct comm *c)
+{
+    if (pthread_mutex_lock(&c->seg->lock) == EOWNERDEAD)
+        pthread_mutex_consistent(&c->seg->lock);
+}
+
+static void seg_unlock(const struct comm *c)
+{
+    pthread_mutex_unlock(&c->seg->lock);
+}
+
+/* Whether slot i names a process that still runs (not a pid reused later). */
+static bool slot_live(const struct seg_slot *s)
+{
+    struct tcgpu_proc_stat st;
+
+    if (s->pid <= 0 || tcgpu_proc_stat(s->pid, &st) != 0)
+        return false;
+    return st.start_ticks == s->start_ticks && st.state != 'Z' && st.state != 'X';
+}
+
+static const char *slot_state(const struct seg_slot *s)
+{
+    struct tcgpu_proc_stat st;
+
+    if (!slot_live(s))
+        return "exited";
+    if (tcgpu_proc_stat(s->pid, &st) == 0 && (st.state == 'T' || st.state == 't'))
+        return "stopped";
+    return "running";
+}
+
+static void seg_init(struct seg_hdr *h, int nranks, uint64_t id_hash)
+{
+    pthread_mutexattr_t a;
+
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&h->lock, &a);
+    pthread_mutexattr_destroy(&a);
+    h->version = SEG_VERSION;
+    h->nranks = (uint32_t)nranks;
+    h->id_hash = id_hash;
+    __atomic_store_n(&h->magic, SEG_MAGIC, __ATOMIC_RELEASE);
+}
+
+/* An existing segment is trusted only when it is ours alone and of the
+ * expected size; waits (bounded) for a creator that has not sized it yet. */
+static int seg_check_fd(int fd, size_t size)
+{
+    uint64_t end = now_ns() + (uint64_t)ATTACH_WAIT_MS * 1000000u;
+    struct stat st;
+
+    for (;;) {
+        if (fstat(fd, &st) != 0)
+            return TC_FAIL(-errno, "fstat: %s", strerror(errno));
+        if (st.st_uid != geteuid() || (st.st_mode & 077))
+            return TC_FAIL(-EPERM, "it belongs to uid %u with mode %03o, not to us alone",
+                           (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
+        if ((size_t)st.st_size == size)
+            return 0;
+        if (st.st_size != 0 || now_ns() > end)
+            return TC_FAIL(-EINVAL, "its size is %lld bytes, not %zu", (long long)st.st_size, size);
+        usleep(1000);
+    }
+}
+
+static int seg_wait_magic(struct seg_hdr *h, int nranks, uint64_t id_hash)
+{
+    uint64_t end = now_ns() + (uint64_t)ATTACH_WAIT_MS * 1000000u;
+
+    while (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SEG_MAGIC) {
+        if (now_ns() > end)
+            return TC_FAIL(-ETIMEDOUT, "its creator did not initialise it");
+        usleep(1000);
+    }
+    if (h->version != SEG_VERSION || h->nranks != (uint32_t)nranks || h->id_hash != id_hash)
+        return TC_FAIL(-EINVAL, "it is of another communicator (%u ranks)", h->nranks);
+    return 0;
+}
+
+/* Opens or creates c->name and maps it into c->seg. */
+static int seg_map(struct comm *c, uint64_t id_hash)
+{
+    size_t size = seg_size(c->nranks);
+    bool created = true;
+    int fd, rc;
+
+    fd = shm_open(c->name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        created = false;
+        fd = shm_open(c->name, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+    }
+    if (fd < 0)
+        return TC_FAIL(-errno, "shm_open: %s", strerror(errno));
+    rc = created ? (ftruncate(fd, (off_t)size) ? -errno : 0) : seg_check_fd(fd, size);
+    if (rc == 0) {
+        c->seg = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (c->seg == MAP_FAILED) {
+            c->seg = NULL;
+            rc = TC_FAIL(-errno, "mmap: %s", strerror(errno));
+        }
+    } else if (created) {
+        errmsg_set("ftruncate: %s", strerror(-rc));
+    }
+    close(fd);
+    if (rc == 0) {
+        c->map_len = size;
+        if (created)
+            seg_init(c->seg, c->nranks, id_hash);
+        else
+            rc = seg_wait_magic(c->seg, c->nranks, id_hash);
+    }
+    if (rc && created)
+        shm_unlink(c->name);
+    if (rc && c->seg) {
+        munmap(c->seg, size);
+        c->seg = NULL;
+    }
+    return rc;
+}
+
+/* Takes this rank's slot; the rank completing the count unlinks the name. */
+static int seg_join(struct comm *c)
+{
+    struct seg_slot *me = &slots(c)[c->rank];
+    struct tcgpu_proc_stat st;
+    int rc = 0;
+
+    if (tcgpu_proc_stat(getpid(), &st) != 0)
+        return TC_FAIL(-EIO, "cannot read our own /proc/self/stat");
+    seg_lock(c);
+    if (me->pid != 0 && me->pid != getpid() && slot_live(me)) {
+        rc = TC_FAIL(-EEXIST, "rank %d is already process %d's", c->rank, me->pid);
+    } else {
+        memset(me, 0, sizeof(*me));
+        me->pid = getpid();
+        me->start_ticks = st.start_ticks;
+        if (++c->seg->attached == c->seg->nranks)
+            shm_unlink(c->name);
+    }
+    seg_unlock(c);
+    return rc;
+}
+
+/* --- the table of communicators ------------------------------------------ */
+
+static bool enabled(void)
+{
+    return settings_get()->nccl_cut >= 0;
+}
+
+/* The entry of comm in this process (table_lock read-locked), or NULL. */
+static struct comm *find(const void *comm)
+{
+    for (struct comm *c = comms; c; c = c->next)
+        if (c->comm == comm && c->owner == getpid())
+            return c;
+    return NULL;
+}
+
+void ncclcut_attach(const void *comm, const void *id, size_t id_len, int nranks, int rank)
+{
+    uint64_t h = XXH3_64bits(id, id_len);
+    struct comm *c;
+
+    if (!enabled() || !comm || nranks < 2 || rank < 0 || rank >= nranks)
+        return;
+    if (nranks > MAX_RANKS) {
+        log_warn("NCCL communicator of %d ranks: not counted (at most %d), so a suspend cannot wait "
+                 "for a consistent cut of it", nranks, MAX_RANKS);
+        return;
+    }
+    if (!(c = calloc(1, sizeof(*c))))
+        return;
+    c->comm = comm;
+    c->rank = rank;
+    c->nranks = nranks;
+    c->owner = getpid();
+    snprintf(c->name, sizeof(c->name), "/tcgpu-ncclcut-%u-%016llx", (unsigned)geteuid(),
+             (unsigned long long)h);
+    if (seg_map(c, h) != 0 || seg_join(c) != 0) {
+        log_warn("NCCL communicator %016llx (rank %d of %d): not counted, so a suspend cannot wait "
+                 "for a consistent cut of it: %s %s", (unsigned long long)h, rank, nranks, c->name,
+                 errmsg_get());
+        if (c->seg)
+            munmap(c->seg, c->map_len);
+        free(c);
+        return;
+    }
+    pthread_rwlock_wrlock(&table_lock);
+    c->next = comms;
+    comms = c;
+    pthread_rwlock_unlock(&table_lock);
+    log_debug("NCCL communicator %016llx: counting as rank %d of %d", (unsigned long long)h, rank,
+              nranks);
+}
+
+void ncclcut_detach(const void *comm)
+{
+    struct comm **pp, *c = NULL;
+
+    pthread_rwlock_wrlock(&table_lock);
+    for (pp = &comms; *pp; pp = &(*pp)->next)
+        if ((*pp)->comm == comm && (*pp)->owner == getpid()) {
+            c = *pp;
+            *pp = c->next;
+            break;
+        }
+    pthread_rwlock_unlock(&table_lock);
+    if (!c)
+        return;
+    seg_lock(c);
+    if (slots(c)[c->rank].hold)
+        c->seg->holders--;
+    memset(&slots(c)[c->rank], 0, sizeof(struct seg_slot));
+    if (--c->seg->attached == 0)
+        shm_unlink(c->name);    /* ranks that never came: the name is still there */
+    seg_unlock(c);
+    munmap(c->seg, c->map_len);
+    free(c);
+}
+
+/* --- issuing ------------------------------------------------------------- */
+
+struct op {
+    struct comm *c;
+    enum ncclcut_kind kind;
+    int peer;
+};
+
+/* What this thread is issuing: the pending group's operations, and after
+ * the wait what was counted (to take back if the library refuses). */
+static __thread struct op *tl_ops;
+static __thread unsigned tl_nops, tl_cap;
+static __thread unsigned tl_depth;
+static __thread bool tl_counted;
+
+static bool op_owed(const struct op *o)
+{
+    const struct comm *c = o->c;
+    int me = c->rank;
+
+    switch (o->kind) {
+    case NCCLCUT_COLL:
+        for (int p = 0; p < c->nranks; p++)
+            if (slots(c)[p].pid && slots(c)[p].coll > slots(c)[me].coll)
+                return true;
+        return false;
+    case NCCLCUT_SEND:
+        return pair(c, o->peer, me)->recv > pair(c, me, o->peer)->send;
+    case NCCLCUT_RECV:
+        return pair(c, o->peer, me)->send > pair(c, me, o->peer)->recv;
+    }
+    return false;
+}
+
+/* Whether a live rank holds c (lock held). A dead holder's hold is dropped:
+ * a rank killed while suspended must not stop its peers for ever. */
+static bool held(const struct comm *c)
+{
+    if (!c->seg->holders)
+        return false;
+    for (int p = 0; p < c->nranks; p++) {
+        struct seg_slot *s = &slots(c)[p];
+        if (!s->hold)
+            continue;
+        if (p == c->rank || slot_live(s))
+            return true;
+        s->hold = 0;
+        c->seg->holders--;
+    }
+    return false;
+}
+
+/* May the operations go now (every involved lock held)? Each held
+ * communicator must be owed one of them. */
+static bool may_go(const struct op *ops, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        bool owed = false;
+        if (!held(ops[i].c))
+            continue;
+        for (unsigned j = 0; j < n && !owed; j++)
+            owed = ops[j].c == ops[i].c && op_owed(&ops[j]);
+        if (!owed)
+            return false;
+    }
+    return true;
+}
+
+static void count(const struct op *ops, unsigned n, int by)
+{
+    for (unsigned i = 0; i < n; i++) {
+        const struct op *o = &ops[i];
+        int me = o->c->rank;
+        switch (o->kind) {
+        case NCCLCUT_COLL: slots(o->c)[me].coll += (uint64_t)by; break;
+        case NCCLCUT_SEND: pair(o->c, me, o->peer)->send += (uint64_t)by; break;
+        case NCCLCUT_RECV: pair(o->c, me, o->peer)->recv += (uint64_t)by; break;
+        }
+    }
+}
+
+/* The distinct communicators of ops, in one order every process agrees on
+ * (the segment's id hash), so that two ranks locking several never
+ * deadlock. */
+static unsigned lock_order(const struct op *ops, unsigned n, struct comm **out)
+{
+    unsigned k = 0;
+
+    for (unsigned i = 0; i < n; i++) {
+        unsigned j = 0;
+        while (j < k && out[j] != ops[i].c)
+            j++;
+        if (j == k)
+            out[k++] = ops[i].c;
+    }
+    for (unsigned i = 1; i < k; i++)
+        for (unsigned j = i; j > 0 && out[j - 1]->seg->id_hash > out[j]->seg->id_hash; j--) {
+            struct comm *t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    return k;
+}
+
+static void sleep_backoff(unsigned *us)
+{
+    struct timespec ts = { 0, (long)*us * 1000 };
+
+    nanosleep(&ts, NULL);
+    if (*us < 2000)
+        *us *= 2;
+}
+
+/* Waits while the operations may not go, then counts them. The wait has no
+ * bound of its own: it lasts while a peer is suspended, as the collective
+ * itself would wait for that peer on the GPU, but here in host code, where
+ * this process can still be suspended. */
+static bool wait_and_count(const struct op *ops, unsigned n)
+{
+    struct comm **order = malloc(n * sizeof(*order));
+    unsigned k, us = 50;
+
+    if (!order)
+        return false;                   /* not counted: the operation goes as without tcgpu */
+    k = lock_order(ops, n, order);
+    for (;;) {
+        bool go;
+        for (unsigned i = 0; i < k; i++)
+            seg_lock(order[i]);
+        go = may_go(ops, n);
+        if (go)
+            count(ops, n, 1);
+        for (unsigned i = k; i-- > 0;)
+            seg_unlock(order[i]);
+        if (go)
+            break;
+        sleep_backoff(&us);
+    }
+    free(order);
+    return true;
+}
+
+/* Takes back what wait_and_count counted (the library refused it), one
+ * lock at a time: a count going down never lets anyone go. */
+static void uncount(const struct op *ops, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        seg_lock(ops[i].c);
+        count(&ops[i], 1, -1);
+        seg_unlock(ops[i].c);
+    }
+}
+
+static bool push_op(struct comm *c, enum ncclcut_kind kind, int peer)
+{
+    if (tl_nops == tl_cap) {
+        unsigned cap = tl_cap ? tl_cap * 2 : 8;
+        struct op *ops = cap <= MAX_OPS_PER_GROUP ? realloc(tl_ops, cap * sizeof(*ops)) : NULL;
+        if (!ops)
+            return false;
+        tl_ops = ops;
+        tl_cap = cap;
+    }
+    tl_ops[tl_nops++] = (struct op){ c, kind, peer };
+    return true;
+}
+
+void ncclcut_issue(const void *comm, enum ncclcut_kind kind, int peer)
+{
+    struct comm *c;
+
+    tl_counted = false;
+    pthread_rwlock_rdlock(&table_lock);
+    c = comms ? find(comm) : NULL;
+    pthread_rwlock_unlock(&table_lock);
+    if (!c || (kind != NCCLCUT_COLL && (peer < 0 || peer >= c->nranks || peer == c->rank)))
+        return;                         /* not counted; the library judges a bad peer */
+    if (tl_depth) {
+        tl_counted = push_op(c, kind, peer);
+        return;
+    }
+    tl_nops = 0;
+    if (!push_op(c, kind, peer))
+        return;
+    tl_counted = wait_and_count(tl_ops, 1);
+}
+
+void ncclcut_done(bool accepted)
+{
+    if (!tl_counted || accepted)
+        return;
+    if (tl_depth)
+        tl_nops--;                      /* the library refused this one of the group */
+    else
+        uncount(tl_ops, tl_nops);
+    tl_counted = false;
+}
+
+void ncclcut_group_start(void)
+{
+    if (tl_depth++ == 0)
+        tl_nops = 0;
+}
+
+void ncclcut_group_end_issue(void)
+{
+    tl_counted = false;
+    if (tl_depth != 1 || !tl_nops)
+        return;
+    tl_counted = wait_and_count(tl_ops, tl_nops);
+}
+
+void ncclcut_group_end_done(bool accepted)
+{
+    if (tl_depth == 0)
+        return;
+    if (tl_depth == 1 && tl_counted && !accepted)
+        uncount(tl_ops, tl_nops);
+    if (--tl_depth == 0)
+        tl_nops = 0;
+    tl_counted = false;
+}
+
+/* --- the cut ------------------------------------------------------------- */
+
+static bool holding;                    /* this process holds its communicators */
+
+/* This process's communicators, as an array the caller frees (table_lock
+ * read-locked by the caller until it is done with them). */
+static struct comm **mine(unsigned *n)
+{
+    struct comm **v = NULL;
+    unsigned k = 0;
+
+    for (struct comm *c = comms; c; c = c->next)
+        if (c->owner == getpid()) {
+            struct comm **nv = realloc(v, (k + 1) * sizeof(*v));
+            if (!nv)
+                break;
+            v = nv;
+            v[k++] = c;
+        }
+    *n = k;
+    return v;
+}
+
+static void set_hold(struct comm *c, uint32_t on)
+{
+    struct seg_slot *me;
+
+    seg_lock(c);
+    me = &slots(c)[c->rank];
+    if (me->hold != on) {
+        me->hold = on;
+        c->seg->holders += on ? 1u : (uint32_t)-1;
+    }
+    seg_unlock(c);
+}
+
+/*
+ * Whether this rank is level with every attached peer on c (lock held).
+ * If not, *why says with whom; returns -EPIPE when that peer has exited,
+ * so that waiting longer cannot help.
+ */
+static int level(const struct comm *c, char *why, size_t len)
+{
+    const struct seg_slot *s = slots(c);
+    int me = c->rank;
+
+    for (int p = 0; p < c->nranks; p++) {
+        uint64_t mine_n, theirs;
+        const char *what;
+        if (p == me || !s[p].pid)
+            continue;
+        if (s[p].coll != s[me].coll) {
+            mine_n = s[me].coll, theirs = s[p].coll, what = "collectives";
+        } else if (pair(c, me, p)->send != pair(c, p, me)->recv) {
+            mine_n = pair(c, me, p)->send, theirs = pair(c, p, me)->recv;
+            what = "sends to it (its receives from this rank)";
+        } else if (pair(c, me, p)->recv != pair(c, p, me)->send) {
+            mine_n = pair(c, me, p)->recv, theirs = pair(c, p, me)->send;
+            what = "receives from it (its sends to this rank)";
+        } else {
+            continue;
+        }
+        snprintf(why, len, "NCCL communicator %016llx: this rank (%d) has issued %llu %s, rank %d "
+                 "(pid %d, %s) %llu",
+                 (unsigned long long)c->seg->id_hash, me, (unsigned long long)mine_n, what, p,
+                 s[p].pid, slot_state(&s[p]), (unsigned long long)theirs);
+        return slot_live(&s[p]) ? 1 : -EPIPE;
+    }
+    return 0;
+}
+
+int ncclcut_hold(unsigned timeout_ms)
+{
+    uint64_t end = now_ns() + (uint64_t)timeout_ms * 1000000u;
+    unsigned n, us = 50;
+    struct comm **v;
+    char why[320] = "";
+    int rc = 0;
+
+    pthread_rwlock_rdlock(&table_lock);
+    v = mine(&n);
+    if (!n) {
+        pthread_rwlock_unlock(&table_lock);
+        free(v);
+        return 0;
+    }
+    for (unsigned i = 0; i < n; i++)
+        set_hold(v[i], 1);
+    holding = true;
+    for (;;) {
+        rc = 0;
+        for (unsigned i = 0; i < n && rc == 0; i++) {
+            seg_lock(v[i]);
+            rc = level(v[i], why, sizeof(why));
+            seg_unlock(v[i]);
+        }
+        if (rc <= 0 || now_ns() > end)
+            break;
+        sleep_backoff(&us);
+    }
+    free(v);
+    pthread_rwlock_unlock(&table_lock);
+    if (rc == 0)
+        return 0;
+    ncclcut_release();
+    if (rc == -EPIPE)
+        return TC_FAIL(-EPIPE, "%s: that rank exited before the ranks were level, so this rank's "
+                       "collectives cannot finish", why);
+    return TC_FAIL(-ETIMEDOUT, "%s: the ranks did not become level within %u ms "
+                   "(TCGPU_GATE_TIMEOUT_MS)", why, timeout_ms);
+}
+
+void ncclcut_release(void)
+{
+    unsigned n;
+    struct comm **v;
+
+    if (!holding)
+        return;
+    pthread_rwlock_rdlock(&table_lock);
+    v = mine(&n);
+    for (unsigned i = 0; i < n; i++)
+        set_hold(v[i], 0);
+    pthread_rwlock_unlock(&table_lock);
+    free(v);
+    holding = false;
+}
