@@ -60,7 +60,7 @@
 static const char usage[] =
     "usage: ddp --nranks N [--rank R] [--id-file PATH] [--steps S] [--mb M] [--seed X]\n"
     "           [--sleep-ms T] [--pause-file PATH] [--hold-file PATH] [--device D]\n"
-    "           [--kernels PATH]\n"
+    "           [--kernels PATH] [--p2p 1]\n"
     "  --nranks N         ranks of the job (1..64)\n"
     "  --rank R           this process's rank; without it, run all N ranks as children\n"
     "  --id-file PATH     where rank 0 publishes the NCCL unique id (needed with --rank)\n"
@@ -71,11 +71,14 @@ static const char usage[] =
     "  --pause-file PATH  pause all ranks after the step where PATH exists, until it is gone\n"
     "  --hold-file PATH   while PATH exists, wait before synchronising with a queued step\n"
     "  --device D         the GPU (default: rank modulo the visible GPUs)\n"
-    "  --kernels PATH     kernel module (default: " DDP_KERNELS_FILE " beside the executable)\n";
+    "  --kernels PATH     kernel module (default: " DDP_KERNELS_FILE " beside the executable)\n"
+    "  --p2p 1            sum the gradients by ncclReduce and a chain of ncclSend/ncclRecv\n"
+    "                     (the same bytes as the all-reduce), plus a grouped ring exchange\n";
 
 struct ddp_opts {
     int rank, nranks, device;
     long steps, mb, sleep_ms;
+    int p2p;
     uint64_t seed;
     const char *id_file, *pause_file, *hold_file, *kernels;
 };
@@ -167,6 +170,8 @@ static void parse_opts(int argc, char **argv, struct ddp_opts *o)
             o->device = (int)parse_long(f, v, 0, 1023);
         else if (!strcmp(f, "--kernels"))
             o->kernels = v;
+        else if (!strcmp(f, "--p2p"))
+            o->p2p = (int)parse_long(f, v, 0, 1);
         else
             die_usage("unknown option", f);
     }
@@ -252,6 +257,29 @@ static void launch(CUfunction f, CUstream s, void **args)
     CK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
 }
 
+/*
+ * --p2p: the all-reduce's sum by other roads, so that a test sees sends and
+ * receives whose counts differ from rank to rank: ncclReduce to rank 0
+ * (summed in rank order, the same bytes as ncclAllReduce), then down a
+ * chain, rank r receiving from r - 1 and passing it on to r + 1, and a ring
+ * exchange of the vote in a group (into scratch, unused).
+ */
+static void sum_p2p(CUdeviceptr g, size_t count, CUdeviceptr scratch, const struct ddp_opts *o,
+                    ncclComm_t comm, CUstream s)
+{
+    int rank = o->rank, nranks = o->nranks;
+
+    NK(ncclReduce((void *)g, (void *)g, count, ncclFloat, ncclSum, 0, comm, s));
+    if (rank > 0)
+        NK(ncclRecv((void *)g, count, ncclFloat, rank - 1, comm, s));
+    if (rank < nranks - 1)
+        NK(ncclSend((void *)g, count, ncclFloat, rank + 1, comm, s));
+    NK(ncclGroupStart());
+    NK(ncclSend((void *)(g + (count - 1) * sizeof(float)), 1, ncclFloat, (rank + 1) % nranks, comm, s));
+    NK(ncclRecv((void *)scratch, 1, ncclFloat, (rank + nranks - 1) % nranks, comm, s));
+    NK(ncclGroupEnd());
+}
+
 static int rank_main(const struct ddp_opts *o)
 {
     int rank = o->rank, ndev = 0;
@@ -262,7 +290,7 @@ static int rank_main(const struct ddp_opts *o)
     CUmodule mod;
     CUfunction f_init, f_grad, f_apply;
     CUstream s;
-    CUdeviceptr w, g;
+    CUdeviceptr w, g, scratch;
     char kpath[4200];
     uint64_t n = ((uint64_t)o->mb << 20) / sizeof(float);
 
@@ -288,6 +316,7 @@ static int rank_main(const struct ddp_opts *o)
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     CK(cuMemAlloc(&w, n * sizeof(float)));
     CK(cuMemAlloc(&g, (n + 1) * sizeof(float)));
+    CK(cuMemAlloc(&scratch, sizeof(float)));
 
     NK(ncclCommInitRank(&comm, o->nranks, id, rank));
     if (rank == 0)
@@ -306,7 +335,10 @@ static int rank_main(const struct ddp_opts *o)
         void *apply_args[] = { &w, &g, &n, &scale };
 
         launch(f_grad, s, grad_args);
-        NK(ncclAllReduce((void *)g, (void *)g, n + 1, ncclFloat, ncclSum, comm, s));
+        if (o->p2p)
+            sum_p2p(g, n + 1, scratch, o, comm, s);
+        else
+            NK(ncclAllReduce((void *)g, (void *)g, n + 1, ncclFloat, ncclSum, comm, s));
         launch(f_apply, s, apply_args);
         printf("rank %d step %ld\n", rank, step);
         if (o->hold_file && access(o->hold_file, F_OK) == 0) {
@@ -339,6 +371,7 @@ static int rank_main(const struct ddp_opts *o)
     free(h);
 
     NK(ncclCommDestroy(comm));
+    CK(cuMemFree(scratch));
     CK(cuMemFree(g));
     CK(cuMemFree(w));
     CK(cuStreamDestroy(s));

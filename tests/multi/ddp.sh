@@ -40,6 +40,15 @@
 #                                gate's bound (TCGPU_GATE_TIMEOUT_MS, 2000 ms
 #                                here) with exit 5, naming the stream, and
 #                                leaves it running: what the cut prevents.
+#   ddp.sh p2p-random            3 ranks summing by ncclReduce, a chain of
+#                                ncclSend/ncclRecv and a grouped ring
+#                                exchange (`ddp --p2p 1`: counts differ from
+#                                rank to rank), under tcgpu; $DDP_TRIES (12)
+#                                times one or two ranks chosen at random are
+#                                suspended at a random moment, alone (no
+#                                gang), and resumed in a random order: every
+#                                suspend succeeds, and the job ends with the
+#                                all-reduce run's checksum.
 #   ddp.sh cut-lost-rank         2 ranks; rank 1 stopped (SIGSTOP) between
 #                                steps while rank 0 goes into the next
 #                                all-reduce. A suspend of rank 0 fails within
@@ -267,7 +276,7 @@ lost_suspend() {
     [ "$(status_of "$r0" state)" = running ] || fail "rank 0 is $(status_of "$r0" state) after its failed suspend"
 }
 
-case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|checkpoint-all|gang-random|suspend-mid-collective|cut-lost-rank} in
+case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|checkpoint-all|gang-random|suspend-mid-collective|p2p-random|cut-lost-rank} in
 plain)
     for n in 2 4; do
         job "a$n" "$n" ""
@@ -434,6 +443,39 @@ suspend-mid-collective)
     finish_ranks "$label" 2
     [ "$SUM" = "$ref" ] || fail "checksum $SUM after the failed mid-collective suspend, uninterrupted $ref"
     echo "ok: without the cut (TCGPU_NCCL_CUT=0), the suspend of rank 1 mid-collective fails within the gate's bound (exit 5), rank 1 runs on; checksum $SUM = uninterrupted"
+    ;;
+p2p-random)
+    STEPS=${DDP_STEPS:-400} MB=1 tries=${DDP_TRIES:-12} label=p2p n=3
+    reference "$n"
+    ref=$REF
+    start_ranks "$label" "$n" tcgpu -- --p2p 1 --sleep-ms 40
+    wait_for_line "$WORK/$label.r0.out" '^rank 0 step 5$'
+    for i in $(seq 1 "$tries"); do
+        last=$(grep -c '^rank 0 step' "$WORK/$label.r0.out")
+        [ "$last" -lt $((STEPS * 8 / 10)) ] || fail "only $((i - 1)) of $tries tries before the job neared its end (raise DDP_STEPS)"
+        a=$((RANDOM % n))
+        b=$(( (a + 1 + RANDOM % (n - 1)) % n ))
+        picked=("${RANK_PIDS[$a]}")
+        [ $((RANDOM % 2)) -eq 0 ] || picked+=("${RANK_PIDS[$b]}")
+        sleep_ms "$(random_ms 20 300)"
+        phase "$label: try $i: suspend of ${#picked[@]} rank(s) alone (${picked[*]}) after step ~$last"
+        t0=$(date +%s%N)
+        for p in "${picked[@]}"; do
+            rc=0
+            run_fg "try$i.$p" 60 "$GPUCKPT" suspend "$p" || rc=$?
+            [ "$rc" -eq 0 ] || fail "try $i: gpuckpt suspend $p exited $rc: $(cat "$WORK/try$i.$p.out")"
+        done
+        ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+        sleep_ms "$(random_ms 0 200)"
+        [ $((RANDOM % 2)) -eq 0 ] || picked=($(printf '%s\n' "${picked[@]}" | tac))
+        for p in "${picked[@]}"; do expect_exit 0 "$GPUCKPT" resume "$p"; done
+        who="rank $a"
+        [ "${#picked[@]}" -eq 1 ] || who="ranks $a and $b"
+        echo "try $i: $who suspended alone in $ms ms, resumed"
+    done
+    finish_ranks "$label" "$n"
+    [ "$SUM" = "$ref" ] || fail "checksum $SUM after $tries suspends of ranks alone, all-reduce run $ref"
+    echo "ok: $tries suspends of one or two ranks of a send/recv job at random moments, each suspended and resumed; checksum $SUM = the all-reduce run's"
     ;;
 cut-lost-rank)
     export TCGPU_GATE_TIMEOUT_MS=${TCGPU_GATE_TIMEOUT_MS:-2000}
