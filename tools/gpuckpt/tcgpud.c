@@ -134,8 +134,14 @@ int gpuckpt_tcgpud_op(const char *cmd, pid_t pid, const char *dir, int auto_resu
         goto out;
     }
     if (rep->err) {
+        /* tcgpud relays the job's own answer, which may already start
+         * with the errno's name: say it once */
+        size_t n = strlen(rep->err_name);
+        const char *text = rep->err_text;
+        if (n && !strncmp(text, rep->err_name, n) && !strncmp(text + n, ": ", 2))
+            text += n + 2;
         gpuckpt_note_errno(rep->err_name);
-        gpuckpt_error("%s %d (through tcgpud): %s: %s", cmd, (int)pid, rep->err_name, rep->err_text);
+        gpuckpt_error("%s %d (through tcgpud): %s: %s", cmd, (int)pid, rep->err_name, text);
         r = ctl_exit_code(rep->err, 1);
         goto out;
     }
