@@ -571,12 +571,19 @@ static struct comm **mine(unsigned *n)
     return v;
 }
 
+/* Sets or clears this rank's hold. Its start time is stamped again too: a
+ * process CRIU restored has its pid back but a new start time, and peers
+ * must not take it for gone (every resume after a restore passes here). */
 static void set_hold(struct comm *c, uint32_t on)
 {
+    struct tcgpu_proc_stat st;
     struct seg_slot *me;
+    int stamped = tcgpu_proc_stat(getpid(), &st) == 0;
 
     seg_lock(c);
     me = &slots(c)[c->rank];
+    if (stamped && me->pid == getpid())
+        me->start_ticks = st.start_ticks;
     if (me->hold != on) {
         me->hold = on;
         c->seg->holders += on ? 1u : (uint32_t)-1;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpuckpt save / restore of whole process trees with CRIU, on simcuda.
 #
-#   save_restore.sh train|leave-running|tree|cycles|at-once|repeat
+#   save_restore.sh train|leave-running|tree|cycles|at-once|repeat|ddp
 #
 # train          the example training loop saved mid-run (the tree is gone),
 #                restored, run to the end: checksum equal to an uninterrupted run
@@ -17,6 +17,11 @@
 #                worker thread (iou-wrk) behind, then three saves and restores in
 #                a row succeed (a worker of the plugin's image write, ending as
 #                CRIU seized it, made a third of the saves fail)
+# ddp            a 2-rank NCCL job (examples/ddp's launcher and its ranks,
+#                simnccl) saved mid-run, restored (-d), its ranks suspended
+#                and resumed at a random moment (the consistent cut must see
+#                the restored ranks as alive), saved and restored again: each
+#                rank ends with the uninterrupted run's checksum
 . "$(dirname "$0")/lib.sh"
 
 mode=${1:?mode}
@@ -193,6 +198,46 @@ repeat)
     got=$(checksum_of "$WORK/run.out")
     [ "$got" = "$ref" ] || fail "checksum after five checkpoints and three saves: $got, uninterrupted: $ref"
     echo "ok: five checkpoints left no io_uring worker; three saves and restores in a row; checksum $got"
+    ;;
+ddp)
+    DDP=$B/examples/ddp/ddp
+    export LD_LIBRARY_PATH=$B/simnccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export NCCL_BUFFSIZE=$((256 << 10)) SIMCUDA_DEVICES=2     # a GPU each
+    args=(--nranks 2 --steps 300 --mb 1)
+    "$DDP" "${args[@]}" >"$WORK/ref.out" 2>&1 || fail "reference run failed: $(tail -n 3 "$WORK/ref.out")"
+    ref=$(sed -n 's/^rank 0 checksum: //p' "$WORK/ref.out")
+    [ -n "$ref" ] || fail "the reference run printed no checksum: $(tail -n 3 "$WORK/ref.out")"
+    start_job "$WORK/run.out" "$DDP" "${args[@]}" --sleep-ms 20
+    pid=$BG
+    wait_for_line "$WORK/run.out" '^rank 0 step 30$'
+    mapfile -t ranks < <(children_of "$pid")
+    [ "${#ranks[@]}" -eq 2 ] || fail "expected 2 ranks under $pid, found: ${ranks[*]}"
+    KILL_PIDS+=("${ranks[@]}")
+    for c in 1 2; do
+        set_phase "ddp: save $c"
+        save "$pid" "$WORK/save-$c"
+        [ "$(grep -c "tcgpu, image" "$WORK/inspect.out")" -eq 2 ] || fail "inspect should show 2 GPU images: $(cat "$WORK/inspect.out")"
+        [ "$c" -eq 1 ] && { wait "$pid" 2>/dev/null || true; }
+        for p in "$pid" "${ranks[@]}"; do wait_gone "$p" 10; done
+        grep -q 'checksum' "$WORK/run.out" && fail "the job finished before save $c: make it longer"
+        set_phase "ddp: restore $c"
+        "$GPUCKPT" restore -D "$WORK/save-$c" -d >"$WORK/restore.out" 2>&1 || fail "restore $c failed: $(cat "$WORK/restore.out")"
+        [ "$c" -eq 2 ] && break
+        # the restored ranks, suspended while they run: each becomes level
+        # with a peer whose pid is back with a new start time
+        steps=$(grep -c '^rank 0 step' "$WORK/run.out")
+        wait_for_line "$WORK/run.out" "^rank 0 step $((steps + 5))\$"
+        for r in "${ranks[@]}"; do "$GPUCKPT" suspend "$r" >"$WORK/suspend.out" 2>&1 || fail "suspend of restored rank $r failed: $(cat "$WORK/suspend.out")"; done
+        for r in "${ranks[@]}"; do "$GPUCKPT" resume "$r" >/dev/null || fail "resume of restored rank $r failed"; done
+        steps=$(grep -c '^rank 0 step' "$WORK/run.out")
+        wait_for_line "$WORK/run.out" "^rank 0 step $((steps + 5))\$"
+    done
+    wait_gone "$pid" 120
+    for r in 0 1; do
+        got=$(sed -n "s/^rank $r checksum: //p" "$WORK/run.out")
+        [ "$got" = "$ref" ] || fail "rank $r: checksum '$got' after two saves and restores, uninterrupted $ref"
+    done
+    echo "ok: a 2-rank NCCL job saved and restored twice, its restored ranks suspended and resumed between; checksum $ref on both ranks"
     ;;
 at-once)
     # restore at once after each save, no wait in between: save returns only
