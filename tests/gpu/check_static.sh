@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The real-GPU suite, checked without a GPU (suite unit): its programs built,
-# its scripts parse, run.sh --dry-run lists every step, torch_train.py parses,
+# its scripts parse, run.sh --dry-run lists every step, torch_train.py and torch_ddp.py parse,
 # drv_ckpt reports usage and a missing driver with its documented exits.
 #
 #   check_static.sh BUILD_DIR_OF_TESTS_GPU nvcc|no-nvcc
@@ -27,9 +27,11 @@ ok "run.sh --dry-run lists every step"
 rc=0; "$HERE/run.sh" --no-such-option >/dev/null 2>&1 || rc=$?
 [ "$rc" -eq 2 ] || fail "run.sh with a bad option should exit 2, not $rc"
 
-python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' \
-    "$HERE/progs/torch_train.py" || fail "torch_train.py does not parse"
-ok "torch_train.py parses"
+for py in torch_train.py torch_ddp.py; do
+    python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' \
+        "$HERE/progs/$py" || fail "$py does not parse"
+    ok "$py parses"
+done
 
 [ -x "$BD/drv_ckpt" ] || fail "drv_ckpt was not built"
 rc=0; "$BD/drv_ckpt" >/dev/null 2>&1 || rc=$?

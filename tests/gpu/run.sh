@@ -36,7 +36,7 @@ PROGS_SRC=$HERE/progs
 # program goes through the same modes there as on simcuda.
 . "$HERE/../common/scenario.sh"
 
-STEPS=(env build bw train rt torch torch_exp drvckpt tcgpud)
+STEPS=(env build bw train rt torch torch_exp drvckpt tcgpud ddp)
 declare -A STEP_DOC=(
     [env]="the machine: GPU, driver, CUDA, PyTorch, tools found"
     [build]="tcgpu (BUILD_DIR, a carried bundle, or meson here) and the GPU programs (nvcc -arch=sm_90)"
@@ -47,6 +47,7 @@ declare -A STEP_DOC=(
     [torch_exp]="torch_train.py with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the VMM API): same scenarios"
     [drvckpt]="the PyTorch job without tcgpu through the driver checkpoint API alone (drv_ckpt.c): lock/checkpoint/restore/unlock times, memory released, checksum"
     [tcgpud]="two PyTorch jobs under tcgpud: the high-priority one preempts the low one, both checksums right"
+    [ddp]="a 2-rank PyTorch DDP job over NCCL (torch_ddp.py under torchrun; needs 2 GPUs, else skipped saying so; examples/ddp over simnccl with --sim), every rank under tcgpu: gang suspend/resume at random moments (the consistent cut), memory released, both ranks' checksums equal the uninterrupted run's"
 )
 
 DRY=0 SIM=0 QUICK=0 PACK=0 ONLY="" BUDGET=450 BUILD_ARG="" SKIP_NO_GPU=0
@@ -630,6 +631,110 @@ step_tcgpud() {
         failc tcgpud.low "exit $rc, checksum '$(checksum_of "$lo_out")', reference $ref"
 }
 
+# --- a job of several GPUs ----------------------------------------------------------
+
+# ddp_program: DDP_CMD, DDP_SLOW and DDP_ENV of the data-parallel job, or 1
+# with the reason in DDP_WHY when this machine cannot run it.
+ddp_program() {
+    local n
+    DDP_WHY=""
+    if [ "$SIM" = 1 ]; then
+        [ -x "$B/examples/ddp/ddp" ] || { DDP_WHY="examples/ddp not built"; return 1; }
+        # a simulated machine of two GPUs of its own (the suite's has one)
+        export SIMCUDA_SHM=$SIMCUDA_SHM-ddp SIMCUDA_DEVICES=2
+        DDP_ENV=(NCCL_BUFFSIZE=262144 "LD_LIBRARY_PATH=$B/simnccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+        DDP_CMD=("$B/examples/ddp/ddp" --nranks 2 --steps 300 --mb 4)
+        DDP_SLOW=(--sleep-ms 20)
+        return 0
+    fi
+    n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    [ "$n" -ge 2 ] || { DDP_WHY="needs 2 GPUs, this machine has $n"; return 1; }
+    command -v torchrun >/dev/null || { DDP_WHY="no torchrun (PyTorch's launcher)"; return 1; }
+    # NCCL's SHM transport: its P2P, cuMem and NVLS paths share device memory
+    # through IPC and shareable handles, which tcgpu does not carry across a
+    # suspend yet (docs/multiprocess.md, "Limits")
+    DDP_ENV=(PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8 NCCL_P2P_DISABLE=1
+             NCCL_CUMEM_ENABLE=0 NCCL_NVLS_ENABLE=0 NCCL_ALGO=Ring NCCL_PROTO=Simple)
+    DDP_CMD=(torchrun --standalone --nproc_per_node=2 "$PROGS_SRC/torch_ddp.py" --steps 300)
+    [ "$QUICK" = 1 ] && DDP_CMD=(torchrun --standalone --nproc_per_node=2 "$PROGS_SRC/torch_ddp.py" --steps 150)
+    DDP_SLOW=(--sleep-ms 50)
+}
+
+# ddp_checksums FILE: "ok SUM" when both ranks printed the same checksum.
+ddp_checksums() {
+    local a b
+    a=$(sed -n 's/^rank 0 checksum: *\([0-9a-f]*\).*/\1/p' "$1" | tail -n 1)
+    b=$(sed -n 's/^rank 1 checksum: *\([0-9a-f]*\).*/\1/p' "$1" | tail -n 1)
+    [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok $a"
+}
+
+# ddp_ranks PID: the job's two rank processes (the launcher's children), once
+# each answers on its control socket.
+ddp_ranks() {
+    local pid=$1 i r kids=()
+    for i in $(seq 1 600); do
+        mapfile -t kids < <(cat /proc/"$pid"/task/*/children 2>/dev/null | tr ' ' '\n' | grep -v '^$' || true)
+        if [ "${#kids[@]}" -eq 2 ]; then
+            for r in "${kids[@]}"; do [ -n "$(status_of "$r" state)" ] || continue 2; done
+            echo "${kids[@]}"
+            return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
+step_ddp() {
+    if ! ddp_program; then skip ddp "$DDP_WHY"; return 0; fi
+    local ref out=$WORK/ddp.out pid ranks r c i rc=0 ok=0 cycles=5 t0 ms held
+    run_fg ddp-ref 600 env "${DDP_ENV[@]}" "${DDP_CMD[@]}" || true
+    ref=$(ddp_checksums "$WORK/ddp-ref.out") || { failc ddp "the reference run: $(tail_of "$WORK/ddp-ref.out" 4)"; return 0; }
+    ref=${ref#ok }
+    metric ddp_ref_ms_per_step "$(ms_of "$WORK/ddp-ref.out")" ms "2 ranks, no tcgpu"
+    start_bg "$out" env "${DDP_ENV[@]}" "$GPUCKPT" run -- "${DDP_CMD[@]}" "${DDP_SLOW[@]}"
+    pid=$BG
+    ranks=$(ddp_ranks "$pid") || { failc ddp "the ranks did not come up under tcgpu: $(tail_of "$out" 4)"; return 0; }
+    wait_line "$out" '^rank 0 step 10$' 300 "$pid" || { failc ddp "no step 10: $(tail_of "$out" 4)"; return 0; }
+    for c in $(seq 1 "$cycles"); do
+        sleep_ms "$(random_ms 100 1500)"
+        kill -0 "$pid" 2>/dev/null || break
+        t0=$(date +%s%N)
+        for r in $ranks; do "$GPUCKPT" suspend "$r" >"$WORK/ddp-suspend.$r.out" 2>&1 & done
+        rc=0
+        for r in $ranks; do wait -n || rc=$?; done
+        ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+        if [ "$rc" -ne 0 ]; then
+            failc ddp.suspend "cycle $c: $(cat "$WORK"/ddp-suspend.*.out | tr '\n' ' ' | cut -c1-300)"
+            for r in $ranks; do "$GPUCKPT" resume "$r" >/dev/null 2>&1 || true; done
+            break
+        fi
+        i=0
+        for r in $ranks; do
+            metric "ddp_suspend_ms_rank$i" "$(ns_to_ms "$(status_of "$r" last_total_ns)")" ms "cycle $c, in-process"
+            case $SMI_MODE in
+            sim|pid)
+                held=$(gpu_mem_of "$r")
+                metric "ddp_held_mb_rank$i" "$((held >> 20))" MiB "cycle $c, suspended"
+                [ "$held" -le "$SLACK" ] || failc ddp.memory "cycle $c: rank $i (pid $r) holds $((held >> 20)) MiB while suspended"
+                ;;
+            esac
+            i=$((i + 1))
+        done
+        metric ddp_gang_suspend_ms "$ms" ms "cycle $c, both ranks, wall"
+        for r in $ranks; do "$GPUCKPT" resume "$r" >"$WORK/ddp-resume.$r.out" 2>&1 || rc=$?; done
+        [ "$rc" -eq 0 ] || { failc ddp.resume "cycle $c: $(cat "$WORK"/ddp-resume.*.out | tr '\n' ' ' | cut -c1-300)"; break; }
+        ok=$((ok + 1))
+    done
+    [ "$ok" -eq "$cycles" ] && pass ddp.suspend "$ok gang suspend/resume cycles at random moments"
+    rc=0
+    wait_job "$pid" 600 || rc=$?
+    if [ "$(ddp_checksums "$out")" = "ok $ref" ]; then
+        pass ddp "both ranks' checksum $ref after $ok gang suspends"
+    else
+        failc ddp "exit $rc, checksums '$(grep checksum "$out" | tr '\n' ' ')', reference $ref"
+    fi
+}
+
 # --- the table ----------------------------------------------------------------------
 
 write_table() {
@@ -688,7 +793,7 @@ cleanup() {
     kill_bg
     write_table 2>/dev/null || true
     pack_logs
-    [ "$SIM" = 1 ] && rm -f "/dev/shm${SIMCUDA_SHM:-/none}"
+    [ "$SIM" = 1 ] && rm -f "/dev/shm${SIMCUDA_SHM:-/none}" "/dev/shm${SIMCUDA_SHM:-/none}-ddp"
     if [ -n "${GPU_SUITE_KEEP:-}" ]; then say "work dir kept: $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
