@@ -7,6 +7,11 @@
  * owner that died holding the engine is noticed and cleared. The last owner
  * stands back for a moment when others wait, so the engine really passes
  * round instead of going back to whoever releases and retakes it fastest.
+ *
+ * A process's claims (its turn, its waiting kernels) are in its slot, and a
+ * killed process's slot stays until someone reaps it (shm.c): a dead owner
+ * is cleared here at once, a dead waiter as soon as a turn offered to it
+ * goes untaken, and a freed slot gives its claims back (shm.c, engine_forget).
  */
 #include "sim.h"
 
@@ -55,6 +60,26 @@ static bool others_wait(const struct sim_shm *s, int dev, int32_t me)
     return false;
 }
 
+/*
+ * Another process waits, and is alive (lock held). A killed process's
+ * waiting kernels stay counted in its slot until the slot is reaped, which
+ * only attaching or allocating processes do; a dead waiter would then make
+ * every kernel of ours stand back for a handoff nobody takes. A turn that
+ * was offered (the handoff passed) and not taken, the engine idle, is the
+ * sign of one: reap the dead then, not on every kernel, as it reads /proc.
+ */
+static bool others_wait_alive(struct sim_shm *s, int dev, int32_t me, uint64_t now)
+{
+    const struct sim_engine *e = &s->engine[dev];
+
+    if (e->waiters <= sim_self->engine_waiting[dev] || !others_wait(s, dev, me))
+        return false;
+    if (e->owner || now < e->handoff_until_ns)
+        return true;
+    sim_shm_reap(s);
+    return others_wait(s, dev, me);
+}
+
 /* The owner died holding the engine, or its slot went (lock held). */
 static bool owner_gone(struct sim_shm *s, int32_t owner)
 {
@@ -67,7 +92,7 @@ static bool owner_gone(struct sim_shm *s, int32_t owner)
 static bool try_take(struct sim_shm *s, int dev, int32_t me, uint64_t now)
 {
     struct sim_engine *e = &s->engine[dev];
-    bool others = e->waiters > sim_self->engine_waiting[dev] && others_wait(s, dev, me);
+    bool others = others_wait_alive(s, dev, me, now);
 
     if (e->owner == me)
         return others ? false : (e->running++, true);   /* let the owner drain first */
