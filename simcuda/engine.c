@@ -127,6 +127,16 @@ static void say_long_wait(const struct sim_shm *s, int dev, int32_t me)
             others_wait(s, dev, me) ? "yes" : "no");
 }
 
+/* Our slot is still ours (lock held). A process that exits gives it back
+ * from its destructor while its stream threads still run, and another
+ * process may get it next: a kernel of ours then runs outside the turns and
+ * touches none of the slot's claims (slot_clear dropped them, shm.c), or it
+ * would hand the next process a turn or a waiting count it never had. */
+static bool slot_ours(void)
+{
+    return sim_ckpt_owns(sim_self);
+}
+
 void sim_engine_acquire(int dev)
 {
     bool waited = false, said = false;
@@ -138,7 +148,7 @@ void sim_engine_acquire(int dev)
     dev = sim_device_phys(dev);         /* the engine is the machine's GPU's, not the ordinal's */
     me = slot_no(sim_shm, sim_self);
     sim_shm_lock(sim_shm);
-    while (!try_take(sim_shm, dev, me, mono_ns())) {
+    while (slot_ours() && !try_take(sim_shm, dev, me, mono_ns())) {
         struct sim_engine *e = &sim_shm->engine[dev];
         uint32_t seen = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
         if (!waited) {
@@ -154,7 +164,7 @@ void sim_engine_acquire(int dev)
         futex_wait(&e->seq, seen);
         sim_shm_lock(sim_shm);
     }
-    if (waited) {
+    if (waited && slot_ours()) {
         sim_self->engine_waiting[dev]--;
         sim_shm->engine[dev].waiters--;
     }
@@ -171,7 +181,7 @@ void sim_engine_release(int dev)
     dev = sim_device_phys(dev);         /* the engine is the machine's GPU's, not the ordinal's */
     e = &sim_shm->engine[dev];
     sim_shm_lock(sim_shm);
-    if (e->owner == slot_no(sim_shm, sim_self) && --e->running <= 0) {
+    if (slot_ours() && e->owner == slot_no(sim_shm, sim_self) && --e->running <= 0) {
         uint64_t now = mono_ns();
         sim_self->kernel_ns[dev] += now - e->since_ns;
         e->owner = 0;
