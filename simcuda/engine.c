@@ -7,6 +7,11 @@
  * owner that died holding the engine is noticed and cleared. The last owner
  * stands back for a moment when others wait, so the engine really passes
  * round instead of going back to whoever releases and retakes it fastest.
+ *
+ * A process's claims (its turn, its waiting kernels) are in its slot, and a
+ * killed process's slot stays until someone reaps it (shm.c): a dead owner
+ * is cleared here at once, a dead waiter as soon as a turn offered to it
+ * goes untaken, and a freed slot gives its claims back (shm.c, engine_forget).
  */
 #include "sim.h"
 
@@ -55,6 +60,26 @@ static bool others_wait(const struct sim_shm *s, int dev, int32_t me)
     return false;
 }
 
+/*
+ * Another process waits, and is alive (lock held). A killed process's
+ * waiting kernels stay counted in its slot until the slot is reaped, which
+ * only attaching or allocating processes do; a dead waiter would then make
+ * every kernel of ours stand back for a handoff nobody takes. A turn that
+ * was offered (the handoff passed) and not taken, the engine idle, is the
+ * sign of one: reap the dead then, not on every kernel, as it reads /proc.
+ */
+static bool others_wait_alive(struct sim_shm *s, int dev, int32_t me, uint64_t now)
+{
+    const struct sim_engine *e = &s->engine[dev];
+
+    if (e->waiters <= sim_self->engine_waiting[dev] || !others_wait(s, dev, me))
+        return false;
+    if (e->owner || now < e->handoff_until_ns)
+        return true;
+    sim_shm_reap(s);
+    return others_wait(s, dev, me);
+}
+
 /* The owner died holding the engine, or its slot went (lock held). */
 static bool owner_gone(struct sim_shm *s, int32_t owner)
 {
@@ -67,7 +92,7 @@ static bool owner_gone(struct sim_shm *s, int32_t owner)
 static bool try_take(struct sim_shm *s, int dev, int32_t me, uint64_t now)
 {
     struct sim_engine *e = &s->engine[dev];
-    bool others = e->waiters > sim_self->engine_waiting[dev] && others_wait(s, dev, me);
+    bool others = others_wait_alive(s, dev, me, now);
 
     if (e->owner == me)
         return others ? false : (e->running++, true);   /* let the owner drain first */
@@ -102,6 +127,16 @@ static void say_long_wait(const struct sim_shm *s, int dev, int32_t me)
             others_wait(s, dev, me) ? "yes" : "no");
 }
 
+/* Our slot is still ours (lock held). A process that exits gives it back
+ * from its destructor while its stream threads still run, and another
+ * process may get it next: a kernel of ours then runs outside the turns and
+ * touches none of the slot's claims (slot_clear dropped them, shm.c), or it
+ * would hand the next process a turn or a waiting count it never had. */
+static bool slot_ours(void)
+{
+    return sim_ckpt_owns(sim_self);
+}
+
 void sim_engine_acquire(int dev)
 {
     bool waited = false, said = false;
@@ -113,7 +148,7 @@ void sim_engine_acquire(int dev)
     dev = sim_device_phys(dev);         /* the engine is the machine's GPU's, not the ordinal's */
     me = slot_no(sim_shm, sim_self);
     sim_shm_lock(sim_shm);
-    while (!try_take(sim_shm, dev, me, mono_ns())) {
+    while (slot_ours() && !try_take(sim_shm, dev, me, mono_ns())) {
         struct sim_engine *e = &sim_shm->engine[dev];
         uint32_t seen = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
         if (!waited) {
@@ -129,7 +164,7 @@ void sim_engine_acquire(int dev)
         futex_wait(&e->seq, seen);
         sim_shm_lock(sim_shm);
     }
-    if (waited) {
+    if (waited && slot_ours()) {
         sim_self->engine_waiting[dev]--;
         sim_shm->engine[dev].waiters--;
     }
@@ -146,7 +181,7 @@ void sim_engine_release(int dev)
     dev = sim_device_phys(dev);         /* the engine is the machine's GPU's, not the ordinal's */
     e = &sim_shm->engine[dev];
     sim_shm_lock(sim_shm);
-    if (e->owner == slot_no(sim_shm, sim_self) && --e->running <= 0) {
+    if (slot_ours() && e->owner == slot_no(sim_shm, sim_self) && --e->running <= 0) {
         uint64_t now = mono_ns();
         sim_self->kernel_ns[dev] += now - e->since_ns;
         e->owner = 0;

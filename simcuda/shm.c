@@ -325,6 +325,29 @@ void sim_shm_ipcev_drop(struct sim_shm *s, struct sim_shm_ipcev *e, int slot)
     e->recorded = e->done = 0;
 }
 
+/* The slot's claims on the compute engines (engine.c) end with it: its
+ * kernels wait no more, and a turn it held ends, so that the process that
+ * gets the slot next does not find itself the owner with kernels it never
+ * ran counted as running. */
+static void engine_forget(struct sim_shm *s, int slot)
+{
+    struct sim_shm_proc *p = &s->procs[slot];
+
+    for (int d = 0; d < s->ndev; d++) {
+        struct sim_engine *e = &s->engine[d];
+
+        e->waiters -= p->engine_waiting[d];
+        p->engine_waiting[d] = 0;
+        if (e->owner != slot + 1)
+            continue;
+        e->owner = 0;
+        e->running = 0;
+        __atomic_add_fetch(&e->seq, 1, __ATOMIC_RELEASE);
+        if (e->waiters > 0)
+            syscall(SYS_futex, &e->seq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    }
+}
+
 static void slot_clear(struct sim_shm *s, struct sim_shm_proc *p)
 {
     int slot = (int)(p - s->procs);
@@ -342,9 +365,8 @@ static void slot_clear(struct sim_shm *s, struct sim_shm_proc *p)
         p->parked[d] = 0;
         p->kernel_ns[d] = 0;
         p->device_cpu_ns[d] = 0;
-        s->engine[d].waiters -= p->engine_waiting[d];
-        p->engine_waiting[d] = 0;
     }
+    engine_forget(s, slot);
     p->state = CU_PROCESS_STATE_RUNNING;
     p->restore_tid = 0;
     p->comm[0] = 0;

@@ -4,10 +4,13 @@
  * keep the device busy never run kernels at the same time and get about
  * half of it each; one process's own streams still overlap; simcuda-smi
  * reports each process's kernel time, and the CPU time its stream threads
- * spent on device work (copies: yes; host functions: no).
+ * spent on device work (copies: yes; host functions: no). A process killed
+ * while its kernel waits for the engine, or while one runs, leaves no claim
+ * on it: the other processes' kernels go on at full speed.
  */
 #include "procs.h"
 
+#include <signal.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -177,6 +180,79 @@ static int hog(void)
     return 0;
 }
 
+/* Child: on 'G', launch a kernel of the ms in arg (it waits for the engine
+ * while the parent holds it, or holds it itself), answer 'L', then wait to
+ * be killed. */
+static int doomed(const char *arg)
+{
+    uint32_t ms = (uint32_t)atoi(arg), id = 2;
+    CUdeviceptr log;
+    CUfunction f;
+    CUstream s;
+
+    t_init();
+    f = mark_kernel(&log);
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    send_byte(4, 'R');
+    CHECK_EQ(recv_byte(3), 'G');
+    void *args[] = { &log, &id, &ms };
+    CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+    send_byte(4, 'L');
+    for (;;)
+        pause();
+}
+
+/* ms for n empty kernels in a row, each waited for. */
+static double kernels_ms(CUfunction f, CUdeviceptr log, CUstream s, int n)
+{
+    uint32_t ms = 0, id = 1;
+    void *args[] = { &log, &id, &ms };
+    uint64_t t0 = mono_ns();
+
+    for (int i = 0; i < n; i++) {
+        CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+        CHECK(cuStreamSynchronize(s));
+    }
+    return (mono_ns() - t0) / 1e6;
+}
+
+/*
+ * A process SIGKILLed with a kernel waiting for the engine (the parent's
+ * 400 ms kernel holds it), and one killed while its own 10 s kernel holds
+ * it: nothing reaps their slots (no process attaches or allocates), yet the
+ * parent's next 50 kernels take their turns at once. A dead waiter that
+ * still counted would make each stand back for the handoff (20 ms, engine.c),
+ * 1 s in all.
+ */
+static void killed_claims(CUfunction f, CUdeviceptr log)
+{
+    uint32_t hold_ms = 400, id = 1;
+    void *args[] = { &log, &id, &hold_ms };
+    const char *what[] = { "waiting for the engine", "holding the engine" };
+    CUstream s;
+
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    for (int holds = 0; holds < 2; holds++) {
+        struct child c = spawn_role("doomed", holds ? "10000" : "0");
+        double ms;
+
+        CHECK_EQ(recv_byte(c.from), 'R');
+        if (!holds)
+            CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+        t_sleep_ms(50);                 /* ours runs (or the engine is free) */
+        send_byte(c.to, 'G');
+        CHECK_EQ(recv_byte(c.from), 'L');
+        t_sleep_ms(100);                /* its kernel waits (or runs) by now */
+        kill(c.pid, SIGKILL);
+        CHECK_EQ(wait_child(c.pid), 128 + SIGKILL);
+        CHECK(cuStreamSynchronize(s));
+        ms = kernels_ms(f, log, s, 50);
+        printf("a process killed %s: 50 kernels after it in %.1f ms\n", what[holds], ms);
+        CHECK_TRUE(ms < 500);
+    }
+    CHECK(cuStreamDestroy(s));
+}
+
 int main(int argc, char **argv)
 {
     struct child a, b;
@@ -187,6 +263,8 @@ int main(int argc, char **argv)
 
     if (argc == 3 && !strcmp(argv[1], "hog"))
         return hog();
+    if (argc == 3 && !strcmp(argv[1], "doomed"))
+        return doomed(argv[2]);
     sim_test_setup("engine");
     t_init();
 
@@ -223,6 +301,7 @@ int main(int argc, char **argv)
     printf("one process, two streams over %.0f ms: %.0f ms of kernels\n", wall / 1e6, (k1 - k0) / 1e6);
     CHECK_TRUE(k1 - k0 > 0 && (uint64_t)(k1 - k0) <= wall + wall / 50);
 
+    killed_claims(f, log);
     device_cpu_accounting();
     kernel_threads_accounting();
     printf("ok\n");
