@@ -8,42 +8,36 @@
  * (tests/unit/test_interpose_exports.py checks that exactly those are
  * exported); every other NCCL function goes to the library directly.
  *
- * NCCL's ABI, as far as we need it, is declared here rather than taken
- * from a nccl.h: the communicator is an opaque pointer, the unique id 128
- * bytes passed by value, the enums ints, the stream a pointer.
+ * NCCL's API is simnccl's nccl.h: written from NCCL's public documentation
+ * with NCCL's names, values and signatures, so these prototypes are the
+ * real library's too.
  */
 #include <dlfcn.h>
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "nccl.h"
 #include "core/ncclcut.h"
 #include "common/log.h"
-
-typedef struct ncclComm *ncclComm_t;
-typedef struct { char internal[128]; } ncclUniqueId;
-typedef int ncclResult_t;               /* enum ncclResult_t */
-typedef int ncclDataType_t;
-typedef int ncclRedOp_t;
-typedef struct ncclConfig ncclConfig_t; /* opaque: passed through */
-typedef struct CUstream_st *cudaStream_t;
-
-enum { NCCL_SUCCESS = 0, NCCL_INTERNAL_ERROR = 3, NCCL_IN_PROGRESS = 7 };
 
 /* The library's definition of name, looked up once. NULL when no later
  * object defines it (the program's NCCL is linked in statically, or it
  * resolved a name it never loaded): the call then fails as NCCL's internal
  * error, with the reason logged once. */
+#define NO_NEXT ((void *)-1)
 static void *next_fn(const char *name, void **cache)
 {
     void *fn = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
 
     if (!fn) {
         fn = dlsym(RTLD_NEXT, name);
-        if (!fn)
+        if (!fn) {
             log_err("%s: no NCCL library after libtcgpu.so defines it", name);
+            fn = NO_NEXT;
+        }
         __atomic_store_n(cache, fn, __ATOMIC_RELEASE);
     }
-    return fn;
+    return fn == NO_NEXT ? NULL : fn;
 }
 
 #define NEXT(name) ((__typeof__(&name))next_fn(#name, &next_##name))
@@ -55,7 +49,7 @@ static __thread int tl_inside;
 
 static bool accepted(ncclResult_t rc)
 {
-    return rc == NCCL_SUCCESS || rc == NCCL_IN_PROGRESS;
+    return rc == ncclSuccess || rc == ncclInProgress;
 }
 
 /* One counted operation around the library's call: rc = CALL. */
@@ -64,7 +58,7 @@ static bool accepted(ncclResult_t rc)
         __typeof__(&fn) next_ = NEXT(fn);                           \
         ncclResult_t rc_;                                           \
         if (!next_)                                                 \
-            return NCCL_INTERNAL_ERROR;                             \
+            return ncclInternalError;                             \
         if (tl_inside++)                                            \
             rc_ = next_(__VA_ARGS__);                               \
         else {                                                      \
@@ -78,11 +72,6 @@ static bool accepted(ncclResult_t rc)
 
 /* --- communicators ------------------------------------------------------- */
 
-ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
-ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
-                                    ncclConfig_t *config);
-ncclResult_t ncclCommDestroy(ncclComm_t comm);
-ncclResult_t ncclCommAbort(ncclComm_t comm);
 NEXT_DECL(ncclCommInitRank);
 NEXT_DECL(ncclCommInitRankConfig);
 NEXT_DECL(ncclCommDestroy);
@@ -103,7 +92,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
     ncclResult_t rc;
 
     if (!next)
-        return NCCL_INTERNAL_ERROR;
+        return ncclInternalError;
     tl_inside++;
     rc = next(comm, nranks, commId, rank);
     attach_if_made(rc, comm, &commId, nranks, rank);
@@ -118,7 +107,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
     ncclResult_t rc;
 
     if (!next)
-        return NCCL_INTERNAL_ERROR;
+        return ncclInternalError;
     tl_inside++;
     rc = next(comm, nranks, commId, rank, config);
     attach_if_made(rc, comm, &commId, nranks, rank);
@@ -131,7 +120,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
     __typeof__(&ncclCommDestroy) next = NEXT(ncclCommDestroy);
 
     if (!next)
-        return NCCL_INTERNAL_ERROR;
+        return ncclInternalError;
     if (!tl_inside)
         ncclcut_detach(comm);
     return next(comm);
@@ -142,7 +131,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
     __typeof__(&ncclCommAbort) next = NEXT(ncclCommAbort);
 
     if (!next)
-        return NCCL_INTERNAL_ERROR;
+        return ncclInternalError;
     if (!tl_inside)
         ncclcut_detach(comm);
     return next(comm);
@@ -150,23 +139,6 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
 
 /* --- collectives and point-to-point -------------------------------------- */
 
-ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                           int root, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-                       cudaStream_t stream);
-ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                               cudaStream_t stream);
-ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
-                      ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                      cudaStream_t stream);
 NEXT_DECL(ncclAllReduce);
 NEXT_DECL(ncclBroadcast);
 NEXT_DECL(ncclBcast);
@@ -232,8 +204,6 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
 
 /* --- groups -------------------------------------------------------------- */
 
-ncclResult_t ncclGroupStart(void);
-ncclResult_t ncclGroupEnd(void);
 NEXT_DECL(ncclGroupStart);
 NEXT_DECL(ncclGroupEnd);
 
@@ -243,7 +213,7 @@ ncclResult_t ncclGroupStart(void)
     ncclResult_t rc;
 
     if (!next)
-        return NCCL_INTERNAL_ERROR;
+        return ncclInternalError;
     rc = next();
     if (!tl_inside && accepted(rc))
         ncclcut_group_start();
@@ -258,7 +228,7 @@ ncclResult_t ncclGroupEnd(void)
     ncclResult_t rc;
 
     if (!next)
-        return NCCL_INTERNAL_ERROR;
+        return ncclInternalError;
     if (tl_inside)
         return next();
     ncclcut_group_end_issue();
