@@ -26,6 +26,13 @@
 #                                every try must suspend every rank; the plain
 #                                run's checksum at the end. Prints each try's
 #                                time.
+#   ddp.sh gang-preempt          2 ranks of one tcgpud gang at priority 10,
+#                                64 MiB of weights each; a priority-100 job
+#                                needs GPU 0's memory mid-run: tcgpud
+#                                suspends the whole gang wherever its ranks
+#                                are (the cut), both ranks' memory is freed,
+#                                the job runs, the gang resumes by itself,
+#                                and ends with the uninterrupted checksum
 #   ddp.sh suspend-mid-collective
 #                                2 ranks: rank 0 suspended between steps, then
 #                                rank 1 let go to the next all-reduce, which
@@ -276,7 +283,7 @@ lost_suspend() {
     [ "$(status_of "$r0" state)" = running ] || fail "rank 0 is $(status_of "$r0" state) after its failed suspend"
 }
 
-case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|checkpoint-all|gang-random|suspend-mid-collective|p2p-random|cut-lost-rank} in
+case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|checkpoint-all|gang-random|gang-preempt|suspend-mid-collective|p2p-random|cut-lost-rank} in
 plain)
     for n in 2 4; do
         job "a$n" "$n" ""
@@ -390,6 +397,55 @@ members = *
     finish_ranks "$label" "$n"
     [ "$SUM" = "$ref" ] || fail "checksum $SUM after $i gang suspends at random moments, uninterrupted $ref"
     echo "ok: $done_ok gang suspends of $n ranks at random moments, each suspended and resumed; checksum $SUM = uninterrupted"
+    ;;
+gang-preempt)
+    . "$(dirname "$0")/../sim/tcgpud_lib.sh"
+    # 64 MiB of weights and as much of gradients per rank: with the 900 MiB
+    # job, GPU 0 (1 GiB) cannot hold both
+    STEPS=${DDP_STEPS:-120} MB=64 label=pre n=2
+    write_config "
+[gpu 0]
+capacity = 1G
+
+[gpu 1]
+capacity = 1G
+
+[project research]
+priority = 10
+members = *
+
+[project prod]
+priority = 100
+members = *
+"
+    start_tcgpud
+    job "ref$n" "$n" ""
+    ref=$SUM
+    RANK_PIDS=()
+    for r in 0 1; do
+        start_bg "$WORK/$label.r$r.out" "$GPUCKPT" run --project research --job ddp -- \
+            "$DDP" --rank "$r" --nranks "$n" --id-file "$WORK/$label.id" --steps "$STEPS" --mb "$MB" \
+            --sleep-ms 20
+        RANK_PIDS+=("$BG")
+    done
+    for r in "${RANK_PIDS[@]}"; do wait_registered "$r"; done
+    wait_for_line "$WORK/$label.r0.out" '^rank 0 step 20$'
+    sleep 1.2                                  # older than min_runtime
+    phase "$label: a priority-100 job needs GPU 0's memory"
+    start_bg "$WORK/hi.out" "$GPUCKPT" run --project prod -- "$PROGS/compute_hog" "$PROGS/busy_kernel.so" 3 5000 0 900
+    hi=$BG
+    for r in "${RANK_PIDS[@]}"; do wait_state "$r" suspended 60; done
+    for r in "${RANK_PIDS[@]}"; do
+        held=$(device_bytes_of "$r")
+        [ "$held" -le "$SLACK" ] || fail "suspended rank $r still holds $held bytes"
+    done
+    at=$(grep -c '^rank 0 step' "$WORK/$label.r0.out")
+    note "the gang was suspended after step ~$at for job $hi"
+    wait "$hi" || fail "the high-priority job failed: $(tail_of "$WORK/hi.out")"
+    for r in "${RANK_PIDS[@]}"; do wait_state "$r" running 60; done
+    finish_ranks "$label" "$n"
+    [ "$SUM" = "$ref" ] || fail "checksum $SUM after the gang's preemption, uninterrupted $ref"
+    echo "ok: a 2-rank gang preempted by tcgpud after step ~$at, memory freed on both GPUs, resumed by itself; checksum $SUM = uninterrupted"
     ;;
 suspend-mid-collective)
     export TCGPU_GATE_TIMEOUT_MS=${TCGPU_GATE_TIMEOUT_MS:-2000}
