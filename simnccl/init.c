@@ -147,8 +147,12 @@ static ncclResult_t device_setup(struct ncclComm *comm)
     comm->devcomm_host->nranks = (uint32_t)comm->nranks;
     comm->devcomm_host->rank = (uint32_t)comm->rank;
     comm->devcomm_host->slot_bytes = comm->slot_bytes;
-    comm->transport = env_flag("NCCL_SHM_USE_CUDA_MEMCPY", false) ? &snccl_transport_shm_proxy
-                                                                  : &snccl_transport_shm;
+    if (env_flag("NCCL_SHM_DISABLE", false))
+        comm->transport = &snccl_transport_p2p;
+    else if (env_flag("NCCL_SHM_USE_CUDA_MEMCPY", false))
+        comm->transport = &snccl_transport_shm_proxy;
+    else
+        comm->transport = &snccl_transport_shm;
     if ((rc = comm->transport->setup(comm)))
         return rc;
     kernels_path(path, sizeof(path));

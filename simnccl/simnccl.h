@@ -44,6 +44,15 @@ extern const struct snccl_transport snccl_transport_shm;
 /* The same with NCCL_SHM_USE_CUDA_MEMCPY=1: a proxy thread of the library
  * copies what the kernels stage in device memory into the slots. */
 extern const struct snccl_transport snccl_transport_shm_proxy;
+/* NCCL_SHM_DISABLE=1: NCCL's P2P transport over CUDA IPC (transport_p2p.c):
+ * each rank's slots in its own device memory, its peers' opened by IPC. */
+extern const struct snccl_transport snccl_transport_p2p;
+/* The counters and the bell of the shared segment, registered with the
+ * driver and put in the devcomm (both transports); undone by teardown. */
+ncclResult_t snccl_shm_counters(struct ncclComm *comm);
+void snccl_shm_unregister(struct ncclComm *comm);
+/* This rank's abort word in the shared segment (both transports). */
+uint32_t *snccl_shm_abort_flag(struct ncclComm *comm);
 
 /* The rendezvous segment's header (rendezvous.c); the shm transport's slots
  * and counters follow it in the same segment. */
@@ -52,6 +61,7 @@ struct snccl_rank_info {
     int32_t pid;
     CUuuid uuid;                  /* its GPU */
     uint32_t pad[2];
+    CUipcMemHandle p2p_slots;     /* the P2P transport: its slots, for its peers to open */
 };
 
 struct snccl_seg {
@@ -106,6 +116,8 @@ struct ncclComm {
     CUdeviceptr devcomm;          /* persistent: struct snccl_devcomm */
     struct snccl_devcomm *devcomm_host;
     CUdeviceptr devbuf;           /* suspendable: nranks * slot_bytes */
+    CUdeviceptr p2p_mine;         /* the P2P transport: this rank's slots (1 + nranks) */
+    CUdeviceptr p2p_peer[SNCCL_MAX_RANKS];   /* ... and its peers', opened by IPC */
     bool cumem;                   /* NCCL_CUMEM_ENABLE=1: devbuf is VMM memory */
     CUmemGenericAllocationHandle devbuf_handle;   /* its physical memory while mapped */
     size_t devbuf_bytes;          /* as allocated (VMM: rounded to the granularity) */

@@ -53,23 +53,54 @@ uint64_t snccl_shm_bytes(uint32_t nranks, uint64_t slot_bytes)
     return layout_of(nranks, slot_bytes).total;
 }
 
+/* The segment registered with the driver; its device address. */
+static ncclResult_t shm_register(struct ncclComm *comm, CUdeviceptr *base)
+{
+    CUresult r;
+
+    r = cuMemHostRegister(comm->seg, comm->seg_bytes, CU_MEMHOSTREGISTER_DEVICEMAP);
+    if (r != CUDA_SUCCESS)
+        return snccl_cu(r, "cuMemHostRegister of the shared segment");
+    comm->seg_registered = true;
+    if ((r = cuMemHostGetDevicePointer(base, comm->seg, 0)) != CUDA_SUCCESS)
+        return snccl_cu(r, "cuMemHostGetDevicePointer of the shared segment");
+    return ncclSuccess;
+}
+
+ncclResult_t snccl_shm_counters(struct ncclComm *comm)
+{
+    struct layout l = layout_of((uint32_t)comm->nranks, comm->slot_bytes);
+    struct snccl_devcomm *dc = comm->devcomm_host;
+    CUdeviceptr base;
+    ncclResult_t rc;
+
+    if ((rc = shm_register(comm, &base)))
+        return rc;
+    dc->bell = base + offsetof(struct snccl_seg, bell);
+    dc->rank_ctr = base + l.rank_ctr;
+    dc->pair_ctr = base + l.pair_ctr;
+    return ncclSuccess;
+}
+
+void snccl_shm_unregister(struct ncclComm *comm)
+{
+    if (comm->seg_registered) {
+        cuMemHostUnregister(comm->seg);
+        comm->seg_registered = false;
+    }
+}
+
 static ncclResult_t shm_setup(struct ncclComm *comm)
 {
     uint32_t n = (uint32_t)comm->nranks;
     struct layout l = layout_of(n, comm->slot_bytes);
     struct snccl_devcomm *dc = comm->devcomm_host;
     CUdeviceptr base;
-    CUresult r;
+    ncclResult_t rc;
 
-    r = cuMemHostRegister(comm->seg, comm->seg_bytes, CU_MEMHOSTREGISTER_DEVICEMAP);
-    if (r != CUDA_SUCCESS)
-        return snccl_cu(r, "cuMemHostRegister of the shm transport");
-    comm->seg_registered = true;
-    if ((r = cuMemHostGetDevicePointer(&base, comm->seg, 0)) != CUDA_SUCCESS)
-        return snccl_cu(r, "cuMemHostGetDevicePointer of the shm transport");
-    dc->bell = base + offsetof(struct snccl_seg, bell);
-    dc->rank_ctr = base + l.rank_ctr;
-    dc->pair_ctr = base + l.pair_ctr;
+    if ((rc = snccl_shm_counters(comm)))
+        return rc;
+    base = dc->bell - offsetof(struct snccl_seg, bell);
     for (uint32_t i = 0; i < n; i++)
         dc->table[i] = base + l.coll + i * comm->slot_bytes;
     for (uint32_t i = 0; i < n * n; i++)
@@ -79,14 +110,11 @@ static ncclResult_t shm_setup(struct ncclComm *comm)
 
 static void shm_teardown(struct ncclComm *comm)
 {
-    if (comm->seg_registered) {
-        cuMemHostUnregister(comm->seg);
-        comm->seg_registered = false;
-    }
+    snccl_shm_unregister(comm);
 }
 
 /* This rank's abort flag, as the kernels read it. */
-static uint32_t *shm_abort_flag(struct ncclComm *comm)
+uint32_t *snccl_shm_abort_flag(struct ncclComm *comm)
 {
     struct layout l = layout_of((uint32_t)comm->nranks, comm->slot_bytes);
     struct snccl_rank_ctr *rc = (struct snccl_rank_ctr *)((char *)comm->seg + l.rank_ctr);
@@ -194,12 +222,12 @@ const struct snccl_transport snccl_transport_shm_proxy = {
     .name = "SHM/cudaMemcpy",
     .setup = proxy_setup,
     .teardown = proxy_teardown,
-    .abort_flag = shm_abort_flag,
+    .abort_flag = snccl_shm_abort_flag,
 };
 
 const struct snccl_transport snccl_transport_shm = {
     .name = "SHM",
     .setup = shm_setup,
     .teardown = shm_teardown,
-    .abort_flag = shm_abort_flag,
+    .abort_flag = snccl_shm_abort_flag,
 };
