@@ -16,6 +16,12 @@
 #                        requeued for the job of the department that owns it
 #                        (dept-a owns na, dept-b nb) and restored on the other
 #                        node, where it is free
+#   preempt.sh ddp       a 2-rank NCCL job (examples/ddp's launcher as the
+#                        job's one task, its ranks on the node's two GPUs, as
+#                        `srun torchrun` runs) is saved at preemption,
+#                        requeued and restored on the other node (another
+#                        simulated machine); both ranks end with the
+#                        checksum of an uninterrupted run
 #   preempt.sh cancel    a job saved and requeued, then cancelled while it waits:
 #                        its saves are removed
 #   preempt.sh corrupt   a job saved and requeued whose save is damaged while it
@@ -112,7 +118,55 @@ wait_count() {
     done
 }
 
+# submit_ddp NAME : nobody's 2-rank NCCL job, the launcher as one task with
+# the node's two GPUs; prints its id.
+submit_ddp() {
+    local name=$1
+    cat >"$HOME_N/$name.sh" <<EOF
+#!/bin/bash
+srun tcgpu-slurm -- $B/examples/ddp/ddp ${DDP_ARGS[*]} --sleep-ms 60
+EOF
+    chmod 755 "$HOME_N/$name.sh"
+    chown "$NOBODY" "$HOME_N/$name.sh"
+    as_nobody env PATH="$B/slurm:$PATH" TCGPU_RUN_DIR="$HOME_N/run" NCCL_BUFFSIZE=262144 \
+        LD_LIBRARY_PATH="$B/simnccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        sbatch --parsable -p "$LOW_PART" -N1 -n1 --gpus-per-task=2 --requeue --open-mode=append \
+        -J "$name" -D "$HOME_N" -o "$HOME_N/$name-%j.out" "$HOME_N/$name.sh"
+}
+
 case "$mode" in
+ddp)
+    DDP_ARGS=(--nranks 2 --steps 160 --mb 8)
+    start_cluster
+    SIMCUDA_SHM=$SHM_PREFIX-ref LD_LIBRARY_PATH="$B/simnccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        NCCL_BUFFSIZE=262144 "$B/examples/ddp/ddp" "${DDP_ARGS[@]}" >"$W/ddp-ref.out" 2>&1 ||
+        fail "the reference run failed: $(tail_of "$W/ddp-ref.out")"
+    rm -f /dev/shm"$SHM_PREFIX-ref"
+    ref=$(sed -n 's/^rank 0 checksum: //p' "$W/ddp-ref.out")
+    low=$(submit_ddp ddp)
+    out=$HOME_N/ddp-$low.out
+    wait_job_state "$low" RUNNING 30
+    wait_file_line "$out" "rank 0 step 25" 60
+    LOW_NODE=$(job_field "$low" NodeList)
+    HIGH=$(submit_high "$LOW_NODE")
+    note "high-priority job $HIGH arrives on $LOW_NODE, where NCCL job $low runs"
+    wait_line "$out" "every task saved: requeued job $low\|the save failed" 60 ||
+        fail "'every task saved: requeued job $low' never appeared in $out in 60 s: $(tail_of "$out" 6)"
+    grep -q "the save failed" "$out" &&
+        fail "the save at preemption failed: $(grep -E '^(gpuckpt|  \()' "$out" | head -n 8)"
+    wait_job_state "$low" PENDING 20
+    scontrol update NodeName="$LOW_NODE" State=DRAIN Reason=tcgpu-test
+    wait_job_state "$low" COMPLETED 180
+    grep -q "restored from its save" "$out" || fail "the NCCL job was not restored: $(tail_of "$out" 8)"
+    again=$(job_field "$low" NodeList)
+    [ "$again" != "$LOW_NODE" ] || fail "the job came back on $LOW_NODE, which is drained"
+    for r in 0 1; do
+        got=$(sed -n "s/^rank $r checksum: //p" "$out")
+        [ "$got" = "$ref" ] || fail "rank $r: checksum '$got', uninterrupted $ref: $(tail_of "$out" 8)"
+    done
+    wait_job_state "$HIGH" COMPLETED 120
+    echo "ok: a 2-rank NCCL job saved at preemption on $LOW_NODE, requeued, restored on $again; both ranks' checksum $ref = uninterrupted"
+    ;;
 requeue|departments)
     # departments: a job borrows a node; the job of the department that
     # owns it saves and requeues it, and it comes back on the other node
