@@ -197,6 +197,28 @@ static int put_back(struct snap *s)
     return rc;
 }
 
+/*
+ * After a failed suspend released what it opened from other processes (CUDA
+ * IPC): open it again, at the same addresses. Keeps the operation's message
+ * (extended when the memory cannot come back). 0, or -errno.
+ */
+static int reopen_back(void)
+{
+    char why[512];
+    int rc;
+
+    snprintf(why, sizeof(why), "%s", errmsg_get());
+    rc = ipcmem_reopen(gate_timeout_ms());
+    if (rc == 0) {
+        errmsg_set("%s", why);
+        return 0;
+    }
+    log_err("suspend failed (%s); the memory opened from another process cannot be mapped again "
+            "now (%s): the process stays suspended", why, errmsg_get());
+    errmsg_set("%s; the process stays suspended (%s): resume it when that is back", why, errmsg_get());
+    return rc;
+}
+
 static int do_suspend(struct op_run *r)
 {
     struct snap *s = NULL;
@@ -209,7 +231,11 @@ static int do_suspend(struct op_run *r)
     set_state(TCGPU_STATE_SUSPENDING);
     if ((rc = quiesce(r)) != 0)
         goto fail;
-    if ((rc = snap_collect(&s, 0)) != 0)
+    /* Processes that map our memory let it go first: their own suspends
+     * release it (ipcmem.h). */
+    if ((rc = ipcmem_wait_importers(gate_timeout_ms())) != 0)
+        goto fail_open;
+    if ((rc = snap_collect(&s, SNAP_SUSPEND)) != 0)
         goto fail_open;
     /* Raw to host memory first, even for an image: the device is released
      * as soon as the bytes are off it; compressing and writing come after. */
@@ -217,6 +243,7 @@ static int do_suspend(struct op_run *r)
     if (rc)
         goto fail_open;
     phase(r, TCGPU_PHASE_RELEASE);
+    ipcmem_release_opened();
     rc = snap_release(s);
     if (rc)
         goto undo_release;
@@ -246,12 +273,19 @@ static int do_suspend(struct op_run *r)
     return 0;
 
 undo_release:
-    /* A failed suspend leaves the program running as before: put the memory
-     * back from the host copy. */
+    /* A failed suspend leaves the program running as before: open again
+     * what it opened from other processes, and put the memory back from
+     * the host copy. When either cannot be done now (the exporter was
+     * suspended meanwhile, the device filled up), stay suspended with the
+     * contents in host memory (never resumed onto missing memory); a later
+     * resume puts them back. */
+    if (reopen_back() != 0) {
+        suspended = s;
+        set_state(TCGPU_STATE_SUSPENDED);
+        return rc;
+    }
     if (put_back(s) != 0) {
-        /* The device filled up meanwhile: stay suspended with the contents
-         * in host memory (never freed, never resumed onto missing memory);
-         * a later resume puts them back. */
+        ipcmem_release_opened();
         suspended = s;
         set_state(TCGPU_STATE_SUSPENDED);
         return rc;
@@ -299,7 +333,11 @@ static int do_resume(struct op_run *r)
         return rc;
     set_state(TCGPU_STATE_RESUMING);
     r->t_quiesced = now_ns();
-    rc = snap_rebuild(suspended, r->progress, r->arg);
+    /* What we opened from other processes first: it fails only by waiting
+     * on them, with nothing of ours on the device yet. */
+    rc = ipcmem_reopen(gate_timeout_ms());
+    if (rc == 0 && (rc = snap_rebuild(suspended, r->progress, r->arg)) != 0)
+        ipcmem_release_opened();
     if (rc) {
         /* the new place was for this attempt only */
         if (prev)
