@@ -31,6 +31,7 @@
 #define CALL_TIMEOUT_MS 10000
 #define POLL_MS 5               /* between two looks at a peer during a suspend or resume */
 #define STATUS_TIMEOUT_MS 1000  /* a peer's status: its service thread answers at once */
+#define MIN_CALL_MS 200         /* the least time a question to a live peer is given */
 /* How long an opener may stay running while an exporter suspends: a gang's
  * tasks are asked at once, and an opener's own suspend may start a little
  * after ours. Longer than that, nobody is suspending it: refuse. */
@@ -670,14 +671,16 @@ out:
     return r;
 }
 
-/* Whether an importer in state st is on its way to letting our memory go:
- * its own suspend releases it; a resuming one is refused while our gate is
- * closed; one that cannot be asked is most likely exiting (its end closes
- * the connection). */
+/* Whether an importer that answered r (0, or ctl_connect's -errno) in
+ * state st is on its way to letting our memory go: its own suspend
+ * releases it; a resuming one is refused while our gate is closed; one that
+ * is gone (no process, nobody behind its socket) closes its connection
+ * soon. One that cannot be asked otherwise counts as running. */
 static int letting_go(int r, enum tcgpu_state st)
 {
-    return r < 0 || st == TCGPU_STATE_SUSPENDING || st == TCGPU_STATE_SUSPENDED ||
-           st == TCGPU_STATE_RESUMING;
+    if (r < 0)
+        return r == -ESRCH || r == -ECONNREFUSED;
+    return st == TCGPU_STATE_SUSPENDING || st == TCGPU_STATE_SUSPENDED || st == TCGPU_STATE_RESUMING;
 }
 
 /* "process 12" or "processes 12, 13" into buf. */
@@ -812,17 +815,27 @@ static int reopen_one(struct opened *o, uint64_t start_ms, unsigned timeout_ms)
 {
     size_t old_offset = o->offset, old_size = o->size;
     uint64_t win_off = 0, waited;
-    char why[256];
-    int fd = -1, r;
+    char why[256], busy_why[256] = "";
+    int fd = -1, r, again;
 
     for (;;) {
+        /* Each question gets what is left of the bound, but never so little
+         * that a live exporter cannot answer it. */
         waited = now_ms() - start_ms;
         r = request_export(o->pid, o->id, o->token,
-                           (int)(timeout_ms > waited ? timeout_ms - waited : 1), o, &fd, &win_off,
-                           why, sizeof(why));
-        if (r == 0 || !retryable(r) || now_ms() - start_ms >= timeout_ms)
+                           (int)(timeout_ms > waited + MIN_CALL_MS ? timeout_ms - waited : MIN_CALL_MS),
+                           o, &fd, &win_off, why, sizeof(why));
+        if (retryable(r))
+            snprintf(busy_why, sizeof(busy_why), "%s", why);
+        /* an exporter busy resuming may be slow to answer: ask again too */
+        again = retryable(r) || (r == -ETIMEDOUT && busy_why[0]);
+        if (r == 0 || !again || now_ms() - start_ms >= timeout_ms)
             break;
         pause_ms(POLL_MS);
+    }
+    if (r == -ETIMEDOUT && busy_why[0]) {       /* it was refusing as suspended: say that */
+        r = -EBUSY;
+        snprintf(why, sizeof(why), "%s", busy_why);
     }
     if (r < 0)
         return reopen_refused(o, r, why, (unsigned)(now_ms() - start_ms));

@@ -7,6 +7,9 @@
 #
 #   - the consumer alone, three times, then resumed: its next step reads
 #     the same bytes at the same address (printed each step);
+#   - the consumer to an image in a directory that exists: the suspend
+#     fails (EEXIST) after what it opened was released, opens it again and
+#     the consumer runs on at the same address;
 #   - the consumer, then the producer: while both are suspended
 #     simcuda-smi accounts no device memory to either, and the GPU's used
 #     memory is that of neither (the shared memory is freed); resumed
@@ -97,6 +100,15 @@ for i in 1 2 3; do
     timed resume "$cpid"
     goes_on_at_same_address "$s"
 done
+
+phase "a suspend of the consumer to an image it cannot write fails after the release: it runs on"
+still_running
+mkdir -p "$WORK/exists"
+expect_exit 1 "$GPUCKPT" suspend "$cpid" -D "$WORK/exists"
+grep -q EEXIST "$WORK/last.out" || fail "the failed suspend: $(cat "$WORK/last.out")"
+[ "$(state_of "$cpid")" = running ] || fail "the consumer is $(state_of "$cpid") after a failed suspend"
+goes_on_at_same_address "$(last_step)"
+echo "failed suspend of consumer: $(cat "$WORK/last.out")"
 
 phase "the consumer, then the producer; both suspended free the shared memory"
 sleep_ms "$(random_ms 20 300)"
