@@ -219,10 +219,41 @@ static int reopen_back(void)
     return rc;
 }
 
+/*
+ * A suspend failed after it released what the process opened from other
+ * processes, and that cannot be opened again now (its exporter was suspended
+ * meanwhile): the program cannot run without it. Finish the suspend instead
+ * (the message says it failed), so that a resume brings everything back once
+ * the exporter is back; if even that fails, stay suspended with the
+ * device memory where it is (suspended = NULL: a resume only opens again).
+ */
+static int stay_suspended(struct op_run *r, struct snap *s, int saved, int rc)
+{
+    char why[512];
+
+    snprintf(why, sizeof(why), "%s", errmsg_get());
+    if (!saved && snap_save_host(s, r->progress, r->arg) != 0) {
+        snap_free(s);                       /* nothing of ours was released */
+        suspended = NULL;
+    } else if (snap_release(s) == 0) {
+        suspended = s;
+    } else if (put_back(s) != 0) {
+        suspended = s;                      /* put_back's message says it all */
+        set_state(TCGPU_STATE_SUSPENDED);
+        return rc;
+    } else {
+        snap_free(s);                       /* back on the device, all of it */
+        suspended = NULL;
+    }
+    errmsg_set("%s", why);
+    set_state(TCGPU_STATE_SUSPENDED);
+    return rc;
+}
+
 static int do_suspend(struct op_run *r)
 {
     struct snap *s = NULL;
-    int rc;
+    int rc, saved = 0;
 
     if (state == TCGPU_STATE_SUSPENDED) {
         errmsg_set("the process is already suspended");
@@ -231,19 +262,22 @@ static int do_suspend(struct op_run *r)
     set_state(TCGPU_STATE_SUSPENDING);
     if ((rc = quiesce(r)) != 0)
         goto fail;
-    /* Processes that map our memory let it go first: their own suspends
-     * release it (ipcmem.h). */
-    if ((rc = ipcmem_wait_importers(gate_timeout_ms())) != 0)
-        goto fail_open;
     if ((rc = snap_collect(&s, SNAP_SUSPEND)) != 0)
         goto fail_open;
+    /* What we opened from other processes goes first, and then we wait for
+     * those that map our memory to let it go (their suspends release it,
+     * ipcmem.h): in that order two processes that map each other's memory
+     * suspend together too. */
+    ipcmem_release_opened();
+    if ((rc = ipcmem_wait_importers(gate_timeout_ms())) != 0)
+        goto fail_reopen;
     /* Raw to host memory first, even for an image: the device is released
      * as soon as the bytes are off it; compressing and writing come after. */
     rc = snap_save_host(s, r->progress, r->arg);
     if (rc)
-        goto fail_open;
+        goto fail_reopen;
+    saved = 1;
     phase(r, TCGPU_PHASE_RELEASE);
-    ipcmem_release_opened();
     rc = snap_release(s);
     if (rc)
         goto undo_release;
@@ -290,6 +324,10 @@ undo_release:
         set_state(TCGPU_STATE_SUSPENDED);
         return rc;
     }
+    goto fail_open;
+fail_reopen:
+    if (reopen_back() != 0)
+        return stay_suspended(r, s, saved, rc);
 fail_open:
     snap_free(s);
     run_again();
@@ -329,6 +367,10 @@ static int do_resume(struct op_run *r)
         errmsg_set("the process is not suspended");
         return -EALREADY;
     }
+    if (r->dir && !suspended) {
+        errmsg_set("the process's memory stayed on the device: no image directory to resume from");
+        return -EINVAL;
+    }
     if (r->dir && (rc = move_image(r->dir, &prev)) != 0)
         return rc;
     set_state(TCGPU_STATE_RESUMING);
@@ -336,7 +378,7 @@ static int do_resume(struct op_run *r)
     /* What we opened from other processes first: it fails only by waiting
      * on them, with nothing of ours on the device yet. */
     rc = ipcmem_reopen(gate_timeout_ms());
-    if (rc == 0 && (rc = snap_rebuild(suspended, r->progress, r->arg)) != 0)
+    if (rc == 0 && suspended && (rc = snap_rebuild(suspended, r->progress, r->arg)) != 0)
         ipcmem_release_opened();
     if (rc) {
         /* the new place was for this attempt only */
@@ -347,7 +389,7 @@ static int do_resume(struct op_run *r)
         return rc;
     }
     free(prev);
-    if (!r->dir)
+    if (!r->dir && suspended)
         snap_discard_image(suspended);  /* in place only: an image named to us is its owner's */
     snap_free(suspended);
     suspended = NULL;
