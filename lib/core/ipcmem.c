@@ -84,6 +84,10 @@ static size_t n_exports, cap_exports;
 static uint64_t next_export_id;
 static struct peer *peers;
 static size_t n_peers, cap_peers;
+/* A resume put our memory back and opened it to importers while its gate
+ * is still closed (ipcmem_exports_open), and how many it served since. */
+static int exports_open;
+static unsigned served_open;
 
 static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 {
@@ -287,6 +291,39 @@ out:
     return r < 0 ? r : fd;
 }
 
+/* Whether ipc_export is served now: while the gate is open, or while a
+ * resume that put our memory back holds it closed (counted). */
+static int serving_now(void)
+{
+    int r;
+
+    pthread_mutex_lock(&ex_lock);
+    r = !tcgpu_gate_is_closed() || exports_open;
+    if (r && exports_open)
+        served_open++;
+    pthread_mutex_unlock(&ex_lock);
+    return r;
+}
+
+void ipcmem_exports_open(void)
+{
+    pthread_mutex_lock(&ex_lock);
+    exports_open = 1;
+    served_open = 0;
+    pthread_mutex_unlock(&ex_lock);
+}
+
+unsigned ipcmem_exports_close(void)
+{
+    unsigned n;
+
+    pthread_mutex_lock(&ex_lock);
+    exports_open = 0;
+    n = served_open;
+    pthread_mutex_unlock(&ex_lock);
+    return n;
+}
+
 int ipcmem_serve(const struct ctl_msg *req, pid_t pid, struct ctl_buf *reply)
 {
     uint64_t win_off = 0, win_size = 0, offset = 0;
@@ -310,7 +347,7 @@ int ipcmem_serve(const struct ctl_msg *req, pid_t pid, struct ctl_buf *reply)
         return -1;
     }
     atomic_thread_fence(memory_order_seq_cst);
-    if (tcgpu_gate_is_closed()) {
+    if (!serving_now()) {
         ipcmem_peer_closed(pid);
         ctl_buf_error(reply, -EBUSY, "the process is suspended or an operation is running: try again");
         return -1;

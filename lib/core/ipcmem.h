@@ -29,18 +29,19 @@
  *   opener    its suspend (gate closed, device idle) unmaps what it opened,
  *             releases the imported allocations and closes the connections
  *             (the exporter learns it at once), but keeps each address
- *             reserved. Its resume, before the program runs again, asks the
- *             exporter again (same id and token), imports the new
- *             descriptor and maps it at the same address; while the
- *             exporter refuses as suspended it asks again until
- *             TCGPU_GATE_TIMEOUT_MS, then fails (EAGAIN), and the process
- *             stays suspended: resume the exporter first.
+ *             reserved. Its resume, once its own memory is back and before
+ *             the program runs again, asks the exporter again (same id and
+ *             token), imports the new descriptor and maps it at the same
+ *             address; while the exporter refuses as suspended it asks
+ *             again until TCGPU_GATE_TIMEOUT_MS, then fails (EAGAIN), and
+ *             the process stays suspended: resume the exporter first.
  *   exporter  its suspend waits (TCGPU_GATE_TIMEOUT_MS) until no opener
  *             maps its memory, as long as each opener is suspending
  *             (asked over its control socket); one that stays running for
  *             PEER_GRACE_MS refuses the suspend (ENOTSUP), naming it. While
  *             suspended it refuses ipc_export; its resume re-creates the
- *             segments at the same addresses, exportable as before.
+ *             segments at the same addresses, exportable as before, and
+ *             serves ipc_export from then on, before its gate opens.
  *
  * A checkpoint (to an image, the process running on) of either process is
  * still refused, naming the other (notes held by
@@ -116,6 +117,17 @@ size_t ipcmem_release_opened(void);
  * freed the memory), -EIO (it cannot be mapped there again), -ETIMEDOUT.
  */
 int ipcmem_reopen(unsigned timeout_ms);
+
+/*
+ * A resume put our memory back: serve ipc_export from now on, though the
+ * gate stays closed while we open what we opened from others (two processes
+ * that map each other's memory resume together that way).
+ * ipcmem_exports_close stops it (the gate decides again) and returns how
+ * many exports were served since: 0 when nobody maps the memory put back,
+ * which may then be released again.
+ */
+void ipcmem_exports_open(void);
+unsigned ipcmem_exports_close(void);
 
 /* The exporter's side of ipc_export (core/ops.h, tcgpu_op_ipc_export). */
 int ipcmem_serve(const struct ctl_msg *req, pid_t peer, struct ctl_buf *reply);

@@ -358,10 +358,38 @@ static int move_image(const char *dir, char **prev)
     return 0;
 }
 
+/*
+ * A resume put our memory back but cannot open again what we opened from
+ * another process (it stays suspended): stay suspended. Released again when
+ * nobody imported the memory meanwhile; else (or when it cannot be released)
+ * it stays on the device, still exported, and suspended = NULL: the next
+ * resume only opens again. Keeps the message, extended.
+ */
+static void resume_back_off(struct op_run *r)
+{
+    char why[512];
+
+    snprintf(why, sizeof(why), "%s", errmsg_get());
+    if (!suspended)
+        return;                 /* in place already: exports stay served */
+    if (ipcmem_exports_close() == 0 && snap_release(suspended) == 0)
+        return;                 /* suspended as before, its memory released */
+    if (put_back(suspended) != 0)
+        return;                 /* partly released and not back: put_back said it */
+    ipcmem_exports_open();      /* whoever imported it maps it: keep it served */
+    if (!r->dir)
+        snap_discard_image(suspended);
+    snap_free(suspended);
+    suspended = NULL;
+    log_info("resume: the process stays suspended with its memory on the device (another process "
+             "may map it)");
+    errmsg_set("%s; its own memory stays on the device", why);
+}
+
 static int do_resume(struct op_run *r)
 {
     char *prev = NULL;
-    int rc;
+    int rc = 0;
 
     if (state != TCGPU_STATE_SUSPENDED) {
         errmsg_set("the process is not suspended");
@@ -375,14 +403,20 @@ static int do_resume(struct op_run *r)
         return rc;
     set_state(TCGPU_STATE_RESUMING);
     r->t_quiesced = now_ns();
-    /* What we opened from other processes first: it fails only by waiting
-     * on them, with nothing of ours on the device yet. */
-    rc = ipcmem_reopen(gate_timeout_ms());
-    if (rc == 0 && suspended && (rc = snap_rebuild(suspended, r->progress, r->arg)) != 0)
-        ipcmem_release_opened();
-    if (rc) {
+    if (suspended && (rc = snap_rebuild(suspended, r->progress, r->arg)) != 0) {
         /* the new place was for this attempt only */
         if (prev)
+            snap_set_image_dir(suspended, prev);
+        free(prev);
+        set_state(TCGPU_STATE_SUSPENDED);
+        return rc;
+    }
+    /* Our memory is back: processes that map it may open it again now,
+     * while we open again what we opened from others (ipcmem.h). */
+    ipcmem_exports_open();
+    if ((rc = ipcmem_reopen(gate_timeout_ms())) != 0) {
+        resume_back_off(r);
+        if (prev && suspended)
             snap_set_image_dir(suspended, prev);
         free(prev);
         set_state(TCGPU_STATE_SUSPENDED);
@@ -396,6 +430,7 @@ static int do_resume(struct op_run *r)
     devmem_trim();
     set_state(TCGPU_STATE_RUNNING);
     run_again();
+    ipcmem_exports_close();             /* the open gate decides again */
     return 0;
 }
 

@@ -8,6 +8,11 @@
 # producer's). Every try must suspend and resume both; after each the
 # consumer reads at the address it opened; at the end both checksums equal
 # an uninterrupted run's. Prints each try's times.
+#
+# As test ipc-gang-mutual (progs/ipc_stream.c --mutual) each maps the
+# other's memory: the consumer writes its answers into a block of its own
+# that the producer opened; each suspend releases what it opened before it
+# waits for the other to release its own, so the two suspend together.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tcgpud_lib.sh"
 
@@ -15,6 +20,8 @@ STREAM=$PROGS/ipc_stream
 STEPS=${IPC_STEPS:-2500}
 SLEEP_MS=${IPC_SLEEP_MS:-8}
 TRIES=${IPC_TRIES:-10}
+MUTUAL=()
+case $TEST_NAME in *mutual*) MUTUAL=(--mutual) ;; esac
 unset TCGPU_IPC
 fail() { echo "FAIL: $*" >&2; tail -n 25 "$WORK/tcgpud.log" >&2; exit 1; }
 
@@ -40,15 +47,15 @@ start_tcgpud
 
 phase "an uninterrupted run, on a device of its own"
 mkdir -p "$WORK/ref"
-SIMCUDA_SHM=$SIMCUDA_SHM-ref start_bg "$WORK/ref-p.out" "$STREAM" produce "$WORK/ref" "$STEPS" 0
+SIMCUDA_SHM=$SIMCUDA_SHM-ref start_bg "$WORK/ref-p.out" "$STREAM" produce "$WORK/ref" "$STEPS" 0 "${MUTUAL[@]}"
 refp=$BG
-SIMCUDA_SHM=$SIMCUDA_SHM-ref start_bg "$WORK/ref-c.out" "$STREAM" consume "$WORK/ref" "$STEPS"
+SIMCUDA_SHM=$SIMCUDA_SHM-ref start_bg "$WORK/ref-c.out" "$STREAM" consume "$WORK/ref" "$STEPS" "${MUTUAL[@]}"
 refc=$BG
 
 phase "producer and consumer, one gang"
-start_bg "$WORK/p.out" "$GPUCKPT" run --project research --job ipc -- "$STREAM" produce "$WORK" "$STEPS" "$SLEEP_MS"
+start_bg "$WORK/p.out" "$GPUCKPT" run --project research --job ipc -- "$STREAM" produce "$WORK" "$STEPS" "$SLEEP_MS" "${MUTUAL[@]}"
 ppid=$BG
-start_bg "$WORK/c.out" "$GPUCKPT" run --project research --job ipc -- "$STREAM" consume "$WORK" "$STEPS"
+start_bg "$WORK/c.out" "$GPUCKPT" run --project research --job ipc -- "$STREAM" consume "$WORK" "$STEPS" "${MUTUAL[@]}"
 cpid=$BG
 wait_registered "$ppid"
 wait_registered "$cpid"
@@ -97,4 +104,4 @@ for side in p c; do
     want=$(checksum_of "$WORK/ref-$side.out")
     [ -n "$want" ] && [ "$got" = "$want" ] || fail "$side: checksum '$got', uninterrupted '$want'"
 done
-echo "ok: $TRIES gang suspends at random moments, each suspended and resumed both; checksums = uninterrupted"
+echo "ok${MUTUAL:+ (${MUTUAL[*]})}: $TRIES gang suspends at random moments, each suspended and resumed both; checksums = uninterrupted"

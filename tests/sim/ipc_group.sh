@@ -150,6 +150,8 @@ grep -q "the memory opened from process $ppid (IPC) is not available: process $p
     "$WORK/last.out" || fail "the consumer's failed resume: $(cat "$WORK/last.out")"
 [ "$ms" -lt 6000 ] || fail "the consumer's resume failed after $ms ms (bound 2000 ms)"
 [ "$(state_of "$cpid")" = suspended ] || fail "the consumer is $(state_of "$cpid") after its failed resume"
+held=$(device_bytes_of "$cpid")
+[ "$held" -le "$SC_HELD_RELEASED" ] || fail "the consumer holds $held bytes of device memory after its failed resume"
 echo "resume of consumer while the producer is suspended: exit 8 after $ms ms: $(cat "$WORK/last.out")"
 timed resume "$ppid"
 timed resume "$cpid"

@@ -27,6 +27,13 @@
  *       addr 0xADDR" at each step (the address it reads at, checked against
  *       cuMemGetAddressRange), then "checksum: HEX", closes the handle,
  *       creates DIR/closed and ends.
+ *
+ * With --mutual (last, on both) each maps the other's memory: the consumer
+ * allocates a block of its own and exports it (DIR/handle-back) before it
+ * opens the producer's; it writes its answers there, and the producer
+ * reads them through its mapping of it (opened after "exported": "opened
+ * back at 0xADDR"), and closes it after its last step. The checksums are
+ * those of the plain mode.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -47,6 +54,7 @@ enum {
 };
 
 static const char *dir;
+static int mutual;
 static uint32_t words[WORDS];
 
 static uint32_t word_of(uint32_t k, uint32_t i)
@@ -131,12 +139,12 @@ static int wait_file(const char *name)
     return 0;
 }
 
-static int write_handle(const CUipcMemHandle *h)
+static int write_handle(const CUipcMemHandle *h, const char *name)
 {
     char path[4096], tmp[4200];
     FILE *f;
 
-    path_of(path, sizeof(path), "handle");
+    path_of(path, sizeof(path), name);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     if (!(f = fopen(tmp, "wb")) || fwrite(h, sizeof(*h), 1, f) != 1 || fclose(f) != 0 ||
         rename(tmp, path) != 0) {
@@ -146,9 +154,11 @@ static int write_handle(const CUipcMemHandle *h)
     return 0;
 }
 
+static int open_handle(CUdeviceptr *p, const char *name);
+
 static int produce(uint32_t steps, unsigned sleep_ms)
 {
-    CUdeviceptr own, p;
+    CUdeviceptr own, p, back = 0;
     CUipcMemHandle h;
     uint64_t sum = 14695981039346656037ull;
 
@@ -157,10 +167,16 @@ static int produce(uint32_t steps, unsigned sleep_ms)
     cu(cuMemAlloc(&p, BLOCK), "cuMemAlloc");
     cu(cuMemsetD8(p, 0, BLOCK), "cuMemsetD8");
     cu(cuIpcGetMemHandle(&h, p), "cuIpcGetMemHandle");
-    if (write_handle(&h))
+    if (write_handle(&h, "handle"))
         return 1;
     printf("exported\n");
     fflush(stdout);
+    if (mutual) {
+        if (open_handle(&back, "handle-back"))
+            return 1;
+        printf("opened back at 0x%llx\n", (unsigned long long)back);
+        fflush(stdout);
+    }
     for (uint32_t k = 0; k < steps; k++) {
         usleep(sleep_ms * 1000u);
         for (uint32_t i = 0; i < WORDS; i++)
@@ -169,7 +185,7 @@ static int produce(uint32_t steps, unsigned sleep_ms)
         set_flag(p, 2 * k + 1);
         if (wait_flag(p, 2 * k + 2, "producer"))
             return 1;
-        cu(cuMemcpyDtoH(words, p + DATA_AT, sizeof(words)), "cuMemcpyDtoH");
+        cu(cuMemcpyDtoH(words, (mutual ? back : p) + DATA_AT, sizeof(words)), "cuMemcpyDtoH");
         if (check_words(k, 1, "producer"))
             return 1;
         sum = fold(sum, words, WORDS);
@@ -178,6 +194,8 @@ static int produce(uint32_t steps, unsigned sleep_ms)
     }
     printf("checksum: %016llx\n", (unsigned long long)sum);
     fflush(stdout);
+    if (mutual)
+        cu(cuIpcCloseMemHandle(back), "cuIpcCloseMemHandle back");
     if (wait_file("closed"))
         return 1;
     cu(cuMemFree(p), "cuMemFree");
@@ -185,15 +203,15 @@ static int produce(uint32_t steps, unsigned sleep_ms)
     return 0;
 }
 
-static int open_handle(CUdeviceptr *p)
+static int open_handle(CUdeviceptr *p, const char *name)
 {
     char path[4096];
     CUipcMemHandle h;
     FILE *f;
 
-    if (wait_file("handle"))
+    if (wait_file(name))
         return 1;
-    path_of(path, sizeof(path), "handle");
+    path_of(path, sizeof(path), name);
     if (!(f = fopen(path, "rb")) || fread(&h, sizeof(h), 1, f) != 1) {
         perror(path);
         return 1;
@@ -218,14 +236,29 @@ static int check_range(CUdeviceptr p)
     return 0;
 }
 
+/* --mutual: the consumer's own block, exported for the producer. */
+static int export_back(CUdeviceptr *q)
+{
+    CUipcMemHandle h;
+
+    cu(cuMemAlloc(q, BLOCK), "cuMemAlloc back");
+    cu(cuMemsetD8(*q, 0, BLOCK), "cuMemsetD8 back");
+    cu(cuIpcGetMemHandle(&h, *q), "cuIpcGetMemHandle back");
+    return write_handle(&h, "handle-back");
+}
+
 static int consume(uint32_t steps)
 {
     char path[4096];
-    CUdeviceptr p;
+    CUdeviceptr p, q = 0, own;
     uint64_t sum = 14695981039346656037ull;
     FILE *f;
 
-    if (open_handle(&p))
+    cu(cuMemAlloc(&own, OWN), "cuMemAlloc own");   /* memory of its own, released by its suspends */
+    cu(cuMemsetD8(own, 0x3c, OWN), "cuMemsetD8 own");
+    if (mutual && export_back(&q))
+        return 1;
+    if (open_handle(&p, "handle"))
         return 1;
     printf("opened at 0x%llx\n", (unsigned long long)p);
     fflush(stdout);
@@ -238,7 +271,7 @@ static int consume(uint32_t steps)
         sum = fold(sum, words, WORDS);
         for (uint32_t i = 0; i < WORDS; i++)
             words[i] = answer_of(words[i], k);
-        cu(cuMemcpyHtoD(p + DATA_AT, words, sizeof(words)), "cuMemcpyHtoD");
+        cu(cuMemcpyHtoD((mutual ? q : p) + DATA_AT, words, sizeof(words)), "cuMemcpyHtoD");
         set_flag(p, 2 * k + 2);
         printf("step %u addr 0x%llx\n", k, (unsigned long long)p);
         fflush(stdout);
@@ -261,11 +294,12 @@ int main(int argc, char **argv)
 
     if (argc < 4 || (strcmp(argv[1], "produce") && strcmp(argv[1], "consume")) ||
         (!strcmp(argv[1], "produce") && argc < 5)) {
-        fprintf(stderr, "usage: ipc_stream produce DIR STEPS SLEEP_MS | consume DIR STEPS\n");
+        fprintf(stderr, "usage: ipc_stream produce DIR STEPS SLEEP_MS [--mutual] | consume DIR STEPS [--mutual]\n");
         return 2;
     }
     dir = argv[2];
     steps = (uint32_t)strtoul(argv[3], NULL, 10);
+    mutual = !strcmp(argv[argc - 1], "--mutual");
     cu(cuInit(0), "cuInit");
     cu(cuDevicePrimaryCtxRetain(&ctx, 0), "cuDevicePrimaryCtxRetain");
     cu(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
