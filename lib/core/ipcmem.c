@@ -850,7 +850,7 @@ static int reopen_refused(const struct opened *o, int r, const char *why, unsign
  * set. */
 static int reopen_one(struct opened *o, uint64_t start_ms, unsigned timeout_ms)
 {
-    size_t old_offset = o->offset, old_size = o->size;
+    size_t old_offset = o->offset, old_size = o->size, old_win = o->win_size;
     uint64_t win_off = 0, waited;
     char why[256], busy_why[256] = "";
     int fd = -1, r, again;
@@ -887,6 +887,9 @@ static int reopen_one(struct opened *o, uint64_t start_ms, unsigned timeout_ms)
     if (r < 0) {
         close(o->conn);
         o->conn = -1;
+        o->offset = old_offset;         /* as it was mapped: the next try compares with it */
+        o->size = old_size;
+        o->win_size = old_win;
         return r;
     }
     o->released = 0;

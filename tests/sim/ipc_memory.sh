@@ -18,7 +18,9 @@
 #     resumes and finds the same bytes at the same address;
 #   - once the consumer closes, the producer suspends (its handle does
 #     not open meanwhile) and resumes with its bytes intact;
-#   - a consumer killed while it maps the memory releases the producer too.
+#   - a consumer killed while it maps the memory releases the producer too;
+#   - a consumer suspended while the producer exits: its resume fails at
+#     once (exit 1) saying the memory is gone, and it stays suspended.
 . "$(dirname "$0")/lib.sh"
 
 PAIR=$PROGS/ipc_pair
@@ -113,6 +115,21 @@ wait_unblocked "$ppid"
 "$GPUCKPT" suspend "$ppid" >"$WORK/suspend2.out" 2>&1 || fail "suspend after the consumer died failed: $(cat "$WORK/suspend2.out")"
 "$GPUCKPT" resume "$ppid" >"$WORK/resume2.out" 2>&1 || fail "resume failed: $(cat "$WORK/resume2.out")"
 
+phase "a suspended consumer whose producer is gone: its resume fails at once, naming it"
+rm -f "$WORK/go/quit-consumer"
+start_bg "$WORK/consumer3.out" "$GPUCKPT" run -- "$PAIR" consume "$WORK" --no-close
+c3=$BG
+wait_for_line "$WORK/consumer3.out" '^wrote'
+"$GPUCKPT" suspend "$c3" >"$WORK/suspend3.out" 2>&1 || fail "the consumer's suspend: $(cat "$WORK/suspend3.out")"
 touch "$WORK/go/quit"
 wait_job "$ppid" 30 || fail "the producer failed: $(tail_of "$WORK/producer.out" 5)"
+t0=$(date +%s%N)
+expect_exit 1 "$GPUCKPT" resume "$c3"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+grep -q "the memory opened from process $ppid (IPC) is gone" "$WORK/last.out" || fail "the resume: $(cat "$WORK/last.out")"
+[ "$ms" -lt 1500 ] || fail "the resume took $ms ms to find the producer gone"
+[ "$(json_get "$("$GPUCKPT" status "$c3" --json)" state)" = suspended ] || fail "the consumer is not suspended"
+note "resume with the producer gone: exit 1 after $ms ms: $(cat "$WORK/last.out")"
+kill -9 "$c3"
+wait "$c3" 2>/dev/null || true
 note "ok"
