@@ -220,32 +220,17 @@ static int reopen_back(void)
 }
 
 /*
- * A suspend failed after it released what the process opened from other
- * processes, and that cannot be opened again now (its exporter was suspended
- * meanwhile): the program cannot run without it. Finish the suspend instead
- * (the message says it failed), so that a resume brings everything back once
- * the exporter is back; if even that fails, stay suspended with the
- * device memory where it is (suspended = NULL: a resume only opens again).
+ * A suspend failed before it released any memory of ours, after it released
+ * what the process opened from other processes, and that cannot be opened
+ * again now (its exporter was suspended meanwhile): the program cannot run
+ * without it. Stay suspended with our memory where it is, on the device
+ * (processes may still map it: it must not change under them);
+ * suspended = NULL tells a resume to only open again.
  */
-static int stay_suspended(struct op_run *r, struct snap *s, int saved, int rc)
+static int stay_suspended_in_place(struct snap *s, int rc)
 {
-    char why[512];
-
-    snprintf(why, sizeof(why), "%s", errmsg_get());
-    if (!saved && snap_save_host(s, r->progress, r->arg) != 0) {
-        snap_free(s);                       /* nothing of ours was released */
-        suspended = NULL;
-    } else if (snap_release(s) == 0) {
-        suspended = s;
-    } else if (put_back(s) != 0) {
-        suspended = s;                      /* put_back's message says it all */
-        set_state(TCGPU_STATE_SUSPENDED);
-        return rc;
-    } else {
-        snap_free(s);                       /* back on the device, all of it */
-        suspended = NULL;
-    }
-    errmsg_set("%s", why);
+    snap_free(s);
+    suspended = NULL;
     set_state(TCGPU_STATE_SUSPENDED);
     return rc;
 }
@@ -253,7 +238,7 @@ static int stay_suspended(struct op_run *r, struct snap *s, int saved, int rc)
 static int do_suspend(struct op_run *r)
 {
     struct snap *s = NULL;
-    int rc, saved = 0;
+    int rc;
 
     if (state == TCGPU_STATE_SUSPENDED) {
         errmsg_set("the process is already suspended");
@@ -276,7 +261,6 @@ static int do_suspend(struct op_run *r)
     rc = snap_save_host(s, r->progress, r->arg);
     if (rc)
         goto fail_reopen;
-    saved = 1;
     phase(r, TCGPU_PHASE_RELEASE);
     rc = snap_release(s);
     if (rc)
@@ -327,7 +311,7 @@ undo_release:
     goto fail_open;
 fail_reopen:
     if (reopen_back() != 0)
-        return stay_suspended(r, s, saved, rc);
+        return stay_suspended_in_place(s, rc);
 fail_open:
     snap_free(s);
     run_again();
@@ -372,10 +356,14 @@ static void resume_back_off(struct op_run *r)
     snprintf(why, sizeof(why), "%s", errmsg_get());
     if (!suspended)
         return;                 /* in place already: exports stay served */
-    if (ipcmem_exports_close() == 0 && snap_release(suspended) == 0)
-        return;                 /* suspended as before, its memory released */
-    if (put_back(suspended) != 0)
-        return;                 /* partly released and not back: put_back said it */
+    /* Memory another process imported meanwhile must not change under it:
+     * neither released nor refilled. */
+    if (ipcmem_exports_close() == 0) {
+        if (snap_release(suspended) == 0)
+            return;             /* suspended as before, its memory released */
+        if (put_back(suspended) != 0)
+            return;             /* partly released and not back: put_back said it */
+    }
     ipcmem_exports_open();      /* whoever imported it maps it: keep it served */
     if (!r->dir)
         snap_discard_image(suspended);
