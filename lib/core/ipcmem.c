@@ -731,6 +731,31 @@ static void name_pids(const pid_t *v, size_t n, char *buf, size_t len)
 
 #define IMPORTERS_NAMED 8
 
+/* Of the importers v[0..n), those that are not letting our memory go, into
+ * running; how many. */
+static size_t still_running(const pid_t *v, size_t n, pid_t *running)
+{
+    size_t k = 0;
+
+    for (size_t i = 0; i < n && i < IMPORTERS_NAMED; i++) {
+        enum tcgpu_state st = TCGPU_STATE_RUNNING;
+        int r = peer_state(v[i], &st);
+        if (!letting_go(r, st))
+            running[k++] = v[i];
+    }
+    return k;
+}
+
+static int refuse_running(const pid_t *running, size_t k)
+{
+    char who[128];
+
+    name_pids(running, k, who, sizeof(who));
+    errmsg_set("%s %s this process's memory (CUDA IPC) and %s running; suspend %s first, or both "
+               "together", who, k > 1 ? "map" : "maps", k > 1 ? "are" : "is", k > 1 ? "them" : "it");
+    return -ENOTSUP;
+}
+
 int ipcmem_wait_importers(unsigned timeout_ms)
 {
     uint64_t start = now_ms(), running_since = 0;
@@ -739,24 +764,13 @@ int ipcmem_wait_importers(unsigned timeout_ms)
     size_t n, k;
 
     while ((n = importers(v, IMPORTERS_NAMED)) > 0) {
-        k = 0;
-        for (size_t i = 0; i < n && i < IMPORTERS_NAMED; i++) {
-            enum tcgpu_state st = TCGPU_STATE_RUNNING;
-            int r = peer_state(v[i], &st);
-            if (!letting_go(r, st))
-                running[k++] = v[i];
-        }
-        if (k == 0)
+        /* A running importer gets PEER_GRACE_MS to start its own suspend. */
+        if ((k = still_running(v, n, running)) == 0)
             running_since = 0;
         else if (!running_since)
             running_since = now_ms();
-        if (k && now_ms() - running_since >= PEER_GRACE_MS) {
-            name_pids(running, k, who, sizeof(who));
-            errmsg_set("%s %s this process's memory (CUDA IPC) and %s running; suspend %s first, or "
-                       "both together", who, k > 1 ? "map" : "maps", k > 1 ? "are" : "is",
-                       k > 1 ? "them" : "it");
-            return -ENOTSUP;
-        }
+        if (k && now_ms() - running_since >= PEER_GRACE_MS)
+            return refuse_running(running, k);
         if (now_ms() - start >= timeout_ms) {
             name_pids(v, n < IMPORTERS_NAMED ? n : IMPORTERS_NAMED, who, sizeof(who));
             errmsg_set("%s, which %s this process's memory (CUDA IPC), did not release it within %u ms",
