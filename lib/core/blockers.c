@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "common/units.h"
@@ -90,12 +91,41 @@ static void format_note(const struct tcgpu_unsupported_note *n, char *buf, size_
                  tcgpu_holder_name(n->held_by), (unsigned long long)n->object);
 }
 
-bool blockers_first(char *why, size_t len)
+static bool is_ipc_note(const struct tcgpu_unsupported_note *n)
+{
+    return n->held_by == TCGPU_HELD_BY_IPC_IMPORTER || n->held_by == TCGPU_HELD_BY_IPC_EXPORTER;
+}
+
+/* The first note in force, IPC ones passed over when skip_ipc: true with
+ * *note, else false. A list that cannot be copied (no memory) answers with
+ * its first note, whatever it is: a refusal too many, never a suspend too
+ * many. */
+static bool first_note(struct tcgpu_unsupported_note *note, bool skip_ipc)
+{
+    struct tcgpu_unsupported_note *v;
+    size_t n = tcgpu_unsupported_list(note, 1), got;
+    bool found = false;
+
+    if (n == 0 || !skip_ipc || !is_ipc_note(note))
+        return n != 0;
+    if (!(v = calloc(n, sizeof(*v))))
+        return true;
+    got = tcgpu_unsupported_list(v, n);    /* notes may have come or gone meanwhile */
+    for (size_t i = 0; i < got && i < n && !found; i++)
+        if (!is_ipc_note(&v[i])) {
+            *note = v[i];
+            found = true;
+        }
+    free(v);
+    return found;
+}
+
+static bool first_blocker(char *why, size_t len, bool skip_ipc)
 {
     struct tcgpu_unsupported_note note;
     int64_t left;
 
-    if (tcgpu_unsupported_first(&note)) {
+    if (first_note(&note, skip_ipc)) {
         format_note(&note, why, len);
         return true;
     }
@@ -104,6 +134,16 @@ bool blockers_first(char *why, size_t len)
         return true;
     }
     return false;
+}
+
+bool blockers_first(char *why, size_t len)
+{
+    return first_blocker(why, len, false);
+}
+
+bool blockers_first_suspend(char *why, size_t len)
+{
+    return first_blocker(why, len, true);
 }
 
 static void put_since(struct ctl_buf *b, uint64_t realtime_ns)

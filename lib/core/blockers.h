@@ -22,6 +22,11 @@ struct ctl_buf;
  * destroyed)") into why: true, or false when nothing blocks. */
 bool blockers_first(char *why, size_t len);
 
+/* The same for a suspend: memory shared by CUDA IPC (the notes held by
+ * TCGPU_HELD_BY_IPC_IMPORTER and TCGPU_HELD_BY_IPC_EXPORTER) does not
+ * block it, since ipcmem.h's suspend steps carry it. */
+bool blockers_first_suspend(char *why, size_t len);
+
 /* Into a status reply: blockers=N (0: nothing blocks) and, for the first,
  * blocker= (as blockers_first), blocker_call=, blocker_since= (UTC,
  * ISO 8601) and blocker_site= (the program's frames that made the call). */

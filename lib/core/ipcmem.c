@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ipcmem.h"
@@ -20,12 +21,21 @@
 #include "driver/driver.h"
 #include "driver/gate.h"
 #include "driver/unsupported.h"
+#include "common/clock.h"
+#include "common/errmsg.h"
 #include "common/hex.h"
 #include "common/log.h"
 
 #define IPC_MAGIC   "tcgpuIPC"
 #define IPC_VERSION 1u
 #define CALL_TIMEOUT_MS 10000
+#define POLL_MS 5               /* between two looks at a peer during a suspend or resume */
+#define STATUS_TIMEOUT_MS 1000  /* a peer's status: its service thread answers at once */
+#define MIN_CALL_MS 200         /* the least time a question to a live peer is given */
+/* How long an opener may stay running while an exporter suspends: a gang's
+ * tasks are asked at once, and an opener's own suspend may start a little
+ * after ours. Longer than that, nobody is suspending it: refuse. */
+#define PEER_GRACE_MS 1000
 
 /* The 64 bytes of a CUipcMemHandle that tcgpu made. */
 struct ipc_wire {
@@ -40,11 +50,18 @@ struct ipc_wire {
 _Static_assert(sizeof(struct ipc_wire) == CU_IPC_HANDLE_SIZE, "an IPC handle is 64 bytes");
 
 static const char exporter_what[] =
-    "memory of this process is mapped by another process (CUDA IPC), and processes that share "
-    "memory cannot be suspended or checkpointed apart yet";
+    "memory of this process is mapped by another process (CUDA IPC), which a checkpoint cannot "
+    "carry (a suspend waits for that process to suspend too)";
 static const char opener_what[] =
-    "memory opened from another process's IPC handle cannot be checkpointed, and processes that "
-    "share memory cannot be suspended apart yet";
+    "memory opened from another process's IPC handle cannot be checkpointed (a suspend releases "
+    "it and a resume opens it again)";
+
+static void pause_ms(unsigned ms)
+{
+    struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+    nanosleep(&ts, NULL);
+}
 
 /* --- the exporter's side ------------------------------------------------- */
 
@@ -67,6 +84,10 @@ static size_t n_exports, cap_exports;
 static uint64_t next_export_id;
 static struct peer *peers;
 static size_t n_peers, cap_peers;
+/* A resume put our memory back and opened it to importers while its gate
+ * is still closed (ipcmem_exports_open), and how many it served since. */
+static int exports_open;
+static unsigned served_open;
 
 static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 {
@@ -270,6 +291,39 @@ out:
     return r < 0 ? r : fd;
 }
 
+/* Whether ipc_export is served now: while the gate is open, or while a
+ * resume that put our memory back holds it closed (counted). */
+static int serving_now(void)
+{
+    int r;
+
+    pthread_mutex_lock(&ex_lock);
+    r = !tcgpu_gate_is_closed() || exports_open;
+    if (r && exports_open)
+        served_open++;
+    pthread_mutex_unlock(&ex_lock);
+    return r;
+}
+
+void ipcmem_exports_open(void)
+{
+    pthread_mutex_lock(&ex_lock);
+    exports_open = 1;
+    served_open = 0;
+    pthread_mutex_unlock(&ex_lock);
+}
+
+unsigned ipcmem_exports_close(void)
+{
+    unsigned n;
+
+    pthread_mutex_lock(&ex_lock);
+    exports_open = 0;
+    n = served_open;
+    pthread_mutex_unlock(&ex_lock);
+    return n;
+}
+
 int ipcmem_serve(const struct ctl_msg *req, pid_t pid, struct ctl_buf *reply)
 {
     uint64_t win_off = 0, win_size = 0, offset = 0;
@@ -293,7 +347,7 @@ int ipcmem_serve(const struct ctl_msg *req, pid_t pid, struct ctl_buf *reply)
         return -1;
     }
     atomic_thread_fence(memory_order_seq_cst);
-    if (tcgpu_gate_is_closed()) {
+    if (!serving_now()) {
         ipcmem_peer_closed(pid);
         ctl_buf_error(reply, -EBUSY, "the process is suspended or an operation is running: try again");
         return -1;
@@ -319,13 +373,16 @@ int ipcmem_serve(const struct ctl_msg *req, pid_t pid, struct ctl_buf *reply)
 struct opened {
     pid_t pid;                  /* the exporter */
     uint64_t id;                /* its export */
+    uint8_t token[16];          /* its token: a resume asks for the export again */
     CUcontext ctx;              /* opened in */
-    CUdeviceptr va;             /* our reservation */
-    size_t win_size;
+    CUdeviceptr va;             /* our reservation, kept while suspended */
+    size_t res_size;            /* its size */
+    size_t win_size;            /* mapped at va */
     size_t offset;              /* of the allocation in it */
     size_t size;
     CUmemGenericAllocationHandle handle;
     int conn;                   /* to the exporter, open while mapped */
+    int released;               /* suspended: unmapped, handle released, conn closed */
     int refs;
     struct opened *next;
 };
@@ -347,43 +404,48 @@ static int pid_opened(pid_t pid)
     return 0;
 }
 
-/* Ask the exporter for the memory: 0 with the connection, the descriptor and
- * the window, or CUresult's error (logged). */
-static CUresult ask_exporter(const struct ipc_wire *w, struct opened *o, int *fd, uint64_t *win_off)
+/*
+ * Ask exporter pid for export id (token): 0 with o's connection, window
+ * and offsets and the descriptor in *fd; else -errno with why set:
+ * ctl_connect's (-ESRCH, -ENOENT, -ECONNREFUSED: the exporter is gone or
+ * not ours), the exporter's refusal (-EBUSY: suspended or in an operation,
+ * -ENOENT: freed or forged), -ETIMEDOUT, or -EPROTO (nonsense).
+ */
+static int request_export(pid_t pid, uint64_t id, const uint8_t *token, int timeout_ms,
+                          struct opened *o, int *fd, uint64_t *win_off, char *why, size_t len)
 {
     struct ctl_conn c;
     struct ctl_buf *b = malloc(sizeof(*b));
     struct ctl_msg *m = malloc(sizeof(*m));
-    char err[256], tok[33];
+    char tok[33];
     uint64_t win_size, offset, size;
-    long len;
+    long n;
     int r;
-    CUresult rc = CUDA_ERROR_INVALID_VALUE;
 
     if (!b || !m) {
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        snprintf(why, len, "out of memory");
+        r = -ENOMEM;
         goto out;
     }
-    r = ctl_connect((pid_t)w->pid, settings_get()->run_dir, &c, err, sizeof(err));
-    if (r < 0) {
-        log_err("cuIpcOpenMemHandle: cannot reach process %d, which made the handle: %s", (int)w->pid, err);
+    if ((r = ctl_connect(pid, settings_get()->run_dir, &c, why, len)) < 0)
         goto out;
-    }
-    hex_put16(w->token, tok);
+    hex_put16(token, tok);
     ctl_buf_request(b, "ipc_export");
-    ctl_buf_put_u64(b, "id", w->id);
+    ctl_buf_put_u64(b, "id", id);
     ctl_buf_put(b, "token", tok);
-    len = ctl_buf_finish(b);
-    r = len < 0 ? (int)len : ctl_call(&c, b->data, (size_t)len, m, CALL_TIMEOUT_MS, NULL, NULL);
-    if (r == 0 && m->err)
-        log_err("cuIpcOpenMemHandle: process %d refused the handle: %s", (int)w->pid, m->err_text);
-    else if (r < 0)
-        log_err("cuIpcOpenMemHandle: process %d did not answer: %s", (int)w->pid, strerror(-r));
-    else if (c.recv_fd < 0 || ctl_get_u64(m, "window_offset", win_off) < 0 ||
-             ctl_get_u64(m, "window_size", &win_size) < 0 || ctl_get_u64(m, "offset", &offset) < 0 ||
-             ctl_get_u64(m, "size", &size) < 0 || !win_size || offset + size > win_size)
-        log_err("cuIpcOpenMemHandle: process %d answered nonsense", (int)w->pid);
-    else {
+    n = ctl_buf_finish(b);
+    r = n < 0 ? (int)n : ctl_call(&c, b->data, (size_t)n, m, timeout_ms, NULL, NULL);
+    if (r < 0) {
+        snprintf(why, len, "it did not answer: %s", strerror(-r));
+    } else if (m->err) {
+        snprintf(why, len, "%s", m->err_text);
+        r = m->err < 0 ? m->err : -EIO;
+    } else if (c.recv_fd < 0 || ctl_get_u64(m, "window_offset", win_off) < 0 ||
+               ctl_get_u64(m, "window_size", &win_size) < 0 || ctl_get_u64(m, "offset", &offset) < 0 ||
+               ctl_get_u64(m, "size", &size) < 0 || !win_size || offset + size > win_size) {
+        snprintf(why, len, "it answered nonsense");
+        r = -EPROTO;
+    } else {
         *fd = c.recv_fd;
         c.recv_fd = -1;
         o->conn = c.fd;
@@ -391,12 +453,80 @@ static CUresult ask_exporter(const struct ipc_wire *w, struct opened *o, int *fd
         o->win_size = win_size;
         o->offset = offset;
         o->size = size;
-        rc = CUDA_SUCCESS;
     }
     ctl_close(&c);
 out:
     free(b);
     free(m);
+    return r;
+}
+
+/* cuIpcOpenMemHandle's question to the exporter: CUresult's answer, the
+ * reason logged. */
+static CUresult ask_exporter(const struct ipc_wire *w, struct opened *o, int *fd, uint64_t *win_off)
+{
+    char why[256];
+    int r = request_export((pid_t)w->pid, w->id, w->token, CALL_TIMEOUT_MS, o, fd, win_off, why,
+                           sizeof(why));
+
+    if (r == 0)
+        return CUDA_SUCCESS;
+    if (r == -ENOMEM)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    log_err("cuIpcOpenMemHandle: process %d, which made the handle, did not give the memory: %s",
+            (int)w->pid, why);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Whom o's memory may be used by here: our device, and the device it
+ * lives on when that is another (peer access). Returns how many. */
+static size_t access_of(const CUmemAllocationProp *prop, CUdevice dev, CUmemAccessDesc acc[2])
+{
+    size_t n = 0;
+
+    memset(acc, 0, 2 * sizeof(*acc));
+    acc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    acc[n].location.id = (int)dev;
+    acc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && prop->location.id != (int)dev) {
+        acc[n].location = prop->location;
+        acc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    }
+    return n;
+}
+
+/* Import fd into o->handle, with its properties and granularity; nothing
+ * held on failure. */
+static CUresult import_fd(struct opened *o, int fd, CUmemAllocationProp *prop, size_t *gran)
+{
+    CUresult rc = TCGPU_REAL(cuMemImportFromShareableHandle)(&o->handle, (void *)(intptr_t)fd,
+                                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if ((rc = TCGPU_REAL(cuMemGetAllocationPropertiesFromHandle)(prop, o->handle)) != CUDA_SUCCESS ||
+        (rc = TCGPU_REAL(cuMemGetAllocationGranularity)(gran, prop,
+                                                        CU_MEM_ALLOC_GRANULARITY_MINIMUM)) != CUDA_SUCCESS)
+        TCGPU_REAL(cuMemRelease)(o->handle);
+    return rc;
+}
+
+/* Map o's window of o->handle at o->va (reserved) and grant access;
+ * unmapped again on failure. */
+static CUresult map_window(struct opened *o, uint64_t win_off, const CUmemAllocationProp *prop)
+{
+    CUmemAccessDesc acc[2];
+    CUdevice dev;
+    size_t nacc;
+    CUresult rc;
+
+    if ((rc = TCGPU_REAL(cuCtxGetDevice)(&dev)) != CUDA_SUCCESS)
+        return rc;
+    if ((rc = TCGPU_REAL(cuMemMap)(o->va, o->win_size, win_off, o->handle, 0)) != CUDA_SUCCESS)
+        return rc;
+    nacc = access_of(prop, dev, acc);
+    if ((rc = TCGPU_REAL(cuMemSetAccess)(o->va, o->win_size, acc, nacc)) != CUDA_SUCCESS)
+        TCGPU_REAL(cuMemUnmap)(o->va, o->win_size);
     return rc;
 }
 
@@ -404,41 +534,20 @@ out:
 static CUresult map_imported(struct opened *o, int fd, uint64_t win_off)
 {
     CUmemAllocationProp prop;
-    CUmemAccessDesc acc[2];
-    CUdevice dev;
-    size_t gran = 0, nacc = 0;
+    size_t gran = 0;
     CUresult rc;
 
-    if ((rc = TCGPU_REAL(cuCtxGetDevice)(&dev)) != CUDA_SUCCESS)
+    if ((rc = import_fd(o, fd, &prop, &gran)) != CUDA_SUCCESS)
         return rc;
-    rc = TCGPU_REAL(cuMemImportFromShareableHandle)(&o->handle, (void *)(intptr_t)fd,
-                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if ((rc = TCGPU_REAL(cuMemGetAllocationPropertiesFromHandle)(&prop, o->handle)) != CUDA_SUCCESS ||
-        (rc = TCGPU_REAL(cuMemGetAllocationGranularity)(&gran, &prop,
-                                                        CU_MEM_ALLOC_GRANULARITY_MINIMUM)) != CUDA_SUCCESS)
-        goto err_handle;
     if ((rc = TCGPU_REAL(cuMemAddressReserve)(&o->va, o->win_size, gran, 0, 0)) != CUDA_SUCCESS)
         goto err_handle;
-    if ((rc = TCGPU_REAL(cuMemMap)(o->va, o->win_size, win_off, o->handle, 0)) != CUDA_SUCCESS)
+    o->res_size = o->win_size;
+    if ((rc = map_window(o, win_off, &prop)) != CUDA_SUCCESS)
         goto err_va;
-    memset(acc, 0, sizeof(acc));
-    acc[nacc].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    acc[nacc].location.id = (int)dev;
-    acc[nacc++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if (prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE && prop.location.id != (int)dev) {
-        acc[nacc].location = prop.location;
-        acc[nacc++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    }
-    if ((rc = TCGPU_REAL(cuMemSetAccess)(o->va, o->win_size, acc, nacc)) != CUDA_SUCCESS)
-        goto err_map;
     return CUDA_SUCCESS;
 
-err_map:
-    TCGPU_REAL(cuMemUnmap)(o->va, o->win_size);
 err_va:
-    TCGPU_REAL(cuMemAddressFree)(o->va, o->win_size);
+    TCGPU_REAL(cuMemAddressFree)(o->va, o->res_size);
 err_handle:
     TCGPU_REAL(cuMemRelease)(o->handle);
     return rc;
@@ -490,6 +599,7 @@ CUresult ipcmem_open(CUdeviceptr *dptr, const CUipcMemHandle *h)
     }
     o->pid = w.pid;
     o->id = w.id;
+    memcpy(o->token, w.token, sizeof(o->token));
     o->ctx = ctx;
     o->refs = 1;
     if (!pid_opened(o->pid))
@@ -522,10 +632,12 @@ CUresult ipcmem_close(CUdeviceptr dptr)
     /* The driver's close waits for work that may use the memory: so do we,
      * before the exporter learns it is no longer mapped here. */
     TCGPU_REAL(cuCtxSynchronize)();
-    TCGPU_REAL(cuMemUnmap)(o->va, o->win_size);
-    TCGPU_REAL(cuMemAddressFree)(o->va, o->win_size);
-    TCGPU_REAL(cuMemRelease)(o->handle);
-    close(o->conn);
+    if (!o->released) {
+        TCGPU_REAL(cuMemUnmap)(o->va, o->win_size);
+        TCGPU_REAL(cuMemRelease)(o->handle);
+        close(o->conn);
+    }
+    TCGPU_REAL(cuMemAddressFree)(o->va, o->res_size);
     if (!pid_opened(o->pid))
         tcgpu_unsupported_release(TCGPU_HELD_BY_IPC_EXPORTER, (uint64_t)o->pid);
     pthread_mutex_unlock(&op_lock);
@@ -547,4 +659,274 @@ int ipcmem_range(CUdeviceptr p, CUdeviceptr *base, size_t *size)
         }
     pthread_mutex_unlock(&op_lock);
     return r;
+}
+
+/* --- suspend and resume: the exporter's side ---------------------------- */
+
+/* The pids that map our memory now, up to max; how many there are. */
+static size_t importers(pid_t *out, size_t max)
+{
+    size_t n;
+
+    pthread_mutex_lock(&ex_lock);
+    n = n_peers;
+    for (size_t i = 0; i < n && i < max; i++)
+        out[i] = peers[i].pid;
+    pthread_mutex_unlock(&ex_lock);
+    return n;
+}
+
+/* Process pid's state, asked over its control socket: 0, or -errno (it is
+ * gone, or does not answer in time). */
+static int peer_state(pid_t pid, enum tcgpu_state *st)
+{
+    struct ctl_conn c;
+    struct ctl_buf *b = malloc(sizeof(*b));
+    struct ctl_msg *m = malloc(sizeof(*m));
+    struct tcgpu_status status;
+    char err[256];
+    long n;
+    int r;
+
+    if (!b || !m) {
+        r = -ENOMEM;
+        goto out;
+    }
+    if ((r = ctl_connect(pid, settings_get()->run_dir, &c, err, sizeof(err))) < 0)
+        goto out;
+    ctl_buf_request(b, "status");
+    n = ctl_buf_finish(b);
+    r = n < 0 ? (int)n : ctl_call(&c, b->data, (size_t)n, m, STATUS_TIMEOUT_MS, NULL, NULL);
+    if (r == 0 && m->err)
+        r = m->err < 0 ? m->err : -EIO;
+    if (r == 0 && (r = ctl_get_status(m, &status)) == 0)
+        *st = status.state;
+    ctl_close(&c);
+out:
+    free(b);
+    free(m);
+    return r;
+}
+
+/* Whether an importer that answered r (0, or ctl_connect's -errno) in
+ * state st is on its way to letting our memory go: its own suspend
+ * releases it; a resuming one is refused while our gate is closed; one that
+ * is gone (no process, nobody behind its socket) closes its connection
+ * soon. One that cannot be asked otherwise counts as running. */
+static int letting_go(int r, enum tcgpu_state st)
+{
+    if (r < 0)
+        return r == -ESRCH || r == -ECONNREFUSED;
+    return st == TCGPU_STATE_SUSPENDING || st == TCGPU_STATE_SUSPENDED || st == TCGPU_STATE_RESUMING;
+}
+
+/* "process 12" or "processes 12, 13" into buf. */
+static void name_pids(const pid_t *v, size_t n, char *buf, size_t len)
+{
+    size_t at = (size_t)snprintf(buf, len, "%s", n > 1 ? "processes " : "process ");
+
+    for (size_t i = 0; i < n && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%d", i ? ", " : "", (int)v[i]);
+}
+
+#define IMPORTERS_NAMED 8
+
+/* Of the importers v[0..n), those that are not letting our memory go, into
+ * running; how many. */
+static size_t still_running(const pid_t *v, size_t n, pid_t *running)
+{
+    size_t k = 0;
+
+    for (size_t i = 0; i < n && i < IMPORTERS_NAMED; i++) {
+        enum tcgpu_state st = TCGPU_STATE_RUNNING;
+        int r = peer_state(v[i], &st);
+        if (!letting_go(r, st))
+            running[k++] = v[i];
+    }
+    return k;
+}
+
+static int refuse_running(const pid_t *running, size_t k)
+{
+    char who[128];
+
+    name_pids(running, k, who, sizeof(who));
+    errmsg_set("%s %s this process's memory (CUDA IPC) and %s running; suspend %s first, or both "
+               "together", who, k > 1 ? "map" : "maps", k > 1 ? "are" : "is", k > 1 ? "them" : "it");
+    return -ENOTSUP;
+}
+
+int ipcmem_wait_importers(unsigned timeout_ms)
+{
+    uint64_t start = now_ms(), running_since = 0;
+    pid_t v[IMPORTERS_NAMED], running[IMPORTERS_NAMED];
+    char who[128];
+    size_t n, k;
+
+    while ((n = importers(v, IMPORTERS_NAMED)) > 0) {
+        /* A running importer gets PEER_GRACE_MS to start its own suspend. */
+        if ((k = still_running(v, n, running)) == 0)
+            running_since = 0;
+        else if (!running_since)
+            running_since = now_ms();
+        if (k && now_ms() - running_since >= PEER_GRACE_MS)
+            return refuse_running(running, k);
+        if (now_ms() - start >= timeout_ms) {
+            name_pids(v, n < IMPORTERS_NAMED ? n : IMPORTERS_NAMED, who, sizeof(who));
+            errmsg_set("%s, which %s this process's memory (CUDA IPC), did not release it within %u ms",
+                       who, n > 1 ? "map" : "maps", timeout_ms);
+            return -ETIMEDOUT;
+        }
+        pause_ms(POLL_MS);
+    }
+    return 0;
+}
+
+/* --- suspend and resume: the opener's side ------------------------------ */
+
+/* Let o's memory go, keeping its address reserved (op_lock held). */
+static void release_one(struct opened *o)
+{
+    TCGPU_REAL(cuMemUnmap)(o->va, o->win_size);
+    TCGPU_REAL(cuMemRelease)(o->handle);
+    close(o->conn);             /* the exporter learns it at once */
+    o->conn = -1;
+    o->released = 1;
+}
+
+size_t ipcmem_release_opened(void)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&op_lock);
+    for (struct opened *o = opened; o; o = o->next)
+        if (!o->released) {
+            release_one(o);
+            n++;
+        }
+    pthread_mutex_unlock(&op_lock);
+    if (n)
+        log_info("released %zu allocation%s opened from other processes (IPC)", n, n > 1 ? "s" : "");
+    return n;
+}
+
+/* Whether a refusal of request_export may go by if we ask again: the
+ * exporter is suspended, suspending or resuming. */
+static int retryable(int r)
+{
+    return r == -EBUSY;
+}
+
+/* Import the new descriptor and map it where o was (op_lock held, o's
+ * context current). -errno with the message set. */
+static int remap(struct opened *o, int fd, uint64_t win_off, size_t old_offset, size_t old_size)
+{
+    CUmemAllocationProp prop;
+    size_t gran = 0;
+    CUresult rc;
+
+    if (o->offset != old_offset || o->size != old_size || o->win_size > o->res_size) {
+        errmsg_set("the memory opened from process %d (IPC) changed shape while suspended "
+                   "(%zu bytes at +%zu, was %zu at +%zu)", (int)o->pid, o->size, o->offset,
+                   old_size, old_offset);
+        return -EIO;
+    }
+    if ((rc = import_fd(o, fd, &prop, &gran)) == CUDA_SUCCESS &&
+        (rc = map_window(o, win_off, &prop)) != CUDA_SUCCESS)
+        TCGPU_REAL(cuMemRelease)(o->handle);
+    if (rc != CUDA_SUCCESS) {
+        errmsg_set("the memory opened from process %d (IPC) cannot be mapped again at 0x%llx: %s",
+                   (int)o->pid, (unsigned long long)(o->va + o->offset), cu_error_name(rc));
+        return -EIO;
+    }
+    return 0;
+}
+
+/* The refusal of a re-open that will not go by, as a message: -errno. */
+static int reopen_refused(const struct opened *o, int r, const char *why, unsigned waited_ms)
+{
+    if (retryable(r)) {
+        errmsg_set("the memory opened from process %d (IPC) is not available: process %d is "
+                   "suspended; resume it first (it refused for %u ms: %s)", (int)o->pid, (int)o->pid,
+                   waited_ms, why);
+        return -EAGAIN;
+    }
+    if (r == -ESRCH || r == -ECONNREFUSED || r == -ENOENT) {
+        errmsg_set("the memory opened from process %d (IPC) is gone: %s", (int)o->pid, why);
+        return -ESRCH;
+    }
+    errmsg_set("the memory opened from process %d (IPC) is not available: %s", (int)o->pid, why);
+    return r == -ETIMEDOUT ? -ETIMEDOUT : -EIO;
+}
+
+/* Open o again from its exporter, asking while it is suspended until
+ * timeout_ms from start_ms (op_lock held). 0, or -errno with the message
+ * set. */
+static int reopen_one(struct opened *o, uint64_t start_ms, unsigned timeout_ms)
+{
+    size_t old_offset = o->offset, old_size = o->size, old_win = o->win_size;
+    uint64_t win_off = 0, waited;
+    char why[256], busy_why[256] = "";
+    int fd = -1, r, again;
+
+    for (;;) {
+        /* Each question gets what is left of the bound, but never so little
+         * that a live exporter cannot answer it. */
+        waited = now_ms() - start_ms;
+        r = request_export(o->pid, o->id, o->token,
+                           (int)(timeout_ms > waited + MIN_CALL_MS ? timeout_ms - waited : MIN_CALL_MS),
+                           o, &fd, &win_off, why, sizeof(why));
+        if (retryable(r))
+            snprintf(busy_why, sizeof(busy_why), "%s", why);
+        /* an exporter busy resuming may be slow to answer: ask again too */
+        again = retryable(r) || (r == -ETIMEDOUT && busy_why[0]);
+        if (r == 0 || !again || now_ms() - start_ms >= timeout_ms)
+            break;
+        pause_ms(POLL_MS);
+    }
+    if (r == -ETIMEDOUT && busy_why[0]) {       /* it was refusing as suspended: say that */
+        r = -EBUSY;
+        snprintf(why, sizeof(why), "%s", busy_why);
+    }
+    if (r < 0)
+        return reopen_refused(o, r, why, (unsigned)(now_ms() - start_ms));
+    if (TCGPU_REAL(cuCtxPushCurrent)(o->ctx) != CUDA_SUCCESS) {
+        errmsg_set("the context that opened memory from process %d (IPC) is gone", (int)o->pid);
+        r = -EIO;
+    } else {
+        r = remap(o, fd, win_off, old_offset, old_size);
+        TCGPU_REAL(cuCtxPopCurrent)(NULL);
+    }
+    close(fd);
+    if (r < 0) {
+        close(o->conn);
+        o->conn = -1;
+        o->offset = old_offset;         /* as it was mapped: the next try compares with it */
+        o->size = old_size;
+        o->win_size = old_win;
+        return r;
+    }
+    o->released = 0;
+    return 0;
+}
+
+int ipcmem_reopen(unsigned timeout_ms)
+{
+    uint64_t start = now_ms();
+    size_t n = 0;
+    int r = 0;
+
+    pthread_mutex_lock(&op_lock);
+    for (struct opened *o = opened; o && r == 0; o = o->next)
+        if (o->released && (r = reopen_one(o, start, timeout_ms)) == 0)
+            n++;
+    pthread_mutex_unlock(&op_lock);
+    if (r < 0) {
+        ipcmem_release_opened();        /* all or none: those opened again go back */
+        return r;
+    }
+    if (n)
+        log_info("opened %zu allocation%s of other processes again, at the same addresses (IPC)", n,
+                 n > 1 ? "s" : "");
+    return 0;
 }

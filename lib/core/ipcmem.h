@@ -24,10 +24,31 @@
  *             the opener maps the memory: its end (cuIpcCloseMemHandle's
  *             last close, or the opener's death) tells the exporter.
  *
- * While memory is shared, a checkpoint or suspend of either process is
- * refused, naming the other (notes held by TCGPU_HELD_BY_IPC_IMPORTER on
- * the exporter's side, TCGPU_HELD_BY_IPC_EXPORTER on the opener's).
- * Suspending the two together is not done yet.
+ * Processes that share memory are suspended together, the openers first:
+ *
+ *   opener    its suspend (gate closed, device idle) unmaps what it opened,
+ *             releases the imported allocations and closes the connections
+ *             (the exporter learns it at once), but keeps each address
+ *             reserved. Its resume, once its own memory is back and before
+ *             the program runs again, asks the exporter again (same id and
+ *             token), imports the new descriptor and maps it at the same
+ *             address; while the exporter refuses as suspended it asks
+ *             again until TCGPU_GATE_TIMEOUT_MS, then fails (EAGAIN), and
+ *             the process stays suspended: resume the exporter first.
+ *   exporter  its suspend waits (TCGPU_GATE_TIMEOUT_MS) until no opener
+ *             maps its memory, as long as each opener is suspending
+ *             (asked over its control socket); one that stays running for
+ *             PEER_GRACE_MS refuses the suspend (ENOTSUP), naming it. While
+ *             suspended it refuses ipc_export; its resume re-creates the
+ *             segments at the same addresses, exportable as before, and
+ *             serves ipc_export from then on, before its gate opens.
+ *
+ * A checkpoint (to an image, the process running on) of either process is
+ * still refused, naming the other (notes held by
+ * TCGPU_HELD_BY_IPC_IMPORTER on the exporter's side,
+ * TCGPU_HELD_BY_IPC_EXPORTER on the opener's): the memory is shared, and
+ * an image of one side alone cannot carry it. A suspend passes those notes
+ * over (blockers_first_suspend).
  *
  * Opened memory is not tracked as the opener's allocation: the exporter
  * holds it and counts it (status, limits); the opener's cuMemGetInfo is the
@@ -73,6 +94,40 @@ CUresult ipcmem_close(CUdeviceptr dptr);
 /* The opened allocation containing p (cuMemGetAddressRange): 0 with its
  * base and size, or -ENOENT. */
 int ipcmem_range(CUdeviceptr p, CUdeviceptr *base, size_t *size);
+
+/*
+ * A suspend of the exporter, gate closed: wait until no process maps our
+ * memory. 0; -ENOTSUP when an opener stays running (not suspending) for
+ * PEER_GRACE_MS; -ETIMEDOUT when openers that are suspending have not
+ * released it within timeout_ms. The message names them.
+ */
+int ipcmem_wait_importers(unsigned timeout_ms);
+
+/* A suspend of the opener, device idle: unmap and release what it opened
+ * and close the connections, keeping the addresses reserved. Returns how
+ * many allocations it released. */
+size_t ipcmem_release_opened(void);
+
+/*
+ * The reverse, before the program runs again (a resume, or a suspend that
+ * failed after ipcmem_release_opened): open each released allocation again
+ * at its address. Asks again while an exporter refuses as suspended, until
+ * timeout_ms. 0, or -errno with the message set, everything released again:
+ * -EAGAIN (an exporter stayed suspended), -ESRCH (an exporter is gone or
+ * freed the memory), -EIO (it cannot be mapped there again), -ETIMEDOUT.
+ */
+int ipcmem_reopen(unsigned timeout_ms);
+
+/*
+ * A resume put our memory back: serve ipc_export from now on, though the
+ * gate stays closed while we open what we opened from others (two processes
+ * that map each other's memory resume together that way).
+ * ipcmem_exports_close stops it (the gate decides again) and returns how
+ * many exports were served since: 0 when nobody maps the memory put back,
+ * which may then be released again.
+ */
+void ipcmem_exports_open(void);
+unsigned ipcmem_exports_close(void);
 
 /* The exporter's side of ipc_export (core/ops.h, tcgpu_op_ipc_export). */
 int ipcmem_serve(const struct ctl_msg *req, pid_t peer, struct ctl_buf *reply);

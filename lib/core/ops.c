@@ -197,6 +197,44 @@ static int put_back(struct snap *s)
     return rc;
 }
 
+/*
+ * After a failed suspend released what it opened from other processes (CUDA
+ * IPC): open it again, at the same addresses. Keeps the operation's message
+ * (extended when the memory cannot come back). 0, or -errno.
+ */
+static int reopen_back(void)
+{
+    char why[512];
+    int rc;
+
+    snprintf(why, sizeof(why), "%s", errmsg_get());
+    rc = ipcmem_reopen(gate_timeout_ms());
+    if (rc == 0) {
+        errmsg_set("%s", why);
+        return 0;
+    }
+    log_err("suspend failed (%s); the memory opened from another process cannot be mapped again "
+            "now (%s): the process stays suspended", why, errmsg_get());
+    errmsg_set("%s; the process stays suspended (%s): resume it when that is back", why, errmsg_get());
+    return rc;
+}
+
+/*
+ * A suspend failed before it released any memory of ours, after it released
+ * what the process opened from other processes, and that cannot be opened
+ * again now (its exporter was suspended meanwhile): the program cannot run
+ * without it. Stay suspended with our memory where it is, on the device
+ * (processes may still map it: it must not change under them);
+ * suspended = NULL tells a resume to only open again.
+ */
+static int stay_suspended_in_place(struct snap *s, int rc)
+{
+    snap_free(s);
+    suspended = NULL;
+    set_state(TCGPU_STATE_SUSPENDED);
+    return rc;
+}
+
 static int do_suspend(struct op_run *r)
 {
     struct snap *s = NULL;
@@ -209,13 +247,20 @@ static int do_suspend(struct op_run *r)
     set_state(TCGPU_STATE_SUSPENDING);
     if ((rc = quiesce(r)) != 0)
         goto fail;
-    if ((rc = snap_collect(&s, 0)) != 0)
+    if ((rc = snap_collect(&s, SNAP_SUSPEND)) != 0)
         goto fail_open;
+    /* What we opened from other processes goes first, and then we wait for
+     * those that map our memory to let it go (their suspends release it,
+     * ipcmem.h): in that order two processes that map each other's memory
+     * suspend together too. */
+    ipcmem_release_opened();
+    if ((rc = ipcmem_wait_importers(gate_timeout_ms())) != 0)
+        goto fail_reopen;
     /* Raw to host memory first, even for an image: the device is released
      * as soon as the bytes are off it; compressing and writing come after. */
     rc = snap_save_host(s, r->progress, r->arg);
     if (rc)
-        goto fail_open;
+        goto fail_reopen;
     phase(r, TCGPU_PHASE_RELEASE);
     rc = snap_release(s);
     if (rc)
@@ -246,16 +291,27 @@ static int do_suspend(struct op_run *r)
     return 0;
 
 undo_release:
-    /* A failed suspend leaves the program running as before: put the memory
-     * back from the host copy. */
-    if (put_back(s) != 0) {
-        /* The device filled up meanwhile: stay suspended with the contents
-         * in host memory (never freed, never resumed onto missing memory);
-         * a later resume puts them back. */
+    /* A failed suspend leaves the program running as before: open again
+     * what it opened from other processes, and put the memory back from
+     * the host copy. When either cannot be done now (the exporter was
+     * suspended meanwhile, the device filled up), stay suspended with the
+     * contents in host memory (never resumed onto missing memory); a later
+     * resume puts them back. */
+    if (reopen_back() != 0) {
         suspended = s;
         set_state(TCGPU_STATE_SUSPENDED);
         return rc;
     }
+    if (put_back(s) != 0) {
+        ipcmem_release_opened();
+        suspended = s;
+        set_state(TCGPU_STATE_SUSPENDED);
+        return rc;
+    }
+    goto fail_open;
+fail_reopen:
+    if (reopen_back() != 0)
+        return stay_suspended_in_place(s, rc);
 fail_open:
     snap_free(s);
     run_again();
@@ -286,21 +342,56 @@ static int move_image(const char *dir, char **prev)
     return 0;
 }
 
+/*
+ * A resume put our memory back but cannot open again what we opened from
+ * another process (it stays suspended): stay suspended. Released again when
+ * nobody imported the memory meanwhile; else (or when it cannot be released)
+ * it stays on the device, still exported, and suspended = NULL: the next
+ * resume only opens again. Keeps the message, extended.
+ */
+static void resume_back_off(struct op_run *r)
+{
+    char why[512];
+
+    snprintf(why, sizeof(why), "%s", errmsg_get());
+    if (!suspended)
+        return;                 /* in place already: exports stay served */
+    /* Memory another process imported meanwhile must not change under it:
+     * neither released nor refilled. */
+    if (ipcmem_exports_close() == 0) {
+        if (snap_release(suspended) == 0)
+            return;             /* suspended as before, its memory released */
+        if (put_back(suspended) != 0)
+            return;             /* partly released and not back: put_back said it */
+    }
+    ipcmem_exports_open();      /* whoever imported it maps it: keep it served */
+    if (!r->dir)
+        snap_discard_image(suspended);
+    snap_free(suspended);
+    suspended = NULL;
+    log_info("resume: the process stays suspended with its memory on the device (another process "
+             "may map it)");
+    errmsg_set("%s; its own memory stays on the device", why);
+}
+
 static int do_resume(struct op_run *r)
 {
     char *prev = NULL;
-    int rc;
+    int rc = 0;
 
     if (state != TCGPU_STATE_SUSPENDED) {
         errmsg_set("the process is not suspended");
         return -EALREADY;
     }
+    if (r->dir && !suspended) {
+        errmsg_set("the process's memory stayed on the device: no image directory to resume from");
+        return -EINVAL;
+    }
     if (r->dir && (rc = move_image(r->dir, &prev)) != 0)
         return rc;
     set_state(TCGPU_STATE_RESUMING);
     r->t_quiesced = now_ns();
-    rc = snap_rebuild(suspended, r->progress, r->arg);
-    if (rc) {
+    if (suspended && (rc = snap_rebuild(suspended, r->progress, r->arg)) != 0) {
         /* the new place was for this attempt only */
         if (prev)
             snap_set_image_dir(suspended, prev);
@@ -308,14 +399,26 @@ static int do_resume(struct op_run *r)
         set_state(TCGPU_STATE_SUSPENDED);
         return rc;
     }
+    /* Our memory is back: processes that map it may open it again now,
+     * while we open again what we opened from others (ipcmem.h). */
+    ipcmem_exports_open();
+    if ((rc = ipcmem_reopen(gate_timeout_ms())) != 0) {
+        resume_back_off(r);
+        if (prev && suspended)
+            snap_set_image_dir(suspended, prev);
+        free(prev);
+        set_state(TCGPU_STATE_SUSPENDED);
+        return rc;
+    }
     free(prev);
-    if (!r->dir)
+    if (!r->dir && suspended)
         snap_discard_image(suspended);  /* in place only: an image named to us is its owner's */
     snap_free(suspended);
     suspended = NULL;
     devmem_trim();
     set_state(TCGPU_STATE_RUNNING);
     run_again();
+    ipcmem_exports_close();             /* the open gate decides again */
     return 0;
 }
 

@@ -179,7 +179,7 @@ int snap_collect(struct snap **out, unsigned flags)
     struct snap *s;
     int rc;
 
-    if (blockers_first(why, sizeof(why))) {
+    if ((flags & SNAP_SUSPEND) ? blockers_first_suspend(why, sizeof(why)) : blockers_first(why, sizeof(why))) {
         errmsg_set("%s", why);
         return -ENOTSUP;
     }

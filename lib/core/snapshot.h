@@ -38,6 +38,9 @@ struct snap;
  * would overwrite what the program's host threads wrote to it meanwhile.
  */
 #define SNAP_MANAGED 0x1u
+/* SNAP_SUSPEND: for a suspend, where memory shared by CUDA IPC does not
+ * refuse (ipcmem.h: the suspend releases and re-opens it). */
+#define SNAP_SUSPEND 0x2u
 int snap_collect(struct snap **out, unsigned flags);
 
 /* Copies every region to host memory (the suspend-to-RAM path). */

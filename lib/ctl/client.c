@@ -382,6 +382,8 @@ int ctl_exit_code(int err, int from_server)
     case EBADMSG:
         return CTL_EXIT_CORRUPT;
     case ENOMEM:
+    case EAGAIN:                /* not now: what it needs is not back yet (memory another
+                                 * process shares is suspended with it) */
         return CTL_EXIT_NOROOM;
     case EINVAL:
     case EPROTO:

@@ -87,7 +87,8 @@ enum ctl_exit {
     CTL_EXIT_TIMEOUT = 5,       /* the gate or the client's --timeout ran out */
     CTL_EXIT_PERM = 6,          /* permission denied */
     CTL_EXIT_CORRUPT = 7,       /* the image is corrupt or truncated */
-    CTL_EXIT_NOROOM = 8,        /* resume: the device has no room now; try later */
+    CTL_EXIT_NOROOM = 8,        /* resume: the device has no room now, or memory it opened
+                                 * from another process (IPC) is suspended; try later */
     CTL_EXIT_LEFT_SUSPENDED = 9,    /* suspend failed and could not be undone: the job
                                      * stays suspended until gpuckpt resume */
 };

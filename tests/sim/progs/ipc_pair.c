@@ -15,7 +15,8 @@
  *       a handle whose token was changed is refused ("forged refused"),
  *       opens DIR/handle, reads the pattern ("read ok"), opens it again
  *       (same address: "double open ok"), closes once, writes 0x5c over
- *       the first 4 KiB ("wrote"). go/close: closes it ("closed"), unless
+ *       the first 4 KiB ("wrote"). go/close: checks the bytes again (the
+ *       pattern, 0x5c over the first 4 KiB) and closes it ("closed"), unless
  *       --no-close; then waits for go/quit-consumer.
  */
 #include <errno.h>
@@ -163,6 +164,8 @@ static int consume(int no_close)
     say("wrote");
     if (!no_close) {
         wait_go("close");
+        if (check_bytes(p, 1, "consumer before the close"))   /* suspends between: the same bytes */
+            return 1;
         cu(cuIpcCloseMemHandle(p), "cuIpcCloseMemHandle");
         if (cuIpcCloseMemHandle(p) == CUDA_SUCCESS) {
             fprintf(stderr, "a third close succeeded\n");
