@@ -25,7 +25,10 @@
 #                                runs, and resumed: with tcgpu's consistent cut
 #                                every try must suspend every rank; the plain
 #                                run's checksum at the end. Prints each try's
-#                                time.
+#                                time. With NCCL_SHM_DISABLE=1, over simnccl's
+#                                P2P transport: every rank maps its peers'
+#                                slots through CUDA IPC, so the gang is also
+#                                a group of processes sharing memory.
 #   ddp.sh gang-preempt          2 ranks of one tcgpud gang at priority 10,
 #                                64 MiB of weights each; a priority-100 job
 #                                needs GPU 0's memory mid-run: tcgpud
