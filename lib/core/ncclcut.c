@@ -377,17 +377,42 @@ static bool held(const struct comm *c)
     return false;
 }
 
-/* May the operations go now (every involved lock held)? Each held
- * communicator must be owed one of them. */
+/*
+ * Whether a peer has issued on c something that waits for this rank: more
+ * collectives, a send this rank has not posted the receive of, or a receive
+ * it has not sent to (lock held).
+ */
+static bool behind(const struct comm *c)
+{
+    int me = c->rank;
+
+    for (int p = 0; p < c->nranks; p++) {
+        if (p == me || !slots(c)[p].pid)
+            continue;
+        if (slots(c)[p].coll > slots(c)[me].coll ||
+            pair(c, p, me)->send > pair(c, me, p)->recv || pair(c, p, me)->recv > pair(c, me, p)->send)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * May the operations go now (every involved lock held)? On each held
+ * communicator this rank must be owed one of them, or be behind there: a
+ * rank that owes its peers work must go on in its own order to become level,
+ * even through an operation nobody waits for yet (a receive before the sends
+ * it owes: the peer's matching send then becomes owed to that peer).
+ */
 static bool may_go(const struct op *ops, unsigned n)
 {
     for (unsigned i = 0; i < n; i++) {
-        bool owed = false;
+        bool go;
         if (!held(ops[i].c))
             continue;
-        for (unsigned j = 0; j < n && !owed; j++)
-            owed = ops[j].c == ops[i].c && op_owed(&ops[j]);
-        if (!owed)
+        go = behind(ops[i].c);
+        for (unsigned j = 0; j < n && !go; j++)
+            go = ops[j].c == ops[i].c && op_owed(&ops[j]);
+        if (!go)
             return false;
     }
     return true;

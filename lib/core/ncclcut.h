@@ -15,8 +15,10 @@
  *   only what it owes: a collective when a peer has issued more collectives
  *   than it, a send that a peer's recv already waits for, a recv that a
  *   peer's send already waits for (a group: when any of its operations is
- *   owed). Anything else waits in host code, outside every CUDA call, until
- *   the hold goes or the operation becomes owed.
+ *   owed); or anything while it is behind there (a peer waits for it), so
+ *   that it goes on in its own order until it is level. Anything else waits
+ *   in host code, outside every CUDA call, until the hold goes or the
+ *   operation becomes owed.
  * - A suspend or checkpoint holds every communicator of its process, then
  *   waits until this rank is level with every peer (equal collective counts,
  *   every send matched by the peer's recv and the other way round): then
