@@ -176,8 +176,9 @@ def pct(x):
 
 def markdown(meas, replay, scale, slo):
     lines = [f'| policy | replay scheduler | goodput | busy | lost GPU-s | preemptions | '
-             f'hi wait p50 / p95 | hi on GPU within {slo} s | completion p50 hi / lo | checksums |',
-             '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |']
+             f'hi wait p50 / p95 | hi on GPU within {slo:g} s | completion p50 hi / lo | last job ends | '
+             f'checksums |',
+             '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |']
     for pol, m in meas.items():
         p = predicted(replay, pol)
         c = {x['priority']: x['p50_s'] for x in m['completion']}
@@ -185,14 +186,14 @@ def markdown(meas, replay, scale, slo):
         lines.append(
             f"| {pol} measured | | {pct(m['goodput'])} | {pct(m['busy'])} | {m['lost_gpu_s']:.0f} | "
             f"{m['preemptions']} | {m['hi_wait_p50_s']:.1f} / {m['hi_wait_p95_s']:.1f} s | "
-            f"{pct(m['slo_met'])} | {c.get(100, 0):.0f} / {c.get(10, 0):.0f} s | "
+            f"{pct(m['slo_met'])} | {c.get(100, 0):.0f} / {c.get(10, 0):.0f} s | {m['makespan_s']:.0f} s | "
             f"{m['checksums_ok']} of {m['jobs']} |")
         if p:
             lines.append(
                 f"| {pol} predicted | {p['name']} | {pct(p['goodput'])} | {pct(p['busy'])} | "
                 f"{3600 * p['lost_gpu_hours']:.0f} | {p['preemptions']} | "
                 f"{p['hi_wait_p50_s']:.1f} / {p['hi_wait_p95_s']:.1f} s | {pct(p['slo_met'])} | "
-                f"{pc.get(100, 0):.0f} / {pc.get(10, 0):.0f} s | |")
+                f"{pc.get(100, 0):.0f} / {pc.get(10, 0):.0f} s | {p['makespan_s']:.0f} s | |")
     return '\n'.join(lines) + '\n'
 
 
