@@ -17,7 +17,9 @@ Definitions (those of tcgpu-replay, docs/replay.md, "The metrics"):
             it was first done (a run goes on from where the last one stopped
             when restored, from step 0 otherwise), of the jobs that ended with
             the right checksum
-  busy      held inside the window / (8 x the window)
+  busy      held inside the window / (8 x the window): the share of GPUs held
+            (the replay's busy counts a GPU with any job on it as busy, which
+            is more under shards: which GPU a shard job had is not polled)
   lost      held by runs whose work was thrown away (a killed run restarts from
             step 0; under tcgpu, a run whose successor was not restored)
   hi wait   submit -> first start of the high-priority jobs (p50 / p95 / max)
