@@ -21,7 +21,8 @@ Definitions (those of tcgpu-replay, docs/replay.md, "The metrics"):
             (the replay's busy counts a GPU with any job on it as busy, which
             is more under shards: which GPU a shard job had is not polled)
   lost      held by runs whose work was thrown away (a killed run restarts from
-            step 0; under tcgpu, a run whose successor was not restored)
+            step 0; under tcgpu, a run whose successor was not restored; every
+            run of a job that did not end with the right checksum)
   hi wait   submit -> first start of the high-priority jobs (p50 / p95 / max)
   requeue gap  a preempted run's end -> the next run's start (the replay's
             --requeue-delay)
@@ -126,16 +127,20 @@ def measure_policy(pol, d, trace, refs, slo):
                           f'uninterrupted {want}')
         restores = len(re.findall(r'restored from its save', log))
         restored = restores == len(runs) - 1
+        ok = final == 'COMPLETED' and bool(got) and got[-1] == want
         if pol == 'tcgpu' and len(runs) > 1 and not restored:
             errors.append(f'{pol}: job {i} ({submitted[i][0]}) ran {len(runs)} times, '
                           f'restored {restores} times')
-        if not restored:
+        if not ok:
+            # a job that failed: everything it held
+            lost += sum(e - s for s, e in runs) * frac
+        elif not restored:
             # started again from step 0: every run but the last was thrown away
             lost += sum(e - s for s, e in runs[:-1]) * frac
         held_all += sum(e - s for s, e in runs) * frac
         gaps += [runs[k + 1][0] - runs[k][1] for k in range(len(runs) - 1)]
         held_in += sum(overlap(s, e, w0, w1) for s, e in runs) * frac
-        if got and got[-1] == want:
+        if ok:
             work_in += first_done(runs, restored, j['dur'], w0, w1) * j['shards'] / 4
         sub = submitted[i][1]
         if runs:
