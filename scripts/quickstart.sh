@@ -2,9 +2,9 @@
 # The README's two commands:
 #   scripts/quickstart.sh demo   set up, build, run the tcgpud demo on a simulated GPU
 #   scripts/quickstart.sh test   set up, build, run the whole test suite
-#                                (unit, sim, criu, web, containers, peers
-#                                and slurm suites; then unit and sim again
-#                                under ASan+UBSan)
+#                                (unit, sim, criu, web, containers, peers,
+#                                slurm and cluster suites; then unit and sim
+#                                again under ASan+UBSan)
 # Set-up needs root (apt, CRIU); as a user it re-runs scripts/setup.sh with sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,9 +61,10 @@ run_tests() {
     meson test -C "$BUILD" --suite unit --suite sim --suite multi --suite criu --suite web --suite containers --suite peers \
         --print-errorlogs --num-processes 2 || rc=1
     # a real Slurm on loopback, one test at a time (docs/slurm.md): it fails, not skips,
-    # when Slurm cannot start
-    log "tests: slurm"
-    meson test -C "$BUILD" --suite slurm --print-errorlogs --num-processes 1 --logbase testlog-slurm || rc=1
+    # when Slurm cannot start; cluster: the experiment's smoke test, 4 slurmd (docs/cluster.md)
+    log "tests: slurm, cluster"
+    meson test -C "$BUILD" --suite slurm --suite cluster --print-errorlogs --num-processes 1 \
+        --logbase testlog-slurm || rc=1
     log "build with ASan+UBSan ($ASAN_BUILD)"
     configure "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false
     log "tests under ASan+UBSan: unit, sim"

@@ -3,6 +3,8 @@
 #
 # munged, slurmctld and two slurmd (nodes na on 127.0.0.2 and nb on
 # 127.0.0.3, `slurmd -N`), in the foreground, with a generated slurm.conf:
+# (TCGPU_SLURM_NODES=N, set by the sourcing script: N nodes na, nb, nc, ...
+# on 127.0.0.2, .3, .4, ...; tests/cluster runs 4)
 # private state, spool and log directories, ports free at start, a
 # munge key and socket of their own. Each node is its own simulated machine
 # (SIMCUDA_SHM) of two GPUs, with its own tcgpud (root); a TaskProlog gives
@@ -11,6 +13,10 @@
 # (as low) and dept-a, dept-b (as high, one node each) for departments. Jobs run as
 # nobody. Everything is stopped and removed at exit, and a process of the
 # test left behind fails it. Slurm that cannot start is a failure, not a skip.
+# A sourcing script may replace the partitions and preemption lines by
+# defining cluster_conf_policy after sourcing this (tests/cluster/run.sh),
+# and give each node more CPUs than the machine has (TCGPU_SLURM_CPUS: shard
+# jobs take a core each, and a node of 2 GPUs of 4 shards runs 8).
 . "$(dirname "$0")/../common/lib.sh"
 set -euo pipefail
 
@@ -19,10 +25,20 @@ GPUCKPT=$B/tools/gpuckpt/gpuckpt
 TCGPUD=$B/tools/tcgpud/tcgpud
 TCGPU_SLURM=$B/slurm/tcgpu-slurm
 PAIR=$B/tests/slurm/pair_train
-read -r CTLD_PORT NA_PORT NB_PORT <<<"$(free_ports 3)"
-declare -A NODE_PORT=([na]=$NA_PORT [nb]=$NB_PORT)
-NODES=(na nb)
-declare -A NODE_ADDR=([na]=127.0.0.2 [nb]=127.0.0.3)
+NODE_COUNT=${TCGPU_SLURM_NODES:-2}
+NODE_CPUS=${TCGPU_SLURM_CPUS:-2}
+[ "$NODE_COUNT" -ge 2 ] && [ "$NODE_COUNT" -le 26 ] || fail "TCGPU_SLURM_NODES=$NODE_COUNT: 2..26"
+read -r CTLD_PORT PORTS <<<"$(free_ports $((NODE_COUNT + 1)))"
+NODES=()
+declare -A NODE_PORT NODE_ADDR
+for i in $(seq 0 $((NODE_COUNT - 1))); do
+    n=n$(echo abcdefghijklmnopqrstuvwxyz | cut -c$((i + 1)))     # na, nb, nc, ...
+    NODES+=("$n")
+    NODE_PORT[$n]=$(echo "$PORTS" | cut -d' ' -f$((i + 1)))
+    NODE_ADDR[$n]=127.0.0.$((2 + i))
+done
+NODE_LIST=$(IFS=,; echo "${NODES[*]}")
+NA_PORT=${NODE_PORT[na]} NB_PORT=${NODE_PORT[nb]}
 NOBODY=65534
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -112,9 +128,33 @@ check_nothing_left() {
 
 as_nobody() { setpriv --reuid=$NOBODY --regid=$NOBODY --clear-groups "$@"; }
 
-write_conf() {
-    local host
+# cluster_conf_policy: the preemption and partition lines of slurm.conf (the
+# suite slurm's); a sourcing script may define its own after sourcing.
+cluster_conf_policy() {
+    cat <<EOF
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=low Nodes=$NODE_LIST Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=30 OverSubscribe=NO
+PartitionName=high Nodes=$NODE_LIST PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
+# departments (docs/cluster.md): each owns a node, anyone borrows idle GPUs
+# through borrow, and a borrower is saved and requeued when an owner needs them
+PartitionName=borrow Nodes=$NODE_LIST PriorityTier=1 PreemptMode=REQUEUE GraceTime=30 OverSubscribe=NO
+PartitionName=dept-a Nodes=na PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
+PartitionName=dept-b Nodes=nb PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
+EOF
+}
+
+# The nodes: two GPUs, 8 shards each.
+cluster_conf_nodes() {
+    local n host
     host=$(hostname)
+    for n in "${NODES[@]}"; do
+        echo "NodeName=$n NodeHostname=$host NodeAddr=${NODE_ADDR[$n]} Port=${NODE_PORT[$n]}" \
+            "CPUs=$NODE_CPUS RealMemory=2000 Gres=gpu:2,shard:8 State=UNKNOWN"
+    done
+}
+
+write_conf() {
     cat >"$W/slurm.conf" <<EOF
 ClusterName=tcgputest
 SlurmctldHost=localhost(127.0.0.1)
@@ -155,8 +195,6 @@ SchedulerType=sched/backfill
 # every sched_interval (Slurm's default: 60 s); backfill passes skip it
 # when nothing changed (docs/slurm.md)
 SchedulerParameters=preempt_send_user_signal,bf_interval=1,sched_interval=2
-PreemptType=preempt/partition_prio
-PreemptMode=REQUEUE
 JobRequeue=1
 # KillWait: the time from the SIGTERM of scancel or scontrol requeue to the
 # SIGKILL; a requeue by hand is saved within it (docs/slurm.md)
@@ -167,27 +205,23 @@ Waittime=0
 MailProg=/bin/true
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
-NodeName=na NodeHostname=$host NodeAddr=${NODE_ADDR[na]} Port=${NODE_PORT[na]} CPUs=2 RealMemory=2000 Gres=gpu:2,shard:8 State=UNKNOWN
-NodeName=nb NodeHostname=$host NodeAddr=${NODE_ADDR[nb]} Port=${NODE_PORT[nb]} CPUs=2 RealMemory=2000 Gres=gpu:2,shard:8 State=UNKNOWN
-PartitionName=low Nodes=na,nb Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=30 OverSubscribe=NO
-PartitionName=high Nodes=na,nb PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
-# departments (docs/cluster.md): each owns a node, anyone borrows idle GPUs
-# through borrow, and a borrower is saved and requeued when an owner needs them
-PartitionName=borrow Nodes=na,nb PriorityTier=1 PreemptMode=REQUEUE GraceTime=30 OverSubscribe=NO
-PartitionName=dept-a Nodes=na PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
-PartitionName=dept-b Nodes=nb PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
 EOF
+    # more CPUs than the machine has: slurmd would drain its node without this
+    [ "$NODE_CPUS" -gt "$(nproc)" ] && echo "SlurmdParameters=config_overrides" >>"$W/slurm.conf"
+    cluster_conf_nodes >>"$W/slurm.conf"
+    cluster_conf_policy >>"$W/slurm.conf"
     # GPUs: Slurm wants device files; character devices that are /dev/null
     mkdir -p "$W/dev"
-    for i in 0 1 2 3; do mknod "$W/dev/gpu$i" c 1 3; done
-    cat >"$W/gres.conf" <<EOF
-NodeName=na Name=gpu File=$W/dev/gpu[0-1]
-NodeName=nb Name=gpu File=$W/dev/gpu[2-3]
-NodeName=na Name=shard Count=4 File=$W/dev/gpu0
-NodeName=na Name=shard Count=4 File=$W/dev/gpu1
-NodeName=nb Name=shard Count=4 File=$W/dev/gpu2
-NodeName=nb Name=shard Count=4 File=$W/dev/gpu3
-EOF
+    local i n g=0
+    : >"$W/gres.conf"
+    for n in "${NODES[@]}"; do
+        for i in 0 1; do
+            mknod "$W/dev/gpu$((g + i))" c 1 3
+            echo "NodeName=$n Name=shard Count=4 File=$W/dev/gpu$((g + i))" >>"$W/gres.conf"
+        done
+        echo "NodeName=$n Name=gpu File=$W/dev/gpu[$g-$((g + 1))]" >>"$W/gres.conf"
+        g=$((g + 2))
+    done
     # a task's node: its simulated machine and its tcgpud
     cat >"$W/task_prolog.sh" <<EOF
 #!/bin/sh
@@ -237,7 +271,8 @@ EOF
 }
 
 start_slurm() {
-    mkdir -p "$W/ctld" "$W/log" "$W/spool-na" "$W/spool-nb"
+    mkdir -p "$W/ctld" "$W/log"
+    for n in "${NODES[@]}"; do mkdir -p "$W/spool-$n"; done
     slurmctld -D -i -f "$SLURM_CONF" >>"$W/log/slurmctld.out" 2>&1 &
     DAEMONS+=("$!")
     local n i
@@ -246,7 +281,7 @@ start_slurm() {
         DAEMONS+=("$!")
     done
     for i in $(seq 1 200); do
-        [ "$(sinfo -h -o '%t' -p low 2>/dev/null | sort -u | tr -d '\n')" = idle ] && return 0
+        [ "$(sinfo -h -N -o '%t' 2>/dev/null | sort -u | tr -d '\n')" = idle ] && return 0
         sleep 0.1
     done
     fail "Slurm did not start: sinfo: $(sinfo 2>&1 | tail -n 3 | tr '\n' ' ') slurmctld: $(tail_of "$W/log/slurmctld.log" 5)"
@@ -259,7 +294,7 @@ start_cluster() {
     mkdir -p "$W/log"
     start_tcgpuds
     start_slurm
-    note "cluster up: slurmctld on 127.0.0.1:$CTLD_PORT, slurmd na on :$NA_PORT and nb on :$NB_PORT"
+    note "cluster up: slurmctld on 127.0.0.1:$CTLD_PORT, slurmd $(for n in "${NODES[@]}"; do printf '%s on :%s ' "$n" "${NODE_PORT[$n]}"; done)"
 }
 
 # job_field JOB KEY : a field of scontrol show job (e.g. JobState, Restarts, NodeList).
