@@ -4,7 +4,9 @@
  * 1, CUDA_VISIBLE_DEVICES=1) is restored from machine B with the GPU pair
  * (A's GPU 1 -> B's GPU 0) and runs on there: its memory is B's, its data
  * intact, its device's UUID B's GPU 0's, A keeps nothing; it checkpoints
- * again on B. Only a Restore reaches a process of another machine.
+ * again on B, and is restored from a third machine C (still mapping A, where
+ * it has no slot any more: a second migration must find it on B). Only a
+ * Restore reaches a process of another machine.
  */
 #include "procs.h"
 
@@ -76,6 +78,23 @@ static int on_a(const char *worker_pid)
     return 0;
 }
 
+/* On C: 'R' restores the worker (checkpointed on B) to C's GPU of the same
+ * index and unlocks it, answering with what C's GPU 0 holds. */
+static int on_c(const char *worker_pid)
+{
+    pid_t pid = (pid_t)atoi(worker_pid);
+    uint64_t used;
+
+    t_init();
+    while (recv_byte(3) == 'R') {
+        CHECK(cuCheckpointProcessRestore(pid, NULL));
+        CHECK(cuCheckpointProcessUnlock(pid, NULL));
+        used = used_now();
+        CHECK_EQ(write(4, &used, 8), 8);
+    }
+    return 0;
+}
+
 static uint64_t ask_a(struct child *a, char c)
 {
     uint64_t used;
@@ -93,11 +112,12 @@ static CUprocessState state(pid_t pid)
     return s;
 }
 
-static char machine_a[80];
+static char machine_a[80], machine_c[80];
 
 static void unlink_a(void)
 {
     shm_unlink(machine_a);
+    shm_unlink(machine_c);
 }
 
 int main(int argc, char **argv)
@@ -112,10 +132,14 @@ int main(int argc, char **argv)
         return worker();
     if (argc >= 3 && !strcmp(argv[1], "on-a"))
         return on_a(argv[2]);
+    if (argc >= 3 && !strcmp(argv[1], "on-c"))
+        return on_c(argv[2]);
     setenv("SIMCUDA_DEVICES", "2", 1);
     sim_test_setup("migrate");
     snprintf(machine_a, sizeof(machine_a), "%s-a", getenv("SIMCUDA_SHM"));
+    snprintf(machine_c, sizeof(machine_c), "%s-c", getenv("SIMCUDA_SHM"));
     shm_unlink(machine_a);
+    shm_unlink(machine_c);
     atexit(unlink_a);
 
     /* the worker and its checkpointer on A, seeing A's GPU 1 only */
@@ -163,11 +187,33 @@ int main(int argc, char **argv)
     CHECK(cuCheckpointProcessUnlock(w.pid, NULL));
     send_byte(w.to, 'V');
     CHECK_EQ(recv_byte(w.from), 'v');
+    recv_uuid(w.from, &now);
+
+    /* checkpointed on B, restored from C: the second move */
+    struct child c;
+    setenv("SIMCUDA_SHM", machine_c, 1);
+    c = spawn_role("on-c", pid);
+    setenv("SIMCUDA_SHM", t_shm_name, 1);
+    CHECK(cuCheckpointProcessLock(w.pid, NULL));
+    CHECK(cuCheckpointProcessCheckpoint(w.pid, NULL));
+    send_byte(c.to, 'R');
+    {
+        uint64_t used;
+        CHECK_EQ(read(c.from, &used, 8), 8);
+        CHECK_EQ(used, N * 4ull);               /* on C's GPU 0 now */
+    }
+    CHECK_EQ(used_now(), 0);                    /* B keeps nothing of it */
+    send_byte(w.to, 'V');                       /* its data came along again */
+    CHECK_EQ(recv_byte(w.from), 'v');
+    recv_uuid(w.from, &now);
+    CHECK_TRUE(memcmp(now.bytes, b0.bytes, 16) != 0);     /* C's GPU, not B's */
 
     send_byte(w.to, 'X');
     send_byte(a.to, 'X');
+    send_byte(c.to, 'X');
     CHECK_EQ(wait_child(w.pid), 0);
     CHECK_EQ(wait_child(a.pid), 0);
+    CHECK_EQ(wait_child(c.pid), 0);
     printf("migrate: ok\n");
     return 0;
 }
