@@ -256,6 +256,36 @@ suspend_r1() {
     [ "$(status_of "$r0" state)" = suspended ] || fail "rank 0 is $(status_of "$r0" state), not suspended"
 }
 
+# gang_start GPUS SLEEP_MS: tcgpud with GPUS GPUs of 1 GiB and projects
+# research (10) and prod (100); the uninterrupted run's checksum in ref;
+# then $n ranks of job $label, one gang (--job) in research, sleeping
+# SLEEP_MS a step, registered (RANK_PIDS).
+gang_start() {
+    local gpus=$1 sleep=$2 g r conf=""
+    . "$(dirname "$0")/../sim/tcgpud_lib.sh"
+    for g in $(seq 0 $((gpus - 1))); do conf+=$'\n'"[gpu $g]"$'\n'"capacity = 1G"$'\n'; done
+    write_config "$conf
+[project research]
+priority = 10
+members = *
+
+[project prod]
+priority = 100
+members = *
+"
+    start_tcgpud
+    job "ref$n" "$n" ""         # (tcgpud_lib.sh has a reference() of its own)
+    ref=$SUM
+    RANK_PIDS=()
+    for r in $(seq 0 $((n - 1))); do
+        start_bg "$WORK/$label.r$r.out" "$GPUCKPT" run --project research --job ddp -- \
+            "$DDP" --rank "$r" --nranks "$n" --id-file "$WORK/$label.id" --steps "$STEPS" --mb "$MB" \
+            --sleep-ms "$sleep"
+        RANK_PIDS+=("$BG")
+    done
+    for r in "${RANK_PIDS[@]}"; do wait_registered "$r"; done
+}
+
 # mid_start: ranks of $label started and paused between two steps, rank 0
 # suspended there; sets r0, r1 and k (the step they paused after).
 mid_start() {
@@ -344,38 +374,10 @@ checkpoint-all)
     echo "ok: $n ranks checkpointed twice between steps, images verify: checksum $SUM = uninterrupted"
     ;;
 gang-random)
-    . "$(dirname "$0")/../sim/tcgpud_lib.sh"
     # the job sleeps 40 ms a step, so that it lasts for every try (each
     # about a second under load) and its reference run does not
     STEPS=${DDP_STEPS:-1000} MB=1 tries=${DDP_TRIES:-20} label=gang n=${DDP_RANKS:-4}
-    write_config "
-[gpu 0]
-capacity = 1G
-
-[gpu 1]
-capacity = 1G
-
-[gpu 2]
-capacity = 1G
-
-[gpu 3]
-capacity = 1G
-
-[project research]
-priority = 10
-members = *
-"
-    start_tcgpud
-    job "ref$n" "$n" ""         # (tcgpud_lib.sh has a reference() of its own)
-    ref=$SUM
-    RANK_PIDS=()
-    for r in $(seq 0 $((n - 1))); do
-        start_bg "$WORK/$label.r$r.out" "$GPUCKPT" run --project research --job ddp -- \
-            "$DDP" --rank "$r" --nranks "$n" --id-file "$WORK/$label.id" --steps "$STEPS" --mb "$MB" \
-            --sleep-ms 40
-        RANK_PIDS+=("$BG")
-    done
-    for r in "${RANK_PIDS[@]}"; do wait_registered "$r"; done
+    gang_start 4 40
     wait_for_line "$WORK/$label.r0.out" '^rank 0 step 10$'
     done_ok=0 i=0
     while [ "$i" -lt "$tries" ]; do
@@ -402,36 +404,10 @@ members = *
     echo "ok: $done_ok gang suspends of $n ranks at random moments, each suspended and resumed; checksum $SUM = uninterrupted"
     ;;
 gang-preempt)
-    . "$(dirname "$0")/../sim/tcgpud_lib.sh"
     # 64 MiB of weights and as much of gradients per rank: with the 900 MiB
     # job, GPU 0 (1 GiB) cannot hold both
     STEPS=${DDP_STEPS:-120} MB=64 label=pre n=2
-    write_config "
-[gpu 0]
-capacity = 1G
-
-[gpu 1]
-capacity = 1G
-
-[project research]
-priority = 10
-members = *
-
-[project prod]
-priority = 100
-members = *
-"
-    start_tcgpud
-    job "ref$n" "$n" ""
-    ref=$SUM
-    RANK_PIDS=()
-    for r in 0 1; do
-        start_bg "$WORK/$label.r$r.out" "$GPUCKPT" run --project research --job ddp -- \
-            "$DDP" --rank "$r" --nranks "$n" --id-file "$WORK/$label.id" --steps "$STEPS" --mb "$MB" \
-            --sleep-ms 20
-        RANK_PIDS+=("$BG")
-    done
-    for r in "${RANK_PIDS[@]}"; do wait_registered "$r"; done
+    gang_start 2 20
     wait_for_line "$WORK/$label.r0.out" '^rank 0 step 20$'
     sleep 1.2                                  # older than min_runtime
     phase "$label: a priority-100 job needs GPU 0's memory"
