@@ -58,7 +58,7 @@ static bool accepted(ncclResult_t rc)
         __typeof__(&fn) next_ = NEXT(fn);                           \
         ncclResult_t rc_;                                           \
         if (!next_)                                                 \
-            return ncclInternalError;                             \
+            return ncclInternalError;                               \
         if (tl_inside++)                                            \
             rc_ = next_(__VA_ARGS__);                               \
         else {                                                      \
