@@ -668,15 +668,16 @@ ddp_checksums() {
     [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok $a"
 }
 
-# ddp_ranks PID: the job's two rank processes (the launcher's children), once
-# each answers on its control socket.
+# ddp_ranks PID: the job's two rank processes, the launcher's children that
+# answer on a control socket (torchrun may have other children).
 ddp_ranks() {
-    local pid=$1 i r kids=()
+    local pid=$1 i r kids=() ranks=()
     for i in $(seq 1 600); do
         mapfile -t kids < <(cat /proc/"$pid"/task/*/children 2>/dev/null | tr ' ' '\n' | grep -v '^$' || true)
-        if [ "${#kids[@]}" -eq 2 ]; then
-            for r in "${kids[@]}"; do [ -n "$(status_of "$r" state)" ] || continue 2; done
-            echo "${kids[@]}"
+        ranks=()
+        for r in "${kids[@]}"; do [ -z "$(status_of "$r" state)" ] || ranks+=("$r"); done
+        if [ "${#ranks[@]}" -eq 2 ]; then
+            echo "${ranks[@]}"
             return 0
         fi
         sleep 0.1
@@ -686,7 +687,7 @@ ddp_ranks() {
 
 step_ddp() {
     if ! ddp_program; then skip ddp "$DDP_WHY"; return 0; fi
-    local ref out=$WORK/ddp.out pid ranks r c i rc=0 ok=0 cycles=5 t0 ms held
+    local ref out=$WORK/ddp.out pid ranks r c i rc=0 ok=0 cycles=5 t0 ms held spids
     run_fg ddp-ref 600 env "${DDP_ENV[@]}" "${DDP_CMD[@]}" || true
     ref=$(ddp_checksums "$WORK/ddp-ref.out") || { failc ddp "the reference run: $(tail_of "$WORK/ddp-ref.out" 4)"; return 0; }
     ref=${ref#ok }
@@ -699,9 +700,13 @@ step_ddp() {
         sleep_ms "$(random_ms 100 1500)"
         kill -0 "$pid" 2>/dev/null || break
         t0=$(date +%s%N)
-        for r in $ranks; do "$GPUCKPT" suspend "$r" >"$WORK/ddp-suspend.$r.out" 2>&1 & done
+        spids=()
+        for r in $ranks; do
+            "$GPUCKPT" suspend "$r" >"$WORK/ddp-suspend.$r.out" 2>&1 &
+            spids+=("$!")
+        done
         rc=0
-        for r in $ranks; do wait -n || rc=$?; done
+        for r in "${spids[@]}"; do wait "$r" || rc=$?; done     # not the job: it is a child too
         ms=$(( ($(date +%s%N) - t0) / 1000000 ))
         if [ "$rc" -ne 0 ]; then
             failc ddp.suspend "cycle $c: $(cat "$WORK"/ddp-suspend.*.out | tr '\n' ' ' | cut -c1-300)"
