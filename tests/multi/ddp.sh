@@ -264,16 +264,7 @@ gang_start() {
     local gpus=$1 sleep=$2 g r conf=""
     . "$(dirname "$0")/../sim/tcgpud_lib.sh"
     for g in $(seq 0 $((gpus - 1))); do conf+=$'\n'"[gpu $g]"$'\n'"capacity = 1G"$'\n'; done
-    write_config "$conf
-[project research]
-priority = 10
-members = *
-
-[project prod]
-priority = 100
-members = *
-"
-    start_tcgpud
+    start_research_prod "$conf"
     job "ref$n" "$n" ""         # (tcgpud_lib.sh has a reference() of its own)
     ref=$SUM
     RANK_PIDS=()

@@ -16,24 +16,13 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tcgpud_lib.sh"
 
-STREAM=$PROGS/ipc_stream
+. "$(dirname "$0")/ipc_stream_lib.sh"
+
 STEPS=${IPC_STEPS:-2500}
-SLEEP_MS=${IPC_SLEEP_MS:-8}
 TRIES=${IPC_TRIES:-10}
 MUTUAL=()
 case $TEST_NAME in *mutual*) MUTUAL=(--mutual) ;; esac
-unset TCGPU_IPC
 fail() { echo "FAIL: $*" >&2; tail -n 25 "$WORK/tcgpud.log" >&2; exit 1; }
-
-gang_cleanup() {
-    rm -f "/dev/shm$SIMCUDA_SHM-ref"
-    cleanup
-}
-trap gang_cleanup EXIT
-
-ms_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
-last_step() { sed -n 's/^step \([0-9]*\) addr.*/\1/p' "$WORK/c.out" | tail -n 1; }
-last_addr() { sed -n 's/^step [0-9]* addr \(0x[0-9a-f]*\)/\1/p' "$WORK/c.out" | tail -n 1; }
 
 write_config "
 [gpu 0]
@@ -63,14 +52,13 @@ wait_line "$WORK/c.out" '^step 10 ' 60 "$cpid" || fail "the consumer did not sta
 addr=$(sed -n 's/^opened at //p' "$WORK/c.out")
 
 pick() { if [ $((RANDOM % 2)) = 0 ]; then echo "$ppid"; else echo "$cpid"; fi; }
-name_of() { if [ "$1" = "$ppid" ]; then echo producer; else echo consumer; fi; }
 
 for i in $(seq 1 "$TRIES"); do
     s=$(last_step)
     [ "${s:-0}" -lt $((STEPS * 8 / 10)) ] || fail "only $((i - 1)) tries before the job neared its end (raise IPC_STEPS)"
     sleep_ms "$(random_ms 20 300)"
     who=$(pick)
-    phase "try $i: suspend of the gang through the $(name_of "$who") after step ~$s"
+    phase "try $i: suspend of the gang through the $(who_is "$who") after step ~$s"
     t0=$(date +%s%N)
     rc=0
     run_fg "try$i" 60 "$GPUCKPT" suspend "$who" || rc=$?
@@ -91,17 +79,8 @@ for i in $(seq 1 "$TRIES"); do
         sleep 0.02
     done
     [ "$(last_addr)" = "$addr" ] || fail "try $i: the consumer reads at $(last_addr), opened at $addr"
-    echo "try $i: the gang suspended (through the $(name_of "$who")) in $sms ms, resumed (through the $(name_of "$by")) in $rms ms; the consumer reads at $addr"
+    echo "try $i: the gang suspended (through the $(who_is "$who")) in $sms ms, resumed (through the $(who_is "$by")) in $rms ms; the consumer reads at $addr"
 done
 
-phase "to the end"
-wait_job "$cpid" 180 || fail "the consumer failed: $(tail_of "$WORK/c.out" 5)"
-wait_job "$ppid" 180 || fail "the producer failed: $(tail_of "$WORK/p.out" 5)"
-wait_job "$refc" 120 || fail "the uninterrupted consumer failed: $(tail_of "$WORK/ref-c.out" 5)"
-wait_job "$refp" 120 || fail "the uninterrupted producer failed: $(tail_of "$WORK/ref-p.out" 5)"
-for side in p c; do
-    got=$(checksum_of "$WORK/$side.out")
-    want=$(checksum_of "$WORK/ref-$side.out")
-    [ -n "$want" ] && [ "$got" = "$want" ] || fail "$side: checksum '$got', uninterrupted '$want'"
-done
+stream_finish 180
 echo "ok${MUTUAL:+ (${MUTUAL[*]})}: $TRIES gang suspends at random moments, each suspended and resumed both; checksums = uninterrupted"

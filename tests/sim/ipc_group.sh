@@ -25,19 +25,9 @@
 # tcgpu, on a simulated device of its own, run meanwhile). Prints each
 # suspend's and resume's time.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/ipc_stream_lib.sh"
 
-STREAM=$PROGS/ipc_stream
 STEPS=${IPC_STEPS:-1500}
-SLEEP_MS=${IPC_SLEEP_MS:-8}
-unset TCGPU_IPC
-
-group_cleanup() {
-    rm -f "/dev/shm$SIMCUDA_SHM-ref"
-    cleanup
-}
-trap group_cleanup EXIT
-
-ms_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 
 # timed OP PID: gpuckpt OP PID must succeed; prints its time
 timed() {
@@ -48,13 +38,7 @@ timed() {
     echo "$1 of $(who_is "$2"): $ms ms"
 }
 
-who_is() { if [ "$1" = "$ppid" ]; then echo producer; else echo consumer; fi; }
-
 state_of() { json_get "$("$GPUCKPT" status "$1" --json)" state; }
-
-# the consumer's last step, and the address it read at
-last_step() { sed -n 's/^step \([0-9]*\) addr.*/\1/p' "$WORK/c.out" | tail -n 1; }
-last_addr() { sed -n 's/^step [0-9]* addr \(0x[0-9a-f]*\)/\1/p' "$WORK/c.out" | tail -n 1; }
 
 # after a resume: the consumer goes past step $1, at the address it opened
 goes_on_at_same_address() {
@@ -157,14 +141,5 @@ timed resume "$ppid"
 timed resume "$cpid"
 goes_on_at_same_address "$s"
 
-phase "to the end"
-wait_job "$cpid" 120 || fail "the consumer failed: $(tail_of "$WORK/c.out" 5)"
-wait_job "$ppid" 120 || fail "the producer failed: $(tail_of "$WORK/p.out" 5)"
-wait_job "$refc" 120 || fail "the uninterrupted consumer failed: $(tail_of "$WORK/ref-c.out" 5)"
-wait_job "$refp" 120 || fail "the uninterrupted producer failed: $(tail_of "$WORK/ref-p.out" 5)"
-for side in p c; do
-    got=$(checksum_of "$WORK/$side.out")
-    want=$(checksum_of "$WORK/ref-$side.out")
-    [ -n "$want" ] && [ "$got" = "$want" ] || fail "$side: checksum '$got', uninterrupted '$want'"
-done
+stream_finish 120
 note "ok: checksums $(checksum_of "$WORK/p.out") / $(checksum_of "$WORK/c.out") = uninterrupted"

@@ -84,10 +84,11 @@ for l in sys.stdin:
     if e.get("pid") == int(sys.argv[1]): print(e["type"])' "$1"
 }
 
-# start_research_prod : tcgpud with two projects open to all: research
-# (priority 10) and prod (priority 100), the preemption scenarios' pair.
+# start_research_prod [HEAD] : tcgpud with two projects open to all: research
+# (priority 10) and prod (priority 100), the preemption scenarios' pair;
+# HEAD, configuration that goes before them (GPU sections).
 start_research_prod() {
-    write_config "
+    write_config "${1:-}
 [project research]
 priority = 10
 members = *
