@@ -52,14 +52,29 @@
 
 static pthread_mutex_t op_mutex = PTHREAD_MUTEX_INITIALIZER;     /* one op at a time */
 static pthread_mutex_t status_mutex = PTHREAD_MUTEX_INITIALIZER; /* the fields below */
-static enum tcgpu_state state = TCGPU_STATE_RUNNING;
+static enum tcgpu_state state = TCGPU_STATE_RUNNING;  /* the operations' own (op_mutex) */
+static enum tcgpu_state shown = TCGPU_STATE_RUNNING;  /* what status answers */
 static struct tcgpu_status last;      /* last_* fields */
 static struct snap *suspended;        /* what a suspend saved, until resume */
 
+static int state_is_transition(enum tcgpu_state s)
+{
+    return s == TCGPU_STATE_SUSPENDING || s == TCGPU_STATE_RESUMING ||
+           s == TCGPU_STATE_CHECKPOINTING;
+}
+
+/*
+ * An operation's transition shows at once; where it ends shows with its
+ * result (record). A reader that saw "suspending" and then "running" must
+ * also see why: the failed suspend's last_op and last_error, never the
+ * operation before it.
+ */
 static void set_state(enum tcgpu_state s)
 {
     pthread_mutex_lock(&status_mutex);
     state = s;
+    if (state_is_transition(s))
+        shown = s;
     pthread_mutex_unlock(&status_mutex);
 }
 
@@ -455,6 +470,7 @@ static void record(const struct op_run *r)
     last.last_image_ns = r->t_image ? r->t_image - r->t_start : 0;
     last.last_total_ns = r->t_end - r->t_start;
     snprintf(last.last_error, sizeof(last.last_error), "%.255s", r->err->text);
+    shown = state;
     pthread_mutex_unlock(&status_mutex);
 }
 
@@ -657,7 +673,7 @@ int tcgpu_op_status(struct tcgpu_status *st)
     pthread_mutex_lock(&status_mutex);
     registry_counts(&rc, &bytes, &count);
     *st = last;
-    st->state = state;
+    st->state = shown;
     pthread_mutex_unlock(&status_mutex);
     st->gpu_bytes = rc.phys_bytes;
     st->tracked_bytes = bytes + rc.tracked_bytes;

@@ -67,7 +67,37 @@ spin=$BG
 wait_for_line "$WORK/spin.out" spinning
 wait_for_socket "$spin"
 kill -s SIGRTMIN+4 "$spin"
-sleep 0.3
+# The toggle starts in the process's own time: a resume sent before it would
+# rightly say "not suspended". Wait until it is seen at the gate (or already
+# failed there, on a slow machine).
+for _ in $(seq 200); do
+    case $(status_of "$spin" state) in suspending) break ;; esac
+    "$GPUCKPT" status "$spin" 2>/dev/null | grep -q "last op *suspend: ETIMEDOUT" && break
+    sleep 0.05
+done
 expect 0 "is running: its last suspend failed (ETIMEDOUT: .*cuCtxSynchronize" "$GPUCKPT" resume "$spin"
 note "resume after a failed toggle: $(head -n 1 "$WORK/out")"
+
+# Status, polled through a toggle that fails: once it said "suspending", it
+# says "running" only with the failed suspend's result beside it (a fresh
+# job: no earlier result to mistake for it).
+kill "$spin"
+start_bg "$WORK/spin2.out" "$GPUCKPT" run -- "$PROGS/spin" "$PROGS/spin_kernel.so"
+spin=$BG
+wait_for_line "$WORK/spin2.out" spinning
+wait_for_socket "$spin"
+kill -s SIGRTMIN+4 "$spin"
+seen=
+for _ in $(seq 1000); do
+    j=$("$GPUCKPT" status "$spin" --json 2>/dev/null || true)
+    st=$(json_field "$j" state)
+    [ "$st" = suspending ] && seen=1
+    if [ -n "$seen" ] && [ "$st" = running ]; then
+        [ "$(json_field "$j" last_op)" = suspend ] && [ "$(json_field "$j" last_result)" != 0 ] ||
+            fail "running again after suspending, without the failed suspend's result: $j"
+        break
+    fi
+    sleep 0.005
+done
+[ "$st" = running ] || fail "the second toggle did not end at the gate (state '$st', seen suspending: ${seen:-no})"
 echo "ok: refused and said in words"
