@@ -368,24 +368,46 @@ static struct sim_shm_proc *lookup(struct sim_shm *s, int pid)
     return p;
 }
 
-/* pid's slot on the other machine it is attached to (*mapped: it is): a
- * process restored here from another node's save still maps its old
- * machine until its Restore moves it; a real driver finds it on any GPU. */
+/* Machine `name`, mapped once for the life of the process. */
+static struct sim_shm *machine_named(const char *name)
+{
+    static struct {
+        char name[64];
+        struct sim_shm *shm;
+    } opened[8];
+    static unsigned next;
+    struct sim_shm *s;
+
+    for (unsigned i = 0; i < 8; i++)
+        if (opened[i].shm && !strcmp(opened[i].name, name))
+            return opened[i].shm;
+    if (sim_shm_open_name(name, &s, NULL))
+        return NULL;
+    /* a ninth machine replaces the oldest entry (its mapping stays) */
+    snprintf(opened[next].name, sizeof(opened[next].name), "%s", name);
+    opened[next].shm = s;
+    next = (next + 1) % 8;
+    return s;
+}
+
+/* pid's slot on another machine it is attached to (*mapped: it maps one): a
+ * process restored here from another node's save still maps the machines
+ * it was on, and has its slot on the last of them, which may come anywhere
+ * in its address space; a real driver finds it on any GPU. */
 static struct sim_shm_proc *lookup_elsewhere(int pid, bool *mapped)
 {
-    static struct sim_shm *other;
-    static char other_name[64];
     char name[64];
+    struct sim_shm *s;
+    struct sim_shm_proc *p;
 
-    if (sim_shm_of_pid(pid, name, sizeof(name)) < 0 || !strcmp(name, sim_shm_name()))
-        return NULL;
-    *mapped = true;
-    if (!other || strcmp(name, other_name)) {
-        if (sim_shm_open_name(name, &other, NULL))
-            return NULL;
-        snprintf(other_name, sizeof(other_name), "%s", name);
+    for (unsigned nth = 0; sim_shm_of_pid(pid, nth, name, sizeof(name)) == 0; nth++) {
+        if (!strcmp(name, sim_shm_name()))
+            continue;
+        *mapped = true;
+        if ((s = machine_named(name)) && (p = lookup(s, pid)))
+            return p;
     }
-    return lookup(other, pid);
+    return NULL;
 }
 
 /*

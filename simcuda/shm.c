@@ -436,7 +436,7 @@ struct sim_shm_proc *sim_shm_claim(struct sim_shm *s, const struct sim_ident *id
     return p;
 }
 
-int sim_shm_of_pid(pid_t pid, char *name, size_t len)
+int sim_shm_of_pid(pid_t pid, unsigned nth, char *name, size_t len)
 {
     char path[64], line[1024];
     FILE *f;
@@ -463,7 +463,8 @@ int sim_shm_of_pid(pid_t pid, char *name, size_t len)
             continue;
         /* the machine is the one object of the right size and magic */
         if (fstat(fd, &st) == 0 && (size_t)st.st_size == sizeof(struct sim_shm) &&
-            pread(fd, &magic, sizeof(magic), 0) == sizeof(magic) && magic == SIM_SHM_MAGIC)
+            pread(fd, &magic, sizeof(magic), 0) == sizeof(magic) && magic == SIM_SHM_MAGIC &&
+            nth-- == 0)
             found = 0;
         close(fd);
     }

@@ -211,9 +211,11 @@ _Static_assert(SIM_MAX_PROCS <= 64, "holders masks are 64 bits");
  * or by name. Returns 0 or -errno; the mapping lives until process exit. */
 int sim_shm_open(struct sim_shm **out, const char **name_out);
 int sim_shm_open_name(const char *name, struct sim_shm **out, const char **name_out);
-/* The simulated machine pid is attached to (its mapping of a simcuda shm):
- * its name into name. 0, -ENOENT, or -errno reading /proc/pid/maps. */
-int sim_shm_of_pid(pid_t pid, char *name, size_t len);
+/* The nth (from 0, in address order) simulated machine pid maps (a simcuda
+ * shm): its name into name. A process that moved between machines maps each
+ * it was on, its slot on the last only. 0, -ENOENT (no nth), or -errno
+ * reading /proc/pid/maps. */
+int sim_shm_of_pid(pid_t pid, unsigned nth, char *name, size_t len);
 void sim_shm_lock(struct sim_shm *s);
 void sim_shm_unlock(struct sim_shm *s);
 /* Free the slots of dead processes and their device bytes. Lock held. */
