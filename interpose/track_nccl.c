@@ -13,6 +13,7 @@
  * real library's too.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -77,13 +78,51 @@ NEXT_DECL(ncclCommInitRankConfig);
 NEXT_DECL(ncclCommDestroy);
 NEXT_DECL(ncclCommAbort);
 
+/* The library's ncclCommSuspend/Resume, for tcgpu's own release of a
+ * communicator's memory across a suspend (ncclcut.h); an NCCL before
+ * 2.29.7 has neither, and its communicators' memory is drained instead. */
+static __typeof__(&ncclCommSuspend) lib_suspend_fn;
+static __typeof__(&ncclCommResume) lib_resume_fn;
+
+static int lib_suspend_mem(const void *comm)
+{
+    return (int)lib_suspend_fn((ncclComm_t)comm, NCCL_SUSPEND_MEM);
+}
+
+static int lib_resume(const void *comm)
+{
+    return (int)lib_resume_fn((ncclComm_t)comm);
+}
+
+static void give_library(void)
+{
+    struct ncclcut_lib lib = { 0 };
+
+    lib_suspend_fn = (__typeof__(lib_suspend_fn))dlsym(RTLD_NEXT, "ncclCommSuspend");
+    lib_resume_fn = (__typeof__(lib_resume_fn))dlsym(RTLD_NEXT, "ncclCommResume");
+    if (lib_suspend_fn && lib_resume_fn) {
+        lib.suspend_mem = lib_suspend_mem;
+        lib.resume = lib_resume;
+    }
+    ncclcut_set_lib(&lib);
+}
+
+static void give_library_once(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+    pthread_once(&once, give_library);
+}
+
 /* A nonblocking init answers ncclInProgress with the communicator made:
  * it is counted from then on, as its operations will be. */
 static void attach_if_made(ncclResult_t rc, ncclComm_t *comm, const ncclUniqueId *id, int nranks,
                            int rank)
 {
-    if (accepted(rc) && comm && *comm && tl_inside == 1)
+    if (accepted(rc) && comm && *comm && tl_inside == 1) {
+        give_library_once();
         ncclcut_attach(*comm, id, sizeof(*id), nranks, rank);
+    }
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
@@ -126,15 +165,64 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
     return next(comm);
 }
 
+/* An abort is also how a program gets a thread out of a communicator's
+ * barrier: when tcgpu's resumer is in one (ncclCommResume waiting for a
+ * peer that will not come), the library goes first. */
 ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
     __typeof__(&ncclCommAbort) next = NEXT(ncclCommAbort);
+    ncclResult_t rc;
 
     if (!next)
         return ncclInternalError;
-    if (!tl_inside)
+    if (tl_inside)
+        return next(comm);
+    if (ncclcut_resuming(comm)) {
+        rc = next(comm);
         ncclcut_detach(comm);
+        return rc;
+    }
+    ncclcut_detach(comm);
     return next(comm);
+}
+
+/* --- the program's own suspend and resume --------------------------------- */
+
+NEXT_DECL(ncclCommSuspend);
+NEXT_DECL(ncclCommResume);
+
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags)
+{
+    __typeof__(&ncclCommSuspend) next = NEXT(ncclCommSuspend);
+    ncclResult_t rc;
+
+    if (!next)
+        return ncclInternalError;
+    if (tl_inside)
+        return next(comm, flags);
+    tl_inside++;
+    ncclcut_program_suspend_begin(comm);
+    rc = next(comm, flags);
+    ncclcut_program_suspend_end(comm, accepted(rc) && (flags & NCCL_SUSPEND_MEM) ? 1 : -1);
+    tl_inside--;
+    return rc;
+}
+
+ncclResult_t ncclCommResume(ncclComm_t comm)
+{
+    __typeof__(&ncclCommResume) next = NEXT(ncclCommResume);
+    ncclResult_t rc;
+
+    if (!next)
+        return ncclInternalError;
+    if (tl_inside)
+        return next(comm);
+    tl_inside++;
+    ncclcut_program_suspend_begin(comm);
+    rc = next(comm);
+    ncclcut_program_suspend_end(comm, accepted(rc) ? 0 : -1);
+    tl_inside--;
+    return rc;
 }
 
 /* --- collectives and point-to-point -------------------------------------- */

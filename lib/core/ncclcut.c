@@ -13,6 +13,10 @@
  * The rank whose attach completes the count unlinks the name (as simnccl
  * and NCCL do with their rendezvous segments), so nothing is left in
  * /dev/shm once every rank has joined; the mappings live on.
+ *
+ * The same segment carries the vote that lets a gang's ranks release the
+ * communicator's memory together (ncclcut_release_memory): each slot's
+ * mem_vote, and the header's mem_round, the last round decided.
  */
 #include "ncclcut.h"
 
@@ -34,12 +38,14 @@
 #include "common/proc.h"
 #include "common/xxh.h"
 #include "settings.h"
+#include "thread.h"
 
 #define SEG_MAGIC 0x74636e63u           /* "tcnc" */
-#define SEG_VERSION 1u
+#define SEG_VERSION 2u
 #define MAX_RANKS 1024                  /* pairs: 16 MiB of (sparse) shm at most */
 #define ATTACH_WAIT_MS 2000             /* for a creator between O_EXCL and its magic */
 #define MAX_OPS_PER_GROUP 4096
+#define VOTE_NO UINT32_MAX              /* suspended with its memory: votes no more until it runs */
 
 struct seg_hdr {
     uint32_t magic;
@@ -47,7 +53,7 @@ struct seg_hdr {
     uint32_t nranks;
     uint32_t holders;                   /* slots whose hold is set (under lock) */
     uint32_t attached;
-    uint32_t pad;
+    uint32_t mem_round;                 /* release votes: the last round decided */
     uint64_t id_hash;
     pthread_mutex_t lock;               /* robust, process-shared */
 };
@@ -57,6 +63,8 @@ struct seg_slot {
     uint32_t hold;
     uint64_t start_ticks;               /* with pid, names the process for good */
     uint64_t coll;
+    uint32_t mem_vote;                  /* the release round it votes for; 0: none; VOTE_NO */
+    uint32_t pad;
 };
 
 struct seg_pair {
@@ -71,6 +79,9 @@ struct comm {
     size_t map_len;
     int rank, nranks;
     pid_t owner;                        /* a forked child inherits the table, not the rank */
+    int inside;                         /* threads in the library with a counted operation */
+    int released;                       /* its buffers released, until the resumer takes them back */
+    int program_released;               /* the program's own ncclCommSuspend(NCCL_SUSPEND_MEM) */
     char name[64];
     struct comm *next;
 };
@@ -300,10 +311,20 @@ void ncclcut_attach(const void *comm, const void *id, size_t id_len, int nranks,
               nranks);
 }
 
+static pthread_mutex_t res_lock = PTHREAD_MUTEX_INITIALIZER;   /* the resumer's pick */
+static pthread_cond_t res_cond = PTHREAD_COND_INITIALIZER;
+static const void *res_current;        /* the communicator the resumer is taking back */
+
 void ncclcut_detach(const void *comm)
 {
     struct comm **pp, *c = NULL;
 
+    /* Not while the resumer takes it back (a destroy waits for that, as the
+     * library's would for its peers); and once out of the table, the
+     * resumer never picks it (it picks under res_lock too). */
+    pthread_mutex_lock(&res_lock);
+    while (res_current == comm)
+        pthread_cond_wait(&res_cond, &res_lock);
     pthread_rwlock_wrlock(&table_lock);
     for (pp = &comms; *pp; pp = &(*pp)->next)
         if ((*pp)->comm == comm && (*pp)->owner == getpid()) {
@@ -312,6 +333,7 @@ void ncclcut_detach(const void *comm)
             break;
         }
     pthread_rwlock_unlock(&table_lock);
+    pthread_mutex_unlock(&res_lock);
     if (!c)
         return;
     seg_lock(c);
@@ -480,8 +502,11 @@ static bool wait_and_count(const struct op *ops, unsigned n)
         for (unsigned i = 0; i < k; i++)
             seg_lock(order[i]);
         go = may_go(ops, n);
-        if (go)
+        if (go) {
             count(ops, n, 1);
+            for (unsigned i = 0; i < n; i++)
+                __atomic_add_fetch(&ops[i].c->inside, 1, __ATOMIC_ACQ_REL);
+        }
         for (unsigned i = k; i-- > 0;)
             seg_unlock(order[i]);
         if (go)
@@ -490,6 +515,23 @@ static bool wait_and_count(const struct op *ops, unsigned n)
     }
     free(order);
     return true;
+}
+
+/* The library has returned from the operations wait_and_count counted. */
+static void leave(const struct op *ops, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        __atomic_sub_fetch(&ops[i].c->inside, 1, __ATOMIC_ACQ_REL);
+}
+
+/* Waits while c's buffers are released, until the resumer has taken them
+ * back (ncclcut_release); no bound of its own, as for a hold. */
+static void wait_resumed(const struct comm *c)
+{
+    unsigned us = 50;
+
+    while (__atomic_load_n(&c->released, __ATOMIC_ACQUIRE))
+        sleep_backoff(&us);
 }
 
 /* Takes back what wait_and_count counted (the library refused it), one
@@ -527,6 +569,7 @@ void ncclcut_issue(const void *comm, enum ncclcut_kind kind, int peer)
     pthread_rwlock_unlock(&table_lock);
     if (!c || (kind != NCCLCUT_COLL && (peer < 0 || peer >= c->nranks || peer == c->rank)))
         return;                         /* not counted; the library judges a bad peer */
+    wait_resumed(c);
     if (tl_depth) {
         tl_counted = push_op(c, kind, peer);
         return;
@@ -539,13 +582,17 @@ void ncclcut_issue(const void *comm, enum ncclcut_kind kind, int peer)
 
 void ncclcut_done(bool accepted)
 {
-    if (!tl_counted || accepted)
+    if (!tl_counted)
         return;
-    if (tl_depth)
-        tl_nops--;                      /* the library refused this one of the group */
-    else
-        uncount(tl_ops, tl_nops);
     tl_counted = false;
+    if (tl_depth) {
+        if (!accepted)
+            tl_nops--;                  /* the library refused this one of the group */
+        return;
+    }
+    leave(tl_ops, tl_nops);
+    if (!accepted)
+        uncount(tl_ops, tl_nops);
 }
 
 void ncclcut_group_start(void)
@@ -566,8 +613,11 @@ void ncclcut_group_end_done(bool accepted)
 {
     if (tl_depth == 0)
         return;
-    if (tl_depth == 1 && tl_counted && !accepted)
-        uncount(tl_ops, tl_nops);
+    if (tl_depth == 1 && tl_counted) {
+        leave(tl_ops, tl_nops);
+        if (!accepted)
+            uncount(tl_ops, tl_nops);
+    }
     if (--tl_depth == 0)
         tl_nops = 0;
     tl_counted = false;
@@ -613,6 +663,8 @@ static void set_hold(struct comm *c, uint32_t on)
         me->hold = on;
         c->seg->holders += on ? 1u : (uint32_t)-1;
     }
+    if (!on && me->mem_vote == VOTE_NO)
+        me->mem_vote = 0;
     seg_unlock(c);
 }
 
@@ -692,18 +744,273 @@ int ncclcut_hold(unsigned timeout_ms)
                    "(TCGPU_GATE_TIMEOUT_MS)", why, timeout_ms);
 }
 
+static void resumer_kick(void);
+
 void ncclcut_release(void)
 {
     unsigned n;
     struct comm **v;
+    bool any = false;
 
     if (!holding)
         return;
     pthread_rwlock_rdlock(&table_lock);
     v = mine(&n);
-    for (unsigned i = 0; i < n; i++)
+    for (unsigned i = 0; i < n; i++) {
         set_hold(v[i], 0);
+        any |= __atomic_load_n(&v[i]->released, __ATOMIC_ACQUIRE) != 0;
+    }
     pthread_rwlock_unlock(&table_lock);
     free(v);
     holding = false;
+    if (any)
+        resumer_kick();
+}
+
+/* --- releasing the communicators' memory ---------------------------------- */
+
+static struct ncclcut_lib lib;
+
+void ncclcut_set_lib(const struct ncclcut_lib *l)
+{
+    lib = *l;
+}
+
+/* Waits (until end) for this process's threads to come out of the library
+ * on c: the library must not be entered twice on one communicator. */
+static bool library_left(const struct comm *c, uint64_t end)
+{
+    unsigned us = 50;
+
+    while (__atomic_load_n(&c->inside, __ATOMIC_ACQUIRE)) {
+        if (now_ns() > end)
+            return false;
+        sleep_backoff(&us);
+    }
+    return true;
+}
+
+/* Whether every rank of c is attached here, alive and votes for round r
+ * (lock held). Ranks on other machines never attach: no release then. */
+static bool all_vote(const struct comm *c, uint32_t r)
+{
+    for (int p = 0; p < c->nranks; p++) {
+        const struct seg_slot *s = &slots(c)[p];
+        if (s->mem_vote != r || (p != c->rank && !slot_live(s)))
+            return false;
+    }
+    return true;
+}
+
+/* Whether a peer of c stays suspended with its memory (lock held): it will
+ * not vote before it runs again. */
+static bool peer_says_no(const struct comm *c)
+{
+    for (int p = 0; p < c->nranks; p++)
+        if (p != c->rank && slots(c)[p].mem_vote == VOTE_NO)
+            return true;
+    return false;
+}
+
+/*
+ * The vote: true when every rank of c agreed, before end, to release its
+ * memory now; then each of them calls ncclCommSuspend (a barrier of all
+ * ranks in the library, which must never wait for a rank that will not
+ * come). A round is decided once, under the lock, by the first rank to see
+ * every vote; a rank whose time is up, or that sees a peer suspended
+ * without it, withdraws under the same lock only while its round is
+ * undecided, so either all go or none does. One that withdraws says no
+ * until it runs again (set_hold), so that peers suspended after it do not
+ * wait for its vote.
+ */
+static bool agree(struct comm *c, uint64_t end)
+{
+    struct seg_slot *me = &slots(c)[c->rank];
+    unsigned us = 50;
+    uint32_t round;
+    int decided = -1;
+
+    seg_lock(c);
+    round = c->seg->mem_round + 1;
+    me->mem_vote = round;
+    seg_unlock(c);
+    while (decided < 0) {
+        seg_lock(c);
+        if ((int32_t)(c->seg->mem_round - round) >= 0) {
+            decided = 1;
+        } else if (all_vote(c, round)) {
+            c->seg->mem_round = round;
+            decided = 1;
+        } else if (now_ns() > end || peer_says_no(c)) {
+            decided = 0;
+        }
+        if (decided >= 0)
+            me->mem_vote = decided ? 0 : VOTE_NO;
+        seg_unlock(c);
+        if (decided < 0)
+            sleep_backoff(&us);
+    }
+    return decided == 1;
+}
+
+void ncclcut_release_memory(unsigned wait_ms)
+{
+    uint64_t end = now_ns() + (uint64_t)wait_ms * 1000000u;
+    unsigned n, released = 0, kept = 0;
+    struct comm **v;
+
+    if (!lib.suspend_mem || settings_get()->nccl_release < 0)
+        return;
+    pthread_rwlock_rdlock(&table_lock);
+    v = mine(&n);
+    /* in the order the communicators were made (the table is newest
+     * first): every rank votes on its communicators in the same order */
+    for (unsigned i = n; i-- > 0;) {
+        struct comm *c = v[i];
+        int rc;
+        if (__atomic_load_n(&c->released, __ATOMIC_ACQUIRE) || c->program_released)
+            continue;                   /* still released from before, or by the program */
+        if (!library_left(c, end) || !agree(c, end)) {
+            kept++;
+            continue;
+        }
+        if ((rc = lib.suspend_mem(c->comm)) != 0) {
+            log_warn("NCCL communicator %016llx (rank %d): ncclCommSuspend failed (%d): its buffers "
+                     "are carried with the rest", (unsigned long long)c->seg->id_hash, c->rank, rc);
+            kept++;
+            continue;
+        }
+        __atomic_store_n(&c->released, 1, __ATOMIC_RELEASE);
+        released++;
+    }
+    pthread_rwlock_unlock(&table_lock);
+    free(v);
+    if (released || kept)
+        log_info("NCCL: %u communicator(s) released with ncclCommSuspend, %u carried%s", released, kept,
+                 kept ? " (not every rank of it suspends now, or some are on other machines)" : "");
+}
+
+/* The first communicator of this process still released, in the order they
+ * were made (res_lock held); NULL when none. */
+static const void *next_released(void)
+{
+    const void *h = NULL;
+
+    pthread_rwlock_rdlock(&table_lock);
+    for (struct comm *c = comms; c; c = c->next)
+        if (c->owner == getpid() && __atomic_load_n(&c->released, __ATOMIC_ACQUIRE))
+            h = c->comm;                /* the last one listed is the oldest */
+    pthread_rwlock_unlock(&table_lock);
+    return h;
+}
+
+static void mark_resumed(const void *h)
+{
+    struct comm *c;
+
+    pthread_rwlock_rdlock(&table_lock);
+    if ((c = find(h)))
+        __atomic_store_n(&c->released, 0, __ATOMIC_RELEASE);
+    pthread_rwlock_unlock(&table_lock);
+}
+
+/*
+ * The resumer: takes released communicators back with ncclCommResume, in
+ * the order they were made, on a thread of its own. ncclCommResume is a
+ * barrier of all ranks: it returns once every peer was resumed too, which
+ * this rank's program must not wait for outside NCCL (it may be what lets a
+ * peer go on); its operations on a released communicator wait for it
+ * (wait_resumed), as they would for the peers.
+ */
+static bool res_work;
+static pid_t res_pid;                  /* the process the resumer belongs to (fork) */
+
+static void *resumer_main(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&res_lock);
+    for (;;) {
+        const void *h;
+        while (!res_work)
+            pthread_cond_wait(&res_cond, &res_lock);
+        res_work = false;
+        while ((h = next_released())) {
+            int rc;
+            res_current = h;
+            pthread_mutex_unlock(&res_lock);
+            rc = lib.resume(h);
+            if (rc)
+                log_err("NCCL communicator %p: ncclCommResume failed (%d): its next operations fail",
+                        h, rc);
+            mark_resumed(h);            /* resumed or not, the program's calls go on */
+            pthread_mutex_lock(&res_lock);
+            res_current = NULL;
+            pthread_cond_broadcast(&res_cond);
+        }
+    }
+    return NULL;
+}
+
+static void resumer_kick(void)
+{
+    pthread_mutex_lock(&res_lock);
+    if (res_pid != getpid()) {
+        if (core_thread_start(NULL, resumer_main, "tcgpu-nccl", 0) != 0) {
+            pthread_mutex_unlock(&res_lock);
+            log_err("NCCL: cannot start the thread that takes communicators back; resuming them here");
+            for (const void *h; (h = next_released());) {
+                lib.resume(h);
+                mark_resumed(h);
+            }
+            return;
+        }
+        res_pid = getpid();
+    }
+    res_work = true;
+    pthread_cond_broadcast(&res_cond);
+    pthread_mutex_unlock(&res_lock);
+}
+
+bool ncclcut_resuming(const void *comm)
+{
+    bool r;
+
+    pthread_mutex_lock(&res_lock);
+    r = res_current == comm;
+    pthread_mutex_unlock(&res_lock);
+    return r;
+}
+
+/* --- the program's own ncclCommSuspend/Resume ----------------------------- */
+
+/* The entry of comm, for the program's calls (NULL: not counted). */
+static struct comm *program_comm(const void *comm)
+{
+    struct comm *c;
+
+    pthread_rwlock_rdlock(&table_lock);
+    c = comms ? find(comm) : NULL;
+    pthread_rwlock_unlock(&table_lock);
+    return c;
+}
+
+void ncclcut_program_suspend_begin(const void *comm)
+{
+    struct comm *c = program_comm(comm);
+
+    if (!c)
+        return;
+    wait_resumed(c);
+    __atomic_add_fetch(&c->inside, 1, __ATOMIC_ACQ_REL);
+}
+
+void ncclcut_program_suspend_end(const void *comm, int released)
+{
+    struct comm *c = program_comm(comm);
+
+    if (!c)
+        return;
+    if (released >= 0)
+        c->program_released = released;
+    __atomic_sub_fetch(&c->inside, 1, __ATOMIC_ACQ_REL);
 }

@@ -80,7 +80,48 @@ void ncclcut_group_end_done(bool accepted);
  * rank, its pid and the counts; on failure the hold is released.
  */
 int ncclcut_hold(unsigned timeout_ms);
-/* The operation is over and the program runs again: release the hold. */
+/* The operation is over and the program runs again: release the hold, and
+ * have what ncclcut_release_memory released taken back (below). */
 void ncclcut_release(void);
+
+/*
+ * Releasing the communicators' memory across a suspend (NCCL 2.29.7's
+ * ncclCommSuspend(comm, NCCL_SUSPEND_MEM) / ncclCommResume: vLLM measures
+ * about 960 MiB per GPU), so that it is neither drained nor carried.
+ *
+ * Both calls are barriers of every rank of the communicator inside the
+ * library, which must never wait for a rank that will not come. So after
+ * ncclcut_hold, each rank votes in the communicator's segment; when every
+ * rank of it (all on this machine, alive) has voted within wait_ms, they
+ * all call ncclCommSuspend; otherwise none does and the memory is carried
+ * as before (a rank suspended alone, ranks on other machines, TCGPU_NCCL_
+ * RELEASE=0). When the program runs again (ncclcut_release), a thread of
+ * tcgpu's takes them back with ncclCommResume, in the order they were
+ * made, once every peer runs again too; the program's operations on such a
+ * communicator wait for that in host code.
+ *
+ * The interposer gives the library's two functions (NULL: this NCCL has
+ * none) before the first communicator is counted; each returns 0 or the
+ * ncclResult_t.
+ */
+struct ncclcut_lib {
+    int (*suspend_mem)(const void *comm);
+    int (*resume)(const void *comm);
+};
+void ncclcut_set_lib(const struct ncclcut_lib *lib);
+
+/* For a suspend, after ncclcut_hold succeeded and before the gate closes.
+ * Failures are logged; the memory is then carried. */
+void ncclcut_release_memory(unsigned wait_ms);
+
+/* Whether tcgpu's thread is inside ncclCommResume on comm now: a program's
+ * ncclCommAbort then goes to the library first, to get it out. */
+bool ncclcut_resuming(const void *comm);
+
+/* The program's own ncclCommSuspend/Resume around the library's call: it
+ * waits while tcgpu has the communicator released; released: 1 (its memory
+ * suspended), 0 (resumed), -1 (refused: unchanged). */
+void ncclcut_program_suspend_begin(const void *comm);
+void ncclcut_program_suspend_end(const void *comm, int released);
 
 #endif /* TCGPU_CORE_NCCLCUT_H */

@@ -121,6 +121,11 @@ static void run_again(void)
     ncclcut_release();
 }
 
+/* How long a rank waits for its peers' votes to release a communicator's
+ * memory: a gang's ranks vote within milliseconds of one another; a rank
+ * suspended alone waits this long before it carries the memory instead. */
+#define NCCL_RELEASE_WAIT_MS 1000u
+
 static int quiesce(struct op_run *r)
 {
     struct tcgpu_gate_straggler who;
@@ -132,6 +137,11 @@ static int quiesce(struct op_run *r)
      * (and theirs) would wait on the GPUs for ever (ncclcut.h). */
     if ((rc = ncclcut_hold(gate_timeout_ms())) != 0)
         return rc;
+    /* A gang's ranks, level, give their communicators' buffers back to the
+     * library together: nothing to drain there (ncclcut.h). */
+    if (r->op == TCGPU_OP_SUSPEND)
+        ncclcut_release_memory(gate_timeout_ms() < NCCL_RELEASE_WAIT_MS ? gate_timeout_ms()
+                                                                        : NCCL_RELEASE_WAIT_MS);
     rc = tcgpu_gate_close(gate_timeout_ms(), &who);
 
     if (rc == -ETIMEDOUT) {

@@ -14,6 +14,18 @@
 #                                times; the checksum of the plain run. Prints
 #                                each rank's suspend and resume times.
 #                                Each suspended rank holds no device memory.
+#   ddp.sh release [N]           N (4) ranks suspended together between two
+#                                steps, as suspend-all, first with
+#                                TCGPU_NCCL_RELEASE=0, then as by default:
+#                                every rank releases its communicator's
+#                                buffers with ncclCommSuspend (the gang's
+#                                vote), so each suspended rank keeps at least
+#                                N x NCCL_BUFFSIZE bytes less in host memory
+#                                than when they are drained; taken back by
+#                                ncclCommResume after the resume, and the
+#                                plain run's checksum. A rank suspended alone
+#                                (its peers run) releases nothing, and its
+#                                peers go on after its resume.
 #   ddp.sh checkpoint-all        2 ranks under tcgpu, paused together between
 #                                two steps: `gpuckpt checkpoint -D` of every
 #                                rank, twice; each image verifies, and the job
@@ -215,6 +227,13 @@ suspend_all() {
     echo "ok: $n ranks, $CYCLES gang suspend/resume cycles between steps: checksum $got = uninterrupted"
 }
 
+# carried N: each rank's bytes kept in host memory by its last suspend
+# (status image_bytes, as op_all recorded it), one per line.
+carried() {
+    local r
+    for r in $(seq 0 $(($1 - 1))); do json_get "$(cat "$WORK/suspend.$r.json")" status.image_bytes; done
+}
+
 # times_table: per N and operation, over ranks and cycles: the process's own
 # time (last_total_ns) and gpuckpt's wall time, mean and max, in ms; and the
 # whole gang's (first gpuckpt started to last one done).
@@ -307,7 +326,7 @@ lost_suspend() {
     [ "$(status_of "$r0" state)" = running ] || fail "rank 0 is $(status_of "$r0" state) after its failed suspend"
 }
 
-case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|checkpoint-all|gang-random|gang-preempt|suspend-mid-collective|p2p-random|cut-lost-rank} in
+case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|release [N]|checkpoint-all|gang-random|gang-preempt|suspend-mid-collective|p2p-random|cut-lost-rank} in
 plain)
     for n in 2 4; do
         job "a$n" "$n" ""
@@ -341,6 +360,47 @@ suspend-all)
         for n1 in $n; do suspend_all "$n1"; done
     done
     times_table
+    ;;
+release)
+    n=${2:-4}
+    : >"$WORK/times"
+    : >"$WORK/gang"
+    export TCGPU_NCCL_RELEASE=0
+    suspend_all "$n"
+    mapfile -t kept < <(carried "$n")
+    echo "with TCGPU_NCCL_RELEASE=0 (the buffers drained):"
+    times_table
+    : >"$WORK/times"
+    : >"$WORK/gang"
+    unset TCGPU_NCCL_RELEASE
+    suspend_all "$n"
+    mapfile -t freed < <(carried "$n")
+    echo "by default (the buffers released by ncclCommSuspend):"
+    times_table
+    bufs=$((n * NCCL_BUFFSIZE))
+    for r in $(seq 0 $((n - 1))); do
+        note "rank $r: ${kept[$r]} bytes carried with TCGPU_NCCL_RELEASE=0, ${freed[$r]} released"
+        [ "${freed[$r]}" -gt 0 ] && [ $((kept[r] - freed[r])) -ge "$bufs" ] ||
+            fail "rank $r carried ${freed[$r]} bytes with its communicator released, ${kept[$r]} without: not $bufs bytes (its receive buffers) less"
+    done
+    echo "ok: $n ranks suspended together: each released its communicator's $bufs bytes of buffers (carried ${kept[0]} -> ${freed[0]} bytes, rank 0) and took them back; checksum = uninterrupted"
+
+    # one rank alone: no vote passes, its buffers are carried, peers go on
+    label=alone
+    rm -f "$WORK/pause"
+    start_ranks "$label" 2 tcgpu -- --pause-file "$WORK/pause" --sleep-ms 2
+    touch "$WORK/pause"
+    wait_all "$label" 2 'paused after step' 1
+    "$GPUCKPT" suspend "${RANK_PIDS[0]}" --json >"$WORK/alone.json" || fail "the suspend of rank 0 alone exited $?"
+    alone=$(json_get "$(cat "$WORK/alone.json")" status.image_bytes)
+    [ "$alone" -ge $((2 * NCCL_BUFFSIZE)) ] || fail "rank 0 suspended alone carried $alone bytes: its buffers were not drained"
+    rm -f "$WORK/pause"
+    sleep 0.3
+    expect_exit 0 "$GPUCKPT" resume "${RANK_PIDS[0]}"
+    finish_ranks "$label" 2
+    reference 2
+    [ "$SUM" = "$REF" ] || fail "checksum $SUM after a rank's suspend alone, uninterrupted $REF"
+    echo "ok: a rank suspended alone carried its buffers ($alone bytes) and the job ended with the uninterrupted checksum"
     ;;
 checkpoint-all)
     label=ck n=2
