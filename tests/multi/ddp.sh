@@ -85,8 +85,8 @@ STEPS=${DDP_STEPS:-40}
 MB=${DDP_MB:-2}
 CYCLES=${DDP_CYCLES:-3}
 export SIMCUDA_DEVICES=8
-# one NCCL slot of 256 KiB: a rank's receive buffers are nranks slots
-export NCCL_BUFFSIZE=$((256 << 10))
+# one NCCL slot of 256 KiB (DDP_BUFFSIZE): a rank's receive buffers are nranks slots
+export NCCL_BUFFSIZE=${DDP_BUFFSIZE:-$((256 << 10))}
 T=$((120 * ${TCGPU_TEST_TIME_FACTOR:-1}))
 RANK_PIDS=()
 
