@@ -154,6 +154,38 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
     return rc;
 }
 
+NEXT_DECL(ncclCommSplit);
+NEXT_DECL(ncclCommCount);
+NEXT_DECL(ncclCommUserRank);
+
+/* A split is collective over the parent: every rank of it calls this, and
+ * each counts the split (ncclcut.h), with or without a communicator. */
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config)
+{
+    __typeof__(&ncclCommSplit) next = NEXT(ncclCommSplit);
+    __typeof__(&ncclCommCount) count = NEXT(ncclCommCount);
+    __typeof__(&ncclCommUserRank) user_rank = NEXT(ncclCommUserRank);
+    ncclComm_t made = NULL;
+    int nranks = 0, rank = -1;
+    ncclResult_t rc;
+
+    if (!next)
+        return ncclInternalError;
+    if (tl_inside)
+        return next(comm, color, key, newcomm, config);
+    tl_inside++;
+    rc = next(comm, color, key, newcomm, config);
+    if (accepted(rc) && newcomm && *newcomm && count && user_rank &&
+        count(*newcomm, &nranks) == ncclSuccess && user_rank(*newcomm, &rank) == ncclSuccess) {
+        made = *newcomm;
+        give_library_once();
+    }
+    ncclcut_attach_split(comm, color, made, nranks, rank);
+    tl_inside--;
+    return rc;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
     __typeof__(&ncclCommDestroy) next = NEXT(ncclCommDestroy);

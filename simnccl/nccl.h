@@ -159,6 +159,13 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
 /* ndev communicators of one process, rank i on devlist[i] (or device i when
  * devlist is NULL). */
 ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
+/* Collective over comm (every rank calls it, outside a group): a new
+ * communicator of the ranks that give the same color, ranked by key (ties by
+ * their rank in comm), on comm's device; NCCL_SPLIT_NOCOLOR: none (*newcomm
+ * NULL). config as for ncclCommInitRankConfig (NULL: comm's blocking mode
+ * is not inherited here: blocking unless NCCL_COMM_BLOCKING=0). */
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config);
 
 /* Waits for the communicator's queued operations (they must be able to end:
  * every peer must issue its part) and marks it finished. */

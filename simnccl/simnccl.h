@@ -62,6 +62,8 @@ struct snccl_rank_info {
     CUuuid uuid;                  /* its GPU */
     uint32_t pad[2];
     CUipcMemHandle p2p_slots;     /* the P2P transport: its slots, for its peers to open */
+    int32_t split_color, split_key; /* ncclCommSplit (split.c): what it asked for */
+    struct snccl_id split_id;     /* ... and, from a group's new rank 0, the group's id */
 };
 
 struct snccl_seg {

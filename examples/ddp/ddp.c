@@ -34,6 +34,13 @@
  * step waits before synchronising with it ("rank R holds step K"), its
  * all-reduce queued and no CUDA call in flight.
  *
+ * --split 1: the ranks also split the communicator by parity
+ * (ncclCommSplit: color rank % 2, key rank), and every step each half sums
+ * step + 1 over its ranks with an all-reduce on its own communicator,
+ * checked once the step is synchronised (a wrong sum: "rank R: the split
+ * communicator summed X, want Y", exit 1). The weights are the same bytes
+ * as without it.
+ *
  * Output: "rank R step K" once step K is queued, then the line above. A
  * failing CUDA or NCCL call prints "rank R: cuXxx failed: NAME (code)" or
  * "rank R: ncclXxx failed: text" and exits 1.
@@ -60,7 +67,7 @@
 static const char usage[] =
     "usage: ddp --nranks N [--rank R] [--id-file PATH] [--steps S] [--mb M] [--seed X]\n"
     "           [--sleep-ms T] [--pause-file PATH] [--hold-file PATH] [--device D]\n"
-    "           [--kernels PATH] [--p2p 1]\n"
+    "           [--kernels PATH] [--p2p 1] [--split 1]\n"
     "  --nranks N         ranks of the job (1..64)\n"
     "  --rank R           this process's rank; without it, run all N ranks as children\n"
     "  --id-file PATH     where rank 0 publishes the NCCL unique id (needed with --rank)\n"
@@ -73,12 +80,14 @@ static const char usage[] =
     "  --device D         the GPU (default: rank modulo the visible GPUs)\n"
     "  --kernels PATH     kernel module (default: " DDP_KERNELS_FILE " beside the executable)\n"
     "  --p2p 1            sum the gradients by ncclReduce and a chain of ncclSend/ncclRecv\n"
-    "                     (the same bytes as the all-reduce), plus a grouped ring exchange\n";
+    "                     (the same bytes as the all-reduce), plus a grouped ring exchange\n"
+    "  --split 1          also split the ranks by parity (ncclCommSplit) and all-reduce\n"
+    "                     a checked count on each half's communicator every step\n";
 
 struct ddp_opts {
     int rank, nranks, device;
     long steps, mb, sleep_ms;
-    int p2p;
+    int p2p, split;
     uint64_t seed;
     const char *id_file, *pause_file, *hold_file, *kernels;
 };
@@ -172,6 +181,8 @@ static void parse_opts(int argc, char **argv, struct ddp_opts *o)
             o->kernels = v;
         else if (!strcmp(f, "--p2p"))
             o->p2p = (int)parse_long(f, v, 0, 1);
+        else if (!strcmp(f, "--split"))
+            o->split = (int)parse_long(f, v, 0, 1);
         else
             die_usage("unknown option", f);
     }
@@ -284,13 +295,13 @@ static int rank_main(const struct ddp_opts *o)
 {
     int rank = o->rank, ndev = 0;
     ncclUniqueId id;
-    ncclComm_t comm;
+    ncclComm_t comm, half = NULL;
     CUdevice dev;
     CUcontext ctx;
     CUmodule mod;
     CUfunction f_init, f_grad, f_apply;
     CUstream s;
-    CUdeviceptr w, g, scratch;
+    CUdeviceptr w, g, scratch, counted;
     char kpath[4200];
     uint64_t n = ((uint64_t)o->mb << 20) / sizeof(float);
 
@@ -317,10 +328,14 @@ static int rank_main(const struct ddp_opts *o)
     CK(cuMemAlloc(&w, n * sizeof(float)));
     CK(cuMemAlloc(&g, (n + 1) * sizeof(float)));
     CK(cuMemAlloc(&scratch, sizeof(float)));
+    CK(cuMemAlloc(&counted, sizeof(float)));
 
     NK(ncclCommInitRank(&comm, o->nranks, id, rank));
     if (rank == 0)
         unlink(o->id_file);      /* every rank has joined, so read it */
+    int half_size = (o->nranks + 1 - rank % 2) / 2;
+    if (o->split)
+        NK(ncclCommSplit(comm, rank % 2, rank, &half, NULL));
     printf("rank %d of %d: device %d, %.1f MiB of weights, %ld steps\n", rank, o->nranks,
            (int)dev, n * sizeof(float) / 1048576.0, o->steps);
 
@@ -340,6 +355,13 @@ static int rank_main(const struct ddp_opts *o)
         else
             NK(ncclAllReduce((void *)g, (void *)g, n + 1, ncclFloat, ncclSum, comm, s));
         launch(f_apply, s, apply_args);
+        if (half) {
+            float one = (float)(step + 1);
+            uint32_t bits;
+            memcpy(&bits, &one, sizeof(bits));
+            CK(cuMemsetD32Async(counted, bits, 1, s));
+            NK(ncclAllReduce((void *)counted, (void *)counted, 1, ncclFloat, ncclSum, half, s));
+        }
         printf("rank %d step %ld\n", rank, step);
         if (o->hold_file && access(o->hold_file, F_OK) == 0) {
             printf("rank %d holds step %ld\n", rank, step);
@@ -348,6 +370,15 @@ static int rank_main(const struct ddp_opts *o)
         }
         CK(cuStreamSynchronize(s));
         CK(cuMemcpyDtoH(&votes, g + n * sizeof(float), sizeof(votes)));
+        if (half) {
+            float sum, want = (float)(step + 1) * (float)half_size;
+            CK(cuMemcpyDtoH(&sum, counted, sizeof(sum)));
+            if (sum != want) {
+                fprintf(stderr, "rank %d: the split communicator summed %g, want %g\n", rank,
+                        (double)sum, (double)want);
+                return 1;
+            }
+        }
         if (votes > 0 && o->pause_file) {
             printf("rank %d paused after step %ld\n", rank, step);
             while (access(o->pause_file, F_OK) == 0)
@@ -370,7 +401,10 @@ static int rank_main(const struct ddp_opts *o)
         hash = (hash ^ b[i]) * 0x100000001b3ull;
     free(h);
 
+    if (half)
+        NK(ncclCommDestroy(half));
     NK(ncclCommDestroy(comm));
+    CK(cuMemFree(counted));
     CK(cuMemFree(scratch));
     CK(cuMemFree(g));
     CK(cuMemFree(w));

@@ -82,6 +82,7 @@ struct comm {
     int inside;                         /* threads in the library with a counted operation */
     int released;                       /* its buffers released, until the resumer takes them back */
     int program_released;               /* the program's own ncclCommSuspend(NCCL_SUSPEND_MEM) */
+    uint64_t splits;                    /* ncclCommSplit calls on it so far */
     char name[64];
     struct comm *next;
 };
@@ -314,6 +315,24 @@ void ncclcut_attach(const void *comm, const void *id, size_t id_len, int nranks,
 static pthread_mutex_t res_lock = PTHREAD_MUTEX_INITIALIZER;   /* the resumer's pick */
 static pthread_cond_t res_cond = PTHREAD_COND_INITIALIZER;
 static const void *res_current;        /* the communicator the resumer is taking back */
+
+void ncclcut_attach_split(const void *parent, int color, const void *comm, int nranks, int rank)
+{
+    struct {
+        uint64_t parent, seq;
+        int64_t color;
+    } key = { 0, 0, color };
+    struct comm *p;
+
+    pthread_rwlock_rdlock(&table_lock);
+    if ((p = comms ? find(parent) : NULL)) {
+        key.parent = p->seg->id_hash;
+        key.seq = __atomic_add_fetch(&p->splits, 1, __ATOMIC_ACQ_REL);
+    }
+    pthread_rwlock_unlock(&table_lock);
+    if (p && comm)
+        ncclcut_attach(comm, &key, sizeof(key), nranks, rank);
+}
 
 void ncclcut_detach(const void *comm)
 {

@@ -35,7 +35,8 @@
  * and are ignored), and ranks must share a pid namespace (a holder's death
  * is seen by its pid and start time). Communicators made by ncclCommInitAll
  * or unknown to us (made before tcgpu was loaded) are not counted, and
- * none is with TCGPU_NCCL_CUT=0.
+ * none is with TCGPU_NCCL_CUT=0; those ncclCommSplit makes of a counted
+ * one are.
  */
 #ifndef TCGPU_CORE_NCCLCUT_H
 #define TCGPU_CORE_NCCLCUT_H
@@ -53,6 +54,12 @@ enum ncclcut_kind {
  * segment as `rank` of `nranks` (id: the 128-byte ncclUniqueId). Failures
  * are logged (the communicator is then not counted); never fatal. */
 void ncclcut_attach(const void *comm, const void *id, size_t id_len, int nranks, int rank);
+/* ncclCommSplit of parent, on every rank of it (also one that asked for no
+ * communicator, or whose call failed: comm NULL): the new communicator as
+ * `rank` of `nranks`, counted in a segment named from the parent's, the
+ * split's number on it (every rank splits a communicator in the same order)
+ * and the color. Nothing when the parent is not counted. */
+void ncclcut_attach_split(const void *parent, int color, const void *comm, int nranks, int rank);
 /* ncclCommDestroy/Abort: leave its segment. */
 void ncclcut_detach(const void *comm);
 

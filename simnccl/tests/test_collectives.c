@@ -418,6 +418,51 @@ static void two_streams(void)
     CU_OK(cuStreamDestroy(s2));
 }
 
+/* ncclCommSplit: the last rank of more than two asks for none, the others
+ * split by parity, ranked in reverse (key -rank); each group's all-reduce of
+ * the old ranks gives their sum. Then everyone in one color by rank: the
+ * world again, its all-reduce the sum of all ranks. */
+static void split(void)
+{
+    int out = g_n > 2 ? g_n - 1 : -1, color = g_rank == out ? NCCL_SPLIT_NOCOLOR : g_rank % 2;
+    int members = 0, above = 0, sum = 0, v, got;
+    ncclComm_t sub;
+    CUdeviceptr d;
+
+    for (int r = 0; r < g_n; r++)
+        if (r != out && r % 2 == g_rank % 2) {
+            members++;
+            sum += r;
+            above += r > g_rank;
+        }
+    d = dev_with(&g_rank, sizeof(int));
+    NCCL_OK(ncclCommSplit(g_comm, color, -g_rank, &sub, NULL));
+    if (color == NCCL_SPLIT_NOCOLOR) {
+        CHECK(sub == NULL);
+    } else {
+        NCCL_OK(ncclCommCount(sub, &v));
+        CHECK_EQ(v, members);
+        NCCL_OK(ncclCommUserRank(sub, &v));
+        CHECK_EQ(v, above);
+        NCCL_OK(ncclAllReduce((void *)d, (void *)d, 1, ncclInt32, ncclSum, sub, g_s));
+        CU_OK(cuStreamSynchronize(g_s));
+        CU_OK(cuMemcpyDtoH(&got, d, sizeof(got)));
+        CHECK_EQ(got, sum);
+        NCCL_OK(ncclCommDestroy(sub));
+    }
+    CU_OK(cuMemcpyHtoD(d, &g_rank, sizeof(int)));
+    NCCL_OK(ncclCommSplit(g_comm, 0, g_rank, &sub, NULL));
+    NCCL_OK(ncclCommUserRank(sub, &v));
+    CHECK_EQ(v, g_rank);
+    NCCL_OK(ncclAllReduce((void *)d, (void *)d, 1, ncclInt32, ncclSum, sub, g_s));
+    CU_OK(cuStreamSynchronize(g_s));
+    CU_OK(cuMemcpyDtoH(&got, d, sizeof(got)));
+    CHECK_EQ(got, g_n * (g_n - 1) / 2);
+    NCCL_OK(ncclCommDestroy(sub));
+    CHECK_EQ(ncclCommSplit(g_comm, -5, 0, &sub, NULL), ncclInvalidArgument);
+    cuMemFree(d);
+}
+
 static int rank_main(int rank, int n, const char *hex)
 {
     ncclUniqueId id;
@@ -459,6 +504,7 @@ static int rank_main(int rank, int n, const char *hex)
     ring(CNT_LARGE);
     alltoall(CNT_SMALL);
     two_streams();
+    split();
 
     t_send(4, &g_hash, sizeof(g_hash));
     NCCL_OK(ncclCommFinalize(g_comm));

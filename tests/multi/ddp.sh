@@ -41,6 +41,11 @@
 #                                P2P transport: every rank maps its peers'
 #                                slots through CUDA IPC, so the gang is also
 #                                a group of processes sharing memory.
+#                                DDP_EXTRA='--split 1': the ranks also split
+#                                their communicator by parity and all-reduce
+#                                on each half every step (ncclCommSplit):
+#                                the cut counts the halves too, and each
+#                                gang suspend releases both communicators.
 #   ddp.sh gang-preempt          2 ranks of one tcgpud gang at priority 10,
 #                                64 MiB of weights each; a priority-100 job
 #                                needs GPU 0's memory mid-run: tcgpud
@@ -88,6 +93,7 @@ export SIMCUDA_DEVICES=8
 # one NCCL slot of 256 KiB (DDP_BUFFSIZE): a rank's receive buffers are nranks slots
 export NCCL_BUFFSIZE=${DDP_BUFFSIZE:-$((256 << 10))}
 T=$((120 * ${TCGPU_TEST_TIME_FACTOR:-1}))
+read -ra EXTRA <<<"${DDP_EXTRA:-}"     # more ddp flags (gang-random)
 RANK_PIDS=()
 
 # The rendezvous segment of an id that some rank never joined (the last
@@ -284,13 +290,13 @@ gang_start() {
     . "$(dirname "$0")/../sim/tcgpud_lib.sh"
     for g in $(seq 0 $((gpus - 1))); do conf+=$'\n'"[gpu $g]"$'\n'"capacity = 1G"$'\n'; done
     start_research_prod "$conf"
-    job "ref$n" "$n" ""         # (tcgpud_lib.sh has a reference() of its own)
+    job "ref$n" "$n" "" "${EXTRA[@]}"     # (tcgpud_lib.sh has a reference() of its own)
     ref=$SUM
     RANK_PIDS=()
     for r in $(seq 0 $((n - 1))); do
         start_bg "$WORK/$label.r$r.out" "$GPUCKPT" run --project research --job ddp -- \
             "$DDP" --rank "$r" --nranks "$n" --id-file "$WORK/$label.id" --steps "$STEPS" --mb "$MB" \
-            --sleep-ms "$sleep"
+            --sleep-ms "$sleep" "${EXTRA[@]}"
         RANK_PIDS+=("$BG")
     done
     for r in "${RANK_PIDS[@]}"; do wait_registered "$r"; done
@@ -452,6 +458,11 @@ gang-random)
     [ "$i" -eq "$tries" ] || fail "only $i of $tries tries before the job neared its end (raise DDP_STEPS)"
     finish_ranks "$label" "$n"
     [ "$SUM" = "$ref" ] || fail "checksum $SUM after $i gang suspends at random moments, uninterrupted $ref"
+    comms=1
+    [[ " ${EXTRA[*]} " != *" --split 1 "* ]] || comms=2
+    released=$(grep -c "NCCL: $comms communicator(s) released with ncclCommSuspend, 0 carried" "$WORK/$label.r0.out" || true)
+    [ "$released" -gt 0 ] || fail "no gang suspend released rank 0's $comms communicator(s): $(grep 'NCCL:' "$WORK/$label.r0.out" | sort | uniq -c)"
+    note "rank 0's $comms communicator(s) released by $released of the $i gang suspends"
     echo "ok: $done_ok gang suspends of $n ranks at random moments, each suspended and resumed; checksum $SUM = uninterrupted"
     ;;
 gang-preempt)
