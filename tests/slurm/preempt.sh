@@ -30,6 +30,12 @@
 #   preempt.sh suspend   scontrol suspend: the job's GPU memory is released before
 #                        Slurm stops it (SIGTSTP, then SIGSTOP), and given back on
 #                        scontrol resume; the job ends with the uninterrupted checksum
+#   preempt.sh suspend-preempt-gres
+#                        Slurm's PreemptMode=SUSPEND,GANG between partitions
+#                        (partition_prio) for a job that needs the GPUs a
+#                        lower-tier job holds: Slurm never suspends that job
+#                        (a suspended job keeps its GRES), the high job waits
+#                        on Resources until the low one is gone
 #   preempt.sh requeue-by-hand
 #                        `scontrol requeue` of a running two-task job (how admins
 #                        drain nodes): it is saved as at a preemption and restored
@@ -295,6 +301,39 @@ suspend)
     got=$(sed -n 's/^rank 0 checksum: //p' "$out")
     [ "$got" = "$ref" ] || fail "checksum after suspend/resume '$got', uninterrupted $ref"
     echo "ok: scontrol suspend released the job's GPU memory, resume gave it back; checksum $got"
+    ;;
+suspend-preempt-gres)
+    # Slurm's own SUSPEND preemption (partition_prio, PreemptMode=SUSPEND,GANG,
+    # OverSubscribe=FORCE:1 as Slurm's preempt.html sets it up) for a job
+    # that needs the GPUs a lower-tier job holds: Slurm keeps a suspended
+    # job's GRES allocated, so it never suspends one to give its GPU away.
+    cluster_conf_policy() {
+        cat <<CONF
+PreemptType=preempt/partition_prio
+PreemptMode=SUSPEND,GANG
+PartitionName=low Nodes=$NODE_LIST Default=YES PriorityTier=1 PreemptMode=SUSPEND OverSubscribe=FORCE:1
+PartitionName=high Nodes=$NODE_LIST PriorityTier=10 PreemptMode=OFF OverSubscribe=FORCE:1
+CONF
+    }
+    PAIR_ARGS=(--mb 32 --steps 1000 --sleep-ms 40)
+    start_cluster
+    low=$(submit_low susp 1)
+    out=$HOME_N/susp-$low.out
+    wait_job_state "$low" RUNNING 30
+    wait_file_line "$out" "rank 0 step 25" 60
+    node=$(job_field "$low" NodeList)
+    high=$(submit_high "$node")
+    set_phase "high job $high on $node, where job $low holds a GPU (15 s)"
+    for i in $(seq 1 15); do
+        sleep 1
+        st_low=$(job_field "$low" JobState) st_high=$(job_field "$high" JobState)
+        [ "$st_low" = RUNNING ] && [ "$st_high" = PENDING ] ||
+            fail "after $i s: job $low $st_low, job $high $st_high ($(job_field "$high" Reason)): Slurm suspended a job to give its GPU away?"
+    done
+    note "after 15 s: job $low RUNNING, job $high PENDING ($(job_field "$high" Reason))"
+    scancel "$low"
+    wait_job_state "$high" RUNNING 30
+    echo "ok: PreemptMode=SUSPEND,GANG does not suspend a job to give its GPUs to a higher tier (job $high pending on Resources until job $low was cancelled, then ran): Slurm-driven preemption of GPU jobs is REQUEUE"
     ;;
 requeue-by-hand|requeue-twice)
     # 240 steps of 60 ms: long enough to be requeued twice, each time with
