@@ -92,7 +92,7 @@ axes = {(s["placement"], s["preemption"]) for s in small["schedulers"]}
 for pl in ("whole", "shared"):
     for pr in ("none", "kill", "save", "suspend", "suspend+migrate"):
         check((pl, pr) in axes, "no scheduler with placement %s and preemption %s" % (pl, pr))
-check(sorted(n for n, s in scheds.items() if s["shipped"]) == ["whole-save", "whole-suspend"],
+check(sorted(n for n, s in scheds.items() if s["shipped"]) == ["shared-none", "shared-save", "whole-save"],
       "shipped: %s" % [n for n, s in scheds.items() if s["shipped"]])
 for name, s in scheds.items():
     for k in KEYS:

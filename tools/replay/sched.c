@@ -6,10 +6,13 @@
  * lending), so a difference between two rows is the axis that differs
  * (docs/replay.md, "The schedulers").
  *
- * `shipped` says whether this tree ships what the row needs: tcgpu as it
- * ships is node-local tcgpud under Slurm, which places whole GPUs; Slurm
- * REQUEUE with tcgpu-slurm's save and restore, and Slurm SUSPEND with tcgpu
- * freeing the suspended job's GPU. Everything else is modelled.
+ * `shipped` says whether this tree ships what the row needs, on Slurm
+ * (tests/slurm, tests/cluster): whole GPUs (gres/gpu) or Slurm's shards
+ * (gres/shard, held to their share by tcgpu-slurm), and REQUEUE with
+ * tcgpu-slurm's save and restore. Not Slurm's SUSPEND preemption: Slurm
+ * keeps a suspended job's GRES, so it never hands a GPU over
+ * (slurm-suspend-preempt-gres); tcgpud suspends only within one node.
+ * Everything else is modelled.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -23,12 +26,14 @@ const struct sched_def sched_table[] = {
     { "whole-kill", "Slurm/Kueue preemption that kills and requeues", PL_WHOLE, PR_KILL, 0, 0 },
     { "whole-save", "tcgpu as it ships: Slurm REQUEUE + tcgpu-slurm save/restore", PL_WHOLE, PR_SAVE,
       0, 1 },
-    { "whole-suspend", "tcgpu as it ships: Slurm SUSPEND, tcgpu frees the GPU", PL_WHOLE, PR_SUSPEND,
-      0, 1 },
+    { "whole-suspend", "whole GPUs, suspend in place, tcgpu frees the GPU", PL_WHOLE, PR_SUSPEND,
+      0, 0 },
     { "whole-migrate", "whole GPUs, suspend, move by save/restore", PL_WHOLE, PR_MIGRATE, 0, 0 },
-    { "shared-none", "shared-GPU pool, no preemption (HAMi/MIG/MPS-like)", PL_SHARED, PR_NONE, 0, 0 },
+    { "shared-none", "shared-GPU pool, no preemption (Slurm shards; HAMi/MIG/MPS-like)", PL_SHARED,
+      PR_NONE, 0, 1 },
     { "shared-kill", "shared pool, preemption that kills", PL_SHARED, PR_KILL, 0, 0 },
-    { "shared-save", "shared pool, save/restore", PL_SHARED, PR_SAVE, 0, 0 },
+    { "shared-save", "tcgpu as it ships: Slurm shards, REQUEUE + tcgpu-slurm save/restore",
+      PL_SHARED, PR_SAVE, 0, 1 },
     { "shared-suspend", "shared pool, suspend in place", PL_SHARED, PR_SUSPEND, 0, 0 },
     { "shared-migrate", "cluster-wide tcgpud (the old replay's model)", PL_SHARED, PR_MIGRATE, 0, 0 },
 };
