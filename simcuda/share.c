@@ -59,7 +59,7 @@ void *sim_share_map(int fd, uint64_t len)
 
     if (p == MAP_FAILED)
         return NULL;
-    if (len >= SIM_GRANULARITY)
+    if (len >= SIM_GRANULARITY && sim_device_wants_thp())
         madvise(p, len, MADV_HUGEPAGE);    /* as sim_backing_alloc; shmem may ignore it */
     return p;
 }

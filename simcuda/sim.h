@@ -477,6 +477,9 @@ void sim_range_wait_unpinned(struct sim_range *r);
 bool sim_range_pinned(struct sim_range *r);
 
 uint64_t sim_next_buffer_id(void);
+/* Whether device memory asks for transparent huge pages (SIMCUDA_DEVICE_THP,
+ * else unless the guest hands free pages back to its hypervisor). */
+bool sim_device_wants_thp(void);
 void *sim_backing_alloc(size_t len);                 /* zeroed anonymous memory or NULL */
 void sim_backing_free(void *p, size_t len);
 uint64_t sim_round_up(uint64_t v, uint64_t a);

@@ -13,7 +13,9 @@
  */
 #include "graph.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -466,13 +468,67 @@ bool sim_range_pinned(struct sim_range *r)
 /* --- backing store and capacity ------------------------------------------- */
 
 /*
+ * Whether the guest gives its free memory back to the hypervisor: a virtio
+ * balloon with free page reporting (VIRTIO_BALLOON_F_REPORTING, feature bit
+ * 5) reports free blocks of page_reporting_order (a huge page) and up, and
+ * the host drops them within seconds.
+ */
+static bool guest_reports_free_pages(void)
+{
+    const char *dir = "/sys/bus/virtio/drivers/virtio_balloon";
+    char path[512], bits[128] = "";
+    struct dirent *d;
+    bool found = false;
+    DIR *dp;
+    FILE *f;
+
+    if (access("/sys/module/page_reporting/parameters/page_reporting_order", F_OK) != 0 ||
+        !(dp = opendir(dir)))
+        return false;
+    while (!found && (d = readdir(dp))) {
+        if (strncmp(d->d_name, "virtio", 6))
+            continue;
+        snprintf(path, sizeof(path), "%s/%s/features", dir, d->d_name);
+        if ((f = fopen(path, "re"))) {
+            found = fgets(bits, sizeof(bits), f) && strlen(bits) > 5 && bits[5] == '1';
+            fclose(f);
+        }
+    }
+    closedir(dp);
+    return found;
+}
+
+/*
+ * Whether device memory asks for transparent huge pages: SIMCUDA_DEVICE_THP
+ * (1 or 0), else unless the guest reports free pages. A GPU's memory never
+ * goes back to the host, but the memory a suspend frees here does, on such
+ * a guest: faulting fresh huge pages then costs the hypervisor 1.4-2.1
+ * CPU-s per GiB, against 0.41 for small pages whatever the delay (issue
+ * 39's measures), and every restore would pay a cost no GPU has.
+ */
+bool sim_device_wants_thp(void)
+{
+    static int wanted = -1;
+    int w = __atomic_load_n(&wanted, __ATOMIC_RELAXED);
+    const char *e;
+
+    if (w < 0) {
+        e = getenv("SIMCUDA_DEVICE_THP");
+        w = e && *e ? strcmp(e, "0") != 0 : !guest_reports_free_pages();
+        __atomic_store_n(&wanted, w, __ATOMIC_RELAXED);
+    }
+    return w;
+}
+
+/*
  * A GPU hands out device memory in 2 MiB pages (SIM_GRANULARITY) and pays
  * nothing to hand out fresh ones. So backing of 2 MiB or more is aligned to
- * 2 MiB and asks for transparent huge pages: the first copy into new device
- * memory (a resume's, a restore's) then faults it in 2 MiB at a time. A
- * 4 KiB page at a time, these VMs charge 0.41 s per GiB for it, three times
- * what huge pages cost (0.13 s), for work a GPU does not do. Where huge
- * pages are not to be had, the kernel gives small ones.
+ * 2 MiB and, where that pays (sim_device_wants_thp), asks for transparent
+ * huge pages: the first copy into new device memory (a resume's, a
+ * restore's) then faults it in 2 MiB at a time. A 4 KiB page at a time,
+ * these VMs charge 0.41 s per GiB for it, three times what warm huge pages
+ * cost (0.13 s), for work a GPU does not do. Where huge pages are not to be
+ * had, the kernel gives small ones.
  */
 void *sim_backing_alloc(size_t len)
 {
@@ -490,7 +546,8 @@ void *sim_backing_alloc(size_t len)
         munmap(p, (size_t)(at - p));
     if (at < p + over)      /* the tail past the aligned span, from a page boundary */
         munmap(at + span, (size_t)(p + over - at));
-    madvise(at, len, MADV_HUGEPAGE);    /* advice: without it, small pages */
+    if (sim_device_wants_thp())
+        madvise(at, len, MADV_HUGEPAGE);    /* advice: without it, small pages */
     return at;
 }
 

@@ -413,8 +413,29 @@ static long long thp_eligible_bytes(void)
     return total;
 }
 
+/* With SIMCUDA_DEVICE_THP=0 (this program run again, "no-thp"), device
+ * memory of 2 MiB and more is in small pages: huge pages may not back it. */
+static int small_pages_only(void)
+{
+    const size_t len = 16u << 20;
+    long long before;
+    CUdeviceptr d;
+
+    setenv("SIMCUDA_DEVICE_THP", "0", 1);
+    t_init();
+    before = thp_eligible_bytes();
+    CHECK(cuMemAlloc(&d, len));
+    CHECK(cuMemsetD8(d, 0x5a, len));
+    if (before >= 0 && thp_eligible_bytes() - before >= (long long)len)
+        T_FAIL("SIMCUDA_DEVICE_THP=0: %zu bytes of device memory that huge pages may back", len);
+    CHECK(cuMemFree(d));
+    return 0;
+}
+
 /* Device memory of 2 MiB and more is backed by memory huge pages may back
- * (a GPU's pages are 2 MiB: docs/simcuda.md), and gives it back when freed. */
+ * (a GPU's pages are 2 MiB: docs/simcuda.md) when SIMCUDA_DEVICE_THP=1 (as
+ * main sets it; by default, unless the guest reports free pages to its
+ * hypervisor), and gives it back when freed; with 0, small pages. */
 static void test_huge_pages(void)
 {
     const size_t len = 16u << 20;
@@ -439,15 +460,26 @@ static void test_huge_pages(void)
         T_FAIL("%zu bytes of device memory, %lld more bytes huge pages may back", len, held - before);
     CHECK(cuMemFree(d));
     CHECK_TRUE(thp_eligible_bytes() <= held - (long long)len);
+    {
+        char self[4096], cmd[4200];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        CHECK_TRUE(n > 0);
+        self[n] = '\0';
+        snprintf(cmd, sizeof(cmd), "'%s' no-thp", self);
+        CHECK_EQ(system(cmd), 0);
+    }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     CUdevice dev;
     char name[64];
     int v;
 
     sim_test_setup("memory");
+    if (argc == 2 && !strcmp(argv[1], "no-thp"))
+        return small_pages_only();
+    setenv("SIMCUDA_DEVICE_THP", "1", 1);     /* whatever this guest is (test_huge_pages) */
     CHECK_RES(cuMemAlloc(&(CUdeviceptr){ 0 }, 4), CUDA_ERROR_NOT_INITIALIZED);
     t_init();
     CHECK(cuDeviceGet(&dev, 0));
