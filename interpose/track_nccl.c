@@ -223,38 +223,33 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
 NEXT_DECL(ncclCommSuspend);
 NEXT_DECL(ncclCommResume);
 
+/* The program's own suspend or resume of comm (vLLM's): rc = CALL, which
+ * leaves comm's memory released (1), taken back (0) or, refused, as it was
+ * (ncclcut_program_suspend_end). */
+#define OWN_SUSPEND(comm, released, fn, ...)                        \
+    do {                                                            \
+        __typeof__(&fn) next_ = NEXT(fn);                           \
+        ncclResult_t rc_;                                           \
+        if (!next_)                                                 \
+            return ncclInternalError;                               \
+        if (tl_inside)                                              \
+            return next_(__VA_ARGS__);                              \
+        tl_inside++;                                                \
+        ncclcut_program_suspend_begin(comm);                        \
+        rc_ = next_(__VA_ARGS__);                                   \
+        ncclcut_program_suspend_end(comm, accepted(rc_) ? (released) : -1); \
+        tl_inside--;                                                \
+        return rc_;                                                 \
+    } while (0)
+
 ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags)
 {
-    __typeof__(&ncclCommSuspend) next = NEXT(ncclCommSuspend);
-    ncclResult_t rc;
-
-    if (!next)
-        return ncclInternalError;
-    if (tl_inside)
-        return next(comm, flags);
-    tl_inside++;
-    ncclcut_program_suspend_begin(comm);
-    rc = next(comm, flags);
-    ncclcut_program_suspend_end(comm, accepted(rc) && (flags & NCCL_SUSPEND_MEM) ? 1 : -1);
-    tl_inside--;
-    return rc;
+    OWN_SUSPEND(comm, (flags & NCCL_SUSPEND_MEM) ? 1 : -1, ncclCommSuspend, comm, flags);
 }
 
 ncclResult_t ncclCommResume(ncclComm_t comm)
 {
-    __typeof__(&ncclCommResume) next = NEXT(ncclCommResume);
-    ncclResult_t rc;
-
-    if (!next)
-        return ncclInternalError;
-    if (tl_inside)
-        return next(comm);
-    tl_inside++;
-    ncclcut_program_suspend_begin(comm);
-    rc = next(comm);
-    ncclcut_program_suspend_end(comm, accepted(rc) ? 0 : -1);
-    tl_inside--;
-    return rc;
+    OWN_SUSPEND(comm, 0, ncclCommResume, comm);
 }
 
 /* --- collectives and point-to-point -------------------------------------- */

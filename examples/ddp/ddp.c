@@ -41,6 +41,11 @@
  * communicator summed X, want Y", exit 1). The weights are the same bytes
  * as without it.
  *
+ * --own-suspend K: every K steps, once the step is synchronised, the ranks
+ * release their communicators' memory themselves and take it back
+ * (ncclCommSuspend(NCCL_SUSPEND_MEM), ncclCommResume: collective), as vLLM
+ * does around its own sleep.
+ *
  * Output: "rank R step K" once step K is queued, then the line above. A
  * failing CUDA or NCCL call prints "rank R: cuXxx failed: NAME (code)" or
  * "rank R: ncclXxx failed: text" and exits 1.
@@ -67,7 +72,7 @@
 static const char usage[] =
     "usage: ddp --nranks N [--rank R] [--id-file PATH] [--steps S] [--mb M] [--seed X]\n"
     "           [--sleep-ms T] [--pause-file PATH] [--hold-file PATH] [--device D]\n"
-    "           [--kernels PATH] [--p2p 1] [--split 1]\n"
+    "           [--kernels PATH] [--p2p 1] [--split 1] [--own-suspend K]\n"
     "  --nranks N         ranks of the job (1..64)\n"
     "  --rank R           this process's rank; without it, run all N ranks as children\n"
     "  --id-file PATH     where rank 0 publishes the NCCL unique id (needed with --rank)\n"
@@ -82,12 +87,15 @@ static const char usage[] =
     "  --p2p 1            sum the gradients by ncclReduce and a chain of ncclSend/ncclRecv\n"
     "                     (the same bytes as the all-reduce), plus a grouped ring exchange\n"
     "  --split 1          also split the ranks by parity (ncclCommSplit) and all-reduce\n"
-    "                     a checked count on each half's communicator every step\n";
+    "                     a checked count on each half's communicator every step\n"
+    "  --own-suspend K    every K steps, ncclCommSuspend(NCCL_SUSPEND_MEM) and\n"
+    "                     ncclCommResume of every communicator, after the step\n";
 
 struct ddp_opts {
     int rank, nranks, device;
     long steps, mb, sleep_ms;
     int p2p, split;
+    long own_suspend;
     uint64_t seed;
     const char *id_file, *pause_file, *hold_file, *kernels;
 };
@@ -183,6 +191,8 @@ static void parse_opts(int argc, char **argv, struct ddp_opts *o)
             o->p2p = (int)parse_long(f, v, 0, 1);
         else if (!strcmp(f, "--split"))
             o->split = (int)parse_long(f, v, 0, 1);
+        else if (!strcmp(f, "--own-suspend"))
+            o->own_suspend = parse_long(f, v, 0, 1000000);
         else
             die_usage("unknown option", f);
     }
@@ -378,6 +388,14 @@ static int rank_main(const struct ddp_opts *o)
                         (double)sum, (double)want);
                 return 1;
             }
+        }
+        if (o->own_suspend && (step + 1) % o->own_suspend == 0) {
+            NK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
+            if (half)
+                NK(ncclCommSuspend(half, NCCL_SUSPEND_MEM));
+            NK(ncclCommResume(comm));
+            if (half)
+                NK(ncclCommResume(half));
         }
         if (votes > 0 && o->pause_file) {
             printf("rank %d paused after step %ld\n", rank, step);

@@ -41,11 +41,13 @@
 #                                P2P transport: every rank maps its peers'
 #                                slots through CUDA IPC, so the gang is also
 #                                a group of processes sharing memory.
-#                                DDP_EXTRA='--split 1': the ranks also split
-#                                their communicator by parity and all-reduce
-#                                on each half every step (ncclCommSplit):
-#                                the cut counts the halves too, and each
-#                                gang suspend releases both communicators.
+#                                DDP_EXTRA='--split 1 --own-suspend 7': the
+#                                ranks also split their communicator by
+#                                parity and all-reduce on each half every
+#                                step (ncclCommSplit), and release and take
+#                                back both communicators' memory themselves
+#                                every 7 steps: the cut counts the halves
+#                                too, and gang suspends release both.
 #   ddp.sh gang-preempt          2 ranks of one tcgpud gang at priority 10,
 #                                64 MiB of weights each; a priority-100 job
 #                                needs GPU 0's memory mid-run: tcgpud

@@ -79,6 +79,16 @@ submit_high() {
         -o "$W/high-%j.out" --wrap "srun $PAIR ${PAIR_ARGS[*]} --sleep-ms 150 --shm $SHM_PREFIX-pair-\$SLURM_JOB_ID"
 }
 
+# run_low NAME : nobody's one-task job (submit_low), running and past its
+# step 25; sets low, out (its log) and node.
+run_low() {
+    low=$(submit_low "$1" 1)
+    out=$HOME_N/$1-$low.out
+    wait_job_state "$low" RUNNING 30
+    wait_file_line "$out" "rank 0 step 25" 60
+    node=$(job_field "$low" NodeList)
+}
+
 # preempt LOW TASKS : LOW is mid-run; a high job takes its node; LOW saves and
 # is requeued. Sets HIGH, SAVE_BYTES.
 preempt() {
@@ -268,12 +278,8 @@ suspend)
         fail "reference run failed: $(tail_of "$W/ref.out")"
     rm -f /dev/shm"$SHM_PREFIX"-ref
     ref=$(sed -n 's/^rank 0 checksum: //p' "$W/ref.out")
-    low=$(submit_low susp 1)
-    out=$HOME_N/susp-$low.out
-    wait_job_state "$low" RUNNING 30
-    wait_file_line "$out" "rank 0 step 25" 60
+    run_low susp
     pid=$(sed -n 's/.*started .* as pid \([0-9]*\).*/\1/p' "$out" | head -n 1)
-    node=$(job_field "$low" NodeList)
     # the job's rows: "PID, USED_BYTES, STATE" per GPU it is on
     smi() {
         SIMCUDA_SHM=$SHM_PREFIX-$node "$B/simcuda/simcuda-smi" \
@@ -317,11 +323,7 @@ CONF
     }
     PAIR_ARGS=(--mb 32 --steps 1000 --sleep-ms 40)
     start_cluster
-    low=$(submit_low susp 1)
-    out=$HOME_N/susp-$low.out
-    wait_job_state "$low" RUNNING 30
-    wait_file_line "$out" "rank 0 step 25" 60
-    node=$(job_field "$low" NodeList)
+    run_low susp
     high=$(submit_high "$node")
     set_phase "high job $high on $node, where job $low holds a GPU (15 s)"
     for i in $(seq 1 15); do
@@ -392,11 +394,7 @@ cancel-during-save)
     # 64 MiB: a save of a second or so, long enough to be caught running
     PAIR_ARGS=(--mb 64 --steps 2000 --sleep-ms 60)
     start_cluster
-    low=$(submit_low cds 1)
-    out=$HOME_N/cds-$low.out
-    wait_job_state "$low" RUNNING 30
-    wait_file_line "$out" "rank 0 step 25" 60
-    node=$(job_field "$low" NodeList)
+    run_low cds
     HIGH=$(submit_high "$node")
     note "high-priority job $HIGH arrives on $node, where job $low runs"
     set_phase "waiting for the save of job $low to start"
