@@ -644,7 +644,7 @@ void ncclcut_group_end_done(bool accepted)
 
 /* --- the cut ------------------------------------------------------------- */
 
-static bool holding;                    /* this process holds its communicators */
+static bool holding;                    /* this process holds its communicators (atomic) */
 
 /* This process's communicators, as an array the caller frees (table_lock
  * read-locked by the caller until it is done with them). */
@@ -739,7 +739,7 @@ int ncclcut_hold(unsigned timeout_ms)
     }
     for (unsigned i = 0; i < n; i++)
         set_hold(v[i], 1);
-    holding = true;
+    __atomic_store_n(&holding, true, __ATOMIC_RELEASE);
     for (;;) {
         rc = 0;
         for (unsigned i = 0; i < n && rc == 0; i++) {
@@ -764,6 +764,7 @@ int ncclcut_hold(unsigned timeout_ms)
 }
 
 static void resumer_kick(void);
+static int resumer_start(void);
 
 void ncclcut_release(void)
 {
@@ -771,7 +772,7 @@ void ncclcut_release(void)
     struct comm **v;
     bool any = false;
 
-    if (!holding)
+    if (!__atomic_load_n(&holding, __ATOMIC_ACQUIRE))
         return;
     pthread_rwlock_rdlock(&table_lock);
     v = mine(&n);
@@ -781,7 +782,7 @@ void ncclcut_release(void)
     }
     pthread_rwlock_unlock(&table_lock);
     free(v);
-    holding = false;
+    __atomic_store_n(&holding, false, __ATOMIC_RELEASE);
     if (any)
         resumer_kick();
 }
@@ -880,6 +881,10 @@ void ncclcut_release_memory(unsigned wait_ms)
 
     if (!lib.suspend_mem || settings_get()->nccl_release < 0)
         return;
+    /* no release without the thread that takes it back (res_lock, which it
+     * takes, comes before table_lock) */
+    if (resumer_start() != 0)
+        return;
     pthread_rwlock_rdlock(&table_lock);
     v = mine(&n);
     /* in the order the communicators were made (the table is newest
@@ -953,7 +958,9 @@ static void *resumer_main(void *unused)
         while (!res_work)
             pthread_cond_wait(&res_cond, &res_lock);
         res_work = false;
-        while ((h = next_released())) {
+        /* not while the process holds its communicators again (a suspend
+         * began): its next run kicks this again */
+        while (!__atomic_load_n(&holding, __ATOMIC_ACQUIRE) && (h = next_released())) {
             int rc;
             res_current = h;
             pthread_mutex_unlock(&res_lock);
@@ -970,21 +977,27 @@ static void *resumer_main(void *unused)
     return NULL;
 }
 
+/* The resumer of this process, started once (a forked child starts its
+ * own). 0, or -errno: then nothing is released. */
+static int resumer_start(void)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&res_lock);
+    if (res_pid != getpid()) {
+        if ((rc = core_thread_start(NULL, resumer_main, "tcgpu-nccl", 0)) == 0)
+            res_pid = getpid();
+        else
+            log_warn("NCCL: cannot start the thread that takes communicators back (%s): their "
+                     "memory is carried instead", strerror(-rc));
+    }
+    pthread_mutex_unlock(&res_lock);
+    return rc;
+}
+
 static void resumer_kick(void)
 {
     pthread_mutex_lock(&res_lock);
-    if (res_pid != getpid()) {
-        if (core_thread_start(NULL, resumer_main, "tcgpu-nccl", 0) != 0) {
-            pthread_mutex_unlock(&res_lock);
-            log_err("NCCL: cannot start the thread that takes communicators back; resuming them here");
-            for (const void *h; (h = next_released());) {
-                lib.resume(h);
-                mark_resumed(h);
-            }
-            return;
-        }
-        res_pid = getpid();
-    }
     res_work = true;
     pthread_cond_broadcast(&res_cond);
     pthread_mutex_unlock(&res_lock);

@@ -304,6 +304,22 @@ gang_start() {
     for r in "${RANK_PIDS[@]}"; do wait_registered "$r"; done
 }
 
+# gang_wait STATE SECONDS: tcgpud reports every rank of the gang in STATE;
+# a rank that does not get there fails the test with what each rank said
+# last, whether it still runs, and tcgpud's log.
+gang_wait() {
+    local want=$1 secs=$2 r i s why="" end=$((SECONDS + $2))
+    for r in "${!RANK_PIDS[@]}"; do
+        while s=$(job_field "${RANK_PIDS[$r]}" state); [ "$s" != "$want" ]; do
+            [ "$SECONDS" -lt "$end" ] && { sleep 0.05; continue; }
+            for i in "${!RANK_PIDS[@]}"; do
+                why+=$'\n'"rank $i (pid ${RANK_PIDS[$i]}, $(kill -0 "${RANK_PIDS[$i]}" 2>/dev/null && echo alive || echo gone), tcgpud: '$(job_field "${RANK_PIDS[$i]}" state)'): $(tail_of "$WORK/$label.r$i.out" 4)"
+            done
+            fail "rank $r (pid ${RANK_PIDS[$r]}) is '$s', not '$want', after $secs s:$why"$'\n'"tcgpud: $(tail -n 8 "$WORK/tcgpud.log")"
+        done
+    done
+}
+
 # mid_start: ranks of $label started and paused between two steps, rank 0
 # suspended there; sets r0, r1 and k (the step they paused after).
 mid_start() {
@@ -451,9 +467,9 @@ gang-random)
         run_fg "try$i" 60 "$GPUCKPT" suspend "${RANK_PIDS[0]}" || rc=$?
         ms=$(( ($(date +%s%N) - t0) / 1000000 ))
         [ "$rc" -eq 0 ] || fail "try $i: gpuckpt suspend of the gang exited $rc after $ms ms: $(cat "$WORK/try$i.out")"
-        for r in "${RANK_PIDS[@]}"; do wait_state "$r" suspended 30; done
+        gang_wait suspended 30
         expect_exit 0 "$GPUCKPT" resume "${RANK_PIDS[0]}"
-        for r in "${RANK_PIDS[@]}"; do wait_state "$r" running 30; done
+        gang_wait running 30
         done_ok=$((done_ok + 1))
         echo "try $i: the gang of $n suspended in $ms ms, resumed"
     done
@@ -477,7 +493,7 @@ gang-preempt)
     phase "$label: a priority-100 job needs GPU 0's memory"
     start_bg "$WORK/hi.out" "$GPUCKPT" run --project prod -- "$PROGS/compute_hog" "$PROGS/busy_kernel.so" 3 5000 0 900
     hi=$BG
-    for r in "${RANK_PIDS[@]}"; do wait_state "$r" suspended 60; done
+    gang_wait suspended 60
     for r in "${RANK_PIDS[@]}"; do
         held=$(device_bytes_of "$r")
         [ "$held" -le "$SLACK" ] || fail "suspended rank $r still holds $held bytes"
@@ -485,7 +501,7 @@ gang-preempt)
     at=$(grep -c '^rank 0 step' "$WORK/$label.r0.out")
     note "the gang was suspended after step ~$at for job $hi"
     wait "$hi" || fail "the high-priority job failed: $(tail_of "$WORK/hi.out")"
-    for r in "${RANK_PIDS[@]}"; do wait_state "$r" running 60; done
+    gang_wait running 60
     finish_ranks "$label" "$n"
     [ "$SUM" = "$ref" ] || fail "checksum $SUM after the gang's preemption, uninterrupted $ref"
     echo "ok: a 2-rank gang preempted by tcgpud after step ~$at, memory freed on both GPUs, resumed by itself; checksum $SUM = uninterrupted"
