@@ -330,8 +330,11 @@ void ncclcut_attach_split(const void *parent, int color, const void *comm, int n
         key.seq = __atomic_add_fetch(&p->splits, 1, __ATOMIC_ACQ_REL);
     }
     pthread_rwlock_unlock(&table_lock);
-    if (p && comm)
+    if (p && comm) {
+        log_info("NCCL: a communicator split from %016llx (color %d) is counted as rank %d of %d",
+                 (unsigned long long)key.parent, color, rank, nranks);
         ncclcut_attach(comm, &key, sizeof(key), nranks, rank);
+    }
 }
 
 void ncclcut_detach(const void *comm)
