@@ -507,11 +507,23 @@ static void sleep_backoff(unsigned *us)
         *us *= 2;
 }
 
+/* Whether one of ops' communicators has its buffers released (the
+ * resumer has not taken them back yet). */
+static bool any_released(const struct op *ops, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (__atomic_load_n(&ops[i].c->released, __ATOMIC_ACQUIRE))
+            return true;
+    return false;
+}
+
 /* Waits while the operations may not go, then counts them. The wait has no
  * bound of its own: it lasts while a peer is suspended, as the collective
  * itself would wait for that peer on the GPU, but here in host code, where
- * this process can still be suspended. */
-static bool wait_and_count(const struct op *ops, unsigned n)
+ * this process can still be suspended. enter: the operations go into the
+ * library now (not a group's, which went in as they were issued:
+ * ncclcut_issue). */
+static bool wait_and_count(const struct op *ops, unsigned n, bool enter)
 {
     struct comm **order = malloc(n * sizeof(*order));
     unsigned k, us = 50;
@@ -523,10 +535,15 @@ static bool wait_and_count(const struct op *ops, unsigned n)
         bool go;
         for (unsigned i = 0; i < k; i++)
             seg_lock(order[i]);
-        go = may_go(ops, n);
+        /* Released is checked here too, not only before the wait: a wait
+         * for a peer's hold can last through this process's own suspend,
+         * whose release the resumer takes back only after the hold is
+         * gone (the library then answered "invalid usage" on a
+         * communicator still suspended in it). */
+        go = may_go(ops, n) && !any_released(ops, n);
         if (go) {
             count(ops, n, 1);
-            for (unsigned i = 0; i < n; i++)
+            for (unsigned i = 0; enter && i < n; i++)
                 __atomic_add_fetch(&ops[i].c->inside, 1, __ATOMIC_ACQ_REL);
         }
         for (unsigned i = k; i-- > 0;)
@@ -539,7 +556,8 @@ static bool wait_and_count(const struct op *ops, unsigned n)
     return true;
 }
 
-/* The library has returned from the operations wait_and_count counted. */
+/* The library has returned from the operations (wait_and_count counted them in,
+ * or a group issued them). */
 static void leave(const struct op *ops, unsigned n)
 {
     for (unsigned i = 0; i < n; i++)
@@ -593,13 +611,16 @@ void ncclcut_issue(const void *comm, enum ncclcut_kind kind, int peer)
         return;                         /* not counted; the library judges a bad peer */
     wait_resumed(c);
     if (tl_depth) {
-        tl_counted = push_op(c, kind, peer);
+        /* in the library from now on (its group holds it): no release of
+         * c until the group has ended */
+        if ((tl_counted = push_op(c, kind, peer)))
+            __atomic_add_fetch(&c->inside, 1, __ATOMIC_ACQ_REL);
         return;
     }
     tl_nops = 0;
     if (!push_op(c, kind, peer))
         return;
-    tl_counted = wait_and_count(tl_ops, 1);
+    tl_counted = wait_and_count(tl_ops, 1, true);
 }
 
 void ncclcut_done(bool accepted)
@@ -609,7 +630,7 @@ void ncclcut_done(bool accepted)
     tl_counted = false;
     if (tl_depth) {
         if (!accepted)
-            tl_nops--;                  /* the library refused this one of the group */
+            leave(&tl_ops[--tl_nops], 1);   /* the library refused this one of the group */
         return;
     }
     leave(tl_ops, tl_nops);
@@ -628,16 +649,16 @@ void ncclcut_group_end_issue(void)
     tl_counted = false;
     if (tl_depth != 1 || !tl_nops)
         return;
-    tl_counted = wait_and_count(tl_ops, tl_nops);
+    tl_counted = wait_and_count(tl_ops, tl_nops, false);
 }
 
 void ncclcut_group_end_done(bool accepted)
 {
     if (tl_depth == 0)
         return;
-    if (tl_depth == 1 && tl_counted) {
-        leave(tl_ops, tl_nops);
-        if (!accepted)
+    if (tl_depth == 1) {
+        leave(tl_ops, tl_nops);         /* in the library since they were issued */
+        if (tl_counted && !accepted)
             uncount(tl_ops, tl_nops);
     }
     if (--tl_depth == 0)

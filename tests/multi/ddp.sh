@@ -26,6 +26,17 @@
 #                                plain run's checksum. A rank suspended alone
 #                                (its peers run) releases nothing, and its
 #                                peers go on after its resume.
+#   ddp.sh release-held          2 ranks, TCGPU_NCCL_RELEASE=1, 3 times: rank
+#                                0's suspend begins between two steps; while
+#                                it waits for rank 1's vote, rank 1 goes on
+#                                into the next all-reduce, which waits in
+#                                host code for rank 0's hold; then rank 1 is
+#                                suspended too, and both release the
+#                                communicator. Resumed, rank 1's all-reduce
+#                                must not reach the library before tcgpu has
+#                                taken the communicator back (it answered
+#                                "invalid usage" before); the plain run's
+#                                checksum at the end.
 #   ddp.sh checkpoint-all        2 ranks under tcgpu, paused together between
 #                                two steps: `gpuckpt checkpoint -D` of every
 #                                rank, twice; each image verifies, and the job
@@ -351,7 +362,7 @@ lost_suspend() {
     [ "$(status_of "$r0" state)" = running ] || fail "rank 0 is $(status_of "$r0" state) after its failed suspend"
 }
 
-case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|release [N]|checkpoint-all|gang-random|gang-preempt|suspend-mid-collective|p2p-random|cut-lost-rank} in
+case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|release [N]|release-held|checkpoint-all|gang-random|gang-preempt|suspend-mid-collective|p2p-random|cut-lost-rank} in
 plain)
     for n in 2 4; do
         job "a$n" "$n" ""
@@ -426,6 +437,46 @@ release)
     reference 2
     [ "$SUM" = "$REF" ] || fail "checksum $SUM after a rank's suspend alone, uninterrupted $REF"
     echo "ok: a rank suspended alone carried its buffers ($alone bytes) and the job ended with the uninterrupted checksum"
+    ;;
+release-held)
+    export TCGPU_NCCL_RELEASE=1
+    reference 2
+    ref=$REF
+    label=held
+    rm -f "$WORK/pause"
+    start_ranks "$label" 2 tcgpu -- --pause-file "$WORK/pause" --sleep-ms 2
+    r0=${RANK_PIDS[0]} r1=${RANK_PIDS[1]}
+    for c in 1 2 3; do
+        phase "$label: cycle $c: both ranks paused between two steps"
+        touch "$WORK/pause"
+        wait_all "$label" 2 'paused after step' "$c"
+        k=$(sed -n 's/^rank 1 paused after step //p' "$WORK/$label.r1.out" | tail -n 1)
+        phase "$label: cycle $c: rank 0's suspend waits for rank 1's vote; rank 1 goes on to step $((k + 1))"
+        "$GPUCKPT" suspend "$r0" >"$WORK/s0.out" 2>&1 &
+        s0=$!
+        for _ in $(seq 200); do [ "$(status_of "$r0" state)" = suspending ] && break; sleep 0.01; done
+        [ "$(status_of "$r0" state)" = suspending ] || fail "rank 0 is not suspending: $(status_of "$r0" state)"
+        sleep 0.05                  # its hold comes at once after (ncclcut_hold)
+        rm -f "$WORK/pause"
+        wait_all "$label" 2 'goes on' "$c"
+        sleep 0.05
+        ! grep -q "^rank 1 step $((k + 1))\$" "$WORK/$label.r1.out" ||
+            fail "rank 1 issued the all-reduce of step $((k + 1)) while rank 0 held the communicator"
+        expect_exit 0 "$GPUCKPT" suspend "$r1"
+        wait "$s0" || fail "the suspend of rank 0 failed: $(cat "$WORK/s0.out")"
+        for r in 0 1; do
+            [ "$(grep -c 'NCCL: 1 communicator(s) released with ncclCommSuspend, 0 carried' "$WORK/$label.r$r.out")" -ge "$c" ] ||
+                fail "cycle $c: rank $r did not release its communicator: $(grep 'NCCL:' "$WORK/$label.r$r.out" | tail -n 2)"
+        done
+        phase "$label: cycle $c: resume rank 0, then rank 1, whose all-reduce waits for the communicator"
+        expect_exit 0 "$GPUCKPT" resume "$r0"
+        expect_exit 0 "$GPUCKPT" resume "$r1"
+        wait_line "$WORK/$label.r1.out" "^rank 1 step $((k + 1))\$" 30 "$r1" ||
+            fail "cycle $c: rank 1 did not go on after the resume: $(tail_of "$WORK/$label.r1.out" 4)"
+    done
+    finish_ranks "$label" 2
+    [ "$SUM" = "$ref" ] || fail "checksum $SUM after 3 releases with an all-reduce held through them, uninterrupted $ref"
+    echo "ok: 3 times, an all-reduce held in host code through its rank's suspend and release went on only once the communicator was back; checksum $SUM = uninterrupted"
     ;;
 checkpoint-all)
     label=ck n=2
