@@ -4,6 +4,9 @@
  * given back by ncclCommResume (both collective: a barrier of all ranks in
  * the rendezvous segment), and ncclCommMemStats.
  */
+#include <stdlib.h>
+#include <time.h>
+
 #include "simnccl.h"
 
 /* The receive buffer as VMM memory (NCCL_CUMEM_ENABLE=1, as NCCL does when
@@ -146,6 +149,20 @@ ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags)
     return suspend_run(comm, flags);
 }
 
+/* SIMNCCL_RESUME_DELAY_MS (tests only; no NCCL setting): ncclCommResume
+ * sleeps that long before it takes anything back, so that a caller who
+ * uses a communicator while its owner's resume is under way meets it
+ * still suspended, as it might on a loaded machine. */
+static void resume_test_delay(void)
+{
+    const char *e = getenv("SIMNCCL_RESUME_DELAY_MS");
+    long ms = e && *e ? strtol(e, NULL, 10) : 0;
+    struct timespec ts = { ms / 1000, ms % 1000 * 1000000L };
+
+    if (ms > 0)
+        nanosleep(&ts, NULL);
+}
+
 ncclResult_t ncclCommResume(ncclComm_t comm)
 {
     ncclResult_t rc;
@@ -156,6 +173,7 @@ ncclResult_t ncclCommResume(ncclComm_t comm)
         return rc;
     if (!comm->suspended)
         return snccl_fail(ncclInvalidUsage, "ncclCommResume: communicator not suspended");
+    resume_test_delay();
     if (snccl_group_depth() > 0)
         return snccl_group_defer(resume_run, comm, 0);
     return resume_run(comm, 0);

@@ -35,7 +35,9 @@
 #                                communicator. Resumed, rank 1's all-reduce
 #                                must not reach the library before tcgpu has
 #                                taken the communicator back (it answered
-#                                "invalid usage" before); the plain run's
+#                                "invalid usage" before: meson.build runs it
+#                                with SIMNCCL_RESUME_DELAY_MS, so that the
+#                                resumer comes late); the plain run's
 #                                checksum at the end.
 #   ddp.sh checkpoint-all        2 ranks under tcgpu, paused together between
 #                                two steps: `gpuckpt checkpoint -D` of every
