@@ -95,7 +95,7 @@ int pol_best_fit(const struct policy *p, const struct pol_job *j, uint64_t bytes
     uint64_t best_left = 0;
 
     for (int d = 0; d < p->ndev; d++) {
-        if ((skip && skip[d]) || !fits_on(p, (struct pol_job *)j, d, bytes))
+        if ((skip && skip[d]) || !pol_may_place(j, d) || !fits_on(p, (struct pol_job *)j, d, bytes))
             continue;
         uint64_t left = pol_room(p, NULL, j->project, d, 0) - bytes;
         int is_free = !back || back[d] <= left;   /* leaves room for those who wait to come back */
@@ -138,7 +138,8 @@ static int most_room(const struct policy *p, const struct pol_job *j, uint64_t b
     uint64_t best_room = 0;
 
     for (int d = 0; d < p->ndev; d++) {
-        if (skip[d] || p->cap[d] < bytes || !pol_may_take(p, j->project, d, bytes, 0))
+        if (skip[d] || !pol_may_place(j, d) || p->cap[d] < bytes ||
+            !pol_may_take(p, j->project, d, bytes, 0))
             continue;
         uint64_t room = pol_room(p, NULL, j->project, d, 0);
         if (best < 0 || room > best_room) {
@@ -187,7 +188,7 @@ static int preempt_any(struct policy *p, struct pol_job *j, uint64_t bytes, uint
         return -ENOMEM;
     }
     for (int d = 0; d < p->ndev; d++)
-        if (p->cap[d] >= bytes && pol_may_take(p, j->project, d, bytes, 0))
+        if (pol_may_place(j, d) && p->cap[d] >= bytes && pol_may_take(p, j->project, d, bytes, 0))
             order[n++] = (struct dev_room){ pol_room(p, NULL, j->project, d, 0), d };
     qsort(order, (size_t)n, sizeof(*order), by_most_room);
     for (int i = 0; i < n && r == 0; i++)

@@ -67,6 +67,11 @@ static inline unsigned pol_job_share(const struct pol_job *j)
 {
     return j->compute ? j->compute : POL_COMPUTE_FULL;
 }
+/* May unplaced job j be placed on dev (its partition, pol_job_spec)? */
+static inline int pol_may_place(const struct pol_job *j, int dev)
+{
+    return !j->dev_count || (dev >= j->dev_first && dev < j->dev_first + j->dev_count);
+}
 static inline uint64_t pol_pu(const struct policy *p, int proj, int dev)
 {
     return p->proj_used[(size_t)proj * p->ndev + dev];

@@ -67,6 +67,9 @@
  * resume), then the youngest; after each pick the projects' borrowing is
  * recomputed. Either the victims make enough room or none is suspended.
  * A victim that is a gang task takes its whole gang with it.
+ * With cfg.priority_only (the replay's model of Slurm's partition_prio) only
+ * (a)'s second case holds: V is of strictly lower priority than R and has
+ * run min_runtime; no reclaim, fair share or backfill victims.
  *
  * Why this cannot ping-pong: a victim is of strictly lower priority than
  * its requester, or a borrower displaced by a reclaiming job, or a borrower
@@ -188,6 +191,9 @@ struct pol_config {
     int backfill;                 /* jobs that fit start ahead of waiting ones, which suspend them
                                      when that lets them start (header comment) */
     int pack_compute;             /* compute shares are a placement dimension (sum <= 1000) */
+    int priority_only;            /* a victim only of strictly higher priority, never for
+                                     reclaiming, fair share or backfill (Slurm's
+                                     preempt/partition_prio: a higher tier preempts a lower) */
 };
 
 /* Quota flags of struct pol_project. */
@@ -222,6 +228,9 @@ struct pol_job_spec {
     int project;                  /* index from policy_add_project() */
     int priority;
     int device;                   /* or POL_DEVICE_ANY */
+    /* An unplaced job goes only on devices dev_first .. dev_first +
+     * dev_count - 1 (a Slurm partition's nodes); dev_count 0: any. */
+    int dev_first, dev_count;
     uint64_t limit;               /* 0: none */
     unsigned compute;             /* compute share, permille (1..1000); 0: unlimited */
     uint64_t gang;                /* the gang (multi-GPU job) it is a task of; 0: none */
@@ -239,6 +248,7 @@ struct pol_job {
     int project;
     int priority;
     int device;
+    int dev_first, dev_count;     /* where it may be placed (pol_job_spec) */
     uint64_t limit;
     unsigned compute;             /* share, permille; 0: unlimited */
     uint64_t gang;                /* 0: none */

@@ -553,6 +553,76 @@ static int test_placement(void)
     return 0;
 }
 
+/* The device of job id's action of kind k in acts, or -1. */
+static int device_of(enum pol_act_kind k, uint64_t id)
+{
+    for (size_t i = 0; i < acts.n; i++)
+        if (acts.v[i].kind == k && acts.v[i].job == id)
+            return acts.v[i].device;
+    return -1;
+}
+
+static void admit_ranged(struct policy *p, uint64_t id, int proj, int prio, int first, int n,
+                         uint64_t bytes, uint64_t now)
+{
+    struct pol_job_spec s = { .id = id, .project = proj, .priority = prio,
+                              .device = POL_DEVICE_ANY, .dev_first = first, .dev_count = n,
+                              .state = POL_RUNNING };
+
+    policy_admit(p, &s, now);
+    pol_actions_clear(&acts);
+    policy_request(p, id, POL_DEVICE_ANY, bytes, POL_FREE_UNKNOWN, 1, now, &acts);
+}
+
+/*
+ * Slurm's partition_prio as the replay models it: a job of an owner's
+ * partition goes only on that partition's devices (dev_first, dev_count),
+ * and with priority_only a job is a victim only of a strictly higher
+ * priority (a higher tier), never of an equal one by fair share.
+ */
+static int test_partition(void)
+{
+    struct pol_config cfg = { .resume_retry_ns = SEC, .backfill = 1, .priority_only = 1 };
+    struct policy *p = new_policy_cfg(&cfg, 1000 * MiB, 4);
+    int a = add_project(p, "a", 1, 1, 0, 0), b = add_project(p, "b", 1, 1, 0, 0);
+    struct pol_job_spec bad = { .id = 99, .project = a, .device = POL_DEVICE_ANY, .dev_first = 3,
+                                .dev_count = 2, .state = POL_RUNNING };
+
+    REQUIRE(policy_admit(p, &bad, 0) == -EINVAL, "a partition past the last device refused");
+    /* borrowers of a: 700 MiB on each device */
+    for (uint64_t id = 1; id <= 4; id++) {
+        admit_ranged(p, id, a, 1, 0, 0, 700 * MiB, 0);
+        REQUIRE(has(POL_ACT_GRANT, id), "borrower %" PRIu64 " placed", id);
+    }
+    /* b's borrower at the same priority: b holds nothing and asks for less
+     * than its fair share, a holds more than its own (a fair share victim
+     * without priority_only), yet it waits */
+    admit_ranged(p, 5, b, 1, 0, 0, 400 * MiB, SEC);
+    REQUIRE(count(POL_ACT_SUSPEND) == 0 && has(POL_ACT_WAIT, 5), "equal priority waits");
+    /* b's owner job, partition devices 2-3: a victim there, never on 0-1 */
+    admit_ranged(p, 6, b, 9, 2, 2, 700 * MiB, SEC);
+    REQUIRE(count(POL_ACT_SUSPEND) == 1, "one victim (%zu)", count(POL_ACT_SUSPEND));
+    for (size_t i = 0; i < acts.n; i++)
+        if (acts.v[i].kind == POL_ACT_SUSPEND)
+            REQUIRE(acts.v[i].device >= 2, "victim on device %d, outside b's partition",
+                    acts.v[i].device);
+    ack_suspends(p, SEC);
+    REQUIRE(device_of(POL_ACT_GRANT, 6) >= 2, "granted in its partition (%d)",
+            device_of(POL_ACT_GRANT, 6));
+    /* a second one takes the other device of the partition */
+    admit_ranged(p, 7, b, 9, 2, 2, 700 * MiB, SEC);
+    ack_suspends(p, SEC);
+    REQUIRE(device_of(POL_ACT_GRANT, 7) >= 2 && device_of(POL_ACT_GRANT, 7) != policy_job(p, 6)->device,
+            "the partition's other device");
+    /* a third: its partition holds owner jobs only, of equal priority; it
+     * waits though devices 0-1 have borrowers it could displace */
+    admit_ranged(p, 8, b, 9, 2, 2, 700 * MiB, SEC);
+    REQUIRE(count(POL_ACT_SUSPEND) == 0 && has(POL_ACT_WAIT, 8), "waits for its partition");
+    REQUIRE(checked(p) == 0, "invariants");
+    policy_free(p);
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------
  * Quotas: lending and borrowing limits, fair shares, cohorts
  * ------------------------------------------------------------------------- */
@@ -1417,6 +1487,7 @@ int main(void)
     RUN(test_victim_failure);
     RUN(test_wait_and_cancel);
     RUN(test_placement);
+    RUN(test_partition);
     RUN(test_lending_limit);
     RUN(test_borrowing_limit);
     RUN(test_fair_share);
