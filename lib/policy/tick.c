@@ -370,7 +370,9 @@ int policy_check_backfill(const struct policy *p, uint64_t now, char *msg, size_
     struct tent t = { 0 };
     int r = 0;
 
-    if (!p->cfg.backfill || p->cfg.no_preemption)
+    /* with priority_only a job that jumped the queue is no victim for
+     * that: nothing to check */
+    if (!p->cfg.backfill || p->cfg.no_preemption || p->cfg.priority_only)
         return 0;
     if (pol_tent_init(p, &t) < 0)
         return 0;
@@ -388,7 +390,7 @@ int policy_check_backfill(const struct policy *p, uint64_t now, char *msg, size_
         }
         for (int d = h->device < 0 ? 0 : h->device; d < (h->device < 0 ? p->ndev : h->device + 1);
              d++) {
-            if (fits_without_jumpers(p, &view, d, &t)) {
+            if ((h->device >= 0 || pol_may_place(h, d)) && fits_without_jumpers(p, &view, d, &t)) {
                 snprintf(msg, len, "job %llu waits for %llu MiB, which it would have on device %d "
                          "by suspending the jobs that jumped it", (unsigned long long)h->id,
                          (unsigned long long)(view.want >> 20), d);

@@ -35,8 +35,8 @@ import statistics
 import sys
 
 GPUS = 8
-REPLAY_NAME = {'static': 'static-whole', 'shared': 'shared-none', 'kill': 'shared-kill',
-               'tcgpu': 'shared-save'}
+REPLAY_NAME = {'static': 'static-whole', 'shared': 'shared-none', 'kill': 'slurm-shared-kill',
+               'tcgpu': 'slurm-shared-save'}
 FINAL = ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL', 'OUT_OF_MEMORY')
 
 

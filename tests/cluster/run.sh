@@ -158,7 +158,7 @@ run_policy() {
 predict() {
     phase "tcgpu-replay on the same trace"
     "$REPLAY" "$W/trace.csv" --gpus 8 --gpus-per-node 2 --gpu-mem 256M --high-priority 100 \
-        --sched static-whole,shared-none,shared-kill,shared-save --slo ${SLO}s --min-runtime 0 \
+        --sched static-whole,shared-none,slurm-shared-kill,slurm-shared-save --slo ${SLO}s --min-runtime 0 \
         --requeue-delay 12s --restart 1s --app-ckpt 0 --interference 0 --host-mem 256M \
         --json >"$W/replay.json" || fail "tcgpu-replay failed"
 }

@@ -92,8 +92,12 @@ axes = {(s["placement"], s["preemption"]) for s in small["schedulers"]}
 for pl in ("whole", "shared"):
     for pr in ("none", "kill", "save", "suspend", "suspend+migrate"):
         check((pl, pr) in axes, "no scheduler with placement %s and preemption %s" % (pl, pr))
-check(sorted(n for n, s in scheds.items() if s["shipped"]) == ["shared-none", "shared-save", "whole-save"],
+check(sorted(n for n, s in scheds.items() if s["shipped"]) == ["shared-none", "slurm-shared-save",
+                                                                "slurm-whole-save"],
       "shipped: %s" % [n for n, s in scheds.items() if s["shipped"]])
+check({s["victims"] for s in small["schedulers"] if s["name"].startswith("slurm-")} == {"partition_prio"}
+      and {s["victims"] for s in small["schedulers"] if not s["name"].startswith("slurm-")} == {"tcgpud"},
+      "victims: %s" % {n: s.get("victims") for n, s in scheds.items()})
 for name, s in scheds.items():
     for k in KEYS:
         check(k in s, "%s: no %r in the JSON" % (name, k))
@@ -118,6 +122,24 @@ r = run(repro, ok=False)
 check(r.returncode == 0, "the default trace on the defaults: exit %d: %s" % (r.returncode, r.stderr))
 check("refused at admission" in r.stderr and "can ever hold" in r.stderr,
       "the refusals are not named with their reason: %r" % r.stderr)
+
+# Who chooses victims (2 GPUs, one reserved by each department): a's two
+# high-priority jobs at 0 s, b's at 100 s. tcgpud's policy lends b's GPU to
+# a's second job and takes it back for b's (1 preemption, of a high-priority
+# job); Slurm's partition_prio keeps a's jobs on a's GPU (the second waits
+# 500 s) and b's runs at once on its own: a high-priority job is never a victim.
+part = write("part.csv", "#project name=a priority=10 reserve_gpus=1\n"
+             "#project name=b priority=10 reserve_gpus=1\n" + HEADER +
+             "0,a,100,10,500,1,100\n0,a,100,10,500,1,100\n100,b,100,10,100,1,100\n")
+pp = replay_json(part, "--gpus", "2", "--high-priority", "100",
+                 "--sched", "whole-save,slurm-whole-save,slurm-whole-kill")
+check(pp["whole-save"]["preemptions"] == 1, "whole-save: %d preemptions, want 1 (b reclaims its GPU)"
+      % pp["whole-save"]["preemptions"])
+for n in ("slurm-whole-save", "slurm-whole-kill"):
+    check(pp[n]["preemptions"] == 0 and pp[n]["lost_gpu_hours"] == 0,
+          "%s: %d preemptions of high-priority jobs" % (n, pp[n]["preemptions"]))
+    check(abs(pp[n]["hi_wait_p99_s"] - 500) < 1, "%s: a's second job waited %.0f s, not 500 (outside its "
+          "partition?)" % (n, pp[n]["hi_wait_p99_s"]))
 
 # The SLO on a hand-made trace (1 GPU): a low job runs 0..1000 s; high job B
 # arrives at 100 s, high job C at 2000 s. Without preemption B waits 900 s

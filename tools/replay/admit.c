@@ -8,7 +8,8 @@
  * the whole GPU), the parts of reservations other projects never lend kept
  * out. A gang needs that many distinct GPUs. A static scheduler's run is
  * one department's GPUs, so a job larger than its department is refused
- * there, as a static partition refuses it.
+ * there, as a static partition refuses it; so is, under a slurm scheduler,
+ * a high-priority job larger than its department's partition.
  */
 #include <stdlib.h>
 
@@ -33,7 +34,7 @@ int admit_never(const struct sim *s, size_t i, char *why, size_t len)
     const struct rjob *j = sim_job(s, i);
     uint64_t need = sim_need_bytes(s, i);
     const uint64_t *room = s->room0 + (size_t)j->project * (size_t)s->ngpus;
-    int fit = 0;
+    int fit = 0, first, count;
 
     if (j->mem > (double)s->o->gpu_mem) {
         snprintf(why, len, "%.0f GiB per GPU, a GPU has %.0f GiB", j->mem / GiB,
@@ -45,8 +46,9 @@ int admit_never(const struct sim *s, size_t i, char *why, size_t len)
                  s->ngpus);
         return 1;
     }
+    sim_partition_of(s, i, &first, &count);
     for (int d = 0; d < s->ngpus; d++)
-        fit += room[d] >= need;
+        fit += room[d] >= need && (!count || (d >= first && d < first + count));
     if (fit >= j->gpus)
         return 0;
     snprintf(why, len, "%d GPUs of %.0f GiB: only %d can ever hold that for project %s "

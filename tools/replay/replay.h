@@ -77,9 +77,13 @@ struct sched_def {
     enum preempt preempt;
     int statik;                   /* each department alone on the GPUs it owns */
     int shipped;                  /* this tree ships the mechanism (else: modelled) */
+    int slurm;                    /* Slurm's partition_prio decides (else tcgpud's policy):
+                                     a high-priority job runs only on its department's GPUs
+                                     (its partition) and preempts only lower priority there;
+                                     everything else borrows anywhere and preempts nobody */
 };
 
-#define SCHED_MAX 16
+#define SCHED_MAX 24
 
 struct opts {
     int gpus;
@@ -154,6 +158,7 @@ extern const struct sched_def sched_table[];
 extern const size_t sched_count;
 const char *placement_name(enum placement p);
 const char *preempt_name(enum preempt p);
+const char *victims_name(const struct sched_def *s);   /* "tcgpud" or "partition_prio" */
 /* A comma-separated list of names into a mask of sched_table; -1 when a name is unknown. */
 int sched_parse(const char *list, unsigned *mask);
 

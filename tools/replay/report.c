@@ -46,14 +46,15 @@ static void trace_line(const struct trace *t, const struct opts *o, int hi)
 
 static void main_table(const struct result *r, size_t n)
 {
-    printf("%-15s %-6s %-15s %-8s %7s %6s %9s %9s %8s %8s %8s %6s %10s %7s %7s\n", "scheduler",
-           "place", "preemption", "shipped", "goodput", "busy", "lost GPUh", "cost GPUh", "hi p50",
+    printf("%-17s %-6s %-15s %-14s %-8s %7s %6s %9s %9s %8s %8s %8s %6s %10s %7s %7s\n", "scheduler",
+           "place", "preemption", "victims", "shipped", "goodput", "busy", "lost GPUh", "cost GPUh", "hi p50",
            "hi p95", "hi p99", "SLO", "host/node", "spilled", "refused");
     for (size_t i = 0; i < n; i++) {
         const struct result *x = &r[i];
-        printf("%-15s %-6s %-15s %-8s %6.1f%% %5.1f%% %9.1f %9.1f %7.0fs %7.0fs %7.0fs %5.1f%% %6.0f GiB "
-               "%7lu %7lu\n", x->sched->name, placement_name(x->sched->placement),
-               preempt_name(x->sched->preempt), x->sched->shipped ? "shipped" : "modelled",
+        printf("%-17s %-6s %-15s %-14s %-8s %6.1f%% %5.1f%% %9.1f %9.1f %7.0fs %7.0fs %7.0fs %5.1f%% "
+               "%6.0f GiB %7lu %7lu\n", x->sched->name, placement_name(x->sched->placement),
+               preempt_name(x->sched->preempt), victims_name(x->sched),
+               x->sched->shipped ? "shipped" : "modelled",
                100 * x->goodput, 100 * x->busy, x->lost_gpuh, x->preempt_gpuh, x->hi_wait_p50,
                x->hi_wait_p95, x->hi_wait_p99, 100 * x->slo_met, x->peak_host_per_node / GiB,
                x->spilled, x->refused);
@@ -64,12 +65,12 @@ static void completion_table(const struct result *r, size_t n)
 {
     if (!n)
         return;
-    printf("\ncompletion (arrival to end), p50 / p95, by priority:\n%-15s", "scheduler");
+    printf("\ncompletion (arrival to end), p50 / p95, by priority:\n%-17s", "scheduler");
     for (int k = 0; k < r[0].nprio; k++)
         printf("  %21d", r[0].prio[k]);
     printf("\n");
     for (size_t i = 0; i < n; i++) {
-        printf("%-15s", r[i].sched->name);
+        printf("%-17s", r[i].sched->name);
         for (int k = 0; k < r[i].nprio; k++)
             printf("  %9.0fs / %8.0fs", r[i].jct_p50[k], r[i].jct_p95[k]);
         printf("\n");
@@ -121,10 +122,11 @@ static json_t *completion_json(const struct result *r)
 
 static json_t *result_json(const struct result *r)
 {
-    json_t *v = json_pack("{ss ss ss ss sb sf sf sf sf sf sf sf sf sf sf sf}",
+    json_t *v = json_pack("{ss ss ss ss ss sb sf sf sf sf sf sf sf sf sf sf sf}",
                           "name", r->sched->name, "title", r->sched->title,
                           "placement", placement_name(r->sched->placement),
-                          "preemption", preempt_name(r->sched->preempt), "shipped", r->sched->shipped,
+                          "preemption", preempt_name(r->sched->preempt),
+                          "victims", victims_name(r->sched), "shipped", r->sched->shipped,
                           "goodput", r->goodput, "busy", r->busy, "memutil", r->memutil,
                           "lost_gpu_hours", r->lost_gpuh, "preempt_gpu_hours", r->preempt_gpuh,
                           "hi_wait_p50_s", r->hi_wait_p50, "hi_wait_p95_s", r->hi_wait_p95,

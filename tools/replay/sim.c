@@ -12,7 +12,11 @@
  *               asks to suspend is killed, saved, suspended in place or
  *               suspended and later moved (preempt.c).
  *
- * A static scheduler runs each department alone on the GPUs it owns.
+ * A static scheduler runs each department alone on the GPUs it owns. A
+ * slurm one gives the policy no reservations: a department's GPUs are the
+ * partition of its high-priority jobs (pol_job_spec.dev_first/dev_count),
+ * and victims are only of lower priority (pol_config.priority_only), as
+ * Slurm's preempt/partition_prio with the cluster suite's partitions.
  * A job progresses only when every one of its tasks is granted and none is
  * being suspended or resumed; a job's tasks are one gang.
  */
@@ -53,7 +57,7 @@ static int add_projects(struct sim *s)
         const struct rproject *rp = &tr->proj[k];
         struct pol_project pr = { .priority = rp->priority, .may_borrow = 1, .weight = rp->weight };
         snprintf(pr.name, sizeof(pr.name), "%s", rp->name);
-        if (!s->sd->statik) {
+        if (!s->sd->statik && !s->sd->slurm) {
             snprintf(pr.cohort, sizeof(pr.cohort), "%s", rp->cohort);
             for (int g = 0; g < rp->reserve_gpus; g++) {
                 pr.reserve[pr.nreserve].device = rp->first_gpu + g;
@@ -78,6 +82,7 @@ static struct pol_config config_of(const struct sim *s)
 
     c.no_preemption = s->sd->preempt == PR_NONE;
     c.pack_compute = s->sd->placement == PL_SHARED;
+    c.priority_only = s->sd->slurm;
     return c;
 }
 
@@ -85,18 +90,35 @@ static struct pol_config config_of(const struct sim *s)
  * Jobs entering and leaving the policy
  * ------------------------------------------------------------------------- */
 
+/* Slurm: a high-priority job of a department that owns GPUs runs in its
+ * department's partition (those GPUs); every other job borrows anywhere. */
+void sim_partition_of(const struct sim *s, size_t i, int *first, int *count)
+{
+    const struct rjob *j = sim_job(s, i);
+    const struct rproject *rp = &s->tr->proj[j->project];
+
+    *first = *count = 0;
+    if (s->sd->slurm && j->prio >= s->hi && rp->reserve_gpus > 0) {
+        *first = rp->first_gpu;
+        *count = rp->reserve_gpus;
+    }
+}
+
 int sim_enter_policy(struct sim *s, size_t i)
 {
     const struct rjob *j = sim_job(s, i);
     struct jstate *st = &s->js[i];
     uint64_t now = sim_ns(s->t), bytes = sim_need_bytes(s, i);
+    int first, count;
 
     st->phase = PH_QUEUED;
     st->granted = 0;
+    sim_partition_of(s, i, &first, &count);
     for (int k = 0; k < j->gpus; k++) {
         struct pol_job_spec spec = {
             .id = TASK_ID(i, k), .project = j->project, .priority = j->prio,
-            .device = POL_DEVICE_ANY, .state = POL_RUNNING, .compute = sim_need_compute(s, i),
+            .device = POL_DEVICE_ANY, .dev_first = first, .dev_count = count,
+            .state = POL_RUNNING, .compute = sim_need_compute(s, i),
             .gang = j->gpus > 1 ? i + 1 : 0,
         };
         if (policy_admit(s->p, &spec, now) < 0)
@@ -511,7 +533,7 @@ static void sim_free(struct sim *s)
 int simulate(const struct trace *tr, const struct opts *o, const struct sched_def *sd, int hi,
              struct result *r)
 {
-    struct sim s = { .tr = tr, .o = o, .sd = sd };
+    struct sim s = { .tr = tr, .o = o, .sd = sd, .hi = hi };
     size_t *order = malloc(tr->n * sizeof(*order));
     int rc = -1;
 

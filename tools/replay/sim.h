@@ -56,6 +56,7 @@ struct sim {
     const size_t *order;          /* the jobs of this run, by arrival */
     size_t norder, next;
     int ngpus, first_gpu;         /* this run's GPUs: first_gpu .. first_gpu + ngpus of the cluster */
+    int hi;                       /* high priority: this and above */
     uint64_t *room0;              /* [project * ngpus + gpu]: most a project can ever get there */
     unsigned *resident;           /* [gpu]: tasks progressing there now (interference) */
     double *node_host;            /* [node]: suspended device memory in its host memory */
@@ -81,6 +82,8 @@ uint64_t sim_need_bytes(const struct sim *s, size_t i);
 unsigned sim_need_compute(const struct sim *s, size_t i);
 uint64_t sim_ns(double t);
 int sim_enter_policy(struct sim *s, size_t i);
+/* The GPUs job i may be placed on: first .. first + count - 1; count 0: any. */
+void sim_partition_of(const struct sim *s, size_t i, int *first, int *count);
 void sim_leave_policy(struct sim *s, size_t i);
 
 /* preempt.c */
