@@ -129,10 +129,33 @@ static int preempt_on(struct policy *p, struct pol_job *j, int dev, uint64_t byt
     return r;
 }
 
-/* The device not in skip[] where job j has the most room for bytes (and may
- * take them: its borrowing limit), or -1. */
+/* Memory on dev that j could have suspended now: the jobs there that are
+ * its victims by class (on_dev: the jobs by device). A device's room alone
+ * says nothing of whether room can be made there. */
+static uint64_t victim_room(const struct policy *p, const struct pol_job *j, int dev, uint64_t bytes,
+                            const struct pol_dev_jobs *on_dev, uint64_t now)
+{
+    struct pol_asker a;
+    uint64_t sum = 0;
+
+    pol_asker_init(p, &a, j, dev, bytes, now);
+    for (size_t k = on_dev->start[dev]; k < on_dev->start[dev + 1]; k++) {
+        const struct pol_job *v = &p->jobs[on_dev->idx[k]];
+        enum pol_why why;
+        if (v == j || !v->mem || v->state != POL_RUNNING || v->req != POL_REQ_NONE ||
+            (v->gang && v->gang == j->gang))
+            continue;
+        if (pol_victim_class(p, &a, v, NULL, &why) != POL_CLASS_NONE)
+            sum += v->mem;
+    }
+    return sum;
+}
+
+/* The device not in skip[] where job j may take bytes (its partition, its
+ * borrowing limit) and room can be made for them, by its victims there,
+ * the one with the most room first; -1 when there is none. */
 static int most_room(const struct policy *p, const struct pol_job *j, uint64_t bytes,
-                     const unsigned char *skip)
+                     const unsigned char *skip, const struct pol_dev_jobs *on_dev, uint64_t now)
 {
     int best = -1;
     uint64_t best_room = 0;
@@ -142,6 +165,8 @@ static int most_room(const struct policy *p, const struct pol_job *j, uint64_t b
             !pol_may_take(p, j->project, d, bytes, 0))
             continue;
         uint64_t room = pol_room(p, NULL, j->project, d, 0);
+        if (room < bytes && room + victim_room(p, j, d, bytes, on_dev, now) < bytes)
+            continue;
         if (best < 0 || room > best_room) {
             best = d;
             best_room = room;
@@ -213,6 +238,7 @@ static int place_gang(struct policy *p, struct pol_job *j, uint64_t bytes, uint6
     struct pol_need *need = calloc(n ? n : 1, sizeof(*need));
     int *dev = calloc(n ? n : 1, sizeof(*dev)), *fits = calloc(n ? n : 1, sizeof(*fits));
     uint64_t *ids = calloc(n ? n : 1, sizeof(*ids));
+    struct pol_dev_jobs on_dev = { 0 };
     int r = -ENOMEM;
     size_t placed = 0;
 
@@ -245,11 +271,16 @@ static int place_gang(struct policy *p, struct pol_job *j, uint64_t bytes, uint6
     }
     if (p->cfg.no_preemption)
         goto out;
-    /* Not all fit: make room on the devices with the most room, one task each. */
+    /* Not all fit: make room on the devices with the most room where it can
+     * be made, one task each. */
     memset(skip, 0, (size_t)p->ndev);
+    if (pol_dev_jobs_take(p, &on_dev) < 0) {
+        r = -ENOMEM;
+        goto out;
+    }
     for (size_t i = 0; i < n; i++) {
         struct pol_job *t = &p->jobs[g[i]];
-        int best = most_room(p, t, t == j ? bytes : t->want, skip);
+        int best = most_room(p, t, t == j ? bytes : t->want, skip, &on_dev, now);
         if (best < 0)
             goto out;
         skip[best] = 1;
@@ -264,6 +295,7 @@ static int place_gang(struct policy *p, struct pol_job *j, uint64_t bytes, uint6
             pol_grant(p, t, need[i].dev, need[i].bytes, POL_WHY_FITS, now, out);
     }
 out:
+    pol_dev_jobs_free(&on_dev);
     free(g);
     free(skip);
     free(need);

@@ -1035,6 +1035,40 @@ static int test_gang_place(void)
     return 0;
 }
 
+/*
+ * An unplaced gang that must preempt picks devices where room can be made:
+ * device 0 holds a job of its own priority (no victim), devices 1 and 2
+ * lower-priority ones, every device full. By room alone (0 everywhere) the
+ * lowest indexes, 0 and 1, were picked, and the gang waited for good.
+ */
+static int test_gang_place_victims(void)
+{
+    struct policy *p = new_policy(0, 1000 * MiB, 3);
+    int lo = add_project(p, "lo", 1, 1, 0, 0), hi = add_project(p, "hi", 9, 1, 0, 0);
+
+    for (uint64_t id = 1; id <= 3; id++) {
+        struct pol_job_spec s = { .id = id, .project = id == 1 ? hi : lo, .priority = id == 1 ? 9 : 1,
+                                  .device = (int)id - 1, .state = POL_RUNNING };
+        REQUIRE(policy_admit(p, &s, 0) == 0, "admit %" PRIu64, id);
+        pol_actions_clear(&acts);
+        policy_request(p, id, (int)id - 1, 1000 * MiB, POL_FREE_UNKNOWN, 0, 0, &acts);
+        REQUIRE(has(POL_ACT_GRANT, id), "job %" PRIu64 " fills device %d", id, (int)id - 1);
+    }
+    for (int t = 0; t < 2; t++)
+        REQUIRE(admit_task(p, 51 + t, hi, 9, POL_DEVICE_ANY, 7) == 0, "task");
+    pol_actions_clear(&acts);
+    policy_request(p, 51, POL_DEVICE_ANY, 800 * MiB, POL_FREE_UNKNOWN, 1, SEC, &acts);
+    policy_request(p, 52, POL_DEVICE_ANY, 800 * MiB, POL_FREE_UNKNOWN, 1, SEC, &acts);
+    REQUIRE(count(POL_ACT_SUSPEND) == 2 && has(POL_ACT_SUSPEND, 2) && has(POL_ACT_SUSPEND, 3),
+            "the two lower-priority jobs are the victims (%zu suspends)", count(POL_ACT_SUSPEND));
+    ack_suspends(p, SEC);
+    REQUIRE(count(POL_ACT_GRANT) == 2 && policy_job(p, 51)->device > 0 && policy_job(p, 52)->device > 0,
+            "the gang runs on devices 1 and 2");
+    REQUIRE(checked(p) == 0, "invariants");
+    policy_free(p);
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------
  * Compute shares
  * ------------------------------------------------------------------------- */
@@ -1497,6 +1531,7 @@ int main(void)
     RUN(test_backfill_no_ping_pong);
     RUN(test_gang_preempt);
     RUN(test_gang_place);
+    RUN(test_gang_place_victims);
     RUN(test_compute_cap);
     RUN(test_pack_compute);
     RUN(test_randomized);
