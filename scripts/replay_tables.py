@@ -88,7 +88,8 @@ def tables(replay):
         datetime.date.today().isoformat(), run(replay, "--version").strip(), ", ".join(map(str, SEEDS))), "",
         "```sh",
         "tcgpu-replay --generate --jobs %d --gpus %d --scenario SCENARIO --seed SEED > t.csv" % (JOBS, GPUS),
-        "tcgpu-replay t.csv --gpus %d --json          # all twelve schedulers, default costs" % GPUS,
+        "tcgpu-replay t.csv --gpus %d --json          # all %d schedulers, default costs" % (
+            GPUS, len(res[SCENARIOS[0], SEEDS[0]]["schedulers"])),
         "```", "", "A cell is the range over the three seeds (one figure when they agree)."]
     for sc in SCENARIOS:
         reps = [res[sc, s] for s in SEEDS]
@@ -107,8 +108,11 @@ def main():
     text = open(doc).read()
     begin, end = "<!-- tables:begin -->\n", "<!-- tables:end -->"
     a, b = text.index(begin) + len(begin), text.index(end)
-    with open(doc, "w") as f:
-        f.write(text[:a] + "\n".join(tables(replay)) + "\n" + text[b:])
+    body = "\n".join(tables(replay))        # minutes: the doc is untouched until they are done
+    tmp = doc + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text[:a] + body + "\n" + text[b:])
+    os.replace(tmp, doc)
 
 
 if __name__ == "__main__":

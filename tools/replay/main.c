@@ -41,9 +41,10 @@ static void usage(FILE *f)
                "       tcgpu-replay --version\n"
                "\n"
                "Replays a job trace through every scheduler (or --sched NAME,...), each a placement\n"
-               "(whole, shared) and a preemption (none, kill, save, suspend, suspend+migrate):\n");
+               "(whole, shared) and a preemption (none, kill, save, suspend, suspend+migrate);\n"
+               "slurm-*: victims chosen as Slurm's partition_prio does, not by tcgpud's policy:\n");
     for (size_t i = 0; i < sched_count; i++)
-        fprintf(f, "  %-15s %-6s %-15s %s%s\n", sched_table[i].name,
+        fprintf(f, "  %-17s %-6s %-15s %s%s\n", sched_table[i].name,
                 placement_name(sched_table[i].placement), preempt_name(sched_table[i].preempt),
                 sched_table[i].title, sched_table[i].shipped ? " [shipped]" : "");
     fprintf(f, "Defaults: 8 GPUs of 80G, 8 a node, SLO 60s for 99%%, min runtime 60s, suspend and\n"
