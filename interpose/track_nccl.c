@@ -260,6 +260,9 @@ NEXT_DECL(ncclBcast);
 NEXT_DECL(ncclReduce);
 NEXT_DECL(ncclAllGather);
 NEXT_DECL(ncclReduceScatter);
+NEXT_DECL(ncclAlltoAll);
+NEXT_DECL(ncclGather);
+NEXT_DECL(ncclScatter);
 NEXT_DECL(ncclSend);
 NEXT_DECL(ncclRecv);
 
@@ -303,6 +306,28 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
 {
     COUNTED(comm, NCCLCUT_COLL, -1, ncclReduceScatter, sendbuff, recvbuff, recvcount, datatype, op,
             comm, stream);
+}
+
+/* NCCL 2.28's: collectives (every rank calls them, in the same order as the
+ * others), counted as such. */
+ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                          ncclComm_t comm, cudaStream_t stream)
+{
+    COUNTED(comm, NCCLCUT_COLL, -1, ncclAlltoAll, sendbuff, recvbuff, count, datatype, comm, stream);
+}
+
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                        int root, ncclComm_t comm, cudaStream_t stream)
+{
+    COUNTED(comm, NCCLCUT_COLL, -1, ncclGather, sendbuff, recvbuff, count, datatype, root, comm,
+            stream);
+}
+
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                         int root, ncclComm_t comm, cudaStream_t stream)
+{
+    COUNTED(comm, NCCLCUT_COLL, -1, ncclScatter, sendbuff, recvbuff, count, datatype, root, comm,
+            stream);
 }
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,

@@ -136,7 +136,7 @@ static uint64_t steps_of(const struct ncclComm *comm, const struct snccl_op *op)
 {
     uint64_t chunk = comm->slot_bytes / elem_size(op->dtype);
 
-    if (op->kind == SNCCL_REDUCESCATTER)
+    if (snccl_blocked(op->kind))
         chunk /= (uint64_t)comm->nranks;
     return (op->count + chunk - 1) / chunk;
 }
@@ -170,6 +170,45 @@ static ncclResult_t enqueue(struct ncclComm *comm, struct snccl_op *op, CUstream
     return ncclSuccess;
 }
 
+static bool has_root(uint8_t kind)
+{
+    return kind == SNCCL_BROADCAST || kind == SNCCL_REDUCE || kind == SNCCL_GATHER ||
+           kind == SNCCL_SCATTER;
+}
+
+/* The peer or root is a rank of comm. */
+static ncclResult_t check_peer(const struct snccl_op *op, const struct ncclComm *comm, const char *fn)
+{
+    bool p2p = op->kind == SNCCL_SEND || op->kind == SNCCL_RECV;
+
+    if ((p2p || has_root(op->kind)) && (op->peer < 0 || op->peer >= comm->nranks))
+        return snccl_fail(ncclInvalidArgument, "%s: %s %d out of 0..%d", fn, p2p ? "peer" : "root",
+                          op->peer, comm->nranks - 1);
+    return ncclSuccess;
+}
+
+/* The buffers this rank's part reads and writes are there: a root-only
+ * buffer (Broadcast's send, Reduce's and Gather's receive, Scatter's send)
+ * is not looked at on the other ranks, as in NCCL. An AlltoAll moves its
+ * blocks in place of each other: out of place only. */
+static ncclResult_t check_buffers(const struct snccl_op *op, const struct ncclComm *comm, const char *fn)
+{
+    bool root = op->peer == comm->rank;
+    bool need_send = op->kind != SNCCL_RECV &&
+                     !((op->kind == SNCCL_BROADCAST || op->kind == SNCCL_SCATTER) && !root);
+    bool need_recv = op->kind != SNCCL_SEND &&
+                     !((op->kind == SNCCL_REDUCE || op->kind == SNCCL_GATHER) && !root);
+
+    if (!op->count)
+        return ncclSuccess;
+    if ((need_send && !op->sendbuff) || (need_recv && !op->recvbuff))
+        return snccl_fail(ncclInvalidArgument, "%s: %s is NULL", fn,
+                          need_send && !op->sendbuff ? "sendbuff" : "recvbuff");
+    if (op->kind == SNCCL_ALLTOALL && op->sendbuff == op->recvbuff)
+        return snccl_fail(ncclInvalidArgument, "%s: sendbuff == recvbuff (out of place only)", fn);
+    return ncclSuccess;
+}
+
 static ncclResult_t submit(struct snccl_op op, ncclComm_t comm, cudaStream_t stream, const char *fn)
 {
     ncclResult_t rc;
@@ -179,22 +218,8 @@ static ncclResult_t submit(struct snccl_op op, ncclComm_t comm, cudaStream_t str
     if ((op.kind == SNCCL_ALLREDUCE || op.kind == SNCCL_REDUCE || op.kind == SNCCL_REDUCESCATTER) &&
         (rc = check_op((ncclRedOp_t)op.redop, fn)))
         goto out;
-    if ((op.kind == SNCCL_BROADCAST || op.kind == SNCCL_REDUCE || op.kind == SNCCL_SEND ||
-         op.kind == SNCCL_RECV) && (op.peer < 0 || op.peer >= comm->nranks)) {
-        rc = snccl_fail(ncclInvalidArgument, "%s: %s %d out of 0..%d", fn,
-                        op.kind == SNCCL_SEND || op.kind == SNCCL_RECV ? "peer" : "root",
-                        op.peer, comm->nranks - 1);
+    if ((rc = check_peer(&op, comm, fn)) || (rc = check_buffers(&op, comm, fn)))
         goto out;
-    }
-    if (op.count) {
-        bool need_send = op.kind != SNCCL_RECV && !(op.kind == SNCCL_BROADCAST && op.peer != comm->rank);
-        bool need_recv = op.kind != SNCCL_SEND && !(op.kind == SNCCL_REDUCE && op.peer != comm->rank);
-
-        if ((need_send && !op.sendbuff) || (need_recv && !op.recvbuff)) {
-            rc = snccl_fail(ncclInvalidArgument, "%s: %s is NULL", fn, need_send && !op.sendbuff ? "sendbuff" : "recvbuff");
-            goto out;
-        }
-    }
     rc = enqueue(comm, &op, (CUstream)stream);
 out:
     if (rc && group_depth && !group_error)
@@ -254,6 +279,30 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
     struct snccl_op o = { .kind = SNCCL_REDUCESCATTER, .dtype = BYTE(datatype), .redop = BYTE(op),
                           .sendbuff = BUF(sendbuff), .recvbuff = BUF(recvbuff), .count = recvcount };
     return submit(o, comm, stream, "ncclReduceScatter");
+}
+
+ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+    struct snccl_op o = { .kind = SNCCL_ALLTOALL, .dtype = BYTE(datatype),
+                          .sendbuff = BUF(sendbuff), .recvbuff = BUF(recvbuff), .count = count };
+    return submit(o, comm, stream, "ncclAlltoAll");
+}
+
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                        int root, ncclComm_t comm, cudaStream_t stream)
+{
+    struct snccl_op o = { .kind = SNCCL_GATHER, .dtype = BYTE(datatype), .peer = root,
+                          .sendbuff = BUF(sendbuff), .recvbuff = BUF(recvbuff), .count = count };
+    return submit(o, comm, stream, "ncclGather");
+}
+
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                         int root, ncclComm_t comm, cudaStream_t stream)
+{
+    struct snccl_op o = { .kind = SNCCL_SCATTER, .dtype = BYTE(datatype), .peer = root,
+                          .sendbuff = BUF(sendbuff), .recvbuff = BUF(recvbuff), .count = count };
+    return submit(o, comm, stream, "ncclScatter");
 }
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,

@@ -299,10 +299,17 @@ static uint64_t contribute(struct kx *x, const struct snccl_op *op, uint64_t off
     case SNCCL_ALLREDUCE:
     case SNCCL_REDUCE:
     case SNCCL_ALLGATHER:
+    case SNCCL_GATHER:
         if ((src = view(x, op->sendbuff + off * es, c * es)))
             memcpy(mine, src, c * es);
         return c * es;
+    case SNCCL_SCATTER:
+        if ((uint32_t)op->peer != x->rank)
+            return 0;
+        /* fall through */
     case SNCCL_REDUCESCATTER:
+    case SNCCL_ALLTOALL:
+        /* block b of the slot: what rank b takes */
         for (uint32_t b = 0; b < x->n; b++)
             if ((src = view(x, op->sendbuff + ((uint64_t)b * op->count + off) * es, c * es)))
                 memcpy(mine + (uint64_t)b * chunk * es, src, c * es);
@@ -311,21 +318,44 @@ static uint64_t contribute(struct kx *x, const struct snccl_op *op, uint64_t off
     return 0;
 }
 
+/* bytes from rank r's slot, at byte at, into row r of the receive buffer
+ * (every byte a rank receives passes through it), then to device address
+ * dst. */
+static void take(struct kx *x, uint32_t r, uint64_t at, uint64_t dst, uint64_t bytes)
+{
+    unsigned char *s, *d;
+
+    if ((s = coll_slot(x, r)) && (d = view(x, dst, bytes))) {
+        memcpy(row(x, r), s + at, bytes);
+        memcpy(d, row(x, r), bytes);
+    }
+}
+
+/* Every rank's part of step i, from byte at of its slot, to its place in
+ * recvbuff: rank r's elements [off, off + c) at r * count + off. */
+static void take_each(struct kx *x, const struct snccl_op *op, uint64_t at, uint64_t off, uint64_t c,
+                      size_t es)
+{
+    for (uint32_t r = 0; r < x->n && !x->stop; r++)
+        take(x, r, at, op->recvbuff + ((uint64_t)r * op->count + off) * es, c * es);
+}
+
 /* Every slot's part of step i into the receive buffer, then the result out. */
 static void collect(struct kx *x, const struct snccl_op *op, uint64_t off, uint64_t c,
                     uint64_t chunk, size_t es)
 {
     unsigned char *s, *dst;
     uint32_t root = (uint32_t)op->peer;
+    uint64_t my_block = (uint64_t)x->rank * chunk * es;
 
     if (!c)
         return;
     switch (op->kind) {
     case SNCCL_BROADCAST:
-        if ((s = coll_slot(x, root)) && (dst = view(x, op->recvbuff + off * es, c * es))) {
-            memcpy(row(x, root), s, c * es);
-            memcpy(dst, row(x, root), c * es);
-        }
+        take(x, root, 0, op->recvbuff + off * es, c * es);
+        break;
+    case SNCCL_SCATTER:
+        take(x, root, my_block, op->recvbuff + off * es, c * es);
         break;
     case SNCCL_REDUCE:
         if (x->rank != root)
@@ -334,20 +364,20 @@ static void collect(struct kx *x, const struct snccl_op *op, uint64_t off, uint6
     case SNCCL_ALLREDUCE:
     case SNCCL_REDUCESCATTER:
         for (uint32_t r = 0; r < x->n && !x->stop; r++)
-            if ((s = coll_slot(x, r))) {
-                uint64_t at = op->kind == SNCCL_REDUCESCATTER ? (uint64_t)x->rank * chunk * es : 0;
-                memcpy(row(x, r), s + at, c * es);
-            }
+            if ((s = coll_slot(x, r)))
+                memcpy(row(x, r), s + (op->kind == SNCCL_REDUCESCATTER ? my_block : 0), c * es);
         if (!x->stop && (dst = view(x, op->recvbuff + off * es, c * es)))
             reduce_rows(x, op->dtype, op->redop, dst, c);
         break;
+    case SNCCL_GATHER:
+        if (x->rank != root)
+            break;
+        /* fall through */
     case SNCCL_ALLGATHER:
-        for (uint32_t r = 0; r < x->n && !x->stop; r++)
-            if ((s = coll_slot(x, r)) &&
-                (dst = view(x, op->recvbuff + ((uint64_t)r * op->count + off) * es, c * es))) {
-                memcpy(row(x, r), s, c * es);
-                memcpy(dst, row(x, r), c * es);
-            }
+        take_each(x, op, 0, off, c, es);
+        break;
+    case SNCCL_ALLTOALL:
+        take_each(x, op, my_block, off, c, es);
         break;
     }
 }
@@ -357,7 +387,7 @@ static void run_collective(struct kx *x, const struct snccl_op *op)
     size_t es = elem_size(op->dtype);
     uint64_t chunk = x->dc->slot_bytes / es;
 
-    if (op->kind == SNCCL_REDUCESCATTER)
+    if (snccl_blocked(op->kind))
         chunk /= x->n;
     for (uint64_t off = 0, s = op->step + 1; off < op->count && !x->stop; off += chunk, s++) {
         uint64_t c = op->count - off < chunk ? op->count - off : chunk;

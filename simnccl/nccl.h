@@ -217,6 +217,18 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                cudaStream_t stream);
+/* (2.28) sendbuff's block j (count elements at j * count) goes to rank j,
+ * rank i's block for this rank lands at recvbuff + i * count; out of place. */
+ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+/* (2.28) root's recvbuff gets rank i's count elements at i * count; recvbuff
+ * is used on root only. */
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                        int root, ncclComm_t comm, cudaStream_t stream);
+/* (2.28) rank i's recvbuff gets root's count elements at sendbuff + i * count;
+ * sendbuff is used on root only. */
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                         int root, ncclComm_t comm, cudaStream_t stream);
 
 /* Point to point: a send on one rank pairs with a recv of the same count on
  * the peer. Put both sides of an exchange in one group, or they may wait on

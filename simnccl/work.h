@@ -11,6 +11,7 @@
 #ifndef SIMNCCL_WORK_H
 #define SIMNCCL_WORK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define SNCCL_DEVCOMM_MAGIC 0x736e636cu   /* "sncl" */
@@ -25,14 +26,18 @@ enum snccl_kind {
     SNCCL_REDUCESCATTER,
     SNCCL_SEND,
     SNCCL_RECV,
+    SNCCL_ALLTOALL,
+    SNCCL_GATHER,
+    SNCCL_SCATTER,
 };
 
-/* One operation. count: elements (AllGather: per rank sent; ReduceScatter:
- * per rank received). step: the last step of the channel it uses before it
- * (collectives: the communicator's, send/recv: the pair's). */
+/* One operation. count: elements (AllGather, AlltoAll, Gather, Scatter: per
+ * rank and destination; ReduceScatter: per rank received). step: the last
+ * step of the channel it uses before it (collectives: the communicator's,
+ * send/recv: the pair's). */
 struct snccl_op {
     uint8_t kind, dtype, redop, pad;
-    int32_t peer;                 /* root (Broadcast, Reduce) or peer (Send, Recv) */
+    int32_t peer;                 /* root (Broadcast, Reduce, Gather, Scatter) or peer (Send, Recv) */
     uint64_t sendbuff, recvbuff;  /* device addresses */
     uint64_t count;
     uint64_t step;
@@ -98,6 +103,15 @@ void __tsan_release(void *addr);
 #define SNCCL_TSAN_RELEASE(p) ((void)(p))
 #define SNCCL_TSAN_ACQUIRE(p) ((void)(p))
 #endif
+
+/* A collective whose sender puts a different block for each rank in its
+ * slot: the slot is cut in nranks blocks, so a step moves slot_bytes /
+ * nranks of each. The library counts steps (enqueue.c) as the kernels take
+ * them (kernels.c). */
+static inline bool snccl_blocked(uint8_t kind)
+{
+    return kind == SNCCL_REDUCESCATTER || kind == SNCCL_ALLTOALL || kind == SNCCL_SCATTER;
+}
 
 static inline uint64_t snccl_devcomm_bytes(uint32_t nranks)
 {

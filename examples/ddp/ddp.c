@@ -46,6 +46,18 @@
  * (ncclCommSuspend(NCCL_SUSPEND_MEM), ncclCommResume: collective), as vLLM
  * does around its own sleep.
  *
+ * --exchange alltoall|gather|scatter: every step, before the sum, the ranks
+ * move their gradients between each other with NCCL 2.28's collective of
+ * that name, through a buffer X of n floats (b = n / nranks floats, the
+ * vote left alone):
+ *   alltoall  rank r's block j (g[j b, (j + 1) b)) becomes rank j's block r
+ *   gather    rank 0's block j becomes rank j's first block (root: rank 0)
+ *   scatter   rank r's first block becomes rank 0's block r (root: rank 0)
+ * then the all-reduce sums as before: the same bytes on every rank, and a
+ * checksum of the exchange's own (none, the default, leaves every checksum
+ * as without the option). The step's first collective is then the
+ * exchange, so that a test can catch a rank there.
+ *
  * Output: "rank R step K" once step K is queued, then the line above. A
  * failing CUDA or NCCL call prints "rank R: cuXxx failed: NAME (code)" or
  * "rank R: ncclXxx failed: text" and exits 1.
@@ -73,6 +85,7 @@ static const char usage[] =
     "usage: ddp --nranks N [--rank R] [--id-file PATH] [--steps S] [--mb M] [--seed X]\n"
     "           [--sleep-ms T] [--pause-file PATH] [--hold-file PATH] [--device D]\n"
     "           [--kernels PATH] [--p2p 1] [--split 1] [--own-suspend K]\n"
+    "           [--exchange alltoall|gather|scatter|none]\n"
     "  --nranks N         ranks of the job (1..64)\n"
     "  --rank R           this process's rank; without it, run all N ranks as children\n"
     "  --id-file PATH     where rank 0 publishes the NCCL unique id (needed with --rank)\n"
@@ -89,13 +102,20 @@ static const char usage[] =
     "  --split 1          also split the ranks by parity (ncclCommSplit) and all-reduce\n"
     "                     a checked count on each half's communicator every step\n"
     "  --own-suspend K    every K steps, ncclCommSuspend(NCCL_SUSPEND_MEM) and\n"
-    "                     ncclCommResume of every communicator, after the step\n";
+    "                     ncclCommResume of every communicator, after the step\n"
+    "  --exchange KIND    before each step's sum, move the gradients between the ranks\n"
+    "                     with ncclAlltoAll, ncclGather or ncclScatter (none)\n";
+
+/* --exchange */
+enum ddp_exchange { EX_NONE, EX_ALLTOALL, EX_GATHER, EX_SCATTER };
+static const char *const exchange_names[] = { "none", "alltoall", "gather", "scatter" };
 
 struct ddp_opts {
     int rank, nranks, device;
     long steps, mb, sleep_ms;
     int p2p, split;
     long own_suspend;
+    enum ddp_exchange exchange;
     uint64_t seed;
     const char *id_file, *pause_file, *hold_file, *kernels;
 };
@@ -152,6 +172,15 @@ static long parse_long(const char *flag, const char *s, long min, long max)
     return v;
 }
 
+static enum ddp_exchange parse_exchange(const char *flag, const char *s)
+{
+    for (size_t i = 0; i < sizeof(exchange_names) / sizeof(exchange_names[0]); i++)
+        if (!strcmp(s, exchange_names[i]))
+            return (enum ddp_exchange)i;
+    die_usage("bad value for", flag);
+    return EX_NONE;
+}
+
 static void parse_opts(int argc, char **argv, struct ddp_opts *o)
 {
     *o = (struct ddp_opts){ .rank = -1, .nranks = 0, .device = -1, .steps = 100, .mb = 4,
@@ -193,6 +222,8 @@ static void parse_opts(int argc, char **argv, struct ddp_opts *o)
             o->split = (int)parse_long(f, v, 0, 1);
         else if (!strcmp(f, "--own-suspend"))
             o->own_suspend = parse_long(f, v, 0, 1000000);
+        else if (!strcmp(f, "--exchange"))
+            o->exchange = parse_exchange(f, v);
         else
             die_usage("unknown option", f);
     }
@@ -301,6 +332,35 @@ static void sum_p2p(CUdeviceptr g, size_t count, CUdeviceptr scratch, const stru
     NK(ncclGroupEnd());
 }
 
+/*
+ * --exchange: g's first nranks blocks of b floats moved between the ranks
+ * through x (n floats) and copied back into g, on stream s, as the top of
+ * this file says. Rank 0 is the root of a gather or scatter.
+ */
+static void exchange(CUdeviceptr g, CUdeviceptr x, uint64_t n, const struct ddp_opts *o,
+                     ncclComm_t comm, CUstream s)
+{
+    size_t b = n / (uint64_t)o->nranks, block = b * sizeof(float);
+
+    switch (o->exchange) {
+    case EX_NONE:
+        return;
+    case EX_ALLTOALL:
+        NK(ncclAlltoAll((void *)g, (void *)x, b, ncclFloat, comm, s));
+        CK(cuMemcpyDtoDAsync(g, x, block * o->nranks, s));
+        break;
+    case EX_GATHER:
+        NK(ncclGather((void *)g, o->rank == 0 ? (void *)x : NULL, b, ncclFloat, 0, comm, s));
+        if (o->rank == 0)
+            CK(cuMemcpyDtoDAsync(g, x, block * o->nranks, s));
+        break;
+    case EX_SCATTER:
+        NK(ncclScatter(o->rank == 0 ? (void *)g : NULL, (void *)x, b, ncclFloat, 0, comm, s));
+        CK(cuMemcpyDtoDAsync(g, x, block, s));
+        break;
+    }
+}
+
 static int rank_main(const struct ddp_opts *o)
 {
     int rank = o->rank, ndev = 0;
@@ -311,7 +371,7 @@ static int rank_main(const struct ddp_opts *o)
     CUmodule mod;
     CUfunction f_init, f_grad, f_apply;
     CUstream s;
-    CUdeviceptr w, g, scratch, counted;
+    CUdeviceptr w, g, scratch, counted, x = 0;
     char kpath[4200];
     uint64_t n = ((uint64_t)o->mb << 20) / sizeof(float);
 
@@ -339,6 +399,8 @@ static int rank_main(const struct ddp_opts *o)
     CK(cuMemAlloc(&g, (n + 1) * sizeof(float)));
     CK(cuMemAlloc(&scratch, sizeof(float)));
     CK(cuMemAlloc(&counted, sizeof(float)));
+    if (o->exchange != EX_NONE)
+        CK(cuMemAlloc(&x, n * sizeof(float)));
 
     NK(ncclCommInitRank(&comm, o->nranks, id, rank));
     if (rank == 0)
@@ -346,8 +408,9 @@ static int rank_main(const struct ddp_opts *o)
     int half_size = (o->nranks + 1 - rank % 2) / 2;
     if (o->split)
         NK(ncclCommSplit(comm, rank % 2, rank, &half, NULL));
-    printf("rank %d of %d: device %d, %.1f MiB of weights, %ld steps\n", rank, o->nranks,
-           (int)dev, n * sizeof(float) / 1048576.0, o->steps);
+    printf("rank %d of %d: device %d, %.1f MiB of weights, %ld steps%s%s\n", rank, o->nranks,
+           (int)dev, n * sizeof(float) / 1048576.0, o->steps, o->exchange ? ", exchange " : "",
+           o->exchange ? exchange_names[o->exchange] : "");
 
     uint64_t seed = o->seed;
     void *init_args[] = { &w, &n, &seed };
@@ -360,6 +423,7 @@ static int rank_main(const struct ddp_opts *o)
         void *apply_args[] = { &w, &g, &n, &scale };
 
         launch(f_grad, s, grad_args);
+        exchange(g, x, n, o, comm, s);
         if (o->p2p)
             sum_p2p(g, n + 1, scratch, o, comm, s);
         else
@@ -422,6 +486,8 @@ static int rank_main(const struct ddp_opts *o)
     if (half)
         NK(ncclCommDestroy(half));
     NK(ncclCommDestroy(comm));
+    if (x)
+        CK(cuMemFree(x));
     CK(cuMemFree(counted));
     CK(cuMemFree(scratch));
     CK(cuMemFree(g));

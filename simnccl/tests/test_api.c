@@ -44,6 +44,9 @@ static void bad_arguments(void)
     NCCL_RES(ncclCommUserRank(NULL, &v), ncclInvalidArgument);
     NCCL_RES(ncclCommCuDevice(NULL, &v), ncclInvalidArgument);
     NCCL_RES(ncclAllReduce(NULL, NULL, 0, ncclFloat, ncclSum, NULL, NULL), ncclInvalidArgument);
+    NCCL_RES(ncclAlltoAll(NULL, NULL, 0, ncclFloat, NULL, NULL), ncclInvalidArgument);
+    NCCL_RES(ncclGather(NULL, NULL, 0, ncclFloat, 0, NULL, NULL), ncclInvalidArgument);
+    NCCL_RES(ncclScatter(NULL, NULL, 0, ncclFloat, 0, NULL, NULL), ncclInvalidArgument);
     NCCL_RES(ncclCommSuspend(NULL, NCCL_SUSPEND_MEM), ncclInvalidArgument);
     NCCL_RES(ncclCommResume(NULL), ncclInvalidArgument);
     NCCL_RES(ncclCommMemStats(NULL, ncclStatGpuMemTotal, &(uint64_t){0}), ncclInvalidArgument);
@@ -72,6 +75,17 @@ static void single_rank(void)
     CU_OK(cuStreamSynchronize(s));
     CU_OK(cuMemcpyDtoH(out, b, sizeof(out)));
     CHECK(!memcmp(in, out, sizeof(in)));
+    /* one rank's AlltoAll, Gather and Scatter are copies too */
+    NCCL_OK(ncclAlltoAll((void *)a, (void *)b, 50, ncclInt32, c, s));
+    NCCL_OK(ncclGather((void *)(a + 200), (void *)(b + 200), 50, ncclInt32, 0, c, s));
+    CU_OK(cuStreamSynchronize(s));
+    CU_OK(cuMemcpyDtoH(out, b, sizeof(out)));
+    CHECK(!memcmp(in, out, sizeof(in)));
+    CU_OK(cuMemsetD8(b, 0, sizeof(in)));
+    NCCL_OK(ncclScatter((void *)a, (void *)b, 100, ncclInt32, 0, c, s));
+    CU_OK(cuStreamSynchronize(s));
+    CU_OK(cuMemcpyDtoH(out, b, sizeof(out)));
+    CHECK(!memcmp(in, out, sizeof(in)));
 
     NCCL_RES(ncclAllReduce((void *)a, (void *)b, 100, (ncclDataType_t)77, ncclSum, c, s), ncclInvalidArgument);
     NCCL_RES(ncclAllReduce((void *)a, (void *)b, 100, ncclFloat8e4m3, ncclSum, c, s), ncclInvalidArgument);
@@ -81,6 +95,9 @@ static void single_rank(void)
     NCCL_RES(ncclReduce((void *)a, (void *)b, 100, ncclInt32, ncclSum, -1, c, s), ncclInvalidArgument);
     NCCL_RES(ncclSend((void *)a, 100, ncclInt32, 3, c, s), ncclInvalidArgument);
     NCCL_RES(ncclRecv(NULL, 100, ncclInt32, 0, c, s), ncclInvalidArgument);
+    NCCL_RES(ncclGather((void *)a, (void *)b, 100, ncclInt32, 1, c, s), ncclInvalidArgument);
+    NCCL_RES(ncclScatter(NULL, (void *)b, 100, ncclInt32, 0, c, s), ncclInvalidArgument);
+    NCCL_RES(ncclAlltoAll((void *)a, (void *)a, 100, ncclInt32, c, s), ncclInvalidArgument);
     /* an error inside a group is the group's too */
     NCCL_OK(ncclGroupStart());
     NCCL_RES(ncclSend((void *)a, 100, ncclInt32, 5, c, s), ncclInvalidArgument);

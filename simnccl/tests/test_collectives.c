@@ -302,6 +302,199 @@ static void reducescatter(int t, int op, size_t cnt)
     cuMemFree(sb);
 }
 
+/* Rank r's block for rank p of an exchange (AlltoAll, Gather, Scatter). */
+static void *block_of(int t, int r, int p, size_t cnt, int salt)
+{
+    return input(t, r * 64 + p, cnt, salt);
+}
+
+/* ncclAlltoAll: my block p goes to rank p, rank p's block for me lands at
+ * p * cnt. */
+static void alltoall_coll(int t, size_t cnt)
+{
+    size_t bytes = cnt * esize(t);
+    unsigned char *mine = malloc(bytes * g_n + 1), *want = malloc(bytes * g_n + 1), *got;
+    CUdeviceptr sb, rb;
+
+    for (int p = 0; p < g_n; p++) {
+        void *b = block_of(t, g_rank, p, cnt, 11), *w = block_of(t, p, g_rank, cnt, 11);
+        memcpy(mine + p * bytes, b, bytes);
+        memcpy(want + p * bytes, w, bytes);
+        free(b);
+        free(w);
+    }
+    sb = dev_with(mine, bytes * g_n);
+    rb = dev_with(NULL, bytes * g_n);
+    NCCL_OK(ncclAlltoAll((void *)sb, (void *)rb, cnt, t, g_comm, g_s));
+    got = host_of(rb, bytes * g_n);
+    expect_bytes(got, want, bytes * g_n, "AlltoAll", t, -1);
+    free(got);
+    free(want);
+    free(mine);
+    cuMemFree(rb);
+    cuMemFree(sb);
+}
+
+/* Bytes of recvbuff (from the device) are all 0xee: untouched. */
+static void expect_untouched(CUdeviceptr d, size_t bytes, const char *what)
+{
+    unsigned char *got = host_of(d, bytes);
+
+    for (size_t i = 0; i < bytes; i++)
+        if (got[i] != 0xee)
+            FAIL("rank %d: %s wrote byte %zu of a buffer it must not touch", g_rank, what, i);
+    free(got);
+}
+
+/* ncclGather to root: rank p's block at p * cnt on root; the others give a
+ * recvbuff that must stay untouched, or (null_elsewhere) none. */
+static void gather(int t, size_t cnt, int root, bool null_elsewhere)
+{
+    size_t bytes = cnt * esize(t);
+    unsigned char *want = malloc(bytes * g_n + 1), *got;
+    CUdeviceptr sb, rb = 0;
+
+    for (int p = 0; p < g_n; p++) {
+        void *b = block_of(t, p, root, cnt, 12);
+        memcpy(want + p * bytes, b, bytes);
+        free(b);
+    }
+    sb = dev_with(want + g_rank * bytes, bytes);
+    if (g_rank == root || !null_elsewhere)
+        rb = dev_with(NULL, bytes * g_n);
+    NCCL_OK(ncclGather((void *)sb, (void *)rb, cnt, t, root, g_comm, g_s));
+    if (g_rank == root) {
+        got = host_of(rb, bytes * g_n);
+        expect_bytes(got, want, bytes * g_n, "Gather at the root", t, -1);
+        free(got);
+    } else if (rb) {
+        expect_untouched(rb, bytes * g_n, "Gather on a non-root");
+    }
+    CU_OK(cuStreamSynchronize(g_s));
+    free(want);
+    if (rb)
+        cuMemFree(rb);
+    cuMemFree(sb);
+}
+
+/* ncclScatter from root: root's block p goes to rank p; the others give no
+ * sendbuff. */
+static void scatter(int t, size_t cnt, int root)
+{
+    size_t bytes = cnt * esize(t);
+    unsigned char *all = malloc(bytes * g_n + 1), *got;
+    CUdeviceptr sb = 0, rb;
+
+    for (int p = 0; p < g_n; p++) {
+        void *b = block_of(t, root, p, cnt, 13);
+        memcpy(all + p * bytes, b, bytes);
+        free(b);
+    }
+    if (g_rank == root)
+        sb = dev_with(all, bytes * g_n);
+    rb = dev_with(NULL, bytes);
+    NCCL_OK(ncclScatter((void *)sb, (void *)rb, cnt, t, root, g_comm, g_s));
+    got = host_of(rb, bytes);
+    expect_bytes(got, all + g_rank * bytes, bytes, "Scatter", t, -1);
+    free(got);
+    free(all);
+    cuMemFree(rb);
+    if (sb)
+        cuMemFree(sb);
+}
+
+/* The three in one group with an AllReduce, in NCCL's order on every rank:
+ * each gets its own result, as alone. */
+static void exchanges_in_group(size_t cnt)
+{
+    size_t bytes = cnt * 4;
+    int root = g_n - 1;
+    void *in[64], *sum = malloc(bytes), *got;
+    unsigned char *a2a = malloc(bytes * g_n), *scat = malloc(bytes * g_n);
+    CUdeviceptr ar, a2a_s, a2a_r, ga_s, ga_r, sc_s, sc_r;
+
+    for (int r = 0; r < g_n; r++)
+        in[r] = input(ncclFloat32, r, cnt, 14);
+    reference(ncclFloat32, ncclSum, cnt, in, sum);
+    for (int p = 0; p < g_n; p++) {
+        void *b = block_of(ncclFloat32, g_rank, p, cnt, 15), *c = block_of(ncclFloat32, root, p, cnt, 16);
+        memcpy(a2a + p * bytes, b, bytes);
+        memcpy(scat + p * bytes, c, bytes);
+        free(b);
+        free(c);
+    }
+    ar = dev_with(in[g_rank], bytes);
+    a2a_s = dev_with(a2a, bytes * g_n);
+    a2a_r = dev_with(NULL, bytes * g_n);
+    ga_s = dev_with(in[g_rank], bytes);
+    ga_r = dev_with(NULL, bytes * g_n);
+    sc_s = dev_with(scat, bytes * g_n);
+    sc_r = dev_with(NULL, bytes);
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclAllReduce((void *)ar, (void *)ar, cnt, ncclFloat32, ncclSum, g_comm, g_s));
+    NCCL_OK(ncclAlltoAll((void *)a2a_s, (void *)a2a_r, cnt, ncclFloat32, g_comm, g_s));
+    NCCL_OK(ncclGather((void *)ga_s, (void *)ga_r, cnt, ncclFloat32, 0, g_comm, g_s));
+    NCCL_OK(ncclScatter((void *)sc_s, (void *)sc_r, cnt, ncclFloat32, root, g_comm, g_s));
+    NCCL_OK(ncclGroupEnd());
+    got = host_of(ar, bytes);
+    expect_bytes(got, sum, bytes, "AllReduce in a group with AlltoAll, Gather, Scatter", ncclFloat32, ncclSum);
+    free(got);
+    got = host_of(a2a_r, bytes * g_n);
+    for (int p = 0; p < g_n; p++) {
+        void *w = block_of(ncclFloat32, p, g_rank, cnt, 15);
+        expect_bytes((char *)got + p * bytes, w, bytes, "AlltoAll in a group", ncclFloat32, -1);
+        free(w);
+    }
+    free(got);
+    if (g_rank == 0) {
+        got = host_of(ga_r, bytes * g_n);
+        for (int p = 0; p < g_n; p++)
+            expect_bytes((char *)got + p * bytes, in[p], bytes, "Gather in a group", ncclFloat32, -1);
+        free(got);
+    }
+    got = host_of(sc_r, bytes);
+    expect_bytes(got, scat + g_rank * bytes, bytes, "Scatter in a group", ncclFloat32, -1);
+    free(got);
+    for (int r = 0; r < g_n; r++)
+        free(in[r]);
+    free(sum);
+    free(a2a);
+    free(scat);
+    CUdeviceptr bufs[] = { ar, a2a_s, a2a_r, ga_s, ga_r, sc_s, sc_r };
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        cuMemFree(bufs[i]);
+}
+
+/* What NCCL refuses: a root out of range, a buffer missing where it is
+ * used, an AlltoAll in place. Refused on every rank alike, so no rank
+ * waits for another. */
+static void exchange_bad_arguments(void)
+{
+    CUdeviceptr a = dev_with(NULL, 4 * g_n), b = dev_with(NULL, 4 * g_n);
+
+    NCCL_RES(ncclGather((void *)a, (void *)b, 1, ncclInt32, g_n, g_comm, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclGather((void *)a, (void *)b, 1, ncclInt32, -1, g_comm, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclScatter((void *)a, (void *)b, 1, ncclInt32, g_n, g_comm, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclScatter((void *)a, (void *)b, 1, ncclInt32, -7, g_comm, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclGather(NULL, (void *)b, 1, ncclInt32, 0, g_comm, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclGather((void *)a, NULL, 1, ncclInt32, g_rank, g_comm, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclScatter(NULL, (void *)b, 1, ncclInt32, g_rank, g_comm, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclScatter((void *)a, NULL, 1, ncclInt32, 0, g_comm, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclAlltoAll(NULL, (void *)b, 1, ncclInt32, g_comm, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclAlltoAll((void *)a, NULL, 1, ncclInt32, g_comm, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclAlltoAll((void *)a, (void *)a, 1, ncclInt32, g_comm, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclAlltoAll((void *)a, (void *)b, 1, ncclFloat8e5m2, g_comm, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclAlltoAll((void *)a, (void *)b, 1, ncclInt32, NULL, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclGather((void *)a, (void *)b, 1, ncclInt32, 0, NULL, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclScatter((void *)a, (void *)b, 1, ncclInt32, 0, NULL, g_s), ncclInvalidArgument);
+    /* in a group, the refusal is the group's too, and nothing is issued */
+    NCCL_OK(ncclGroupStart());
+    NCCL_RES(ncclScatter((void *)a, (void *)b, 1, ncclInt32, g_n, g_comm, g_s), ncclInvalidArgument);
+    NCCL_RES(ncclGroupEnd(), ncclInvalidArgument);
+    cuMemFree(a);
+    cuMemFree(b);
+}
+
 /* Every rank sends its block to every rank (itself too) in one group. */
 static void alltoall(size_t cnt)
 {
@@ -503,6 +696,20 @@ static int rank_main(int rank, int n, const char *hex)
     pair(CNT_LARGE);
     ring(CNT_LARGE);
     alltoall(CNT_SMALL);
+    {
+        static const int types[] = { ncclInt8, ncclUint32, ncclInt64, ncclFloat16, ncclFloat64,
+                                     ncclBfloat16 };
+        for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+            int t = types[i];
+            alltoall_coll(t, i % 2 ? CNT_LARGE : CNT_SMALL);
+            gather(t, i % 2 ? CNT_SMALL : CNT_LARGE, (int)i % n, i % 3 == 0);
+            scatter(t, i % 2 ? CNT_LARGE : CNT_SMALL, (int)(i + 1) % n);
+        }
+    }
+    alltoall_coll(ncclFloat32, 0);                          /* count 0: nothing, no hang */
+    alltoall_coll(ncclFloat32, 1);
+    exchanges_in_group(CNT_LARGE);
+    exchange_bad_arguments();
     two_streams();
     split();
 

@@ -83,6 +83,23 @@
 #                                gate's bound (TCGPU_GATE_TIMEOUT_MS, 2000 ms
 #                                here) with exit 5, naming the stream, and
 #                                leaves it running: what the cut prevents.
+#   ddp.sh suspend-mid-exchange KIND
+#                                the cut of suspend-mid-collective with
+#                                `ddp --exchange KIND` (alltoall, gather,
+#                                scatter): each step's first collective is
+#                                NCCL 2.28's ncclAlltoAll, ncclGather or
+#                                ncclScatter. First the checksums: a run with
+#                                the exchange differs from one without, and
+#                                under tcgpu equals the plain run. Then rank
+#                                0 suspended between steps and rank 1 let
+#                                go: it must wait in host code before its
+#                                exchange (tcgpu counts it as a collective)
+#                                and its suspend succeed within the gate's
+#                                bound; resumed, the plain run's checksum.
+#                                Were the exchange not counted, rank 1 would
+#                                queue it, its kernel would wait for rank 0
+#                                on the GPU, and the suspend would fail
+#                                (exit 5).
 #   ddp.sh p2p-random            3 ranks summing by ncclReduce, a chain of
 #                                ncclSend/ncclRecv and a grouped ring
 #                                exchange (`ddp --p2p 1`: counts differ from
@@ -338,7 +355,7 @@ gang_wait() {
 # suspended there; sets r0, r1 and k (the step they paused after).
 mid_start() {
     rm -f "$WORK/pause" "$WORK/hold"
-    start_ranks "$label" 2 tcgpu -- --pause-file "$WORK/pause" --hold-file "$WORK/hold"
+    start_ranks "$label" 2 tcgpu -- --pause-file "$WORK/pause" --hold-file "$WORK/hold" "${EXTRA[@]}"
     r0=${RANK_PIDS[0]} r1=${RANK_PIDS[1]}
     phase "$label: both ranks paused between two steps"
     touch "$WORK/pause"
@@ -347,6 +364,41 @@ mid_start() {
     phase "$label: suspend rank 0 (pid $r0) between steps"
     expect_exit 0 "$GPUCKPT" suspend "$r0"
     [ "$(status_of "$r0" state)" = suspended ] || fail "rank 0 is $(status_of "$r0" state) after its suspend"
+}
+
+# mid_cut COLL: with tcgpu's cut, rank 1, let go to the next step's first
+# collective COLL while rank 0 is suspended ($label, mid_start's), waits
+# for rank 0 in host code before issuing it, and suspends within the gate's
+# bound; resumed in either order, the job ends with checksum $ref.
+mid_cut() {
+    local coll=$1 t0 ms
+    mid_start
+    phase "rank 1 goes on to the $coll of step $((k + 1)); tcgpu holds it in host code"
+    touch "$WORK/hold"
+    rm -f "$WORK/pause"
+    sleep 1
+    ! grep -q "^rank 1 \(step\|holds step\) $((k + 1))\$" "$WORK/$label.r1.out" ||
+        fail "rank 1 issued the $coll of step $((k + 1)) while rank 0 was suspended: $(tail_of "$WORK/$label.r1.out")"
+    phase "suspend rank 1 (pid $r1), held before its $coll"
+    t0=$(date +%s%N)
+    expect_exit 0 "$GPUCKPT" suspend "$r1"
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    [ "$ms" -lt "$TCGPU_GATE_TIMEOUT_MS" ] || fail "the suspend of rank 1 took $ms ms (gate timeout $TCGPU_GATE_TIMEOUT_MS ms)"
+    echo "suspend of rank 1 before its $coll: done in $ms ms"
+    phase "resume rank 1 first: it still waits for rank 0, in host code"
+    expect_exit 0 "$GPUCKPT" resume "$r1"
+    sleep 0.5
+    ! grep -q "^rank 1 \(step\|holds step\) $((k + 1))\$" "$WORK/$label.r1.out" ||
+        fail "rank 1 issued its $coll while rank 0 was still suspended"
+    [ "$(status_of "$r1" state)" = running ] || fail "rank 1 is $(status_of "$r1" state) after its resume"
+    phase "resume rank 0: rank 1 issues its $coll"
+    expect_exit 0 "$GPUCKPT" resume "$r0"
+    wait_line "$WORK/$label.r1.out" "^rank 1 holds step $((k + 1))\$" 30 "$r1" ||
+        fail "rank 1 did not go on once rank 0 resumed: $(tail_of "$WORK/$label.r1.out")"
+    rm -f "$WORK/hold"
+    finish_ranks "$label" 2
+    [ "$SUM" = "$ref" ] || fail "checksum $SUM after the suspend before the $coll, uninterrupted $ref"
+    echo "ok: with the cut, rank 1 waited for the suspended rank 0 in host code before its $coll, suspended in $ms ms; checksum $SUM = uninterrupted"
 }
 
 # lost_suspend WHAT EXIT WORDS: a suspend of rank 0 while rank 1 is WHAT
@@ -364,7 +416,7 @@ lost_suspend() {
     [ "$(status_of "$r0" state)" = running ] || fail "rank 0 is $(status_of "$r0" state) after its failed suspend"
 }
 
-case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|release [N]|release-held|checkpoint-all|gang-random|gang-preempt|suspend-mid-collective|p2p-random|cut-lost-rank} in
+case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|release [N]|release-held|checkpoint-all|gang-random|gang-preempt|suspend-mid-collective|suspend-mid-exchange alltoall|gather|scatter|p2p-random|cut-lost-rank} in
 plain)
     for n in 2 4; do
         job "a$n" "$n" ""
@@ -572,33 +624,7 @@ suspend-mid-collective)
     ref=$REF
     # with the cut: rank 1 waits for rank 0 in host code, and suspends
     label=mid
-    mid_start
-    phase "rank 1 goes on to the all-reduce of step $((k + 1)); tcgpu holds it in host code"
-    touch "$WORK/hold"
-    rm -f "$WORK/pause"
-    sleep 1
-    ! grep -q "^rank 1 \(step\|holds step\) $((k + 1))\$" "$WORK/$label.r1.out" ||
-        fail "rank 1 issued the all-reduce of step $((k + 1)) while rank 0 was suspended: $(tail_of "$WORK/$label.r1.out")"
-    phase "suspend rank 1 (pid $r1), held before its all-reduce"
-    t0=$(date +%s%N)
-    expect_exit 0 "$GPUCKPT" suspend "$r1"
-    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-    [ "$ms" -lt "$TCGPU_GATE_TIMEOUT_MS" ] || fail "the suspend of rank 1 took $ms ms (gate timeout $TCGPU_GATE_TIMEOUT_MS ms)"
-    echo "suspend of rank 1 before its all-reduce: done in $ms ms"
-    phase "resume rank 1 first: it still waits for rank 0, in host code"
-    expect_exit 0 "$GPUCKPT" resume "$r1"
-    sleep 0.5
-    ! grep -q "^rank 1 \(step\|holds step\) $((k + 1))\$" "$WORK/$label.r1.out" ||
-        fail "rank 1 issued its all-reduce while rank 0 was still suspended"
-    [ "$(status_of "$r1" state)" = running ] || fail "rank 1 is $(status_of "$r1" state) after its resume"
-    phase "resume rank 0: rank 1 issues its all-reduce"
-    expect_exit 0 "$GPUCKPT" resume "$r0"
-    wait_line "$WORK/$label.r1.out" "^rank 1 holds step $((k + 1))\$" 30 "$r1" ||
-        fail "rank 1 did not go on once rank 0 resumed: $(tail_of "$WORK/$label.r1.out")"
-    rm -f "$WORK/hold"
-    finish_ranks "$label" 2
-    [ "$SUM" = "$ref" ] || fail "checksum $SUM after the mid-collective suspend, uninterrupted $ref"
-    echo "ok: with the cut, rank 1 waited for the suspended rank 0 in host code, suspended in $ms ms; checksum $SUM = uninterrupted"
+    mid_cut all-reduce
 
     # without the cut: rank 1's all-reduce waits on the GPU, and its suspend
     # fails within the bound
@@ -618,6 +644,21 @@ suspend-mid-collective)
     finish_ranks "$label" 2
     [ "$SUM" = "$ref" ] || fail "checksum $SUM after the failed mid-collective suspend, uninterrupted $ref"
     echo "ok: without the cut (TCGPU_NCCL_CUT=0), the suspend of rank 1 mid-collective fails within the gate's bound (exit 5), rank 1 runs on; checksum $SUM = uninterrupted"
+    ;;
+suspend-mid-exchange)
+    kind=${2:?usage: ddp.sh suspend-mid-exchange alltoall|gather|scatter}
+    export TCGPU_GATE_TIMEOUT_MS=${TCGPU_GATE_TIMEOUT_MS:-2000}
+    EXTRA=(--exchange "$kind")
+    reference 2
+    none=$REF
+    job "ref-$kind" 2 "" "${EXTRA[@]}"
+    ref=$SUM
+    [ "$ref" != "$none" ] || fail "--exchange $kind left the checksum as without it ($ref): the exchange does not show"
+    job "t-$kind" 2 tcgpu "${EXTRA[@]}"
+    [ "$SUM" = "$ref" ] || fail "--exchange $kind under tcgpu: checksum $SUM, without tcgpu $ref"
+    echo "ok: --exchange $kind: checksum $ref (without the exchange $none), the same under tcgpu"
+    label=mid-$kind
+    mid_cut "$kind"
     ;;
 p2p-random)
     STEPS=${DDP_STEPS:-400} MB=1 tries=${DDP_TRIES:-12} label=p2p n=3
