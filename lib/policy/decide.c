@@ -129,31 +129,35 @@ static int preempt_on(struct policy *p, struct pol_job *j, int dev, uint64_t byt
     return r;
 }
 
-/* Memory on dev that j could have suspended now: the jobs there that are
- * its victims by class (on_dev: the jobs by device). A device's room alone
- * says nothing of whether room can be made there. */
-static uint64_t victim_room(const struct policy *p, const struct pol_job *j, int dev, uint64_t bytes,
-                            const struct pol_dev_jobs *on_dev, uint64_t now)
+/* Could room be made on dev for j's bytes (and, packing compute, its share)
+ * by suspending the jobs there that are its victims now (on_dev: the jobs by
+ * device)? A device's room alone says nothing of that: it may be full of
+ * j's peers. */
+static int room_can_be_made(const struct policy *p, const struct pol_job *j, int dev, uint64_t bytes,
+                            uint64_t room, const struct pol_dev_jobs *on_dev, uint64_t now)
 {
+    unsigned need = p->cfg.pack_compute ? pol_job_share(j) : 0;
+    unsigned compute = need ? pol_compute_room(p, NULL, dev, 0) : 0;
     struct pol_asker a;
-    uint64_t sum = 0;
 
     pol_asker_init(p, &a, j, dev, bytes, now);
     for (size_t k = on_dev->start[dev]; k < on_dev->start[dev + 1]; k++) {
         const struct pol_job *v = &p->jobs[on_dev->idx[k]];
         enum pol_why why;
+        if (room >= bytes && compute >= need)
+            break;
         if (v == j || !v->mem || v->state != POL_RUNNING || v->req != POL_REQ_NONE ||
-            (v->gang && v->gang == j->gang))
+            (v->gang && v->gang == j->gang) || pol_victim_class(p, &a, v, NULL, &why) == POL_CLASS_NONE)
             continue;
-        if (pol_victim_class(p, &a, v, NULL, &why) != POL_CLASS_NONE)
-            sum += v->mem;
+        room += v->mem;
+        compute += need ? pol_job_share(v) : 0;
     }
-    return sum;
+    return room >= bytes && compute >= need;
 }
 
 /* The device not in skip[] where job j may take bytes (its partition, its
- * borrowing limit) and room can be made for them, by its victims there,
- * the one with the most room first; -1 when there is none. */
+ * borrowing limit) and room can be made for them, the one with the most
+ * room first; -1 when there is none. */
 static int most_room(const struct policy *p, const struct pol_job *j, uint64_t bytes,
                      const unsigned char *skip, const struct pol_dev_jobs *on_dev, uint64_t now)
 {
@@ -165,12 +169,10 @@ static int most_room(const struct policy *p, const struct pol_job *j, uint64_t b
             !pol_may_take(p, j->project, d, bytes, 0))
             continue;
         uint64_t room = pol_room(p, NULL, j->project, d, 0);
-        if (room < bytes && room + victim_room(p, j, d, bytes, on_dev, now) < bytes)
+        if ((best >= 0 && room <= best_room) || !room_can_be_made(p, j, d, bytes, room, on_dev, now))
             continue;
-        if (best < 0 || room > best_room) {
-            best = d;
-            best_room = room;
-        }
+        best = d;
+        best_room = room;
     }
     return best;
 }
@@ -212,9 +214,19 @@ static int preempt_any(struct policy *p, struct pol_job *j, uint64_t bytes, uint
         free(order);
         return -ENOMEM;
     }
-    for (int d = 0; d < p->ndev; d++)
-        if (pol_may_place(j, d) && p->cap[d] >= bytes && pol_may_take(p, j->project, d, bytes, 0))
-            order[n++] = (struct dev_room){ pol_room(p, NULL, j->project, d, 0), d };
+    /* Only devices where room_can_be_made: a victim search on each device
+     * at every tick was most of the replay's time. It counts the jobs that
+     * are victims now; a search can, rarely, find more (taking a victim can
+     * make a job of another project a fair-share victim): such a device is
+     * passed over, as place_gang passes it over. */
+    for (int d = 0; d < p->ndev; d++) {
+        uint64_t room;
+        if (!pol_may_place(j, d) || p->cap[d] < bytes || !pol_may_take(p, j->project, d, bytes, 0))
+            continue;
+        room = pol_room(p, NULL, j->project, d, 0);
+        if (room_can_be_made(p, j, d, bytes, room, &on_dev, now))
+            order[n++] = (struct dev_room){ room, d };
+    }
     qsort(order, (size_t)n, sizeof(*order), by_most_room);
     for (int i = 0; i < n && r == 0; i++)
         r = preempt_on(p, j, order[i].dev, bytes, 0, &on_dev, now, out);

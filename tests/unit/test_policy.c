@@ -1069,6 +1069,37 @@ static int test_gang_place_victims(void)
     return 0;
 }
 
+/* The same with compute as the full dimension (packing shares): every
+ * device has memory to spare, device 0's compute is all its peer's. */
+static int test_gang_place_victims_compute(void)
+{
+    struct pol_config cfg = { .resume_retry_ns = SEC, .pack_compute = 1 };
+    struct policy *p = new_policy_cfg(&cfg, 1000 * MiB, 3);
+    int lo = add_project(p, "lo", 1, 1, 0, 0), hi = add_project(p, "hi", 9, 1, 0, 0);
+
+    for (uint64_t id = 1; id <= 3; id++) {
+        struct pol_job_spec s = { .id = id, .project = id == 1 ? hi : lo, .priority = id == 1 ? 9 : 1,
+                                  .device = (int)id - 1, .state = POL_RUNNING, .compute = 1000 };
+        REQUIRE(policy_admit(p, &s, 0) == 0, "admit %" PRIu64, id);
+        pol_actions_clear(&acts);
+        policy_request(p, id, (int)id - 1, 100 * MiB, POL_FREE_UNKNOWN, 0, 0, &acts);
+        REQUIRE(has(POL_ACT_GRANT, id), "job %" PRIu64 " takes device %d's compute", id, (int)id - 1);
+    }
+    for (int t = 0; t < 2; t++) {
+        struct pol_job_spec s = { .id = 61 + t, .project = hi, .priority = 9, .device = POL_DEVICE_ANY,
+                                  .state = POL_RUNNING, .gang = 8, .compute = 500 };
+        REQUIRE(policy_admit(p, &s, 0) == 0, "task");
+    }
+    pol_actions_clear(&acts);
+    policy_request(p, 61, POL_DEVICE_ANY, 100 * MiB, POL_FREE_UNKNOWN, 1, SEC, &acts);
+    policy_request(p, 62, POL_DEVICE_ANY, 100 * MiB, POL_FREE_UNKNOWN, 1, SEC, &acts);
+    REQUIRE(count(POL_ACT_SUSPEND) == 2 && has(POL_ACT_SUSPEND, 2) && has(POL_ACT_SUSPEND, 3),
+            "the two lower-priority jobs are the victims (%zu suspends)", count(POL_ACT_SUSPEND));
+    REQUIRE(checked(p) == 0, "invariants");
+    policy_free(p);
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------
  * Compute shares
  * ------------------------------------------------------------------------- */
@@ -1532,6 +1563,7 @@ int main(void)
     RUN(test_gang_preempt);
     RUN(test_gang_place);
     RUN(test_gang_place_victims);
+    RUN(test_gang_place_victims_compute);
     RUN(test_compute_cap);
     RUN(test_pack_compute);
     RUN(test_randomized);
