@@ -133,8 +133,9 @@ static int preempt_on(struct policy *p, struct pol_job *j, int dev, uint64_t byt
  * by suspending the jobs there that are its victims now (on_dev: the jobs by
  * device)? A device's room alone says nothing of that: it may be full of
  * j's peers. */
-static int room_can_be_made(const struct policy *p, const struct pol_job *j, int dev, uint64_t bytes,
-                            uint64_t room, const struct pol_dev_jobs *on_dev, uint64_t now)
+static int room_can_be_made(const struct policy *p, const struct pol_job *j, int dev,
+                            uint64_t bytes, uint64_t room, const struct pol_dev_jobs *on_dev,
+                            uint64_t now)
 {
     unsigned need = p->cfg.pack_compute ? pol_job_share(j) : 0;
     unsigned compute = need ? pol_compute_room(p, NULL, dev, 0) : 0;
@@ -147,7 +148,8 @@ static int room_can_be_made(const struct policy *p, const struct pol_job *j, int
         if (room >= bytes && compute >= need)
             break;
         if (v == j || !v->mem || v->state != POL_RUNNING || v->req != POL_REQ_NONE ||
-            (v->gang && v->gang == j->gang) || pol_victim_class(p, &a, v, NULL, &why) == POL_CLASS_NONE)
+            (v->gang && v->gang == j->gang) ||
+            pol_victim_class(p, &a, v, NULL, &why) == POL_CLASS_NONE)
             continue;
         room += v->mem;
         compute += need ? pol_job_share(v) : 0;
@@ -169,7 +171,8 @@ static int most_room(const struct policy *p, const struct pol_job *j, uint64_t b
             !pol_may_take(p, j->project, d, bytes, 0))
             continue;
         uint64_t room = pol_room(p, NULL, j->project, d, 0);
-        if ((best >= 0 && room <= best_room) || !room_can_be_made(p, j, d, bytes, room, on_dev, now))
+        if ((best >= 0 && room <= best_room) ||
+            !room_can_be_made(p, j, d, bytes, room, on_dev, now))
             continue;
         best = d;
         best_room = room;

@@ -459,8 +459,7 @@ static int valid_spec(const struct policy *p, const struct pol_job_spec *s)
            s->device >= POL_DEVICE_ANY && s->device < p->ndev &&
            (s->state == POL_RUNNING || s->state == POL_SUSPENDED) &&
            !(s->state == POL_SUSPENDED && s->device < 0) && s->compute <= POL_COMPUTE_FULL &&
-           s->dev_first >= 0 && s->dev_count >= 0 &&
-           (s->dev_count == 0 || s->dev_first + s->dev_count <= p->ndev);
+           s->dev_first >= 0 && s->dev_count >= 0 && s->dev_count <= p->ndev - s->dev_first;
 }
 
 static int grow_jobs(struct policy *p)
@@ -496,7 +495,8 @@ int policy_admit(struct policy *p, const struct pol_job_spec *s, uint64_t now)
     j = &p->jobs[p->njobs];
     *j = (struct pol_job){
         .id = s->id, .project = s->project, .priority = s->priority, .device = s->device,
-        .dev_first = s->dev_first, .dev_count = s->dev_count, .limit = s->limit, .compute = s->compute, .gang = s->gang, .mem = s->mem,
+        .dev_first = s->dev_first, .dev_count = s->dev_count, .limit = s->limit,
+        .compute = s->compute, .gang = s->gang, .mem = s->mem,
         .state = s->state, .start_ns = now, .since_ns = now, .queued_ns = now,
         .run_ns = s->run_ns, .preemptions = s->preemptions,
     };

@@ -67,9 +67,10 @@
  * resume), then the youngest; after each pick the projects' borrowing is
  * recomputed. Either the victims make enough room or none is suspended.
  * A victim that is a gang task takes its whole gang with it.
- * With cfg.priority_only (the replay's model of Slurm's partition_prio) only
- * (a)'s second case holds: V is of strictly lower priority than R and has
- * run min_runtime; no reclaim, fair share or backfill victims.
+ * With cfg.partition_prio (the replay's model of Slurm's preempt/partition_prio
+ * with two tiers) only this holds: R's priority is at least
+ * cfg.tier_priority, V's below it, and V has run min_runtime; no reclaim,
+ * fair share or backfill victims, and none between jobs of one tier.
  *
  * Why this cannot ping-pong: a victim is of strictly lower priority than
  * its requester, or a borrower displaced by a reclaiming job, or a borrower
@@ -191,9 +192,10 @@ struct pol_config {
     int backfill;                 /* jobs that fit start ahead of waiting ones, which suspend them
                                      when that lets them start (header comment) */
     int pack_compute;             /* compute shares are a placement dimension (sum <= 1000) */
-    int priority_only;            /* a victim only of strictly higher priority, never for
-                                     reclaiming, fair share or backfill (Slurm's
-                                     preempt/partition_prio: a higher tier preempts a lower) */
+    int partition_prio;           /* Slurm's preempt/partition_prio, two tiers: only a job of
+                                     at least tier_priority preempts, only jobs below it are
+                                     victims; never for reclaim, fair share or backfill */
+    int tier_priority;
 };
 
 /* Quota flags of struct pol_project. */

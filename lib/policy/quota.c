@@ -165,9 +165,9 @@ enum pol_class pol_victim_class(const struct policy *p, const struct pol_asker *
     int group = same_group(p, P, Q);
     int reclaims = a->reclaims_own || (!group && a->reclaims_cohort);
 
-    if (p->cfg.priority_only) {
-        if (r->priority <= v->priority || v->since_ns > a->now ||
-            a->now - v->since_ns < p->cfg.min_runtime_ns)
+    if (p->cfg.partition_prio) {
+        if (r->priority < p->cfg.tier_priority || v->priority >= p->cfg.tier_priority ||
+            v->since_ns > a->now || a->now - v->since_ns < p->cfg.min_runtime_ns)
             return POL_CLASS_NONE;
         *why = POL_WHY_PRIORITY;
         return POL_CLASS_BORROWER;

@@ -370,9 +370,9 @@ int policy_check_backfill(const struct policy *p, uint64_t now, char *msg, size_
     struct tent t = { 0 };
     int r = 0;
 
-    /* with priority_only a job that jumped the queue is no victim for
+    /* with partition_prio a job that jumped the queue is no victim for
      * that: nothing to check */
-    if (!p->cfg.backfill || p->cfg.no_preemption || p->cfg.priority_only)
+    if (!p->cfg.backfill || p->cfg.no_preemption || p->cfg.partition_prio)
         return 0;
     if (pol_tent_init(p, &t) < 0)
         return 0;

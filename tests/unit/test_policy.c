@@ -577,12 +577,13 @@ static void admit_ranged(struct policy *p, uint64_t id, int proj, int prio, int 
 /*
  * Slurm's partition_prio as the replay models it: a job of an owner's
  * partition goes only on that partition's devices (dev_first, dev_count),
- * and with priority_only a job is a victim only of a strictly higher
- * priority (a higher tier), never of an equal one by fair share.
+ * and with partition_prio only a job of the high tier preempts, only jobs
+ * below it, never by fair share nor within a tier.
  */
 static int test_partition(void)
 {
-    struct pol_config cfg = { .resume_retry_ns = SEC, .backfill = 1, .priority_only = 1 };
+    struct pol_config cfg = { .resume_retry_ns = SEC, .backfill = 1, .partition_prio = 1,
+                              .tier_priority = 9 };
     struct policy *p = new_policy_cfg(&cfg, 1000 * MiB, 4);
     int a = add_project(p, "a", 1, 1, 0, 0), b = add_project(p, "b", 1, 1, 0, 0);
     struct pol_job_spec bad = { .id = 99, .project = a, .device = POL_DEVICE_ANY, .dev_first = 3,
@@ -596,9 +597,13 @@ static int test_partition(void)
     }
     /* b's borrower at the same priority: b holds nothing and asks for less
      * than its fair share, a holds more than its own (a fair share victim
-     * without priority_only), yet it waits */
+     * without partition_prio), yet it waits */
     admit_ranged(p, 5, b, 1, 0, 0, 400 * MiB, SEC);
     REQUIRE(count(POL_ACT_SUSPEND) == 0 && has(POL_ACT_WAIT, 5), "equal priority waits");
+    /* a higher priority below the tier preempts nobody either (one
+     * low-tier partition, whatever the jobs' priorities) */
+    admit_ranged(p, 9, b, 5, 0, 0, 400 * MiB, SEC);
+    REQUIRE(count(POL_ACT_SUSPEND) == 0 && has(POL_ACT_WAIT, 9), "below the tier waits");
     /* b's owner job, partition devices 2-3: a victim there, never on 0-1 */
     admit_ranged(p, 6, b, 9, 2, 2, 700 * MiB, SEC);
     REQUIRE(count(POL_ACT_SUSPEND) == 1, "one victim (%zu)", count(POL_ACT_SUSPEND));

@@ -79,8 +79,9 @@ struct sched_def {
     int shipped;                  /* this tree ships the mechanism (else: modelled) */
     int slurm;                    /* Slurm's partition_prio decides (else tcgpud's policy):
                                      a high-priority job runs only on its department's GPUs
-                                     (its partition) and preempts only lower priority there;
-                                     everything else borrows anywhere and preempts nobody */
+                                     (its partition) and preempts only jobs below the high
+                                     priority there; everything else borrows anywhere and
+                                     preempts nobody */
 };
 
 #define SCHED_MAX 24

@@ -46,9 +46,9 @@ static void trace_line(const struct trace *t, const struct opts *o, int hi)
 
 static void main_table(const struct result *r, size_t n)
 {
-    printf("%-17s %-6s %-15s %-14s %-8s %7s %6s %9s %9s %8s %8s %8s %6s %10s %7s %7s\n", "scheduler",
-           "place", "preemption", "victims", "shipped", "goodput", "busy", "lost GPUh", "cost GPUh", "hi p50",
-           "hi p95", "hi p99", "SLO", "host/node", "spilled", "refused");
+    printf("%-17s %-6s %-15s %-14s %-8s %7s %6s %9s %9s %8s %8s %8s %6s %10s %7s %7s\n",
+           "scheduler", "place", "preemption", "victims", "shipped", "goodput", "busy", "lost GPUh",
+           "cost GPUh", "hi p50", "hi p95", "hi p99", "SLO", "host/node", "spilled", "refused");
     for (size_t i = 0; i < n; i++) {
         const struct result *x = &r[i];
         printf("%-17s %-6s %-15s %-14s %-8s %6.1f%% %5.1f%% %9.1f %9.1f %7.0fs %7.0fs %7.0fs %5.1f%% "

@@ -15,8 +15,10 @@
  * A static scheduler runs each department alone on the GPUs it owns. A
  * slurm one gives the policy no reservations: a department's GPUs are the
  * partition of its high-priority jobs (pol_job_spec.dev_first/dev_count),
- * and victims are only of lower priority (pol_config.priority_only), as
- * Slurm's preempt/partition_prio with the cluster suite's partitions.
+ * and only high-priority jobs preempt, only others (pol_config.partition_prio,
+ * tier_priority), as Slurm's preempt/partition_prio with the cluster
+ * suite's partitions: tier 10 for the owners' high-priority jobs, tier 1
+ * for everything else.
  * A job progresses only when every one of its tasks is granted and none is
  * being suspended or resumed; a job's tasks are one gang.
  */
@@ -82,7 +84,8 @@ static struct pol_config config_of(const struct sim *s)
 
     c.no_preemption = s->sd->preempt == PR_NONE;
     c.pack_compute = s->sd->placement == PL_SHARED;
-    c.priority_only = s->sd->slurm;
+    c.partition_prio = s->sd->slurm;
+    c.tier_priority = s->hi;
     return c;
 }
 
