@@ -231,6 +231,21 @@ static const char *msr(const double *v, int n, char *buf, size_t len)
     return buf;
 }
 
+/*
+ * A figure: "NAME MEDIAN [MIN-MAX]" of the rounds' own ratios num[r] / den[r].
+ * A round's two timings ran next to each other, so the range is the noise
+ * between neighbours, not the machine's drift over the whole run; run.sh
+ * calls a figure whose range straddles its target unsettled.
+ */
+static void print_ratio(const char *name, const double *num, const double *den, int n)
+{
+    double q[64];
+
+    for (int r = 0; r < n; r++)
+        q[r] = den[r] > 0 ? num[r] / den[r] : NAN;
+    printf("%s %.3f [%.3f-%.3f]\n", name, median(q, n), min_of(q, n), max_of(q, n));
+}
+
 static struct pipe *pipe_with(int no_helpers)
 {
     struct pipe_opts o = { .ctx_enter = t_ctx_enter, .ctx_leave = t_ctx_leave,
@@ -257,12 +272,12 @@ enum { F_FRESH, F_WARM, F_FIRST, F_AGAIN, F_TIGHT, F_TWIN, F_STEPS };
  */
 static void bench_free_one(const char *name, CUdeviceptr d, size_t bytes)
 {
-    double t_[F_STEPS][REPS], m[F_STEPS];
+    double t_[F_STEPS][REPS];
     uint8_t *w = malloc(bytes);
     struct pipe_ext e = { d, bytes, 1, 0, TCGPU_DTYPE_UNKNOWN, 0 };
     struct pipe *p = pipe_with(0), *tw = pipe_with(-1);
     struct pipe_store *spare = NULL, *s = NULL;
-    char b[F_STEPS][64];
+    char b[F_STEPS][64], fig[96];
 
     memset(w, 1, bytes);
     if (pipe_drain_host(p, &e, 1, &spare))   /* an earlier suspend's store, kept */
@@ -307,21 +322,21 @@ static void bench_free_one(const char *name, CUdeviceptr d, size_t bytes)
             }
         }
     }
-    for (int k = 0; k < F_STEPS; k++) {
-        double c[REPS];
-        memcpy(c, t_[k], sizeof(c));
-        m[k] = median(c, REPS);
+    for (int k = 0; k < F_STEPS; k++)
         msr(t_[k], REPS, b[k], sizeof(b[k]));
-    }
     printf("free %s %zu MiB: cuMemcpyDtoH into fresh memory %s, into warm memory %s; drain into "
            "a fresh store (first suspend) %s, into the kept store (later suspends) %s, into it "
            "made reclaimable (MADV_FREE: memory tight) %s, with the simcuda twin scan %s "
            "(default = no helpers on simcuda)\n", name, bytes >> 20,
            b[F_FRESH], b[F_WARM], b[F_FIRST], b[F_AGAIN], b[F_TIGHT], b[F_TWIN]);
-    printf("free_first_vs_memcpy_fresh_%s %.3f\n", name, m[F_FIRST] / m[F_FRESH]);
-    printf("free_again_vs_memcpy_warm_%s %.3f\n", name, m[F_AGAIN] / m[F_WARM]);
-    printf("free_again_reclaimable_vs_memcpy_warm_%s %.3f\n", name, m[F_TIGHT] / m[F_WARM]);
-    printf("free_twin_vs_default_%s %.3f\n", name, m[F_TWIN] / m[F_FIRST]);
+    snprintf(fig, sizeof(fig), "free_first_vs_memcpy_fresh_%s", name);
+    print_ratio(fig, t_[F_FIRST], t_[F_FRESH], REPS);
+    snprintf(fig, sizeof(fig), "free_again_vs_memcpy_warm_%s", name);
+    print_ratio(fig, t_[F_AGAIN], t_[F_WARM], REPS);
+    snprintf(fig, sizeof(fig), "free_again_reclaimable_vs_memcpy_warm_%s", name);
+    print_ratio(fig, t_[F_TIGHT], t_[F_WARM], REPS);
+    snprintf(fig, sizeof(fig), "free_twin_vs_default_%s", name);
+    print_ratio(fig, t_[F_TWIN], t_[F_FIRST], REPS);
     pipe_store_free(spare);
     pipe_free(p);
     pipe_free(tw);
@@ -357,6 +372,15 @@ static enum tcgpu_dtype parse_dtype(const char *s)
 
 /* CPU time of the calling thread: codec speeds are per core, and on a
  * shared machine wall-clock ratios swing with the neighbours' load. */
+/* CPU seconds of every thread of the process (simcuda's stream threads too). */
+static double process_cpu_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 static double cpu_now(void)
 {
     struct timespec ts;
@@ -454,10 +478,22 @@ static uint8_t *input_bytes(const char *path, size_t *len)
     return read_file(path, len);
 }
 
+/* "MEDIAN [MIN-MAX]" of the rounds' speed ratios, theirs[r] / ours[r] (times). */
+static void speed_ratio(const double *theirs, const double *ours, char *buf, size_t len)
+{
+    double q[REPS];
+
+    for (int r = 0; r < REPS; r++)
+        q[r] = theirs[r] / ours[r];
+    snprintf(buf, len, "%.4f [%.4f-%.4f]", median(q, REPS), min_of(q, REPS), max_of(q, REPS));
+}
+
 /*
  * Per file: stored/raw and MB per CPU-second (this thread's) of tcgpu's codec
  * and of zstd -1, compress and decompress, REPS interleaved rounds (tcgpu,
- * zstd, tcgpu, ...), medians. Every round's output is decoded and checked.
+ * zstd, tcgpu, ...), medians; then the speed ratios against zstd -1 (compress,
+ * decompress) and a memcpy's against our compress, each "MEDIAN [MIN-MAX]" of
+ * the rounds' own. Every round's output is decoded and checked.
  */
 static int cmd_codec(const char *name, const char *path, const char *dt)
 {
@@ -498,9 +534,13 @@ static int cmd_codec(const char *name, const char *path, const char *dt)
         cp[r] = cpu_now() - cp[r];
     }
     double mb = (double)len / 1e6;
-    printf("codec %s %.4f %.4f %.0f %.0f %.0f %.0f %.0f\n", name, (double)stored / len,
+    char cs[40], ds[40], cc[40];
+    speed_ratio(zct, tc, cs, sizeof(cs));   /* per round: the time zstd took / ours */
+    speed_ratio(zdt, td, ds, sizeof(ds));
+    speed_ratio(cp, tc, cc, sizeof(cc));
+    printf("codec %s %.4f %.4f %.0f %.0f %.0f %.0f %.0f %s %s %s\n", name, (double)stored / len,
            (double)zstored / len, mb / median(tc, REPS), mb / median(zct, REPS),
-           mb / median(td, REPS), mb / median(zdt, REPS), mb / median(cp, REPS));
+           mb / median(td, REPS), mb / median(zdt, REPS), mb / median(cp, REPS), cs, ds, cc);
     return 0;
 }
 
@@ -740,11 +780,39 @@ static void page_in(const char *dir)
     close(fd);
 }
 
+/*
+ * The refill's CPU, every thread of the process: from the image, and the
+ * baseline's cuMemcpyHtoD of the same bytes (on simcuda a stream thread's
+ * copy: the upload, a GPU's DMA). The difference is the engine's own work
+ * (reading, checksums, decoding, joining), which on a GPU host is what its
+ * workers must keep up with: at a 50 GB/s link, 50 GB/s times the engine's
+ * CPU-seconds per byte is how many workers the refill needs (docs/engine.md,
+ * the model).
+ */
+static void report_refill_cpu(const double *base_cpu, const double *img_cpu, size_t bytes)
+{
+    double gib = (double)bytes / (1ull << 30), b[REPS], i[REPS], eng[REPS];
+
+    for (int r = 0; r < REPS; r++) {
+        b[r] = base_cpu[r] * 1e3 / gib;
+        i[r] = img_cpu[r] * 1e3 / gib;
+        eng[r] = i[r] - b[r];
+    }
+    double bm = median(b, REPS), im = median(i, REPS), em = median(eng, REPS);
+    printf("refill CPU per GiB: from image %.0f ms [%.0f-%.0f] (every thread), memcpy %.0f ms "
+           "[%.0f-%.0f], the engine's own %.0f ms\n", im, min_of(i, REPS), max_of(i, REPS), bm,
+           min_of(b, REPS), max_of(b, REPS), em);
+    printf("refill_image_cpu_ms_per_gib %.0f\n", im);
+    printf("refill_memcpy_cpu_ms_per_gib %.0f\n", bm);
+    printf("refill_engine_cpu_ms_per_gib %.0f\n", em);
+    printf("refill_workers_for_50gbs_link %.1f\n", 50e9 * (em / 1e3) / (double)(1ull << 30));
+}
+
 static int cmd_refill(size_t mb, const char *dir)
 {
     size_t bytes = mb * MiB;
     uint8_t *h = malloc(bytes);
-    double base[REPS], img_t[REPS], host_t[REPS];
+    double base[REPS], img_t[REPS], host_t[REPS], base_cpu[REPS], img_cpu[REPS];
     uint64_t stored;
     double secs;
     CUdeviceptr d;
@@ -762,18 +830,21 @@ static int cmd_refill(size_t mb, const char *dir)
         struct image *img = NULL;
         struct chunk_source src;
         char err[512];
-        double t = now();
+        double t = now(), c = process_cpu_now();
 
         CU(TCGPU_REAL(cuMemcpyHtoD)(d, h, bytes));
         base[r] = now() - t;
+        base_cpu[r] = process_cpu_now() - c;
         if (image_open(&img, dir, 0, err, sizeof(err)) ||
             image_verify_stored(img, 0, err, sizeof(err)))   /* as a restore does, before */
             die(err);
         chunk_source_init_verified(&src, img);
         t = now();
+        c = process_cpu_now();
         if (pipe_refill_image(p, &src, &e, 1))
             die(pipe_error(p));
         img_t[r] = now() - t;
+        img_cpu[r] = process_cpu_now() - c;
         image_close(img);
         if (pipe_drain_host(p, &e, 1, &s))
             die(pipe_error(p));
@@ -784,11 +855,14 @@ static int cmd_refill(size_t mb, const char *dir)
         pipe_store_free(s);
         pipe_free(p);
     }
-    double b = median(base, REPS), i = median(img_t, REPS), hh = median(host_t, REPS);
-    printf("refill %zu MiB: memcpy %.1f ms, from image %.1f ms, from host %.1f ms\n", mb,
-           b * 1e3, i * 1e3, hh * 1e3);
-    printf("refill_image_throughput_vs_memcpy %.3f\n", b / i);
-    printf("refill_host_throughput_vs_memcpy %.3f\n", b / hh);
+    char tb[3][64];
+    msr(base, REPS, tb[0], sizeof(tb[0]));
+    msr(img_t, REPS, tb[1], sizeof(tb[1]));
+    msr(host_t, REPS, tb[2], sizeof(tb[2]));
+    printf("refill %zu MiB: memcpy %s, from image %s, from host %s\n", mb, tb[0], tb[1], tb[2]);
+    print_ratio("refill_image_throughput_vs_memcpy", base, img_t, REPS);
+    print_ratio("refill_host_throughput_vs_memcpy", base, host_t, REPS);
+    report_refill_cpu(base_cpu, img_cpu, bytes);
     return 0;
 }
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """report.py REPORT DOC: rewrites DOC's benchmark table (the lines between
 "<!-- bench:begin -->" and "<!-- bench:end -->") from REPORT, what
-tests/bench/run.sh printed: its rows, a blank line, then one line per figure,
-"NAME VALUE target OP LIMIT met|not met" or "NAME VALUE". The table lists
-every figure with a target first, then the others, then the rows verbatim."""
+tests/bench/run.sh printed: its rows (the command, host and load first), a
+blank line, then one line per figure, "NAME MEDIAN [MIN-MAX] target OP LIMIT
+VERDICT" or "NAME MEDIAN [MIN-MAX]", the range absent where a figure is made of
+medians. The table lists every figure with a target first, then the others,
+then the rows verbatim. run.sh decides whether the run may be written."""
 import sys
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -24,15 +26,28 @@ def parse(path):
     return rows, figs
 
 
+def split_figure(f):
+    """name, median, range ("" when none), and the target's tokens"""
+    name, value, rest = f[0], f[1], f[2:]
+    rng = ""
+    if rest and rest[0].startswith("["):
+        rng, rest = rest[0], rest[1:]
+    return name, value, rng, rest
+
+
 def table(rows, figs):
-    out = ["| figure | target | measured | |", "| --- | --- | --- | --- |"]
+    out = ["| figure | target | median | range of the reps | |", "| --- | --- | --- | --- | --- |"]
+    others = []
     for f in figs:
-        if len(f) >= 6 and f[2] == "target":
-            out.append("| `%s` | %s %s | %s | %s |" % (f[0], f[3], f[4], f[1], " ".join(f[5:])))
-    others = [f for f in figs if not (len(f) >= 6 and f[2] == "target")]
+        name, value, rng, rest = split_figure(f)
+        if len(rest) >= 4 and rest[0] == "target":
+            out.append("| `%s` | %s %s | %s | %s | %s |" % (name, rest[1], rest[2], value, rng,
+                                                         " ".join(rest[3:])))
+        else:
+            others.append((name, value, rng))
     if others:
-        out += ["", "| other figure | measured |", "| --- | --- |"]
-        out += ["| `%s` | %s |" % (f[0], f[1]) for f in others]
+        out += ["", "| other figure | median | range of the reps |", "| --- | --- | --- |"]
+        out += ["| `%s` | %s | %s |" % o for o in others]
     out += ["", "```"] + rows + ["```"]
     return out
 
