@@ -16,9 +16,9 @@
 # FILE's table between "<!-- bench:begin -->" and "<!-- bench:end -->" from
 # them (tests/bench/report.py; docs/engine.md), with the command, the date,
 # the host and the load. It refuses to (exit 3, the figures still printed)
-# when a target's figure is unsettled, when the machine was loaded (the
-# 1-minute load average before the run, or the CPUs the rest of the machine
-# used during it, above BENCH_MAX_LOAD, default 1), or when BENCH_PARTS left
+# when a target's figure is unsettled, when the machine was loaded (the CPUs
+# busy in the 5 s before the run, or those the rest of the machine used
+# during it, above BENCH_MAX_LOAD, default 1), or when BENCH_PARTS left
 # parts out: such a table would not reproduce.
 #
 # Environment: TCGPU_SHARED_DIR (default <source>/../shared; data in
@@ -35,6 +35,11 @@
 set -u
 BUILD=$(cd "${1:?usage: run.sh BUILD}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
+# Everything the bench starts stays its own, also once orphaned (the load
+# figure below counts the bench's CPU by what this shell reaps).
+if [ -z "${BENCH_UNDER_SUBREAPER:-}" ] && [ -x "$BUILD/tests/bench/subreaper" ]; then
+    BENCH_UNDER_SUBREAPER=1 exec "$BUILD/tests/bench/subreaper" bash "$0" "$@"
+fi
 SHARED=${TCGPU_SHARED_DIR:-$SRC/../shared}
 DATA=$SHARED/bench-data
 MB=${BENCH_MB:-512}
@@ -91,19 +96,34 @@ fig() {
     fi
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.4f", a / b; else print "nan" }'; }
-# The machine's load while the bench runs: all the CPU time /proc/stat
-# counts, less the bench's own (this shell's and its reaped children's, from
-# `times`, which must run in this shell, not a subshell). What the bench
-# leaves to init (CRIU's baseline holds, restored trees) counts as the
-# rest's, so the figure errs high.
+# The machine's load, in CPUs busy: before the run, 5 s of /proc/stat
+# (the load average is no measure on these VMs: it stays near 1 with every
+# CPU idle); during it, all the CPU time /proc/stat counts less the bench's
+# own (this shell's and its reaped children's, from `times`, which must run
+# in this shell, not a subshell; under the subreaper above the orphans are
+# its children too) and less the kernel's threads (kthreadd's children:
+# freeing, writeback and direct I/O completions for the bench, mostly; a
+# kworker that exits during the run takes its share with it, so the rest
+# errs high), which are reported apart.
 stat_jiffies() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8, $9; exit }' /proc/stat; }
-own_cpu_s() {
-    times >"$W/times"
-    awk '{ for (i = 1; i <= 2; i++) { split($i, m, /[ms]/); t += m[1] * 60 + m[2] } } END { printf "%.2f", t }' "$W/times"
+kthread_jiffies() {
+    cat /proc/[0-9]*/stat 2>/dev/null | awk '{ sub(/^.*\) /, ""); if ($2 == 2) s += $12 + $13 } END { print s + 0 }'
 }
-LOAD_BEFORE=$(cut -d' ' -f1 /proc/loadavg)
+own_cpu_s() {   # sets OWN; not in a $(...), whose subshell would count only itself
+    times >"$W/times"
+    OWN=$(awk '{ for (i = 1; i <= 2; i++) { split($i, m, /[ms]/); t += m[1] * 60 + m[2] } } END { printf "%.2f", t }' "$W/times")
+}
+cpus_busy() {   # BUSY0 BUSY1 SECONDS
+    awk -v a="$1" -v b="$2" -v s="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", (b - a) / hz / s }'
+}
+read -r BUSY0 _ < <(stat_jiffies)
+sleep 5
+read -r BUSY1 _ < <(stat_jiffies)
+LOAD_BEFORE=$(cpus_busy "$BUSY0" "$BUSY1" 5)
+LOADAVG_BEFORE=$(cut -d' ' -f1 /proc/loadavg)
 read -r BUSY0 STEAL0 < <(stat_jiffies)
-OWN0=$(own_cpu_s)
+KTH0=$(kthread_jiffies)
+own_cpu_s; OWN0=$OWN
 T_START=$(date +%s.%N)
 ALL_PARTS="free codec delta ckpt incr restore refill scale"
 PARTS=" ${BENCH_PARTS:-$ALL_PARTS} "
@@ -472,16 +492,19 @@ fi
 
 # --- report -----------------------------------------------------------------------------------
 read -r BUSY1 STEAL1 < <(stat_jiffies)
-OWN1=$(own_cpu_s)
-read -r REST STEAL < <(awk -v b0="$BUSY0" -v b1="$BUSY1" -v s0="$STEAL0" -v s1="$STEAL1" \
-    -v o0="$OWN0" -v o1="$OWN1" -v t0="$T_START" -v t1="$(date +%s.%N)" -v hz="$(getconf CLK_TCK)" \
-    'BEGIN { w = t1 - t0; r = ((b1 - b0) / hz - (o1 - o0)) / w; if (r < 0) r = 0
-             printf "%.2f %.2f\n", r, (s1 - s0) / hz / w }')
+KTH1=$(kthread_jiffies)
+own_cpu_s; OWN1=$OWN
+read -r REST KERNEL STEAL < <(awk -v b0="$BUSY0" -v b1="$BUSY1" -v s0="$STEAL0" -v s1="$STEAL1" \
+    -v k0="$KTH0" -v k1="$KTH1" -v o0="$OWN0" -v o1="$OWN1" -v t0="$T_START" \
+    -v t1="$(date +%s.%N)" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { w = t1 - t0; k = (k1 - k0) / hz; r = ((b1 - b0) / hz - (o1 - o0) - k) / w
+             if (r < 0) r = 0
+             printf "%.2f %.2f %.2f\n", r, k / w, (s1 - s0) / hz / w }')
 COMMIT=$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$SRC" diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT+changes"
 META=("command: ${BENCH_PARTS:+BENCH_PARTS=\"$BENCH_PARTS\" }BENCH_MB=$MB BENCH_REPS=$REPS tests/bench/run.sh BUILD (a release build), commit $COMMIT, $(date -u '+%Y-%m-%d %H:%M UTC')"
       "host: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/^MemTotal:/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), Linux $(uname -r); simcuda"
-      "load: $LOAD_BEFORE before the run (1-minute average); the rest of the machine used $REST CPUs during it, steal $STEAL CPUs")
+      "load: $LOAD_BEFORE CPUs busy in the 5 s before the run (load average $LOADAVG_BEFORE); the rest of the machine used $REST CPUs during it, the kernel's threads $KERNEL, steal $STEAL")
 echo
 echo "tcgpu engine benchmark ($MB MiB, $REPS reps)"
 printf '%s\n' "${META[@]}" "${ROWS[@]}"
@@ -493,7 +516,7 @@ if [ -n "${BENCH_DOC:-}" ]; then
     unsettled=$(printf '%s\n' "${FIG[@]}" | awk '$NF == "unsettled" { printf "%s%s", s, $1; s = ", " }')
     [ -z "$unsettled" ] || why+=("figures whose reps straddle their target: $unsettled")
     max=${BENCH_MAX_LOAD:-1}
-    awk -v a="$LOAD_BEFORE" -v m="$max" 'BEGIN { exit !(a > m) }' && why+=("load $LOAD_BEFORE before the run (above $max)")
+    awk -v a="$LOAD_BEFORE" -v m="$max" 'BEGIN { exit !(a > m) }' && why+=("$LOAD_BEFORE CPUs busy before the run (above $max)")
     awk -v a="$REST" -v m="$max" 'BEGIN { exit !(a > m) }' && why+=("the rest of the machine used $REST CPUs during the run (above $max)")
     [ "$PARTS" = " $ALL_PARTS " ] || why+=("BENCH_PARTS left parts out (the doc's table is the whole bench's)")
     if [ "${#why[@]}" -gt 0 ]; then
