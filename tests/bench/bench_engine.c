@@ -370,8 +370,6 @@ static enum tcgpu_dtype parse_dtype(const char *s)
     return TCGPU_DTYPE_UNKNOWN;
 }
 
-/* CPU time of the calling thread: codec speeds are per core, and on a
- * shared machine wall-clock ratios swing with the neighbours' load. */
 /* CPU seconds of every thread of the process (simcuda's stream threads too). */
 static double process_cpu_now(void)
 {
@@ -381,6 +379,8 @@ static double process_cpu_now(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* CPU time of the calling thread: codec speeds are per core, and on a
+ * shared machine wall-clock ratios swing with the neighbours' load. */
 static double cpu_now(void)
 {
     struct timespec ts;
