@@ -391,7 +391,7 @@ if is_root; then
         rs+=("$(sed -n 's/^restore_time_ratio //p' <<<"$out")")
         sv+=("$(sed -n 's/^save_time_ratio //p' <<<"$out")")
         sz+=("$(sed -n 's/^size_ratio //p' <<<"$out")")
-        row "save/restore $MB MiB, rep $rep: $(grep -E '^(save|restore until)' <<<"$out" | tr -s ' ' | paste -sd ';')"
+        row "save/restore $MB MiB, rep $rep: $(grep -E '^(save|restore until|gpuckpt restore phases)' <<<"$out" | tr -s ' ' | paste -sd ';')"
     done
     if [ "${#rs[@]}" -gt 0 ]; then
         fig restore_time_vs_criu "$(mr "${rs[@]}")" "<=" 1.2

@@ -60,8 +60,11 @@ tc_gpu=$(bytes "$WORK/tcgpu-save/gpu")
 tc_criu=$(bytes "$WORK/tcgpu-save/criu")
 wait "$pid" 2>/dev/null || true
 drop_caches
-t0=$(now); "$B/tools/gpuckpt/gpuckpt" restore -D "$WORK/tcgpu-save" -d >/dev/null || fail "gpuckpt restore failed"; t1=$(now)
+t0=$(now); "$B/tools/gpuckpt/gpuckpt" restore -D "$WORK/tcgpu-save" -d >"$WORK/restore.out" || fail "gpuckpt restore failed"; t1=$(now)
 tc_restore=$(secs "$t0" "$t1")
+# where the restore's time went: gpuckpt's checks (the save's manifest, every
+# GPU image's stored checksums), CRIU's restore, and within it the GPU back
+restore_phases=$(sed -n 's/.*(\(checks .*GPU back [0-9.]* s\)).*/\1/p' "$WORK/restore.out")
 "$B/tools/gpuckpt/gpuckpt" status "$pid" | grep -q ': running' || fail "restored train is not running"
 kill -9 "$pid"
 
@@ -91,6 +94,7 @@ printf '%-34s %14s %14s %10s\n' "image size (MiB)" "$(mibs "$tc_size")" "$(mibs 
 printf '%-34s %14s\n' "  of which GPU images (MiB)" "$(mibs "$tc_gpu")"
 printf '%-34s %14s\n' "  of which CRIU images (MiB)" "$(mibs "$tc_criu")"
 printf '%-34s %s\n' "gpuckpt save phases" "$phases"
+printf '%-34s %s\n' "gpuckpt restore phases" "$restore_phases"
 echo "device_bytes $device_bytes"
 echo "host_hold_bytes $host_bytes"
 echo "tcgpu_save_s $tc_save"
