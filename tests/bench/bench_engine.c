@@ -232,18 +232,27 @@ static const char *msr(const double *v, int n, char *buf, size_t len)
 }
 
 /*
- * A figure: "NAME MEDIAN [MIN-MAX]" of the rounds' own ratios num[r] / den[r].
- * A round's two timings ran next to each other, so the range is the noise
- * between neighbours, not the machine's drift over the whole run; run.sh
- * calls a figure whose range straddles its target unsettled.
+ * "MEDIAN [MIN-MAX]" of the rounds' own ratios num[r] / den[r]. A round's two
+ * timings ran next to each other, so the range is the noise between
+ * neighbours, not the machine's drift over the whole run; run.sh calls a
+ * figure whose range straddles its target unsettled.
  */
-static void print_ratio(const char *name, const double *num, const double *den, int n)
+static const char *ratio_range(const double *num, const double *den, int n, char *buf, size_t len)
 {
     double q[64];
 
     for (int r = 0; r < n; r++)
         q[r] = den[r] > 0 ? num[r] / den[r] : NAN;
-    printf("%s %.3f [%.3f-%.3f]\n", name, median(q, n), min_of(q, n), max_of(q, n));
+    snprintf(buf, len, "%.4f [%.4f-%.4f]", median(q, n), min_of(q, n), max_of(q, n));
+    return buf;
+}
+
+/* A figure line: "NAME MEDIAN [MIN-MAX]" of the rounds' ratios. */
+static void print_ratio(const char *name, const double *num, const double *den, int n)
+{
+    char b[64];
+
+    printf("%s %s\n", name, ratio_range(num, den, n, b, sizeof(b)));
 }
 
 static struct pipe *pipe_with(int no_helpers)
@@ -478,16 +487,6 @@ static uint8_t *input_bytes(const char *path, size_t *len)
     return read_file(path, len);
 }
 
-/* "MEDIAN [MIN-MAX]" of the rounds' speed ratios, theirs[r] / ours[r] (times). */
-static void speed_ratio(const double *theirs, const double *ours, char *buf, size_t len)
-{
-    double q[REPS];
-
-    for (int r = 0; r < REPS; r++)
-        q[r] = theirs[r] / ours[r];
-    snprintf(buf, len, "%.4f [%.4f-%.4f]", median(q, REPS), min_of(q, REPS), max_of(q, REPS));
-}
-
 /*
  * Per file: stored/raw and MB per CPU-second (this thread's) of tcgpu's codec
  * and of zstd -1, compress and decompress, REPS interleaved rounds (tcgpu,
@@ -547,10 +546,10 @@ static int cmd_codec(const char *name, const char *path, const char *dt)
         cp[r] = cpu_now() - cp[r];
     }
     double mb = (double)len / 1e6;
-    char cs[40], ds[40], cc[40];
-    speed_ratio(zct, tc, cs, sizeof(cs));   /* per round: the time zstd took / ours */
-    speed_ratio(zdt, td, ds, sizeof(ds));
-    speed_ratio(cp, tc, cc, sizeof(cc));
+    char cs[64], ds[64], cc[64];
+    ratio_range(zct, tc, REPS, cs, sizeof(cs));   /* speed: the time zstd took / ours */
+    ratio_range(zdt, td, REPS, ds, sizeof(ds));
+    ratio_range(cp, tc, REPS, cc, sizeof(cc));
     printf("codec %s %.4f %.4f %.0f %.0f %.0f %.0f %.0f %s %s %s\n", name, (double)stored / len,
            (double)zstored / len, mb / median(tc, REPS), mb / median(zct, REPS),
            mb / median(td, REPS), mb / median(zdt, REPS), mb / median(cp, REPS), cs, ds, cc);

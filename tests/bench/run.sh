@@ -410,8 +410,8 @@ say "refill"
 while read -r name value; do
     case "$name" in
         refill_image_throughput_vs_memcpy) fig "$name" "$value" ">=" 0.5 ;;
-        refill) row "$name $value" ;;
         refill_*) fig "$name" "$value" ;;
+        refill) row "$name $value" ;;
     esac
 done < <("$BE" refill "$MB" "$W/refill-img" 2>&1)
 fi
