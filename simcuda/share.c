@@ -53,15 +53,27 @@ int sim_device_ordinal_of_phys(int phys)
     return -1;
 }
 
-void *sim_share_map(int fd, uint64_t len)
+static void *share_map(int fd, uint64_t len, int flags)
 {
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | flags, fd, 0);
 
     if (p == MAP_FAILED)
         return NULL;
     if (len >= SIM_GRANULARITY && sim_device_wants_thp())
         madvise(p, len, MADV_HUGEPAGE);    /* as sim_backing_alloc; shmem may ignore it */
     return p;
+}
+
+void *sim_share_map(int fd, uint64_t len)
+{
+    return share_map(fd, len, 0);
+}
+
+/* Pages the file already has are mapped at once, 0.09 s/GiB here, rather
+ * than by a fault each, 0.6-0.8 s/GiB (a kept allocation, keep.c). */
+void *sim_share_map_warm(int fd, uint64_t len)
+{
+    return share_map(fd, len, MAP_POPULATE);
 }
 
 /* Our first reference to entry i (id) sets our bit (shm lock held). */

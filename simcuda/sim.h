@@ -832,6 +832,22 @@ void sim_share_put(int index);
 void sim_share_get(int index);
 /* Maps len bytes of fd shared: the host view, or NULL. */
 void *sim_share_map(int fd, uint64_t len);
+/* The same, every page faulted in now (a file whose pages are warm). */
+void *sim_share_map_warm(int fd, uint64_t len);
+
+/* Device memory the device keeps after a free (keep.c, SIMCUDA_DEVICE_KEEP).
+ * Whether it is on (after cuInit). */
+bool sim_keep_enabled(void);
+/* A kept file of at least bytes on physical device phys, claimed and cut to
+ * file_len: an open descriptor (its bytes are the last holder's: zero them),
+ * or -1 (none; the oldest kept files then make room for fresh bytes). */
+int sim_keep_take(int phys, uint64_t bytes, uint64_t file_len);
+/* A fresh file of file_len bytes that can be kept, or -1. */
+int sim_keep_create(uint64_t file_len);
+/* The allocation fd (bytes of device phys, capacity already released) is
+ * freed: kept when `keep` (nobody else can hold it), the oldest kept making
+ * room; otherwise any name it has goes. fd stays the caller's to close. */
+void sim_keep_release(int fd, int phys, uint64_t bytes, bool keep);
 /* The ordinal this process sees the physical device phys as, or -1. */
 int sim_device_ordinal_of_phys(int phys);
 /* Interprocess events: a new entry (held by us), or entry index opened

@@ -101,36 +101,63 @@ static void phys_put(struct sim_phys *p)
         return;
     sim_handle_del(p);
     sim_backing_free(p->backing, p->size);
-    if (p->fd >= 0)
-        close(p->fd);
     if (p->share >= 0)
         sim_share_put(p->share);    /* the memory goes with its last holder */
     else
         sim_capacity_release(p->dev, p->size);
+    if (p->fd >= 0) {
+        /* never exported: nobody else holds the file, the device may keep it */
+        sim_keep_release(p->fd, sim_device_phys(p->dev), p->size, p->share < 0);
+        close(p->fd);
+    }
     p->magic = 0;
     free(p);
 }
 
 /*
- * The memfd of a shareable allocation, mapped. Its machine-wide entry comes
- * at the first cuMemExportToShareableHandle: until a descriptor leaves the
- * process the bytes are charged to it, as any allocation's are, and the
- * machine's table of shared objects holds only what is shared.
+ * A new file for a shareable allocation of file_len bytes: a memfd whose
+ * size is sealed, or, where the device keeps freed memory (keep.c), a file
+ * that can be kept (a tmpfs file cannot be sealed; an importer that cuts it
+ * then breaks its own mappings and those of the other holders).
+ */
+static int fd_new(uint64_t file_len)
+{
+    int fd = sim_keep_enabled() ? sim_keep_create(file_len) : -1;
+
+    if (fd >= 0)
+        return fd;
+    if ((fd = memfd_create("simcuda-vmm", MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0)
+        return -1;
+    if (ftruncate(fd, (off_t)file_len) < 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/*
+ * The file of a shareable allocation, mapped: one the device kept, if it
+ * has one of the size, else a new one. Its machine-wide entry comes at the
+ * first cuMemExportToShareableHandle: until a descriptor leaves the process
+ * the bytes are charged to it, as any allocation's are, and the machine's
+ * table of shared objects holds only what is shared.
  */
 static CUresult fd_create(struct sim_phys *p, uint64_t size, const CUmemAllocationProp *prop)
 {
     struct fd_header h = { .phys = sim_device_phys(prop->location.id), .size = size, .prop = *prop };
-    int fd = memfd_create("simcuda-vmm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int fd = sim_keep_take(h.phys, size, size + FD_HEADER_LEN);
+    bool kept = fd >= 0;
 
-    if (fd < 0)
+    if (!kept && (fd = fd_new(size + FD_HEADER_LEN)) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     memcpy(h.magic, FD_MAGIC, sizeof(h.magic));
     snprintf(h.machine, sizeof(h.machine), "%s", sim_shm_name());
-    if (ftruncate(fd, (off_t)(size + FD_HEADER_LEN)) < 0 ||
-        pwrite(fd, &h, sizeof(h), (off_t)size) != (ssize_t)sizeof(h) ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
-        !(p->backing = sim_share_map(fd, size)))
+    if (pwrite(fd, &h, sizeof(h), (off_t)size) != (ssize_t)sizeof(h) ||
+        !(p->backing = kept ? sim_share_map_warm(fd, size) : sim_share_map(fd, size)))
         goto err;
+    if (kept)
+        memset(p->backing, 0, size);    /* a GPU scrubs what another process freed */
     p->fd = fd;
     return CUDA_SUCCESS;
 err:

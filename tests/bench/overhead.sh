@@ -10,7 +10,7 @@ B=${1:?usage: overhead.sh BUILD_DIR [ROUNDS]}
 rounds=${2:-5}
 export SIMCUDA_SHM=/simcuda-bench-overhead-$$
 export SIMCUDA_DEVICE_MEM=2G
-trap 'rm -f /dev/shm$SIMCUDA_SHM' EXIT
+trap 'rm -f /dev/shm$SIMCUDA_SHM /dev/shm$SIMCUDA_SHM.keep.*' EXIT
 args=(--mb 64 --steps 300 --print-every 0)
 
 step_ms() { sed -n 's/^time: *\([0-9.]*\) ms\/step.*/\1/p' | tail -n 1; }

@@ -18,6 +18,8 @@ CRIU=${TCGPU_CRIU:-$(command -v criu || echo /usr/local/sbin/criu)}
 export TCGPU_CRIU=$CRIU
 export SIMCUDA_SHM=/simcuda-bench-save-$$
 export SIMCUDA_DEVICE_MEM=$(( mib * 2 + 1024 ))M
+# the device keeps freed memory, as a GPU does (simcuda/keep.c; run.sh says why)
+export SIMCUDA_DEVICE_KEEP=${SIMCUDA_DEVICE_KEEP:-600}
 export TCGPU_REAL_LIBCUDA=$B/simcuda/libcuda.so.1
 export TCGPU_RUN_DIR
 TCGPU_RUN_DIR=$(mktemp -d /tmp/tcgpu-bench-run-XXXXXX)
@@ -26,7 +28,7 @@ PIDS=()
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    rm -f "/dev/shm$SIMCUDA_SHM"
+    rm -f "/dev/shm$SIMCUDA_SHM" "/dev/shm$SIMCUDA_SHM".keep.*
     rm -rf "$TCGPU_RUN_DIR" "$WORK"
 }
 trap cleanup EXIT
