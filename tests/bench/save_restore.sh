@@ -47,7 +47,7 @@ PIDS+=("$pid")
 for _ in $(seq 1 6000); do grep -q '^step 3 ' "$WORK/train.out" 2>/dev/null && break; sleep 0.05; done
 grep -q '^step 3 ' "$WORK/train.out" || fail "train did not start: $(tail -n 3 "$WORK/train.out")"
 device_bytes=$("$B/simcuda/simcuda-smi" --query-compute-apps=pid,used_memory_bytes --format=csv,noheader,nounits |
-    awk -F', ' -v w="$pid" '$1 == w { sum += $2 } END { print sum + 0 }')
+    awk -F', ' -v w="$pid" '$1 == w { sum += $2 } END { printf "%.0f\n", sum }')
 [ "$device_bytes" -gt 0 ] || fail "simcuda-smi shows no device memory of train ($pid)"
 
 # the same bytes, for the baseline: a checkpoint image, decoded by host_hold
