@@ -154,6 +154,28 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
     return rc;
 }
 
+NEXT_DECL(ncclCommInitAll);
+
+/* Every rank in this process, one per device (PyTorch's DataParallel, a
+ * thread per GPU): counted too, so that a suspend lets each thread go on
+ * until its rank is level with the others. */
+ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
+{
+    __typeof__(&ncclCommInitAll) next = NEXT(ncclCommInitAll);
+    ncclResult_t rc;
+
+    if (!next)
+        return ncclInternalError;
+    tl_inside++;
+    rc = next(comms, ndev, devlist);
+    if (rc == ncclSuccess && comms && ndev > 1 && tl_inside == 1) {
+        give_library_once();
+        ncclcut_attach_all((const void *const *)comms, ndev);
+    }
+    tl_inside--;
+    return rc;
+}
+
 NEXT_DECL(ncclCommSplit);
 NEXT_DECL(ncclCommCount);
 NEXT_DECL(ncclCommUserRank);

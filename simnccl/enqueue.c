@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_GROUP_COMMS 64
 #define MAX_DEFERRED 64
@@ -209,6 +210,25 @@ static ncclResult_t check_buffers(const struct snccl_op *op, const struct ncclCo
     return ncclSuccess;
 }
 
+/* SIMNCCL_ENQUEUE_DELAY_MS (tests only; no NCCL setting): each operation
+ * waits that long inside the library before its work goes to the stream,
+ * so that a caller stopped there, as on a loaded machine, is met often. */
+static void enqueue_test_delay(void)
+{
+    static long ms = -1;
+    long v = __atomic_load_n(&ms, __ATOMIC_RELAXED);
+
+    if (v < 0) {
+        const char *e = getenv("SIMNCCL_ENQUEUE_DELAY_MS");
+        v = e && *e ? strtol(e, NULL, 10) : 0;
+        __atomic_store_n(&ms, v > 0 ? v : 0, __ATOMIC_RELAXED);
+    }
+    if (v > 0) {
+        struct timespec ts = { v / 1000, v % 1000 * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+}
+
 static ncclResult_t submit(struct snccl_op op, ncclComm_t comm, cudaStream_t stream, const char *fn)
 {
     ncclResult_t rc;
@@ -220,6 +240,7 @@ static ncclResult_t submit(struct snccl_op op, ncclComm_t comm, cudaStream_t str
         goto out;
     if ((rc = check_peer(&op, comm, fn)) || (rc = check_buffers(&op, comm, fn)))
         goto out;
+    enqueue_test_delay();
     rc = enqueue(comm, &op, (CUstream)stream);
 out:
     if (rc && group_depth && !group_error)
@@ -251,7 +272,9 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
 ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                        cudaStream_t stream)
 {
-    return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+    struct snccl_op o = { .kind = SNCCL_BROADCAST, .dtype = BYTE(datatype), .peer = root,
+                          .sendbuff = BUF(buff), .recvbuff = BUF(buff), .count = count };
+    return submit(o, comm, stream, "ncclBcast");
 }
 
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -323,7 +346,7 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
 
 /* --- groups ------------------------------------------------------------------- */
 
-ncclResult_t ncclGroupStart(void)
+ncclResult_t snccl_group_start(void)
 {
     if (!group_depth++)
         group_error = ncclSuccess;
@@ -361,7 +384,7 @@ static ncclResult_t run_deferred(void)
     return rc;
 }
 
-ncclResult_t ncclGroupEnd(void)
+ncclResult_t snccl_group_end(void)
 {
     ncclResult_t rc = ncclSuccess, rc2;
 
@@ -378,4 +401,14 @@ ncclResult_t ncclGroupEnd(void)
     if (group_error && !rc)
         rc = group_error;
     return rc;
+}
+
+ncclResult_t ncclGroupStart(void)
+{
+    return snccl_group_start();
+}
+
+ncclResult_t ncclGroupEnd(void)
+{
+    return snccl_group_end();
 }

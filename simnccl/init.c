@@ -93,7 +93,7 @@ bool snccl_comm_ok(const struct ncclComm *comm)
 
 /* --- unique ids ------------------------------------------------------------- */
 
-ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
+ncclResult_t snccl_get_unique_id(ncclUniqueId *uniqueId)
 {
     struct snccl_id id = { .magic = SNCCL_ID_MAGIC };
 
@@ -106,6 +106,11 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
     memset(uniqueId, 0, sizeof(*uniqueId));
     memcpy(uniqueId->internal, &id, sizeof(id));
     return ncclSuccess;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
+{
+    return snccl_get_unique_id(uniqueId);
 }
 
 /* --- device memory ------------------------------------------------------------ */
@@ -222,8 +227,8 @@ static ncclResult_t current_ctx(CUcontext *ctx, CUdevice *dev)
 
 static void comm_free(struct ncclComm *comm);
 
-ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId commId, int rank,
-                                    ncclConfig_t *config)
+ncclResult_t snccl_comm_init(ncclComm_t *out, int nranks, ncclUniqueId commId, int rank,
+                             ncclConfig_t *config)
 {
     struct snccl_id id;
     struct ncclComm *comm;
@@ -287,11 +292,20 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId co
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t *config)
 {
-    return ncclCommInitRankConfig(comm, nranks, commId, rank, NULL);
+    return snccl_comm_init(comm, nranks, commId, rank, config);
 }
 
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+{
+    return snccl_comm_init(comm, nranks, commId, rank, NULL);
+}
+
+/* As NCCL's, it makes its communicators through the library's own
+ * functions, not the API: a program's interposer sees one ncclCommInitAll,
+ * never the ncclCommInitRank and ncclGroupStart/End inside it. */
 ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
 {
     ncclUniqueId id;
@@ -314,22 +328,22 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
             if ((devlist ? devlist[j] : j) == d)
                 return snccl_fail(ncclInvalidUsage, "ncclCommInitAll: device %d listed twice", d);
     }
-    if ((rc = ncclGetUniqueId(&id)))
+    if ((rc = snccl_get_unique_id(&id)))
         return rc;
     cuCtxGetCurrent(&saved);
-    rc = ncclGroupStart();
+    rc = snccl_group_start();
     for (int i = 0; i < ndev && !rc; i++) {
         if ((r = cuDevicePrimaryCtxRetain(&ctx, devlist ? devlist[i] : i)) || (r = cuCtxSetCurrent(ctx)))
             rc = snccl_cu(r, "retaining a primary context");
         else
-            rc = ncclCommInitRank(&comms[i], ndev, id, i);
+            rc = snccl_comm_init(&comms[i], ndev, id, i, NULL);
     }
-    rc2 = ncclGroupEnd();
+    rc2 = snccl_group_end();
     cuCtxSetCurrent(saved);
     if (rc || rc2) {
         for (int i = 0; i < ndev; i++)
             if (comms[i]) {
-                ncclCommAbort(comms[i]);
+                snccl_comm_abort(comms[i]);
                 comms[i] = NULL;
             }
     }
@@ -452,7 +466,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommAbort(ncclComm_t comm)
+ncclResult_t snccl_comm_abort(ncclComm_t comm)
 {
     uint32_t *flag;
 
@@ -472,6 +486,11 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
     }
     comm_free(comm);
     return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    return snccl_comm_abort(comm);
 }
 
 /* Used by enqueue.c to refuse work. */

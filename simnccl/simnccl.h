@@ -155,6 +155,16 @@ void snccl_bell_ring(struct ncclComm *comm);
 /* transport_shm.c: the size of the rendezvous segment with the shm transport */
 uint64_t snccl_shm_bytes(uint32_t nranks, uint64_t slot_bytes);
 
+/* The library's calls into its own API go to these, as NCCL's go to its
+ * internal functions: never through the global scope, where a program's
+ * interposer (libtcgpu.so) would take them for the program's own. */
+ncclResult_t snccl_get_unique_id(ncclUniqueId *uniqueId);                 /* init.c */
+ncclResult_t snccl_comm_init(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                             ncclConfig_t *config);
+ncclResult_t snccl_comm_abort(ncclComm_t comm);
+ncclResult_t snccl_group_start(void);                                     /* enqueue.c */
+ncclResult_t snccl_group_end(void);
+
 /* enqueue.c */
 ncclResult_t snccl_flush(struct ncclComm *comm);
 ncclResult_t snccl_wait_work(struct ncclComm *comm);

@@ -63,7 +63,7 @@ static ncclResult_t exchange(struct ncclComm *comm, int color, int key, ncclUniq
         return rc;
     place(s, comm->nranks, comm->rank, members, newrank);
     if (color != NCCL_SPLIT_NOCOLOR && *newrank == 0) {
-        if ((rc = ncclGetUniqueId(id)))
+        if ((rc = snccl_get_unique_id(id)))
             return rc;
         memcpy(&me->split_id, id->internal, sizeof(me->split_id));
     }
@@ -101,7 +101,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
         return rc;
     if ((r = cuCtxPushCurrent(comm->ctx)))
         return snccl_cu(r, "cuCtxPushCurrent");
-    rc = ncclCommInitRankConfig(newcomm, members, id, newrank, config);
+    rc = snccl_comm_init(newcomm, members, id, newrank, config);
     cuCtxPopCurrent(NULL);
     return rc;
 }

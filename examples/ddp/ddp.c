@@ -58,6 +58,11 @@
  * as without the option). The step's first collective is then the
  * exchange, so that a test can catch a rank there.
  *
+ * --threads 1: one process, every rank a thread of it driving device R, the
+ * communicators made at once by ncclCommInitAll (as PyTorch's DataParallel
+ * makes them); no rendezvous, and the same bytes as ranks in processes.
+ * Needs as many visible devices as ranks; not with --split or --rank.
+ *
  * Output: "rank R step K" once step K is queued, then the line above. A
  * failing CUDA or NCCL call prints "rank R: cuXxx failed: NAME (code)" or
  * "rank R: ncclXxx failed: text" and exits 1.
@@ -65,6 +70,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +91,7 @@ static const char usage[] =
     "usage: ddp --nranks N [--rank R] [--id-file PATH] [--steps S] [--mb M] [--seed X]\n"
     "           [--sleep-ms T] [--pause-file PATH] [--hold-file PATH] [--device D]\n"
     "           [--kernels PATH] [--p2p 1] [--split 1] [--own-suspend K]\n"
-    "           [--exchange alltoall|gather|scatter|none]\n"
+    "           [--exchange alltoall|gather|scatter|none] [--threads 1]\n"
     "  --nranks N         ranks of the job (1..64)\n"
     "  --rank R           this process's rank; without it, run all N ranks as children\n"
     "  --id-file PATH     where rank 0 publishes the NCCL unique id (needed with --rank)\n"
@@ -104,7 +110,9 @@ static const char usage[] =
     "  --own-suspend K    every K steps, ncclCommSuspend(NCCL_SUSPEND_MEM) and\n"
     "                     ncclCommResume of every communicator, after the step\n"
     "  --exchange KIND    before each step's sum, move the gradients between the ranks\n"
-    "                     with ncclAlltoAll, ncclGather or ncclScatter (none)\n";
+    "                     with ncclAlltoAll, ncclGather or ncclScatter (none)\n"
+    "  --threads 1        every rank a thread of one process, on device R, its communicator\n"
+    "                     one of ncclCommInitAll's (not with --rank or --split)\n";
 
 /* --exchange */
 enum ddp_exchange { EX_NONE, EX_ALLTOALL, EX_GATHER, EX_SCATTER };
@@ -113,14 +121,14 @@ static const char *const exchange_names[] = { "none", "alltoall", "gather", "sca
 struct ddp_opts {
     int rank, nranks, device;
     long steps, mb, sleep_ms;
-    int p2p, split;
+    int p2p, split, threads;
     long own_suspend;
     enum ddp_exchange exchange;
     uint64_t seed;
     const char *id_file, *pause_file, *hold_file, *kernels;
 };
 
-static int g_rank = -1;
+static __thread int g_rank = -1;
 
 static void cu_check(CUresult r, const char *expr)
 {
@@ -224,6 +232,8 @@ static void parse_opts(int argc, char **argv, struct ddp_opts *o)
             o->own_suspend = parse_long(f, v, 0, 1000000);
         else if (!strcmp(f, "--exchange"))
             o->exchange = parse_exchange(f, v);
+        else if (!strcmp(f, "--threads"))
+            o->threads = (int)parse_long(f, v, 0, 1);
         else
             die_usage("unknown option", f);
     }
@@ -233,6 +243,8 @@ static void parse_opts(int argc, char **argv, struct ddp_opts *o)
         die_usage("--nranks must be above", "--rank");
     if (o->rank >= 0 && !o->id_file)
         die_usage("--rank needs", "--id-file");
+    if (o->threads && (o->rank >= 0 || o->split))
+        die_usage("--threads 1 goes without", o->split ? "--split" : "--rank");
 }
 
 /* Rank 0: publish the id at path, refusing an existing file. */
@@ -361,7 +373,9 @@ static void exchange(CUdeviceptr g, CUdeviceptr x, uint64_t n, const struct ddp_
     }
 }
 
-static int rank_main(const struct ddp_opts *o)
+/* One rank: with comm NULL a process of its own that joins the job through
+ * the id file, else a thread given its communicator (--threads). */
+static int rank_main(const struct ddp_opts *o, ncclComm_t given)
 {
     int rank = o->rank, ndev = 0;
     ncclUniqueId id;
@@ -377,7 +391,9 @@ static int rank_main(const struct ddp_opts *o)
 
     g_rank = rank;
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (rank == 0) {
+    if (given) {
+        comm = given;
+    } else if (rank == 0) {
         NK(ncclGetUniqueId(&id));
         id_publish(o->id_file, &id);
     } else {
@@ -402,9 +418,11 @@ static int rank_main(const struct ddp_opts *o)
     if (o->exchange != EX_NONE)
         CK(cuMemAlloc(&x, n * sizeof(float)));
 
-    NK(ncclCommInitRank(&comm, o->nranks, id, rank));
-    if (rank == 0)
-        unlink(o->id_file);      /* every rank has joined, so read it */
+    if (!given) {
+        NK(ncclCommInitRank(&comm, o->nranks, id, rank));
+        if (rank == 0)
+            unlink(o->id_file);      /* every rank has joined, so read it */
+    }
     int half_size = (o->nranks + 1 - rank % 2) / 2;
     if (o->split)
         NK(ncclCommSplit(comm, rank % 2, rank, &half, NULL));
@@ -499,6 +517,49 @@ static int rank_main(const struct ddp_opts *o)
     return 0;
 }
 
+struct rank_thread {
+    struct ddp_opts o;
+    ncclComm_t comm;
+    pthread_t thread;
+    int rc;
+};
+
+static void *rank_thread_main(void *arg)
+{
+    struct rank_thread *t = arg;
+
+    t->rc = rank_main(&t->o, t->comm);
+    return NULL;
+}
+
+/* --threads 1: ncclCommInitAll over devices 0..N-1, a thread per rank. */
+static int threads_main(const struct ddp_opts *o)
+{
+    static struct rank_thread t[64];
+    ncclComm_t comms[64];
+    int rc = 0;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    CK(cuInit(0));
+    NK(ncclCommInitAll(comms, o->nranks, NULL));
+    for (int r = 0; r < o->nranks; r++) {
+        t[r].o = *o;
+        t[r].o.rank = r;
+        t[r].o.device = r;
+        t[r].comm = comms[r];
+        if (pthread_create(&t[r].thread, NULL, rank_thread_main, &t[r])) {
+            fprintf(stderr, "ddp: pthread_create failed\n");
+            exit(1);
+        }
+    }
+    for (int r = 0; r < o->nranks; r++) {
+        pthread_join(t[r].thread, NULL);
+        if (t[r].rc && !rc)
+            rc = t[r].rc;
+    }
+    return rc;
+}
+
 /* The launcher: ranks 0..N-1 as children, argv passed on with --rank R. */
 static int launcher_main(int argc, char **argv, const struct ddp_opts *o)
 {
@@ -566,7 +627,9 @@ int main(int argc, char **argv)
     struct ddp_opts o;
 
     parse_opts(argc, argv, &o);
+    if (o.threads)
+        return threads_main(&o);
     if (o.rank < 0)
         return launcher_main(argc, argv, &o);
-    return rank_main(&o);
+    return rank_main(&o, NULL);
 }

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,9 +81,11 @@ struct comm {
     int rank, nranks;
     pid_t owner;                        /* a forked child inherits the table, not the rank */
     int inside;                         /* threads in the library with a counted operation */
+    int launching;                      /* counted operations whose call has not returned */
     int released;                       /* its buffers released, until the resumer takes them back */
     int program_released;               /* the program's own ncclCommSuspend(NCCL_SUSPEND_MEM) */
     uint64_t splits;                    /* ncclCommSplit calls on it so far */
+    bool all_here;                      /* ncclCommInitAll's: every rank is this process's */
     char name[64];
     struct comm *next;
 };
@@ -275,9 +278,8 @@ static struct comm *find(const void *comm)
     return NULL;
 }
 
-void ncclcut_attach(const void *comm, const void *id, size_t id_len, int nranks, int rank)
+static void attach(const void *comm, uint64_t h, int nranks, int rank, bool all_here)
 {
-    uint64_t h = XXH3_64bits(id, id_len);
     struct comm *c;
 
     if (!enabled() || !comm || nranks < 2 || rank < 0 || rank >= nranks)
@@ -293,6 +295,7 @@ void ncclcut_attach(const void *comm, const void *id, size_t id_len, int nranks,
     c->rank = rank;
     c->nranks = nranks;
     c->owner = getpid();
+    c->all_here = all_here;
     snprintf(c->name, sizeof(c->name), "/tcgpu-ncclcut-%u-%016llx", (unsigned)geteuid(),
              (unsigned long long)h);
     if (seg_map(c, h) != 0 || seg_join(c) != 0) {
@@ -310,6 +313,24 @@ void ncclcut_attach(const void *comm, const void *id, size_t id_len, int nranks,
     pthread_rwlock_unlock(&table_lock);
     log_debug("NCCL communicator %016llx: counting as rank %d of %d", (unsigned long long)h, rank,
               nranks);
+}
+
+void ncclcut_attach(const void *comm, const void *id, size_t id_len, int nranks, int rank)
+{
+    attach(comm, XXH3_64bits(id, id_len), nranks, rank, false);
+}
+
+void ncclcut_attach_all(const void *const *all, int n)
+{
+    uint64_t h;
+
+    if (getrandom(&h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+        log_warn("NCCL communicators of ncclCommInitAll: not counted (getrandom: %s)", strerror(errno));
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (all[i])
+            attach(all[i], h, n, i, true);
 }
 
 static pthread_mutex_t res_lock = PTHREAD_MUTEX_INITIALIZER;   /* the resumer's pick */
@@ -543,8 +564,11 @@ static bool wait_and_count(const struct op *ops, unsigned n, bool enter)
         go = may_go(ops, n) && !any_released(ops, n);
         if (go) {
             count(ops, n, 1);
-            for (unsigned i = 0; enter && i < n; i++)
-                __atomic_add_fetch(&ops[i].c->inside, 1, __ATOMIC_ACQ_REL);
+            for (unsigned i = 0; i < n; i++) {
+                __atomic_add_fetch(&ops[i].c->launching, 1, __ATOMIC_ACQ_REL);
+                if (enter)
+                    __atomic_add_fetch(&ops[i].c->inside, 1, __ATOMIC_ACQ_REL);
+            }
         }
         for (unsigned i = k; i-- > 0;)
             seg_unlock(order[i]);
@@ -562,6 +586,14 @@ static void leave(const struct op *ops, unsigned n)
 {
     for (unsigned i = 0; i < n; i++)
         __atomic_sub_fetch(&ops[i].c->inside, 1, __ATOMIC_ACQ_REL);
+}
+
+/* The library's call that issues ops (counted by wait_and_count) has
+ * returned: their work is on the streams. */
+static void launched(const struct op *ops, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        __atomic_sub_fetch(&ops[i].c->launching, 1, __ATOMIC_ACQ_REL);
 }
 
 /* Waits while c's buffers are released, until the resumer has taken them
@@ -634,6 +666,7 @@ void ncclcut_done(bool accepted)
         return;
     }
     leave(tl_ops, tl_nops);
+    launched(tl_ops, tl_nops);
     if (!accepted)
         uncount(tl_ops, tl_nops);
 }
@@ -658,6 +691,8 @@ void ncclcut_group_end_done(bool accepted)
         return;
     if (tl_depth == 1) {
         leave(tl_ops, tl_nops);         /* in the library since they were issued */
+        if (tl_counted)
+            launched(tl_ops, tl_nops);
         if (tl_counted && !accepted)
             uncount(tl_ops, tl_nops);
     }
@@ -771,6 +806,17 @@ int ncclcut_hold(unsigned timeout_ms)
             rc = level(v[i], why, sizeof(why));
             seg_unlock(v[i]);
         }
+        /* Level by the counts, which go up before the library is called:
+         * an operation counted but not yet launched would be stopped by the
+         * gate inside the library, and a peer's collective (in this process
+         * too: ncclCommInitAll's threads) would wait for it on its GPU. */
+        for (unsigned i = 0; i < n && rc == 0; i++)
+            if (__atomic_load_n(&v[i]->launching, __ATOMIC_ACQUIRE)) {
+                snprintf(why, sizeof(why), "NCCL communicator %016llx: an operation of this rank "
+                         "(%d) counted but still going into the library",
+                         (unsigned long long)v[i]->seg->id_hash, v[i]->rank);
+                rc = 1;
+            }
         if (rc <= 0 || now_ns() > end)
             break;
         sleep_backoff(&us);
@@ -918,6 +964,12 @@ void ncclcut_release_memory(unsigned wait_ms)
         int rc;
         if (__atomic_load_n(&c->released, __ATOMIC_ACQUIRE) || c->program_released)
             continue;                   /* still released from before, or by the program */
+        if (c->all_here) {
+            /* its ranks' ncclCommSuspend are one barrier, which one thread
+             * cannot enter for each rank in turn */
+            kept++;
+            continue;
+        }
         if (!library_left(c, end) || !agree(c, end)) {
             kept++;
             continue;
@@ -935,7 +987,8 @@ void ncclcut_release_memory(unsigned wait_ms)
     free(v);
     if (released || kept)
         log_info("NCCL: %u communicator(s) released with ncclCommSuspend, %u carried%s", released, kept,
-                 kept ? " (not every rank of it suspends now, or some are on other machines)" : "");
+                 kept ? " (not every rank of it suspends now, some are on other machines, or all are in "
+                        "this process: ncclCommInitAll)" : "");
 }
 
 /* The first communicator of this process still released, in the order they

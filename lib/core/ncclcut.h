@@ -33,10 +33,10 @@
  *
  * Node-local: ranks on other machines never attach (their slots stay empty
  * and are ignored), and ranks must share a pid namespace (a holder's death
- * is seen by its pid and start time). Communicators made by ncclCommInitAll
- * or unknown to us (made before tcgpu was loaded) are not counted, and
- * none is with TCGPU_NCCL_CUT=0; those ncclCommSplit makes of a counted
- * one are.
+ * is seen by its pid and start time). Communicators unknown to us (made
+ * before tcgpu was loaded) are not counted, and none is with
+ * TCGPU_NCCL_CUT=0; those ncclCommInitAll makes, and those ncclCommSplit
+ * makes of a counted one, are.
  */
 #ifndef TCGPU_CORE_NCCLCUT_H
 #define TCGPU_CORE_NCCLCUT_H
@@ -54,6 +54,12 @@ enum ncclcut_kind {
  * segment as `rank` of `nranks` (id: the 128-byte ncclUniqueId). Failures
  * are logged (the communicator is then not counted); never fatal. */
 void ncclcut_attach(const void *comm, const void *id, size_t id_len, int nranks, int rank);
+/* ncclCommInitAll's communicators, all[i] rank i of n, every rank in this
+ * process: counted in a segment of their own (the library's unique id stays
+ * inside it), so that a suspend lets the threads that drive them go on until
+ * they are level. Never released across a suspend (ncclcut_release_memory):
+ * their ncclCommSuspend calls would be one barrier for one thread. */
+void ncclcut_attach_all(const void *const *all, int n);
 /* ncclCommSplit of parent, on every rank of it (also one that asked for no
  * communicator, or whose call failed: comm NULL): the new communicator as
  * `rank` of `nranks`, counted in a segment named from the parent's, the

@@ -116,6 +116,20 @@
 #                                "stopped"; once rank 1 is killed, it fails
 #                                at once (exit 1) naming it "exited"; each
 #                                time rank 0 runs on as before.
+#   ddp.sh threads-random        `ddp --threads 1`: every rank a thread of
+#                                one process, the communicators made by
+#                                ncclCommInitAll (as PyTorch's DataParallel
+#                                makes them): first the same checksum as
+#                                ranks in processes, then under tcgpu
+#                                $DDP_TRIES (20) suspends of the process at
+#                                random moments, inside collectives too,
+#                                each within the gate's bound (2000 ms
+#                                here), and resumes; the plain run's
+#                                checksum at the end. Without the
+#                                communicators counted (TCGPU_NCCL_CUT=0)
+#                                a thread stopped before the all-reduce its
+#                                sibling launched leaves that kernel
+#                                waiting, and the suspend fails (exit 5).
 . "$(dirname "$0")/../sim/lib.sh"
 
 DDP=$B/examples/ddp/ddp
@@ -416,7 +430,7 @@ lost_suspend() {
     [ "$(status_of "$r0" state)" = running ] || fail "rank 0 is $(status_of "$r0" state) after its failed suspend"
 }
 
-case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|release [N]|release-held|checkpoint-all|gang-random|gang-preempt|suspend-mid-collective|suspend-mid-exchange alltoall|gather|scatter|p2p-random|cut-lost-rank} in
+case ${1:?usage: ddp.sh plain|tcgpu|suspend-all [N...]|release [N]|release-held|checkpoint-all|gang-random|gang-preempt|suspend-mid-collective|suspend-mid-exchange alltoall|gather|scatter|p2p-random|cut-lost-rank|threads-random} in
 plain)
     for n in 2 4; do
         job "a$n" "$n" ""
@@ -692,6 +706,46 @@ p2p-random)
     finish_ranks "$label" "$n"
     [ "$SUM" = "$ref" ] || fail "checksum $SUM after $tries suspends of ranks alone, all-reduce run $ref"
     echo "ok: $tries suspends of one or two ranks of a send/recv job at random moments, each suspended and resumed; checksum $SUM = the all-reduce run's"
+    ;;
+threads-random)
+    export TCGPU_GATE_TIMEOUT_MS=${TCGPU_GATE_TIMEOUT_MS:-2000}
+    STEPS=${DDP_STEPS:-3000} MB=1 tries=${DDP_TRIES:-20} n=${DDP_RANKS:-2}
+    reference "$n"
+    ref=$REF
+    phase "threads: $n ranks as threads of one process, no tcgpu"
+    start_bg "$WORK/thr-plain.out" "$DDP" --threads 1 --nranks "$n" --steps "$STEPS" --mb "$MB"
+    wait_job "$BG" "$T" || fail "ddp --threads 1 failed: $(tail_of "$WORK/thr-plain.out" 5)"
+    sums=$(sed -n 's/^rank [0-9]* checksum: \([0-9a-f]\{16\}\)$/\1/p' "$WORK/thr-plain.out" | sort -u)
+    [ "$(grep -c '^rank [0-9]* checksum' "$WORK/thr-plain.out")" -eq "$n" ] && [ "$sums" = "$ref" ] ||
+        fail "ddp --threads 1: checksums '$(echo $sums)', ranks in processes $ref"
+    label=thr
+    start_bg "$WORK/$label.out" "$GPUCKPT" run -- "$DDP" --threads 1 --nranks "$n" --steps "$STEPS" \
+        --mb "$MB" --sleep-ms 1
+    pid=$BG
+    wait_for_socket "$pid"
+    wait_for_line "$WORK/$label.out" '^rank 0 step 5$'
+    for i in $(seq 1 "$tries"); do
+        last=$(grep -c '^rank 0 step' "$WORK/$label.out")
+        [ "$last" -lt $((STEPS * 8 / 10)) ] || fail "only $((i - 1)) of $tries tries before the job neared its end (raise DDP_STEPS)"
+        sleep_ms "$(random_ms 10 200)"
+        phase "$label: try $i: suspend of the process (pid $pid) after step ~$last"
+        t0=$(date +%s%N)
+        rc=0
+        run_fg "try$i" 60 "$GPUCKPT" suspend "$pid" || rc=$?
+        ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+        [ "$rc" -eq 0 ] || fail "try $i: gpuckpt suspend exited $rc after $ms ms: $(cat "$WORK/try$i.out")"
+        [ "$(status_of "$pid" state)" = suspended ] || fail "try $i: the process is $(status_of "$pid" state), not suspended"
+        held=$(device_bytes_of "$pid")
+        [ "$held" -le "$SC_HELD_RELEASED" ] || fail "try $i: the suspended process holds $held bytes of device memory"
+        sleep_ms "$(random_ms 0 100)"
+        expect_exit 0 "$GPUCKPT" resume "$pid"
+        echo "try $i: suspended after step ~$last in $ms ms, resumed"
+    done
+    wait_job "$pid" "$T" || fail "ddp --threads 1 under tcgpu failed: $(tail_of "$WORK/$label.out" 5)"
+    sums=$(sed -n 's/^rank [0-9]* checksum: \([0-9a-f]\{16\}\)$/\1/p' "$WORK/$label.out" | sort -u)
+    [ "$(grep -c '^rank [0-9]* checksum' "$WORK/$label.out")" -eq "$n" ] && [ "$sums" = "$ref" ] ||
+        fail "after $tries suspends: checksums '$(echo $sums)', uninterrupted $ref"
+    echo "ok: $n ranks as threads of one process (ncclCommInitAll), $tries suspends at random moments, each resumed; checksum $ref = uninterrupted"
     ;;
 cut-lost-rank)
     export TCGPU_GATE_TIMEOUT_MS=${TCGPU_GATE_TIMEOUT_MS:-2000}
