@@ -161,6 +161,7 @@ static CUresult fd_create(struct sim_phys *p, uint64_t size, const CUmemAllocati
     p->fd = fd;
     return CUDA_SUCCESS;
 err:
+    sim_keep_release(fd, h.phys, size, false);     /* a claimed file's name goes */
     close(fd);
     return CUDA_ERROR_OUT_OF_MEMORY;
 }

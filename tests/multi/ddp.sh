@@ -247,6 +247,24 @@ op_all() {
     done
 }
 
+# try_suspend I PID WHAT: try I, `gpuckpt suspend PID` (WHAT, for the
+# message), must succeed within 60 s; sets ms to how long it took.
+try_suspend() {
+    local i=$1 pid=$2 what=$3 t0 rc=0
+    t0=$(date +%s%N)
+    run_fg "try$i" 60 "$GPUCKPT" suspend "$pid" || rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    [ "$rc" -eq 0 ] || fail "try $i: gpuckpt suspend of $what exited $rc after $ms ms: $(cat "$WORK/try$i.out")"
+}
+
+# same_sums FILE N WANT WHAT: FILE has N lines "rank R checksum: X", every X WANT.
+same_sums() {
+    local sums
+    sums=$(sed -n 's/^rank [0-9]* checksum: \([0-9a-f]\{16\}\)$/\1/p' "$1" | sort -u)
+    [ "$(grep -c '^rank [0-9]* checksum' "$1")" -eq "$2" ] && [ "$sums" = "$3" ] ||
+        fail "$4: checksums '$(echo $sums)', want $3"
+}
+
 suspend_all() {
     local n=$1 label=sa$1 ref got c step r
     reference "$n"
@@ -582,11 +600,7 @@ gang-random)
         i=$((i + 1))
         sleep_ms "$(random_ms 20 300)"
         phase "$label: try $i: suspend of the gang through rank 0 (pid ${RANK_PIDS[0]}) after step ~$last"
-        t0=$(date +%s%N)
-        rc=0
-        run_fg "try$i" 60 "$GPUCKPT" suspend "${RANK_PIDS[0]}" || rc=$?
-        ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-        [ "$rc" -eq 0 ] || fail "try $i: gpuckpt suspend of the gang exited $rc after $ms ms: $(cat "$WORK/try$i.out")"
+        try_suspend "$i" "${RANK_PIDS[0]}" "the gang"
         gang_wait suspended 30
         expect_exit 0 "$GPUCKPT" resume "${RANK_PIDS[0]}"
         gang_wait running 30
@@ -715,9 +729,7 @@ threads-random)
     phase "threads: $n ranks as threads of one process, no tcgpu"
     start_bg "$WORK/thr-plain.out" "$DDP" --threads 1 --nranks "$n" --steps "$STEPS" --mb "$MB"
     wait_job "$BG" "$T" || fail "ddp --threads 1 failed: $(tail_of "$WORK/thr-plain.out" 5)"
-    sums=$(sed -n 's/^rank [0-9]* checksum: \([0-9a-f]\{16\}\)$/\1/p' "$WORK/thr-plain.out" | sort -u)
-    [ "$(grep -c '^rank [0-9]* checksum' "$WORK/thr-plain.out")" -eq "$n" ] && [ "$sums" = "$ref" ] ||
-        fail "ddp --threads 1: checksums '$(echo $sums)', ranks in processes $ref"
+    same_sums "$WORK/thr-plain.out" "$n" "$ref" "ddp --threads 1 (want: the ranks in processes')"
     label=thr
     start_bg "$WORK/$label.out" "$GPUCKPT" run -- "$DDP" --threads 1 --nranks "$n" --steps "$STEPS" \
         --mb "$MB" --sleep-ms 1
@@ -729,11 +741,7 @@ threads-random)
         [ "$last" -lt $((STEPS * 8 / 10)) ] || fail "only $((i - 1)) of $tries tries before the job neared its end (raise DDP_STEPS)"
         sleep_ms "$(random_ms 10 200)"
         phase "$label: try $i: suspend of the process (pid $pid) after step ~$last"
-        t0=$(date +%s%N)
-        rc=0
-        run_fg "try$i" 60 "$GPUCKPT" suspend "$pid" || rc=$?
-        ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-        [ "$rc" -eq 0 ] || fail "try $i: gpuckpt suspend exited $rc after $ms ms: $(cat "$WORK/try$i.out")"
+        try_suspend "$i" "$pid" "the process"
         [ "$(status_of "$pid" state)" = suspended ] || fail "try $i: the process is $(status_of "$pid" state), not suspended"
         held=$(device_bytes_of "$pid")
         [ "$held" -le "$SC_HELD_RELEASED" ] || fail "try $i: the suspended process holds $held bytes of device memory"
@@ -742,9 +750,7 @@ threads-random)
         echo "try $i: suspended after step ~$last in $ms ms, resumed"
     done
     wait_job "$pid" "$T" || fail "ddp --threads 1 under tcgpu failed: $(tail_of "$WORK/$label.out" 5)"
-    sums=$(sed -n 's/^rank [0-9]* checksum: \([0-9a-f]\{16\}\)$/\1/p' "$WORK/$label.out" | sort -u)
-    [ "$(grep -c '^rank [0-9]* checksum' "$WORK/$label.out")" -eq "$n" ] && [ "$sums" = "$ref" ] ||
-        fail "after $tries suspends: checksums '$(echo $sums)', uninterrupted $ref"
+    same_sums "$WORK/$label.out" "$n" "$ref" "after $tries suspends (want: uninterrupted)"
     echo "ok: $n ranks as threads of one process (ncclCommInitAll), $tries suspends at random moments, each resumed; checksum $ref = uninterrupted"
     ;;
 cut-lost-rank)
