@@ -390,7 +390,8 @@ static int rank_main(const struct ddp_opts *o, ncclComm_t given)
     uint64_t n = ((uint64_t)o->mb << 20) / sizeof(float);
 
     g_rank = rank;
-    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!given)
+        setvbuf(stdout, NULL, _IOLBF, 0);   /* threads: threads_main did, before any output */
     if (given) {
         comm = given;
     } else if (rank == 0) {

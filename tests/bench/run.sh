@@ -30,7 +30,9 @@
 # next; default BUILD/bench-steps, made with ../shared/bench-data/generate.py
 # when torch is there; BENCH_STEP default 5: early training, whose steps
 # move the weights most), CRIU (default /usr/local/sbin/criu), BENCH_PARTS (default
-# "free codec delta ckpt incr restore refill scale"), BENCH_MAX_LOAD. Parts whose tools are
+# "free codec delta ckpt incr restore refill scale"), BENCH_MAX_LOAD, BENCH_RESTORE_MB
+# (default "256 1024 4096": the restore comparison's sizes besides BENCH_MB),
+# SIMCUDA_DEVICE_KEEP (default 600: the simulated device keeps freed memory). Parts whose tools are
 # missing (no network for pip, not root for CRIU, no torch) say "skipped".
 set -u
 BUILD=$(cd "${1:?usage: run.sh BUILD}" && pwd)
