@@ -391,8 +391,9 @@ if want restore; then
 if is_root; then
     # at the bench's size, and at each of BENCH_RESTORE_MB that fits (the
     # device memory, CRIU's copy of it in a process and the page cache)
-    for s in $MB ${BENCH_RESTORE_MB:-256 1024 4096}; do
-    [ "$s" = "$MB" ] && [ -n "${rs_done:-}" ] && continue
+    restore_sizes=("$MB")
+    for s in ${BENCH_RESTORE_MB:-256 1024 4096}; do [ "$s" = "$MB" ] || restore_sizes+=("$s"); done
+    for s in "${restore_sizes[@]}"; do
     if [ "$(avail_mb)" -le $(( s * 4 + 1024 )) ]; then
         missing "restore: $s MiB does not fit in $(avail_mb) MiB available: skipped"; continue
     fi
@@ -407,7 +408,7 @@ if is_root; then
         row "save/restore $s MiB, rep $rep: $(grep -E '^(save|restore until|gpuckpt restore phases)' <<<"$out" | tr -s ' ' | paste -sd ';')"
     done
     # the bench's size keeps the figures' plain names
-    at=_${s}mib; [ "$s" = "$MB" ] && at= rs_done=1
+    at=_${s}mib; [ "$s" = "$MB" ] && at=
     if [ "${#rs[@]}" -gt 0 ]; then
         fig "restore_time_vs_criu$at" "$(mr "${rs[@]}")" "<=" 1.2
         fig "save_time_vs_criu$at" "$(mr "${sv[@]}")"
