@@ -83,6 +83,8 @@ struct comm {
     int inside;                         /* threads in the library with a counted operation */
     int launching;                      /* counted operations whose call has not returned */
     int released;                       /* its buffers released, until the resumer takes them back */
+    int releasing;                      /* tcgpu's release of it under way: the program's own
+                                           suspend and resume wait (program_may_enter) */
     int program_released;               /* the program's own ncclCommSuspend(NCCL_SUSPEND_MEM) */
     uint64_t splits;                    /* ncclCommSplit calls on it so far */
     bool all_here;                      /* ncclCommInitAll's: every rank is this process's */
@@ -867,12 +869,15 @@ void ncclcut_set_lib(const struct ncclcut_lib *l)
 }
 
 /* Waits (until end) for this process's threads to come out of the library
- * on c: the library must not be entered twice on one communicator. */
+ * on c: the library must not be entered twice on one communicator. With
+ * c->releasing set first: the program's own suspend stays out from then
+ * on (program_may_enter; the two sequentially consistent pairs of a store
+ * and a load let at least one side see the other). */
 static bool library_left(const struct comm *c, uint64_t end)
 {
     unsigned us = 50;
 
-    while (__atomic_load_n(&c->inside, __ATOMIC_ACQUIRE)) {
+    while (__atomic_load_n(&c->inside, __ATOMIC_SEQ_CST)) {
         if (now_ns() > end)
             return false;
         sleep_backoff(&us);
@@ -943,11 +948,32 @@ static bool agree(struct comm *c, uint64_t end)
     return decided == 1;
 }
 
+/* Says no to c's round without waiting for it (lock taken here): peers
+ * withdraw at once (peer_says_no), and this rank votes again once it runs
+ * (set_hold). */
+static void say_no(struct comm *c)
+{
+    seg_lock(c);
+    slots(c)[c->rank].mem_vote = VOTE_NO;
+    seg_unlock(c);
+}
+
+/* Whether one of the n communicators v is still released: the resumer has
+ * not taken it back yet. */
+static bool resumer_behind(struct comm *const *v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (__atomic_load_n(&v[i]->released, __ATOMIC_ACQUIRE))
+            return true;
+    return false;
+}
+
 void ncclcut_release_memory(unsigned wait_ms)
 {
     uint64_t end = now_ns() + (uint64_t)wait_ms * 1000000u;
     unsigned n, released = 0, kept = 0;
     struct comm **v;
+    bool behind;
 
     if (!lib.suspend_mem || settings_get()->nccl_release < 0)
         return;
@@ -957,12 +983,27 @@ void ncclcut_release_memory(unsigned wait_ms)
         return;
     pthread_rwlock_rdlock(&table_lock);
     v = mine(&n);
+    /*
+     * Nothing more is released while the resumer still owes an
+     * ncclCommResume from before (a suspend came before it was done, or it
+     * waits in one for a peer). Every rank's resumer takes its
+     * communicators back oldest first, each a barrier of that
+     * communicator's ranks; if this rank released c now, a peer whose
+     * resumer is done would go into c's barrier first and wait there for
+     * this rank, while this rank's resumer waits in the older one's
+     * barrier for that peer: neither would ever come (seen with split
+     * communicators). Kept instead, every rank's resumer owes the same
+     * communicators in the same order, and the ones it waits for only
+     * ever wait on older ones.
+     */
+    behind = resumer_behind(v, n);
     /* in the order the communicators were made (the table is newest
      * first): every rank votes on its communicators in the same order */
     for (unsigned i = n; i-- > 0;) {
         struct comm *c = v[i];
         int rc;
-        if (__atomic_load_n(&c->released, __ATOMIC_ACQUIRE) || c->program_released)
+        if (__atomic_load_n(&c->released, __ATOMIC_ACQUIRE) ||
+            __atomic_load_n(&c->program_released, __ATOMIC_ACQUIRE))
             continue;                   /* still released from before, or by the program */
         if (c->all_here) {
             /* its ranks' ncclCommSuspend are one barrier, which one thread
@@ -970,25 +1011,39 @@ void ncclcut_release_memory(unsigned wait_ms)
             kept++;
             continue;
         }
-        if (!library_left(c, end) || !agree(c, end)) {
+        if (behind) {
+            say_no(c);
             kept++;
             continue;
         }
-        if ((rc = lib.suspend_mem(c->comm)) != 0) {
+        /* The program's own ncclCommSuspend/Resume is no operation the
+         * hold stops: one entering the library now would be counted in the
+         * library's barrier beside the ranks' ncclCommSuspend below, which
+         * would then let some ranks go and keep the others in it for ever. */
+        __atomic_store_n(&c->releasing, 1, __ATOMIC_SEQ_CST);
+        if (!library_left(c, end) || __atomic_load_n(&c->program_released, __ATOMIC_ACQUIRE)) {
+            /* still in the library, or its own suspend ended while this
+             * waited for it to leave: no vote, and peers need not wait */
+            say_no(c);
+            kept += !__atomic_load_n(&c->program_released, __ATOMIC_ACQUIRE);
+        } else if (!agree(c, end)) {
+            kept++;
+        } else if ((rc = lib.suspend_mem(c->comm)) != 0) {
             log_warn("NCCL communicator %016llx (rank %d): ncclCommSuspend failed (%d): its buffers "
                      "are carried with the rest", (unsigned long long)c->seg->id_hash, c->rank, rc);
             kept++;
-            continue;
+        } else {
+            __atomic_store_n(&c->released, 1, __ATOMIC_RELEASE);
+            released++;
         }
-        __atomic_store_n(&c->released, 1, __ATOMIC_RELEASE);
-        released++;
+        __atomic_store_n(&c->releasing, 0, __ATOMIC_RELEASE);
     }
     pthread_rwlock_unlock(&table_lock);
     free(v);
     if (released || kept)
         log_info("NCCL: %u communicator(s) released with ncclCommSuspend, %u carried%s", released, kept,
-                 kept ? " (not every rank of it suspends now, some are on other machines, or all are in "
-                        "this process: ncclCommInitAll)" : "");
+                 kept ? " (not every rank of it suspends now, some are on other machines, all are in "
+                        "this process (ncclCommInitAll), or one is still being taken back from before)" : "");
 }
 
 /* The first communicator of this process still released, in the order they
@@ -1103,14 +1158,30 @@ static struct comm *program_comm(const void *comm)
     return c;
 }
 
+/* Counts the program's thread into the library on c, once tcgpu neither
+ * releases c nor has it released (library_left's other side). */
+static void program_may_enter(struct comm *c)
+{
+    unsigned us = 50;
+
+    for (;;) {
+        wait_resumed(c);
+        __atomic_add_fetch(&c->inside, 1, __ATOMIC_SEQ_CST);
+        if (!__atomic_load_n(&c->releasing, __ATOMIC_SEQ_CST) &&
+            !__atomic_load_n(&c->released, __ATOMIC_ACQUIRE))
+            return;
+        __atomic_sub_fetch(&c->inside, 1, __ATOMIC_ACQ_REL);
+        while (__atomic_load_n(&c->releasing, __ATOMIC_ACQUIRE))
+            sleep_backoff(&us);
+    }
+}
+
 void ncclcut_program_suspend_begin(const void *comm)
 {
     struct comm *c = program_comm(comm);
 
-    if (!c)
-        return;
-    wait_resumed(c);
-    __atomic_add_fetch(&c->inside, 1, __ATOMIC_ACQ_REL);
+    if (c)
+        program_may_enter(c);
 }
 
 void ncclcut_program_suspend_end(const void *comm, int released)
@@ -1120,6 +1191,6 @@ void ncclcut_program_suspend_end(const void *comm, int released)
     if (!c)
         return;
     if (released >= 0)
-        c->program_released = released;
+        __atomic_store_n(&c->program_released, released, __ATOMIC_RELEASE);
     __atomic_sub_fetch(&c->inside, 1, __ATOMIC_ACQ_REL);
 }

@@ -61,8 +61,7 @@
 #                                back both communicators' memory themselves
 #                                every 7 steps: the cut counts the halves
 #                                too (with TCGPU_NCCL_RELEASE=1, gang
-#                                suspends release both; ddp-gang-random-release
-#                                runs without --own-suspend: an open bug).
+#                                suspends release both: ddp-gang-random-release).
 #   ddp.sh gang-preempt          2 ranks of one tcgpud gang at priority 10,
 #                                64 MiB of weights each; a priority-100 job
 #                                needs GPU 0's memory mid-run: tcgpud
