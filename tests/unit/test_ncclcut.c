@@ -24,7 +24,6 @@
  *                    suspend of ddp-gang-random-release that never answered).
  */
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
