@@ -32,6 +32,7 @@
 # move the weights most), CRIU (default /usr/local/sbin/criu), BENCH_PARTS (default
 # "free codec delta ckpt incr restore refill scale"), BENCH_MAX_LOAD, BENCH_RESTORE_MB
 # (default "256 1024 4096": the restore comparison's sizes besides BENCH_MB),
+# BENCH_FREE_MB (default "256 1024 4096": the same for the time to free),
 # SIMCUDA_DEVICE_KEEP (default 600: the simulated device keeps freed memory). Parts whose tools are
 # missing (no network for pip, not root for CRIU, no torch) say "skipped".
 set -u
@@ -69,7 +70,8 @@ mkdir -p -m 0700 "$TCGPU_RUN_DIR"
 . "$SRC/tests/common/lib.sh"        # start_bg, kill_bg, wait_line, json_field
 cleanup() {
     kill_bg
-    rm -f "/dev/shm$SIMCUDA_SHM" "/dev/shm$SIMCUDA_SHM".keep.* /dev/shm/tcgpu-bench-scale-$$-*
+    rm -f "/dev/shm$SIMCUDA_SHM" "/dev/shm$SIMCUDA_SHM".keep.* /dev/shm/tcgpu-bench-scale-$$-* \
+        /dev/shm/tcgpu-bench-free-$$-*
     rm -rf "$W"
 }
 trap cleanup EXIT
@@ -179,15 +181,34 @@ export SIMCUDA_DEVICE_MEM=$(( MB * 3 + 1024 ))M
 
 # --- 1. time to free ------------------------------------------------------------------
 if want free; then
-say "time to free ($MB MiB)"
-while read -r name value; do
-    case "$name" in
-        free_first_vs_memcpy_fresh_*) fig "$name" "$value" "<=" 1.0 ;;
-        free_again_vs_memcpy_warm_*) fig "$name" "$value" "<=" 1.3 ;;
-        free_*) fig "$name" "$value" ;;
-        free) row "$name $value" ;;
-    esac
-done < <("$BE" free "$MB" 2>&1 | sed 's/^free \(mix\|random\) /free \1: /')
+# at the bench's size, and at each of BENCH_FREE_MB that fits (the device
+# memory, the program's buffer, the kept store and one store more)
+free_sizes=("$MB")
+for s in ${BENCH_FREE_MB:-256 1024 4096}; do [ "$s" = "$MB" ] || free_sizes+=("$s"); done
+for s in "${free_sizes[@]}"; do
+    if [ "$(avail_mb)" -le $(( s * 4 + 1536 )) ]; then
+        missing "free: $s MiB does not fit in $(avail_mb) MiB available: skipped"; continue
+    fi
+    say "time to free ($s MiB)"
+    # a simulated machine of its own, sized for it (a machine keeps the size
+    # it was made with), gone after with what its device kept
+    fm=/tcgpu-bench-free-$$-$s
+    SIMCUDA_SHM=$fm SIMCUDA_DEVICE_MEM=$(( s * 2 + 1024 ))M "$BE" free "$s" >"$W/free.out" 2>&1
+    rc=$?
+    rm -f "/dev/shm$fm" "/dev/shm$fm".keep.*
+    if [ "$rc" -ne 0 ]; then
+        missing "free: $s MiB failed: $(tail -n 2 "$W/free.out" | tr '\n' ' ')"; continue
+    fi
+    at=_${s}mib; [ "$s" = "$MB" ] && at=    # the bench's size keeps the plain names
+    while read -r name value; do
+        case "$name" in
+            free_first_vs_memcpy_fresh_*) fig "$name$at" "$value" "<=" 1.0 ;;
+            free_again_vs_memcpy_warm_*) fig "$name$at" "$value" "<=" 1.3 ;;
+            free_*) fig "$name$at" "$value" ;;
+            free) row "$name $value" ;;
+        esac
+    done < <(sed 's/^free \(mix\|random\) /free \1: /' "$W/free.out")
+done
 fi
 
 # --- 2. codec -----------------------------------------------------------------------------
@@ -521,7 +542,7 @@ read -r REST KERNEL STEAL < <(awk -v b0="$BUSY0" -v b1="$BUSY1" -v s0="$STEAL0" 
              printf "%.2f %.2f %.2f\n", r, k / w, (s1 - s0) / hz / w }')
 COMMIT=$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$SRC" diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT+changes"
-META=("command: ${BENCH_PARTS:+BENCH_PARTS=\"$BENCH_PARTS\" }BENCH_MB=$MB BENCH_REPS=$REPS tests/bench/run.sh BUILD (a release build), commit $COMMIT, $(date -u '+%Y-%m-%d %H:%M UTC')"
+META=("command: ${BENCH_PARTS:+BENCH_PARTS=\"$BENCH_PARTS\" }${BENCH_FREE_MB+BENCH_FREE_MB=\"$BENCH_FREE_MB\" }${BENCH_RESTORE_MB+BENCH_RESTORE_MB=\"$BENCH_RESTORE_MB\" }BENCH_MB=$MB BENCH_REPS=$REPS tests/bench/run.sh BUILD (a release build), commit $COMMIT, $(date -u '+%Y-%m-%d %H:%M UTC')"
       "host: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/^MemTotal:/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), Linux $(uname -r); simcuda"
       "load: $LOAD_BEFORE CPUs busy in the 5 s before the run (load average $LOADAVG_BEFORE); the rest of the machine used $REST CPUs during it, the kernel's threads $KERNEL, steal $STEAL")
 echo
