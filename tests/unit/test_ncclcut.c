@@ -41,8 +41,8 @@
 
 #define RANKS 2
 #define COMMS 2                         /* X (made first), Y */
-#define BARRIER_MS 3000                 /* a barrier that waits longer is stuck */
-#define STEP_MS 5000                    /* the bound of every wait of the test */
+#define BARRIER_MS 10000                /* a barrier that waits longer is stuck */
+#define STEP_MS 15000                   /* the bound of every wait of the test */
 
 enum { X, Y };
 
@@ -189,7 +189,7 @@ static int resumer_behind_rank(int rank)
     /* 1. a gang suspend releases both */
     if (!both_at(1) || ncclcut_hold(STEP_MS) != 0)
         return 10;
-    ncclcut_release_memory(1000);
+    ncclcut_release_memory(3000);       /* both vote at once; 3 s for a loaded machine */
     if (atomic_load(&sh->suspends[rank][X]) != 1 || atomic_load(&sh->suspends[rank][Y]) != 1)
         return 11;
 
@@ -238,7 +238,7 @@ static void *rank0_tcgpu(void *unused)
 {
     (void)unused;
     atomic_store(&tcgpu_started, true);
-    ncclcut_release_memory(2000);
+    ncclcut_release_memory(3000);
     if (both_at(2))
         ncclcut_release();
     return NULL;
@@ -262,7 +262,7 @@ static int program_suspend_rank(int rank)
         pthread_join(t, NULL);
     } else {
         sleep_ms(600);
-        ncclcut_release_memory(2000);
+        ncclcut_release_memory(3000);
         if (!both_at(2))
             return 20;
         ncclcut_release();
@@ -290,7 +290,7 @@ static int run_ranks(int (*script)(int rank))
         pid[r] = fork();
         REQUIRE(pid[r] >= 0);
         if (pid[r] == 0) {
-            alarm(60);                  /* a stuck rank does not outlive the test */
+            alarm(100);                 /* a stuck rank does not outlive the test */
             _exit(script(r));
         }
     }
