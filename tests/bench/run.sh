@@ -167,6 +167,14 @@ rng() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END 
 mr() { echo "$(med "$@") $(rng "$@")"; }     # "median [min-max]"
 is_root() { [ "$(id -u)" = 0 ] && [ -x "$CRIU" ]; }
 avail_mb() { awk '$1 == "MemAvailable:" { print int($2 / 1024) }' /proc/meminfo; }
+# The bench's size, then each of the given sizes that differs from it.
+with_bench_size() { local s; echo "$MB"; for s in "$@"; do [ "$s" = "$MB" ] || echo "$s"; done; }
+# Whether NEED MiB are available for PART at SIZE; if not, it is said (skipped).
+fits() { # part size need
+    [ "$(avail_mb)" -gt "$3" ] && return 0
+    missing "$1: $2 MiB does not fit in $(avail_mb) MiB available: skipped"
+    return 1
+}
 # CPU seconds (user + system) a process has used so far, all its threads.
 cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
 # CPU seconds simcuda's stream threads spent on a process's copies and
@@ -183,12 +191,8 @@ export SIMCUDA_DEVICE_MEM=$(( MB * 3 + 1024 ))M
 if want free; then
 # at the bench's size, and at each of BENCH_FREE_MB that fits (the device
 # memory, the program's buffer, the kept store and one store more)
-free_sizes=("$MB")
-for s in ${BENCH_FREE_MB:-256 1024 4096}; do [ "$s" = "$MB" ] || free_sizes+=("$s"); done
-for s in "${free_sizes[@]}"; do
-    if [ "$(avail_mb)" -le $(( s * 4 + 1536 )) ]; then
-        missing "free: $s MiB does not fit in $(avail_mb) MiB available: skipped"; continue
-    fi
+for s in $(with_bench_size ${BENCH_FREE_MB:-256 1024 4096}); do
+    fits free "$s" $(( s * 4 + 1536 )) || continue
     say "time to free ($s MiB)"
     # a simulated machine of its own, sized for it (a machine keeps the size
     # it was made with), gone after with what its device kept
@@ -412,12 +416,8 @@ if want restore; then
 if is_root; then
     # at the bench's size, and at each of BENCH_RESTORE_MB that fits (the
     # device memory, CRIU's copy of it in a process and the page cache)
-    restore_sizes=("$MB")
-    for s in ${BENCH_RESTORE_MB:-256 1024 4096}; do [ "$s" = "$MB" ] || restore_sizes+=("$s"); done
-    for s in "${restore_sizes[@]}"; do
-    if [ "$(avail_mb)" -le $(( s * 4 + 1024 )) ]; then
-        missing "restore: $s MiB does not fit in $(avail_mb) MiB available: skipped"; continue
-    fi
+    for s in $(with_bench_size ${BENCH_RESTORE_MB:-256 1024 4096}); do
+    fits restore "$s" $(( s * 4 + 1024 )) || continue
     say "gpuckpt restore vs criu restore ($s MiB)"
     rs=() sv=() sz=()
     for rep in $(seq "$REPS"); do
@@ -460,7 +460,7 @@ say "scale"
 sizes=()
 for s in ${BENCH_SCALE_MB:-256 1024 4096 8192}; do
     # the job's device memory, its host copy and the image's page cache
-    if [ "$(avail_mb)" -gt $(( s * 5 / 2 + 1024 )) ]; then sizes+=("$s"); else missing "scale: $s MiB does not fit in $(avail_mb) MiB available: skipped"; fi
+    fits scale "$s" $(( s * 5 / 2 + 1024 )) && sizes+=("$s")
 done
 row "$(printf '%-10s %12s %12s %12s %12s %12s %12s   (s per GiB: free = a later suspend, into the store an earlier one left; free_first = a first suspend; resume; checkpoint; restore = resume from an image; fresh = the machine writing that much new memory, before the job starts)' size free free_first resume checkpoint restore fresh)"
 declare -A T
