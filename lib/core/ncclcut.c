@@ -973,7 +973,7 @@ void ncclcut_release_memory(unsigned wait_ms)
     uint64_t end = now_ns() + (uint64_t)wait_ms * 1000000u;
     unsigned n, released = 0, kept = 0;
     struct comm **v;
-    bool behind;
+    bool behind, own;
 
     if (!lib.suspend_mem || settings_get()->nccl_release < 0)
         return;
@@ -1021,11 +1021,12 @@ void ncclcut_release_memory(unsigned wait_ms)
          * library's barrier beside the ranks' ncclCommSuspend below, which
          * would then let some ranks go and keep the others in it for ever. */
         __atomic_store_n(&c->releasing, 1, __ATOMIC_SEQ_CST);
-        if (!library_left(c, end) || __atomic_load_n(&c->program_released, __ATOMIC_ACQUIRE)) {
+        own = false;
+        if (!library_left(c, end) || (own = __atomic_load_n(&c->program_released, __ATOMIC_ACQUIRE))) {
             /* still in the library, or its own suspend ended while this
-             * waited for it to leave: no vote, and peers need not wait */
+             * waited for it to leave (not carried then: the program's) */
             say_no(c);
-            kept += !__atomic_load_n(&c->program_released, __ATOMIC_ACQUIRE);
+            kept += !own;
         } else if (!agree(c, end)) {
             kept++;
         } else if ((rc = lib.suspend_mem(c->comm)) != 0) {

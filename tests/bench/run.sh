@@ -167,6 +167,8 @@ rng() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END 
 mr() { echo "$(med "$@") $(rng "$@")"; }     # "median [min-max]"
 is_root() { [ "$(id -u)" = 0 ] && [ -x "$CRIU" ]; }
 avail_mb() { awk '$1 == "MemAvailable:" { print int($2 / 1024) }' /proc/meminfo; }
+# The suffix of a size's figure names: none for the bench's size.
+size_suffix() { [ "$1" = "$MB" ] || echo "_${1}mib"; }
 # The bench's size, then each of the given sizes that differs from it.
 with_bench_size() { local s; echo "$MB"; for s in "$@"; do [ "$s" = "$MB" ] || echo "$s"; done; }
 # Whether NEED MiB are available for PART at SIZE; if not, it is said (skipped).
@@ -203,7 +205,7 @@ for s in $(with_bench_size ${BENCH_FREE_MB:-256 1024 4096}); do
     if [ "$rc" -ne 0 ]; then
         missing "free: $s MiB failed: $(tail -n 2 "$W/free.out" | tr '\n' ' ')"; continue
     fi
-    at=_${s}mib; [ "$s" = "$MB" ] && at=    # the bench's size keeps the plain names
+    at=$(size_suffix "$s")
     while read -r name value; do
         case "$name" in
             free_first_vs_memcpy_fresh_*) fig "$name$at" "$value" "<=" 1.0 ;;
@@ -428,8 +430,7 @@ if is_root; then
         sz+=("$(sed -n 's/^size_ratio //p' <<<"$out")")
         row "save/restore $s MiB, rep $rep: $(grep -E '^(save|restore until|gpuckpt restore phases)' <<<"$out" | tr -s ' ' | paste -sd ';')"
     done
-    # the bench's size keeps the figures' plain names
-    at=_${s}mib; [ "$s" = "$MB" ] && at=
+    at=$(size_suffix "$s")
     if [ "${#rs[@]}" -gt 0 ]; then
         fig "restore_time_vs_criu$at" "$(mr "${rs[@]}")" "<=" 1.2
         fig "save_time_vs_criu$at" "$(mr "${sv[@]}")"
