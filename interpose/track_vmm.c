@@ -3,16 +3,26 @@
  * segments, custom allocators), recorded so that suspend can release its
  * physical memory and resume can map new memory at the same addresses.
  *
- * The program never holds a real CUmemGenericAllocationHandle: it gets the
- * registry's handle (struct tc_phys id), which stays valid while the real
- * handle behind it is released and re-created. Address reservations need no
- * tracking: they survive a suspend untouched.
+ * The program never holds a real handle of an allocation it created: it gets
+ * the registry's handle (struct tc_phys id), which stays valid while the real
+ * handle behind it is released and re-created, and every call that takes one
+ * is given the real one here. Handles the driver gave the program through a
+ * call tcgpu does not track (cuMemImportFromShareableHandle,
+ * cuMulticastCreate) are the driver's and pass through: those calls note
+ * state a checkpoint cannot carry (unsupported.list), so a suspend never
+ * meets them. Address reservations need no tracking: they survive a suspend
+ * untouched.
  */
+#include <stdlib.h>
+#include <string.h>
 #include <cuda.h>
 
 #include "driver/driver.h"
 #include "driver/gate.h"
+#include "driver/unsupported.h"
 #include "core/registry.h"
+
+CUresult CUDAAPI cuMemMapArrayAsync_ptsz(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream);
 
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags)
@@ -56,7 +66,9 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
     TCGPU_GATE_ENTER("cuMemRelease");
     reg_lock();
     p = reg_phys_find(handle);
-    if (!p || p->owner != TC_OWNER_USER || p->refs == 0) {
+    if (!p && !reg_phys_is_ours(handle)) {
+        rc = TCGPU_REAL(cuMemRelease)(handle);
+    } else if (!p || p->owner != TC_OWNER_USER || p->refs == 0) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
         p->refs--;
@@ -76,7 +88,9 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     TCGPU_GATE_ENTER("cuMemMap");
     reg_lock();
     p = reg_phys_find(handle);
-    if (!p || p->owner != TC_OWNER_USER) {
+    if (!p && !reg_phys_is_ours(handle)) {
+        rc = TCGPU_REAL(cuMemMap)(ptr, size, offset, handle, flags);
+    } else if (!p || p->owner != TC_OWNER_USER) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
         rc = TCGPU_REAL(cuMemMap)(ptr, size, offset, p->real, flags);
@@ -173,11 +187,125 @@ CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *pro
     TCGPU_GATE_ENTER("cuMemGetAllocationPropertiesFromHandle");
     reg_lock();
     p = reg_phys_find(handle);
-    if (!p || !prop)
+    if (!p && !reg_phys_is_ours(handle))
+        rc = TCGPU_REAL(cuMemGetAllocationPropertiesFromHandle)(prop, handle);
+    else if (!p || !prop)
         rc = CUDA_ERROR_INVALID_VALUE;
     else
         *prop = p->prop;
     reg_unlock();
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/*
+ * The real handle behind a handle the program holds: ours translated (0 when
+ * it is not a live one of the program's), the driver's as it is. Lock held.
+ */
+static CUmemGenericAllocationHandle real_handle(CUmemGenericAllocationHandle handle)
+{
+    struct tc_phys *p;
+
+    if (!reg_phys_is_ours(handle))
+        return handle;
+    p = reg_phys_find(handle);
+    return p && p->owner == TC_OWNER_USER ? p->real : 0;
+}
+
+/* The driver exports the real allocation (NCCL's cuMem path, PyTorch's
+ * expandable segments shared with another process). Another process then
+ * maps memory a suspend would release under it: noted, as before. */
+CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType,
+                                              unsigned long long flags)
+{
+    CUmemGenericAllocationHandle real;
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuMemExportToShareableHandle");
+    reg_lock();
+    real = real_handle(handle);
+    rc = real ? TCGPU_REAL(cuMemExportToShareableHandle)(shareableHandle, real, handleType, flags)
+              : CUDA_ERROR_INVALID_VALUE;
+    reg_unlock();
+    if (rc == CUDA_SUCCESS)
+        tcgpu_note_unsupported("cuMemExportToShareableHandle",
+                               "memory exported as a shareable handle cannot be checkpointed");
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/* Binding an allocation of the program's to a multicast object (NVLS). */
+CUresult CUDAAPI cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset,
+                                    CUmemGenericAllocationHandle memHandle, size_t memOffset,
+                                    size_t size, unsigned long long flags)
+{
+    CUmemGenericAllocationHandle real;
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuMulticastBindMem");
+    reg_lock();
+    real = real_handle(memHandle);
+    rc = real ? TCGPU_REAL(cuMulticastBindMem)(mcHandle, mcOffset, real, memOffset, size, flags)
+              : CUDA_ERROR_INVALID_VALUE;
+    reg_unlock();
+    if (rc == CUDA_SUCCESS)
+        tcgpu_note_unsupported("cuMulticastBindMem", "multicast bindings cannot be checkpointed");
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/*
+ * Sparse arrays mapped onto the program's allocations: the list goes to the
+ * driver with real handles (a copy: the program's list is its own). Arrays
+ * are noted where they are created, so nothing here is carried.
+ */
+static CUresult map_array(CUarrayMapInfo *list, unsigned count, CUstream stream, int ptsz)
+{
+    CUarrayMapInfo *real_list = NULL;
+    CUresult rc = CUDA_SUCCESS;
+
+    if (list && count) {
+        real_list = malloc((size_t)count * sizeof(*real_list));
+        if (!real_list)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        memcpy(real_list, list, (size_t)count * sizeof(*real_list));
+        reg_lock();
+        for (unsigned i = 0; i < count && rc == CUDA_SUCCESS; i++) {
+            CUmemGenericAllocationHandle *h = &real_list[i].memHandle.memHandle;
+
+            if (real_list[i].memOperationType != CU_MEM_OPERATION_TYPE_MAP ||
+                real_list[i].memHandleType != CU_MEM_HANDLE_TYPE_GENERIC)
+                continue;
+            *h = real_handle(*h);
+            if (!*h)
+                rc = CUDA_ERROR_INVALID_VALUE;
+        }
+        reg_unlock();
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = ptsz ? TCGPU_REAL_ABI(cuMemMapArrayAsync_ptsz)(real_list ? real_list : list, count, stream)
+                  : TCGPU_REAL_ABI(cuMemMapArrayAsync)(real_list ? real_list : list, count, stream);
+    free(real_list);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
+{
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuMemMapArrayAsync");
+    rc = map_array(mapInfoList, count, hStream, 0);
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+CUresult CUDAAPI cuMemMapArrayAsync_ptsz(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
+{
+    CUresult rc;
+
+    TCGPU_GATE_ENTER("cuMemMapArrayAsync_ptsz");
+    rc = map_array(mapInfoList, count, hStream, 1);
     TCGPU_GATE_LEAVE();
     return rc;
 }

@@ -162,7 +162,7 @@ static CUresult migrate(struct sim_shm_proc *p)
     const char *name;
     int phys[SIM_MAX_DEVICES];
     uint64_t parked[SIM_MAX_DEVICES] = { 0 };
-    char moving_to[64];
+    char moving_to[NAME_MAX + 1];
 
     snprintf(moving_to, sizeof(moving_to), "%s", p->move_to);
     if (sim_shm_open_name(moving_to, &to, &name))

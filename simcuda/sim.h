@@ -40,6 +40,7 @@
 #endif
 #include <cuda.h>
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -137,7 +138,7 @@ struct sim_shm_proc {
     int32_t _pad2;
     /* Restore onto another simulated machine (a restore on another node):
      * its shm name, and the GPUs remapped (old UUID -> new UUID). */
-    char move_to[64];
+    char move_to[NAME_MAX + 1];
     int32_t npairs;
     int32_t _pad3;
     uint8_t pairs[SIM_MAX_DEVICES][2][16];

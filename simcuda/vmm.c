@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +48,7 @@ struct sim_phys {
 #define FD_MAGIC "simVMMf1"
 struct fd_header {
     char magic[8];
-    char machine[64];        /* SIMCUDA_SHM of the machine it was made on */
+    char machine[NAME_MAX + 1];   /* SIMCUDA_SHM of the machine it was made on, whole */
     int32_t phys;            /* physical device */
     int32_t _pad;
     uint64_t size;

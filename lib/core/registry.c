@@ -19,6 +19,7 @@ static uint64_t next_phys_id = 1;
 
 /* Program-visible handles look like this, which helps when reading dumps. */
 #define TC_HANDLE_TAG 0x7c60000000000000ull
+#define TC_HANDLE_TAG_MASK 0xffff000000000000ull
 
 void reg_lock(void)
 {
@@ -61,6 +62,11 @@ struct tc_phys *reg_phys_find(uint64_t id)
         if (p->id == id)
             return p;
     return NULL;
+}
+
+int reg_phys_is_ours(uint64_t handle)
+{
+    return (handle & TC_HANDLE_TAG_MASK) == TC_HANDLE_TAG;
 }
 
 void reg_phys_remove(struct tc_phys *p)

@@ -94,6 +94,10 @@ struct tc_phys *reg_phys_add(CUmemGenericAllocationHandle real, size_t size,
                              enum tc_owner owner);
 /* The physical allocation with the program-visible handle `id`, or NULL. */
 struct tc_phys *reg_phys_find(uint64_t id);
+/* Whether `handle` has the form of ours (live or not). Any other handle is
+ * the driver's, given to the program by a call tcgpu does not track (an
+ * import from a shareable handle, a multicast object): it passes through. */
+int reg_phys_is_ours(uint64_t handle);
 /* Forgets `p` (no mappings, no references left). Does not call the driver. */
 void reg_phys_remove(struct tc_phys *p);
 

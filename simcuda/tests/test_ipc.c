@@ -798,6 +798,12 @@ int main(int argc, char **argv)
     test_fd_handles();
     test_fd_importer_dies();
     test_fd_in_flight();
+    if (argc == 2 && !strcmp(argv[1], "--fd-only")) {
+        /* under libtcgpu.so (tests/sim): the legacy part counts simcuda's
+         * own charges, which tcgpu's 2 MiB segments change */
+        printf("ipc: ok (POSIX file-descriptor handles only)\n");
+        return 0;
+    }
     test_legacy();
     test_peer(ctx);
     test_events();

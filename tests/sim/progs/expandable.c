@@ -3,7 +3,7 @@
  * doing a little deterministic work, for suspends at the awkward moments.
  *
  *   expandable KERNELS.so [--steps N] [--seed S] [--think-ms MS]
- *              [--pause no-access|unmapped|created --go FILE]
+ *              [--pause no-access|unmapped|created --go FILE] [--export 1]
  *
  * What it does, as PyTorch's expandable segments (and page pools such as
  * kvcached) do:
@@ -29,6 +29,12 @@
  *
  * Prints "checksum: HEX" of both accumulators and every parked page's bytes
  * at the end: the same with or without any suspend, resume or checkpoint.
+ *
+ * --export 1 also shares a page as NCCL's cuMem path does: created with
+ * POSIX file-descriptor handles, exported, imported again from the
+ * descriptor and mapped at a second address, where its bytes must show
+ * (prints "exported"). No tool can carry that across a suspend, so tcgpu
+ * must refuse every one, naming the export, and the job runs on.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -369,6 +375,43 @@ static void setup(const char *kernels)
     cu(cuMemsetD32(g.acc2, 2, ACC_WORDS), "cuMemsetD32");
 }
 
+/* --export: one page shared with ourselves through a descriptor. */
+static void export_page(void)
+{
+    CUmemAllocationProp prop = g.prop;
+    CUmemGenericAllocationHandle h, imported;
+    CUdeviceptr va, alias;
+    uint32_t seen[4];
+    int fd = -1;
+
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    cu(cuMemCreate(&h, PAGE, &prop, 0), "cuMemCreate (exportable)");
+    cu(cuMemAddressReserve(&va, 2 * (size_t)PAGE, 0, 0, 0), "cuMemAddressReserve");
+    cu(cuMemMap(va, PAGE, 0, h, 0), "cuMemMap");
+    cu(cuMemSetAccess(va, PAGE, &g.access, 1), "cuMemSetAccess");
+    cu(cuMemsetD32(va, 0x5eed0001, PAGE / 4), "cuMemsetD32");
+    cu(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+       "cuMemExportToShareableHandle");
+    cu(cuMemImportFromShareableHandle(&imported, (void *)(intptr_t)fd,
+                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+       "cuMemImportFromShareableHandle");
+    close(fd);
+    alias = va + PAGE;
+    cu(cuMemMap(alias, PAGE, 0, imported, 0), "cuMemMap (imported)");
+    cu(cuMemSetAccess(alias, PAGE, &g.access, 1), "cuMemSetAccess (imported)");
+    cu(cuMemcpyDtoH(seen, alias + PAGE - sizeof(seen), sizeof(seen)), "cuMemcpyDtoH");
+    for (unsigned i = 0; i < 4; i++) {
+        if (seen[i] != 0x5eed0001) {
+            fprintf(stderr, "the imported page shows %08x, not the exporter's bytes\n", seen[i]);
+            exit(1);
+        }
+    }
+    cu(cuMemRelease(imported), "cuMemRelease (imported)");
+    cu(cuMemRelease(h), "cuMemRelease");
+    printf("exported\n");
+    fflush(stdout);
+}
+
 static uint64_t checksum(void)
 {
     uint32_t *h = malloc(ACC_WORDS * 4);
@@ -390,10 +433,11 @@ static uint64_t checksum(void)
 int main(int argc, char **argv)
 {
     unsigned steps = 120;
+    int export = 0;
 
     if (argc < 2) {
         fprintf(stderr, "usage: expandable KERNELS.so [--steps N] [--seed S] [--think-ms MS] "
-                        "[--pause STATE --go FILE]\n");
+                        "[--pause STATE --go FILE] [--export 1]\n");
         return 2;
     }
     g.rng = 88172645463325252ull;
@@ -408,12 +452,16 @@ int main(int argc, char **argv)
             g.pause = argv[i + 1];
         else if (!strcmp(argv[i], "--go"))
             g.go = argv[i + 1];
+        else if (!strcmp(argv[i], "--export"))
+            export = atoi(argv[i + 1]);
     }
     if (g.pause && !g.go) {
         fprintf(stderr, "--pause needs --go FILE\n");
         return 2;
     }
     setup(argv[1]);
+    if (export)
+        export_page();
     for (unsigned step = 1; step <= steps; step++) {
         g.step = step;
         step_tensor(step);
