@@ -6,23 +6,34 @@
  * The program never holds a real handle of an allocation it created: it gets
  * the registry's handle (struct tc_phys id), which stays valid while the real
  * handle behind it is released and re-created, and every call that takes one
- * is given the real one here. Handles the driver gave the program through a
- * call tcgpu does not track (cuMemImportFromShareableHandle,
- * cuMulticastCreate) are the driver's and pass through: those calls note
- * state a checkpoint cannot carry (unsupported.list), so a suspend never
- * meets them. Address reservations need no tracking: they survive a suspend
- * untouched.
+ * is given the real one here.
+ *
+ * Shareable handles (POSIX descriptors) of those allocations are carried
+ * like CUDA IPC (lib/core/ipcmem.h): the exporter gets a descriptor of
+ * tcgpu's, and an importer under tcgpu a handle of the registry's
+ * (TC_OWNER_IMPORTED) that a suspend releases and a resume imports and maps
+ * again. Handles the driver gave the program through calls tcgpu does not
+ * carry (a descriptor of the driver's imported, cuMulticastCreate) are the
+ * driver's and pass through: those calls note state a checkpoint cannot
+ * carry (unsupported.list), so a suspend never meets them. Address
+ * reservations need no tracking: they survive a suspend untouched.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cuda.h>
 
 #include "driver/driver.h"
 #include "driver/gate.h"
 #include "driver/unsupported.h"
+#include "core/ipcmem.h"
 #include "core/registry.h"
+#include "core/settings.h"
+#include "common/log.h"
 
 CUresult CUDAAPI cuMemMapArrayAsync_ptsz(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream);
+static void sweep_orphans(void);
 
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags)
@@ -32,6 +43,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     CUresult rc;
 
     TCGPU_GATE_ENTER("cuMemCreate");
+    sweep_orphans();
     rc = TCGPU_REAL(cuMemCreate)(&real, size, prop, flags);
     if (rc == CUDA_SUCCESS) {
         reg_lock();
@@ -48,19 +60,49 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     return rc;
 }
 
-/* The driver frees a physical allocation once it is released and unmapped. */
-static void drop_if_unused(struct tc_phys *p)
+/* The driver frees a physical allocation once it is released and unmapped.
+ * An imported one's id goes to *imported (0: none), for ipcmem_import_forget
+ * once the registry's lock is dropped. One we exported is ipcmem's to free:
+ * it stays while a process that imported it may map it again (ipcmem.h). */
+static void drop_if_unused(struct tc_phys *p, uint64_t *imported)
 {
-    if (p->refs == 0 && p->nmaps == 0) {
-        if (p->real)
-            TCGPU_REAL(cuMemRelease)(p->real);
-        reg_phys_remove(p);
+    if (p->refs != 0 || p->nmaps != 0)
+        return;
+    if (p->exported) {
+        ipcmem_orphans_mark();
+        return;
     }
+    if (p->real)
+        TCGPU_REAL(cuMemRelease)(p->real);
+    if (p->owner == TC_OWNER_IMPORTED)
+        *imported = p->id;
+    reg_phys_remove(p);
+}
+
+/* Inside a program's call, the gate open: no operation holds a snapshot of
+ * the registry, so exported allocations nobody holds may go. */
+static void sweep_orphans(void)
+{
+    ipcmem_orphans_free();
+}
+
+/* A physical allocation of the program's: its own or one it imported. */
+static int programs(const struct tc_phys *p)
+{
+    return p && (p->owner == TC_OWNER_USER || p->owner == TC_OWNER_IMPORTED);
+}
+
+/* ... whose handle it has not released (the driver's handle is gone then,
+ * though mappings keep the memory). */
+static int live_handle(const struct tc_phys *p)
+{
+    return programs(p) && p->refs > 0;
 }
 
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     struct tc_phys *p;
+    uint64_t imported = 0;
     CUresult rc = CUDA_SUCCESS;
 
     TCGPU_GATE_ENTER("cuMemRelease");
@@ -68,13 +110,16 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
     p = reg_phys_find(handle);
     if (!p && !reg_phys_is_ours(handle)) {
         rc = TCGPU_REAL(cuMemRelease)(handle);
-    } else if (!p || p->owner != TC_OWNER_USER || p->refs == 0) {
+    } else if (!programs(p) || p->refs == 0) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
         p->refs--;
-        drop_if_unused(p);
+        drop_if_unused(p, &imported);
     }
     reg_unlock();
+    if (imported)
+        ipcmem_import_forget(imported);
+    sweep_orphans();
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -90,7 +135,7 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     p = reg_phys_find(handle);
     if (!p && !reg_phys_is_ours(handle)) {
         rc = TCGPU_REAL(cuMemMap)(ptr, size, offset, handle, flags);
-    } else if (!p || p->owner != TC_OWNER_USER) {
+    } else if (!live_handle(p)) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
         rc = TCGPU_REAL(cuMemMap)(ptr, size, offset, p->real, flags);
@@ -116,6 +161,7 @@ static int overlaps_devmem(CUdeviceptr ptr, size_t size)
 CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     struct tc_map *m, *next;
+    uint64_t imported = 0;
     CUresult rc;
 
     TCGPU_GATE_ENTER("cuMemUnmap");
@@ -131,12 +177,20 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
             if (m->va >= ptr && m->va - ptr < size) {
                 struct tc_phys *p = m->phys;
                 reg_map_remove(m);
-                drop_if_unused(p);
+                drop_if_unused(p, &imported);
+                if (imported) {             /* one at a time: the lock is dropped */
+                    reg_unlock();
+                    ipcmem_import_forget(imported);
+                    imported = 0;
+                    reg_lock();
+                    next = reg_map_first();
+                }
             }
         }
         reg_hints_forget(ptr, size);
     }
     reg_unlock();
+    sweep_orphans();
     TCGPU_GATE_LEAVE();
     return rc;
 }
@@ -165,7 +219,7 @@ CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
     TCGPU_GATE_ENTER("cuMemRetainAllocationHandle");
     reg_lock();
     m = reg_map_containing((CUdeviceptr)(uintptr_t)addr);
-    if (!m || m->phys->owner != TC_OWNER_USER) {
+    if (!m || !programs(m->phys)) {
         rc = m ? CUDA_ERROR_INVALID_VALUE : TCGPU_REAL(cuMemRetainAllocationHandle)(handle, addr);
     } else if (!handle) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -209,28 +263,85 @@ static CUmemGenericAllocationHandle real_handle(CUmemGenericAllocationHandle han
     if (!reg_phys_is_ours(handle))
         return handle;
     p = reg_phys_find(handle);
-    return p && p->owner == TC_OWNER_USER ? p->real : 0;
+    return live_handle(p) ? p->real : 0;
 }
 
-/* The driver exports the real allocation (NCCL's cuMem path, PyTorch's
- * expandable segments shared with another process). Another process then
- * maps memory a suspend would release under it: noted, as before. */
+static const char exported_note[] = "memory exported as a shareable handle cannot be checkpointed";
+
+/*
+ * NCCL's cuMem path and PyTorch's expandable segments shared with another
+ * process. A POSIX descriptor of the program's own allocation is carried
+ * (ipcmem.h): the driver checks the export (it refuses an allocation made
+ * without that handle type), and the program gets our descriptor instead
+ * of its. Other handle types, TCGPU_IPC=0, and handles of the driver's go
+ * to the driver, noted: another process then maps memory a suspend would
+ * release under it.
+ */
 CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
                                               CUmemAllocationHandleType handleType,
                                               unsigned long long flags)
 {
     CUmemGenericAllocationHandle real;
+    struct tc_phys *p;
+    uint64_t id = 0;
+    size_t size = 0;
+    int carried, fd = -1;
     CUresult rc;
 
     TCGPU_GATE_ENTER("cuMemExportToShareableHandle");
     reg_lock();
+    p = reg_phys_find(handle);
     real = real_handle(handle);
-    rc = real ? TCGPU_REAL(cuMemExportToShareableHandle)(shareableHandle, real, handleType, flags)
-              : CUDA_ERROR_INVALID_VALUE;
+    carried = p && p->owner == TC_OWNER_USER && handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR &&
+              settings_get()->ipc > 0;
+    if (p && p->owner == TC_OWNER_IMPORTED) {
+        rc = CUDA_ERROR_NOT_SUPPORTED;
+        log_err("cuMemExportToShareableHandle: memory imported from another process is not exported "
+                "again under tcgpu (export it from the process that made it)");
+    } else if (!real) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (carried) {
+        /* the driver's answer for this allocation, and its descriptor unused */
+        rc = TCGPU_REAL(cuMemExportToShareableHandle)(&fd, real, handleType, flags);
+        id = p->id;
+        size = p->size;
+    } else {
+        rc = TCGPU_REAL(cuMemExportToShareableHandle)(shareableHandle, real, handleType, flags);
+    }
     reg_unlock();
-    if (rc == CUDA_SUCCESS)
-        tcgpu_note_unsupported("cuMemExportToShareableHandle",
-                               "memory exported as a shareable handle cannot be checkpointed");
+    if (carried && rc == CUDA_SUCCESS) {
+        close(fd);
+        rc = shareableHandle ? ipcmem_export_phys(id, size, (int *)shareableHandle)
+                             : CUDA_ERROR_INVALID_VALUE;
+        if (rc == CUDA_SUCCESS) {
+            reg_lock();
+            if ((p = reg_phys_find(id)))
+                p->exported = 1;
+            reg_unlock();
+        }
+    } else if (rc == CUDA_SUCCESS) {
+        tcgpu_note_unsupported("cuMemExportToShareableHandle", exported_note);
+    }
+    TCGPU_GATE_LEAVE();
+    return rc;
+}
+
+/* A descriptor of ours is imported through its exporter (ipcmem.h); any
+ * other goes to the driver, noted. */
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                                CUmemAllocationHandleType shHandleType)
+{
+    CUresult rc = CUDA_ERROR_NOT_FOUND;
+
+    TCGPU_GATE_ENTER("cuMemImportFromShareableHandle");
+    if (shHandleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        rc = ipcmem_import_phys((int)(intptr_t)osHandle, handle);
+    if (rc == CUDA_ERROR_NOT_FOUND) {
+        rc = TCGPU_REAL(cuMemImportFromShareableHandle)(handle, osHandle, shHandleType);
+        if (rc == CUDA_SUCCESS)
+            tcgpu_note_unsupported("cuMemImportFromShareableHandle",
+                                   "memory imported from a shareable handle cannot be checkpointed");
+    }
     TCGPU_GATE_LEAVE();
     return rc;
 }

@@ -235,9 +235,12 @@ bool sim_map_overlaps(uint64_t va, uint64_t len)
     return r && r->va < va + len;
 }
 
+/* VMM memory is touched only where some device was granted access to it:
+ * its own or another (a mapping of another GPU's memory, as NCCL maps its
+ * peers' buffers, is usually granted to the mapping process's device only). */
 static bool range_accessible(const struct sim_range *r)
 {
-    return r->kind != SIM_R_VMM || r->access;
+    return r->kind != SIM_R_VMM || r->access_mask != 0;
 }
 
 uint64_t sim_map_span(uint64_t va, unsigned char **view)
@@ -262,10 +265,11 @@ void *sim_map_view(uint64_t va, uint64_t len)
  * (VMM and graph memory: access granted to c's device). */
 static bool ctx_may_access(struct sim_ctx *c, const struct sim_range *r)
 {
+    if (c && r->kind == SIM_R_VMM)
+        return (r->access_mask >> c->dev) & 1;      /* its own device too: granted or not */
     if (!c || r->dev == c->dev)
         return true;
     switch (r->kind) {
-    case SIM_R_VMM: return (r->access_mask >> c->dev) & 1;
     case SIM_R_GRAPH: return r->gmem && ((r->gmem->access_mask >> c->dev) & 1);
     case SIM_R_DEVICE:
         /* another process's memory: peer access to its device, or opened so */

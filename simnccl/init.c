@@ -264,6 +264,7 @@ ncclResult_t snccl_comm_init(ncclComm_t *out, int nranks, ncclUniqueId commId, i
     comm->blocking = blocking;
     comm->cumem = env_flag("NCCL_CUMEM_ENABLE", false);
     comm->seg_fd = -1;
+    comm->p2p_fd = comm->p2p_listen = -1;
     comm->state = SNCCL_INITIALIZING;
     comm->async = ncclInProgress;
     pthread_mutex_init(&comm->lock, NULL);

@@ -47,6 +47,15 @@ extern const struct snccl_transport snccl_transport_shm_proxy;
 /* NCCL_SHM_DISABLE=1: NCCL's P2P transport over CUDA IPC (transport_p2p.c):
  * each rank's slots in its own device memory, its peers' opened by IPC. */
 extern const struct snccl_transport snccl_transport_p2p;
+
+/* The P2P slots as VMM memory shared by descriptor (p2p_cumem.c), as NCCL's
+ * cuMem path shares its buffers: each rank maps its own and serves their
+ * descriptor to its peers over a Unix socket; each peer imports and maps
+ * them. Undone by snccl_cumem_slots_free, also half made. */
+ncclResult_t snccl_cumem_slots_alloc(struct ncclComm *comm, size_t bytes);
+ncclResult_t snccl_cumem_slots_open(struct ncclComm *comm, int peer);
+void snccl_cumem_slots_serve_end(struct ncclComm *comm);
+void snccl_cumem_slots_free(struct ncclComm *comm);
 /* The counters and the bell of the shared segment, registered with the
  * driver and put in the devcomm (both transports); undone by teardown. */
 ncclResult_t snccl_shm_counters(struct ncclComm *comm);
@@ -120,6 +129,13 @@ struct ncclComm {
     CUdeviceptr devbuf;           /* suspendable: nranks * slot_bytes */
     CUdeviceptr p2p_mine;         /* the P2P transport: this rank's slots (1 + nranks) */
     CUdeviceptr p2p_peer[SNCCL_MAX_RANKS];   /* ... and its peers', opened by IPC */
+    size_t p2p_bytes;             /* with NCCL_CUMEM_ENABLE=1: each rank's slots, VMM memory
+                                   * mapped at p2p_mine and p2p_peer[], of this size */
+    CUmemGenericAllocationHandle p2p_handle;   /* ... this rank's, */
+    int p2p_fd;                   /* ... exported (-1: not), */
+    int p2p_listen;               /* ... and served to peers on this socket (-1: not) */
+    pthread_t p2p_server;
+    bool p2p_serving;
     bool cumem;                   /* NCCL_CUMEM_ENABLE=1: devbuf is VMM memory */
     CUmemGenericAllocationHandle devbuf_handle;   /* its physical memory while mapped */
     size_t devbuf_bytes;          /* as allocated (VMM: rounded to the granularity) */

@@ -13,7 +13,9 @@
  * it sends on (the receiver reads it from the sender's GPU).
  *
  * Chosen with NCCL_SHM_DISABLE=1 (NCCL then takes P2P within a node). The
- * slots stay allocated through ncclCommSuspend: peers map them.
+ * slots stay allocated through ncclCommSuspend: peers map them. With
+ * NCCL_CUMEM_ENABLE=1 the slots are VMM memory shared by descriptor, as
+ * NCCL's cuMem path shares them (p2p_cumem.c), instead of legacy IPC.
  */
 #include "simnccl.h"
 
@@ -52,15 +54,27 @@ static ncclResult_t p2p_setup(struct ncclComm *comm)
 
     if ((rc = snccl_shm_counters(comm)))
         return rc;
-    if ((r = cuMemAlloc(&comm->p2p_mine, (1 + n) * comm->slot_bytes))) {
-        comm->p2p_mine = 0;
-        return snccl_cu(r, "cuMemAlloc of the P2P slots");
+    if (comm->cumem) {
+        if ((rc = snccl_cumem_slots_alloc(comm, (1 + n) * comm->slot_bytes)))
+            return rc;
+        for (int p = 0; p < comm->nranks; p++)
+            if (p != comm->rank && (rc = snccl_cumem_slots_open(comm, p)))
+                return rc;
+        /* every rank has its peers' slots: nobody asks any more */
+        if ((rc = snccl_barrier(comm)))
+            return rc;
+        snccl_cumem_slots_serve_end(comm);
+    } else {
+        if ((r = cuMemAlloc(&comm->p2p_mine, (1 + n) * comm->slot_bytes))) {
+            comm->p2p_mine = 0;
+            return snccl_cu(r, "cuMemAlloc of the P2P slots");
+        }
+        if ((r = cuIpcGetMemHandle(&comm->seg->ranks[comm->rank].p2p_slots, comm->p2p_mine)))
+            return snccl_cu(r, "cuIpcGetMemHandle of the P2P slots");
+        /* every handle is published before anyone opens one */
+        if ((rc = snccl_barrier(comm)) || (rc = open_peers(comm)))
+            return rc;
     }
-    if ((r = cuIpcGetMemHandle(&comm->seg->ranks[comm->rank].p2p_slots, comm->p2p_mine)))
-        return snccl_cu(r, "cuIpcGetMemHandle of the P2P slots");
-    /* every handle is published before anyone opens one */
-    if ((rc = snccl_barrier(comm)) || (rc = open_peers(comm)))
-        return rc;
     for (uint32_t i = 0; i < n; i++)
         dc->table[i] = slot_of(comm, (int)i, 0);
     for (uint32_t src = 0; src < n; src++)
@@ -71,6 +85,11 @@ static ncclResult_t p2p_setup(struct ncclComm *comm)
 
 static void p2p_teardown(struct ncclComm *comm)
 {
+    if (comm->cumem) {
+        snccl_cumem_slots_free(comm);
+        snccl_shm_unregister(comm);
+        return;
+    }
     for (int p = 0; p < comm->nranks; p++)
         if (comm->p2p_peer[p]) {
             cuIpcCloseMemHandle(comm->p2p_peer[p]);

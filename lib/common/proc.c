@@ -84,6 +84,21 @@ int tcgpu_proc_live(pid_t pid)
     return tcgpu_proc_stat(pid, &st) == 0 && st.state != 'Z' && st.state != 'X';
 }
 
+int tcgpu_proc_leaving(pid_t pid)
+{
+    char path[64], buf[128];
+    unsigned long long pages;
+
+    if (!tcgpu_proc_live(pid))
+        return 1;
+    /* the kernel lets a dying process's memory go before its descriptors
+     * (do_exit: exit_mm, then exit_files), and statm then reads all zero */
+    proc_path(path, sizeof(path), pid, 0, "statm");
+    if (read_small(path, buf, sizeof(buf)) < 0)
+        return !tcgpu_proc_live(pid);
+    return sscanf(buf, "%llu", &pages) == 1 && pages == 0;
+}
+
 int tcgpu_proc_pid_free(pid_t pid)
 {
     /* a signal 0 finds zombies too; EPERM is someone else's live process */

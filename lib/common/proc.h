@@ -39,6 +39,10 @@ int tcgpu_proc_stat(pid_t pid, struct tcgpu_proc_stat *st);
  * by its parent, is not live), else 0. */
 int tcgpu_proc_live(pid_t pid);
 
+/* 1 when pid is not live or is exiting: its memory is gone already (a
+ * process whose descriptors the kernel is closing as it dies), else 0. */
+int tcgpu_proc_leaving(pid_t pid);
+
 /* 1 once no process holds pid, not even a zombie its parent has not reaped
  * (CRIU can then restore a process with that pid), else 0. */
 int tcgpu_proc_pid_free(pid_t pid);

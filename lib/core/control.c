@@ -692,8 +692,19 @@ static void answer_ipc_export(const struct command *cmd, const struct request *r
 
 static const struct command cmd_ipc_export = { .word = "ipc_export", .answer = answer_ipc_export };
 
+/* ipc_forget id=N token=HEX: a process that imported our memory through a
+ * shareable handle let it go for good (a suspend's release does not say
+ * this), so what our program freed may be freed now. */
+static void answer_ipc_forget(const struct command *cmd, const struct request *rq, struct ctl_buf *b)
+{
+    (void)cmd;
+    tcgpu_op_ipc_forget(rq->msg, rq->peer->pid, b);
+}
+
+static const struct command cmd_ipc_forget = { .word = "ipc_forget", .answer = answer_ipc_forget };
+
 static const struct command *const commands[] = {
-    &cmd_status, &cmd_checkpoint, &cmd_suspend, &cmd_resume, &cmd_ipc_export,
+    &cmd_status, &cmd_checkpoint, &cmd_suspend, &cmd_resume, &cmd_ipc_export, &cmd_ipc_forget,
 };
 
 static void handle_request(const struct request *rq, struct ctl_buf *b)

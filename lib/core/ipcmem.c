@@ -1,14 +1,18 @@
 /*
- * ipcmem.c - legacy CUDA IPC of the memory tcgpu serves (ipcmem.h).
+ * ipcmem.c - legacy CUDA IPC of the memory tcgpu serves, and shareable
+ * handles of the program's own allocations (ipcmem.h).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,8 +29,10 @@
 #include "common/errmsg.h"
 #include "common/hex.h"
 #include "common/log.h"
+#include "common/proc.h"
 
 #define IPC_MAGIC   "tcgpuIPC"
+#define VMM_MAGIC   "tcgpuVMM"  /* the same 64 bytes, in a descriptor we gave (vmm exports) */
 #define IPC_VERSION 1u
 #define CALL_TIMEOUT_MS 10000
 #define POLL_MS 5               /* between two looks at a peer during a suspend or resume */
@@ -36,8 +42,11 @@
  * tasks are asked at once, and an opener's own suspend may start a little
  * after ours. Longer than that, nobody is suspending it: refuse. */
 #define PEER_GRACE_MS 1000
+#define HOLDERS_MAX 16          /* importers one export remembers */
+#define FORGET_TIMEOUT_MS 1000  /* ipc_forget: the exporter's service thread answers at once */
 
-/* The 64 bytes of a CUipcMemHandle that tcgpu made. */
+/* The 64 bytes of a CUipcMemHandle that tcgpu made, and of a descriptor it
+ * gave for an allocation the program created (magic VMM_MAGIC). */
 struct ipc_wire {
     char magic[8];              /* IPC_MAGIC, no NUL */
     uint32_t version;           /* IPC_VERSION */
@@ -50,11 +59,14 @@ struct ipc_wire {
 _Static_assert(sizeof(struct ipc_wire) == CU_IPC_HANDLE_SIZE, "an IPC handle is 64 bytes");
 
 static const char exporter_what[] =
-    "memory of this process is mapped by another process (CUDA IPC), which a checkpoint cannot "
-    "carry (a suspend waits for that process to suspend too)";
+    "memory of this process is mapped by another process (CUDA IPC or a shareable handle), which "
+    "a checkpoint cannot carry (a suspend waits for that process to suspend too)";
 static const char opener_what[] =
     "memory opened from another process's IPC handle cannot be checkpointed (a suspend releases "
     "it and a resume opens it again)";
+static const char importer_what[] =
+    "memory imported from another process's shareable handle cannot be checkpointed (a suspend "
+    "releases it and a resume imports it again)";
 
 static void pause_ms(unsigned ms)
 {
@@ -68,9 +80,16 @@ static void pause_ms(unsigned ms)
 struct export {
     uint64_t id;
     uint8_t token[16];
-    CUdeviceptr va;
+    CUdeviceptr va;             /* devmem's allocation; 0: a physical allocation of the program's */
     size_t size;
-    uint64_t alloc_id;          /* devmem's: a later allocation at va is another */
+    uint64_t alloc_id;          /* devmem's: a later allocation at va is another; else the
+                                 * registry's handle of the physical allocation */
+    /* A physical allocation's: the processes that imported it and have not
+     * let it go for good (ipc_forget) nor died. A suspend there closes the
+     * connection but keeps the import, so while any is left the allocation
+     * stays ours to carry, even after the program let go of it. */
+    pid_t holders[HOLDERS_MAX];
+    int nholders;
 };
 
 struct peer {
@@ -88,6 +107,18 @@ static size_t n_peers, cap_peers;
  * is still closed (ipcmem_exports_open), and how many it served since. */
 static int exports_open;
 static unsigned served_open;
+/* An export lost its last holder, or the program let go of an exported
+ * allocation: ipcmem_orphans_free has work. */
+static int sweep_wanted;
+
+static int token_equal(const uint8_t *a, const uint8_t *b)
+{
+    uint8_t d = 0;
+
+    for (size_t i = 0; i < 16; i++)
+        d |= a[i] ^ b[i];
+    return d == 0;
+}
 
 static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 {
@@ -115,7 +146,7 @@ static struct export *export_of(CUdeviceptr va, size_t size, uint64_t alloc_id)
             return &exports[i];
     if (getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token))
         return NULL;
-    for (size_t i = 0; i < n_exports && !e; i++)     /* an export of freed memory: reused */
+    for (size_t i = 0; i < n_exports && !e && va; i++)   /* an export of freed memory: reused */
         if (exports[i].va == va)
             e = &exports[i];
     if (!e) {
@@ -124,11 +155,23 @@ static struct export *export_of(CUdeviceptr va, size_t size, uint64_t alloc_id)
         e = &exports[n_exports++];
     }
     memcpy(e->token, token, sizeof(token));
+    e->nholders = 0;
     e->id = ++next_export_id;
     e->va = va;
     e->size = size;
     e->alloc_id = alloc_id;
     return e;
+}
+
+static void wire_fill(struct ipc_wire *w, const char *magic, const struct export *e)
+{
+    memset(w, 0, sizeof(*w));
+    memcpy(w->magic, magic, sizeof(w->magic));
+    w->version = IPC_VERSION;
+    w->pid = (int32_t)getpid();
+    w->id = e->id;
+    w->size = e->size;
+    memcpy(w->token, e->token, sizeof(w->token));
 }
 
 int ipcmem_capable(CUdeviceptr va)
@@ -163,20 +206,179 @@ CUresult ipcmem_get_handle(CUipcMemHandle *h, CUdeviceptr dptr)
         return CUDA_ERROR_NOT_SUPPORTED;
     pthread_mutex_lock(&ex_lock);
     e = export_of(a.va, a.size, a.id);
-    if (e) {
-        memset(&w, 0, sizeof(w));
-        memcpy(w.magic, IPC_MAGIC, sizeof(w.magic));
-        w.version = IPC_VERSION;
-        w.pid = (int32_t)getpid();
-        w.id = e->id;
-        w.size = e->size;
-        memcpy(w.token, e->token, sizeof(w.token));
-    }
+    if (e)
+        wire_fill(&w, IPC_MAGIC, e);
     pthread_mutex_unlock(&ex_lock);
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;
     memcpy(h, &w, sizeof(w));
     return CUDA_SUCCESS;
+}
+
+/*
+ * The descriptor we give for an export of a physical allocation: a sealed
+ * memfd of the 64 bytes that name it. Whoever holds it can ask for the
+ * memory, as whoever holds a legacy handle can; the token proves it was
+ * given.
+ */
+static int token_fd(const struct ipc_wire *w)
+{
+    int fd = memfd_create("tcgpu-shareable-handle", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+    if (fd < 0)
+        return -errno;
+    if (pwrite(fd, w, sizeof(*w), 0) != (ssize_t)sizeof(*w) ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
+        int e = errno ? errno : EIO;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+CUresult ipcmem_export_phys(uint64_t phys_id, size_t size, int *fd)
+{
+    struct ipc_wire w;
+    struct export *e;
+    int r;
+
+    pthread_mutex_lock(&ex_lock);
+    e = export_of(0, size, phys_id);
+    if (e)
+        wire_fill(&w, VMM_MAGIC, e);
+    pthread_mutex_unlock(&ex_lock);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((r = token_fd(&w)) < 0) {
+        log_err("cuMemExportToShareableHandle: no descriptor for the export: %s", strerror(-r));
+        return r == -ENOMEM || r == -EMFILE || r == -ENFILE ? CUDA_ERROR_OUT_OF_MEMORY
+                                                            : CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    *fd = r;
+    return CUDA_SUCCESS;
+}
+
+/* --- who holds an export of a physical allocation ----------------------- */
+
+static struct export *export_by_id(uint64_t id)
+{
+    for (size_t i = 0; i < n_exports; i++)
+        if (exports[i].id == id)
+            return &exports[i];
+    return NULL;
+}
+
+static int holder_add(uint64_t id, pid_t pid)
+{
+    struct export *e;
+    int r = 0;
+
+    pthread_mutex_lock(&ex_lock);
+    if ((e = export_by_id(id))) {
+        int i;
+        for (i = 0; i < e->nholders && e->holders[i] != pid; i++)
+            ;
+        if (i == e->nholders) {
+            if (e->nholders < HOLDERS_MAX)
+                e->holders[e->nholders++] = pid;
+            else
+                r = -EMFILE;
+        }
+    }
+    pthread_mutex_unlock(&ex_lock);
+    return r;
+}
+
+/* pid no longer holds e (ex_lock held). */
+static void holder_drop(struct export *e, pid_t pid)
+{
+    for (int i = 0; i < e->nholders; i++)
+        if (e->holders[i] == pid) {
+            e->holders[i] = e->holders[--e->nholders];
+            if (!e->nholders)
+                __atomic_store_n(&sweep_wanted, 1, __ATOMIC_RELEASE);
+            return;
+        }
+}
+
+/* A holder that died without telling (its connection's end may be seen
+ * before it is a zombie) is dropped when next asked about. */
+int ipcmem_export_held(uint64_t phys_id)
+{
+    int held = 0;
+
+    pthread_mutex_lock(&ex_lock);
+    for (size_t i = 0; i < n_exports; i++) {
+        struct export *e = &exports[i];
+        if (e->va || e->alloc_id != phys_id)
+            continue;
+        for (int k = e->nholders - 1; k >= 0; k--)
+            if (tcgpu_proc_leaving(e->holders[k]))
+                holder_drop(e, e->holders[k]);
+        held = e->nholders > 0;
+    }
+    pthread_mutex_unlock(&ex_lock);
+    return held;
+}
+
+void ipcmem_export_forget(uint64_t phys_id)
+{
+    pthread_mutex_lock(&ex_lock);
+    for (size_t i = 0; i < n_exports; i++)
+        if (!exports[i].va && exports[i].alloc_id == phys_id) {
+            exports[i] = exports[--n_exports];
+            break;
+        }
+    pthread_mutex_unlock(&ex_lock);
+}
+
+void ipcmem_orphans_mark(void)
+{
+    __atomic_store_n(&sweep_wanted, 1, __ATOMIC_RELEASE);
+}
+
+void ipcmem_orphans_free(void)
+{
+    struct tc_phys *p, *next;
+    size_t n = 0;
+
+    if (!__atomic_exchange_n(&sweep_wanted, 0, __ATOMIC_ACQ_REL))
+        return;
+    reg_lock();
+    for (p = reg_phys_first(); p; p = next) {
+        next = p->next;
+        if (!p->exported || p->owner != TC_OWNER_USER || p->refs || p->nmaps ||
+            ipcmem_export_held(p->id))
+            continue;
+        if (p->real)
+            TCGPU_REAL(cuMemRelease)(p->real);
+        ipcmem_export_forget(p->id);
+        reg_phys_remove(p);
+        n++;
+    }
+    reg_unlock();
+    if (n)
+        log_info("freed %zu exported allocation%s that the program let go of and no process "
+                 "imports any longer", n, n > 1 ? "s" : "");
+}
+
+int ipcmem_serve_forget(const struct ctl_msg *req, pid_t pid, struct ctl_buf *reply)
+{
+    const char *tok = ctl_get(req, "token");
+    uint8_t token[16];
+    struct export *e;
+    uint64_t id;
+
+    if (ctl_get_u64(req, "id", &id) < 0 || !tok || hex_get16(tok, token) < 0) {
+        ctl_buf_error(reply, -EINVAL, "ipc_forget needs id= and token=");
+        return -1;
+    }
+    pthread_mutex_lock(&ex_lock);
+    if ((e = export_by_id(id)) && token_equal(e->token, token))
+        holder_drop(e, pid);
+    pthread_mutex_unlock(&ex_lock);
+    ctl_buf_ok(reply);          /* the same answer either way: ids cannot be probed */
+    return 0;
 }
 
 /* Count one more connection of `pid`; its first gets the note (ex_lock held). */
@@ -197,27 +399,23 @@ static int peer_add(pid_t pid)
 
 void ipcmem_peer_closed(pid_t pid)
 {
+    int gone = tcgpu_proc_leaving(pid);    /* its connection may end just before it is a zombie */
+
     pthread_mutex_lock(&ex_lock);
+    for (size_t i = 0; gone && i < n_exports; i++)
+        holder_drop(&exports[i], pid);
     for (size_t i = 0; i < n_peers; i++) {
         if (peers[i].pid != pid)
             continue;
         if (--peers[i].conns == 0) {
             peers[i] = peers[--n_peers];
+            __atomic_store_n(&sweep_wanted, 1, __ATOMIC_RELEASE);   /* it may have died unseen */
             tcgpu_unsupported_release(TCGPU_HELD_BY_IPC_IMPORTER, (uint64_t)pid);
             log_info("process %d no longer maps memory of ours (IPC)", (int)pid);
         }
         break;
     }
     pthread_mutex_unlock(&ex_lock);
-}
-
-static int token_equal(const uint8_t *a, const uint8_t *b)
-{
-    uint8_t d = 0;
-
-    for (size_t i = 0; i < 16; i++)
-        d |= a[i] ^ b[i];
-    return d == 0;
 }
 
 /* The export named by req, copied out: 0, or -ENOENT (no such id, or a token
@@ -252,6 +450,36 @@ static size_t round_down(size_t x, size_t g)
  * it that hold the allocation. -EBUSY while the memory is off the device
  * (suspended), -ENOENT when it was freed, -EIO when the driver refuses.
  */
+/* export_fd of a physical allocation of the program's: all of it. */
+static int export_phys_fd(const struct export *e, uint64_t *win_off, uint64_t *win_size,
+                          uint64_t *offset, char *why, size_t len)
+{
+    struct tc_phys *p;
+    int fd = -1, r = 0;
+    CUresult rc;
+
+    reg_lock();
+    p = reg_phys_find(e->alloc_id);
+    if (!p || p->owner != TC_OWNER_USER) {
+        snprintf(why, len, "the memory of that shareable handle was freed");
+        r = -ENOENT;
+    } else if (!p->real) {
+        snprintf(why, len, "the process's memory is off the device (suspended)");
+        r = -EBUSY;
+    } else if ((rc = TCGPU_REAL(cuMemExportToShareableHandle)(&fd, p->real,
+                                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                                              0)) != CUDA_SUCCESS) {
+        snprintf(why, len, "the driver did not export the memory (%d)", (int)rc);
+        r = -EIO;
+    } else {
+        *win_off = 0;
+        *win_size = p->size;
+        *offset = 0;
+    }
+    reg_unlock();
+    return r < 0 ? r : fd;
+}
+
 static int export_fd(const struct export *e, uint64_t *win_off, uint64_t *win_size, uint64_t *offset,
                      char *why, size_t len)
 {
@@ -261,6 +489,8 @@ static int export_fd(const struct export *e, uint64_t *win_off, uint64_t *win_si
     int fd = -1, r = 0;
     CUresult rc;
 
+    if (!e->va)
+        return export_phys_fd(e, win_off, win_size, offset, why, len);
     if (devmem_lookup(e->va, &a) != 0 || a.va != e->va || a.id != e->alloc_id) {
         snprintf(why, len, "the memory of that IPC handle was freed");
         return -ENOENT;
@@ -358,8 +588,18 @@ int ipcmem_serve(const struct ctl_msg *req, pid_t pid, struct ctl_buf *reply)
         ctl_buf_error(reply, fd, why);
         return -1;
     }
-    log_info("process %d maps %zu bytes of ours at 0x%llx (IPC)", (int)pid, e.size,
-             (unsigned long long)e.va);
+    if (e.va) {
+        log_info("process %d maps %zu bytes of ours at 0x%llx (IPC)", (int)pid, e.size,
+                 (unsigned long long)e.va);
+    } else if (holder_add(e.id, pid) < 0) {
+        close(fd);
+        ipcmem_peer_closed(pid);
+        ctl_buf_error(reply, -EMFILE, "too many processes imported that memory");
+        return -1;
+    } else {
+        log_info("process %d imports %zu bytes of ours (shareable handle %#llx)", (int)pid, e.size,
+                 (unsigned long long)e.alloc_id);
+    }
     ctl_buf_ok(reply);
     ctl_buf_put_u64(reply, "window_offset", win_off);
     ctl_buf_put_u64(reply, "window_size", win_size);
@@ -373,6 +613,8 @@ int ipcmem_serve(const struct ctl_msg *req, pid_t pid, struct ctl_buf *reply)
 struct opened {
     pid_t pid;                  /* the exporter */
     uint64_t id;                /* its export */
+    uint64_t phys_id;           /* imported from a shareable handle: the registry's handle the
+                                 * program maps (TC_OWNER_IMPORTED); 0 for legacy IPC */
     uint8_t token[16];          /* its token: a resume asks for the export again */
     CUcontext ctx;              /* opened in */
     CUdeviceptr va;             /* our reservation, kept while suspended */
@@ -461,9 +703,10 @@ out:
     return r;
 }
 
-/* cuIpcOpenMemHandle's question to the exporter: CUresult's answer, the
+/* The program's call's question to the exporter: CUresult's answer, the
  * reason logged. */
-static CUresult ask_exporter(const struct ipc_wire *w, struct opened *o, int *fd, uint64_t *win_off)
+static CUresult ask_exporter(const char *call, const struct ipc_wire *w, struct opened *o, int *fd,
+                             uint64_t *win_off)
 {
     char why[256];
     int r = request_export((pid_t)w->pid, w->id, w->token, CALL_TIMEOUT_MS, o, fd, win_off, why,
@@ -473,7 +716,7 @@ static CUresult ask_exporter(const struct ipc_wire *w, struct opened *o, int *fd
         return CUDA_SUCCESS;
     if (r == -ENOMEM)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    log_err("cuIpcOpenMemHandle: process %d, which made the handle, did not give the memory: %s",
+    log_err("%s: process %d, which made the handle, did not give the memory: %s", call,
             (int)w->pid, why);
     return CUDA_ERROR_INVALID_VALUE;
 }
@@ -574,7 +817,7 @@ CUresult ipcmem_open(CUdeviceptr *dptr, const CUipcMemHandle *h)
         return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&op_lock);
     for (o = opened; o; o = o->next)
-        if (o->pid == w.pid && o->id == w.id && o->ctx == ctx) {
+        if (!o->phys_id && o->pid == w.pid && o->id == w.id && o->ctx == ctx) {
             o->refs++;
             *dptr = o->va + o->offset;
             pthread_mutex_unlock(&op_lock);
@@ -585,7 +828,7 @@ CUresult ipcmem_open(CUdeviceptr *dptr, const CUipcMemHandle *h)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     o->conn = -1;
-    rc = ask_exporter(&w, o, &fd, &win_off);
+    rc = ask_exporter("cuIpcOpenMemHandle", &w, o, &fd, &win_off);
     if (rc == CUDA_SUCCESS) {
         rc = map_imported(o, fd, win_off);
         close(fd);
@@ -612,13 +855,168 @@ CUresult ipcmem_open(CUdeviceptr *dptr, const CUipcMemHandle *h)
     return CUDA_SUCCESS;
 }
 
+/* The 64 bytes in a descriptor we gave (token_fd), or -ENOENT: not ours. */
+static int token_of(int fd, struct ipc_wire *w)
+{
+    struct stat st;
+
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != (off_t)sizeof(*w) ||
+        pread(fd, w, sizeof(*w), 0) != (ssize_t)sizeof(*w))
+        return -ENOENT;
+    return !memcmp(w->magic, VMM_MAGIC, sizeof(w->magic)) && w->version == IPC_VERSION ? 0 : -ENOENT;
+}
+
+/*
+ * Our own export imported here: the driver's import of the real allocation,
+ * as without tcgpu. Two handles of one allocation in one process cannot be
+ * carried across a suspend (the resume would create two), so the import is
+ * noted for the process's life.
+ */
+static CUresult import_own(const struct ipc_wire *w, CUmemGenericAllocationHandle *handle)
+{
+    uint64_t win_off, win_size, offset;
+    struct export e;
+    char why[128];
+    int fd = -ENOENT;
+    CUresult rc;
+
+    pthread_mutex_lock(&ex_lock);
+    for (size_t i = 0; i < n_exports; i++)
+        if (exports[i].id == w->id && !exports[i].va && token_equal(exports[i].token, w->token)) {
+            e = exports[i];
+            fd = 0;
+        }
+    pthread_mutex_unlock(&ex_lock);
+    if (fd == 0)
+        fd = export_phys_fd(&e, &win_off, &win_size, &offset, why, sizeof(why));
+    if (fd < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = TCGPU_REAL(cuMemImportFromShareableHandle)(handle, (void *)(intptr_t)fd,
+                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    close(fd);
+    if (rc == CUDA_SUCCESS)
+        tcgpu_note_unsupported("cuMemImportFromShareableHandle",
+                               "memory imported from a shareable handle of the same process cannot "
+                               "be checkpointed");
+    return rc;
+}
+
+CUresult ipcmem_import_phys(int fd, CUmemGenericAllocationHandle *handle)
+{
+    CUmemAllocationProp prop;
+    struct ipc_wire w;
+    struct opened *o;
+    struct tc_phys *p = NULL;
+    uint64_t win_off = 0;
+    size_t gran = 0;
+    CUcontext ctx = NULL;
+    CUresult rc;
+    int mem = -1;
+
+    if (token_of(fd, &w) < 0)
+        return CUDA_ERROR_NOT_FOUND;
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (w.pid == (int32_t)getpid())
+        return import_own(&w, handle);
+    TCGPU_REAL(cuCtxGetCurrent)(&ctx);      /* none is fine: VMM calls need no context */
+    if (!(o = calloc(1, sizeof(*o))))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    o->conn = -1;
+    pthread_mutex_lock(&op_lock);
+    rc = ask_exporter("cuMemImportFromShareableHandle", &w, o, &mem, &win_off);
+    if (rc == CUDA_SUCCESS) {
+        rc = import_fd(o, mem, &prop, &gran);
+        close(mem);
+    }
+    if (rc == CUDA_SUCCESS) {
+        reg_lock();
+        p = reg_phys_add(o->handle, o->size, &prop, 0, TC_OWNER_IMPORTED);
+        reg_unlock();
+        if (!p) {
+            TCGPU_REAL(cuMemRelease)(o->handle);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (rc != CUDA_SUCCESS) {
+        if (o->conn >= 0)
+            close(o->conn);                     /* the exporter forgets us */
+        pthread_mutex_unlock(&op_lock);
+        free(o);
+        return rc;
+    }
+    o->pid = w.pid;
+    o->id = w.id;
+    o->phys_id = p->id;
+    memcpy(o->token, w.token, sizeof(o->token));
+    o->ctx = ctx;
+    o->refs = 1;
+    if (!pid_opened(o->pid))
+        tcgpu_note_unsupported_held("cuMemImportFromShareableHandle", importer_what,
+                                    TCGPU_HELD_BY_IPC_EXPORTER, (uint64_t)o->pid);
+    o->next = opened;
+    opened = o;
+    *handle = p->id;
+    pthread_mutex_unlock(&op_lock);
+    return CUDA_SUCCESS;
+}
+
+/* Tell o's exporter we let its memory go for good (not a suspend's
+ * release), so that it may free what its program let go of: best effort,
+ * bounded; an exporter that cannot be told keeps the memory until it
+ * learns we died. */
+static void tell_forget(const struct opened *o)
+{
+    struct ctl_conn c;
+    struct ctl_buf *b = malloc(sizeof(*b));
+    struct ctl_msg *m = malloc(sizeof(*m));
+    char tok[33], why[256];
+    long n;
+    int r = -ENOMEM;
+
+    if (b && m && (r = ctl_connect(o->pid, settings_get()->run_dir, &c, why, sizeof(why))) == 0) {
+        hex_put16(o->token, tok);
+        ctl_buf_request(b, "ipc_forget");
+        ctl_buf_put_u64(b, "id", o->id);
+        ctl_buf_put(b, "token", tok);
+        n = ctl_buf_finish(b);
+        r = n < 0 ? (int)n : ctl_call(&c, b->data, (size_t)n, m, FORGET_TIMEOUT_MS, NULL, NULL);
+        ctl_close(&c);
+    }
+    if (r < 0 && r != -ESRCH && r != -ECONNREFUSED && r != -ENOENT)
+        log_info("process %d was not told that its memory is no longer imported here: %s",
+                 (int)o->pid, strerror(-r));
+    free(b);
+    free(m);
+}
+
+void ipcmem_import_forget(uint64_t phys_id)
+{
+    struct opened **pp, *o;
+
+    pthread_mutex_lock(&op_lock);
+    for (pp = &opened; (o = *pp); pp = &o->next)
+        if (o->phys_id == phys_id)
+            break;
+    if (o) {
+        *pp = o->next;
+        tell_forget(o);
+        if (o->conn >= 0)
+            close(o->conn);                     /* the exporter learns it at once */
+        if (!pid_opened(o->pid))
+            tcgpu_unsupported_release(TCGPU_HELD_BY_IPC_EXPORTER, (uint64_t)o->pid);
+    }
+    pthread_mutex_unlock(&op_lock);
+    free(o);
+}
+
 CUresult ipcmem_close(CUdeviceptr dptr)
 {
     struct opened **pp, *o;
 
     pthread_mutex_lock(&op_lock);
     for (pp = &opened; (o = *pp); pp = &o->next)
-        if (o->va + o->offset == dptr)
+        if (!o->phys_id && o->va + o->offset == dptr)
             break;
     if (!o) {
         pthread_mutex_unlock(&op_lock);
@@ -651,7 +1049,7 @@ int ipcmem_range(CUdeviceptr p, CUdeviceptr *base, size_t *size)
 
     pthread_mutex_lock(&op_lock);
     for (struct opened *o = opened; o; o = o->next)
-        if (p >= o->va + o->offset && p - (o->va + o->offset) < o->size) {
+        if (!o->phys_id && p >= o->va + o->offset && p - (o->va + o->offset) < o->size) {
             *base = o->va + o->offset;
             *size = o->size;
             r = 0;
@@ -784,11 +1182,36 @@ int ipcmem_wait_importers(unsigned timeout_ms)
 
 /* --- suspend and resume: the opener's side ------------------------------ */
 
+/* An imported allocation: the program's mappings of it come down (their
+ * addresses stay reserved, the program's) and the handle goes; the
+ * program's handle stays valid (op_lock held). */
+static void release_imported(struct opened *o)
+{
+    struct tc_phys *p;
+
+    reg_lock();
+    if ((p = reg_phys_find(o->phys_id))) {
+        for (struct tc_map *m = reg_map_first(); m; m = m->next)
+            if (m->phys == p && !m->unmapped) {
+                TCGPU_REAL(cuMemUnmap)(m->va, m->size);
+                m->unmapped = 1;
+            }
+        if (p->real)
+            TCGPU_REAL(cuMemRelease)(p->real);
+        p->real = 0;
+    }
+    reg_unlock();
+}
+
 /* Let o's memory go, keeping its address reserved (op_lock held). */
 static void release_one(struct opened *o)
 {
-    TCGPU_REAL(cuMemUnmap)(o->va, o->win_size);
-    TCGPU_REAL(cuMemRelease)(o->handle);
+    if (o->phys_id) {
+        release_imported(o);
+    } else {
+        TCGPU_REAL(cuMemUnmap)(o->va, o->win_size);
+        TCGPU_REAL(cuMemRelease)(o->handle);
+    }
     close(o->conn);             /* the exporter learns it at once */
     o->conn = -1;
     o->released = 1;
@@ -842,6 +1265,54 @@ static int remap(struct opened *o, int fd, uint64_t win_off, size_t old_offset, 
     return 0;
 }
 
+/* An imported allocation again, from the new descriptor: the program's
+ * handle now stands for it, and its mappings go back where they were, with
+ * the access they had (op_lock held). -errno with the message set. */
+static int remap_imported(struct opened *o, int fd, size_t old_size)
+{
+    CUmemAllocationProp prop;
+    struct tc_phys *p;
+    size_t gran = 0;
+    CUresult rc;
+
+    if (o->size != old_size) {
+        errmsg_set("the memory imported from process %d changed size while suspended (%zu bytes, "
+                   "was %zu)", (int)o->pid, o->size, old_size);
+        return -EIO;
+    }
+    if ((rc = import_fd(o, fd, &prop, &gran)) != CUDA_SUCCESS) {
+        errmsg_set("the memory imported from process %d cannot be imported again: %s", (int)o->pid,
+                   cu_error_name(rc));
+        return -EIO;
+    }
+    reg_lock();
+    if (!(p = reg_phys_find(o->phys_id))) {
+        reg_unlock();
+        TCGPU_REAL(cuMemRelease)(o->handle);
+        return 0;                       /* the program let it go: nothing to map */
+    }
+    p->real = o->handle;
+    for (struct tc_map *m = reg_map_first(); m && rc == CUDA_SUCCESS; m = m->next) {
+        if (m->phys != p || !m->unmapped)
+            continue;
+        rc = TCGPU_REAL(cuMemMap)(m->va, m->size, m->offset, p->real, 0);
+        if (rc == CUDA_SUCCESS && m->naccess &&
+            (rc = TCGPU_REAL(cuMemSetAccess)(m->va, m->size, m->access, (size_t)m->naccess)) != CUDA_SUCCESS)
+            TCGPU_REAL(cuMemUnmap)(m->va, m->size);
+        if (rc == CUDA_SUCCESS)
+            m->unmapped = 0;
+        else
+            errmsg_set("the memory imported from process %d cannot be mapped again at 0x%llx: %s",
+                       (int)o->pid, (unsigned long long)m->va, cu_error_name(rc));
+    }
+    reg_unlock();
+    if (rc != CUDA_SUCCESS) {
+        release_imported(o);            /* all of it or none */
+        return -EIO;
+    }
+    return 0;
+}
+
 /* The refusal of a re-open that will not go by, as a message: -errno. */
 static int reopen_refused(const struct opened *o, int r, const char *why, unsigned waited_ms)
 {
@@ -890,7 +1361,13 @@ static int reopen_one(struct opened *o, uint64_t start_ms, unsigned timeout_ms)
     }
     if (r < 0)
         return reopen_refused(o, r, why, (unsigned)(now_ms() - start_ms));
-    if (TCGPU_REAL(cuCtxPushCurrent)(o->ctx) != CUDA_SUCCESS) {
+    if (o->phys_id) {
+        /* an imported allocation outlives the context it was imported in */
+        int pushed = o->ctx && TCGPU_REAL(cuCtxPushCurrent)(o->ctx) == CUDA_SUCCESS;
+        r = remap_imported(o, fd, old_size);
+        if (pushed)
+            TCGPU_REAL(cuCtxPopCurrent)(NULL);
+    } else if (TCGPU_REAL(cuCtxPushCurrent)(o->ctx) != CUDA_SUCCESS) {
         errmsg_set("the context that opened memory from process %d (IPC) is gone", (int)o->pid);
         r = -EIO;
     } else {

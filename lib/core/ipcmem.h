@@ -1,6 +1,7 @@
 /*
  * ipcmem.h - legacy CUDA IPC (cuIpcGetMemHandle, cuIpcOpenMemHandle,
- * cuIpcCloseMemHandle) of the memory tcgpu serves.
+ * cuIpcCloseMemHandle) of the memory tcgpu serves, and shareable handles of
+ * the program's own allocations (below, "Shareable handles").
  *
  * That memory is VMM memory (devmem.h), which the driver's legacy IPC does
  * not export. Unless TCGPU_IPC=0 its segments are created exportable (POSIX
@@ -76,6 +77,66 @@ CUresult ipcmem_get_handle(CUipcMemHandle *h, CUdeviceptr dptr);
 /* Whether memory tcgpu serves at va can be exported (its segment is):
  * CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE. */
 int ipcmem_capable(CUdeviceptr va);
+
+/*
+ * Shareable handles (cuMemExportToShareableHandle with POSIX descriptors) of
+ * allocations the program created, carried the same way. The exporter's
+ * descriptor is ours: a sealed memfd of the same 64 bytes (magic "tcgpuVMM",
+ * pid, export id, size, token), which the program passes to another process
+ * as it would the driver's (over a socket, pidfd_getfd). That process's
+ * cuMemImportFromShareableHandle asks us over the control socket as an
+ * opener does, imports the real descriptor, and gives the program a handle
+ * of the registry's (TC_OWNER_IMPORTED), whose mappings the program makes
+ * itself (cuMemMap, recorded). A suspend there unmaps them and releases the
+ * import; its resume imports again and maps them at the same addresses with
+ * the same access. Every process that imports must run under tcgpu (the
+ * driver does not know our descriptor), and the exporter must still hold
+ * the allocation (a handle or a mapping) when it is imported: the driver
+ * would keep it alive for the descriptor alone.
+ */
+
+/* cuMemExportToShareableHandle of the program's allocation phys_id (the
+ * registry's handle, TC_OWNER_USER) of size bytes: *fd, a descriptor of
+ * ours, or CUDA_ERROR_OUT_OF_MEMORY / CUDA_ERROR_OPERATING_SYSTEM. */
+CUresult ipcmem_export_phys(uint64_t phys_id, size_t size, int *fd);
+
+/*
+ * cuMemImportFromShareableHandle of fd. CUDA_ERROR_NOT_FOUND when it is not
+ * a descriptor of ours (the caller asks the driver); CUDA_ERROR_INVALID_VALUE
+ * when the exporter refuses (the log says why); else CUDA_SUCCESS with
+ * *handle, the registry's. Our own export imported again is the driver's
+ * import of the real allocation, noted for the process's life (one
+ * allocation under two handles is not carried). The caller holds the API
+ * gate and not the registry's lock.
+ */
+CUresult ipcmem_import_phys(int fd, CUmemGenericAllocationHandle *handle);
+
+/* The program let go of imported allocation phys_id (its last handle and
+ * mapping; the registry forgot it): the exporter learns it (ipc_forget).
+ * Registry's lock not held. */
+void ipcmem_import_forget(uint64_t phys_id);
+
+/*
+ * The exporter's side of that. A process that imported our allocation and
+ * is suspended has closed its connection but will import it again, so an
+ * allocation the program let go of (its last handle and mapping) stays
+ * ours, saved and put back with the rest, while any process that imported
+ * it has neither told us it let go for good (ipc_forget) nor died.
+ * ipcmem_export_held says whether that is so now (the registry's lock may
+ * be held); ipcmem_export_forget drops the export of a freed allocation.
+ * ipcmem_orphans_mark says that the program let go of one (the registry's
+ * lock may be held); ipcmem_orphans_free frees those that nobody holds,
+ * when a holder went or one was marked since it last ran. It must run
+ * where no operation holds a snapshot of the registry: inside a program's
+ * driver call (the gate is open), or in the service thread while the
+ * process runs and no operation can start (core/ops.c). Registry's lock
+ * not held.
+ */
+int ipcmem_export_held(uint64_t phys_id);
+void ipcmem_export_forget(uint64_t phys_id);
+void ipcmem_orphans_mark(void);
+void ipcmem_orphans_free(void);
+int ipcmem_serve_forget(const struct ctl_msg *req, pid_t peer, struct ctl_buf *reply);
 
 /*
  * cuIpcOpenMemHandle. CUDA_ERROR_NOT_FOUND when h is not a handle of ours

@@ -705,7 +705,30 @@ int tcgpu_op_ipc_export(const struct ctl_msg *req, pid_t peer, struct ctl_buf *r
     return ipcmem_serve(req, peer, reply);
 }
 
+/* What our program let go of and the peer no longer holds is freed now,
+ * as the driver would, when no operation holds a snapshot of the registry
+ * (none running, and not suspended); else at the program's next VMM call. */
+static void free_orphans_if_idle(void)
+{
+    if (pthread_mutex_trylock(&op_mutex) == 0) {
+        if (state == TCGPU_STATE_RUNNING)
+            ipcmem_orphans_free();
+        pthread_mutex_unlock(&op_mutex);
+    }
+}
+
+int tcgpu_op_ipc_forget(const struct ctl_msg *req, pid_t peer, struct ctl_buf *reply)
+{
+    int r = ipcmem_serve_forget(req, peer, reply);
+
+    if (r == 0)
+        free_orphans_if_idle();
+    return r;
+}
+
+/* A peer that died held nothing any more: free as tcgpu_op_ipc_forget does. */
 void tcgpu_op_ipc_closed(pid_t peer)
 {
     ipcmem_peer_closed(peer);
+    free_orphans_if_idle();
 }

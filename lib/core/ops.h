@@ -65,5 +65,7 @@ void tcgpu_op_put_blockers(struct ctl_buf *reply);
 struct ctl_msg;
 int tcgpu_op_ipc_export(const struct ctl_msg *req, pid_t peer, struct ctl_buf *reply);
 void tcgpu_op_ipc_closed(pid_t peer);
+/* ipc_forget: peer let go for good of memory it imported (ipcmem.h). */
+int tcgpu_op_ipc_forget(const struct ctl_msg *req, pid_t peer, struct ctl_buf *reply);
 
 #endif

@@ -366,7 +366,7 @@ void reg_counts(struct reg_counts *c)
     memset(c, 0, sizeof(*c));
     for (struct tc_phys *p = phys_list; p; p = p->next) {
         c->phys++;
-        if (p->real)
+        if (p->real && p->owner != TC_OWNER_IMPORTED)   /* the exporter's to count */
             c->phys_bytes += p->size;
     }
     for (struct tc_map *m = map_list; m; m = m->next) {

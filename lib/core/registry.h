@@ -34,7 +34,14 @@
 
 #include "tcgpu.h"
 
-enum tc_owner { TC_OWNER_DEVMEM = 1, TC_OWNER_USER = 2 };
+/*
+ * TC_OWNER_IMPORTED: the program imported it from another process's
+ * allocation exported through tcgpu (cuMemImportFromShareableHandle of a
+ * descriptor tcgpu made, ipcmem.h). The exporter holds and saves it; a
+ * suspend here only unmaps and releases it, and the resume imports it again
+ * and maps it where it was (ipcmem.c), so the snapshot engine leaves it be.
+ */
+enum tc_owner { TC_OWNER_DEVMEM = 1, TC_OWNER_USER = 2, TC_OWNER_IMPORTED = 3 };
 
 #define TC_MAX_ACCESS 8           /* devices one mapping can be made accessible to */
 
@@ -47,6 +54,8 @@ struct tc_phys {
     enum tc_owner owner;
     int refs;                     /* program's references (create, retain) */
     int nmaps;                    /* mappings of it */
+    int exported;                 /* TC_OWNER_USER exported through tcgpu (ipcmem.h): kept,
+                                   * with no reference and no mapping left, while imported */
     struct tc_phys *next;
 };
 
@@ -150,7 +159,7 @@ int reg_for_each_unskipped(CUdeviceptr va, size_t size,
 
 /* --- counters for status --- */
 struct reg_counts {
-    uint64_t phys_bytes;          /* physical device memory held now */
+    uint64_t phys_bytes;          /* physical device memory held now (not imported) */
     uint64_t tracked_bytes;       /* bytes the program allocated (devmem + user maps) */
     uint32_t allocations;
     uint32_t phys, maps;

@@ -645,7 +645,7 @@ static void pass_undo(struct pass *p)
 static int create_missing_phys(struct pass *p)
 {
     for (struct tc_phys *ph = reg_phys_first(); ph; ph = ph->next) {
-        if (ph->real)
+        if (ph->real || ph->owner == TC_OWNER_IMPORTED)     /* ipcmem imports it again */
             continue;
         CUresult rc = TCGPU_REAL(cuMemCreate)(&ph->real, ph->size, &ph->prop, ph->flags);
         if (rc != CUDA_SUCCESS) {
@@ -662,7 +662,7 @@ static int create_missing_phys(struct pass *p)
 static int map_missing(struct pass *p)
 {
     for (struct tc_map *m = reg_map_first(); m; m = m->next) {
-        if (!m->unmapped)
+        if (!m->unmapped || m->phys->owner == TC_OWNER_IMPORTED)   /* and maps it */
             continue;
         CUresult rc = TCGPU_REAL(cuMemMap)(m->va, m->size, m->offset, m->phys->real, 0);
         if (rc == CUDA_SUCCESS && m->naccess)
@@ -903,9 +903,11 @@ int snap_release(struct snap *s)
     (void)s;                          /* the registry holds what is released */
     int rc = 0;
 
+    /* Memory imported from another process is not ours to release here:
+     * ipcmem_release_opened let it go before. */
     reg_lock();
     for (struct tc_map *m = reg_map_first(); m; m = m->next) {
-        if (m->unmapped)
+        if (m->unmapped || m->phys->owner == TC_OWNER_IMPORTED)
             continue;
         CUresult cr = TCGPU_REAL(cuMemUnmap)(m->va, m->size);
         if (cr != CUDA_SUCCESS) {
@@ -917,6 +919,8 @@ int snap_release(struct snap *s)
         m->unmapped = 1;
     }
     for (struct tc_phys *p = reg_phys_first(); p && rc == 0; p = p->next) {
+        if (!p->real || p->owner == TC_OWNER_IMPORTED)
+            continue;
         CUresult cr = TCGPU_REAL(cuMemRelease)(p->real);
         if (cr != CUDA_SUCCESS) {
             errmsg_set("cuMemRelease of %zu bytes: %s", p->size, cu_error_name(cr));

@@ -650,9 +650,9 @@ ddp_program() {
     n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
     [ "$n" -ge 2 ] || { DDP_WHY="needs 2 GPUs, this machine has $n"; return 1; }
     command -v torchrun >/dev/null || { DDP_WHY="no torchrun (PyTorch's launcher)"; return 1; }
-    # NCCL's SHM transport: its P2P, cuMem and NVLS paths share device memory
-    # through IPC and shareable handles, which tcgpu does not carry across a
-    # suspend yet (docs/multiprocess.md, "Limits")
+    # NCCL's SHM transport: NVLS multicast objects are not carried, and the
+    # P2P and cuMem paths' shareable handles are carried on simcuda only, not
+    # yet tried with real NCCL (docs/multiprocess.md, "Limits")
     DDP_ENV=(PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8 NCCL_P2P_DISABLE=1
              NCCL_CUMEM_ENABLE=0 NCCL_NVLS_ENABLE=0 NCCL_ALGO=Ring NCCL_PROTO=Simple)
     DDP_CMD=(torchrun --standalone --nproc_per_node=2 "$PROGS_SRC/torch_ddp.py" --steps 300)

@@ -13,6 +13,9 @@
 # other's memory: the consumer writes its answers into a block of its own
 # that the producer opened; each suspend releases what it opened before it
 # waits for the other to release its own, so the two suspend together.
+# As ipc-vmm-gang-random and ipc-vmm-gang-mutual the same through shareable
+# handles (--vmm: cuMemCreate memory whose descriptor the program passes
+# over a Unix socket, as NCCL's cuMem path does).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tcgpud_lib.sh"
 
@@ -22,6 +25,7 @@ STEPS=${IPC_STEPS:-2500}
 TRIES=${IPC_TRIES:-10}
 MUTUAL=()
 case $TEST_NAME in *mutual*) MUTUAL=(--mutual) ;; esac
+case $TEST_NAME in *vmm*) MUTUAL=(--vmm "${MUTUAL[@]}") ;; esac
 fail() { echo "FAIL: $*" >&2; tail -n 25 "$WORK/tcgpud.log" >&2; exit 1; }
 
 write_config "

@@ -24,10 +24,21 @@
 # At the end both checksums equal those of an uninterrupted run (without
 # tcgpu, on a simulated device of its own, run meanwhile). Prints each
 # suspend's and resume's time.
+#
+# `ipc_group.sh --vmm` (test ipc-vmm-group): the same through shareable
+# handles (progs/ipc_stream.c --vmm: the producer's cuMemCreate memory,
+# its descriptor passed over a Unix socket, imported and mapped by the
+# consumer, as NCCL's cuMem path shares its buffers), and at the end
+# (--orphan) the producer lets its block go while the consumer still maps
+# it: both suspended and resumed, the consumer still finds its last answers
+# there (the driver keeps memory while any process maps it; tcgpu keeps it
+# the producer's to carry).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ipc_stream_lib.sh"
 
 STEPS=${IPC_STEPS:-1500}
+MODE=("$@")                     # --vmm, or nothing (legacy IPC)
+[ "${MODE[*]}" = --vmm ] && MODE+=(--orphan)
 
 # timed OP PID: gpuckpt OP PID must succeed; prints its time
 timed() {
@@ -59,15 +70,16 @@ still_running() {
 
 phase "an uninterrupted run, on a device of its own"
 mkdir -p "$WORK/ref"
-SIMCUDA_SHM=$SIMCUDA_SHM-ref start_bg "$WORK/ref-p.out" "$STREAM" produce "$WORK/ref" "$STEPS" 0
+SIMCUDA_SHM=$SIMCUDA_SHM-ref start_bg "$WORK/ref-p.out" "$STREAM" produce "$WORK/ref" "$STEPS" 0 "${MODE[@]}"
 refp=$BG
-SIMCUDA_SHM=$SIMCUDA_SHM-ref start_bg "$WORK/ref-c.out" "$STREAM" consume "$WORK/ref" "$STEPS"
+SIMCUDA_SHM=$SIMCUDA_SHM-ref start_bg "$WORK/ref-c.out" "$STREAM" consume "$WORK/ref" "$STEPS" "${MODE[@]}"
 refc=$BG
+touch "$WORK/ref/go"            # --orphan: the uninterrupted consumer does not linger
 
 phase "producer and consumer under tcgpu"
-start_bg "$WORK/p.out" "$GPUCKPT" run -- "$STREAM" produce "$WORK" "$STEPS" "$SLEEP_MS"
+start_bg "$WORK/p.out" "$GPUCKPT" run -- "$STREAM" produce "$WORK" "$STEPS" "$SLEEP_MS" "${MODE[@]}"
 ppid=$BG
-start_bg "$WORK/c.out" env TCGPU_GATE_TIMEOUT_MS=2000 "$GPUCKPT" run -- "$STREAM" consume "$WORK" "$STEPS"
+start_bg "$WORK/c.out" env TCGPU_GATE_TIMEOUT_MS=2000 "$GPUCKPT" run -- "$STREAM" consume "$WORK" "$STEPS" "${MODE[@]}"
 cpid=$BG
 wait_line "$WORK/c.out" '^step 10 ' 60 "$cpid" || fail "the consumer did not start: $(tail_of "$WORK/c.out")"
 addr=$(sed -n 's/^opened at //p' "$WORK/c.out")
@@ -141,5 +153,19 @@ timed resume "$ppid"
 timed resume "$cpid"
 goes_on_at_same_address "$s"
 
+case " ${MODE[*]} " in *" --orphan "*)
+    phase "the producer lets its block go while the consumer maps it; both suspended and resumed"
+    wait_line "$WORK/p.out" '^dropped' 120 "$ppid" || fail "the producer did not let go: $(tail_of "$WORK/p.out")"
+    wait_line "$WORK/c.out" '^lingering' 120 "$cpid" || fail "the consumer did not linger: $(tail_of "$WORK/c.out")"
+    timed suspend "$cpid"
+    timed suspend "$ppid"
+    used=$("$SMI" --query-gpu=memory.used_bytes --format=csv,noheader,nounits -i 0)
+    [ "$used" -le "$SC_HELD_RELEASED" ] || fail "GPU 0 has $used bytes in use while both are suspended"
+    timed resume "$ppid"
+    timed resume "$cpid"
+    touch "$WORK/go"
+    wait_line "$WORK/c.out" '^still there' 60 "$cpid" || fail "the consumer's block: $(tail_of "$WORK/c.out")"
+    ;;
+esac
 stream_finish 120
 note "ok: checksums $(checksum_of "$WORK/p.out") / $(checksum_of "$WORK/c.out") = uninterrupted"

@@ -176,6 +176,15 @@ void tcgpu_op_ipc_closed(pid_t peer)
     (void)peer;
 }
 
+/* ... and forgets nothing. */
+int tcgpu_op_ipc_forget(const struct ctl_msg *req, pid_t peer, struct ctl_buf *reply)
+{
+    (void)req;
+    (void)peer;
+    ctl_buf_ok(reply);
+    return 0;
+}
+
 static int calls(enum tcgpu_op op)
 {
     int n;

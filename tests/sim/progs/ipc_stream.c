@@ -34,11 +34,30 @@
  * reads them through its mapping of it (opened after "exported": "opened
  * back at 0xADDR"), and closes it after its last step. The checksums are
  * those of the plain mode.
+ *
+ * With --vmm (after STEPS [SLEEP_MS], on both) the blocks are shared as
+ * NCCL's cuMem path shares its buffers: cuMemCreate with POSIX descriptor
+ * handles, mapped into a reservation of its own, the descriptor
+ * (cuMemExportToShareableHandle) passed over a Unix socket (SCM_RIGHTS) by
+ * a thread of the exporter that answers every connection to DIR/NAME.sock;
+ * the opener imports it (cuMemImportFromShareableHandle), maps it into a
+ * reservation of its own, grants access and releases the handle (the
+ * mapping keeps the memory), and closes by unmapping.
+ *
+ * With --vmm --orphan on both, the producer lets its block go (unmaps it;
+ * its handle went after the export) right after its last step and prints
+ * "dropped"; the consumer, after its last step, prints "lingering", waits
+ * for DIR/go, and checks that the block still holds its last answers
+ * before it closes: the memory lives while the consumer maps it, as the
+ * driver keeps it, across whatever happened meanwhile.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 #include <cuda.h>
@@ -51,10 +70,11 @@ enum {
     BLOCK = DATA_AT + WORDS * 4,
     OWN = 1 << 20,
     WAIT_S = 120,
+    VMM_BLOCK = 2 << 20,        /* BLOCK rounded up to the VMM granularity */
 };
 
 static const char *dir;
-static int mutual;
+static int mutual, vmm, orphan;
 static uint32_t words[WORDS];
 
 static uint32_t word_of(uint32_t k, uint32_t i)
@@ -156,18 +176,176 @@ static int write_handle(const CUipcMemHandle *h, const char *name)
 
 static int open_handle(CUdeviceptr *p, const char *name);
 
+/* --- --vmm: shareable handles over a Unix socket ------------------------- */
+
+static int sock_path(struct sockaddr_un *a, const char *name)
+{
+    memset(a, 0, sizeof(*a));
+    a->sun_family = AF_UNIX;
+    if ((size_t)snprintf(a->sun_path, sizeof(a->sun_path), "%s/%s.sock", dir, name) >= sizeof(a->sun_path)) {
+        fprintf(stderr, "%s/%s.sock: path too long\n", dir, name);
+        return 1;
+    }
+    return 0;
+}
+
+/* Gives the descriptor to every process that connects (a thread of ours). */
+static void *serve_fd(void *arg)
+{
+    int *v = arg, lsock = v[0], fd = v[1];
+
+    for (;;) {
+        char cbuf[CMSG_SPACE(sizeof(int))] = { 0 }, byte = 'f';
+        struct iovec iov = { &byte, 1 };
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                              .msg_controllen = sizeof(cbuf) };
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        int conn = accept(lsock, NULL, NULL);
+
+        if (conn < 0)
+            continue;
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        if (sendmsg(conn, &msg, 0) != 1)
+            perror("sendmsg");
+        close(conn);
+    }
+    return NULL;
+}
+
+static const CUmemAccessDesc *rw_access(void)
+{
+    static CUmemAccessDesc a = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 },
+                                 .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    return &a;
+}
+
+/* A block of ours, exported: its descriptor served on DIR/name.sock. */
+static int vmm_export(CUdeviceptr *p, const char *name)
+{
+    CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                 .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+    CUmemGenericAllocationHandle h;
+    struct sockaddr_un a;
+    static int v[2][2];
+    static int nv;
+    pthread_t t;
+    int fd = -1, lsock;
+
+    cu(cuMemCreate(&h, VMM_BLOCK, &prop, 0), "cuMemCreate");
+    cu(cuMemAddressReserve(p, VMM_BLOCK, 0, 0, 0), "cuMemAddressReserve");
+    cu(cuMemMap(*p, VMM_BLOCK, 0, h, 0), "cuMemMap");
+    cu(cuMemSetAccess(*p, VMM_BLOCK, rw_access(), 1), "cuMemSetAccess");
+    cu(cuMemsetD8(*p, 0, BLOCK), "cuMemsetD8");
+    cu(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+       "cuMemExportToShareableHandle");
+    cu(cuMemRelease(h), "cuMemRelease");    /* the mapping keeps it */
+    if (sock_path(&a, name) || (lsock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+        bind(lsock, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lsock, 8) != 0 || nv >= 2) {
+        perror(a.sun_path);
+        return 1;
+    }
+    v[nv][0] = lsock;
+    v[nv][1] = fd;
+    if (pthread_create(&t, NULL, serve_fd, v[nv++]) != 0) {
+        fprintf(stderr, "no thread to serve %s\n", a.sun_path);
+        return 1;
+    }
+    pthread_detach(t);
+    return 0;
+}
+
+/* The block exported on DIR/name.sock, mapped here. */
+static int vmm_open(CUdeviceptr *p, const char *name)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))], byte;
+    struct iovec iov = { &byte, 1 };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                          .msg_controllen = sizeof(cbuf) };
+    CUmemGenericAllocationHandle h;
+    struct sockaddr_un a;
+    struct cmsghdr *c;
+    double end = now_s() + WAIT_S;
+    int sock, fd;
+
+    if (sock_path(&a, name))
+        return 1;
+    for (;;) {
+        if ((sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
+            perror("socket");
+            return 1;
+        }
+        if (connect(sock, (struct sockaddr *)&a, sizeof(a)) == 0)
+            break;
+        close(sock);
+        if (now_s() > end) {
+            fprintf(stderr, "%s did not answer in %d s\n", a.sun_path, WAIT_S);
+            return 1;
+        }
+        usleep(10000);
+    }
+    if (recvmsg(sock, &msg, 0) != 1 || !(c = CMSG_FIRSTHDR(&msg)) || c->cmsg_type != SCM_RIGHTS) {
+        fprintf(stderr, "%s sent no descriptor\n", a.sun_path);
+        return 1;
+    }
+    memcpy(&fd, CMSG_DATA(c), sizeof(int));
+    close(sock);
+    cu(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+       "cuMemImportFromShareableHandle");
+    close(fd);
+    cu(cuMemAddressReserve(p, VMM_BLOCK, 0, 0, 0), "cuMemAddressReserve");
+    cu(cuMemMap(*p, VMM_BLOCK, 0, h, 0), "cuMemMap");
+    cu(cuMemSetAccess(*p, VMM_BLOCK, rw_access(), 1), "cuMemSetAccess");
+    cu(cuMemRelease(h), "cuMemRelease");    /* the mapping keeps it */
+    return 0;
+}
+
+static void vmm_unmap(CUdeviceptr p)
+{
+    cu(cuMemUnmap(p, VMM_BLOCK), "cuMemUnmap");
+    cu(cuMemAddressFree(p, VMM_BLOCK), "cuMemAddressFree");
+}
+
+/* A block shared with the other process, as the mode says. */
+static int share_new(CUdeviceptr *p, const char *name)
+{
+    CUipcMemHandle h;
+
+    if (vmm)
+        return vmm_export(p, name);
+    cu(cuMemAlloc(p, BLOCK), "cuMemAlloc");
+    cu(cuMemsetD8(*p, 0, BLOCK), "cuMemsetD8");
+    cu(cuIpcGetMemHandle(&h, *p), "cuIpcGetMemHandle");
+    return write_handle(&h, name);
+}
+
+static void share_close(CUdeviceptr p)
+{
+    if (vmm)
+        vmm_unmap(p);
+    else
+        cu(cuIpcCloseMemHandle(p), "cuIpcCloseMemHandle");
+}
+
+static void share_free(CUdeviceptr p)
+{
+    if (vmm)
+        vmm_unmap(p);
+    else
+        cu(cuMemFree(p), "cuMemFree");
+}
+
 static int produce(uint32_t steps, unsigned sleep_ms)
 {
     CUdeviceptr own, p, back = 0;
-    CUipcMemHandle h;
     uint64_t sum = 14695981039346656037ull;
 
     cu(cuMemAlloc(&own, OWN), "cuMemAlloc own");
     cu(cuMemsetD8(own, 0x3c, OWN), "cuMemsetD8 own");
-    cu(cuMemAlloc(&p, BLOCK), "cuMemAlloc");
-    cu(cuMemsetD8(p, 0, BLOCK), "cuMemsetD8");
-    cu(cuIpcGetMemHandle(&h, p), "cuIpcGetMemHandle");
-    if (write_handle(&h, "handle"))
+    if (share_new(&p, "handle"))
         return 1;
     printf("exported\n");
     fflush(stdout);
@@ -195,10 +373,16 @@ static int produce(uint32_t steps, unsigned sleep_ms)
     printf("checksum: %016llx\n", (unsigned long long)sum);
     fflush(stdout);
     if (mutual)
-        cu(cuIpcCloseMemHandle(back), "cuIpcCloseMemHandle back");
+        share_close(back);
+    if (orphan) {
+        share_free(p);
+        printf("dropped\n");
+        fflush(stdout);
+    }
     if (wait_file("closed"))
         return 1;
-    cu(cuMemFree(p), "cuMemFree");
+    if (!orphan)
+        share_free(p);
     cu(cuMemFree(own), "cuMemFree own");
     return 0;
 }
@@ -209,6 +393,8 @@ static int open_handle(CUdeviceptr *p, const char *name)
     CUipcMemHandle h;
     FILE *f;
 
+    if (vmm)
+        return vmm_open(p, name);
     if (wait_file(name))
         return 1;
     path_of(path, sizeof(path), name);
@@ -236,15 +422,25 @@ static int check_range(CUdeviceptr p)
     return 0;
 }
 
-/* --mutual: the consumer's own block, exported for the producer. */
-static int export_back(CUdeviceptr *q)
-{
-    CUipcMemHandle h;
 
-    cu(cuMemAlloc(q, BLOCK), "cuMemAlloc back");
-    cu(cuMemsetD8(*q, 0, BLOCK), "cuMemsetD8 back");
-    cu(cuIpcGetMemHandle(&h, *q), "cuIpcGetMemHandle back");
-    return write_handle(&h, "handle-back");
+/* --orphan: after the producer let its block go, the answers of the last
+ * step are still in it (words holds them). */
+static int linger(CUdeviceptr p, uint32_t steps)
+{
+    static uint32_t seen[WORDS];
+
+    printf("lingering\n");
+    fflush(stdout);
+    if (wait_file("go"))
+        return 1;
+    cu(cuMemcpyDtoH(seen, p + DATA_AT, sizeof(seen)), "cuMemcpyDtoH lingering");
+    if (memcmp(seen, words, sizeof(seen))) {
+        fprintf(stderr, "consumer: after step %u the block no longer holds its answers\n", steps - 1);
+        return 1;
+    }
+    printf("still there\n");
+    fflush(stdout);
+    return 0;
 }
 
 static int consume(uint32_t steps)
@@ -256,7 +452,7 @@ static int consume(uint32_t steps)
 
     cu(cuMemAlloc(&own, OWN), "cuMemAlloc own");   /* memory of its own, released by its suspends */
     cu(cuMemsetD8(own, 0x3c, OWN), "cuMemsetD8 own");
-    if (mutual && export_back(&q))
+    if (mutual && share_new(&q, "handle-back"))
         return 1;
     if (open_handle(&p, "handle"))
         return 1;
@@ -277,7 +473,9 @@ static int consume(uint32_t steps)
         fflush(stdout);
     }
     printf("checksum: %016llx\n", (unsigned long long)sum);
-    cu(cuIpcCloseMemHandle(p), "cuIpcCloseMemHandle");
+    if (orphan && linger(p, steps))
+        return 1;
+    share_close(p);
     path_of(path, sizeof(path), "closed");
     if (!(f = fopen(path, "w")) || fclose(f) != 0) {
         perror(path);
@@ -294,12 +492,21 @@ int main(int argc, char **argv)
 
     if (argc < 4 || (strcmp(argv[1], "produce") && strcmp(argv[1], "consume")) ||
         (!strcmp(argv[1], "produce") && argc < 5)) {
-        fprintf(stderr, "usage: ipc_stream produce DIR STEPS SLEEP_MS [--mutual] | consume DIR STEPS [--mutual]\n");
+        fprintf(stderr, "usage: ipc_stream produce DIR STEPS SLEEP_MS [--vmm [--orphan]] [--mutual] | "
+                        "consume DIR STEPS [--vmm [--orphan]] [--mutual]\n");
         return 2;
     }
     dir = argv[2];
     steps = (uint32_t)strtoul(argv[3], NULL, 10);
-    mutual = !strcmp(argv[argc - 1], "--mutual");
+    for (int i = 4; i < argc; i++) {
+        mutual |= !strcmp(argv[i], "--mutual");
+        vmm |= !strcmp(argv[i], "--vmm");
+        orphan |= !strcmp(argv[i], "--orphan");
+    }
+    if (orphan && (!vmm || mutual)) {
+        fprintf(stderr, "--orphan goes with --vmm, without --mutual\n");
+        return 2;
+    }
     cu(cuInit(0), "cuInit");
     cu(cuDevicePrimaryCtxRetain(&ctx, 0), "cuDevicePrimaryCtxRetain");
     cu(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
