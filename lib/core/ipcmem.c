@@ -381,8 +381,9 @@ int ipcmem_serve_forget(const struct ctl_msg *req, pid_t pid, struct ctl_buf *re
     return 0;
 }
 
-/* Count one more connection of `pid`; its first gets the note (ex_lock held). */
-static int peer_add(pid_t pid)
+/* Count one more connection of `pid`; its first gets the note, named for
+ * the call that exported what it maps (ex_lock held). */
+static int peer_add(pid_t pid, const char *call)
 {
     for (size_t i = 0; i < n_peers; i++)
         if (peers[i].pid == pid) {
@@ -392,8 +393,7 @@ static int peer_add(pid_t pid)
     if (grow((void **)&peers, &cap_peers, n_peers, sizeof(*peers)) < 0)
         return -ENOMEM;
     peers[n_peers++] = (struct peer){ .pid = pid, .conns = 1 };
-    tcgpu_note_unsupported_held("cuIpcGetMemHandle", exporter_what, TCGPU_HELD_BY_IPC_IMPORTER,
-                                (uint64_t)pid);
+    tcgpu_note_unsupported_held(call, exporter_what, TCGPU_HELD_BY_IPC_IMPORTER, (uint64_t)pid);
     return 0;
 }
 
@@ -445,11 +445,6 @@ static size_t round_down(size_t x, size_t g)
     return x / g * g;
 }
 
-/*
- * Export the physical allocation behind e: its descriptor, and the pages of
- * it that hold the allocation. -EBUSY while the memory is off the device
- * (suspended), -ENOENT when it was freed, -EIO when the driver refuses.
- */
 /* export_fd of a physical allocation of the program's: all of it. */
 static int export_phys_fd(const struct export *e, uint64_t *win_off, uint64_t *win_size,
                           uint64_t *offset, char *why, size_t len)
@@ -480,6 +475,11 @@ static int export_phys_fd(const struct export *e, uint64_t *win_off, uint64_t *w
     return r < 0 ? r : fd;
 }
 
+/*
+ * Export the physical allocation behind e: its descriptor, and the pages of
+ * it that hold the allocation. -EBUSY while the memory is off the device
+ * (suspended), -ENOENT when it was freed, -EIO when the driver refuses.
+ */
 static int export_fd(const struct export *e, uint64_t *win_off, uint64_t *win_size, uint64_t *offset,
                      char *why, size_t len)
 {
@@ -570,7 +570,7 @@ int ipcmem_serve(const struct ctl_msg *req, pid_t pid, struct ctl_buf *reply)
      * gate after this sees the note and refuses, and one that closed it
      * before is seen here, and we refuse. */
     pthread_mutex_lock(&ex_lock);
-    r = peer_add(pid);
+    r = peer_add(pid, e.va ? "cuIpcGetMemHandle" : "cuMemExportToShareableHandle");
     pthread_mutex_unlock(&ex_lock);
     if (r < 0) {
         ctl_buf_error(reply, r, "out of memory");
@@ -877,19 +877,17 @@ static CUresult import_own(const struct ipc_wire *w, CUmemGenericAllocationHandl
     uint64_t win_off, win_size, offset;
     struct export e;
     char why[128];
-    int fd = -ENOENT;
+    int fd, found = 0;
     CUresult rc;
 
     pthread_mutex_lock(&ex_lock);
-    for (size_t i = 0; i < n_exports; i++)
+    for (size_t i = 0; i < n_exports && !found; i++)
         if (exports[i].id == w->id && !exports[i].va && token_equal(exports[i].token, w->token)) {
             e = exports[i];
-            fd = 0;
+            found = 1;
         }
     pthread_mutex_unlock(&ex_lock);
-    if (fd == 0)
-        fd = export_phys_fd(&e, &win_off, &win_size, &offset, why, sizeof(why));
-    if (fd < 0)
+    if (!found || (fd = export_phys_fd(&e, &win_off, &win_size, &offset, why, sizeof(why))) < 0)
         return CUDA_ERROR_INVALID_VALUE;
     rc = TCGPU_REAL(cuMemImportFromShareableHandle)(handle, (void *)(intptr_t)fd,
                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);

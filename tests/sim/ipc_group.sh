@@ -16,6 +16,7 @@
 #     producer first;
 #   - the producer first, while the consumer maps its memory and runs:
 #     refused (exit 4) naming the consumer, within about a second;
+#   - a checkpoint of either: refused (exit 4) naming the other, no image;
 #   - the consumer then the producer again; the consumer's resume while the
 #     producer is suspended fails within its bound (TCGPU_GATE_TIMEOUT_MS,
 #     2000 ms here) with exit 8 naming the producer, leaves it suspended,
@@ -133,6 +134,19 @@ grep -q "process $cpid maps this process's memory (CUDA IPC) and is running; sus
     "$WORK/last.out" || fail "the producer's refusal: $(cat "$WORK/last.out")"
 [ "$(state_of "$ppid")" = running ] || fail "the refused producer is $(state_of "$ppid")"
 echo "suspend of producer refused in $ms ms: $(cat "$WORK/last.out")"
+
+phase "a checkpoint of either is refused while the memory is shared, naming the other"
+still_running
+case " ${MODE[*]} " in
+*" --vmm "*) exported=cuMemExportToShareableHandle imported=cuMemImportFromShareableHandle ;;
+*) exported=cuIpcGetMemHandle imported=cuIpcOpenMemHandle ;;
+esac
+expect_exit 4 "$GPUCKPT" checkpoint "$ppid" -D "$WORK/img-p"
+grep -q "$exported.*process $cpid maps it" "$WORK/last.out" || fail "the producer's refusal: $(cat "$WORK/last.out")"
+expect_exit 4 "$GPUCKPT" checkpoint "$cpid" -D "$WORK/img-c"
+grep -q "$imported.*process $ppid exported it" "$WORK/last.out" || fail "the consumer's refusal: $(cat "$WORK/last.out")"
+[ ! -e "$WORK/img-p" ] && [ ! -e "$WORK/img-c" ] || fail "a refused checkpoint left an image"
+goes_on_at_same_address "$(last_step)"
 
 phase "the consumer's resume waits for the producer's, bounded"
 still_running
