@@ -899,66 +899,6 @@ static CUresult import_own(const struct ipc_wire *w, CUmemGenericAllocationHandl
     return rc;
 }
 
-CUresult ipcmem_import_phys(int fd, CUmemGenericAllocationHandle *handle)
-{
-    CUmemAllocationProp prop;
-    struct ipc_wire w;
-    struct opened *o;
-    struct tc_phys *p = NULL;
-    uint64_t win_off = 0;
-    size_t gran = 0;
-    CUcontext ctx = NULL;
-    CUresult rc;
-    int mem = -1;
-
-    if (token_of(fd, &w) < 0)
-        return CUDA_ERROR_NOT_FOUND;
-    if (!handle)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (w.pid == (int32_t)getpid())
-        return import_own(&w, handle);
-    TCGPU_REAL(cuCtxGetCurrent)(&ctx);      /* none is fine: VMM calls need no context */
-    if (!(o = calloc(1, sizeof(*o))))
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    o->conn = -1;
-    pthread_mutex_lock(&op_lock);
-    rc = ask_exporter("cuMemImportFromShareableHandle", &w, o, &mem, &win_off);
-    if (rc == CUDA_SUCCESS) {
-        rc = import_fd(o, mem, &prop, &gran);
-        close(mem);
-    }
-    if (rc == CUDA_SUCCESS) {
-        reg_lock();
-        p = reg_phys_add(o->handle, o->size, &prop, 0, TC_OWNER_IMPORTED);
-        reg_unlock();
-        if (!p) {
-            TCGPU_REAL(cuMemRelease)(o->handle);
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    }
-    if (rc != CUDA_SUCCESS) {
-        if (o->conn >= 0)
-            close(o->conn);                     /* the exporter forgets us */
-        pthread_mutex_unlock(&op_lock);
-        free(o);
-        return rc;
-    }
-    o->pid = w.pid;
-    o->id = w.id;
-    o->phys_id = p->id;
-    memcpy(o->token, w.token, sizeof(o->token));
-    o->ctx = ctx;
-    o->refs = 1;
-    if (!pid_opened(o->pid))
-        tcgpu_note_unsupported_held("cuMemImportFromShareableHandle", importer_what,
-                                    TCGPU_HELD_BY_IPC_EXPORTER, (uint64_t)o->pid);
-    o->next = opened;
-    opened = o;
-    *handle = p->id;
-    pthread_mutex_unlock(&op_lock);
-    return CUDA_SUCCESS;
-}
-
 /* Tell o's exporter we let its memory go for good (not a suspend's
  * release), so that it may free what its program let go of: best effort,
  * bounded; an exporter that cannot be told keeps the memory until it
@@ -988,6 +928,68 @@ static void tell_forget(const struct opened *o)
     free(m);
 }
 
+CUresult ipcmem_import_phys(int fd, CUmemGenericAllocationHandle *handle)
+{
+    CUmemAllocationProp prop;
+    struct ipc_wire w;
+    struct opened *o;
+    struct tc_phys *p = NULL;
+    uint64_t win_off = 0;
+    size_t gran = 0;
+    CUcontext ctx = NULL;
+    CUresult rc;
+    int mem = -1;
+
+    if (token_of(fd, &w) < 0)
+        return CUDA_ERROR_NOT_FOUND;
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (w.pid == (int32_t)getpid())
+        return import_own(&w, handle);
+    TCGPU_REAL(cuCtxGetCurrent)(&ctx);      /* none is fine: VMM calls need no context */
+    if (!(o = calloc(1, sizeof(*o))))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    o->conn = -1;
+    o->pid = w.pid;
+    o->id = w.id;
+    memcpy(o->token, w.token, sizeof(o->token));
+    pthread_mutex_lock(&op_lock);
+    rc = ask_exporter("cuMemImportFromShareableHandle", &w, o, &mem, &win_off);
+    if (rc == CUDA_SUCCESS) {
+        rc = import_fd(o, mem, &prop, &gran);
+        close(mem);
+    }
+    if (rc == CUDA_SUCCESS) {
+        reg_lock();
+        p = reg_phys_add(o->handle, o->size, &prop, 0, TC_OWNER_IMPORTED);
+        reg_unlock();
+        if (!p) {
+            TCGPU_REAL(cuMemRelease)(o->handle);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (rc != CUDA_SUCCESS) {
+        pthread_mutex_unlock(&op_lock);
+        if (o->conn >= 0) {                     /* it gave the memory: we never held it */
+            tell_forget(o);
+            close(o->conn);
+        }
+        free(o);
+        return rc;
+    }
+    o->phys_id = p->id;
+    o->ctx = ctx;
+    o->refs = 1;
+    if (!pid_opened(o->pid))
+        tcgpu_note_unsupported_held("cuMemImportFromShareableHandle", importer_what,
+                                    TCGPU_HELD_BY_IPC_EXPORTER, (uint64_t)o->pid);
+    o->next = opened;
+    opened = o;
+    *handle = p->id;
+    pthread_mutex_unlock(&op_lock);
+    return CUDA_SUCCESS;
+}
+
 void ipcmem_import_forget(uint64_t phys_id)
 {
     struct opened **pp, *o;
@@ -998,13 +1000,15 @@ void ipcmem_import_forget(uint64_t phys_id)
             break;
     if (o) {
         *pp = o->next;
-        tell_forget(o);
-        if (o->conn >= 0)
-            close(o->conn);                     /* the exporter learns it at once */
         if (!pid_opened(o->pid))
             tcgpu_unsupported_release(TCGPU_HELD_BY_IPC_EXPORTER, (uint64_t)o->pid);
     }
     pthread_mutex_unlock(&op_lock);
+    if (o) {                                    /* ours alone now: told outside the lock */
+        tell_forget(o);
+        if (o->conn >= 0)
+            close(o->conn);                     /* the exporter learns it at once */
+    }
     free(o);
 }
 
